@@ -1,0 +1,126 @@
+// Applies pending inbox rows (callbacks and polls alike) to the task through the state
+// machine. The task row is locked, so two executions at once serialise and the second finds
+// nothing left to apply.
+import { and, asc, eq, isNull, sql } from 'drizzle-orm';
+import type { Tx } from '../db/client';
+import { holdFence, type FenceToken } from '../db/fence';
+import { deserializeJob, type StoredJob } from '../db/inbox';
+import { callbackInbox, generationTask, taskAttempt } from '../db/schema';
+import { casTaskStatus, lockTask } from '../db/tasks';
+import type { TaskFacts } from '../domain/facts';
+import type { AttemptState, TaskStatus } from '../domain/states';
+import { attemptStateFor, decide } from '../domain/task-machine';
+import type { ProviderJob } from '../providers/types';
+import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
+import { finishTask } from './settlement';
+import { readTaskFacts } from './task-facts';
+
+type TaskRow = typeof generationTask.$inferSelect;
+type InboxRow = typeof callbackInbox.$inferSelect;
+
+export function createInboxActivities(deps: TaskActivityDeps) {
+  async function markProcessed(tx: Tx, row: InboxRow, error: string | null) {
+    await tx
+      .update(callbackInbox)
+      .set({ processed_at: sql`now()`, process_error: error })
+      .where(eq(callbackInbox.inbox_id, row.inbox_id));
+  }
+
+  /** Applies one event; returns the task as it is afterwards. */
+  async function applyOne(tx: Tx, token: FenceToken, task: TaskRow, row: InboxRow): Promise<TaskRow> {
+    if (row.attempt_id !== task.active_attempt_id) {
+      await markProcessed(tx, row, 'event for an attempt that is not the active one');
+      return task;
+    }
+    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, row.attempt_id!)).for('update');
+    if (!attempt) {
+      await markProcessed(tx, row, 'attempt not found');
+      return task;
+    }
+    const job: ProviderJob = deserializeJob((row.payload as { job: StoredJob }).job);
+    if (attempt.provider_job_id && attempt.provider_job_id !== job.jobId) {
+      await markProcessed(tx, row, `job ${job.jobId} is not the attempt's job ${attempt.provider_job_id}`);
+      return task;
+    }
+    // Order by the provider's clock: an event older than the last applied one changes nothing.
+    if (attempt.provider_updated_at && job.updatedAt && job.updatedAt < attempt.provider_updated_at) {
+      await markProcessed(tx, row, 'stale: older than the last applied provider event');
+      return task;
+    }
+    const nextAttemptState = attemptStateFor(attempt.submit_state as AttemptState, job.state);
+    const succeeded = job.state === 'succeeded';
+    const ttlMs = providerFor(deps, task.provider).capabilities.outputUrlTtlMs;
+    await tx
+      .update(taskAttempt)
+      .set({
+        provider_job_id: job.jobId,
+        provider_status: job.rawStatus,
+        provider_updated_at: job.updatedAt ?? attempt.provider_updated_at,
+        ...(nextAttemptState ? { submit_state: nextAttemptState } : {}),
+        ...(succeeded && job.outputUrl
+          ? { output_url: job.outputUrl, output_deadline_at: new Date((job.updatedAt ?? deps.clock.now()).getTime() + ttlMs) }
+          : {}),
+        ...(job.metrics ? { provider_metrics: job.metrics } : {}),
+        ...(job.error ? { last_error: job.error.slice(0, 2000) } : {}),
+        status_version: sql`${taskAttempt.status_version} + 1`,
+      })
+      .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+
+    const from = task.status as TaskStatus;
+    const d = decide(from, { type: 'PROVIDER_STATE', state: job.state });
+    if (d.kind !== 'move') {
+      await markProcessed(tx, row, d.kind === 'reject' ? d.reason : null);
+      return task;
+    }
+    const sourceEvent = `${row.source}:${row.inbox_id}`;
+    if (d.to === 'FAILED' || d.to === 'CANCELLED') {
+      const chargeable = d.to === 'CANCELLED' && providerFor(deps, task.provider).capabilities.chargeableStates.includes(job.state);
+      await finishTask(tx, token, task, {
+        to: d.to,
+        // docs/billing.md: a cancel the provider bills is charged; failures are released.
+        charge: chargeable ? task.reserved_amount : '0',
+        sourceEvent,
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+        ...(d.to === 'FAILED' ? { failureCode: 'PROVIDER_FAILED', failureMessage: job.error ?? `provider ${job.rawStatus}` } : {}),
+        detail: { provider_status: job.rawStatus },
+      });
+    } else {
+      const version = await casTaskStatus(tx, token, {
+        taskId: task.task_id,
+        from,
+        expectedVersion: task.status_version,
+        to: d.to,
+        sourceEvent,
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+        detail: { provider_status: job.rawStatus, provider_job_id: job.jobId },
+      });
+      if (version === null) throw new Error(`task ${task.task_id} changed under its row lock`);
+    }
+    await markProcessed(tx, row, null);
+    const [fresh] = await tx.select().from(generationTask).where(eq(generationTask.task_id, task.task_id));
+    return fresh ?? task;
+  }
+
+  return {
+    /** Applies every pending inbox row of the task, oldest provider time first. */
+    async applyInbox(taskId: string): Promise<TaskFacts> {
+      await fenced(deps, (token) =>
+        deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          let task = await lockTask(tx, taskId);
+          if (!task) throw notFound(`task ${taskId}`);
+          const rows = await tx
+            .select()
+            .from(callbackInbox)
+            .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
+            .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
+            .for('update');
+          for (const row of rows) task = await applyOne(tx, token, task, row);
+        }),
+      );
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+  };
+}

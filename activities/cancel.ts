@@ -1,0 +1,24 @@
+// CANCEL_REQUESTED: ask the provider to cancel, best effort. The terminal state still comes
+// from the provider (callback or poll) through the state machine: a success that races the
+// cancel wins and is rescued and charged (docs/billing.md).
+import { Context } from '@temporalio/activity';
+import { eq } from 'drizzle-orm';
+import { generationTask, taskAttempt } from '../db/schema';
+import { fenced, providerFor, type TaskActivityDeps } from './deps';
+
+export function createCancelActivities(deps: TaskActivityDeps) {
+  return {
+    async requestProviderCancel(taskId: string): Promise<{ sent: boolean }> {
+      return fenced(deps, async () => {
+        const [row] = await deps.db
+          .select({ task: generationTask, attempt: taskAttempt })
+          .from(generationTask)
+          .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
+          .where(eq(generationTask.task_id, taskId));
+        if (!row || row.task.status !== 'CANCEL_REQUESTED' || !row.attempt.provider_job_id) return { sent: false };
+        await providerFor(deps, row.task.provider).cancel(row.attempt.provider_job_id, Context.current().cancellationSignal);
+        return { sent: true };
+      });
+    },
+  };
+}

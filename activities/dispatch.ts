@@ -1,0 +1,110 @@
+// QUEUED → DISPATCHING → SUBMITTING: choose the route and prepare attempt N.
+import { createHash } from 'node:crypto';
+import { eq, sql } from 'drizzle-orm';
+import { holdFence } from '../db/fence';
+import { taskAttempt } from '../db/schema';
+import { casTaskStatus, lockTask } from '../db/tasks';
+import type { TaskFacts } from '../domain/facts';
+import type { TaskStatus } from '../domain/states';
+import { decide } from '../domain/task-machine';
+import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { finishTask } from './settlement';
+import { readTaskFacts } from './task-facts';
+
+/**
+ * Attempt ids are derived from (task id, attempt number), name-based like a UUIDv5: every
+ * retry, reset or second worker computes the same id, and it is the provider idempotency key.
+ */
+export function attemptIdFor(taskId: string, attemptNo: number): string {
+  const h = createHash('sha1').update(`vidorch:attempt:${taskId}:${attemptNo}`).digest();
+  h[6] = (h[6]! & 0x0f) | 0x50;
+  h[8] = (h[8]! & 0x3f) | 0x80;
+  const hex = h.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+export function createDispatchActivities(deps: TaskActivityDeps) {
+  return {
+    /** QUEUED → DISPATCHING. A no-op in any later state. */
+    async dispatchTask(taskId: string): Promise<TaskFacts> {
+      await fenced(deps, (token) =>
+        deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          const task = await lockTask(tx, taskId);
+          if (!task) throw notFound(`task ${taskId}`);
+          const d = decide(task.status as TaskStatus, { type: 'DISPATCH' });
+          if (d.kind !== 'move') return;
+          await casTaskStatus(tx, token, {
+            taskId,
+            from: task.status as TaskStatus,
+            expectedVersion: task.status_version,
+            to: d.to,
+            sourceEvent: 'workflow.dispatch',
+            actor: 'workflow',
+          });
+        }),
+      );
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+
+    /**
+     * DISPATCHING → SUBMITTING with attempt N in PREPARED. Honours a cancel that arrived before
+     * submit (released, the provider never called) and the attempt budget.
+     */
+    async prepareAttempt(taskId: string): Promise<TaskFacts> {
+      await fenced(deps, (token) =>
+        deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          const task = await lockTask(tx, taskId);
+          if (!task) throw notFound(`task ${taskId}`);
+          if (task.status !== 'DISPATCHING') return;
+          if (task.cancel_requested_at) {
+            await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
+            return;
+          }
+          const [{ used } = { used: 0 }] = await tx
+            .select({ used: sql<number>`count(*)::int` })
+            .from(taskAttempt)
+            .where(eq(taskAttempt.task_id, taskId));
+          const attemptNo = used + 1;
+          if (attemptNo > deps.settings.maxSubmitAttempts) {
+            await finishTask(tx, token, task, {
+              to: 'FAILED',
+              charge: '0',
+              sourceEvent: 'workflow.attempts-exhausted',
+              actor: 'workflow',
+              failureCode: 'PROVIDER_REJECTED',
+              failureMessage: `provider rejected ${used} attempts`,
+            });
+            return;
+          }
+          const attemptId = attemptIdFor(taskId, attemptNo);
+          await tx
+            .insert(taskAttempt)
+            .values({
+              attempt_id: attemptId,
+              task_id: taskId,
+              attempt_no: attemptNo,
+              provider: task.provider,
+              provider_model: task.provider_model,
+              provider_idempotency_key: attemptId,
+              submit_state: 'PREPARED',
+            })
+            .onConflictDoNothing();
+          await casTaskStatus(tx, token, {
+            taskId,
+            from: 'DISPATCHING',
+            expectedVersion: task.status_version,
+            to: 'SUBMITTING',
+            sourceEvent: 'workflow.attempt-prepared',
+            actor: 'workflow',
+            attemptId,
+            detail: { attempt_no: attemptNo, provider: task.provider },
+            set: { activeAttemptId: attemptId },
+          });
+        }),
+      );
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+  };
+}

@@ -1,0 +1,30 @@
+// All task activities, built from their dependencies. The workflow proxies
+// ReturnType<typeof createTaskActivities>.
+import { createCancelActivities } from './cancel';
+import type { TaskActivityDeps } from './deps';
+import { createDispatchActivities } from './dispatch';
+import { createInboxActivities } from './apply-inbox';
+import { createMediaActivities } from './process-media';
+import { createPollActivities } from './poll-provider';
+import { createRescueActivities } from './rescue-output';
+import { createReviewActivities } from './review';
+import { createSubmitActivities } from './submit-attempt';
+import { createFactActivities } from './task-facts';
+
+export function createTaskActivities(deps: TaskActivityDeps) {
+  return {
+    ...createFactActivities(deps),
+    ...createDispatchActivities(deps),
+    ...createSubmitActivities(deps),
+    ...createInboxActivities(deps),
+    ...createPollActivities(deps),
+    ...createRescueActivities(deps),
+    ...createMediaActivities(deps),
+    ...createCancelActivities(deps),
+    ...createReviewActivities(deps),
+  };
+}
+
+export type TaskActivities = ReturnType<typeof createTaskActivities>;
+export type { TaskActivityDeps } from './deps';
+export { systemClock } from './deps';

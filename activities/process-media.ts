@@ -1,0 +1,105 @@
+// PROCESSING_MEDIA → SUCCEEDED: validate the stored video with ffprobe, make a thumbnail,
+// then finish the task and settle the ledger in one transaction. The charge follows the
+// measured duration, capped at what was reserved.
+import { createHash } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
+import { and, eq } from 'drizzle-orm';
+import { holdFence } from '../db/fence';
+import { asset, generationTask } from '../db/schema';
+import { lockTask, newId } from '../db/tasks';
+import { findModel, priceFor, type Resolution } from '../domain/catalog';
+import { FailureType } from '../domain/errors';
+import type { TaskFacts } from '../domain/facts';
+import { minMoney } from '../domain/money';
+import { InvalidMediaError, extractThumbnail, probeMedia, type MediaInfo } from '../media/probe';
+import { thumbnailObjectKey } from '../storage/s3';
+import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { finishTask } from './settlement';
+import { readTaskFacts } from './task-facts';
+
+export function createMediaActivities(deps: TaskActivityDeps) {
+  return {
+    async processMedia(taskId: string): Promise<TaskFacts> {
+      await fenced(deps, async (token) => {
+        const [task] = await deps.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+        if (!task) throw notFound(`task ${taskId}`);
+        if (task.status !== 'PROCESSING_MEDIA') return;
+        const [video] = await deps.db
+          .select()
+          .from(asset)
+          .where(and(eq(asset.task_id, taskId), eq(asset.kind, 'video')));
+        if (!video) throw ApplicationFailure.create({ type: FailureType.InvalidState, message: `task ${taskId} has no video asset`, nonRetryable: true });
+
+        const url = await deps.storage.presignGet(video.object_key, 900);
+        let info: MediaInfo | null = null;
+        let invalid: string | null = null;
+        try {
+          info = await probeMedia(url);
+          const thumbKey = thumbnailObjectKey(task.tenant_id, taskId, video.attempt_id);
+          const existing = await deps.storage.head(thumbKey);
+          let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
+          if (!thumb) {
+            const jpeg = await extractThumbnail(url, Math.min(0.5, info.durationSeconds / 2));
+            const sha256 = createHash('sha256').update(jpeg).digest('hex');
+            await deps.storage.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
+            thumb = { sha256, size: jpeg.length };
+          }
+          await deps.db
+            .insert(asset)
+            .values({
+              asset_id: newId(),
+              tenant_id: task.tenant_id,
+              task_id: taskId,
+              attempt_id: video.attempt_id,
+              kind: 'thumbnail',
+              bucket: deps.storage.bucket,
+              region: deps.storage.region,
+              object_key: thumbKey,
+              sha256: thumb.sha256,
+              size_bytes: thumb.size,
+              content_type: 'image/jpeg',
+            })
+            .onConflictDoNothing();
+        } catch (err) {
+          if (!(err instanceof InvalidMediaError)) throw err;
+          invalid = err.message;
+        }
+
+        await deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          const current = await lockTask(tx, taskId);
+          if (!current || current.status !== 'PROCESSING_MEDIA') return;
+          if (!info) {
+            await finishTask(tx, token, current, {
+              to: 'FAILED',
+              charge: '0',
+              sourceEvent: 'workflow.media-invalid',
+              actor: 'workflow',
+              failureCode: 'INVALID_MEDIA',
+              failureMessage: invalid ?? 'invalid media',
+            });
+            return;
+          }
+          await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
+          await finishTask(tx, token, current, {
+            to: 'SUCCEEDED',
+            charge: chargeFor(current.provider_model, current.request, current.reserved_amount, info),
+            sourceEvent: 'workflow.media-valid',
+            actor: 'workflow',
+            detail: { duration_seconds: info.durationSeconds, codec: info.videoCodec },
+          });
+        });
+      });
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+  };
+}
+
+/** Price of the seconds actually delivered (rounded up, at most those ordered), capped at the reservation. */
+export function chargeFor(model: string, request: unknown, reserved: string, info: MediaInfo): string {
+  const entry = findModel(model);
+  const req = request as { duration_seconds: number; resolution: Resolution };
+  if (!entry) return reserved;
+  const seconds = Math.min(req.duration_seconds, Math.ceil(info.durationSeconds - 1e-3));
+  return minMoney(priceFor(entry, req.resolution, Math.max(0, seconds)), reserved);
+}

@@ -1,0 +1,165 @@
+// PROVIDER_SUCCEEDED → FETCHING_OUTPUT → PROCESSING_MEDIA: stream the provider's expiring
+// output into our bucket while hashing it, publish it under a deterministic key, record the
+// asset. A retry finds the published object (same key, sha256 in its metadata) and skips the
+// download.
+import { createHash } from 'node:crypto';
+import { Readable, Transform } from 'node:stream';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { eq } from 'drizzle-orm';
+import { holdFence } from '../db/fence';
+import { asset, taskAttempt } from '../db/schema';
+import { casTaskStatus, lockTask, newId } from '../db/tasks';
+import { FailureType } from '../domain/errors';
+import type { TaskFacts } from '../domain/facts';
+import type { TaskStatus } from '../domain/states';
+import { decide } from '../domain/task-machine';
+import { outputObjectKey } from '../storage/s3';
+import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { validateOutputUrl, UnsafeUrlError } from './output-url';
+import { finishTask } from './settlement';
+import { readTaskFacts } from './task-facts';
+
+const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
+
+class OutputGoneError extends Error {}
+
+export function createRescueActivities(deps: TaskActivityDeps) {
+  /** Streams url → storage under key; returns sha256 and size. */
+  async function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
+    const ctx = Context.current();
+    const res = await fetch(url, { signal: ctx.cancellationSignal, redirect: 'error' });
+    if (res.status === 403 || res.status === 404 || res.status === 410) {
+      throw new OutputGoneError(`provider output answered ${res.status}`);
+    }
+    if (!res.ok || !res.body) throw new Error(`provider output answered ${res.status}`);
+    const declared = Number(res.headers.get('content-length') ?? '0');
+    if (declared > deps.settings.outputMaxBytes) throw new OutputGoneError(`output is ${declared} bytes, over the limit`);
+    const contentType = (res.headers.get('content-type') ?? 'video/mp4').split(';')[0]!.trim();
+    if (!contentType.startsWith('video/') && contentType !== 'application/octet-stream') {
+      throw new OutputGoneError(`output content type ${contentType} is not a video`);
+    }
+    const hash = createHash('sha256');
+    let size = 0;
+    const meter = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        size += chunk.length;
+        if (size > deps.settings.outputMaxBytes) return done(new OutputGoneError('output exceeds the size limit'));
+        hash.update(chunk);
+        done(null, chunk);
+      },
+    });
+    const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).pipe(meter);
+    const partial = `${key}.partial`;
+    await deps.storage.upload(partial, body, {
+      contentType: 'video/mp4',
+      onProgress: (bytes) => ctx.heartbeat({ phase: 'uploading', bytes }),
+    });
+    if (declared > 0 && size !== declared) throw new Error(`output truncated: ${size} of ${declared} bytes`);
+    const sha256 = hash.digest('hex');
+    await deps.storage.publish(partial, key, { contentType: 'video/mp4', sha256 });
+    await deps.storage.delete(partial).catch(() => undefined);
+    return { sha256, size, contentType: 'video/mp4' };
+  }
+
+  return {
+    async rescueOutput(taskId: string): Promise<TaskFacts> {
+      await fenced(deps, async (token) => {
+        // Step 1: PROVIDER_SUCCEEDED → FETCHING_OUTPUT.
+        const target = await deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          const task = await lockTask(tx, taskId);
+          if (!task) throw notFound(`task ${taskId}`);
+          const d = decide(task.status as TaskStatus, { type: 'OUTPUT_FETCH_STARTED' });
+          if (d.kind === 'move') {
+            await casTaskStatus(tx, token, {
+              taskId,
+              from: task.status as TaskStatus,
+              expectedVersion: task.status_version,
+              to: d.to,
+              sourceEvent: 'workflow.rescue-output',
+              actor: 'workflow',
+              attemptId: task.active_attempt_id,
+            });
+          } else if (!FETCHING.includes(task.status as TaskStatus)) {
+            return null;
+          }
+          const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
+          if (!attempt) throw notFound(`attempt of task ${taskId}`);
+          return { task, attempt };
+        });
+        if (!target) return;
+        const { task, attempt } = target;
+        const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
+
+        // Step 2: the bytes. Skip when the published object is already there.
+        const stored = await deps.storage.head(key);
+        let object: { sha256: string; size: number; contentType: string } | null =
+          stored?.sha256 ? { sha256: stored.sha256, size: stored.size, contentType: stored.contentType ?? 'video/mp4' } : null;
+        let lostReason: string | null = null;
+        if (!object) {
+          try {
+            if (!attempt.output_url) throw new OutputGoneError('provider reported success without an output URL');
+            const url = await validateOutputUrl(attempt.output_url, {
+              allowedHosts: deps.settings.outputHosts[task.provider] ?? [],
+              allowPrivate: deps.settings.outputAllowPrivate,
+            });
+            object = await download(url, key);
+          } catch (err) {
+            if (err instanceof UnsafeUrlError) {
+              throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
+            }
+            if (!(err instanceof OutputGoneError)) throw err;
+            lostReason = err.message;
+          }
+        }
+
+        // Step 3: record the asset and move on, or record the loss.
+        await deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          const current = await lockTask(tx, taskId);
+          if (!current || !FETCHING.includes(current.status as TaskStatus)) return;
+          if (!object) {
+            await finishTask(tx, token, current, {
+              to: 'FAILED',
+              charge: '0',
+              sourceEvent: 'workflow.output-lost',
+              actor: 'workflow',
+              failureCode: 'OUTPUT_LOST',
+              failureMessage: lostReason ?? 'output lost',
+            });
+            return;
+          }
+          await tx
+            .insert(asset)
+            .values({
+              asset_id: newId(),
+              tenant_id: current.tenant_id,
+              task_id: current.task_id,
+              attempt_id: attempt.attempt_id,
+              kind: 'video',
+              bucket: deps.storage.bucket,
+              region: deps.storage.region,
+              object_key: key,
+              sha256: object.sha256,
+              size_bytes: object.size,
+              content_type: object.contentType,
+            })
+            .onConflictDoNothing();
+          await casTaskStatus(tx, token, {
+            taskId,
+            from: current.status as TaskStatus,
+            expectedVersion: current.status_version,
+            to: 'PROCESSING_MEDIA',
+            sourceEvent: 'workflow.output-stored',
+            actor: 'workflow',
+            attemptId: attempt.attempt_id,
+            detail: { object_key: key, sha256: object.sha256, size_bytes: object.size },
+          });
+        });
+      });
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+  };
+}

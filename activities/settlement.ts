@@ -1,0 +1,50 @@
+// Terminal transitions and the ledger settle in one transaction: a task is never terminal
+// with its reservation open, and never settled without being terminal.
+import type { Tx } from '../db/client';
+import type { FenceToken } from '../db/fence';
+import { settleReservation } from '../db/ledger';
+import type { generationTask } from '../db/schema';
+import { casTaskStatus } from '../db/tasks';
+import type { TaskStatus } from '../domain/states';
+
+type TaskRow = typeof generationTask.$inferSelect;
+
+export interface FinishArgs {
+  readonly to: Extract<TaskStatus, 'SUCCEEDED' | 'FAILED' | 'CANCELLED'>;
+  /** Credits charged; the rest of the reservation is released. '0' releases everything. */
+  readonly charge: string;
+  readonly sourceEvent: string;
+  readonly actor: string;
+  readonly attemptId?: string | null;
+  readonly failureCode?: string;
+  readonly failureMessage?: string;
+  readonly detail?: Record<string, unknown>;
+}
+
+/** CAS the locked task to a terminal state and close its reservation. False when the CAS lost. */
+export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args: FinishArgs): Promise<boolean> {
+  const version = await casTaskStatus(tx, token, {
+    taskId: task.task_id,
+    from: task.status as TaskStatus,
+    expectedVersion: task.status_version,
+    to: args.to,
+    sourceEvent: args.sourceEvent,
+    actor: args.actor,
+    attemptId: args.attemptId ?? task.active_attempt_id,
+    detail: { charge: args.charge, ...(args.detail ?? {}) },
+    set: {
+      settledAmount: args.charge,
+      ...(args.failureCode ? { failureCode: args.failureCode } : {}),
+      ...(args.failureMessage ? { failureMessage: args.failureMessage } : {}),
+    },
+  });
+  if (version === null) return false;
+  await settleReservation(tx, token, {
+    tenantId: task.tenant_id,
+    taskId: task.task_id,
+    reserved: task.reserved_amount,
+    charge: args.charge,
+    note: `${args.to.toLowerCase()} via ${args.sourceEvent}`,
+  });
+  return true;
+}

@@ -1,0 +1,196 @@
+// SUBMITTING: call the provider at most once per attempt (DESIGN.md §5 "Submit").
+// PREPARED → SUBMITTING is committed before the call; an attempt found in SUBMITTING on entry
+// means an earlier execution died mid-call, so its outcome is unknown and the provider is
+// never called again for it.
+import { Context } from '@temporalio/activity';
+import { and, eq, sql } from 'drizzle-orm';
+import type { Tx } from '../db/client';
+import { holdFence, type FenceToken } from '../db/fence';
+import { generationTask, taskAttempt } from '../db/schema';
+import { casTaskStatus, lockTask } from '../db/tasks';
+import { fullJitterDelay, nextPollInterval } from '../domain/backoff';
+import type { TaskFacts } from '../domain/facts';
+import type { TaskStatus } from '../domain/states';
+import { decide } from '../domain/task-machine';
+import type { SubmitOutcome } from '../providers/types';
+import { fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
+import { finishTask } from './settlement';
+import { readTaskFacts } from './task-facts';
+
+type TaskRow = typeof generationTask.$inferSelect;
+type AttemptRow = typeof taskAttempt.$inferSelect;
+
+export interface SubmitResult {
+  readonly facts: TaskFacts;
+  /** After a retryable rejection: wait this long before preparing the next attempt. */
+  readonly retryInMs: number | null;
+}
+
+/** The provider's input for a task request (the request JSON is stored on the task). */
+function providerInput(task: TaskRow): Record<string, unknown> {
+  const req = task.request as { prompt: string; duration_seconds: number; resolution: string; input_image_url?: string };
+  return {
+    prompt: req.prompt,
+    duration: req.duration_seconds,
+    resolution: req.resolution,
+    ...(req.input_image_url ? { first_frame_image: req.input_image_url } : {}),
+  };
+}
+
+export function createSubmitActivities(deps: TaskActivityDeps) {
+  const now = () => deps.clock.now();
+  const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
+
+  async function markUnknown(tx: Tx, token: FenceToken, task: TaskRow, attempt: AttemptRow, reason: string) {
+    await tx
+      .update(taskAttempt)
+      .set({
+        submit_state: 'SUBMIT_UNKNOWN',
+        unknown_since: now(),
+        next_poll_at: pollAt(),
+        last_error: reason.slice(0, 2000),
+        status_version: sql`${taskAttempt.status_version} + 1`,
+      })
+      .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMITTING')));
+    const d = decide(task.status as TaskStatus, { type: 'SUBMIT_OUTCOME_UNKNOWN' });
+    if (d.kind === 'move') {
+      await casTaskStatus(tx, token, {
+        taskId: task.task_id,
+        from: task.status as TaskStatus,
+        expectedVersion: task.status_version,
+        to: d.to,
+        sourceEvent: 'submit.unknown',
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+        detail: { reason },
+      });
+    }
+  }
+
+  /** Phase 1: claim the attempt (PREPARED → SUBMITTING) under the fence, or learn there is nothing to call. */
+  async function claim(token: FenceToken, taskId: string) {
+    return deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const task = await lockTask(tx, taskId);
+      if (!task) throw notFound(`task ${taskId}`);
+      if (task.status !== 'SUBMITTING' || !task.active_attempt_id) return null;
+      const [attempt] = await tx
+        .select()
+        .from(taskAttempt)
+        .where(eq(taskAttempt.attempt_id, task.active_attempt_id))
+        .for('update');
+      if (!attempt) throw notFound(`attempt ${task.active_attempt_id}`);
+      if (attempt.submit_state === 'SUBMITTING') {
+        await markUnknown(tx, token, task, attempt, 'an earlier submit execution did not record its outcome');
+        return null;
+      }
+      if (attempt.submit_state !== 'PREPARED') return null;
+      await tx
+        .update(taskAttempt)
+        .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })
+        .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
+      return { task, attempt };
+    });
+  }
+
+  /** Phase 3: record the outcome of the one call. */
+  async function record(token: FenceToken, taskId: string, attemptId: string, outcome: SubmitOutcome): Promise<number | null> {
+    return deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const task = await lockTask(tx, taskId);
+      if (!task) throw notFound(`task ${taskId}`);
+      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+      if (!attempt) throw notFound(`attempt ${attemptId}`);
+      const from = task.status as TaskStatus;
+      const base = { taskId, from, expectedVersion: task.status_version, actor: 'workflow', attemptId };
+      switch (outcome.kind) {
+        case 'accepted': {
+          const { job } = outcome;
+          await tx
+            .update(taskAttempt)
+            .set({
+              provider_job_id: sql`coalesce(${taskAttempt.provider_job_id}, ${job.jobId})`,
+              submit_state: sql`case when ${taskAttempt.submit_state} in ('SUBMITTING', 'SUBMIT_UNKNOWN') then 'SUBMITTED' else ${taskAttempt.submit_state} end`,
+              submit_finished_at: now(),
+              next_poll_at: pollAt(),
+              provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
+              status_version: sql`${taskAttempt.status_version} + 1`,
+            })
+            .where(eq(taskAttempt.attempt_id, attemptId));
+          const d = decide(from, { type: 'SUBMIT_ACCEPTED' });
+          if (d.kind === 'move') {
+            await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.accepted', detail: { provider_job_id: job.jobId } });
+          }
+          return null;
+        }
+        case 'unknown':
+          await markUnknown(tx, token, task, attempt, outcome.reason);
+          return null;
+        case 'rejected': {
+          await tx
+            .update(taskAttempt)
+            .set({
+              submit_state: 'REJECTED',
+              submit_finished_at: now(),
+              last_error: outcome.reason.slice(0, 2000),
+              status_version: sql`${taskAttempt.status_version} + 1`,
+            })
+            .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')));
+          const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
+          const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
+          if (d.kind !== 'move') return null;
+          if (d.to === 'FAILED') {
+            await finishTask(tx, token, task, {
+              to: 'FAILED',
+              charge: '0',
+              sourceEvent: 'submit.rejected',
+              actor: 'workflow',
+              attemptId,
+              failureCode: 'PROVIDER_REJECTED',
+              failureMessage: outcome.reason,
+            });
+            return null;
+          }
+          await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.rejected', detail: { status: outcome.status, reason: outcome.reason } });
+          return outcome.retryAfterMs ?? fullJitterDelay(attempt.attempt_no, 1_000, 30_000, Math.random);
+        }
+      }
+    });
+  }
+
+  return {
+    /** Submits the task's active attempt to its provider, at most once. */
+    async submitAttempt(taskId: string): Promise<SubmitResult> {
+      const retryInMs = await fenced(deps, async (token) => {
+        const claimed = await claim(token, taskId);
+        if (!claimed) return null;
+        const { task, attempt } = claimed;
+        const adapter = providerFor(deps, task.provider);
+        const ctx = Context.current();
+        const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
+        let outcome: SubmitOutcome;
+        try {
+          outcome = await adapter.submit({
+            attemptId: attempt.attempt_id,
+            model: task.provider_model,
+            input: providerInput(task),
+            webhookUrl: `${deps.settings.publicBaseUrl}/v1/callbacks/${task.provider}/${attempt.attempt_id}`,
+            signal: ctx.cancellationSignal,
+          });
+        } catch (err) {
+          // An adapter must return a typed outcome; anything thrown is treated as unknown.
+          outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };
+        } finally {
+          clearInterval(beat);
+        }
+        ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
+        try {
+          return await record(token, taskId, attempt.attempt_id, outcome);
+        } catch (err) {
+          throw toActivityFailure(err);
+        }
+      });
+      return { facts: await readTaskFacts(deps.db, taskId, now()), retryInMs };
+    },
+  };
+}

@@ -1,0 +1,66 @@
+// The HTTP API. createApp() wires routes to handlers; nothing here talks to Temporal except
+// through the facade.
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { sql } from 'drizzle-orm';
+import type { ApiContext } from './context';
+import { requireTenant } from './auth';
+import { callbackHandlers } from './callbacks.handlers';
+import { openApiDocument } from './openapi';
+import { HttpProblem, errorHandler, problems, sendProblem } from './problem';
+import { taskHandlers } from './tasks.handlers';
+
+export function createApp(ctx: ApiContext): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', false);
+
+  app.use((req: Request, res: Response, next: NextFunction) => {
+    const end = ctx.metrics.httpDuration.startTimer({ method: req.method });
+    res.on('finish', () => {
+      const route = req.route?.path ? `${req.baseUrl}${String(req.route.path)}` : 'unmatched';
+      end({ route });
+      ctx.metrics.httpRequests.inc({ method: req.method, route, status: String(res.statusCode) });
+    });
+    next();
+  });
+
+  app.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  app.get('/readyz', async (_req, res) => {
+    try {
+      await ctx.db.execute(sql`SELECT 1`);
+      const fence = await ctx.admission.assertCanCreate();
+      res.json({ status: 'ready', region: ctx.settings.region, mode: fence.mode, epoch: fence.epoch });
+    } catch (err) {
+      sendProblem(res, err instanceof HttpProblem ? err : problems.unavailable('the task database is unreachable', 5));
+    }
+  });
+  app.get('/metrics', async (_req, res) => {
+    res.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
+  });
+  app.get('/openapi.json', (req, res) => {
+    res.json(openApiDocument(`${req.protocol}://${req.get('host') ?? 'localhost'}`));
+  });
+
+  const callbacks = callbackHandlers(ctx);
+  app.post(
+    '/v1/callbacks/:provider/:token',
+    express.raw({ type: () => true, limit: ctx.settings.bodyLimit }),
+    callbacks.receive,
+  );
+
+  const tasks = taskHandlers(ctx);
+  const v1 = express.Router();
+  v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
+  v1.use(requireTenant(ctx.db));
+  v1.post('/tasks', tasks.create);
+  v1.get('/tasks', tasks.list);
+  v1.get('/tasks/:id', tasks.get);
+  v1.post('/tasks/:id/cancel', tasks.cancel);
+  app.use('/v1', v1);
+
+  app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));
+  app.use(errorHandler(ctx.logger));
+  return app;
+}

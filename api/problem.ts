@@ -1,0 +1,106 @@
+// RFC 9457 problem+json: every error the API returns, mapped in one place.
+import type { ErrorRequestHandler, Response } from 'express';
+import { z } from 'zod';
+import type { Logger } from '../observability/logger';
+
+export interface FieldError {
+  readonly field: string;
+  readonly message: string;
+}
+
+export class HttpProblem extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly title: string,
+    readonly detail?: string,
+    readonly errors: readonly FieldError[] = [],
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(detail ?? title);
+    this.name = 'HttpProblem';
+  }
+}
+
+export const problems = {
+  validation: (errors: FieldError[]) =>
+    new HttpProblem(400, 'validation-failed', 'The request is not valid', errors.map((e) => `${e.field}: ${e.message}`).join('; '), errors),
+  missingHeader: (header: string) =>
+    new HttpProblem(400, 'missing-header', `The ${header} header is required`, undefined, [{ field: `header:${header}`, message: 'required' }]),
+  unauthorized: () =>
+    new HttpProblem(401, 'unauthorized', 'A valid API key is required', 'Send Authorization: Bearer <API key>', [], { 'WWW-Authenticate': 'Bearer' }),
+  notFound: (what: string) => new HttpProblem(404, 'not-found', `${what} not found`),
+  conflict: (detail: string) => new HttpProblem(409, 'conflict', 'The request conflicts with the current state', detail),
+  idempotencyMismatch: () =>
+    new HttpProblem(
+      422,
+      'idempotency-key-reused',
+      'This Idempotency-Key was used with a different request body',
+      'Use a new Idempotency-Key for a different request',
+      [{ field: 'header:Idempotency-Key', message: 'already used with another body' }],
+    ),
+  insufficientCredits: (needed: string, available: string) =>
+    new HttpProblem(402, 'insufficient-credits', 'Not enough credits', `the task needs ${needed} credits; ${available} available`),
+  unavailable: (detail: string, retryAfterSeconds: number) =>
+    new HttpProblem(503, 'unavailable', 'The service cannot take this request now', detail, [], { 'Retry-After': String(retryAfterSeconds) }),
+  badSignature: (detail: string) => new HttpProblem(401, 'invalid-signature', 'The callback signature is not valid', detail),
+};
+
+export function zodFieldErrors(error: z.ZodError, prefix = ''): FieldError[] {
+  return error.issues.map((i) => {
+    const path = [prefix, ...i.path.map(String)].filter(Boolean).join('.');
+    // Unknown keys are reported on the object; name each key as the field.
+    if (i.code === 'unrecognized_keys') {
+      return { field: [path, ...(i.keys ?? [])].filter(Boolean).join('.'), message: `unknown field${i.keys.length > 1 ? 's' : ''}` };
+    }
+    return { field: path || '(body)', message: i.message };
+  });
+}
+
+export function sendProblem(res: Response, p: HttpProblem, instance?: string): void {
+  for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);
+  res
+    .status(p.status)
+    .type('application/problem+json')
+    .json({
+      type: `https://docs.vidorch.dev/problems/${p.code}`,
+      title: p.title,
+      status: p.status,
+      ...(p.detail ? { detail: p.detail } : {}),
+      ...(p.errors.length ? { errors: p.errors } : {}),
+      ...(instance ? { instance } : {}),
+    });
+}
+
+/** Postgres could not be reached or refused work: 503 with Retry-After, never a 500. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const e = err as { code?: string; message?: string } | null;
+  if (!e) return false;
+  const codes = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '57P01', '57P02', '57P03', '53300', '08000', '08001', '08003', '08006'];
+  return (
+    (typeof e.code === 'string' && codes.includes(e.code)) ||
+    /timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED/i.test(e.message ?? '')
+  );
+}
+
+export function errorHandler(logger: Logger): ErrorRequestHandler {
+  return (err, req, res, _next) => {
+    if (err instanceof HttpProblem) return sendProblem(res, err, req.originalUrl);
+    const bodyErr = err as { type?: string; status?: number; limit?: number };
+    if (bodyErr.type === 'entity.too.large') {
+      return sendProblem(res, new HttpProblem(413, 'body-too-large', 'The request body is too large', `limit is ${bodyErr.limit} bytes`), req.originalUrl);
+    }
+    if (bodyErr.type === 'entity.parse.failed') {
+      return sendProblem(res, problems.validation([{ field: '(body)', message: 'body is not valid JSON' }]), req.originalUrl);
+    }
+    if (bodyErr.type === 'encoding.unsupported' || bodyErr.type === 'charset.unsupported') {
+      return sendProblem(res, new HttpProblem(415, 'unsupported-encoding', 'Unsupported body encoding'), req.originalUrl);
+    }
+    if (isDatabaseUnavailable(err)) {
+      logger.warn({ err, path: req.originalUrl }, 'database unavailable');
+      return sendProblem(res, problems.unavailable('the task database is unreachable; retry later', 5), req.originalUrl);
+    }
+    logger.error({ err, path: req.originalUrl }, 'unhandled error');
+    sendProblem(res, new HttpProblem(500, 'internal', 'Internal error'), req.originalUrl);
+  };
+}

@@ -1,0 +1,99 @@
+// HTTP ↔ task service. Validation with zod; every error is a problem+json.
+import type { Request, Response } from 'express';
+import { acquireFence, FenceRejectedError } from '../db/fence';
+import type { TaskStatus } from '../domain/states';
+import type { ApiContext } from './context';
+import { tenantOf } from './auth';
+import { HttpProblem, problems, zodFieldErrors } from './problem';
+import { createTaskBody, idempotencyKeyHeader, listTasksQuery, taskIdParam } from './tasks.schemas';
+import { cancelTask, createTask, getTaskDetail, listTasks, markOutboxPublished } from './tasks.service';
+import { presentTask, presentTaskSummary } from './tasks.present';
+
+async function fenceToken(ctx: ApiContext) {
+  try {
+    return (await acquireFence(ctx.db, ctx.settings.fenceScope, ctx.settings.region)).token;
+  } catch (err) {
+    if (err instanceof FenceRejectedError) throw problems.unavailable(err.message, 30);
+    throw err;
+  }
+}
+
+function parseTaskId(req: Request): string {
+  const parsed = taskIdParam.safeParse(req.params['id']);
+  // A malformed id names no task of this tenant: 404, like any other unknown id.
+  if (!parsed.success) throw problems.notFound('task');
+  return parsed.data;
+}
+
+export function taskHandlers(ctx: ApiContext) {
+  return {
+    async create(req: Request, res: Response) {
+      const { tenantId } = tenantOf(req);
+      const rawKey = req.get('idempotency-key');
+      if (rawKey === undefined) throw problems.missingHeader('Idempotency-Key');
+      const key = idempotencyKeyHeader.safeParse(rawKey);
+      if (!key.success) throw problems.validation(zodFieldErrors(key.error, 'header:Idempotency-Key'));
+      const body = createTaskBody.safeParse(req.body ?? {});
+      if (!body.success) throw problems.validation(zodFieldErrors(body.error));
+      await ctx.admission.assertCanCreate();
+      const token = await fenceToken(ctx);
+      let outcome;
+      try {
+        outcome = await createTask(ctx.db, token, { tenantId, idempotencyKey: key.data, body: body.data });
+      } catch (err) {
+        if (err instanceof HttpProblem) {
+          ctx.metrics.tasksCreated.inc({ outcome: err.status === 402 ? 'insufficient_credits' : err.status === 422 ? 'conflict' : 'rejected' });
+        }
+        throw err;
+      }
+      if (outcome.kind === 'replayed') {
+        ctx.metrics.tasksCreated.inc({ outcome: 'replayed' });
+        res.setHeader('Idempotent-Replayed', 'true');
+        res.status(202).json({ task_id: outcome.task.task_id, status: 'QUEUED' });
+        return;
+      }
+      ctx.metrics.tasksCreated.inc({ outcome: 'created' });
+      const { task } = outcome;
+      // Fast path: start the workflow now. If Temporal is down the task is still accepted;
+      // the outbox relay starts it later.
+      try {
+        await ctx.facade.startGeneration({ taskId: task.task_id, tenantId, provider: task.provider });
+        await markOutboxPublished(ctx.db, outcome.outboxEventId);
+        ctx.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'published' });
+      } catch (err) {
+        ctx.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'deferred' });
+        ctx.logger.warn({ err, taskId: task.task_id }, 'workflow start deferred to the outbox relay');
+      }
+      res.status(202).location(`/v1/tasks/${task.task_id}`).json({ task_id: task.task_id, status: task.status });
+    },
+
+    async get(req: Request, res: Response) {
+      const { tenantId } = tenantOf(req);
+      const detail = await getTaskDetail(ctx.db, tenantId, parseTaskId(req));
+      if (!detail) throw problems.notFound('task');
+      res.json(await presentTask(detail, ctx.storage, ctx.settings.presignTtlSeconds));
+    },
+
+    async list(req: Request, res: Response) {
+      const { tenantId } = tenantOf(req);
+      const q = listTasksQuery.safeParse(req.query);
+      if (!q.success) throw problems.validation(zodFieldErrors(q.error, 'query'));
+      const page = await listTasks(ctx.db, tenantId, {
+        limit: q.data.limit,
+        ...(q.data.status ? { status: q.data.status as TaskStatus } : {}),
+        ...(q.data.cursor ? { cursor: q.data.cursor } : {}),
+      });
+      res.json({ tasks: page.tasks.map(presentTaskSummary), next_cursor: page.next_cursor });
+    },
+
+    async cancel(req: Request, res: Response) {
+      const { tenantId } = tenantOf(req);
+      const taskId = parseTaskId(req);
+      await ctx.admission.assertCanWrite();
+      const token = await fenceToken(ctx);
+      const task = await cancelTask(ctx.db, token, tenantId, taskId);
+      await ctx.facade.wakeTask(taskId);
+      res.status(202).json({ task_id: task.task_id, status: task.status, cancel_requested: task.cancel_requested_at !== null });
+    },
+  };
+}

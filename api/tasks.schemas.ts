@@ -1,0 +1,44 @@
+// The API's wire shapes. zod validates requests; the same schemas feed /openapi.json.
+import { z } from 'zod';
+import { RESOLUTIONS } from '../domain/catalog';
+import { TASK_STATES } from '../domain/states';
+
+export const createTaskBody = z
+  .strictObject({
+    model: z.string().min(1).max(100).describe('Model id from the catalog, e.g. "minimax/video-01"'),
+    provider: z.enum(['replicate']).optional().describe('Provider; defaults to the model\'s provider'),
+    prompt: z.string().trim().min(1).max(2000),
+    duration_seconds: z.int().min(1).max(20),
+    resolution: z.enum(RESOLUTIONS),
+    input_image_url: z
+      .url({ protocol: /^https$/, error: 'must be an https URL' })
+      .max(2048)
+      .optional(),
+    priority: z.int().min(0).max(9).default(0),
+    metadata: z
+      .record(z.string().min(1).max(64), z.string().max(512))
+      .refine((m) => Object.keys(m).length <= 20, 'at most 20 keys')
+      .optional(),
+    project_id: z.uuid().optional().describe('Defaults to the tenant\'s default project'),
+  })
+  .describe('A video generation request');
+export type CreateTaskBody = z.infer<typeof createTaskBody>;
+
+export const idempotencyKeyHeader = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(255, 'at most 255 characters')
+  .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
+
+export const taskIdParam = z.uuid();
+
+export const listTasksQuery = z.strictObject({
+  status: z.enum(TASK_STATES).optional(),
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  cursor: z.string().max(200).optional(),
+});
+
+export const acceptedTask = z.object({
+  task_id: z.uuid(),
+  status: z.enum(TASK_STATES),
+});

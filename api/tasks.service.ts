@@ -1,0 +1,214 @@
+// Task admission and reads against the fact source. Creation is one transaction: task row
+// (unique tenant + Idempotency-Key), credit reservation, outbox row, first transition.
+import { createHash, randomUUID } from 'node:crypto';
+import { and, asc, desc, eq, lt, or, sql } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { holdFence, type FenceToken } from '../db/fence';
+import { reserveCredits } from '../db/ledger';
+import { asset, creditAccount, creditLedger, generationTask, outboxEvent, taskAttempt, taskTransition } from '../db/schema';
+import { casTaskStatus, lockTask, recordTaskCreated } from '../db/tasks';
+import { finishTask } from '../activities/settlement';
+import { canonicalJson } from '../domain/canonical-json';
+import { findModel, priceFor } from '../domain/catalog';
+import { subMoney } from '../domain/money';
+import type { TaskStatus } from '../domain/states';
+import { decide } from '../domain/task-machine';
+import type { CreateTaskBody } from './tasks.schemas';
+import { problems } from './problem';
+
+type TaskRow = typeof generationTask.$inferSelect;
+
+export type CreateOutcome =
+  | { kind: 'created'; task: TaskRow; outboxEventId: string }
+  | { kind: 'replayed'; task: TaskRow };
+
+class IdempotencyRace extends Error {}
+
+export const requestHash = (body: CreateTaskBody): string =>
+  createHash('sha256').update(canonicalJson(body)).digest('hex');
+
+async function findByKey(db: Db, tenantId: string, key: string): Promise<TaskRow | null> {
+  const [row] = await db
+    .select()
+    .from(generationTask)
+    .where(and(eq(generationTask.tenant_id, tenantId), eq(generationTask.idempotency_key, key)));
+  return row ?? null;
+}
+
+function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
+  if (existing.request_hash !== hash) throw problems.idempotencyMismatch();
+  return { kind: 'replayed', task: existing };
+}
+
+export async function createTask(
+  db: Db,
+  token: FenceToken,
+  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody },
+): Promise<CreateOutcome> {
+  const { tenantId, idempotencyKey, body } = args;
+  const entry = findModel(body.model);
+  if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
+  if (body.provider && body.provider !== entry.provider) {
+    throw problems.validation([{ field: 'provider', message: `model ${body.model} is served by ${entry.provider}` }]);
+  }
+  if (body.duration_seconds > entry.maxDurationSeconds) {
+    throw problems.validation([{ field: 'duration_seconds', message: `at most ${entry.maxDurationSeconds} for ${body.model}` }]);
+  }
+  if (!entry.resolutions.includes(body.resolution)) {
+    throw problems.validation([{ field: 'resolution', message: `${body.model} supports ${entry.resolutions.join(', ')}` }]);
+  }
+  const hash = requestHash(body);
+  const existing = await findByKey(db, tenantId, idempotencyKey);
+  if (existing) return replayOrConflict(existing, hash);
+
+  const cost = priceFor(entry, body.resolution, body.duration_seconds);
+  const taskId = randomUUID();
+  const outboxEventId = randomUUID();
+  try {
+    const task = await db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const [task] = await tx
+        .insert(generationTask)
+        .values({
+          task_id: taskId,
+          tenant_id: tenantId,
+          project_id: body.project_id ?? tenantId,
+          home_region: token.region,
+          write_epoch: token.epoch,
+          status: 'QUEUED',
+          idempotency_key: idempotencyKey,
+          reserved_amount: cost,
+          request_hash: hash,
+          request: body,
+          provider: entry.provider,
+          provider_model: entry.model,
+          priority: body.priority,
+        })
+        .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
+        .returning();
+      if (!task) throw new IdempotencyRace();
+      if (!(await reserveCredits(tx, token, { tenantId, taskId, amount: cost }))) {
+        const [acct] = await tx.select().from(creditAccount).where(eq(creditAccount.tenant_id, tenantId));
+        throw problems.insufficientCredits(cost, acct ? subMoney(acct.balance, acct.reserved) : '0.000000');
+      }
+      await tx.insert(outboxEvent).values({
+        event_id: outboxEventId,
+        aggregate_type: 'generation_task',
+        aggregate_id: taskId,
+        event_type: 'GenerationTaskCreated',
+        payload: { task_id: taskId, tenant_id: tenantId, provider: entry.provider },
+        schema_version: 1,
+        home_region: token.region,
+        write_epoch: token.epoch,
+      });
+      await recordTaskCreated(tx, token, taskId, `tenant:${tenantId}`);
+      return task;
+    });
+    return { kind: 'created', task, outboxEventId };
+  } catch (err) {
+    if (!(err instanceof IdempotencyRace)) throw err;
+    // A concurrent request with the same key committed first: answer as its replay.
+    const winner = await findByKey(db, tenantId, idempotencyKey);
+    if (!winner) throw err;
+    return replayOrConflict(winner, hash);
+  }
+}
+
+export async function markOutboxPublished(db: Db, eventId: string): Promise<void> {
+  await db
+    .update(outboxEvent)
+    .set({ published_at: sql`now()`, publish_attempts: sql`${outboxEvent.publish_attempts} + 1` })
+    .where(and(eq(outboxEvent.event_id, eventId), sql`${outboxEvent.published_at} IS NULL`));
+}
+
+export async function getTaskDetail(db: Db, tenantId: string, taskId: string) {
+  const [task] = await db
+    .select()
+    .from(generationTask)
+    .where(and(eq(generationTask.task_id, taskId), eq(generationTask.tenant_id, tenantId)));
+  if (!task) return null;
+  const [attempts, transitions, ledger, assets] = await Promise.all([
+    db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no)),
+    db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version)),
+    db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId)).orderBy(asc(creditLedger.created_at)),
+    db.select().from(asset).where(eq(asset.task_id, taskId)),
+  ]);
+  return { task, attempts, transitions, ledger, assets };
+}
+
+export interface Cursor {
+  readonly createdAt: string;
+  readonly taskId: string;
+}
+export const encodeCursor = (c: Cursor): string => Buffer.from(JSON.stringify(c)).toString('base64url');
+export function decodeCursor(raw: string): Cursor {
+  try {
+    const c = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8')) as Cursor;
+    if (typeof c.createdAt !== 'string' || typeof c.taskId !== 'string' || Number.isNaN(Date.parse(c.createdAt))) throw new Error();
+    if (!/^[0-9a-f-]{36}$/i.test(c.taskId)) throw new Error();
+    return c;
+  } catch {
+    throw problems.validation([{ field: 'cursor', message: 'not a cursor returned by this API' }]);
+  }
+}
+
+export async function listTasks(db: Db, tenantId: string, q: { status?: TaskStatus; limit: number; cursor?: string }) {
+  const after = q.cursor ? decodeCursor(q.cursor) : null;
+  const rows = await db
+    .select()
+    .from(generationTask)
+    .where(
+      and(
+        eq(generationTask.tenant_id, tenantId),
+        q.status ? eq(generationTask.status, q.status) : undefined,
+        after
+          ? or(
+              lt(generationTask.created_at, new Date(after.createdAt)),
+              and(eq(generationTask.created_at, new Date(after.createdAt)), lt(generationTask.task_id, after.taskId)),
+            )
+          : undefined,
+      ),
+    )
+    .orderBy(desc(generationTask.created_at), desc(generationTask.task_id))
+    .limit(q.limit + 1);
+  const page = rows.slice(0, q.limit);
+  const last = page[page.length - 1];
+  const next = rows.length > q.limit && last ? encodeCursor({ createdAt: last.created_at.toISOString(), taskId: last.task_id }) : null;
+  return { tasks: page, next_cursor: next };
+}
+
+/**
+ * Cancel (DESIGN.md §5): before acceptance the task is cancelled here and its credits
+ * released; once submitted, a provider cancel is requested and the state machine decides the
+ * end. While the submit outcome is unknown the request is recorded and honoured later.
+ */
+export async function cancelTask(db: Db, token: FenceToken, tenantId: string, taskId: string): Promise<TaskRow> {
+  return db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    const task = await lockTask(tx, taskId);
+    if (!task || task.tenant_id !== tenantId) throw problems.notFound('task');
+    const from = task.status as TaskStatus;
+    const d = decide(from, { type: 'CANCEL' });
+    const now = new Date();
+    if (d.kind === 'move' && d.to === 'CANCELLED') {
+      await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'api.cancel', actor: `tenant:${tenantId}` });
+    } else if (d.kind === 'move') {
+      await casTaskStatus(tx, token, {
+        taskId,
+        from,
+        expectedVersion: task.status_version,
+        to: d.to,
+        sourceEvent: 'api.cancel',
+        actor: `tenant:${tenantId}`,
+        attemptId: task.active_attempt_id,
+        set: { cancelRequestedAt: task.cancel_requested_at ?? now },
+      });
+    } else if (['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(from)) {
+      throw problems.conflict(`task is already ${from}`);
+    } else if (!task.cancel_requested_at) {
+      await tx.update(generationTask).set({ cancel_requested_at: now }).where(eq(generationTask.task_id, taskId));
+    }
+    const [fresh] = await tx.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+    return fresh!;
+  });
+}

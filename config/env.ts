@@ -1,0 +1,123 @@
+// The one place that reads process.env. Every process (API, worker, simulator, CLI, tests)
+// calls loadConfig() once and passes the result down; nothing else touches the environment.
+import { z } from 'zod';
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const csv = z
+  .string()
+  .transform((v) => v.split(',').map((s) => s.trim()).filter((s) => s.length > 0));
+
+const port = z.coerce.number().int().min(0).max(65535);
+const ms = z.coerce.number().int().min(0);
+
+export const envSchema = z.object({
+  NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Human-readable logs (pino-pretty) instead of JSON lines. */
+  LOG_PRETTY: bool.default(false),
+
+  PORT: port.default(3000),
+  /** Base URL the outside world uses to reach this API; callback URLs handed to providers start with it. */
+  PUBLIC_BASE_URL: z.url().default('http://127.0.0.1:3000'),
+  /** Largest accepted JSON body for task creation and callbacks. */
+  API_BODY_LIMIT: z.string().default('256kb'),
+
+  DATABASE_URL: z.string().min(1).default('postgres://postgres@127.0.0.1:5432/vidorch'),
+  DATABASE_POOL_MAX: z.coerce.number().int().min(1).max(200).default(10),
+
+  /** The region this process runs in; every fact write checks it against region_write_fence. */
+  REGION: z.string().min(1).default('region-a'),
+  FENCE_SCOPE: z.string().min(1).default('global'),
+
+  TEMPORAL_ADDRESS: z.string().min(1).default('127.0.0.1:7233'),
+  TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+  TEMPORAL_UI_URL: z.url().default('http://127.0.0.1:8233'),
+  TEMPORAL_TASK_QUEUE: z.string().min(1).default('generation'),
+
+  S3_ENDPOINT: z.url().default('http://127.0.0.1:7070'),
+  S3_REGION: z.string().min(1).default('us-east-1'),
+  S3_ACCESS_KEY_ID: z.string().min(1).default('vidorch-dev'),
+  S3_SECRET_ACCESS_KEY: z.string().min(1).default('vidorch-dev-secret'),
+  S3_BUCKET_OUTPUTS: z.string().min(3).default('vidorch-outputs'),
+  S3_FORCE_PATH_STYLE: bool.default(true),
+  /** Lifetime of presigned download URLs returned by GET /v1/tasks/:id. */
+  S3_PRESIGN_TTL_SECONDS: z.coerce.number().int().min(60).max(7 * 24 * 3600).default(3600),
+
+  PROVIDER_REPLICATE_BASE_URL: z.url().default('http://127.0.0.1:7081/replicate'),
+  PROVIDER_REPLICATE_API_TOKEN: z.string().min(1).default('r8_dev_simulator_token'),
+  /** Standard Webhooks secret ("whsec_" + base64). */
+  PROVIDER_REPLICATE_WEBHOOK_SECRET: z
+    .string()
+    .regex(/^whsec_[A-Za-z0-9+/=]+$/, 'must be "whsec_" followed by base64')
+    .default('whsec_ZGV2LXNpbXVsYXRvci13ZWJob29rLXNlY3JldC0zMmI='),
+  /** Hosts the worker may download provider outputs from (exact host names). */
+  PROVIDER_REPLICATE_OUTPUT_HOSTS: csv.default(['replicate.delivery', '127.0.0.1', 'localhost']),
+  /** Timeout of one provider HTTP call (submit, status, cancel). */
+  PROVIDER_HTTP_TIMEOUT_MS: ms.default(10_000),
+
+  /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
+  OUTPUT_FETCH_ALLOW_PRIVATE: bool.default(false),
+  OUTPUT_MAX_BYTES: z.coerce.number().int().min(1).default(2 * 1024 * 1024 * 1024),
+
+  /** Poll fallback: first poll after submit, growth cap, and the slower pace while callbacks are healthy. */
+  POLL_INITIAL_MS: ms.default(5_000),
+  POLL_MAX_MS: ms.default(60_000),
+
+  /** Submit attempts per task before it fails (proven rejections only). */
+  MAX_SUBMIT_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
+  /** An unknown submit outcome that reconciliation has not resolved by then goes to MANUAL_REVIEW. */
+  UNKNOWN_OUTCOME_DEADLINE_MS: ms.default(30 * 60 * 1000),
+
+  /** Outbox relay cadence and batch size. */
+  OUTBOX_RELAY_INTERVAL_MS: ms.default(1_000),
+  OUTBOX_RELAY_BATCH: z.coerce.number().int().min(1).max(1000).default(100),
+
+  WORKER_METRICS_PORT: port.default(9464),
+  WORKER_MAX_CONCURRENT_ACTIVITIES: z.coerce.number().int().min(1).default(50),
+  WORKER_SHUTDOWN_GRACE_MS: ms.default(30_000),
+
+  SIMULATOR_PORT: port.default(7081),
+  /** How long a simulated generation takes. */
+  SIMULATOR_GENERATION_MS: ms.default(3_000),
+  /** How long the simulator's output URL stays valid. */
+  SIMULATOR_OUTPUT_TTL_MS: ms.default(60 * 60 * 1000),
+
+  /** API key of the demo tenant that `npm run dev` seeds (generated when unset). */
+  DEMO_API_KEY: z.string().min(24).optional(),
+});
+
+export type Config = z.infer<typeof envSchema>;
+
+export class ConfigError extends Error {
+  constructor(readonly issues: { field: string; message: string }[]) {
+    super(`invalid configuration: ${issues.map((i) => `${i.field}: ${i.message}`).join('; ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parses an environment (process.env by default) into a typed Config, or throws ConfigError naming each bad field. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const result = envSchema.safeParse(env);
+  if (!result.success) {
+    throw new ConfigError(
+      result.error.issues.map((i) => ({ field: i.path.join('.'), message: i.message })),
+    );
+  }
+  return result.data;
+}
+
+/** For process entry points: parse or print the field errors and exit(2). */
+export function loadConfigOrExit(): Config {
+  try {
+    return loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      for (const issue of err.issues) console.error(`config: ${issue.field}: ${issue.message}`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}

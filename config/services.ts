@@ -1,0 +1,62 @@
+// Builds a process's long-lived services from its Config: database, object storage,
+// provider adapters, activity settings. API, worker, CLI and tests all build them here.
+import type { TaskActivityDeps } from '../activities/deps';
+import { systemClock } from '../activities/deps';
+import { createDatabase, type Database } from '../db/client';
+import { createReplicateAdapter } from '../providers/replicate';
+import type { ProviderAdapter } from '../providers/types';
+import { createObjectStorage, type ObjectStorage } from '../storage/s3';
+import type { Config } from './env';
+
+export function buildStorage(config: Config): ObjectStorage {
+  return createObjectStorage({
+    endpoint: config.S3_ENDPOINT,
+    region: config.S3_REGION,
+    accessKeyId: config.S3_ACCESS_KEY_ID,
+    secretAccessKey: config.S3_SECRET_ACCESS_KEY,
+    forcePathStyle: config.S3_FORCE_PATH_STYLE,
+    bucket: config.S3_BUCKET_OUTPUTS,
+  });
+}
+
+export function buildProviders(config: Config): Record<string, ProviderAdapter> {
+  return {
+    replicate: createReplicateAdapter({
+      baseUrl: config.PROVIDER_REPLICATE_BASE_URL,
+      apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
+      webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+      timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
+    }),
+  };
+}
+
+export function buildDatabase(config: Config, applicationName: string): Database {
+  return createDatabase({ url: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, applicationName });
+}
+
+export function activitySettings(config: Config): TaskActivityDeps['settings'] {
+  return {
+    publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
+    pollInitialMs: config.POLL_INITIAL_MS,
+    pollMaxMs: config.POLL_MAX_MS,
+    maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
+    unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
+    outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,
+    outputMaxBytes: config.OUTPUT_MAX_BYTES,
+    outputHosts: { replicate: config.PROVIDER_REPLICATE_OUTPUT_HOSTS },
+  };
+}
+
+export function buildActivityDeps(
+  config: Config,
+  parts: { db: Database; storage: ObjectStorage; providers: Record<string, ProviderAdapter> },
+): TaskActivityDeps {
+  return {
+    db: parts.db.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    clock: systemClock,
+    providers: parts.providers,
+    storage: parts.storage,
+    settings: activitySettings(config),
+  };
+}

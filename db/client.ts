@@ -1,0 +1,31 @@
+import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import * as schema from './schema';
+
+export type Db = NodePgDatabase<typeof schema>;
+/** A transaction handle: the same query surface as Db. */
+export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
+export type DbOrTx = Db | Tx;
+
+export interface Database {
+  readonly db: Db;
+  readonly pool: pg.Pool;
+  close(): Promise<void>;
+}
+
+export function createDatabase(opts: { url: string; max?: number; applicationName?: string }): Database {
+  const pool = new pg.Pool({
+    connectionString: opts.url,
+    max: opts.max ?? 10,
+    application_name: opts.applicationName ?? 'vidorch',
+    // Fail fast when Postgres is down instead of queueing callers forever.
+    connectionTimeoutMillis: 5_000,
+    idleTimeoutMillis: 30_000,
+  });
+  // An idle client's error (e.g. the server restarted) must not crash the process.
+  pool.on('error', () => undefined);
+  const db = drizzle(pool, { schema });
+  return { db, pool, close: () => pool.end() };
+}
+
+export { schema };

@@ -1,0 +1,147 @@
+// The credit ledger: every movement is a row with a unique business key, and the account row
+// moves only when its ledger row was actually inserted. A retried settle changes nothing.
+import { randomUUID } from 'node:crypto';
+import { and, eq, sql } from 'drizzle-orm';
+import type { LedgerEntryType } from '../domain/states';
+import { compareMoney, subMoney } from '../domain/money';
+import type { DbOrTx } from './client';
+import type { FenceToken } from './fence';
+import { creditAccount, creditLedger } from './schema';
+
+export const ledgerKey = (taskId: string, kind: 'reserve' | 'settle' | 'release' | 'refund'): string =>
+  `task:${taskId}:${kind}`;
+
+interface Entry {
+  readonly tenantId: string;
+  readonly taskId: string | null;
+  readonly businessKey: string;
+  readonly type: LedgerEntryType;
+  readonly amount: string;
+  readonly note?: string;
+}
+
+/** Inserts the ledger row unless its business key exists; true when inserted. */
+async function insertEntry(tx: DbOrTx, token: Pick<FenceToken, 'region' | 'epoch'>, e: Entry): Promise<boolean> {
+  const inserted = await tx
+    .insert(creditLedger)
+    .values({
+      entry_id: randomUUID(),
+      tenant_id: e.tenantId,
+      task_id: e.taskId,
+      business_key: e.businessKey,
+      entry_type: e.type,
+      amount: e.amount,
+      region: token.region,
+      write_epoch: token.epoch,
+      note: e.note ?? null,
+    })
+    .onConflictDoNothing({ target: creditLedger.business_key })
+    .returning({ id: creditLedger.entry_id });
+  return inserted.length > 0;
+}
+
+/** Grants credits to a tenant (creates the account when missing). */
+export async function grantCredits(
+  tx: DbOrTx,
+  token: Pick<FenceToken, 'region' | 'epoch'>,
+  args: { tenantId: string; amount: string; businessKey: string; note?: string },
+): Promise<boolean> {
+  await tx.insert(creditAccount).values({ tenant_id: args.tenantId }).onConflictDoNothing();
+  const inserted = await insertEntry(tx, token, {
+    tenantId: args.tenantId,
+    taskId: null,
+    businessKey: args.businessKey,
+    type: 'GRANT',
+    amount: args.amount,
+    ...(args.note ? { note: args.note } : {}),
+  });
+  if (inserted) {
+    await tx
+      .update(creditAccount)
+      .set({
+        balance: sql`${creditAccount.balance} + ${args.amount}`,
+        version: sql`${creditAccount.version} + 1`,
+        updated_at: sql`now()`,
+      })
+      .where(eq(creditAccount.tenant_id, args.tenantId));
+  }
+  return inserted;
+}
+
+/**
+ * Holds `amount` of the tenant's available credits for a task. Returns false when the
+ * account cannot cover it (the caller answers 402 and rolls back).
+ */
+export async function reserveCredits(
+  tx: DbOrTx,
+  token: FenceToken,
+  args: { tenantId: string; taskId: string; amount: string },
+): Promise<boolean> {
+  const moved = await tx
+    .update(creditAccount)
+    .set({
+      reserved: sql`${creditAccount.reserved} + ${args.amount}`,
+      version: sql`${creditAccount.version} + 1`,
+      updated_at: sql`now()`,
+    })
+    .where(
+      and(
+        eq(creditAccount.tenant_id, args.tenantId),
+        sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`,
+      ),
+    )
+    .returning({ version: creditAccount.version });
+  if (moved.length === 0) return false;
+  const inserted = await insertEntry(tx, token, {
+    tenantId: args.tenantId,
+    taskId: args.taskId,
+    businessKey: ledgerKey(args.taskId, 'reserve'),
+    type: 'RESERVE',
+    amount: args.amount,
+  });
+  if (!inserted) throw new Error(`reserve for task ${args.taskId} already exists`);
+  return true;
+}
+
+/**
+ * Closes a task's reservation: charges `charge` (≤ reserved) and releases the rest.
+ * Idempotent by business key. Returns the amount actually charged by this call's rows.
+ */
+export async function settleReservation(
+  tx: DbOrTx,
+  token: FenceToken,
+  args: { tenantId: string; taskId: string; reserved: string; charge: string; note?: string },
+): Promise<void> {
+  if (compareMoney(args.charge, '0') < 0 || compareMoney(args.charge, args.reserved) > 0) {
+    throw new RangeError(`charge ${args.charge} outside [0, ${args.reserved}]`);
+  }
+  const release = subMoney(args.reserved, args.charge);
+  const note = args.note ? { note: args.note } : {};
+  const settled = await insertEntry(tx, token, {
+    tenantId: args.tenantId,
+    taskId: args.taskId,
+    businessKey: ledgerKey(args.taskId, 'settle'),
+    type: 'SETTLE',
+    amount: args.charge,
+    ...note,
+  });
+  const released = await insertEntry(tx, token, {
+    tenantId: args.tenantId,
+    taskId: args.taskId,
+    businessKey: ledgerKey(args.taskId, 'release'),
+    type: 'RELEASE',
+    amount: release,
+    ...note,
+  });
+  if (settled !== released) throw new Error(`ledger for task ${args.taskId} is half settled`);
+  if (!settled) return;
+  await tx
+    .update(creditAccount)
+    .set({
+      balance: sql`${creditAccount.balance} - ${args.charge}`,
+      reserved: sql`${creditAccount.reserved} - ${args.reserved}`,
+      version: sql`${creditAccount.version} + 1`,
+      updated_at: sql`now()`,
+    })
+    .where(eq(creditAccount.tenant_id, args.tenantId));
+}

@@ -1,0 +1,316 @@
+// The fact source. Table and column names follow seed 000 §19.5 so that its SQL reads
+// straight onto this schema; additions are marked. Money is NUMERIC(18,6) and travels as a
+// decimal string (drizzle's default for numeric), never as a float.
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  bigserial,
+  boolean,
+  check,
+  index,
+  integer,
+  jsonb,
+  numeric,
+  pgTable,
+  text,
+  timestamp,
+  uniqueIndex,
+  uuid,
+} from 'drizzle-orm/pg-core';
+import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES } from '../domain/states';
+
+const money = (name: string) => numeric(name, { precision: 18, scale: 6 });
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+const inList = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`).join(', '));
+
+/** Addition: tenants and their hashed API keys. */
+export const tenant = pgTable('tenant', {
+  tenant_id: uuid('tenant_id').primaryKey(),
+  name: text('name').notNull().unique(),
+  created_at: ts('created_at').notNull().defaultNow(),
+});
+
+export const apiKey = pgTable(
+  'api_key',
+  {
+    key_id: uuid('key_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    /** sha256 of the whole key, hex. The key itself is shown once and never stored. */
+    key_hash: text('key_hash').notNull().unique(),
+    /** First characters of the key, to recognise it in listings. */
+    key_prefix: text('key_prefix').notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+    revoked_at: ts('revoked_at'),
+  },
+  (t) => [index('idx_api_key_tenant').on(t.tenant_id)],
+);
+
+/** Seed 000 §19.5.5. One row per resource scope; every fact write checks region and epoch here. */
+export const regionWriteFence = pgTable(
+  'region_write_fence',
+  {
+    resource_scope: text('resource_scope').primaryKey(),
+    active_region: text('active_region').notNull(),
+    write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
+    mode: text('mode').notNull(),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+  },
+  (t) => [check('region_write_fence_mode_check', sql`${t.mode} IN (${inList(SYSTEM_MODES)})`)],
+);
+
+/** Seed 000 §19.5.1, plus the request, its hash, routing and settlement columns. */
+export const generationTask = pgTable(
+  'generation_task',
+  {
+    task_id: uuid('task_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    project_id: uuid('project_id').notNull(),
+    home_region: text('home_region').notNull(),
+    write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
+    status: text('status').notNull(),
+    status_version: bigint('status_version', { mode: 'number' }).notNull().default(0),
+    active_attempt_id: uuid('active_attempt_id'),
+    idempotency_key: text('idempotency_key').notNull(),
+    reserved_amount: money('reserved_amount').notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+    terminal_at: ts('terminal_at'),
+    // Additions.
+    /** sha256 of the canonical request body; same key + other hash → 422. */
+    request_hash: text('request_hash').notNull(),
+    request: jsonb('request').notNull(),
+    provider: text('provider').notNull(),
+    provider_model: text('provider_model').notNull(),
+    priority: integer('priority').notNull().default(0),
+    settled_amount: money('settled_amount'),
+    failure_code: text('failure_code'),
+    failure_message: text('failure_message'),
+    cancel_requested_at: ts('cancel_requested_at'),
+  },
+  (t) => [
+    uniqueIndex('generation_task_tenant_idempotency_key').on(t.tenant_id, t.idempotency_key),
+    index('idx_task_non_terminal_updated')
+      .on(t.status, t.updated_at)
+      .where(sql`${t.terminal_at} IS NULL`),
+    index('idx_task_tenant_created').on(t.tenant_id, t.created_at, t.task_id),
+    check('generation_task_status_check', sql`${t.status} IN (${inList(TASK_STATES)})`),
+    check('generation_task_reserved_nonneg', sql`${t.reserved_amount} >= 0`),
+  ],
+);
+
+/** Seed 000 §19.5.2. attempt_id is the provider idempotency key and the correlation token. */
+export const taskAttempt = pgTable(
+  'task_attempt',
+  {
+    attempt_id: uuid('attempt_id').primaryKey(),
+    task_id: uuid('task_id')
+      .notNull()
+      .references(() => generationTask.task_id),
+    attempt_no: integer('attempt_no').notNull(),
+    provider: text('provider').notNull(),
+    provider_model: text('provider_model').notNull(),
+    provider_idempotency_key: text('provider_idempotency_key'),
+    provider_job_id: text('provider_job_id'),
+    submit_state: text('submit_state').notNull(),
+    submit_started_at: ts('submit_started_at'),
+    submit_finished_at: ts('submit_finished_at'),
+    unknown_since: ts('unknown_since'),
+    next_poll_at: ts('next_poll_at'),
+    last_polled_at: ts('last_polled_at'),
+    output_deadline_at: ts('output_deadline_at'),
+    created_at: ts('created_at').notNull().defaultNow(),
+    // Additions.
+    /** The provider's own status word as last applied (e.g. Replicate "processing"). */
+    provider_status: text('provider_status'),
+    /** Provider timestamp of the last applied event; older events are ignored. */
+    provider_updated_at: ts('provider_updated_at'),
+    /** The provider's temporary output URL, kept until rescued. */
+    output_url: text('output_url'),
+    last_error: text('last_error'),
+    /** Billable seconds the provider reported (e.g. Replicate metrics.predict_time). */
+    provider_metrics: jsonb('provider_metrics'),
+    status_version: bigint('status_version', { mode: 'number' }).notNull().default(0),
+  },
+  (t) => [
+    uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
+    uniqueIndex('task_attempt_provider_idempotency_key').on(t.provider, t.provider_idempotency_key),
+    uniqueIndex('task_attempt_provider_job_id').on(t.provider, t.provider_job_id),
+    index('idx_attempt_poll_due')
+      .on(t.next_poll_at)
+      .where(sql`${t.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`),
+    check('task_attempt_submit_state_check', sql`${t.submit_state} IN (${inList(ATTEMPT_STATES)})`),
+  ],
+);
+
+/** Seed 000 §19.5.3. */
+export const outboxEvent = pgTable(
+  'outbox_event',
+  {
+    event_id: uuid('event_id').primaryKey(),
+    aggregate_type: text('aggregate_type').notNull(),
+    aggregate_id: uuid('aggregate_id').notNull(),
+    event_type: text('event_type').notNull(),
+    payload: jsonb('payload').notNull(),
+    schema_version: integer('schema_version').notNull(),
+    home_region: text('home_region').notNull(),
+    write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+    published_at: ts('published_at'),
+    publish_attempts: integer('publish_attempts').notNull().default(0),
+    next_retry_at: ts('next_retry_at'),
+    // Addition.
+    last_error: text('last_error'),
+  },
+  (t) => [
+    index('idx_outbox_unpublished')
+      .on(t.next_retry_at, t.created_at)
+      .where(sql`${t.published_at} IS NULL`),
+  ],
+);
+
+/** Seed 000 §19.5.4, plus the task/attempt the event was matched to and where it came from. */
+export const callbackInbox = pgTable(
+  'callback_inbox',
+  {
+    inbox_id: uuid('inbox_id').primaryKey(),
+    provider: text('provider').notNull(),
+    provider_job_id: text('provider_job_id').notNull(),
+    provider_event_id: text('provider_event_id'),
+    dedupe_key: text('dedupe_key').notNull(),
+    event_type: text('event_type').notNull(),
+    payload: jsonb('payload').notNull(),
+    signature_valid: boolean('signature_valid').notNull(),
+    received_region: text('received_region').notNull(),
+    received_at: ts('received_at').notNull().defaultNow(),
+    processed_at: ts('processed_at'),
+    process_error: text('process_error'),
+    // Additions.
+    attempt_id: uuid('attempt_id'),
+    task_id: uuid('task_id'),
+    /** 'callback' or 'poll': both share this one path and one dedupe. */
+    source: text('source').notNull(),
+    provider_updated_at: ts('provider_updated_at'),
+  },
+  (t) => [
+    uniqueIndex('callback_inbox_provider_dedupe_key').on(t.provider, t.dedupe_key),
+    index('idx_callback_unprocessed')
+      .on(t.received_at)
+      .where(sql`${t.processed_at} IS NULL`),
+    index('idx_callback_task_unprocessed')
+      .on(t.task_id, t.received_at)
+      .where(sql`${t.processed_at} IS NULL`),
+  ],
+);
+
+/** Addition: a tenant's credits. available = balance - reserved. */
+export const creditAccount = pgTable(
+  'credit_account',
+  {
+    tenant_id: uuid('tenant_id')
+      .primaryKey()
+      .references(() => tenant.tenant_id),
+    balance: money('balance').notNull().default('0'),
+    reserved: money('reserved').notNull().default('0'),
+    version: bigint('version', { mode: 'number' }).notNull().default(0),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+  },
+  (t) => [
+    check('credit_account_reserved_nonneg', sql`${t.reserved} >= 0`),
+    check('credit_account_reserved_within_balance', sql`${t.reserved} <= ${t.balance}`),
+  ],
+);
+
+/** Addition: every credit movement, one row per business key (e.g. task:<id>:reserve). */
+export const creditLedger = pgTable(
+  'credit_ledger',
+  {
+    entry_id: uuid('entry_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    task_id: uuid('task_id'),
+    business_key: text('business_key').notNull().unique(),
+    entry_type: text('entry_type').notNull(),
+    amount: money('amount').notNull(),
+    region: text('region').notNull(),
+    write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
+    note: text('note'),
+    created_at: ts('created_at').notNull().defaultNow(),
+  },
+  (t) => [
+    index('idx_ledger_task').on(t.task_id),
+    index('idx_ledger_tenant_created').on(t.tenant_id, t.created_at),
+    check('credit_ledger_amount_nonneg', sql`${t.amount} >= 0`),
+    check('credit_ledger_entry_type_check', sql`${t.entry_type} IN (${inList(LEDGER_ENTRY_TYPES)})`),
+  ],
+);
+
+/** Addition: every task state change, one row per new version. */
+export const taskTransition = pgTable(
+  'task_transition',
+  {
+    transition_id: bigserial('transition_id', { mode: 'number' }).primaryKey(),
+    task_id: uuid('task_id')
+      .notNull()
+      .references(() => generationTask.task_id),
+    from_status: text('from_status'),
+    to_status: text('to_status').notNull(),
+    from_version: bigint('from_version', { mode: 'number' }),
+    to_version: bigint('to_version', { mode: 'number' }).notNull(),
+    source_event: text('source_event').notNull(),
+    actor: text('actor').notNull(),
+    attempt_id: uuid('attempt_id'),
+    detail: jsonb('detail'),
+    region: text('region').notNull(),
+    write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+  },
+  (t) => [uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version)],
+);
+
+/** Addition: objects we stored (video, thumbnail). */
+export const asset = pgTable(
+  'asset',
+  {
+    asset_id: uuid('asset_id').primaryKey(),
+    tenant_id: uuid('tenant_id').notNull(),
+    task_id: uuid('task_id')
+      .notNull()
+      .references(() => generationTask.task_id),
+    attempt_id: uuid('attempt_id').notNull(),
+    kind: text('kind').notNull(),
+    bucket: text('bucket').notNull(),
+    region: text('region').notNull(),
+    object_key: text('object_key').notNull(),
+    sha256: text('sha256').notNull(),
+    size_bytes: bigint('size_bytes', { mode: 'number' }).notNull(),
+    content_type: text('content_type').notNull(),
+    media_info: jsonb('media_info'),
+    created_at: ts('created_at').notNull().defaultNow(),
+  },
+  (t) => [
+    uniqueIndex('asset_bucket_object_key').on(t.bucket, t.object_key),
+    uniqueIndex('asset_task_kind').on(t.task_id, t.kind),
+    check('asset_kind_check', sql`${t.kind} IN ('video', 'thumbnail')`),
+  ],
+);
+
+/** Addition: every operator action (CLI, workflow Update): who, what, when, why. */
+export const opsAudit = pgTable(
+  'ops_audit',
+  {
+    audit_id: uuid('audit_id').primaryKey(),
+    actor: text('actor').notNull(),
+    action: text('action').notNull(),
+    target_type: text('target_type').notNull(),
+    target_id: text('target_id').notNull(),
+    reason: text('reason').notNull(),
+    detail: jsonb('detail'),
+    created_at: ts('created_at').notNull().defaultNow(),
+  },
+  (t) => [index('idx_ops_audit_target').on(t.target_type, t.target_id, t.created_at)],
+);

@@ -1,0 +1,116 @@
+// Compare-and-set on a task's status (DESIGN.md §3): the only way a task changes state.
+// Each successful CAS writes one task_transition row in the same transaction.
+import { randomUUID } from 'node:crypto';
+import { and, eq, lte, sql } from 'drizzle-orm';
+import type { TaskStatus } from '../domain/states';
+import { isTerminal } from '../domain/states';
+import { canTransition } from '../domain/task-machine';
+import type { DbOrTx } from './client';
+import type { FenceToken } from './fence';
+import { generationTask, taskTransition } from './schema';
+
+export class InvalidTransitionError extends Error {
+  constructor(readonly from: TaskStatus, readonly to: TaskStatus) {
+    super(`transition ${from} → ${to} is not allowed`);
+    this.name = 'InvalidTransitionError';
+  }
+}
+
+export interface TaskTransitionInput {
+  readonly taskId: string;
+  readonly from: TaskStatus;
+  readonly expectedVersion: number;
+  readonly to: TaskStatus;
+  /** What caused it: 'submit.accepted', 'inbox:<inbox_id>', 'api.cancel', … */
+  readonly sourceEvent: string;
+  /** Who: 'workflow', 'api', 'operator:<name>', 'relay'. */
+  readonly actor: string;
+  readonly attemptId?: string | null;
+  readonly detail?: Record<string, unknown>;
+  readonly set?: {
+    readonly activeAttemptId?: string;
+    readonly failureCode?: string;
+    readonly failureMessage?: string;
+    readonly settledAmount?: string;
+    readonly cancelRequestedAt?: Date;
+  };
+}
+
+/**
+ * CAS the task from (from, expectedVersion) to `to` under the fence token. Returns the new
+ * version, or null when another writer got there first (re-read and decide again).
+ * Call holdFence(tx, token) earlier in the same transaction.
+ */
+export async function casTaskStatus(tx: DbOrTx, token: FenceToken, input: TaskTransitionInput): Promise<number | null> {
+  if (!canTransition(input.from, input.to)) throw new InvalidTransitionError(input.from, input.to);
+  const set = input.set ?? {};
+  const updated = await tx
+    .update(generationTask)
+    .set({
+      status: input.to,
+      status_version: sql`${generationTask.status_version} + 1`,
+      home_region: token.region,
+      write_epoch: token.epoch,
+      updated_at: sql`now()`,
+      ...(isTerminal(input.to) ? { terminal_at: sql`now()` } : {}),
+      ...(set.activeAttemptId !== undefined ? { active_attempt_id: set.activeAttemptId } : {}),
+      ...(set.failureCode !== undefined ? { failure_code: set.failureCode } : {}),
+      ...(set.failureMessage !== undefined ? { failure_message: set.failureMessage.slice(0, 2000) } : {}),
+      ...(set.settledAmount !== undefined ? { settled_amount: set.settledAmount } : {}),
+      ...(set.cancelRequestedAt !== undefined ? { cancel_requested_at: set.cancelRequestedAt } : {}),
+    })
+    .where(
+      and(
+        eq(generationTask.task_id, input.taskId),
+        eq(generationTask.status, input.from),
+        eq(generationTask.status_version, input.expectedVersion),
+        // A stale epoch never overwrites a newer one (seed 000 §19.5.1).
+        lte(generationTask.write_epoch, token.epoch),
+      ),
+    )
+    .returning({ version: generationTask.status_version });
+  const row = updated[0];
+  if (!row) return null;
+  await tx.insert(taskTransition).values({
+    task_id: input.taskId,
+    from_status: input.from,
+    to_status: input.to,
+    from_version: input.expectedVersion,
+    to_version: row.version,
+    source_event: input.sourceEvent,
+    actor: input.actor,
+    attempt_id: input.attemptId ?? null,
+    detail: input.detail ?? null,
+    region: token.region,
+    write_epoch: token.epoch,
+  });
+  return row.version;
+}
+
+/** Records the creation of a task (version 0) as its first transition. */
+export async function recordTaskCreated(
+  tx: DbOrTx,
+  token: FenceToken,
+  taskId: string,
+  actor: string,
+): Promise<void> {
+  await tx.insert(taskTransition).values({
+    task_id: taskId,
+    from_status: null,
+    to_status: 'QUEUED',
+    from_version: null,
+    to_version: 0,
+    source_event: 'api.create',
+    actor,
+    region: token.region,
+    write_epoch: token.epoch,
+  });
+}
+
+/** Locks and returns the task row (serialises writers of one task inside a transaction). */
+export async function lockTask(tx: DbOrTx, taskId: string) {
+  const [row] = await tx.select().from(generationTask).where(eq(generationTask.task_id, taskId)).for('update');
+  return row ?? null;
+}
+
+export const newId = (): string => randomUUID();

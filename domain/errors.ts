@@ -1,0 +1,23 @@
+// The failure vocabulary inside Temporal: ApplicationFailure types (never class names).
+// A plain Error thrown by an activity means "transient, retry".
+export const FailureType = {
+  /** This process's region or epoch no longer owns writes. Another worker of the active region may retry. */
+  FenceRejected: 'FenceRejected',
+  /** The task or attempt does not exist. Not retryable. */
+  NotFound: 'NotFound',
+  /** The facts are in a state this step cannot act on (a bug, or data changed under us). Not retryable. */
+  InvalidState: 'InvalidState',
+  /** The output URL failed validation (scheme, host allow-list, private address). Not retryable. */
+  UnsafeOutputUrl: 'UnsafeOutputUrl',
+  /** The provider's output is gone (expired, 404/403). Not retryable. */
+  OutputGone: 'OutputGone',
+  /** The media failed validation (ffprobe). Not retryable. */
+  InvalidMedia: 'InvalidMedia',
+} as const;
+export type FailureType = (typeof FailureType)[keyof typeof FailureType];
+
+export const NON_RETRYABLE_FAILURES: readonly FailureType[] = [
+  FailureType.NotFound,
+  FailureType.InvalidState,
+  FailureType.UnsafeOutputUrl,
+];

@@ -1,0 +1,92 @@
+// ffprobe / ffmpeg wrappers for the media step. The input is a URL (a presigned S3 GET), so
+// nothing is copied to local disk.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { z } from 'zod';
+
+const run = promisify(execFile);
+
+const probeSchema = z.object({
+  format: z.object({
+    format_name: z.string(),
+    duration: z.coerce.number().optional(),
+    size: z.coerce.number().optional(),
+  }),
+  streams: z.array(
+    z.object({
+      codec_type: z.string(),
+      codec_name: z.string().optional(),
+      width: z.number().optional(),
+      height: z.number().optional(),
+      duration: z.coerce.number().optional(),
+    }),
+  ),
+});
+
+export interface MediaInfo {
+  readonly container: string;
+  readonly videoCodec: string;
+  readonly width: number;
+  readonly height: number;
+  readonly durationSeconds: number;
+}
+
+export class InvalidMediaError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'InvalidMediaError';
+  }
+}
+
+const ACCEPTED_CONTAINERS = ['mov', 'mp4', 'm4a', '3gp', '3g2', 'mj2', 'webm', 'matroska'];
+const ACCEPTED_CODECS = ['h264', 'hevc', 'vp9', 'av1'];
+
+export async function probeMedia(input: string, timeoutMs = 30_000): Promise<MediaInfo> {
+  let stdout: string;
+  try {
+    ({ stdout } = await run(
+      'ffprobe',
+      ['-v', 'error', '-print_format', 'json', '-show_format', '-show_streams', input],
+      { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 },
+    ));
+  } catch (err) {
+    const e = err as { stderr?: string; killed?: boolean };
+    if (e.killed) throw new Error('ffprobe timed out', { cause: err });
+    // ffprobe answered: the bytes are not a media file it understands.
+    if (typeof e.stderr === 'string' && e.stderr.length > 0) {
+      throw new InvalidMediaError(`ffprobe rejected the file: ${e.stderr.trim().split('\n')[0] ?? ''}`);
+    }
+    throw err;
+  }
+  const parsed = probeSchema.safeParse(JSON.parse(stdout));
+  if (!parsed.success) throw new InvalidMediaError('ffprobe output has no format/streams');
+  const { format, streams } = parsed.data;
+  const containers = format.format_name.split(',');
+  if (!containers.some((c) => ACCEPTED_CONTAINERS.includes(c))) {
+    throw new InvalidMediaError(`unsupported container ${format.format_name}`);
+  }
+  const video = streams.find((s) => s.codec_type === 'video');
+  if (!video?.codec_name || !ACCEPTED_CODECS.includes(video.codec_name)) {
+    throw new InvalidMediaError(`no supported video stream (found ${video?.codec_name ?? 'none'})`);
+  }
+  const duration = format.duration ?? video.duration ?? 0;
+  if (!(duration > 0)) throw new InvalidMediaError('video has no duration');
+  return {
+    container: format.format_name,
+    videoCodec: video.codec_name,
+    width: video.width ?? 0,
+    height: video.height ?? 0,
+    durationSeconds: duration,
+  };
+}
+
+/** One JPEG frame from near the start of the video. */
+export async function extractThumbnail(input: string, atSeconds: number, timeoutMs = 30_000): Promise<Buffer> {
+  const { stdout } = await run(
+    'ffmpeg',
+    ['-v', 'error', '-ss', atSeconds.toFixed(2), '-i', input, '-frames:v', '1', '-vf', 'scale=320:-2', '-f', 'image2pipe', '-vcodec', 'mjpeg', 'pipe:1'],
+    { timeout: timeoutMs, encoding: 'buffer', maxBuffer: 8 * 1024 * 1024 },
+  );
+  if (stdout.length === 0) throw new InvalidMediaError('ffmpeg produced no thumbnail');
+  return stdout;
+}

@@ -1,0 +1,118 @@
+// Prometheus metrics (DESIGN.md §9). Counters are incremented where things happen; gauges
+// that describe facts (backlogs, counts by state) are read from Postgres at scrape time, so
+// every process reports the same truth.
+import { sql } from 'drizzle-orm';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Db } from '../db/client';
+
+export interface Metrics {
+  readonly registry: Registry;
+  readonly httpRequests: Counter<'method' | 'route' | 'status'>;
+  readonly httpDuration: Histogram<'method' | 'route'>;
+  readonly tasksCreated: Counter<'outcome'>;
+  readonly callbacksReceived: Counter<'provider' | 'outcome'>;
+  readonly outboxPublished: Counter<'path' | 'outcome'>;
+}
+
+export function createMetrics(opts: { service: string; db?: Db }): Metrics {
+  const registry = new Registry();
+  registry.setDefaultLabels({ service: opts.service });
+  collectDefaultMetrics({ register: registry });
+  const metrics: Metrics = {
+    registry,
+    httpRequests: new Counter({
+      name: 'vidorch_http_requests_total',
+      help: 'HTTP requests by route and status',
+      labelNames: ['method', 'route', 'status'],
+      registers: [registry],
+    }),
+    httpDuration: new Histogram({
+      name: 'vidorch_http_request_duration_seconds',
+      help: 'HTTP request duration',
+      labelNames: ['method', 'route'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers: [registry],
+    }),
+    tasksCreated: new Counter({
+      name: 'vidorch_tasks_created_total',
+      help: 'Task creation requests by outcome (created, replayed, conflict, insufficient_credits, rejected)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    callbacksReceived: new Counter({
+      name: 'vidorch_callbacks_received_total',
+      help: 'Provider callbacks by outcome (stored, duplicate, bad_signature, unknown_token)',
+      labelNames: ['provider', 'outcome'],
+      registers: [registry],
+    }),
+    outboxPublished: new Counter({
+      name: 'vidorch_outbox_published_total',
+      help: 'Outbox rows published to Temporal by path (fast_path, relay) and outcome',
+      labelNames: ['path', 'outcome'],
+      registers: [registry],
+    }),
+  };
+  if (opts.db) registerFactGauges(registry, opts.db);
+  return metrics;
+}
+
+function registerFactGauges(registry: Registry, db: Db): void {
+  const read = async <T>(query: ReturnType<typeof sql>): Promise<T[]> => (await db.execute(query)).rows as T[];
+  new Gauge({
+    name: 'vidorch_tasks_by_status',
+    help: 'Tasks by status (non-terminal, plus terminal ones of the last hour)',
+    labelNames: ['status'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const rows = await read<{ status: string; n: number }>(sql`
+        SELECT status, count(*)::int AS n FROM generation_task
+        WHERE terminal_at IS NULL OR terminal_at > now() - interval '1 hour' GROUP BY status`);
+      for (const r of rows) this.set({ status: r.status }, r.n);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_outbox_backlog',
+    help: 'Unpublished outbox rows',
+    registers: [registry],
+    async collect() {
+      const [r] = await read<{ n: number }>(sql`SELECT count(*)::int AS n FROM outbox_event WHERE published_at IS NULL`);
+      this.set(r?.n ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_outbox_oldest_age_seconds',
+    help: 'Age of the oldest unpublished outbox row',
+    registers: [registry],
+    async collect() {
+      const [r] = await read<{ age: number | null }>(sql`
+        SELECT extract(epoch FROM now() - min(created_at))::float AS age FROM outbox_event WHERE published_at IS NULL`);
+      this.set(r?.age ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_inbox_unprocessed',
+    help: 'Callback inbox rows not yet applied',
+    registers: [registry],
+    async collect() {
+      const [r] = await read<{ n: number }>(sql`SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL`);
+      this.set(r?.n ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_ledger_imbalance',
+    help: 'Closed tasks whose reserve differs from settle + release (must be 0)',
+    registers: [registry],
+    async collect() {
+      const [r] = await read<{ n: number }>(sql`
+        SELECT count(*)::int AS n FROM (
+          SELECT task_id,
+            sum(CASE WHEN entry_type = 'RESERVE' THEN amount ELSE 0 END) AS reserved,
+            sum(CASE WHEN entry_type IN ('SETTLE', 'RELEASE') THEN amount ELSE 0 END) AS closed,
+            count(*) FILTER (WHERE entry_type IN ('SETTLE', 'RELEASE')) AS closing_rows
+          FROM credit_ledger WHERE task_id IS NOT NULL GROUP BY task_id
+        ) t WHERE closing_rows > 0 AND reserved <> closed`);
+      this.set(r?.n ?? 0);
+    },
+  });
+}

@@ -1,0 +1,68 @@
+// Fault knobs of the simulator. POST /_sim/faults replaces the whole config; DELETE resets it.
+import { z } from 'zod';
+
+export const SUBMIT_FAULTS = [
+  'ok',
+  /** Create the prediction, never answer. */
+  'accept_then_hang',
+  /** Create the prediction, answer after submit_delay_ms. */
+  'answer_after_ms',
+  /** Answer 500, create nothing. */
+  'error_5xx_before_accept',
+  /** Create the prediction, answer 502. */
+  'error_5xx_after_accept',
+  /** Answer 429 (with Retry-After: retry_after_s when set), create nothing. */
+  'rate_limit',
+  /** Create the prediction, then destroy the socket without answering. */
+  'reset_after_accept',
+] as const;
+export type SubmitFault = (typeof SUBMIT_FAULTS)[number];
+
+export const faultConfigSchema = z.strictObject({
+  callbacks: z.enum(['on', 'off']).optional(),
+  /** Send each webhook event this many extra times, with the same webhook-id. */
+  callback_duplicates: z.number().int().min(0).max(20).optional(),
+  callback_delay_ms: z.number().int().min(0).max(600_000).optional(),
+  /** Hold the 'start' event and send it after 'completed'. */
+  callback_reorder: z.boolean().optional(),
+  /** Sign webhooks with a secret the receiver does not know. */
+  callback_wrong_key: z.boolean().optional(),
+  submit: z.enum(SUBMIT_FAULTS).optional(),
+  submit_delay_ms: z.number().int().min(0).max(600_000).optional(),
+  retry_after_s: z.number().int().min(0).optional(),
+  /** Apply the submit fault to the next N submits only, then behave as 'ok'. */
+  submit_fault_count: z.number().int().min(0).optional(),
+  /** GET /v1/predictions/:id */
+  status: z.enum(['ok', 'error_5xx']).optional(),
+  /** GET /v1/predictions (listing) */
+  list: z.enum(['ok', 'error_5xx']).optional(),
+});
+export type FaultConfig = z.infer<typeof faultConfigSchema>;
+
+export class Faults {
+  private config: FaultConfig = {};
+  private submitFaultsLeft: number | null = null;
+
+  get current(): FaultConfig {
+    return { ...this.config, ...(this.submitFaultsLeft !== null ? { submit_fault_count: this.submitFaultsLeft } : {}) };
+  }
+
+  replace(config: FaultConfig): void {
+    this.config = { ...config };
+    this.submitFaultsLeft = config.submit_fault_count ?? null;
+  }
+
+  reset(): void {
+    this.replace({});
+  }
+
+  /** The submit fault for this request; consumes one of submit_fault_count. */
+  takeSubmitFault(): SubmitFault {
+    const f = this.config.submit ?? 'ok';
+    if (f === 'ok') return f;
+    if (this.submitFaultsLeft === null) return f;
+    if (this.submitFaultsLeft <= 0) return 'ok';
+    this.submitFaultsLeft -= 1;
+    return f;
+  }
+}

@@ -1,0 +1,46 @@
+// Entry point: `npm run simulator`. Replicate protocol under /replicate, admin under /_sim.
+import path from 'node:path';
+import pino from 'pino';
+import { loadConfigOrExit } from '../../config/env';
+import { createSimulator } from './server';
+
+const config = loadConfigOrExit();
+const logger = pino({ level: config.LOG_LEVEL, base: { service: 'provider-simulator' } });
+
+const port = config.SIMULATOR_PORT;
+const sim = createSimulator({
+  // With port 0 the base URL is derived from the bound port.
+  ...(port !== 0 ? { publicBaseUrl: `http://127.0.0.1:${port}` } : {}),
+  apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
+  webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+  generationMs: config.SIMULATOR_GENERATION_MS,
+  outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
+  dataDir: path.resolve('.data', 'simulator'),
+  logger,
+});
+
+try {
+  const running = await sim.listen(port, '127.0.0.1');
+  logger.info({ replicateBaseUrl: `${sim.baseUrl()}/replicate` }, 'provider simulator ready');
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals): void => {
+    if (stopping) {
+      logger.warn({ signal }, 'second signal, exiting now');
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info({ signal }, 'stopping');
+    running.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err }, 'close failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+} catch (err) {
+  logger.fatal({ err }, 'simulator failed to start');
+  process.exit(1);
+}

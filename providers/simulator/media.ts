@@ -1,0 +1,96 @@
+// Real (tiny) MP4 outputs made with ffmpeg, cached in dataDir, one per duration 1..10 s,
+// and the signed, expiring URLs the simulator hands out for them.
+import { execFile } from 'node:child_process';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { mkdir, rename, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
+
+export const MIN_DURATION_S = 1;
+export const MAX_DURATION_S = 10;
+export const DEFAULT_DURATION_S = 2;
+
+/** input.duration → whole seconds in 1..10 (default 2). */
+export function clampDuration(v: unknown): number {
+  const n = typeof v === 'number' ? v : typeof v === 'string' ? Number(v) : NaN;
+  if (!Number.isFinite(n)) return DEFAULT_DURATION_S;
+  return Math.min(MAX_DURATION_S, Math.max(MIN_DURATION_S, Math.round(n)));
+}
+
+function run(cmd: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { timeout: 60_000 }, (err, _stdout, stderr) => {
+      if (err) reject(new Error(`${cmd} failed: ${err.message}\n${String(stderr).slice(-2000)}`));
+      else resolve();
+    });
+  });
+}
+
+export class MediaLibrary {
+  private readonly pending = new Map<number, Promise<string>>();
+
+  constructor(
+    private readonly dataDir: string,
+    private readonly ffmpegPath = 'ffmpeg',
+  ) {}
+
+  /** Path of the sample for this duration, generating it once (concurrent callers share the work). */
+  sample(durationS: number): Promise<string> {
+    const d = clampDuration(durationS);
+    let p = this.pending.get(d);
+    if (!p) {
+      p = this.generate(d);
+      this.pending.set(d, p);
+      p.catch(() => this.pending.delete(d));
+    }
+    return p;
+  }
+
+  private async generate(d: number): Promise<string> {
+    const dir = path.join(this.dataDir, 'samples');
+    const file = path.join(dir, `testsrc-${d}s.mp4`);
+    try {
+      const s = await stat(file);
+      if (s.size > 0) return file;
+    } catch {
+      // not cached yet
+    }
+    await mkdir(dir, { recursive: true });
+    const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp.mp4`;
+    try {
+      await run(this.ffmpegPath, [
+        '-hide_banner', '-loglevel', 'error', '-y',
+        '-f', 'lavfi', '-i', `testsrc=size=320x240:rate=24:duration=${d}`,
+        '-pix_fmt', 'yuv420p', '-c:v', 'libx264', '-preset', 'ultrafast',
+        '-movflags', '+faststart', '-f', 'mp4', tmp,
+      ]);
+      await rename(tmp, file);
+    } catch (err) {
+      await unlink(tmp).catch(() => undefined);
+      throw err;
+    }
+    return file;
+  }
+}
+
+/** HMAC-signed, expiring file URLs (`?expires=<ms>&sig=<hmac>`). */
+export class UrlSigner {
+  private readonly key = randomBytes(32);
+
+  private mac(predictionId: string, expires: number): Buffer {
+    return createHmac('sha256', this.key).update(`${predictionId}:${expires}`).digest();
+  }
+
+  sign(predictionId: string, expires: number): string {
+    return this.mac(predictionId, expires).toString('base64url');
+  }
+
+  /** 'ok', or why the URL is refused. */
+  check(predictionId: string, expiresRaw: unknown, sigRaw: unknown, now = Date.now()): 'ok' | 'bad-signature' | 'expired' {
+    if (typeof expiresRaw !== 'string' || typeof sigRaw !== 'string' || !/^\d+$/.test(expiresRaw)) return 'bad-signature';
+    const expires = Number(expiresRaw);
+    const given = Buffer.from(sigRaw, 'base64url');
+    const want = this.mac(predictionId, expires);
+    if (given.length !== want.length || !timingSafeEqual(given, want)) return 'bad-signature';
+    return now >= expires ? 'expired' : 'ok';
+  }
+}

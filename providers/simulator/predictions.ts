@@ -1,0 +1,203 @@
+// The simulator's prediction store and timer-driven lifecycle:
+// starting → processing (after min(200 ms, T/4)) → succeeded | failed (after T).
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { clampDuration, type MediaLibrary, type UrlSigner } from './media';
+import { WEBHOOK_EVENT_TYPES, WebhookSender, type WebhookEventType } from './webhooks';
+
+export type PredictionStatus = 'starting' | 'processing' | 'succeeded' | 'failed' | 'canceled' | 'aborted';
+const TERMINAL: readonly PredictionStatus[] = ['succeeded', 'failed', 'canceled', 'aborted'];
+
+export interface SimPrediction {
+  readonly seq: number;
+  readonly id: string;
+  readonly version: string;
+  readonly input: Record<string, unknown>;
+  status: PredictionStatus;
+  readonly createdAt: Date;
+  startedAt: Date | null;
+  completedAt: Date | null;
+  readonly webhook: string | null;
+  readonly eventsFilter: readonly WebhookEventType[];
+  output: string | null;
+  error: string | null;
+  /** Last path segment of the webhook URL. */
+  readonly token: string | null;
+  readonly durationS: number;
+  readonly timers: NodeJS.Timeout[];
+}
+
+export interface CreatePrediction {
+  readonly version: string;
+  readonly input: Record<string, unknown>;
+  readonly webhook?: string | undefined;
+  readonly webhook_events_filter?: readonly WebhookEventType[] | undefined;
+}
+
+export interface PredictionStoreOptions {
+  readonly baseUrl: () => string;
+  readonly generationMs: number;
+  readonly outputTtlMs: number;
+  readonly media: MediaLibrary;
+  readonly signer: UrlSigner;
+  readonly webhooks: WebhookSender;
+  readonly logger: Logger;
+}
+
+const ALNUM = 'abcdefghijklmnopqrstuvwxyz0123456789';
+function newId(): string {
+  const bytes = randomBytes(26);
+  let s = '';
+  for (const b of bytes) s += ALNUM[b % ALNUM.length];
+  return s;
+}
+
+function tokenOf(url: string | null): string | null {
+  if (!url) return null;
+  try {
+    const seg = new URL(url).pathname.split('/').filter((x) => x.length > 0).pop();
+    return seg ? decodeURIComponent(seg) : null;
+  } catch {
+    return null;
+  }
+}
+
+export class PredictionStore {
+  private readonly byId = new Map<string, SimPrediction>();
+  private seq = 0;
+  total = 0;
+  readonly byToken = new Map<string, number>();
+
+  constructor(private readonly opts: PredictionStoreOptions) {}
+
+  get(id: string): SimPrediction | undefined {
+    return this.byId.get(id);
+  }
+
+  create(req: CreatePrediction): SimPrediction {
+    const genRaw = req.input['sim_generation_ms'];
+    const generationMs = typeof genRaw === 'number' && genRaw >= 0 ? genRaw : this.opts.generationMs;
+    const prompt = typeof req.input['prompt'] === 'string' ? req.input['prompt'] : '';
+    const webhook = req.webhook ?? null;
+    const p: SimPrediction = {
+      seq: ++this.seq,
+      id: newId(),
+      version: req.version,
+      input: req.input,
+      status: 'starting',
+      createdAt: new Date(),
+      startedAt: null,
+      completedAt: null,
+      webhook,
+      eventsFilter: req.webhook_events_filter ?? WEBHOOK_EVENT_TYPES,
+      output: null,
+      error: null,
+      token: tokenOf(webhook),
+      durationS: clampDuration(req.input['duration']),
+      timers: [],
+    };
+    this.byId.set(p.id, p);
+    this.total++;
+    if (p.token) this.byToken.set(p.token, (this.byToken.get(p.token) ?? 0) + 1);
+    this.opts.logger.info({ predictionId: p.id, token: p.token, generationMs }, 'prediction created');
+
+    this.emit(p, 'start');
+    p.timers.push(
+      setTimeout(() => {
+        if (p.status !== 'starting') return;
+        p.status = 'processing';
+        p.startedAt = new Date();
+      }, Math.min(200, generationMs / 4)),
+      setTimeout(() => {
+        if (prompt.includes('[sim:fail]')) this.finish(p, 'failed', 'simulated failure requested by [sim:fail]');
+        else this.finish(p, 'succeeded', null);
+      }, generationMs),
+    );
+    return p;
+  }
+
+  /** Cancel a non-terminal prediction; terminal ones are returned unchanged (as Replicate does). */
+  cancel(p: SimPrediction): void {
+    if (TERMINAL.includes(p.status)) return;
+    this.finish(p, 'canceled', null);
+  }
+
+  private finish(p: SimPrediction, status: PredictionStatus, error: string | null): void {
+    if (TERMINAL.includes(p.status)) return;
+    for (const t of p.timers) clearTimeout(t);
+    p.timers.length = 0;
+    const now = new Date();
+    p.startedAt ??= now;
+    p.completedAt = now;
+    p.status = status;
+    p.error = error;
+    if (status === 'succeeded') {
+      const expires = now.getTime() + this.opts.outputTtlMs;
+      const sig = this.opts.signer.sign(p.id, expires);
+      p.output = `${this.opts.baseUrl()}/replicate/files/${p.id}/output.mp4?expires=${expires}&sig=${sig}`;
+      this.opts.media.sample(p.durationS).catch((err: unknown) => this.opts.logger.error({ err }, 'sample generation failed'));
+    }
+    this.opts.logger.info({ predictionId: p.id, status }, 'prediction finished');
+    this.emit(p, 'completed');
+  }
+
+  private emit(p: SimPrediction, type: WebhookEventType): void {
+    if (!p.webhook || !p.eventsFilter.includes(type)) return;
+    this.opts.webhooks.emit({
+      id: WebhookSender.newEventId(),
+      type,
+      predictionId: p.id,
+      url: p.webhook,
+      body: JSON.stringify(this.toJson(p)),
+    });
+  }
+
+  toJson(p: SimPrediction): Record<string, unknown> {
+    const base = `${this.opts.baseUrl()}/replicate/v1/predictions/${p.id}`;
+    const metrics: Record<string, number> = {};
+    if (p.startedAt && p.completedAt) {
+      metrics['predict_time'] = (p.completedAt.getTime() - p.startedAt.getTime()) / 1000;
+      metrics['total_time'] = (p.completedAt.getTime() - p.createdAt.getTime()) / 1000;
+    }
+    return {
+      id: p.id,
+      model: p.version.includes(':') ? p.version.split(':')[0] : p.version,
+      version: p.version,
+      input: p.input,
+      logs: '',
+      output: p.output,
+      data_removed: false,
+      error: p.error,
+      status: p.status,
+      created_at: p.createdAt.toISOString(),
+      started_at: p.startedAt?.toISOString() ?? null,
+      completed_at: p.completedAt?.toISOString() ?? null,
+      webhook: p.webhook,
+      webhook_events_filter: p.eventsFilter,
+      urls: { get: base, cancel: `${base}/cancel` },
+      metrics,
+    };
+  }
+
+  /** Newest first, predictions with seq < before (0 = from the newest). */
+  page(before: number, size: number): { items: SimPrediction[]; more: boolean } {
+    const all = [...this.byId.values()].filter((p) => before === 0 || p.seq < before).sort((a, b) => b.seq - a.seq);
+    return { items: all.slice(0, size), more: all.length > size };
+  }
+
+  /** Stop every lifecycle timer (shutdown); predictions and counts stay readable. */
+  stopTimers(): void {
+    for (const p of this.byId.values()) {
+      for (const t of p.timers) clearTimeout(t);
+      p.timers.length = 0;
+    }
+  }
+
+  /** Stop every lifecycle timer and forget all predictions and counts. */
+  clear(): void {
+    this.stopTimers();
+    this.byId.clear();
+    this.byToken.clear();
+    this.total = 0;
+  }
+}

@@ -1,0 +1,293 @@
+// A provider simulator speaking Replicate's predictions protocol over HTTP, under /replicate,
+// with fault knobs and counters for tests under /_sim. Never exposed beyond loopback.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import pino, { type Logger } from 'pino';
+import { z } from 'zod';
+import { Faults, faultConfigSchema, type FaultConfig } from './faults';
+import { MediaLibrary, UrlSigner, DEFAULT_DURATION_S } from './media';
+import { PredictionStore } from './predictions';
+import { WebhookSender } from './webhooks';
+
+export interface SimulatorOptions {
+  /** Base URL the simulator is reached at; derived from the bound port when omitted. */
+  readonly publicBaseUrl?: string;
+  readonly apiToken: string;
+  readonly webhookSecret: string;
+  readonly generationMs: number;
+  readonly outputTtlMs: number;
+  /** Where generated sample MP4s are cached. */
+  readonly dataDir: string;
+  readonly logger?: Logger;
+  readonly ffmpegPath?: string;
+  /** Listing page size (Replicate: 100). */
+  readonly listPageSize?: number;
+  readonly webhookRetry?: { readonly attempts: number; readonly baseDelayMs: number };
+  readonly webhookTimeoutMs?: number;
+}
+
+export interface SimulatorStats {
+  readonly predictions_total: number;
+  readonly by_token: Record<string, number>;
+  readonly webhooks_sent: number;
+  readonly webhooks_failed: number;
+  readonly webhook_attempts: number;
+}
+
+export interface RunningSimulator {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+export interface Simulator {
+  readonly app: express.Express;
+  listen(port: number, host?: string): Promise<RunningSimulator>;
+  stats(): SimulatorStats;
+  tokenCount(token: string): number;
+  /** Replace the fault config (same as POST /_sim/faults). */
+  setFaults(config: FaultConfig): void;
+  clearFaults(): void;
+  /** Forget predictions, stats and queued webhooks (same as POST /_sim/reset). */
+  reset(): void;
+  /** Resolves when all queued webhook deliveries are done. */
+  webhooksIdle(): Promise<void>;
+  baseUrl(): string;
+}
+
+const createBody = z.object({
+  version: z.string().min(1),
+  input: z.record(z.string(), z.unknown()),
+  webhook: z.url({ protocol: /^https?$/ }).optional(),
+  webhook_events_filter: z.array(z.enum(['start', 'output', 'logs', 'completed'])).optional(),
+  stream: z.boolean().optional(),
+});
+
+function problem(res: Response, status: number, title: string, detail: string): void {
+  res.status(status).type('application/problem+json').send(JSON.stringify({ title, detail, status }));
+}
+
+function encodeCursor(seq: number): string {
+  return Buffer.from(`seq:${seq}`).toString('base64url');
+}
+function decodeCursor(c: string): number | null {
+  const m = /^seq:(\d+)$/.exec(Buffer.from(c, 'base64url').toString('utf8'));
+  return m ? Number(m[1]) : null;
+}
+
+export function createSimulator(opts: SimulatorOptions): Simulator {
+  const logger = opts.logger ?? pino({ level: 'silent' });
+  let publicBase = opts.publicBaseUrl?.replace(/\/+$/, '') ?? '';
+  const baseUrl = (): string => publicBase;
+  const faults = new Faults();
+  const media = new MediaLibrary(opts.dataDir, opts.ffmpegPath);
+  const signer = new UrlSigner();
+  const webhooks = new WebhookSender({
+    secret: opts.webhookSecret,
+    faults,
+    logger,
+    attempts: opts.webhookRetry?.attempts ?? 5,
+    baseDelayMs: opts.webhookRetry?.baseDelayMs ?? 200,
+    timeoutMs: opts.webhookTimeoutMs ?? 5_000,
+  });
+  const store = new PredictionStore({
+    baseUrl,
+    generationMs: opts.generationMs,
+    outputTtlMs: opts.outputTtlMs,
+    media,
+    signer,
+    webhooks,
+    logger,
+  });
+  const pageSize = opts.listPageSize ?? 100;
+  const pendingAnswers = new Set<NodeJS.Timeout>();
+
+  const stats = (): SimulatorStats => ({
+    predictions_total: store.total,
+    by_token: Object.fromEntries(store.byToken),
+    webhooks_sent: webhooks.sent,
+    webhooks_failed: webhooks.failed,
+    webhook_attempts: webhooks.attempts,
+  });
+  const reset = (): void => {
+    store.clear();
+    webhooks.stop();
+    webhooks.resetStats();
+  };
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(express.json({ limit: '1mb' }));
+
+  // ---- admin (tests and operators of the simulator) ----
+  app.get('/_sim/health', (_req, res) => void res.json({ ok: true }));
+  app.get('/_sim/stats', (_req, res) => void res.json(stats()));
+  app.get('/_sim/tokens/:token', (req, res) => {
+    const token = req.params.token;
+    res.json({ token, count: store.byToken.get(token) ?? 0 });
+  });
+  app.get('/_sim/faults', (_req, res) => void res.json(faults.current));
+  app.post('/_sim/faults', (req, res) => {
+    const parsed = faultConfigSchema.safeParse(req.body ?? {});
+    if (!parsed.success) return problem(res, 422, 'Invalid fault config', z.prettifyError(parsed.error));
+    faults.replace(parsed.data);
+    logger.info({ faults: parsed.data }, 'faults replaced');
+    res.json(faults.current);
+  });
+  app.delete('/_sim/faults', (_req, res) => {
+    faults.reset();
+    res.json(faults.current);
+  });
+  app.post('/_sim/reset', (_req, res) => {
+    reset();
+    res.json({ ok: true });
+  });
+
+  // ---- Replicate protocol ----
+  const r = express.Router();
+  r.use('/v1', (req: Request, res: Response, next: NextFunction) => {
+    const m = /^(?:Bearer|Token)\s+(.+)$/i.exec(req.get('authorization') ?? '');
+    if (!m || m[1] !== opts.apiToken) {
+      return problem(res, 401, 'Unauthenticated', 'You did not pass a valid authentication token');
+    }
+    next();
+  });
+
+  const submit = (req: Request, res: Response, version: string | null): void => {
+    const body: unknown = version === null ? req.body : { ...(req.body as object), version };
+    const parsed = createBody.safeParse(body);
+    if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
+    const f = faults.current;
+    const fault = faults.takeSubmitFault();
+    if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
+    if (fault === 'rate_limit') {
+      if (f.retry_after_s !== undefined) res.set('Retry-After', String(f.retry_after_s));
+      return problem(res, 429, 'Too Many Requests', 'Request was throttled.');
+    }
+    const p = store.create(parsed.data);
+    switch (fault) {
+      case 'accept_then_hang':
+        return; // the socket stays open until the client gives up or the server closes
+      case 'reset_after_accept':
+        req.socket.destroy();
+        return;
+      case 'error_5xx_after_accept':
+        return problem(res, 502, 'Bad Gateway', 'simulated failure after accepting');
+      case 'answer_after_ms': {
+        const t = setTimeout(() => {
+          pendingAnswers.delete(t);
+          if (!res.writableEnded && !res.destroyed) res.status(201).json(store.toJson(p));
+        }, f.submit_delay_ms ?? 1_000);
+        pendingAnswers.add(t);
+        return;
+      }
+      default:
+        res.status(201).json(store.toJson(p));
+    }
+  };
+  r.post('/v1/predictions', (req, res) => submit(req, res, null));
+  r.post('/v1/models/:owner/:name/predictions', (req, res) => submit(req, res, `${req.params.owner}/${req.params.name}`));
+
+  r.get('/v1/predictions', (req, res) => {
+    if (faults.current.list === 'error_5xx') return problem(res, 503, 'Service Unavailable', 'simulated failure');
+    const cursorRaw = req.query['cursor'];
+    let before = 0;
+    if (typeof cursorRaw === 'string') {
+      const c = decodeCursor(cursorRaw);
+      if (c === null) return problem(res, 400, 'Invalid cursor', 'The cursor is not valid');
+      before = c;
+    }
+    const { items, more } = store.page(before, pageSize);
+    const last = items[items.length - 1];
+    res.json({
+      previous: null,
+      next: more && last ? `${baseUrl()}/replicate/v1/predictions?cursor=${encodeCursor(last.seq)}` : null,
+      results: items.map((p) => store.toJson(p)),
+    });
+  });
+  r.get('/v1/predictions/:id', (req, res) => {
+    if (faults.current.status === 'error_5xx') return problem(res, 500, 'Internal Server Error', 'simulated failure');
+    const p = store.get(req.params.id);
+    if (!p) return problem(res, 404, 'Not found', 'Not found.');
+    res.json(store.toJson(p));
+  });
+  r.post('/v1/predictions/:id/cancel', (req, res) => {
+    const p = store.get(req.params.id);
+    if (!p) return problem(res, 404, 'Not found', 'Not found.');
+    store.cancel(p);
+    res.json(store.toJson(p));
+  });
+
+  r.get('/files/:id/output.mp4', async (req, res, next) => {
+    const id = req.params.id;
+    const verdict = signer.check(id, req.query['expires'], req.query['sig']);
+    if (verdict !== 'ok') return problem(res, 403, 'Forbidden', verdict === 'expired' ? 'URL expired' : 'Bad signature');
+    const p = store.get(id);
+    if (!p || p.status !== 'succeeded') return problem(res, 404, 'Not found', 'No output');
+    try {
+      const file = await media.sample(p.durationS ?? DEFAULT_DURATION_S);
+      // send handles Content-Length, ETag, HEAD and single/multi Range (206/416).
+      res.sendFile(file, { headers: { 'Content-Type': 'video/mp4' }, cacheControl: false, dotfiles: 'allow' }, (err) => {
+        if (err && !res.headersSent) next(err);
+      });
+    } catch (err) {
+      next(err);
+    }
+  });
+  app.use('/replicate', r);
+
+  app.use((_req: Request, res: Response) => problem(res, 404, 'Not found', 'No such route'));
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const e = err as { status?: number; statusCode?: number; message?: string };
+    const status = e.status ?? e.statusCode ?? 500;
+    if (status >= 500) logger.error({ err }, 'simulator error');
+    if (res.headersSent) return void res.end();
+    problem(res, status, status >= 500 ? 'Internal Server Error' : 'Bad Request', status >= 500 ? 'internal error' : (e.message ?? 'bad request'));
+  });
+
+  async function listen(port: number, host = '127.0.0.1'): Promise<RunningSimulator> {
+    const server: Server = createServer(app);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    const bound = (server.address() as AddressInfo).port;
+    if (!publicBase) {
+      const h = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+      publicBase = `http://${h.includes(':') ? `[${h}]` : h}:${bound}`;
+    }
+    // Warm the default sample so the first download is not slowed by ffmpeg.
+    await media.sample(DEFAULT_DURATION_S);
+    logger.info({ port: bound, publicBaseUrl: publicBase }, 'simulator listening');
+    let closing: Promise<void> | null = null;
+    return {
+      port: bound,
+      close: () => {
+        closing ??= new Promise<void>((resolve, reject) => {
+          store.stopTimers();
+          webhooks.stop();
+          for (const t of pendingAnswers) clearTimeout(t);
+          pendingAnswers.clear();
+          server.close((err) => (err ? reject(err) : resolve()));
+          server.closeAllConnections();
+        });
+        return closing;
+      },
+    };
+  }
+
+  return {
+    app,
+    listen,
+    stats,
+    tokenCount: (token) => store.byToken.get(token) ?? 0,
+    setFaults: (c) => faults.replace(faultConfigSchema.parse(c)),
+    clearFaults: () => faults.reset(),
+    reset,
+    webhooksIdle: () => webhooks.idle(),
+    baseUrl,
+  };
+}

@@ -1,0 +1,86 @@
+// The one door between HTTP (and the relay, and the CLI) and Temporal. Callers speak in task
+// ids; workflow ids, task queues and start options are decided here.
+import type { Client } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
+import type { TaskFacts } from '../domain/facts';
+import {
+  SA_PROVIDER,
+  SA_TASK_STATUS,
+  SA_TENANT_ID,
+  factsQuery,
+  wakeSignal,
+  workflowIdForTask,
+} from '../workflows/definitions';
+import type { generationWorkflow } from '../workflows/generation';
+import { queues } from './queues';
+
+export interface TaskRef {
+  readonly taskId: string;
+  readonly tenantId: string;
+  readonly provider: string;
+}
+
+/** 'started': running now (new or existing run); 'closed': the task's workflow already finished. */
+export type StartResult = 'started' | 'closed';
+
+export interface GenerationFacade {
+  /** Starts the task's workflow unless it exists; safe to call any number of times. */
+  startGeneration(task: TaskRef): Promise<StartResult>;
+  /** Wakes the workflow to re-read its facts (new inbox rows, a cancel). Best effort. */
+  wakeTask(taskId: string): Promise<boolean>;
+  describeTask(taskId: string): Promise<{ status: string; runId: string; historyLength: number } | null>;
+  queryFacts(taskId: string): Promise<TaskFacts | null>;
+  workflowIdFor(taskId: string): string;
+}
+
+export function createGenerationFacade(getClient: () => Promise<Client>, taskQueueBase: string): GenerationFacade {
+  return {
+    workflowIdFor: workflowIdForTask,
+    async startGeneration(task) {
+      const client = await getClient();
+      try {
+        await client.workflow.start<typeof generationWorkflow>('generationWorkflow', {
+          taskQueue: queues.generation(taskQueueBase),
+          workflowId: workflowIdForTask(task.taskId),
+          args: [{ taskId: task.taskId }],
+          // A running workflow is the one we want; a closed one must never be started again.
+          workflowIdConflictPolicy: 'USE_EXISTING',
+          workflowIdReusePolicy: 'REJECT_DUPLICATE',
+          typedSearchAttributes: [
+            { key: SA_TASK_STATUS, value: 'QUEUED' },
+            { key: SA_TENANT_ID, value: task.tenantId },
+            { key: SA_PROVIDER, value: task.provider },
+          ],
+        });
+        return 'started';
+      } catch (err) {
+        if (err instanceof WorkflowExecutionAlreadyStartedError) return 'closed';
+        throw err;
+      }
+    },
+    async wakeTask(taskId) {
+      try {
+        const client = await getClient();
+        await client.workflow.getHandle(workflowIdForTask(taskId)).signal(wakeSignal);
+        return true;
+      } catch (err) {
+        if (err instanceof WorkflowNotFoundError) return false;
+        return false;
+      }
+    },
+    async describeTask(taskId) {
+      const client = await getClient();
+      try {
+        const d = await client.workflow.getHandle(workflowIdForTask(taskId)).describe();
+        return { status: d.status.name, runId: d.runId, historyLength: d.historyLength };
+      } catch (err) {
+        if (err instanceof WorkflowNotFoundError) return null;
+        throw err;
+      }
+    },
+    async queryFacts(taskId) {
+      const client = await getClient();
+      return client.workflow.getHandle(workflowIdForTask(taskId)).query(factsQuery);
+    },
+  };
+}

@@ -1,0 +1,94 @@
+// The outbox relay: starts workflows for accepted tasks whose fast-path start did not happen
+// (Temporal was down, the API crashed after commit). Rows are claimed with FOR UPDATE SKIP
+// LOCKED, so any number of relays can run; starting is idempotent (workflow id = task id).
+import { sql } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { fullJitterDelay } from '../domain/backoff';
+import type { Logger } from '../observability/logger';
+import type { GenerationFacade } from '../temporal/facade';
+
+export interface RelayOptions {
+  readonly db: Db;
+  readonly facade: GenerationFacade;
+  readonly logger: Logger;
+  readonly batchSize: number;
+  readonly intervalMs: number;
+  readonly onPublished?: (outcome: 'published' | 'failed') => void;
+}
+
+interface OutboxRow {
+  event_id: string;
+  aggregate_id: string;
+  payload: { tenant_id: string; provider: string };
+  publish_attempts: number;
+}
+
+/** Publishes one batch; returns how many rows were published. */
+export async function relayOnce(opts: RelayOptions): Promise<{ published: number; failed: number }> {
+  let published = 0;
+  let failed = 0;
+  await opts.db.transaction(async (tx) => {
+    const { rows } = await tx.execute(sql`
+      SELECT event_id, aggregate_id, payload, publish_attempts FROM outbox_event
+      WHERE published_at IS NULL AND (next_retry_at IS NULL OR next_retry_at <= now())
+        AND event_type = 'GenerationTaskCreated'
+      ORDER BY created_at
+      LIMIT ${opts.batchSize}
+      FOR UPDATE SKIP LOCKED`);
+    for (const row of rows as unknown as OutboxRow[]) {
+      try {
+        await opts.facade.startGeneration({
+          taskId: row.aggregate_id,
+          tenantId: row.payload.tenant_id,
+          provider: row.payload.provider,
+        });
+        await tx.execute(sql`
+          UPDATE outbox_event SET published_at = now(), publish_attempts = publish_attempts + 1, last_error = NULL
+          WHERE event_id = ${row.event_id}`);
+        published += 1;
+        opts.onPublished?.('published');
+      } catch (err) {
+        failed += 1;
+        opts.onPublished?.('failed');
+        const delayMs = 1_000 + fullJitterDelay(row.publish_attempts, 1_000, 60_000, Math.random);
+        await tx.execute(sql`
+          UPDATE outbox_event SET publish_attempts = publish_attempts + 1,
+            next_retry_at = now() + make_interval(secs => ${delayMs / 1000}),
+            last_error = ${String((err as Error).message).slice(0, 500)}
+          WHERE event_id = ${row.event_id}`);
+        opts.logger.warn({ taskId: row.aggregate_id, err }, 'outbox publish failed; will retry');
+      }
+    }
+  });
+  return { published, failed };
+}
+
+/** Runs the relay until stop() is called. */
+export function startOutboxRelay(opts: RelayOptions): { stop(): Promise<void> } {
+  let stopped = false;
+  let timer: NodeJS.Timeout | null = null;
+  let running: Promise<void> = Promise.resolve();
+  const tick = () => {
+    running = relayOnce(opts)
+      .then(({ published }) => {
+        if (published > 0) opts.logger.info({ published }, 'outbox relay published tasks');
+        // A full batch means more may be waiting: go again at once.
+        return published >= opts.batchSize ? 0 : opts.intervalMs;
+      })
+      .catch((err: unknown) => {
+        opts.logger.warn({ err }, 'outbox relay pass failed');
+        return opts.intervalMs * 5;
+      })
+      .then((delay) => {
+        if (!stopped) timer = setTimeout(tick, delay);
+      });
+  };
+  tick();
+  return {
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await running;
+    },
+  };
+}

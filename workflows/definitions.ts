@@ -1,0 +1,26 @@
+// Names shared by the workflow, the facade and the tests. Pure: safe in the workflow sandbox.
+import { SearchAttributeType, defineSearchAttributeKey } from '@temporalio/common';
+import { defineQuery, defineSignal } from '@temporalio/workflow';
+import type { TaskFacts } from '../domain/facts';
+
+/** A wake-up, never data: the workflow re-reads Postgres when it arrives (DESIGN.md §3). */
+export const wakeSignal = defineSignal('wake');
+/** The facts the workflow last read from Postgres (ids and states only). */
+export const factsQuery = defineQuery<TaskFacts | null>('facts');
+
+export const SA_TASK_STATUS = defineSearchAttributeKey('TaskStatus', SearchAttributeType.KEYWORD);
+export const SA_TENANT_ID = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
+export const SA_PROVIDER = defineSearchAttributeKey('Provider', SearchAttributeType.KEYWORD);
+export const SA_ATTEMPT_STATE = defineSearchAttributeKey('AttemptState', SearchAttributeType.KEYWORD);
+export const SA_NEEDS_ATTENTION = defineSearchAttributeKey('NeedsAttention', SearchAttributeType.BOOL);
+
+/** Registered on the Temporal namespace at start (scripts/stack.ts, temporal-dev.yml). */
+export const CUSTOM_SEARCH_ATTRIBUTES = [
+  SA_TASK_STATUS,
+  SA_TENANT_ID,
+  SA_PROVIDER,
+  SA_ATTEMPT_STATE,
+  SA_NEEDS_ATTENTION,
+] as const;
+
+export const workflowIdForTask = (taskId: string): string => `task-${taskId}`;

@@ -1,0 +1,155 @@
+// One generation task = one workflow. The workflow drives; Postgres decides (DESIGN.md §3):
+// every step is an idempotent activity that re-reads the facts and CASes them, and the next
+// step is chosen from the facts it returns. A reset, a retry or a re-delivered signal at any
+// point re-reads Postgres and carries on from there.
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  condition,
+  continueAsNew,
+  log,
+  proxyActivities,
+  setHandler,
+  sleep,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { TaskActivities } from '../activities';
+import { FailureType, NON_RETRYABLE_FAILURES } from '../domain/errors';
+import type { TaskFacts } from '../domain/facts';
+import { isTerminal, type TaskStatus } from '../domain/states';
+import {
+  SA_ATTEMPT_STATE,
+  SA_NEEDS_ATTENTION,
+  SA_PROVIDER,
+  SA_TASK_STATUS,
+  SA_TENANT_ID,
+  factsQuery,
+  wakeSignal,
+} from './definitions';
+
+export interface GenerationInput {
+  readonly taskId: string;
+}
+export interface GenerationResult {
+  readonly taskId: string;
+  readonly status: TaskStatus;
+}
+
+const retry = {
+  initialInterval: '1s',
+  backoffCoefficient: 2,
+  maximumInterval: '30s',
+  nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURES],
+};
+
+/** Short fact steps: a few queries in one transaction. */
+const facts = proxyActivities<TaskActivities>({ startToCloseTimeout: '30s', retry });
+/** The provider call: a short heartbeat timeout so a dead worker's attempt is noticed fast. */
+const submit = proxyActivities<TaskActivities>({ startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry });
+/** Streaming the output into storage: long, heartbeating with bytes done. */
+const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', heartbeatTimeout: '30s', retry });
+const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', retry });
+
+const DEFAULT_POLL_MS = 5_000;
+/** Continue-as-new after this many steps even when Temporal does not suggest it yet. */
+const STEPS_PER_RUN = 500;
+const WAITING: readonly TaskStatus[] = ['SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED', 'SUBMIT_UNKNOWN'];
+
+export async function generationWorkflow(input: GenerationInput): Promise<GenerationResult> {
+  const { taskId } = input;
+  let woken = false;
+  let current: TaskFacts | null = null;
+  let published = '';
+  setHandler(wakeSignal, () => {
+    woken = true;
+  });
+  setHandler(factsQuery, () => current);
+
+  const publish = (f: TaskFacts) => {
+    const key = `${f.status}|${f.attemptState}|${f.needsAttention}`;
+    if (key === published) return;
+    published = key;
+    upsertSearchAttributes([
+      { key: SA_TASK_STATUS, value: f.status },
+      { key: SA_TENANT_ID, value: f.tenantId },
+      { key: SA_PROVIDER, value: f.provider },
+      { key: SA_ATTEMPT_STATE, value: f.attemptState ?? 'NONE' },
+      { key: SA_NEEDS_ATTENTION, value: f.needsAttention },
+    ]);
+  };
+
+  /** Waits on the provider: apply the inbox, then sleep until a wake signal or the poll is due. */
+  async function awaitProvider(f: TaskFacts): Promise<TaskFacts> {
+    woken = false;
+    const applied = await facts.applyInbox(taskId);
+    if (applied.statusVersion !== f.statusVersion || !WAITING.includes(applied.status)) return applied;
+    const signalled = await condition(() => woken, applied.pollInMs ?? DEFAULT_POLL_MS);
+    if (!signalled) {
+      const { result } = await facts.pollProvider(taskId);
+      if (result === 'overdue') return facts.escalateTask(taskId, 'submit outcome unknown past its deadline');
+    }
+    return facts.applyInbox(taskId);
+  }
+
+  let cancelSentAtVersion = -1;
+  async function step(f: TaskFacts): Promise<TaskFacts> {
+    switch (f.status) {
+      case 'QUEUED':
+        return facts.dispatchTask(taskId);
+      case 'DISPATCHING':
+        return facts.prepareAttempt(taskId);
+      case 'SUBMITTING': {
+        const r = await submit.submitAttempt(taskId);
+        if (r.retryInMs !== null) await sleep(r.retryInMs);
+        return r.facts;
+      }
+      case 'CANCEL_REQUESTED':
+        if (cancelSentAtVersion !== f.statusVersion) {
+          cancelSentAtVersion = f.statusVersion;
+          await facts.requestProviderCancel(taskId);
+        }
+        return awaitProvider(f);
+      case 'SUBMITTED':
+      case 'RUNNING':
+      case 'SUBMIT_UNKNOWN':
+        return awaitProvider(f);
+      case 'PROVIDER_SUCCEEDED':
+      case 'FETCHING_OUTPUT':
+      case 'OUTPUT_AT_RISK':
+        return transfer.rescueOutput(taskId);
+      case 'PROCESSING_MEDIA':
+        return media.processMedia(taskId);
+      case 'MANUAL_REVIEW':
+        // An operator resolves it; their action wakes us and we re-read the facts.
+        woken = false;
+        await condition(() => woken);
+        return facts.getTaskFacts(taskId);
+      case 'SUCCEEDED':
+      case 'FAILED':
+      case 'CANCELLED':
+        return f;
+    }
+  }
+
+  current = await facts.getTaskFacts(taskId);
+  let steps = 0;
+  while (!isTerminal(current.status)) {
+    publish(current);
+    try {
+      current = await step(current);
+    } catch (err) {
+      // A step that can never succeed (bad URL, broken invariant) parks the task for a person.
+      const cause = err instanceof ActivityFailure ? err.cause : undefined;
+      if (!(cause instanceof ApplicationFailure) || cause.type === FailureType.NotFound) throw err;
+      log.warn('step failed for good; escalating', { taskId, status: current.status, type: cause.type });
+      current = await facts.escalateTask(taskId, `${cause.type}: ${cause.message}`);
+    }
+    steps += 1;
+    if (!isTerminal(current.status) && (steps >= STEPS_PER_RUN || workflowInfo().continueAsNewSuggested)) {
+      await continueAsNew<typeof generationWorkflow>({ taskId });
+    }
+  }
+  publish(current);
+  return { taskId, status: current.status };
+}
