@@ -16,7 +16,7 @@ export function fullJitterDelay(n: number, baseMs: number, capMs: number, random
 export function nextPollInterval(previousMs: number | null, initialMs: number, maxMs: number, random: RandomSource): number {
   const base = previousMs === null ? initialMs : Math.min(maxMs, Math.max(initialMs, previousMs * 2));
   const jitter = 0.8 + random() * 0.4;
-  return Math.max(1, Math.round(Math.min(maxMs, base) * jitter));
+  return Math.max(1, Math.min(maxMs, Math.round(base * jitter)));
 }
 
 /** Parses an HTTP Retry-After value (seconds or an HTTP date) into milliseconds from `now`. */

@@ -1,0 +1,259 @@
+// The task API against real Postgres and a real Temporal server. No worker polls this file's
+// task queue, so tasks stay QUEUED and the tests see exactly what the API wrote.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { and, eq, sql } from 'drizzle-orm';
+import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition } from '../../db/schema';
+import {
+  createTestDatabase,
+  createTestTenant,
+  http,
+  startApi,
+  temporalClient,
+  testConfig,
+  uniqueQueue,
+  type RunningApi,
+  type TestDatabase,
+} from '../support/stack';
+
+const config = testConfig({ TEMPORAL_TASK_QUEUE: uniqueQueue('api') });
+const body = { model: 'minimax/video-01', prompt: 'a red fox running through snow', duration_seconds: 4, resolution: '480p' };
+
+let tdb: TestDatabase;
+let api: RunningApi;
+let closeClient: () => Promise<void>;
+let alice: { tenantId: string; apiKey: string };
+let bob: { tenantId: string; apiKey: string };
+
+before(async () => {
+  tdb = await createTestDatabase(config);
+  const t = await temporalClient(config);
+  closeClient = t.close;
+  api = await startApi(config, tdb.database, { client: t.client });
+  alice = await createTestTenant(tdb.database, config, '100');
+  bob = await createTestTenant(tdb.database, config, '100');
+});
+after(async () => {
+  await api?.close();
+  await closeClient?.();
+  await tdb?.drop();
+});
+
+const create = (key: string | null, payload: unknown = body, apiKey = alice.apiKey) =>
+  http(api.baseUrl, 'POST', '/v1/tasks', { apiKey, body: payload, headers: key === null ? {} : { 'idempotency-key': key } });
+
+const ledgerRows = async (taskId: string) =>
+  tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+
+describe('authentication and tenant scoping', () => {
+  test('a request without an API key is refused with 401 problem+json', async () => {
+    const res = await http(api.baseUrl, 'GET', '/v1/tasks');
+    assert.equal(res.status, 401);
+    assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/);
+    assert.equal(res.headers.get('www-authenticate'), 'Bearer');
+  });
+
+  test('an unknown API key is refused with 401', async () => {
+    const res = await http(api.baseUrl, 'GET', '/v1/tasks', { apiKey: 'vo_live_this-key-does-not-exist' });
+    assert.equal(res.status, 401);
+  });
+
+  test("another tenant's task is a 404, for reads and for cancels", async () => {
+    const created = await create('scope-1');
+    assert.equal(created.status, 202);
+    const id = created.body.task_id as string;
+    assert.equal((await http(api.baseUrl, 'GET', `/v1/tasks/${id}`, { apiKey: bob.apiKey })).status, 404);
+    assert.equal((await http(api.baseUrl, 'POST', `/v1/tasks/${id}/cancel`, { apiKey: bob.apiKey })).status, 404);
+    const list = await http(api.baseUrl, 'GET', '/v1/tasks', { apiKey: bob.apiKey });
+    assert.equal(list.status, 200);
+    assert.ok(!list.body.tasks.some((t: { task_id: string }) => t.task_id === id));
+    assert.equal((await http(api.baseUrl, 'GET', `/v1/tasks/${id}`, { apiKey: alice.apiKey })).status, 200);
+  });
+});
+
+describe('create: one transaction of task, reservation, outbox', () => {
+  test('a created task is stored QUEUED with a reserve ledger entry, an outbox row and its first transition', async () => {
+    const res = await create('create-1');
+    assert.equal(res.status, 202);
+    assert.equal(res.body.status, 'QUEUED');
+    const id = res.body.task_id as string;
+    assert.equal(res.headers.get('location'), `/v1/tasks/${id}`);
+    const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id));
+    assert.equal(task?.reserved_amount, '2.000000'); // 4 s × 0.5 at 480p
+    const ledger = await ledgerRows(id);
+    assert.deepEqual(ledger.map((e) => [e.entry_type, e.amount, e.business_key]), [['RESERVE', '2.000000', `task:${id}:reserve`]]);
+    const outbox = await tdb.database.db.select().from(outboxEvent).where(eq(outboxEvent.aggregate_id, id));
+    assert.equal(outbox.length, 1);
+    // The fast path started the workflow and marked the row published.
+    assert.ok(outbox[0]?.published_at, 'outbox row published by the fast path');
+    const transitions = await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, id));
+    assert.deepEqual(transitions.map((t) => [t.from_status, t.to_status, t.to_version]), [[null, 'QUEUED', 0]]);
+  });
+
+  test('the same Idempotency-Key and body returns the original task without a second reservation', async () => {
+    const first = await create('idem-same');
+    const again = await create('idem-same', { ...body, prompt: `  ${body.prompt}` }); // trimmed: same request
+    assert.equal(again.status, 202);
+    assert.equal(again.body.task_id, first.body.task_id);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal((await ledgerRows(first.body.task_id)).length, 1);
+  });
+
+  test('the same Idempotency-Key with another body is a 422 naming the header', async () => {
+    await create('idem-other');
+    const res = await create('idem-other', { ...body, duration_seconds: 5 });
+    assert.equal(res.status, 422);
+    assert.equal(res.body.errors[0].field, 'header:Idempotency-Key');
+  });
+
+  test('a missing Idempotency-Key is a 400 naming the header', async () => {
+    const res = await create(null);
+    assert.equal(res.status, 400);
+    assert.equal(res.body.errors[0].field, 'header:Idempotency-Key');
+  });
+
+  test('20 concurrent requests with one Idempotency-Key create exactly one task and one reservation', async () => {
+    const results = await Promise.all(Array.from({ length: 20 }, () => create('idem-concurrent')));
+    assert.deepEqual(new Set(results.map((r) => r.status)), new Set([202]));
+    const ids = new Set(results.map((r) => r.body.task_id));
+    assert.equal(ids.size, 1);
+    const tasks = await tdb.database.db
+      .select()
+      .from(generationTask)
+      .where(and(eq(generationTask.tenant_id, alice.tenantId), eq(generationTask.idempotency_key, 'idem-concurrent')));
+    assert.equal(tasks.length, 1);
+    const reserves = await tdb.database.db
+      .select()
+      .from(creditLedger)
+      .where(eq(creditLedger.business_key, `task:${tasks[0]!.task_id}:reserve`));
+    assert.equal(reserves.length, 1);
+  });
+
+  test('not enough credits is a 402 and writes nothing', async () => {
+    const poor = await createTestTenant(tdb.database, config, '1');
+    const res = await create('poor-1', body, poor.apiKey);
+    assert.equal(res.status, 402);
+    assert.match(res.body.detail, /needs 2\.000000 credits; 1\.000000 available/);
+    const [count] = await tdb.database.db
+      .select({ n: sql<number>`count(*)::int` })
+      .from(generationTask)
+      .where(eq(generationTask.tenant_id, poor.tenantId));
+    assert.equal(count?.n, 0);
+    const [acct] = await tdb.database.db.select().from(creditAccount).where(eq(creditAccount.tenant_id, poor.tenantId));
+    assert.equal(acct?.reserved, '0.000000');
+  });
+});
+
+describe('validation: problem+json naming the field, never a 500', () => {
+  const cases: [string, unknown, string][] = [
+    ['duration out of range', { ...body, duration_seconds: 99 }, 'duration_seconds'],
+    ['duration not an integer', { ...body, duration_seconds: 2.5 }, 'duration_seconds'],
+    ['unknown resolution', { ...body, resolution: '8k' }, 'resolution'],
+    ['empty prompt', { ...body, prompt: '   ' }, 'prompt'],
+    ['unknown field', { ...body, colour: 'red' }, 'colour'],
+    ['http image URL', { ...body, input_image_url: 'http://example.com/a.png' }, 'input_image_url'],
+    ['unknown model', { ...body, model: 'nobody/nothing' }, 'model'],
+    ['duration over the model maximum', { ...body, duration_seconds: 15 }, 'duration_seconds'],
+    ['resolution the model lacks', { ...body, resolution: '1080p' }, 'resolution'],
+    ['a JSON array body', [1, 2], '(body)'],
+  ];
+  for (const [name, payload, field] of cases) {
+    test(`${name} → 400 naming ${field}`, async () => {
+      const res = await create(`bad-${name.replace(/\W+/g, "-")}`, payload);
+      assert.equal(res.status, 400, JSON.stringify(res.body));
+      assert.match(res.headers.get('content-type') ?? '', /problem\+json/);
+      assert.ok(res.body.errors.some((e: { field: string }) => e.field === field), JSON.stringify(res.body.errors));
+    });
+  }
+
+  test('malformed JSON → 400, and no task is written', async () => {
+    const res = await http(api.baseUrl, 'POST', '/v1/tasks', {
+      apiKey: alice.apiKey,
+      rawBody: '{"model": ',
+      headers: { 'idempotency-key': 'malformed-json' },
+    });
+    assert.equal(res.status, 400);
+    const rows = await tdb.database.db.select().from(generationTask).where(eq(generationTask.idempotency_key, 'malformed-json'));
+    assert.equal(rows.length, 0);
+  });
+
+  test('a body over the size limit → 413', async () => {
+    const res = await create('too-big', { ...body, prompt: 'x'.repeat(300 * 1024) });
+    assert.equal(res.status, 413);
+  });
+
+  test('a malformed task id is a 404, not a 500', async () => {
+    const res = await http(api.baseUrl, 'GET', '/v1/tasks/not-a-uuid', { apiKey: alice.apiKey });
+    assert.equal(res.status, 404);
+  });
+
+  test('a forged list cursor is a 400 naming the cursor', async () => {
+    const res = await http(api.baseUrl, 'GET', '/v1/tasks?cursor=bm9wZQ', { apiKey: alice.apiKey });
+    assert.equal(res.status, 400);
+    assert.equal(res.body.errors[0].field, 'cursor');
+  });
+});
+
+describe('reads, list and cancel', () => {
+  test('the task list pages with a cursor, newest first, filtered by status', async () => {
+    const tenant = await createTestTenant(tdb.database, config, '100');
+    for (let i = 0; i < 5; i += 1) {
+      const r = await create(`list-${i}`, { ...body, duration_seconds: 1 }, tenant.apiKey);
+      assert.equal(r.status, 202);
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: { status: number; body: any } = await http(
+        api.baseUrl,
+        'GET',
+        `/v1/tasks?limit=2&status=QUEUED${cursor ? `&cursor=${cursor}` : ''}`,
+        { apiKey: tenant.apiKey },
+      );
+      assert.equal(page.status, 200);
+      seen.push(...page.body.tasks.map((t: { task_id: string }) => t.task_id));
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    assert.equal(seen.length, 5);
+    assert.equal(new Set(seen).size, 5);
+  });
+
+  test('cancelling a QUEUED task cancels it at once and releases its whole reservation', async () => {
+    const created = await create('cancel-queued');
+    const id = created.body.task_id as string;
+    const res = await http(api.baseUrl, 'POST', `/v1/tasks/${id}/cancel`, { apiKey: alice.apiKey });
+    assert.equal(res.status, 202);
+    assert.equal(res.body.status, 'CANCELLED');
+    const ledger = await ledgerRows(id);
+    const by = Object.fromEntries(ledger.map((e) => [e.entry_type, e.amount]));
+    assert.deepEqual(by, { RESERVE: '2.000000', SETTLE: '0.000000', RELEASE: '2.000000' });
+    const again = await http(api.baseUrl, 'POST', `/v1/tasks/${id}/cancel`, { apiKey: alice.apiKey });
+    assert.equal(again.status, 409);
+    assert.equal((await ledgerRows(id)).length, 3, 'a second cancel writes no ledger rows');
+  });
+
+  test('GET returns the facts: status, transitions and ledger entries', async () => {
+    const created = await create('get-1');
+    const res = await http(api.baseUrl, 'GET', `/v1/tasks/${created.body.task_id}`, { apiKey: alice.apiKey });
+    assert.equal(res.status, 200);
+    assert.equal(res.body.status, 'QUEUED');
+    assert.equal(res.body.transitions[0].to, 'QUEUED');
+    assert.equal(res.body.ledger[0].type, 'RESERVE');
+    assert.equal(res.body.output, null);
+  });
+});
+
+describe('service endpoints', () => {
+  test('healthz, readyz, metrics and openapi answer', async () => {
+    assert.equal((await http(api.baseUrl, 'GET', '/healthz')).status, 200);
+    const ready = await http(api.baseUrl, 'GET', '/readyz');
+    assert.equal(ready.status, 200);
+    assert.equal(ready.body.mode, 'NORMAL');
+    const metrics = await fetch(`${api.baseUrl}/metrics`).then((r) => r.text());
+    assert.match(metrics, /vidorch_tasks_created_total/);
+    assert.match(metrics, /vidorch_outbox_backlog/);
+    const doc = await http(api.baseUrl, 'GET', '/openapi.json');
+    assert.equal(doc.body.openapi, '3.1.0');
+    assert.ok(doc.body.paths['/v1/tasks'].post.requestBody.content['application/json'].schema.properties.duration_seconds);
+  });
+});

@@ -1,0 +1,176 @@
+// End to end against the real Temporal dev server, Postgres, the S3 server and the provider
+// simulator: API → Postgres facts → workflow → provider → S3 → settled ledger.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import type { Client } from '@temporalio/client';
+import { asc, eq } from 'drizzle-orm';
+import { callbackInbox, creditAccount, creditLedger, taskTransition } from '../../db/schema';
+import { compareMoney, addMoney } from '../../domain/money';
+import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
+import {
+  createTestDatabase,
+  createTestTenant,
+  eventually,
+  freePort,
+  http,
+  startApi,
+  startSimulator,
+  startWorker,
+  temporalClient,
+  testConfig,
+  uniqueQueue,
+  type RunningApi,
+  type RunningSimulator,
+  type RunningWorker,
+  type TestDatabase,
+} from '../support/stack';
+
+let sim: RunningSimulator;
+let tdb: TestDatabase;
+let api: RunningApi;
+let worker: RunningWorker;
+let client: Client;
+let closeClient: () => Promise<void>;
+let tenant: { tenantId: string; apiKey: string };
+let config: ReturnType<typeof testConfig>;
+
+before(async () => {
+  const base = testConfig();
+  sim = await startSimulator(base, { generationMs: 400 });
+  config = testConfig({
+    TEMPORAL_TASK_QUEUE: uniqueQueue('e2e'),
+    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
+    POLL_INITIAL_MS: '300',
+    POLL_MAX_MS: '600',
+  });
+  tdb = await createTestDatabase(config);
+  const t = await temporalClient(config);
+  client = t.client;
+  closeClient = t.close;
+  // Callback URLs handed to the provider must reach this API: fix its port before it starts.
+  const port = await freePort();
+  config = { ...config, PUBLIC_BASE_URL: `http://127.0.0.1:${port}` };
+  api = await startApi(config, tdb.database, { client, port });
+  worker = await startWorker(config, tdb.database);
+  tenant = await createTestTenant(tdb.database, config, '1000');
+});
+
+after(async () => {
+  await worker?.stop();
+  await api?.close();
+  await closeClient?.();
+  await sim?.close();
+  await tdb?.drop();
+});
+
+beforeEach(async () => {
+  sim.sim.clearFaults();
+});
+
+const request = { model: 'minimax/video-01', prompt: 'a red fox running through snow', duration_seconds: 2, resolution: '480p' };
+
+async function createTask(key: string): Promise<string> {
+  const res = await http(api.baseUrl, 'POST', '/v1/tasks', { apiKey: tenant.apiKey, body: request, headers: { 'idempotency-key': key } });
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  return res.body.task_id as string;
+}
+
+async function waitForStatus(taskId: string, status: string, timeoutMs = 60_000) {
+  return eventually(async () => {
+    const res = await http(api.baseUrl, 'GET', `/v1/tasks/${taskId}`, { apiKey: tenant.apiKey });
+    if (['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'].includes(res.body.status) && res.body.status !== status) {
+      throw new Error(`task ended ${res.body.status}, expected ${status}: ${JSON.stringify(res.body.failure)}`);
+    }
+    return res.body.status === status ? res.body : undefined;
+  }, timeoutMs, 250);
+}
+
+async function ledgerOf(taskId: string) {
+  const rows = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+  return Object.fromEntries(rows.map((r) => [r.entry_type, r.amount]));
+}
+
+describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', () => {
+  test('callbacks on: SUCCEEDED, sha256 of the stored object matches, reserve = settle + release, transitions in order, search attributes visible', async () => {
+    const taskId = await createTask('e2e-happy');
+    const task = await waitForStatus(taskId, 'SUCCEEDED');
+
+    // The object in S3 is the provider's video, byte for byte.
+    const bytes = await fetch(task.output.download_url).then(async (r) => Buffer.from(await r.arrayBuffer()));
+    assert.equal(createHash('sha256').update(bytes).digest('hex'), task.output.sha256);
+    assert.equal(bytes.length, task.output.size_bytes);
+    assert.equal(bytes.subarray(4, 8).toString('latin1'), 'ftyp');
+    assert.equal(task.output.media.videoCodec, 'h264');
+    assert.ok(task.output.thumbnail_url);
+
+    // Ledger: one reserve, one settle, one release; they balance; the account holds nothing back.
+    const ledger = await ledgerOf(taskId);
+    assert.deepEqual(Object.keys(ledger).sort(), ['RELEASE', 'RESERVE', 'SETTLE']);
+    assert.equal(compareMoney(addMoney(ledger['SETTLE']!, ledger['RELEASE']!), ledger['RESERVE']!), 0);
+    assert.equal(ledger['SETTLE'], task.settled_amount);
+    const [acct] = await tdb.database.db.select().from(creditAccount).where(eq(creditAccount.tenant_id, tenant.tenantId));
+    assert.equal(acct?.reserved, '0.000000');
+
+    // Transitions: every version once, in order, along the happy path.
+    const transitions = await tdb.database.db
+      .select()
+      .from(taskTransition)
+      .where(eq(taskTransition.task_id, taskId))
+      .orderBy(asc(taskTransition.to_version));
+    assert.deepEqual(transitions.map((t) => t.to_version), transitions.map((_, i) => i));
+    const path = transitions.map((t) => t.to_status).filter((s) => s !== 'RUNNING');
+    assert.deepEqual(path, [
+      'QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'PROCESSING_MEDIA', 'SUCCEEDED',
+    ]);
+
+    // Search attributes: operators find the task by status, tenant and provider.
+    const handle = client.workflow.getHandle(api.facade.workflowIdFor(taskId));
+    await handle.result();
+    const desc = await handle.describe();
+    assert.equal(desc.typedSearchAttributes.get(SA_TASK_STATUS), 'SUCCEEDED');
+    assert.equal(desc.typedSearchAttributes.get(SA_TENANT_ID), tenant.tenantId);
+    assert.equal(desc.typedSearchAttributes.get(SA_PROVIDER), 'replicate');
+    const found = await eventually(async () => {
+      for await (const wf of client.workflow.list({ query: `TaskStatus = 'SUCCEEDED' AND TenantId = '${tenant.tenantId}'` })) {
+        if (wf.workflowId === api.facade.workflowIdFor(taskId)) return true;
+      }
+      return undefined;
+    }, 15_000);
+    assert.equal(found, true);
+  });
+
+  test('callbacks off: polling alone takes the task to SUCCEEDED', async () => {
+    sim.sim.setFaults({ callbacks: 'off' });
+    const taskId = await createTask('e2e-polling');
+    await waitForStatus(taskId, 'SUCCEEDED');
+    const inbox = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
+    assert.ok(inbox.length > 0);
+    assert.ok(inbox.every((r) => r.source === 'poll'), 'every applied event came from a poll');
+  });
+
+  test('one callback delivered three times is stored once and applied once', async () => {
+    sim.sim.setFaults({ callback_duplicates: 2, status: 'error_5xx' }); // polls fail: callbacks alone drive it
+    const taskId = await createTask('e2e-duplicates');
+    await waitForStatus(taskId, 'SUCCEEDED');
+    await sim.sim.webhooksIdle();
+    const inbox = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
+    const ids = inbox.map((r) => r.provider_event_id);
+    assert.equal(new Set(ids).size, ids.length, 'each webhook-id stored once');
+    assert.ok(inbox.some((r) => r.event_type === 'succeeded'));
+    const transitions = await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId));
+    assert.equal(transitions.filter((t) => t.to_status === 'PROVIDER_SUCCEEDED').length, 1);
+    assert.equal(Object.keys(await ledgerOf(taskId)).length, 3);
+  });
+
+  test('a failed generation releases the whole reservation and the workflow completes', async () => {
+    const res = await http(api.baseUrl, 'POST', '/v1/tasks', {
+      apiKey: tenant.apiKey,
+      body: { ...request, prompt: 'this one breaks [sim:fail]' },
+      headers: { 'idempotency-key': 'e2e-fail' },
+    });
+    const task = await waitForStatus(res.body.task_id, 'FAILED');
+    assert.equal(task.failure.code, 'PROVIDER_FAILED');
+    assert.deepEqual(await ledgerOf(res.body.task_id), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+  });
+});

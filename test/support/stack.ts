@@ -1,0 +1,228 @@
+// Test fixtures over real services. `npm test` (scripts/test.ts) starts one Temporal dev
+// server and one S3 server for the run and exports their addresses; each test file makes its
+// own database, simulator, API and worker, so files are independent and can run in parallel.
+import { randomBytes } from 'node:crypto';
+import net, { type AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection, Runtime, type Worker, type WorkflowBundle } from '@temporalio/worker';
+import { createAdmission } from '../../api/admission';
+import { createApp } from '../../api/app';
+import { loadConfig, type Config } from '../../config/env';
+import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createDatabase, type Database } from '../../db/client';
+import { dropDatabase, migrateDatabase } from '../../db/migrate';
+import { createLogger } from '../../observability/logger';
+import { createMetrics } from '../../observability/metrics';
+import { temporalLogger } from '../../observability/temporal-logger';
+import { createTenant } from '../../ops/tenants';
+import { createSimulator, type Simulator } from '../../providers/simulator/server';
+import type { ObjectStorage } from '../../storage/s3';
+import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
+import { bundleWorkflows, createGenerationWorker } from '../../workers/generation-worker';
+
+export const testLogger = createLogger({ name: 'test', level: process.env['LOG_LEVEL'] ?? 'warn', pretty: false });
+
+let runtimeInstalled = false;
+function installRuntime() {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  Runtime.install({ logger: temporalLogger(testLogger), shutdownSignals: [] });
+}
+
+const unique = (prefix: string) => `${prefix}_${process.pid}_${randomBytes(4).toString('hex')}`;
+
+/** A Config for this test file: the run's services from the environment, plus overrides. */
+export function testConfig(overrides: Record<string, string> = {}): Config {
+  return loadConfig({ ...process.env, NODE_ENV: 'test', OUTPUT_FETCH_ALLOW_PRIVATE: 'true', ...overrides });
+}
+
+export interface TestDatabase {
+  readonly url: string;
+  readonly database: Database;
+  drop(): Promise<void>;
+}
+
+/** A fresh, migrated database named for this file; dropped by drop(). */
+export async function createTestDatabase(config: Config): Promise<TestDatabase> {
+  const url = new URL(config.DATABASE_URL);
+  url.pathname = `/${unique('vidorch_t')}`;
+  await migrateDatabase({ url: url.toString(), region: config.REGION, fenceScope: config.FENCE_SCOPE });
+  const database = createDatabase({ url: url.toString(), max: 10, applicationName: 'vidorch-test' });
+  return {
+    url: url.toString(),
+    database,
+    async drop() {
+      await database.close();
+      await dropDatabase(url.toString());
+    },
+  };
+}
+
+export interface RunningSimulator {
+  readonly sim: Simulator;
+  readonly baseUrl: string;
+  close(): Promise<void>;
+}
+
+export async function startSimulator(config: Config, opts: { generationMs?: number } = {}): Promise<RunningSimulator> {
+  const sim = createSimulator({
+    apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
+    webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+    generationMs: opts.generationMs ?? 300,
+    outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
+    dataDir: path.join(os.tmpdir(), 'vidorch-test-simulator'),
+    logger: testLogger,
+    webhookRetry: { attempts: 3, baseDelayMs: 50 },
+  });
+  const server = await sim.listen(0);
+  return { sim, baseUrl: `http://127.0.0.1:${server.port}`, close: () => server.close() };
+}
+
+export async function temporalClient(config: Config): Promise<{ client: Client; close(): Promise<void> }> {
+  const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
+  return { client: new Client({ connection, namespace: config.TEMPORAL_NAMESPACE }), close: () => connection.close() };
+}
+
+export interface RunningApi {
+  readonly baseUrl: string;
+  readonly facade: GenerationFacade;
+  close(): Promise<void>;
+}
+
+export async function startApi(
+  config: Config,
+  db: Database,
+  opts: { facade?: GenerationFacade; client?: Client; storage?: ObjectStorage; port?: number } = {},
+): Promise<RunningApi> {
+  const facade =
+    opts.facade ??
+    createGenerationFacade(async () => {
+      if (!opts.client) throw new Error('no Temporal client for this API');
+      return opts.client;
+    }, config.TEMPORAL_TASK_QUEUE);
+  const app = createApp({
+    db: db.db,
+    logger: testLogger,
+    metrics: createMetrics({ service: 'api-test', db: db.db }),
+    facade,
+    admission: createAdmission(db.db, { scope: config.FENCE_SCOPE, region: config.REGION }, 0),
+    providers: buildProviders(config),
+    storage: opts.storage ?? buildStorage(config),
+    settings: {
+      region: config.REGION,
+      fenceScope: config.FENCE_SCOPE,
+      bodyLimit: config.API_BODY_LIMIT,
+      presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
+    },
+  });
+  const server = app.listen(opts.port ?? 0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const { port } = server.address() as AddressInfo;
+  return {
+    baseUrl: `http://127.0.0.1:${port}`,
+    facade,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+let bundle: Promise<WorkflowBundle> | null = null;
+/** The workflow bundle, built once per test file. */
+export function workflowBundle(): Promise<WorkflowBundle> {
+  bundle ??= bundleWorkflows();
+  return bundle;
+}
+
+export interface RunningWorker {
+  readonly worker: Worker;
+  stop(): Promise<void>;
+}
+
+export async function startWorker(config: Config, db: Database): Promise<RunningWorker> {
+  installRuntime();
+  const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
+  const worker = await createGenerationWorker({
+    connection,
+    namespace: config.TEMPORAL_NAMESPACE,
+    taskQueueBase: config.TEMPORAL_TASK_QUEUE,
+    deps: buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) }),
+    workflowBundle: await workflowBundle(),
+    shutdownGraceMs: 2_000,
+  });
+  const running = worker.run();
+  return {
+    worker,
+    async stop() {
+      worker.shutdown();
+      await running;
+      await connection.close();
+    },
+  };
+}
+
+export async function createTestTenant(db: Database, config: Config, credits = '1000'): Promise<{ tenantId: string; apiKey: string }> {
+  const t = await createTenant(db.db, {
+    name: unique('tenant'),
+    credits,
+    ifMissing: false,
+    actor: 'test',
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+  });
+  return { tenantId: t.tenant_id, apiKey: t.api_key! };
+}
+
+/** A port that was free a moment ago (for a server whose URL must be known before it starts). */
+export async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', () => resolve()));
+  const { port } = srv.address() as AddressInfo;
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  return port;
+}
+
+export const uniqueQueue = (name: string) => unique(`tq_${name}`);
+
+/** JSON request helper that returns status, headers and parsed body. */
+export async function http(
+  baseUrl: string,
+  method: string,
+  path: string,
+  opts: { apiKey?: string; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {},
+): Promise<{ status: number; headers: Headers; body: any }> {
+  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+  if (opts.apiKey) headers['authorization'] = `Bearer ${opts.apiKey}`;
+  let payload: string | undefined;
+  if (opts.rawBody !== undefined) payload = opts.rawBody;
+  else if (opts.body !== undefined) payload = JSON.stringify(opts.body);
+  if (payload !== undefined) headers['content-type'] ??= 'application/json';
+  const res = await fetch(`${baseUrl}${path}`, { method, headers, ...(payload !== undefined ? { body: payload } : {}) });
+  const text = await res.text();
+  let body: unknown = text;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    /* keep text */
+  }
+  return { status: res.status, headers: res.headers, body };
+}
+
+/** Polls `check` until it returns a value (not undefined) or the timeout passes. */
+export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 30_000, everyMs = 200): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
