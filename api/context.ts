@@ -5,7 +5,10 @@ import type { Metrics } from '../observability/metrics';
 import type { ProviderAdapter } from '../providers/types';
 import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
-import type { Admission } from './admission';
+import type { Config } from '../config/env';
+import { buildProviders, buildStorage } from '../config/services';
+import { createAdmission, type Admission } from './admission';
+import { createFastPath, type FastPath } from './fast-path';
 
 export interface ApiContext {
   readonly db: Db;
@@ -13,6 +16,7 @@ export interface ApiContext {
   readonly metrics: Metrics;
   readonly facade: GenerationFacade;
   readonly admission: Admission;
+  readonly fastPath: FastPath;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
   readonly settings: {
@@ -20,5 +24,35 @@ export interface ApiContext {
     readonly fenceScope: string;
     readonly bodyLimit: string;
     readonly presignTtlSeconds: number;
+  };
+}
+
+/** Builds the API's context from config and its parts (the API process and the tests). */
+export function buildApiContext(
+  config: Config,
+  parts: { db: Db; facade: GenerationFacade; logger: Logger; metrics: Metrics; storage?: ObjectStorage; fenceCacheMs?: number },
+): ApiContext {
+  return {
+    db: parts.db,
+    logger: parts.logger,
+    metrics: parts.metrics,
+    facade: parts.facade,
+    admission: createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, parts.fenceCacheMs ?? 1_000),
+    fastPath: createFastPath({
+      db: parts.db,
+      facade: parts.facade,
+      logger: parts.logger,
+      metrics: parts.metrics,
+      timeoutMs: config.API_FAST_PATH_TIMEOUT_MS,
+      cooldownMs: config.API_FAST_PATH_COOLDOWN_MS,
+    }),
+    providers: buildProviders(config),
+    storage: parts.storage ?? buildStorage(config),
+    settings: {
+      region: config.REGION,
+      fenceScope: config.FENCE_SCOPE,
+      bodyLimit: config.API_BODY_LIMIT,
+      presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
+    },
   };
 }

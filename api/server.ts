@@ -1,32 +1,25 @@
 // The API process: `npm run api`.
 import { loadConfigOrExit } from '../config/env';
-import { buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { buildDatabase } from '../config/services';
 import { createLogger } from '../observability/logger';
 import { createMetrics } from '../observability/metrics';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
-import { createAdmission } from './admission';
 import { createApp } from './app';
+import { buildApiContext } from './context';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 const database = buildDatabase(config, 'vidorch-api');
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
-const app = createApp({
-  db: database.db,
-  logger,
-  metrics: createMetrics({ service: 'api', db: database.db }),
-  facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
-  admission: createAdmission(database.db, { scope: config.FENCE_SCOPE, region: config.REGION }),
-  providers: buildProviders(config),
-  storage: buildStorage(config),
-  settings: {
-    region: config.REGION,
-    fenceScope: config.FENCE_SCOPE,
-    bodyLimit: config.API_BODY_LIMIT,
-    presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
-  },
-});
+const app = createApp(
+  buildApiContext(config, {
+    db: database.db,
+    logger,
+    metrics: createMetrics({ service: 'api', db: database.db }),
+    facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
+  }),
+);
 
 const server = app.listen(config.PORT, () => {
   logger.info({ port: config.PORT, region: config.REGION }, `API listening on http://127.0.0.1:${config.PORT}`);

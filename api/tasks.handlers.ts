@@ -6,7 +6,7 @@ import type { ApiContext } from './context';
 import { tenantOf } from './auth';
 import { HttpProblem, problems, zodFieldErrors } from './problem';
 import { createTaskBody, idempotencyKeyHeader, listTasksQuery, taskIdParam } from './tasks.schemas';
-import { cancelTask, createTask, getTaskDetail, listTasks, markOutboxPublished } from './tasks.service';
+import { cancelTask, createTask, getTaskDetail, listTasks } from './tasks.service';
 import { presentTask, presentTaskSummary } from './tasks.present';
 
 async function fenceToken(ctx: ApiContext) {
@@ -54,16 +54,9 @@ export function taskHandlers(ctx: ApiContext) {
       }
       ctx.metrics.tasksCreated.inc({ outcome: 'created' });
       const { task } = outcome;
-      // Fast path: start the workflow now. If Temporal is down the task is still accepted;
-      // the outbox relay starts it later.
-      try {
-        await ctx.facade.startGeneration({ taskId: task.task_id, tenantId, provider: task.provider });
-        await markOutboxPublished(ctx.db, outcome.outboxEventId);
-        ctx.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'published' });
-      } catch (err) {
-        ctx.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'deferred' });
-        ctx.logger.warn({ err, taskId: task.task_id }, 'workflow start deferred to the outbox relay');
-      }
+      // Fast path: start the workflow now, within a short budget. If Temporal is slow or down
+      // the task is still accepted; the outbox relay starts it later.
+      await ctx.fastPath.tryStart({ taskId: task.task_id, tenantId, provider: task.provider }, outcome.outboxEventId);
       res.status(202).location(`/v1/tasks/${task.task_id}`).json({ task_id: task.task_id, status: task.status });
     },
 

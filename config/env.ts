@@ -22,6 +22,10 @@ export const envSchema = z.object({
   PORT: port.default(3000),
   /** Base URL the outside world uses to reach this API; callback URLs handed to providers start with it. */
   PUBLIC_BASE_URL: z.url().default('http://127.0.0.1:3000'),
+  /** How long a create may wait for the workflow start before leaving it to the outbox relay. */
+  API_FAST_PATH_TIMEOUT_MS: ms.default(1_000),
+  /** After a failed fast-path start, skip the fast path this long (Temporal is likely down). */
+  API_FAST_PATH_COOLDOWN_MS: ms.default(5_000),
   /** Largest accepted JSON body for task creation and callbacks. */
   API_BODY_LIMIT: z.string().default('256kb'),
 

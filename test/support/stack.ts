@@ -7,8 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Runtime, type Worker, type WorkflowBundle } from '@temporalio/worker';
-import { createAdmission } from '../../api/admission';
 import { createApp } from '../../api/app';
+import { buildApiContext } from '../../api/context';
 import { loadConfig, type Config } from '../../config/env';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { createDatabase, type Database } from '../../db/client';
@@ -102,21 +102,16 @@ export async function startApi(
       if (!opts.client) throw new Error('no Temporal client for this API');
       return opts.client;
     }, config.TEMPORAL_TASK_QUEUE);
-  const app = createApp({
-    db: db.db,
-    logger: testLogger,
-    metrics: createMetrics({ service: 'api-test', db: db.db }),
-    facade,
-    admission: createAdmission(db.db, { scope: config.FENCE_SCOPE, region: config.REGION }, 0),
-    providers: buildProviders(config),
-    storage: opts.storage ?? buildStorage(config),
-    settings: {
-      region: config.REGION,
-      fenceScope: config.FENCE_SCOPE,
-      bodyLimit: config.API_BODY_LIMIT,
-      presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
-    },
-  });
+  const app = createApp(
+    buildApiContext(config, {
+      db: db.db,
+      facade,
+      logger: testLogger,
+      metrics: createMetrics({ service: 'api-test', db: db.db }),
+      fenceCacheMs: 0,
+      ...(opts.storage ? { storage: opts.storage } : {}),
+    }),
+  );
   const server = app.listen(opts.port ?? 0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const { port } = server.address() as AddressInfo;
