@@ -86,6 +86,8 @@ export const envSchema = z.object({
   SIMULATOR_PORT: port.default(7081),
   /** How long a simulated generation takes. */
   SIMULATOR_GENERATION_MS: ms.default(3_000),
+  /** Where the simulator keeps its generated sample videos. */
+  SIMULATOR_DATA_DIR: z.string().min(1).default('.data/simulator'),
   /** How long the simulator's output URL stays valid. */
   SIMULATOR_OUTPUT_TTL_MS: ms.default(60 * 60 * 1000),
 

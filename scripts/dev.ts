@@ -209,7 +209,10 @@ async function main(): Promise<void> {
   if (externalProvider) {
     say(`PROVIDER_REPLICATE_BASE_URL is set (${urls.replicate}); not starting the simulator`);
   } else if (present(ENTRY.simulator)) {
-    const sim = watch('simulator', startNodeProcess('simulator', ENTRY.simulator, childEnv));
+    const sim = watch(
+      'simulator',
+      startNodeProcess('simulator', ENTRY.simulator, { ...childEnv, SIMULATOR_DATA_DIR: path.join(DEV_DIR, 'simulator') }),
+    );
     await waitForTcp(ports.simulator, { timeoutMs: 30_000, process: sim, what: `the simulator on ${urls.simulator}` });
   }
 

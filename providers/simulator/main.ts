@@ -1,11 +1,11 @@
 // Entry point: `npm run simulator`. Replicate protocol under /replicate, admin under /_sim.
 import path from 'node:path';
-import pino from 'pino';
 import { loadConfigOrExit } from '../../config/env';
+import { createLogger } from '../../observability/logger';
 import { createSimulator } from './server';
 
 const config = loadConfigOrExit();
-const logger = pino({ level: config.LOG_LEVEL, base: { service: 'provider-simulator' } });
+const logger = createLogger({ name: 'provider-simulator', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 
 const port = config.SIMULATOR_PORT;
 const sim = createSimulator({
@@ -15,7 +15,7 @@ const sim = createSimulator({
   webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
   generationMs: config.SIMULATOR_GENERATION_MS,
   outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
-  dataDir: path.resolve('.data', 'simulator'),
+  dataDir: path.resolve(config.SIMULATOR_DATA_DIR),
   logger,
 });
 
