@@ -118,6 +118,18 @@ export function createInboxActivities(deps: TaskActivityDeps) {
             .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
             .for('update');
           for (const row of rows) task = await applyOne(tx, token, task, row);
+          // A cancel that arrived while the submit outcome was open is honoured once the job is known.
+          if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
+            await casTaskStatus(tx, token, {
+              taskId,
+              from: task.status,
+              expectedVersion: task.status_version,
+              to: 'CANCEL_REQUESTED',
+              sourceEvent: 'workflow.deferred-cancel',
+              actor: 'workflow',
+              attemptId: task.active_attempt_id,
+            });
+          }
         }),
       );
       return readTaskFacts(deps.db, taskId, deps.clock.now());

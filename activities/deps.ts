@@ -25,6 +25,8 @@ export interface TaskActivityDeps {
     readonly pollInitialMs: number;
     readonly pollMaxMs: number;
     readonly maxSubmitAttempts: number;
+    /** A reconciliation miss proves absence only this long after the submit began. */
+    readonly unknownProofDelayMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */
     readonly unknownOutcomeDeadlineMs: number;
     readonly outputAllowPrivate: boolean;

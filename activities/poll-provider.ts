@@ -1,24 +1,66 @@
 // The poll fallback: read the job from the provider and write what it says into the inbox,
-// the same path a callback takes. An attempt with an unknown submit outcome is looked for by
-// its correlation token instead (never resubmitted).
+// the same path a callback takes. An attempt whose submit outcome is unknown is looked for by
+// its correlation token instead (DESIGN.md §5 "Unknown outcome"), never resubmitted:
+//   found                         → the event is recorded; applying it binds the job;
+//   provably absent               → the attempt is REJECTED and a new attempt may follow;
+//   not found, past the deadline  → the workflow escalates to MANUAL_REVIEW.
 import { Context } from '@temporalio/activity';
-import { eq } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
+import { holdFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
 import { generationTask, taskAttempt } from '../db/schema';
+import { casTaskStatus, lockTask } from '../db/tasks';
 import { nextPollInterval } from '../domain/backoff';
-import type { ProviderJob } from '../providers/types';
+import type { TaskStatus } from '../domain/states';
+import { decide } from '../domain/task-machine';
+import type { ProviderAdapter, ProviderJob } from '../providers/types';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
 
 export interface PollResult {
-  /** 'recorded': a provider state was written to the inbox; 'not-found': an unknown-outcome job was not (yet) found. */
-  /** 'overdue': not found and past the unknown-outcome deadline; the workflow escalates. */
-  readonly result: 'recorded' | 'duplicate' | 'not-found' | 'overdue' | 'nothing-to-poll';
+  /**
+   * recorded / duplicate: a provider state went to the inbox (new or already there);
+   * not-found: an unknown-outcome job is not visible yet; absent: proved never created, the
+   * task is back in DISPATCHING; overdue: not found past the deadline (escalate);
+   * nothing-to-poll: the attempt has nothing to ask about.
+   */
+  readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'nothing-to-poll';
 }
 
+type AttemptRow = typeof taskAttempt.$inferSelect;
+
+/** Whether this provider's tier lets a negative lookup prove that no job exists. */
+const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unknownOutcomeTier !== 'none';
+
 export function createPollActivities(deps: TaskActivityDeps) {
+  async function markProvedAbsent(token: FenceToken, taskId: string, attempt: AttemptRow, reason: string) {
+    await deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const task = await lockTask(tx, taskId);
+      if (!task) throw notFound(`task ${taskId}`);
+      const moved = await tx
+        .update(taskAttempt)
+        .set({ submit_state: 'REJECTED', last_error: reason, submit_finished_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
+        .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMIT_UNKNOWN'), sql`${taskAttempt.provider_job_id} IS NULL`))
+        .returning({ id: taskAttempt.attempt_id });
+      if (moved.length === 0 || task.active_attempt_id !== attempt.attempt_id) return;
+      const d = decide(task.status as TaskStatus, { type: 'SUBMIT_PROVED_ABSENT' });
+      if (d.kind !== 'move') return;
+      await casTaskStatus(tx, token, {
+        taskId,
+        from: task.status as TaskStatus,
+        expectedVersion: task.status_version,
+        to: d.to,
+        sourceEvent: 'reconcile.proved-absent',
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+        detail: { reason },
+      });
+    });
+  }
+
   return {
     async pollProvider(taskId: string): Promise<PollResult> {
-      return fenced(deps, async () => {
+      return fenced(deps, async (token) => {
         const [row] = await deps.db
           .select({ task: generationTask, attempt: taskAttempt })
           .from(generationTask)
@@ -28,35 +70,51 @@ export function createPollActivities(deps: TaskActivityDeps) {
         const { task, attempt } = row;
         const adapter = providerFor(deps, task.provider);
         const signal = Context.current().cancellationSignal;
+        const now = deps.clock.now();
+        const unknown = !attempt.provider_job_id && attempt.submit_state === 'SUBMIT_UNKNOWN';
+        if (!attempt.provider_job_id && !unknown) return { result: 'nothing-to-poll' as const };
+
+        const submittedAt = attempt.submit_started_at ?? attempt.created_at;
         let job: ProviderJob | null;
+        let lookupFailed: string | null = null;
         if (attempt.provider_job_id) {
           job = await adapter.getJob(attempt.provider_job_id, signal);
-        } else if (attempt.submit_state === 'SUBMIT_UNKNOWN' || attempt.submit_state === 'SUBMITTING') {
-          const since = new Date((attempt.submit_started_at ?? attempt.created_at).getTime() - 60_000);
-          job = await adapter.findByCorrelationToken(attempt.attempt_id, since, signal);
         } else {
-          return { result: 'nothing-to-poll' as const };
+          try {
+            job = await adapter.findByCorrelationToken(attempt.attempt_id, new Date(submittedAt.getTime() - 60_000), signal);
+          } catch (err) {
+            // A failed lookup proves nothing either way; the deadline still runs.
+            job = null;
+            lookupFailed = (err as Error).message;
+            Context.current().log.warn('reconciliation lookup failed', { taskId, error: lookupFailed });
+          }
         }
-        const now = deps.clock.now();
+
         const previous =
-          attempt.next_poll_at && attempt.last_polled_at
-            ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime()
-            : null;
+          attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
         const interval = nextPollInterval(previous, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random);
         await deps.db
           .update(taskAttempt)
           .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
           .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+
         if (!job) {
-          const since = attempt.unknown_since ?? attempt.submit_started_at;
-          const overdue = since !== null && now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
+          const age = now.getTime() - submittedAt.getTime();
+          // The provider has had time to create the job and the listing still reaches back to
+          // our submit: a miss is proof. Past the listing window a miss proves nothing.
+          if (!lookupFailed && canProveAbsence(adapter) && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
+            await markProvedAbsent(token, taskId, attempt, `no job carries token ${attempt.attempt_id} ${Math.round(age / 1000)} s after submit`);
+            return { result: 'absent' as const };
+          }
+          const since = attempt.unknown_since ?? submittedAt;
+          const overdue = now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
           return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
         }
         const inboxId = await recordProviderEvent(deps.db, {
           provider: task.provider,
           job,
           providerEventId: null,
-          source: attempt.provider_job_id ? 'poll' : 'reconcile',
+          source: unknown ? 'reconcile' : 'poll',
           attemptId: attempt.attempt_id,
           taskId,
           receivedRegion: deps.fence.region,
@@ -68,4 +126,3 @@ export function createPollActivities(deps: TaskActivityDeps) {
     },
   };
 }
-

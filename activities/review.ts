@@ -1,12 +1,22 @@
-// Escalation to MANUAL_REVIEW: where evidence cannot decide, a person does. The task keeps
-// its reservation until an operator resolves it.
+// MANUAL_REVIEW: where evidence cannot decide, a person does. Escalation parks the task (its
+// reservation stays open); an operator's resolution (a workflow Update) is checked against the
+// facts, applied with a CAS and audited in the same transaction.
+import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
+import { and, eq, sql } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
+import { opsAudit, taskAttempt } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
+import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
+import { reviewProblem, type ReviewResolution } from '../domain/review';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
-import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
+import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
+
+const invalid = (message: string) => ApplicationFailure.create({ type: FailureType.InvalidState, message, nonRetryable: true });
 
 export function createReviewActivities(deps: TaskActivityDeps) {
   return {
@@ -30,6 +40,72 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           });
         }),
       );
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+
+    /** Applies an operator's resolution of MANUAL_REVIEW. Fails (non-retryable) when the facts do not allow it. */
+    async resolveReview(taskId: string, resolution: ReviewResolution): Promise<TaskFacts> {
+      const problem = reviewProblem(resolution);
+      if (problem) throw invalid(problem);
+      await fenced(deps, async (token) => {
+        const pre = await readTaskFacts(deps.db, taskId, deps.clock.now());
+        if (resolution.kind === 'bind-job') {
+          // The job must exist at the provider: binding a typo would wait forever.
+          try {
+            await providerFor(deps, pre.provider).getJob(resolution.providerJobId);
+          } catch (err) {
+            if ((err as Error).name === 'ProviderNotFound') throw invalid(`provider has no job ${resolution.providerJobId}`);
+            throw err;
+          }
+        }
+        await deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          const task = await lockTask(tx, taskId);
+          if (!task) throw notFound(`task ${taskId}`);
+          const from = task.status as TaskStatus;
+          const event =
+            resolution.kind === 'bind-job' ? 'REVIEW_BIND_JOB' : resolution.kind === 'not-submitted' ? 'REVIEW_NOT_SUBMITTED' : 'REVIEW_FAIL';
+          const d = decide(from, { type: event });
+          if (d.kind !== 'move') throw invalid(`task is ${from}, not in MANUAL_REVIEW`);
+          const actor = `operator:${resolution.operator}`;
+          const attemptId = task.active_attempt_id;
+          if (resolution.kind === 'fail') {
+            await finishTask(tx, token, task, {
+              to: 'FAILED', charge: '0', sourceEvent: 'review.fail', actor,
+              failureCode: 'OPERATOR_FAILED', failureMessage: resolution.reason,
+            });
+          } else {
+            if (resolution.kind === 'bind-job') {
+              if (!attemptId) throw invalid('task has no attempt to bind a job to');
+              await tx
+                .update(taskAttempt)
+                .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
+                .where(eq(taskAttempt.attempt_id, attemptId));
+            } else if (attemptId) {
+              const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+              if (attempt?.provider_job_id) throw invalid(`attempt has provider job ${attempt.provider_job_id}; it was submitted`);
+              await tx
+                .update(taskAttempt)
+                .set({ submit_state: 'REJECTED', last_error: `operator confirmed not submitted: ${resolution.reason}`, status_version: sql`${taskAttempt.status_version} + 1` })
+                .where(and(eq(taskAttempt.attempt_id, attemptId), sql`${taskAttempt.provider_job_id} IS NULL`));
+            }
+            await casTaskStatus(tx, token, {
+              taskId, from, expectedVersion: task.status_version, to: d.to,
+              sourceEvent: `review.${resolution.kind}`, actor, attemptId,
+              detail: { reason: resolution.reason, ...(resolution.kind === 'bind-job' ? { provider_job_id: resolution.providerJobId } : {}) },
+            });
+          }
+          await tx.insert(opsAudit).values({
+            audit_id: randomUUID(),
+            actor,
+            action: `review.${resolution.kind}`,
+            target_type: 'task',
+            target_id: taskId,
+            reason: resolution.reason,
+            detail: { from, to: d.to, ...(resolution.kind === 'bind-job' ? { provider_job_id: resolution.providerJobId } : {}) },
+          });
+        });
+      });
       return readTaskFacts(deps.db, taskId, deps.clock.now());
     },
   };

@@ -72,6 +72,11 @@ export const envSchema = z.object({
 
   /** Submit attempts per task before it fails (proven rejections only). */
   MAX_SUBMIT_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
+  /**
+   * A reconciliation lookup that misses proves the job was never created only once the provider
+   * has had this long since our submit began (its own processing of a slow request).
+   */
+  UNKNOWN_PROOF_DELAY_MS: ms.default(2 * 60 * 1000),
   /** An unknown submit outcome that reconciliation has not resolved by then goes to MANUAL_REVIEW. */
   UNKNOWN_OUTCOME_DEADLINE_MS: ms.default(30 * 60 * 1000),
 

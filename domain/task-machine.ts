@@ -49,7 +49,13 @@ export type TaskEvent =
   | { type: 'OUTPUT_LOST' }
   | { type: 'MEDIA_VALID' }
   | { type: 'MEDIA_INVALID' }
-  | { type: 'ESCALATE' };
+  | { type: 'ESCALATE' }
+  /** Reconciliation proved the unknown submit never created a job: a new attempt may follow. */
+  | { type: 'SUBMIT_PROVED_ABSENT' }
+  /** Operator resolutions of MANUAL_REVIEW (workflow Updates). */
+  | { type: 'REVIEW_BIND_JOB' }
+  | { type: 'REVIEW_NOT_SUBMITTED' }
+  | { type: 'REVIEW_FAIL' };
 
 export type Decision =
   /** Write this new status (CAS from the status it was decided on). */
@@ -134,6 +140,14 @@ export function decide(from: TaskStatus, event: TaskEvent): Decision {
       return from === 'PROCESSING_MEDIA' ? move('FAILED') : noop(`already ${from}`);
     case 'ESCALATE':
       return from === 'MANUAL_REVIEW' ? noop('already in review') : move('MANUAL_REVIEW');
+    case 'SUBMIT_PROVED_ABSENT':
+      return from === 'SUBMIT_UNKNOWN' ? move('DISPATCHING') : noop(`not unknown (${from})`);
+    case 'REVIEW_BIND_JOB':
+      return from === 'MANUAL_REVIEW' ? move('SUBMITTED') : reject(`not in review (${from})`);
+    case 'REVIEW_NOT_SUBMITTED':
+      return from === 'MANUAL_REVIEW' ? move('DISPATCHING') : reject(`not in review (${from})`);
+    case 'REVIEW_FAIL':
+      return from === 'MANUAL_REVIEW' ? move('FAILED') : reject(`not in review (${from})`);
   }
 }
 

@@ -38,6 +38,11 @@ export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
   outputUrlTtlMs: 3_600_000,
   canRefreshOutputUrl: false,
   listingWindowMs: 3_600_000,
+  // 600 creates per minute; account-dependent concurrency (a conservative default; config may override).
+  requestsPerSecond: 10,
+  maxConcurrency: 50,
+  pollOnly: false,
+  queuesExcessWork: false,
 };
 
 const REPLICATE_STATUS: Record<string, ProviderJobState> = {

@@ -20,8 +20,30 @@ export interface ProviderCapabilities {
   /** How long the provider keeps an output URL valid, in ms. */
   readonly outputUrlTtlMs: number;
   readonly canRefreshOutputUrl: boolean;
-  /** How far back a list of recent jobs reaches, in ms (for reconciling unknown outcomes). */
+  /** How far back a list of recent jobs reaches, in ms (for reconciling unknown outcomes); 0 = no listing. */
   readonly listingWindowMs: number;
+  // ---- Limits and quirks (optional so older adapters and fakes stay valid; every real adapter sets them) ----
+  /** The account's request quota towards the provider (submit + status), per second. Polls run at most at this rate. */
+  readonly requestsPerSecond?: number;
+  /** Jobs the account may have in flight at once; the bulkhead's ceiling. */
+  readonly maxConcurrency?: number;
+  /** True when the provider never calls back: progress comes from polling only. */
+  readonly pollOnly?: boolean;
+  /**
+   * True when the provider accepts work over its concurrency limit and queues it (fal IN_QUEUE,
+   * Runway THROTTLED) instead of answering 429: an accepted job may wait a long time before it runs.
+   */
+  readonly queuesExcessWork?: boolean;
+}
+
+/**
+ * Extra handle data some providers need to address a job besides its id (fal routes status and
+ * result by the model's app id). Callers pass what they stored at submit; adapters that do not
+ * need it ignore it.
+ */
+export interface JobRef {
+  /** The model id the attempt was submitted with (SubmitRequest.model). */
+  readonly model?: string;
 }
 
 export interface SubmitRequest {
@@ -68,12 +90,19 @@ export interface VerifiedCallback {
   readonly providerEventId: string | null;
   readonly job: ProviderJob;
   readonly payload: unknown;
+  /**
+   * True when the callback is unauthenticated (capabilities.callbackSignature 'none'): only
+   * `job.jobId` (and the token in the URL) may be used, to trigger an authenticated re-fetch
+   * with getJob. `job.state` is then 'queued' as a placeholder and must not be applied.
+   */
+  readonly needsRefetch?: boolean;
 }
 
 export class CallbackVerificationError extends Error {
   constructor(
     message: string,
-    readonly reason: 'missing-headers' | 'bad-signature' | 'stale-timestamp' | 'bad-payload',
+    /** 'keys-unavailable': the verification keys could not be fetched; answer 503 so the provider retries. */
+    readonly reason: 'missing-headers' | 'bad-signature' | 'stale-timestamp' | 'bad-payload' | 'keys-unavailable',
   ) {
     super(message);
     this.name = 'CallbackVerificationError';
@@ -83,12 +112,30 @@ export class CallbackVerificationError extends Error {
 export interface ProviderAdapter {
   readonly capabilities: ProviderCapabilities;
   submit(req: SubmitRequest): Promise<SubmitOutcome>;
-  /** Idempotent read; throws on transport errors (the caller retries). */
-  getJob(jobId: string, signal?: AbortSignal): Promise<ProviderJob>;
+  /** Idempotent read; throws on transport errors (the caller retries). Pass `ref` when you have it (fal needs the model). */
+  getJob(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<ProviderJob>;
   /** Best effort; resolves when the provider acknowledged the request. */
-  cancel(jobId: string, signal?: AbortSignal): Promise<void>;
-  /** Recent jobs carrying our correlation token (tier list-by-token), newest first. */
+  cancel(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<void>;
+  /**
+   * The job our correlation token identifies: by listing recent jobs (tier list-by-token) or by
+   * asking the provider for our own key (tier lookup-by-key). Null means "not found (yet)"; it
+   * proves absence only for tier 'lookup-by-key'. Tier 'none' adapters always answer null.
+   */
   findByCorrelationToken(token: string, since: Date, signal?: AbortSignal): Promise<ProviderJob | null>;
   /** Verify a callback on its raw bytes and headers; throws CallbackVerificationError. */
   verifyCallback(rawBody: Buffer, headers: Record<string, string | string[] | undefined>): VerifiedCallback;
+  /**
+   * Present when verification may need I/O (fal fetches its JWKS, refetching on rotation).
+   * Callers should prefer it; `verifyProviderCallback` does.
+   */
+  verifyCallbackAsync?(rawBody: Buffer, headers: Record<string, string | string[] | undefined>): Promise<VerifiedCallback>;
+}
+
+/** Verifies a callback with the adapter's async path when it has one, else the sync one. */
+export async function verifyProviderCallback(
+  adapter: ProviderAdapter,
+  rawBody: Buffer,
+  headers: Record<string, string | string[] | undefined>,
+): Promise<VerifiedCallback> {
+  return adapter.verifyCallbackAsync ? adapter.verifyCallbackAsync(rawBody, headers) : adapter.verifyCallback(rawBody, headers);
 }

@@ -3,11 +3,13 @@
 import type { Client } from '@temporalio/client';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import type { TaskFacts } from '../domain/facts';
+import type { ReviewResolution } from '../domain/review';
 import {
   SA_PROVIDER,
   SA_TASK_STATUS,
   SA_TENANT_ID,
   factsQuery,
+  resolveReviewUpdate,
   wakeSignal,
   workflowIdForTask,
 } from '../workflows/definitions';
@@ -30,6 +32,8 @@ export interface GenerationFacade {
   wakeTask(taskId: string): Promise<boolean>;
   describeTask(taskId: string): Promise<{ status: string; runId: string; historyLength: number } | null>;
   queryFacts(taskId: string): Promise<TaskFacts | null>;
+  /** Resolves MANUAL_REVIEW through the workflow's Update (validated, applied, audited). */
+  resolveReview(taskId: string, resolution: ReviewResolution): Promise<TaskFacts>;
   workflowIdFor(taskId: string): string;
 }
 
@@ -77,6 +81,10 @@ export function createGenerationFacade(getClient: () => Promise<Client>, taskQue
         if (err instanceof WorkflowNotFoundError) return null;
         throw err;
       }
+    },
+    async resolveReview(taskId, resolution) {
+      const client = await getClient();
+      return client.workflow.getHandle(workflowIdForTask(taskId)).executeUpdate(resolveReviewUpdate, { args: [resolution] });
     },
     async queryFacts(taskId) {
       const client = await getClient();

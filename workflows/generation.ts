@@ -5,6 +5,7 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  allHandlersFinished,
   condition,
   continueAsNew,
   log,
@@ -25,8 +26,10 @@ import {
   SA_TASK_STATUS,
   SA_TENANT_ID,
   factsQuery,
+  resolveReviewUpdate,
   wakeSignal,
 } from './definitions';
+import { reviewProblem } from '../domain/review';
 
 export interface GenerationInput {
   readonly taskId: string;
@@ -65,6 +68,21 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     woken = true;
   });
   setHandler(factsQuery, () => current);
+  setHandler(
+    resolveReviewUpdate,
+    async (resolution) => {
+      const after = await facts.resolveReview(taskId, resolution);
+      woken = true;
+      return after;
+    },
+    {
+      validator: (resolution) => {
+        const problem = reviewProblem(resolution);
+        if (problem) throw new Error(problem);
+        if (current?.status !== 'MANUAL_REVIEW') throw new Error(`task is ${current?.status ?? 'unknown'}, not in MANUAL_REVIEW`);
+      },
+    },
+  );
 
   const publish = (f: TaskFacts) => {
     const key = `${f.status}|${f.attemptState}|${f.needsAttention}`;
@@ -88,6 +106,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     if (!signalled) {
       const { result } = await facts.pollProvider(taskId);
       if (result === 'overdue') return facts.escalateTask(taskId, 'submit outcome unknown past its deadline');
+      if (result === 'absent') return facts.getTaskFacts(taskId);
     }
     return facts.applyInbox(taskId);
   }
@@ -147,9 +166,11 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     }
     steps += 1;
     if (!isTerminal(current.status) && (steps >= STEPS_PER_RUN || workflowInfo().continueAsNewSuggested)) {
+      await condition(allHandlersFinished);
       await continueAsNew<typeof generationWorkflow>({ taskId });
     }
   }
   publish(current);
+  await condition(allHandlersFinished);
   return { taskId, status: current.status };
 }

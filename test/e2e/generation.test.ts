@@ -5,91 +5,34 @@ import { createHash } from 'node:crypto';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import type { Client } from '@temporalio/client';
 import { asc, eq } from 'drizzle-orm';
-import { callbackInbox, creditAccount, creditLedger, taskTransition } from '../../db/schema';
+import { callbackInbox, creditAccount, taskTransition } from '../../db/schema';
 import { compareMoney, addMoney } from '../../domain/money';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
-import {
-  createTestDatabase,
-  createTestTenant,
-  eventually,
-  freePort,
-  http,
-  startApi,
-  startSimulator,
-  startWorker,
-  temporalClient,
-  testConfig,
-  uniqueQueue,
-  type RunningApi,
-  type RunningSimulator,
-  type RunningWorker,
-  type TestDatabase,
-} from '../support/stack';
+import { eventually, http } from '../support/stack';
+import { defaultRequest, startE2E, type E2E } from '../support/e2e';
 
-let sim: RunningSimulator;
-let tdb: TestDatabase;
-let api: RunningApi;
-let worker: RunningWorker;
+let e: E2E;
+let api: E2E['api'];
+let sim: E2E['sim'];
 let client: Client;
-let closeClient: () => Promise<void>;
-let tenant: { tenantId: string; apiKey: string };
-let config: ReturnType<typeof testConfig>;
+let tenant: E2E['tenant'];
+let tdb: E2E['tdb'];
 
 before(async () => {
-  const base = testConfig();
-  sim = await startSimulator(base, { generationMs: 400 });
-  config = testConfig({
-    TEMPORAL_TASK_QUEUE: uniqueQueue('e2e'),
-    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
-    POLL_INITIAL_MS: '300',
-    POLL_MAX_MS: '600',
-  });
-  tdb = await createTestDatabase(config);
-  const t = await temporalClient(config);
-  client = t.client;
-  closeClient = t.close;
-  // Callback URLs handed to the provider must reach this API: fix its port before it starts.
-  const port = await freePort();
-  config = { ...config, PUBLIC_BASE_URL: `http://127.0.0.1:${port}` };
-  api = await startApi(config, tdb.database, { client, port });
-  worker = await startWorker(config, tdb.database);
-  tenant = await createTestTenant(tdb.database, config, '1000');
+  e = await startE2E('e2e');
+  ({ api, sim, client, tenant, tdb } = e);
 });
-
 after(async () => {
-  await worker?.stop();
-  await api?.close();
-  await closeClient?.();
-  await sim?.close();
-  await tdb?.drop();
+  await e?.close();
 });
-
-beforeEach(async () => {
+beforeEach(() => {
   sim.sim.clearFaults();
 });
 
-const request = { model: 'minimax/video-01', prompt: 'a red fox running through snow', duration_seconds: 2, resolution: '480p' };
-
-async function createTask(key: string): Promise<string> {
-  const res = await http(api.baseUrl, 'POST', '/v1/tasks', { apiKey: tenant.apiKey, body: request, headers: { 'idempotency-key': key } });
-  assert.equal(res.status, 202, JSON.stringify(res.body));
-  return res.body.task_id as string;
-}
-
-async function waitForStatus(taskId: string, status: string, timeoutMs = 60_000) {
-  return eventually(async () => {
-    const res = await http(api.baseUrl, 'GET', `/v1/tasks/${taskId}`, { apiKey: tenant.apiKey });
-    if (['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'].includes(res.body.status) && res.body.status !== status) {
-      throw new Error(`task ended ${res.body.status}, expected ${status}: ${JSON.stringify(res.body.failure)}`);
-    }
-    return res.body.status === status ? res.body : undefined;
-  }, timeoutMs, 250);
-}
-
-async function ledgerOf(taskId: string) {
-  const rows = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
-  return Object.fromEntries(rows.map((r) => [r.entry_type, r.amount]));
-}
+const request = defaultRequest;
+const createTask = (key: string) => e.createTask(key);
+const waitForStatus = (taskId: string, status: string) => e.waitForStatus(taskId, status);
+const ledgerOf = (taskId: string) => e.ledgerOf(taskId);
 
 describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', () => {
   test('callbacks on: SUCCEEDED, sha256 of the stored object matches, reserve = settle + release, transitions in order, search attributes visible', async () => {

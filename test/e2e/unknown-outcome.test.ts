@@ -1,0 +1,153 @@
+// Unknown submit outcomes through the real workflow: the provider is never asked twice for one
+// attempt, a job that exists is found by its correlation token, a job proved absent gets a new
+// attempt, and what cannot be decided goes to MANUAL_REVIEW for an operator's Update.
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { and, asc, eq } from 'drizzle-orm';
+import { opsAudit, taskAttempt } from '../../db/schema';
+import { createReplicateAdapter } from '../../providers/replicate';
+import { SA_NEEDS_ATTENTION } from '../../workflows/definitions';
+import { startE2E, type E2E } from '../support/e2e';
+
+let e: E2E;
+before(async () => {
+  e = await startE2E('unknown', {
+    PROVIDER_HTTP_TIMEOUT_MS: '700',
+    UNKNOWN_PROOF_DELAY_MS: '1500',
+    UNKNOWN_OUTCOME_DEADLINE_MS: '600000',
+  });
+});
+after(async () => {
+  await e?.close();
+});
+beforeEach(() => {
+  e.sim.sim.clearFaults();
+});
+
+const attemptsOf = (taskId: string) =>
+  e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
+const jobsFor = (attemptId: string) => e.sim.sim.tokenCount(attemptId);
+
+describe('an unknown outcome is reconciled, never resubmitted', () => {
+  test('accept-then-hang: the job the provider created is found by its token and the task succeeds with one provider job', async () => {
+    e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
+    const taskId = await e.createTask('hang-1');
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED');
+    const attempts = await attemptsOf(taskId);
+    assert.equal(attempts.length, 1, 'no second attempt');
+    assert.equal(jobsFor(attempts[0]!.attempt_id), 1, 'one provider job for the attempt');
+    assert.ok(task.transitions.some((t: { to: string }) => t.to === 'SUBMIT_UNKNOWN'));
+    assert.ok(attempts[0]!.unknown_since, 'unknown_since recorded');
+  });
+
+  test('reset connection after accept: found by token, one provider job', async () => {
+    e.sim.sim.setFaults({ submit: 'reset_after_accept', submit_fault_count: 1 });
+    const taskId = await e.createTask('reset-1');
+    await e.waitForStatus(taskId, 'SUCCEEDED');
+    const attempts = await attemptsOf(taskId);
+    assert.equal(attempts.length, 1);
+    assert.equal(jobsFor(attempts[0]!.attempt_id), 1);
+  });
+
+  test('5xx before accept: the miss is proved after the delay, and only then does a second attempt go out', async () => {
+    e.sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1 });
+    const taskId = await e.createTask('5xx-1');
+    await e.waitForStatus(taskId, 'SUCCEEDED');
+    const [first, second] = await attemptsOf(taskId);
+    assert.equal(first?.submit_state, 'REJECTED');
+    assert.match(first?.last_error ?? '', /no job carries token/);
+    assert.equal(jobsFor(first!.attempt_id), 0);
+    assert.equal(jobsFor(second!.attempt_id), 1);
+    // The second attempt began only after the proof delay.
+    assert.ok(second!.submit_started_at!.getTime() - first!.submit_started_at!.getTime() >= 1500);
+  });
+
+  test('429 with Retry-After is a proven rejection: a new attempt after the wait, no job for the first', async () => {
+    e.sim.sim.setFaults({ submit: 'rate_limit', retry_after_s: 1, submit_fault_count: 1 });
+    const taskId = await e.createTask('429-1');
+    await e.waitForStatus(taskId, 'SUCCEEDED');
+    const [first, second] = await attemptsOf(taskId);
+    assert.equal(first?.submit_state, 'REJECTED');
+    assert.equal(jobsFor(first!.attempt_id), 0);
+    assert.equal(jobsFor(second!.attempt_id), 1);
+    assert.ok(second!.submit_started_at!.getTime() - first!.submit_finished_at!.getTime() >= 900);
+  });
+});
+
+describe('MANUAL_REVIEW and operator Updates', () => {
+  let review: E2E;
+  before(async () => {
+    // Lookups fail, so nothing can be proved; the deadline sends the task to review.
+    review = await startE2E('review', {
+      PROVIDER_HTTP_TIMEOUT_MS: '700',
+      UNKNOWN_PROOF_DELAY_MS: '1000',
+      UNKNOWN_OUTCOME_DEADLINE_MS: '1500',
+    });
+  });
+  after(async () => {
+    await review?.close();
+  });
+
+  async function parkInReview(key: string, submit: 'accept_then_hang' | 'error_5xx_before_accept') {
+    review.sim.sim.setFaults({ submit, submit_fault_count: 1, list: 'error_5xx', callbacks: 'off' });
+    const taskId = await review.createTask(key);
+    await review.waitForStatus(taskId, 'MANUAL_REVIEW');
+    const handle = review.client.workflow.getHandle(review.api.facade.workflowIdFor(taskId));
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION), true);
+    review.sim.sim.clearFaults();
+    return taskId;
+  }
+
+  test('an unknown outcome past its deadline parks the task in MANUAL_REVIEW; a malformed resolution is refused by the validator', async () => {
+    const taskId = await parkInReview('review-validate', 'error_5xx_before_accept');
+    await assert.rejects(
+      review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-alice', reason: '' }),
+      (err: unknown) => err instanceof WorkflowUpdateFailedError && /reason required/.test(String((err as Error).cause?.message)),
+    );
+    await assert.rejects(
+      review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-alice', reason: 'found it', providerJobId: 'no-such-job' }),
+      WorkflowUpdateFailedError,
+    );
+    assert.equal((await review.getTask(taskId)).status, 'MANUAL_REVIEW');
+    // Resolve to leave no workflow behind.
+    await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-alice', reason: 'test cleanup' });
+  });
+
+  test('confirm not submitted: a new attempt goes out, the task succeeds, the audit row names the operator', async () => {
+    const taskId = await parkInReview('review-not-submitted', 'error_5xx_before_accept');
+    const facts = await review.api.facade.resolveReview(taskId, { kind: 'not-submitted', operator: 'ops-bob', reason: 'provider dashboard shows nothing' });
+    assert.equal(facts.status, 'DISPATCHING');
+    await review.waitForStatus(taskId, 'SUCCEEDED');
+    const attempts = await review.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    assert.equal(attempts.length, 2);
+    const audit = await review.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'review.not-submitted')));
+    assert.equal(audit[0]?.actor, 'operator:ops-bob');
+    assert.equal(audit[0]?.reason, 'provider dashboard shows nothing');
+  });
+
+  test('bind a provider job: the hung job is bound, the task succeeds with one provider job', async () => {
+    const taskId = await parkInReview('review-bind', 'accept_then_hang');
+    const [attempt] = await review.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    const adapter = createReplicateAdapter({
+      baseUrl: review.config.PROVIDER_REPLICATE_BASE_URL,
+      apiToken: review.config.PROVIDER_REPLICATE_API_TOKEN,
+      webhookSecret: review.config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+      timeoutMs: 2000,
+    });
+    const job = await adapter.findByCorrelationToken(attempt!.attempt_id, new Date(Date.now() - 600_000));
+    assert.ok(job, 'the operator finds the job at the provider');
+    await review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: job.jobId });
+    await review.waitForStatus(taskId, 'SUCCEEDED');
+    assert.equal(review.sim.sim.tokenCount(attempt!.attempt_id), 1);
+  });
+
+  test('fail: the task fails and its credits are released', async () => {
+    const taskId = await parkInReview('review-fail', 'error_5xx_before_accept');
+    await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-dan', reason: 'customer asked to drop it' });
+    const task = await review.waitForStatus(taskId, 'FAILED');
+    assert.equal(task.failure.code, 'OPERATOR_FAILED');
+    assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+  });
+});

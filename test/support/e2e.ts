@@ -1,0 +1,110 @@
+// The whole product in one test process: a database, the simulator, the API (on a port fixed
+// before start, so callback URLs reach it) and a worker on a unique task queue, all against the
+// run's Temporal and S3 servers.
+import assert from 'node:assert/strict';
+import type { Client } from '@temporalio/client';
+import { eq } from 'drizzle-orm';
+import type { Config } from '../../config/env';
+import { creditLedger } from '../../db/schema';
+import {
+  createTestDatabase,
+  createTestTenant,
+  eventually,
+  freePort,
+  http,
+  startApi,
+  startSimulator,
+  startWorker,
+  temporalClient,
+  testConfig,
+  uniqueQueue,
+  type RunningApi,
+  type RunningSimulator,
+  type RunningWorker,
+  type TestDatabase,
+} from './stack';
+
+export const TERMINAL_OR_REVIEW = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'];
+
+export interface E2E {
+  readonly config: Config;
+  readonly sim: RunningSimulator;
+  readonly tdb: TestDatabase;
+  readonly api: RunningApi;
+  worker: RunningWorker | null;
+  readonly client: Client;
+  readonly tenant: { tenantId: string; apiKey: string };
+  createTask(key: string, body?: Record<string, unknown>): Promise<string>;
+  getTask(taskId: string): Promise<any>;
+  waitForStatus(taskId: string, status: string, timeoutMs?: number): Promise<any>;
+  ledgerOf(taskId: string): Promise<Record<string, string>>;
+  close(): Promise<void>;
+}
+
+export const defaultRequest = {
+  model: 'minimax/video-01',
+  prompt: 'a red fox running through snow',
+  duration_seconds: 2,
+  resolution: '480p',
+};
+
+export async function startE2E(
+  name: string,
+  overrides: Record<string, string> = {},
+  opts: { generationMs?: number; worker?: boolean } = {},
+): Promise<E2E> {
+  const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 400 });
+  const port = await freePort();
+  const config = testConfig({
+    TEMPORAL_TASK_QUEUE: uniqueQueue(name),
+    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
+    PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+    POLL_INITIAL_MS: '300',
+    POLL_MAX_MS: '600',
+    ...overrides,
+  });
+  const tdb = await createTestDatabase(config);
+  const { client, close: closeClient } = await temporalClient(config);
+  const api = await startApi(config, tdb.database, { client, port });
+  const worker = opts.worker === false ? null : await startWorker(config, tdb.database);
+  const tenant = await createTestTenant(tdb.database, config, '1000');
+
+  const e2e: E2E = {
+    config,
+    sim,
+    tdb,
+    api,
+    worker,
+    client,
+    tenant,
+    async createTask(key, body = defaultRequest) {
+      const res = await http(api.baseUrl, 'POST', '/v1/tasks', { apiKey: tenant.apiKey, body, headers: { 'idempotency-key': key } });
+      assert.equal(res.status, 202, JSON.stringify(res.body));
+      return res.body.task_id as string;
+    },
+    async getTask(taskId) {
+      return (await http(api.baseUrl, 'GET', `/v1/tasks/${taskId}`, { apiKey: tenant.apiKey })).body;
+    },
+    waitForStatus(taskId, status, timeoutMs = 60_000) {
+      return eventually(async () => {
+        const body = await e2e.getTask(taskId);
+        if (TERMINAL_OR_REVIEW.includes(body.status) && body.status !== status) {
+          throw new Error(`task ended ${body.status}, expected ${status}: ${JSON.stringify(body.failure)}`);
+        }
+        return body.status === status ? body : undefined;
+      }, timeoutMs, 200);
+    },
+    async ledgerOf(taskId) {
+      const rows = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+      return Object.fromEntries(rows.map((r) => [r.entry_type, r.amount]));
+    },
+    async close() {
+      await e2e.worker?.stop();
+      await api.close();
+      await closeClient();
+      await sim.close();
+      await tdb.drop();
+    },
+  };
+  return e2e;
+}
