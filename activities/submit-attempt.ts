@@ -85,6 +85,15 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         return null;
       }
       if (attempt.submit_state !== 'PREPARED') return null;
+      if (task.cancel_requested_at) {
+        // Cancelled before the provider was called: nothing to pay for, nothing to cancel there.
+        await tx
+          .update(taskAttempt)
+          .set({ submit_state: 'CANCELLED', status_version: sql`${taskAttempt.status_version} + 1` })
+          .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
+        await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow', attemptId: attempt.attempt_id });
+        return null;
+      }
       await tx
         .update(taskAttempt)
         .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })

@@ -104,7 +104,7 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     const taskId = await parkInReview('review-validate', 'error_5xx_before_accept');
     await assert.rejects(
       review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-alice', reason: '' }),
-      (err: unknown) => err instanceof WorkflowUpdateFailedError && /reason required/.test(String((err as Error).cause?.message)),
+      (err: unknown) => err instanceof WorkflowUpdateFailedError && /reason required/.test(String(((err as Error).cause as Error | undefined)?.message)),
     );
     await assert.rejects(
       review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-alice', reason: 'found it', providerJobId: 'no-such-job' }),
