@@ -44,7 +44,7 @@ beforeEach(() => sim.sim.clearFaults());
 /** Runs one activity as the worker would, with its own activity context. */
 function run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
   const env = new MockActivityEnvironment();
-  return env.run(acts[name] as never, ...(args as never[])) as ReturnType<TaskActivities[K]>;
+  return env.run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
 }
 
 let seq = 0;
@@ -111,7 +111,7 @@ describe('submit: the provider is called at most once per attempt', () => {
     const env = new MockActivityEnvironment();
     const first = env.run(acts.submitAttempt, taskId);
     await new Promise((r) => setTimeout(r, 300));
-    env.cancel('HEARTBEAT_TIMEOUT');
+    env.cancel('TIMED_OUT');
     await first.catch(() => undefined);
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
