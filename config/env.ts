@@ -132,3 +132,13 @@ export function loadConfigOrExit(): Config {
     throw err;
   }
 }
+
+/** The environment that reproduces `config` in a child process (drills and tests spawn workers). */
+export function configToEnv(config: Config): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(config)) {
+    if (v === undefined) continue;
+    env[k] = Array.isArray(v) ? v.join(',') : String(v);
+  }
+  return env;
+}

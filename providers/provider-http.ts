@@ -95,7 +95,7 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
    * that cannot be parsed is unknown (the job may exist). 429 → rejected retryable (Retry-After);
    * 408/409/5xx → unknown (never proof of absence); other 4xx → rejected; 1xx/3xx → rejected.
    */
-  function classifySubmit(a: HttpAnswer, parse: (json: unknown) => ProviderJob | { error: string }): SubmitOutcome {
+  function classifySubmit(a: HttpAnswer, parse: (json: unknown) => ProviderJob | { malformed: string }): SubmitOutcome {
     const { status } = a;
     if (status >= 200 && status <= 299) {
       if (a.text === null) return unknown(`HTTP ${status} but the body could not be read (${a.readError})`);
@@ -106,7 +106,7 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
         return unknown(`HTTP ${status} with a non-JSON body`);
       }
       const job = parse(json);
-      if ('error' in job) return unknown(`HTTP ${status} with a malformed answer: ${clip(job.error)}`);
+      if ('malformed' in job) return unknown(`HTTP ${status} with a malformed answer: ${clip(job.malformed)}`);
       return { kind: 'accepted', job };
     }
     const detail = describeBody(a.text, a.readError);

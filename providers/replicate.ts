@@ -43,6 +43,7 @@ export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
   maxConcurrency: 50,
   pollOnly: false,
   queuesExcessWork: false,
+  canCancel: true,
 };
 
 const REPLICATE_STATUS: Record<string, ProviderJobState> = {

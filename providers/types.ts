@@ -2,6 +2,8 @@
 // read capabilities and typed outcomes; they never branch on a provider's name.
 import type { ProviderJobState } from '../domain/states';
 
+export type { ProviderJobState };
+
 /** How an unknown submit outcome can be resolved (DESIGN.md §5 "Unknown outcome"). */
 export type UnknownOutcomeTier =
   /** The provider dedupes by our key; look the job up by it. */
@@ -34,6 +36,8 @@ export interface ProviderCapabilities {
    * Runway THROTTLED) instead of answering 429: an accepted job may wait a long time before it runs.
    */
   readonly queuesExcessWork?: boolean;
+  /** False when the provider has no cancel API (Kling): cancel() is then a no-op and the job runs to its end. */
+  readonly canCancel?: boolean;
 }
 
 /**

@@ -71,9 +71,13 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   setHandler(
     resolveReviewUpdate,
     async (resolution) => {
-      const after = await facts.resolveReview(taskId, resolution);
-      woken = true;
-      return after;
+      try {
+        return await facts.resolveReview(taskId, resolution);
+      } finally {
+        // Succeeded or not, the facts may have moved (e.g. a reset re-delivered an Update that
+        // was already applied): the main loop re-reads them either way.
+        woken = true;
+      }
     },
     {
       validator: (resolution) => {

@@ -18,7 +18,14 @@ export const SUBMIT_FAULTS = [
 ] as const;
 export type SubmitFault = (typeof SUBMIT_FAULTS)[number];
 
+export const SIM_PROVIDERS = ['replicate', 'fal', 'runway', 'kling'] as const;
+export type SimProvider = (typeof SIM_PROVIDERS)[number];
+
 export const faultConfigSchema = z.strictObject({
+  /** Apply the faults below only to these providers (default: all). */
+  providers: z.array(z.enum(SIM_PROVIDERS)).optional(),
+  /** Apply the submit fault to this share of submits only (0..1, default 1): seed 001's "70 % failure". */
+  submit_fault_rate: z.number().min(0).max(1).optional(),
   callbacks: z.enum(['on', 'off']).optional(),
   /** Send each webhook event this many extra times, with the same webhook-id. */
   callback_duplicates: z.number().int().min(0).max(20).optional(),
@@ -56,10 +63,18 @@ export class Faults {
     this.replace({});
   }
 
+  /** The config as it applies to one provider ({} when the provider is not selected). */
+  for(provider: SimProvider): FaultConfig {
+    const c = this.current;
+    return c.providers && !c.providers.includes(provider) ? {} : c;
+  }
+
   /** The submit fault for this request; consumes one of submit_fault_count. */
-  takeSubmitFault(): SubmitFault {
+  takeSubmitFault(provider: SimProvider = 'replicate', random: () => number = Math.random): SubmitFault {
     const f = this.config.submit ?? 'ok';
     if (f === 'ok') return f;
+    if (this.config.providers && !this.config.providers.includes(provider)) return 'ok';
+    if (this.config.submit_fault_rate !== undefined && random() >= this.config.submit_fault_rate) return 'ok';
     if (this.submitFaultsLeft === null) return f;
     if (this.submitFaultsLeft <= 0) return 'ok';
     this.submitFaultsLeft -= 1;

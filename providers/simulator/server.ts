@@ -1,12 +1,16 @@
-// A provider simulator speaking Replicate's predictions protocol over HTTP, under /replicate,
-// with fault knobs and counters for tests under /_sim. Never exposed beyond loopback.
+// A provider simulator speaking four providers' protocols over HTTP, one route prefix each
+// (/replicate, /fal, /runway, /kling), with fault knobs and counters for tests under /_sim.
+// Never exposed beyond loopback.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import pino, { type Logger } from 'pino';
 import { z } from 'zod';
-import { Faults, faultConfigSchema, type FaultConfig } from './faults';
+import { createFalProtocol, SIM_FAL_DEFAULTS, type FalSimOptions } from './fal';
+import { Faults, faultConfigSchema, type FaultConfig, type SimProvider } from './faults';
+import { createKlingProtocol, SIM_KLING_DEFAULTS, type KlingSimOptions } from './kling';
 import { MediaLibrary, UrlSigner, DEFAULT_DURATION_S } from './media';
+import { createRunwayProtocol, SIM_RUNWAY_DEFAULTS, type RunwaySimOptions } from './runway';
 import { PredictionStore } from './predictions';
 import { WebhookSender } from './webhooks';
 
@@ -25,10 +29,18 @@ export interface SimulatorOptions {
   readonly listPageSize?: number;
   readonly webhookRetry?: { readonly attempts: number; readonly baseDelayMs: number };
   readonly webhookTimeoutMs?: number;
+  /** Credentials and account limits of the other protocols (defaults: SIM_*_DEFAULTS). */
+  readonly fal?: Partial<FalSimOptions>;
+  readonly runway?: Partial<RunwaySimOptions>;
+  readonly kling?: Partial<KlingSimOptions>;
 }
 
 export interface SimulatorStats {
+  /** Replicate predictions. */
   readonly predictions_total: number;
+  /** Jobs created per protocol. */
+  readonly jobs_by_provider: Record<SimProvider, number>;
+  /** Jobs created per correlation token, across all protocols. */
   readonly by_token: Record<string, number>;
   readonly webhooks_sent: number;
   readonly webhooks_failed: number;
@@ -53,6 +65,8 @@ export interface Simulator {
   /** Resolves when all queued webhook deliveries are done. */
   webhooksIdle(): Promise<void>;
   baseUrl(): string;
+  /** Replace fal's webhook signing key (same as POST /_sim/fal/rotate-key); returns the new kid. */
+  rotateFalKey(): string;
 }
 
 const createBody = z.object({
@@ -101,16 +115,40 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   });
   const pageSize = opts.listPageSize ?? 100;
   const pendingAnswers = new Set<NodeJS.Timeout>();
+  const deps = {
+    baseUrl,
+    faults,
+    webhooks,
+    media,
+    signer,
+    logger,
+    generationMs: opts.generationMs,
+    outputTtlMs: opts.outputTtlMs,
+    pendingAnswers,
+  };
+  const fal = createFalProtocol(deps, { ...SIM_FAL_DEFAULTS, ...opts.fal });
+  const runway = createRunwayProtocol(deps, { ...SIM_RUNWAY_DEFAULTS, ...opts.runway });
+  const kling = createKlingProtocol(deps, { ...SIM_KLING_DEFAULTS, ...opts.kling });
+  const jobStores = [fal.store, runway.store, kling.store];
 
-  const stats = (): SimulatorStats => ({
-    predictions_total: store.total,
-    by_token: Object.fromEntries(store.byToken),
-    webhooks_sent: webhooks.sent,
-    webhooks_failed: webhooks.failed,
-    webhook_attempts: webhooks.attempts,
-  });
+  const tokenCount = (token: string): number =>
+    (store.byToken.get(token) ?? 0) + jobStores.reduce((n, s) => n + (s.byToken.get(token) ?? 0), 0);
+  const stats = (): SimulatorStats => {
+    const byToken = new Map(store.byToken);
+    for (const s of jobStores) for (const [t, n] of s.byToken) byToken.set(t, (byToken.get(t) ?? 0) + n);
+    return {
+      predictions_total: store.total,
+      jobs_by_provider: { replicate: store.total, fal: fal.store.total, runway: runway.store.total, kling: kling.store.total },
+      by_token: Object.fromEntries(byToken),
+      webhooks_sent: webhooks.sent,
+      webhooks_failed: webhooks.failed,
+      webhook_attempts: webhooks.attempts,
+    };
+  };
   const reset = (): void => {
     store.clear();
+    for (const s of jobStores) s.clear();
+    kling.clearKeys();
     webhooks.stop();
     webhooks.resetStats();
   };
@@ -124,8 +162,9 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   app.get('/_sim/stats', (_req, res) => void res.json(stats()));
   app.get('/_sim/tokens/:token', (req, res) => {
     const token = req.params.token;
-    res.json({ token, count: store.byToken.get(token) ?? 0 });
+    res.json({ token, count: tokenCount(token) });
   });
+  app.post('/_sim/fal/rotate-key', (_req, res) => void res.json({ kid: fal.rotateKey() }));
   app.get('/_sim/faults', (_req, res) => void res.json(faults.current));
   app.post('/_sim/faults', (req, res) => {
     const parsed = faultConfigSchema.safeParse(req.body ?? {});
@@ -157,8 +196,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const body: unknown = version === null ? req.body : { ...(req.body as object), version };
     const parsed = createBody.safeParse(body);
     if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
-    const f = faults.current;
-    const fault = faults.takeSubmitFault();
+    const f = faults.for('replicate');
+    const fault = faults.takeSubmitFault('replicate');
     if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
     if (fault === 'rate_limit') {
       if (f.retry_after_s !== undefined) res.set('Retry-After', String(f.retry_after_s));
@@ -189,7 +228,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   r.post('/v1/models/:owner/:name/predictions', (req, res) => submit(req, res, `${req.params.owner}/${req.params.name}`));
 
   r.get('/v1/predictions', (req, res) => {
-    if (faults.current.list === 'error_5xx') return problem(res, 503, 'Service Unavailable', 'simulated failure');
+    if (faults.for('replicate').list === 'error_5xx') return problem(res, 503, 'Service Unavailable', 'simulated failure');
     const cursorRaw = req.query['cursor'];
     let before = 0;
     if (typeof cursorRaw === 'string') {
@@ -206,7 +245,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     });
   });
   r.get('/v1/predictions/:id', (req, res) => {
-    if (faults.current.status === 'error_5xx') return problem(res, 500, 'Internal Server Error', 'simulated failure');
+    if (faults.for('replicate').status === 'error_5xx') return problem(res, 500, 'Internal Server Error', 'simulated failure');
     const p = store.get(req.params.id);
     if (!p) return problem(res, 404, 'Not found', 'Not found.');
     res.json(store.toJson(p));
@@ -235,6 +274,9 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     }
   });
   app.use('/replicate', r);
+  app.use('/fal', fal.router);
+  app.use('/runway', runway.router);
+  app.use('/kling', kling.router);
 
   app.use((_req: Request, res: Response) => problem(res, 404, 'Not found', 'No such route'));
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
@@ -268,6 +310,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       close: () => {
         closing ??= new Promise<void>((resolve, reject) => {
           store.stopTimers();
+          for (const s of jobStores) s.stopTimers();
           webhooks.stop();
           for (const t of pendingAnswers) clearTimeout(t);
           pendingAnswers.clear();
@@ -283,11 +326,12 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     app,
     listen,
     stats,
-    tokenCount: (token) => store.byToken.get(token) ?? 0,
+    tokenCount,
     setFaults: (c) => faults.replace(faultConfigSchema.parse(c)),
     clearFaults: () => faults.reset(),
     reset,
     webhooksIdle: () => webhooks.idle(),
     baseUrl,
+    rotateFalKey: () => fal.rotateKey(),
   };
 }

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { Webhook } from 'standardwebhooks';
-import type { Faults } from './faults';
+import type { Faults, SimProvider } from './faults';
 
 export type WebhookEventType = 'start' | 'output' | 'logs' | 'completed';
 export const WEBHOOK_EVENT_TYPES: readonly WebhookEventType[] = ['start', 'output', 'logs', 'completed'];
@@ -18,6 +18,13 @@ export interface WebhookEvent {
   readonly url: string;
   /** The prediction JSON at the time of the event. */
   readonly body: string;
+  /** Which protocol sends it (fault selection); default replicate. */
+  readonly provider?: SimProvider;
+  /**
+   * The provider's own delivery headers for one attempt (fal: ED25519 headers; Kling: none).
+   * Absent: Standard Webhooks headers, the way Replicate signs.
+   */
+  readonly headers?: (now: Date, wrongKey: boolean) => Record<string, string>;
 }
 
 export interface WebhookSenderOptions {
@@ -50,7 +57,7 @@ export class WebhookSender {
 
   /** Queue an event according to the current fault config. */
   emit(event: WebhookEvent): void {
-    const f = this.opts.faults.current;
+    const f = this.opts.faults.for(event.provider ?? 'replicate');
     if (f.callbacks === 'off') return;
     if (f.callback_reorder && event.type === 'start') {
       this.heldStarts.set(event.predictionId, event);
@@ -67,7 +74,7 @@ export class WebhookSender {
   }
 
   private enqueue(event: WebhookEvent): void {
-    const f = this.opts.faults.current;
+    const f = this.opts.faults.for(event.provider ?? 'replicate');
     const copies = 1 + (f.callback_duplicates ?? 0);
     const delay = f.callback_delay_ms ?? 0;
     const wrongKey = f.callback_wrong_key === true;
@@ -91,18 +98,19 @@ export class WebhookSender {
     for (let attempt = 0; attempt < this.opts.attempts; attempt++) {
       if (attempt > 0) await sleep(this.opts.baseDelayMs * 2 ** (attempt - 1), undefined, { signal });
       const now = new Date();
-      const signature = (wrongKey ? this.wrongSigner : this.signer).sign(event.id, now, event.body);
+      const signed = event.headers
+        ? event.headers(now, wrongKey)
+        : {
+            'user-agent': 'replicate-simulator/1',
+            'webhook-id': event.id,
+            'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+            'webhook-signature': (wrongKey ? this.wrongSigner : this.signer).sign(event.id, now, event.body),
+          };
       this.attempts++;
       try {
         const res = await fetch(event.url, {
           method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'user-agent': 'replicate-simulator/1',
-            'webhook-id': event.id,
-            'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-            'webhook-signature': signature,
-          },
+          headers: { 'content-type': 'application/json', ...signed },
           body: event.body,
           signal: AbortSignal.any([signal, AbortSignal.timeout(this.opts.timeoutMs)]),
         });

@@ -222,12 +222,5 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
   }
 }
 
-/** The environment that reproduces `config` in a child process (for worker processes under test). */
-export function configToEnv(config: Config): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(config)) {
-    if (v === undefined) continue;
-    env[k] = Array.isArray(v) ? v.join(',') : String(v);
-  }
-  return env;
-}
+
+export { configToEnv } from '../../config/env';

@@ -143,3 +143,20 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
   assert.equal(new Set(entered).size, entered.length, `no state entered twice: ${entered.join(' → ')}`);
   return f;
 }
+
+/**
+ * The recorded histories (test/fixtures/histories/<name>.json), made by
+ * scripts/record-histories.ts and replayed by test/workflows/replay.test.ts. Each names the
+ * workflow paths it must exercise, so a re-recording that missed its path fails the replay test.
+ */
+export const RECORDED_SCENARIOS = {
+  'happy-path': { about: 'callbacks on: submit, callback, rescue, media, settle', activities: ['submitAttempt', 'applyInbox', 'rescueOutput', 'processMedia'] },
+  'polling-only': { about: 'callbacks off: the poll timer fires and polls find the result', activities: ['pollProvider', 'rescueOutput', 'processMedia'] },
+  'unknown-outcome-resolved': { about: 'accept then hang: SUBMIT_UNKNOWN, found by its correlation token', activities: ['submitAttempt', 'pollProvider', 'processMedia'] },
+  'rejected-then-retried': { about: '429 with Retry-After: a workflow timer, then attempt 2', activities: ['submitAttempt', 'prepareAttempt', 'processMedia'] },
+  'cancel-while-running': { about: 'cancel while RUNNING: provider cancel requested, CANCELLED', activities: ['requestProviderCancel'] },
+  'manual-review-resolved': { about: 'deadline → MANUAL_REVIEW; a refused Update, then confirm-not-submitted; attempt 2 succeeds', activities: ['escalateTask', 'resolveReview', 'processMedia'] },
+} as const satisfies Record<string, { about: string; activities: readonly string[] }>;
+export type ScenarioName = keyof typeof RECORDED_SCENARIOS;
+
+export const fixturePath = (name: string): string => path.join(HISTORIES_DIR, `${name}.json`);

@@ -1,0 +1,159 @@
+// A drill's world: its own Temporal dev server and S3 server (scripts/stack.ts), a fresh
+// database, the provider simulator and the API in this process, and worker *processes* that a
+// drill can kill. Everything is torn down by close().
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { rm } from 'node:fs/promises';
+import path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { sql } from 'drizzle-orm';
+import { createApp } from '../../api/app';
+import { buildApiContext } from '../../api/context';
+import { configToEnv, loadConfig, type Config } from '../../config/env';
+import { createDatabase, type Database } from '../../db/client';
+import { dropDatabase, migrateDatabase } from '../../db/migrate';
+import { createLogger } from '../../observability/logger';
+import { createMetrics } from '../../observability/metrics';
+import { createSimulator, type Simulator } from '../../providers/simulator/server';
+import { REPO_ROOT, fileLogger, freePort, startNodeProcess, startS3, startTemporal, type ManagedProcess } from '../../scripts/stack';
+import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
+import { createTenant } from '../tenants';
+
+export interface DrillWorld {
+  readonly config: Config;
+  readonly db: Database;
+  readonly sim: Simulator;
+  readonly apiUrl: string;
+  readonly apiKey: string;
+  readonly facade: GenerationFacade;
+  readonly client: Client;
+  readonly workers: Map<string, ManagedProcess>;
+  startWorker(name: string, env?: Record<string, string>): Promise<ManagedProcess>;
+  close(): Promise<void>;
+}
+
+const quiet = () => undefined;
+
+export async function startDrillWorld(name: string, overrides: Record<string, string>, log: (line: string) => void): Promise<DrillWorld> {
+  const id = `${name.replace(/\W/g, "_")}_${randomBytes(3).toString("hex")}`;
+  const dataDir = path.join(REPO_ROOT, '.data', 'drill', id);
+  const cleanups: (() => Promise<unknown>)[] = [];
+  try {
+    log('starting Temporal dev server and S3 server');
+    const temporal = await startTemporal({ port: await freePort(), headless: true, log: quiet });
+    cleanups.push(() => temporal.stop());
+    const base = loadConfig({ ...process.env, ...overrides });
+    const s3 = await startS3({
+      port: await freePort(),
+      dataDir: path.join(dataDir, 's3'),
+      accessKey: base.S3_ACCESS_KEY_ID,
+      secretKey: base.S3_SECRET_ACCESS_KEY,
+      buckets: [base.S3_BUCKET_OUTPUTS],
+      log: quiet,
+    });
+    cleanups.push(() => s3.stop());
+
+    const logger = createLogger({ name: `drill-${name}`, level: 'error', pretty: false });
+    const sim = createSimulator({
+      apiToken: base.PROVIDER_REPLICATE_API_TOKEN,
+      webhookSecret: base.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+      generationMs: base.SIMULATOR_GENERATION_MS,
+      outputTtlMs: base.SIMULATOR_OUTPUT_TTL_MS,
+      dataDir: path.join(REPO_ROOT, '.data', 'simulator'),
+      logger,
+    });
+    const simServer = await sim.listen(0);
+    cleanups.push(() => simServer.close());
+
+    const apiPort = await freePort();
+    const dbUrl = new URL(base.DATABASE_URL);
+    dbUrl.pathname = `/vidorch_drill_${id}`;
+    const config = loadConfig({
+      ...process.env,
+      ...overrides,
+      DATABASE_URL: dbUrl.toString(),
+      TEMPORAL_ADDRESS: temporal.address,
+      S3_ENDPOINT: s3.endpoint,
+      PROVIDER_REPLICATE_BASE_URL: `http://127.0.0.1:${simServer.port}/replicate`,
+      PUBLIC_BASE_URL: `http://127.0.0.1:${apiPort}`,
+      OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+    });
+    log(`database ${dbUrl.pathname.slice(1)}`);
+    await migrateDatabase({ url: config.DATABASE_URL, region: config.REGION, fenceScope: config.FENCE_SCOPE });
+    cleanups.push(() => dropDatabase(config.DATABASE_URL));
+    const db = createDatabase({ url: config.DATABASE_URL, max: 20, applicationName: 'vidorch-drill' });
+    cleanups.push(() => db.close());
+
+    const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
+    cleanups.push(() => connection.close());
+    const client = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
+    const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
+    const app = createApp(buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) }));
+    const server = app.listen(apiPort, '127.0.0.1');
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    cleanups.push(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }));
+    const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+
+    const tenant = await createTenant(db.db, {
+      name: `drill-${id}`, credits: '1000000', ifMissing: false, actor: 'drill', fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    });
+
+    const workers = new Map<string, ManagedProcess>();
+    const world: DrillWorld = {
+      config, db, sim, apiUrl, apiKey: tenant.api_key!, facade, client, workers,
+      async startWorker(workerName, env = {}) {
+        const proc = startNodeProcess(
+          workerName,
+          'workers/main.ts',
+          { ...configToEnv(config), WORKER_METRICS_PORT: String(await freePort()), LOG_LEVEL: 'warn', LOG_PRETTY: 'false', ...env },
+          { log: fileLogger(path.join(dataDir, `${workerName}.log`)) },
+        );
+        workers.set(workerName, proc);
+        return proc;
+      },
+      async close() {
+        for (const w of workers.values()) await w.stop('SIGTERM', 5_000);
+        for (const c of cleanups.reverse()) await c().catch(() => undefined);
+        if (!process.env['DRILL_KEEP_DATA']) await rm(dataDir, { recursive: true, force: true });
+      },
+    };
+    return world;
+  } catch (err) {
+    for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    throw err;
+  }
+}
+
+export interface Convergence {
+  readonly byStatus: Record<string, number>;
+  readonly settled: number;
+}
+
+/** Counts the drill's tasks by status (terminal and MANUAL_REVIEW count as converged). */
+export async function convergence(db: Database): Promise<Convergence> {
+  const { rows } = await db.db.execute(sql`SELECT status, count(*)::int AS n FROM generation_task GROUP BY status`);
+  const byStatus = Object.fromEntries((rows as { status: string; n: number }[]).map((r) => [r.status, r.n]));
+  const settled = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'].reduce((n, s) => n + (byStatus[s] ?? 0), 0);
+  return { byStatus, settled };
+}
+
+/** Tasks whose ledger does not balance, plus the account's open reservations against open tasks. */
+export async function ledgerImbalance(db: Database): Promise<number> {
+  const { rows } = await db.db.execute(sql`
+    SELECT count(*)::int AS n FROM (
+      SELECT t.task_id,
+        coalesce(sum(l.amount) FILTER (WHERE l.entry_type = 'RESERVE'), 0) AS reserved,
+        coalesce(sum(l.amount) FILTER (WHERE l.entry_type IN ('SETTLE', 'RELEASE')), 0) AS closed,
+        count(*) FILTER (WHERE l.entry_type = 'RESERVE') AS reserves,
+        count(*) FILTER (WHERE l.entry_type = 'SETTLE') AS settles,
+        t.terminal_at
+      FROM generation_task t LEFT JOIN credit_ledger l ON l.task_id = t.task_id
+      GROUP BY t.task_id, t.terminal_at
+    ) x
+    WHERE reserves <> 1 OR settles > 1 OR (terminal_at IS NOT NULL AND (settles <> 1 OR reserved <> closed))
+       OR (terminal_at IS NULL AND settles <> 0)`);
+  const [acct] = (await db.db.execute(sql`
+    SELECT (SELECT coalesce(sum(reserved), 0) FROM credit_account)
+         - (SELECT coalesce(sum(reserved_amount), 0) FROM generation_task WHERE terminal_at IS NULL) AS diff`)).rows as { diff: string }[];
+  return (rows[0] as { n: number }).n + (Number(acct?.diff ?? 0) === 0 ? 0 : 1);
+}

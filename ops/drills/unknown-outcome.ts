@@ -1,0 +1,135 @@
+// Drill: unknown provider outcomes at volume. Tasks go through three faults in turn —
+// accept-then-hang (the provider creates the job and never answers), a worker SIGKILLed while
+// submits are in flight, and lost callbacks — and must all converge with at most one
+// provider job per task, a balanced ledger and nothing lost.
+import { eq, inArray } from 'drizzle-orm';
+import { taskAttempt } from '../../db/schema';
+import { sleep } from '../../scripts/stack';
+import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
+
+export interface UnknownOutcomeReport {
+  readonly tasks: number;
+  readonly accepted: number;
+  readonly succeeded: number;
+  readonly failed: number;
+  readonly manualReview: number;
+  readonly maxProviderJobsPerTask: number;
+  readonly providerJobsHistogram: Record<string, number>;
+  readonly ledgerImbalance: number;
+  readonly lost: number;
+  readonly convergeSeconds: number;
+  readonly phases: Record<string, number>;
+}
+
+async function createTasks(world: DrillWorld, prefix: string, n: number, concurrency = 16): Promise<string[]> {
+  const ids: string[] = [];
+  let next = 0;
+  async function lane() {
+    while (next < n) {
+      const i = next++;
+      const res = await fetch(`${world.apiUrl}/v1/tasks`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'minimax/video-01', prompt: `drill ${prefix} ${i}`, duration_seconds: 1, resolution: '480p' }),
+      });
+      if (res.status !== 202) throw new Error(`create ${prefix}-${i} answered ${res.status}: ${await res.text()}`);
+      ids.push(((await res.json()) as { task_id: string }).task_id);
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, lane));
+  return ids;
+}
+
+async function attemptStates(world: DrillWorld, taskIds: string[]) {
+  const rows = await world.db.db.select().from(taskAttempt).where(inArray(taskAttempt.task_id, taskIds));
+  const count = (s: string) => rows.filter((r) => r.submit_state === s).length;
+  return { rows, count };
+}
+
+export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: string) => void; timeoutMs?: number }): Promise<UnknownOutcomeReport> {
+  const { log } = opts;
+  const world = await startDrillWorld('unknown-outcome', {
+    SIMULATOR_GENERATION_MS: '1500',
+    PROVIDER_HTTP_TIMEOUT_MS: '5000',
+    POLL_INITIAL_MS: '500',
+    POLL_MAX_MS: '2000',
+    UNKNOWN_PROOF_DELAY_MS: '5000',
+    UNKNOWN_OUTCOME_DEADLINE_MS: '180000',
+    WORKER_MAX_CONCURRENT_ACTIVITIES: '100',
+  }, log);
+  try {
+    await world.startWorker('worker-a');
+    await world.startWorker('worker-b');
+    const [n1, n2] = [Math.round(opts.tasks / 3), Math.round(opts.tasks / 3)];
+    const n3 = opts.tasks - n1 - n2;
+    const started = Date.now();
+    const phases: Record<string, number> = {};
+
+    log(`phase 1: accept-then-hang for ${n1} submits`);
+    world.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: n1 });
+    const phase1 = await createTasks(world, 'hang', n1);
+    await waitFor(async () => {
+      const { rows, count } = await attemptStates(world, phase1);
+      return rows.length >= n1 && count('PREPARED') + count('SUBMITTING') === 0;
+    }, 60_000);
+    phases['hang_unknown'] = (await attemptStates(world, phase1)).rows.filter((r) => r.unknown_since).length;
+
+    log(`phase 2: ${n2} slow submits, then SIGKILL worker-a mid-call`);
+    world.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3000, submit_fault_count: n2 });
+    const phase2 = await createTasks(world, 'crash', n2);
+    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= Math.min(n2, 10), 60_000);
+    phases['in_flight_at_kill'] = (await attemptStates(world, phase2)).count('SUBMITTING');
+    await world.workers.get('worker-a')!.stop('SIGKILL', 1_000);
+    await sleep(1_000);
+    await world.startWorker('worker-a2');
+
+    log(`phase 3: ${n3} tasks with callbacks lost`);
+    world.sim.setFaults({ callbacks: 'off' });
+    const phase3 = await createTasks(world, 'nocallback', n3);
+    const all = [...phase1, ...phase2, ...phase3];
+
+    const deadline = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
+    let c = await convergence(world.db);
+    while (c.settled < all.length && Date.now() < deadline) {
+      log(`converging: ${c.settled}/${all.length} settled ${JSON.stringify(c.byStatus)}`);
+      await sleep(2_000);
+      c = await convergence(world.db);
+    }
+    const convergeSeconds = (Date.now() - started) / 1000;
+
+    const attempts = await world.db.db.select().from(taskAttempt);
+    const jobsPerTask = new Map<string, number>();
+    for (const a of attempts) jobsPerTask.set(a.task_id, (jobsPerTask.get(a.task_id) ?? 0) + world.sim.tokenCount(a.attempt_id));
+    const histogram: Record<string, number> = {};
+    for (const id of all) {
+      const k = String(jobsPerTask.get(id) ?? 0);
+      histogram[k] = (histogram[k] ?? 0) + 1;
+    }
+    const found = await world.db.db.select({ id: taskAttempt.task_id }).from(taskAttempt).where(eq(taskAttempt.attempt_no, 1));
+    const known = new Set(found.map((f) => f.id));
+    const lost = all.filter((id) => !known.has(id)).length + (all.length - c.settled);
+    return {
+      tasks: opts.tasks,
+      accepted: all.length,
+      succeeded: c.byStatus['SUCCEEDED'] ?? 0,
+      failed: c.byStatus['FAILED'] ?? 0,
+      manualReview: c.byStatus['MANUAL_REVIEW'] ?? 0,
+      maxProviderJobsPerTask: Math.max(0, ...jobsPerTask.values()),
+      providerJobsHistogram: histogram,
+      ledgerImbalance: await ledgerImbalance(world.db),
+      lost,
+      convergeSeconds,
+      phases,
+    };
+  } finally {
+    await world.close();
+  }
+}
+
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`drill: condition not met in ${timeoutMs} ms`);
+    await sleep(250);
+  }
+}

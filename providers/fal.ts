@@ -1,0 +1,307 @@
+// ProviderAdapter for fal's queue API (https://docs.fal.ai/model-endpoints/queue):
+// POST {base}/{model_id}?fal_webhook=… → request_id; GET {base}/{app_id}/requests/{id}/status;
+// GET {base}/{app_id}/requests/{id} (result); PUT …/cancel. Auth `Authorization: Key <key>`.
+// fal has no client idempotency key and no listing of our requests: our attempt id rides as the
+// last path segment of the webhook URL, so a late completion webhook still finds its attempt, but
+// nothing can be looked up actively (tier 'none'). Status and result are addressed by the app id
+// (the model id without its sub-path), so getJob/cancel need `ref.model`.
+import { z } from 'zod';
+import type { ProviderJobState } from '../domain/states';
+import { FAL_HEADERS, FalJwks, falSignedMessage, verifyFalSignature } from './fal-webhooks';
+import { createProviderHttp, headerValue, numericMetrics, ProviderHttpError } from './provider-http';
+import { lastPathSegment } from './replicate';
+import {
+  CallbackVerificationError,
+  type JobRef,
+  type ProviderAdapter,
+  type ProviderCapabilities,
+  type ProviderJob,
+  type SubmitOutcome,
+  type SubmitRequest,
+  type VerifiedCallback,
+} from './types';
+
+export interface FalAdapterOptions {
+  /** e.g. https://queue.fal.run or http://127.0.0.1:7081/fal */
+  readonly baseUrl: string;
+  /** fal API key ("key_id:key_secret"). */
+  readonly apiKey: string;
+  /** e.g. https://rest.alpha.fal.ai/.well-known/jwks.json */
+  readonly jwksUrl: string;
+  /** Timeout of one HTTP call. */
+  readonly timeoutMs: number;
+  /** Reject webhooks for another fal user id (the X-Fal-Webhook-User-Id header). */
+  readonly expectedUserId?: string;
+  /** JWKS cache TTL (default 24 h) and the minimum interval between refetches on failure (default 60 s). */
+  readonly jwksTtlMs?: number;
+  readonly jwksMinRefetchIntervalMs?: number;
+  /** Accepted clock skew of the webhook timestamp, in seconds (default 300). */
+  readonly toleranceSeconds?: number;
+  /** Account limits, when they differ from the defaults in FAL_CAPABILITIES. */
+  readonly limits?: { readonly requestsPerSecond?: number; readonly maxConcurrency?: number };
+  readonly fetch?: typeof fetch;
+  readonly now?: () => number;
+}
+
+export const FAL_CAPABILITIES: ProviderCapabilities = {
+  name: 'fal',
+  // No idempotency key, no listing by our token: an unknown submit waits for the webhook
+  // (which carries the token in its URL) until the deadline, then goes to review.
+  unknownOutcomeTier: 'none',
+  callbackSignature: 'ed25519-jwks',
+  // fal bills completed work; failed and cancelled-in-queue requests are not billed.
+  chargeableStates: ['succeeded'],
+  outputUrlTtlMs: 24 * 3_600_000,
+  canRefreshOutputUrl: false,
+  listingWindowMs: 0,
+  requestsPerSecond: 10,
+  maxConcurrency: 10,
+  pollOnly: false,
+  queuesExcessWork: true,
+  canCancel: true,
+};
+
+const FAL_STATUS: Record<string, ProviderJobState> = {
+  IN_QUEUE: 'queued',
+  IN_PROGRESS: 'running',
+};
+
+const submitAnswerSchema = z.looseObject({
+  request_id: z.string().min(1),
+  status_url: z.string().optional(),
+  response_url: z.string().optional(),
+  cancel_url: z.string().optional(),
+  queue_position: z.number().nullish(),
+});
+
+export const falStatusSchema = z.looseObject({
+  status: z.enum(['IN_QUEUE', 'IN_PROGRESS', 'COMPLETED']),
+  queue_position: z.number().nullish(),
+  response_url: z.string().nullish(),
+  /** Set on COMPLETED when the request failed or was cancelled. */
+  error: z.string().nullish(),
+  error_type: z.string().nullish(),
+  metrics: z.record(z.string(), z.unknown()).nullish(),
+});
+
+export const falWebhookSchema = z.looseObject({
+  request_id: z.string().min(1),
+  gateway_request_id: z.string().nullish(),
+  status: z.enum(['OK', 'ERROR']),
+  payload: z.unknown().optional(),
+  error: z.string().nullish(),
+  payload_error: z.string().nullish(),
+});
+
+/** The app id addressing status/result/cancel: the model id without its sub-path ("owner/app"). */
+export function falAppId(model: string): string {
+  const parts = model.split('/').filter((p) => p.length > 0);
+  if (parts.length < 2) throw new Error(`fal: model id "${model}" is not "owner/app[/subpath]"`);
+  return `${parts[0]}/${parts[1]}`;
+}
+
+/** The video (or first media) URL of a fal result payload. */
+export function falOutputUrl(payload: unknown): string | null {
+  if (!payload || typeof payload !== 'object') return null;
+  const p = payload as Record<string, unknown>;
+  const urlOf = (v: unknown): string | null =>
+    v && typeof v === 'object' && typeof (v as { url?: unknown }).url === 'string' ? (v as { url: string }).url : null;
+  for (const k of ['video', 'output', 'file']) {
+    const u = urlOf(p[k]);
+    if (u) return u;
+  }
+  for (const k of ['videos', 'images']) {
+    const list = p[k];
+    if (Array.isArray(list)) {
+      const u = urlOf(list[0]);
+      if (u) return u;
+    }
+  }
+  return null;
+}
+
+const isCancel = (errorType: string | null | undefined, error: string | null | undefined): boolean =>
+  /cancel/i.test(errorType ?? '') || /cancel/i.test(error ?? '');
+
+function job(jobId: string, state: ProviderJobState, rawStatus: string, extra: Partial<ProviderJob> = {}): ProviderJob {
+  return {
+    jobId,
+    state,
+    rawStatus,
+    updatedAt: null,
+    outputUrl: null,
+    error: null,
+    correlationToken: null,
+    metrics: null,
+    ...extra,
+  };
+}
+
+export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
+  const base = opts.baseUrl.replace(/\/+$/, '');
+  const now = opts.now ?? Date.now;
+  const toleranceS = opts.toleranceSeconds ?? 300;
+  const http = createProviderHttp({ name: 'fal', timeoutMs: opts.timeoutMs, fetch: opts.fetch, secrets: () => [opts.apiKey] });
+  const jwks = new FalJwks({
+    jwksUrl: opts.jwksUrl,
+    ...(opts.jwksTtlMs !== undefined ? { ttlMs: opts.jwksTtlMs } : {}),
+    ...(opts.jwksMinRefetchIntervalMs !== undefined ? { minRefetchIntervalMs: opts.jwksMinRefetchIntervalMs } : {}),
+    timeoutMs: opts.timeoutMs,
+    ...(opts.fetch ? { fetch: opts.fetch } : {}),
+    now,
+  });
+  const capabilities: ProviderCapabilities = { ...FAL_CAPABILITIES, ...opts.limits };
+  const headers = (json: boolean): Record<string, string> => ({
+    authorization: `Key ${opts.apiKey}`,
+    accept: 'application/json',
+    ...(json ? { 'content-type': 'application/json' } : {}),
+  });
+
+  function appFor(ref: JobRef | undefined, what: string): string {
+    if (!ref?.model) throw new ProviderHttpError(`fal ${what}: the model id is needed to address a request (pass ref.model)`, null, false);
+    try {
+      return falAppId(ref.model);
+    } catch (err) {
+      throw new ProviderHttpError((err as Error).message, null, false);
+    }
+  }
+  const requestUrl = (app: string, id: string): string => `${base}/${app}/requests/${encodeURIComponent(id)}`;
+
+  async function submit(req: SubmitRequest): Promise<SubmitOutcome> {
+    let body: string;
+    try {
+      body = JSON.stringify(req.input);
+      falAppId(req.model);
+    } catch (err) {
+      return http.rejected(false, null, `request not sendable: ${(err as Error).message}`);
+    }
+    const url = `${base}/${req.model.replace(/^\/+/, '')}?fal_webhook=${encodeURIComponent(req.webhookUrl)}`;
+    const answer = await http.send(url, { method: 'POST', headers: headers(true), body }, req.signal);
+    if ('kind' in answer) return answer;
+    return http.classifySubmit(answer, (json) => {
+      const p = submitAnswerSchema.safeParse(json);
+      if (!p.success) return { malformed: p.error.message };
+      return job(p.data.request_id, 'queued', 'IN_QUEUE', { correlationToken: lastPathSegment(req.webhookUrl) });
+    });
+  }
+
+  async function getJob(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<ProviderJob> {
+    const what = `getJob ${jobId}`;
+    const app = appFor(ref, what);
+    const raw = await http.read(`${requestUrl(app, jobId)}/status`, { method: 'GET', headers: headers(false) }, what, signal);
+    const p = falStatusSchema.safeParse(raw);
+    if (!p.success) throw http.malformed(what, p.error.message);
+    const s = p.data;
+    const metrics = numericMetrics(s.metrics);
+    if (s.status !== 'COMPLETED') return job(jobId, FAL_STATUS[s.status] as ProviderJobState, s.status, { metrics });
+    if (s.error) {
+      const state = isCancel(s.error_type, s.error) ? 'canceled' : 'failed';
+      return job(jobId, state, 'COMPLETED', { error: http.clip(s.error), metrics });
+    }
+    const result = await http.read(requestUrl(app, jobId), { method: 'GET', headers: headers(false) }, `result ${jobId}`, signal);
+    const outputUrl = falOutputUrl(result);
+    if (!outputUrl) throw http.malformed(`result ${jobId}`, 'no video URL in the result');
+    return job(jobId, 'succeeded', 'COMPLETED', { outputUrl, metrics });
+  }
+
+  async function cancel(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<void> {
+    const what = `cancel ${jobId}`;
+    const app = appFor(ref, what);
+    try {
+      await http.read(`${requestUrl(app, jobId)}/cancel`, { method: 'PUT', headers: headers(false) }, what, signal);
+    } catch (err) {
+      // 400 ALREADY_COMPLETED: nothing left to cancel; the job's own state says how it ended.
+      if (err instanceof ProviderHttpError && err.status === 400 && /ALREADY_COMPLETED/.test(err.message)) return;
+      throw err;
+    }
+  }
+
+  function checkHeaders(hdrs: Record<string, string | string[] | undefined>) {
+    const requestId = headerValue(hdrs, FAL_HEADERS.requestId);
+    const userId = headerValue(hdrs, FAL_HEADERS.userId);
+    const timestamp = headerValue(hdrs, FAL_HEADERS.timestamp);
+    const signature = headerValue(hdrs, FAL_HEADERS.signature);
+    if (!requestId || !userId || !timestamp || !signature) {
+      throw new CallbackVerificationError('missing X-Fal-Webhook-* headers', 'missing-headers');
+    }
+    if (!/^\d+$/.test(timestamp)) throw new CallbackVerificationError('X-Fal-Webhook-Timestamp is not a unix time', 'missing-headers');
+    if (Math.abs(now() / 1000 - Number(timestamp)) > toleranceS) {
+      throw new CallbackVerificationError('webhook timestamp outside the tolerance window', 'stale-timestamp');
+    }
+    if (opts.expectedUserId !== undefined && userId !== opts.expectedUserId) {
+      throw new CallbackVerificationError('webhook is for another fal user', 'bad-signature');
+    }
+    return { requestId, userId, timestamp, signature };
+  }
+
+  /** After the signature holds: parse and normalise the body. */
+  function toVerified(rawBody: Buffer, requestId: string): VerifiedCallback {
+    let json: unknown;
+    try {
+      json = JSON.parse(rawBody.toString('utf8'));
+    } catch {
+      throw new CallbackVerificationError('webhook body is not JSON', 'bad-payload');
+    }
+    const p = falWebhookSchema.safeParse(json);
+    if (!p.success) throw new CallbackVerificationError(`webhook body is not a fal result: ${http.clip(p.error.message)}`, 'bad-payload');
+    const w = p.data;
+    if (w.request_id !== requestId) throw new CallbackVerificationError('body request_id differs from the signed header', 'bad-payload');
+    const providerEventId = `completed:${w.request_id}`;
+    if (w.status === 'ERROR') {
+      const state = isCancel(null, w.error) ? 'canceled' : 'failed';
+      const detail = w.error ?? 'error';
+      return { providerEventId, job: job(w.request_id, state, 'COMPLETED', { error: http.clip(detail) }), payload: json };
+    }
+    const outputUrl = falOutputUrl(w.payload);
+    // OK but the payload could not be serialised (payload_error): the result must be fetched.
+    if (!outputUrl) return { providerEventId, job: job(w.request_id, 'queued', 'COMPLETED'), payload: json, needsRefetch: true };
+    return { providerEventId, job: job(w.request_id, 'succeeded', 'COMPLETED', { outputUrl }), payload: json };
+  }
+
+  function verifyCallback(rawBody: Buffer, hdrs: Record<string, string | string[] | undefined>): VerifiedCallback {
+    const h = checkHeaders(hdrs);
+    const message = falSignedMessage(h.requestId, h.userId, h.timestamp, rawBody);
+    if (jwks.cached.length === 0) {
+      jwks.refreshInBackground();
+      throw new CallbackVerificationError('fal webhook keys not loaded yet', 'keys-unavailable');
+    }
+    if (!verifyFalSignature(jwks.cached, message, h.signature)) {
+      // Maybe the key rotated: refetch for the provider's redelivery.
+      jwks.refreshInBackground();
+      throw new CallbackVerificationError('webhook signature does not match', 'bad-signature');
+    }
+    if (!jwks.fresh) jwks.refreshInBackground();
+    return toVerified(rawBody, h.requestId);
+  }
+
+  async function verifyCallbackAsync(rawBody: Buffer, hdrs: Record<string, string | string[] | undefined>): Promise<VerifiedCallback> {
+    const h = checkHeaders(hdrs);
+    const message = falSignedMessage(h.requestId, h.userId, h.timestamp, rawBody);
+    if (!jwks.fresh) {
+      try {
+        await jwks.refresh();
+      } catch {
+        // Stale keys still verify old-key signatures; with none at all we cannot decide.
+        if (jwks.cached.length === 0) throw new CallbackVerificationError('fal webhook keys unavailable', 'keys-unavailable');
+      }
+    }
+    let ok = verifyFalSignature(jwks.cached, message, h.signature);
+    if (!ok && jwks.mayRefetch) {
+      // An unknown signer: fetch the key set once more (rotation), then decide.
+      await jwks.refresh().catch(() => undefined);
+      ok = verifyFalSignature(jwks.cached, message, h.signature);
+    }
+    if (!ok) throw new CallbackVerificationError('webhook signature does not match', 'bad-signature');
+    return toVerified(rawBody, h.requestId);
+  }
+
+  return {
+    capabilities,
+    submit,
+    getJob,
+    cancel,
+    findByCorrelationToken: () => Promise.resolve(null),
+    verifyCallback,
+    verifyCallbackAsync,
+  };
+}

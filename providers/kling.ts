@@ -1,0 +1,275 @@
+// ProviderAdapter for Kling's video API (https://app.klingai.com/global/dev/document-api):
+// POST {base}/v1/videos/text2video with external_task_id = our attempt id and callback_url;
+// GET {base}/v1/videos/text2video/{task_id}; lookup by our own key with
+// GET {base}/v1/videos/text2video?external_task_id=… (tier 'lookup-by-key': Kling keeps our key
+// and refuses a second task with it). JWT auth from an access and a secret key. Callbacks carry
+// no signature: they are only a hint to re-fetch the task with an authenticated GET.
+import { z } from 'zod';
+import type { ProviderJobState } from '../domain/states';
+import { createKlingTokenSource } from './kling-jwt';
+import { createProviderHttp, numericMetrics, ProviderHttpError, toDate, type HttpAnswer } from './provider-http';
+import { parseRetryAfter } from './http-errors';
+import {
+  CallbackVerificationError,
+  type ProviderAdapter,
+  type ProviderCapabilities,
+  type ProviderJob,
+  type SubmitOutcome,
+  type SubmitRequest,
+  type VerifiedCallback,
+} from './types';
+
+export interface KlingAdapterOptions {
+  /** e.g. https://api-singapore.klingai.com or http://127.0.0.1:7081/kling (no trailing /v1). */
+  readonly baseUrl: string;
+  readonly accessKey: string;
+  readonly secretKey: string;
+  readonly timeoutMs: number;
+  /** JWT lifetime and refresh margin, seconds (defaults 1800 / 300). */
+  readonly tokenTtlSeconds?: number;
+  readonly tokenRefreshMarginSeconds?: number;
+  readonly limits?: { readonly requestsPerSecond?: number; readonly maxConcurrency?: number };
+  readonly fetch?: typeof fetch;
+  readonly now?: () => number;
+}
+
+export const KLING_CAPABILITIES: ProviderCapabilities = {
+  name: 'kling',
+  unknownOutcomeTier: 'lookup-by-key',
+  callbackSignature: 'none',
+  // Failed tasks do not consume the resource pack.
+  chargeableStates: ['succeeded'],
+  // Kling clears generated videos after 30 days.
+  outputUrlTtlMs: 30 * 24 * 3_600_000,
+  canRefreshOutputUrl: false,
+  listingWindowMs: 30 * 24 * 3_600_000,
+  requestsPerSecond: 5,
+  maxConcurrency: 5,
+  pollOnly: false,
+  queuesExcessWork: false,
+  canCancel: false,
+};
+
+const KLING_STATUS: Record<string, ProviderJobState> = {
+  submitted: 'queued',
+  processing: 'running',
+  succeed: 'succeeded',
+  failed: 'failed',
+};
+
+export const klingTaskSchema = z.looseObject({
+  task_id: z.string().min(1),
+  task_status: z.enum(['submitted', 'processing', 'succeed', 'failed']),
+  task_status_msg: z.string().nullish(),
+  task_info: z.looseObject({ external_task_id: z.string().nullish() }).nullish(),
+  created_at: z.number().nullish(),
+  updated_at: z.number().nullish(),
+  task_result: z
+    .looseObject({ videos: z.array(z.looseObject({ id: z.string().nullish(), url: z.string(), duration: z.union([z.string(), z.number()]).nullish() })).nullish() })
+    .nullish(),
+});
+export type KlingTask = z.infer<typeof klingTaskSchema>;
+
+const envelopeSchema = z.looseObject({
+  code: z.number(),
+  message: z.string().nullish(),
+  request_id: z.string().nullish(),
+  data: z.unknown().optional(),
+});
+
+export function klingTaskToJob(t: KlingTask): ProviderJob {
+  const video = t.task_result?.videos?.[0];
+  const duration = video?.duration === undefined || video.duration === null ? undefined : Number(video.duration);
+  return {
+    jobId: t.task_id,
+    state: KLING_STATUS[t.task_status] as ProviderJobState,
+    rawStatus: t.task_status,
+    updatedAt: toDate(t.updated_at ?? t.created_at),
+    outputUrl: video?.url ?? null,
+    error: t.task_status === 'failed' ? (t.task_status_msg ?? 'failed') : null,
+    correlationToken: t.task_info?.external_task_id ?? null,
+    metrics: numericMetrics({ duration }),
+  };
+}
+
+/** Kling's model name from ours: "kwaivgi/kling-v2.1" → "kling-v2-1". */
+export function klingModelName(model: string): string {
+  return (model.split('/').pop() ?? model).replace(/\./g, '-');
+}
+
+/** Our task input → Kling's text2video body. */
+export function klingRequest(req: SubmitRequest): Record<string, unknown> {
+  const { input } = req;
+  const seconds = typeof input['duration'] === 'number' ? input['duration'] : Number(input['duration'] ?? 5);
+  return {
+    model_name: klingModelName(req.model),
+    prompt: input['prompt'],
+    ...(typeof input['negative_prompt'] === 'string' ? { negative_prompt: input['negative_prompt'] } : {}),
+    duration: seconds > 5 ? '10' : '5',
+    mode: input['resolution'] === '1080p' ? 'pro' : 'std',
+    aspect_ratio: typeof input['aspect_ratio'] === 'string' ? input['aspect_ratio'] : '16:9',
+    callback_url: req.webhookUrl,
+    external_task_id: req.attemptId,
+  };
+}
+
+/**
+ * Kling's business codes (the body's `code`) decide a refused submit: auth and account errors,
+ * invalid parameters and content policy are final; 1302/1303 (rate, concurrency) are retryable;
+ * 5000-5002 leave the outcome unknown. A refusal about external_task_id means a task with our key
+ * may already exist: unknown, so the reconciler looks it up by the key.
+ */
+export function classifyKlingRefusal(code: number, message: string): 'final' | 'retryable' | 'unknown' {
+  if (/external_task_id/i.test(message)) return 'unknown';
+  if (code === 1302 || code === 1303) return 'retryable';
+  if (code >= 5000) return 'unknown';
+  return 'final';
+}
+
+export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
+  const base = opts.baseUrl.replace(/\/+$/, '');
+  const tokens = createKlingTokenSource({
+    accessKey: opts.accessKey,
+    secretKey: opts.secretKey,
+    ...(opts.tokenTtlSeconds !== undefined ? { ttlSeconds: opts.tokenTtlSeconds } : {}),
+    ...(opts.tokenRefreshMarginSeconds !== undefined ? { refreshMarginSeconds: opts.tokenRefreshMarginSeconds } : {}),
+    ...(opts.now ? { now: opts.now } : {}),
+  });
+  const http = createProviderHttp({
+    name: 'kling',
+    timeoutMs: opts.timeoutMs,
+    fetch: opts.fetch,
+    secrets: () => [opts.accessKey, opts.secretKey, tokens.current() ?? ''],
+  });
+  const capabilities: ProviderCapabilities = { ...KLING_CAPABILITIES, ...opts.limits };
+  const headers = (json: boolean): Record<string, string> => ({
+    authorization: `Bearer ${tokens.token()}`,
+    accept: 'application/json',
+    ...(json ? { 'content-type': 'application/json' } : {}),
+  });
+  const collection = `${base}/v1/videos/text2video`;
+
+  /** The envelope's data as a task, or a ProviderHttpError. */
+  function taskOf(body: unknown, what: string): KlingTask {
+    const env = envelopeSchema.safeParse(body);
+    if (!env.success) throw http.malformed(what, env.error.message);
+    if (env.data.code !== 0) throw new ProviderHttpError(http.redact(`kling ${what}: code ${env.data.code}: ${env.data.message ?? ''}`), null, env.data.code >= 5000);
+    const t = klingTaskSchema.safeParse(env.data.data);
+    if (!t.success) throw http.malformed(what, t.error.message);
+    return t.data;
+  }
+
+  function refusal(a: HttpAnswer): SubmitOutcome | null {
+    if (a.text === null) return null;
+    let env: z.infer<typeof envelopeSchema>;
+    try {
+      const p = envelopeSchema.safeParse(JSON.parse(a.text));
+      if (!p.success || p.data.code === 0) return null;
+      env = p.data;
+    } catch {
+      return null;
+    }
+    const message = env.message ?? '';
+    const status = a.status >= 400 ? a.status : null;
+    switch (classifyKlingRefusal(env.code, message)) {
+      case 'unknown':
+        return http.unknown(`code ${env.code}: ${http.clip(message)}`);
+      case 'retryable':
+        return http.rejected(true, status, `code ${env.code}: ${http.clip(message)}`, parseRetryAfter(a.headers.get('retry-after')));
+      case 'final':
+        return http.rejected(false, status, `code ${env.code}: ${http.clip(message)}`);
+    }
+  }
+
+  async function submit(req: SubmitRequest): Promise<SubmitOutcome> {
+    if (typeof req.input['first_frame_image'] === 'string') {
+      return http.rejected(false, null, 'image input is not supported by the text2video adapter');
+    }
+    let body: string;
+    try {
+      body = JSON.stringify(klingRequest(req));
+    } catch (err) {
+      return http.rejected(false, null, `request body not serialisable: ${(err as Error).message}`);
+    }
+    const answer = await http.send(collection, { method: 'POST', headers: headers(true), body }, req.signal);
+    if ('kind' in answer) return answer;
+    // A refusal in Kling's envelope (any HTTP status except a 5xx, which never proves absence).
+    if (answer.status < 500) {
+      const r = refusal(answer);
+      if (r) return r;
+    }
+    return http.classifySubmit(answer, (json) => {
+      const env = envelopeSchema.safeParse(json);
+      if (!env.success) return { malformed: env.error.message };
+      const t = klingTaskSchema.safeParse(env.data.data);
+      if (!t.success) return { malformed: t.error.message };
+      return klingTaskToJob(t.data);
+    });
+  }
+
+  async function getJob(jobId: string, signal?: AbortSignal): Promise<ProviderJob> {
+    const what = `getJob ${jobId}`;
+    const body = await http.read(`${collection}/${encodeURIComponent(jobId)}`, { method: 'GET', headers: headers(false) }, what, signal);
+    return klingTaskToJob(taskOf(body, what));
+  }
+
+  async function findByCorrelationToken(token: string, _since: Date, signal?: AbortSignal): Promise<ProviderJob | null> {
+    const what = `lookup external_task_id ${token}`;
+    let body: unknown;
+    try {
+      body = await http.read(`${collection}?external_task_id=${encodeURIComponent(token)}`, { method: 'GET', headers: headers(false) }, what, signal);
+    } catch (err) {
+      if (err instanceof ProviderHttpError && err.status === 404) return null;
+      throw err;
+    }
+    const env = envelopeSchema.safeParse(body);
+    if (!env.success) throw http.malformed(what, env.error.message);
+    // 1203: the requested resource does not exist — Kling has no task with our key.
+    if (env.data.code === 1203) return null;
+    if (env.data.code !== 0) throw new ProviderHttpError(http.redact(`kling ${what}: code ${env.data.code}: ${env.data.message ?? ''}`), null, true);
+    // Accept a single task or a list; match strictly on our key (never "the first one").
+    const candidates = Array.isArray(env.data.data) ? env.data.data : [env.data.data];
+    for (const c of candidates) {
+      const t = klingTaskSchema.safeParse(c);
+      if (t.success && t.data.task_info?.external_task_id === token) return klingTaskToJob(t.data);
+    }
+    return null;
+  }
+
+  function verifyCallback(rawBody: Buffer): VerifiedCallback {
+    // No signature: take only the task id (and our key) from the body, never its state.
+    let json: unknown;
+    try {
+      json = JSON.parse(rawBody.toString('utf8'));
+    } catch {
+      throw new CallbackVerificationError('callback body is not JSON', 'bad-payload');
+    }
+    const p = z.looseObject({ task_id: z.string().min(1) }).safeParse(json);
+    if (!p.success) throw new CallbackVerificationError('callback body has no task_id', 'bad-payload');
+    return {
+      providerEventId: null,
+      job: {
+        jobId: p.data.task_id,
+        state: 'queued',
+        rawStatus: 'unverified',
+        updatedAt: null,
+        outputUrl: null,
+        error: null,
+        correlationToken: null,
+        metrics: null,
+      },
+      payload: { task_id: p.data.task_id },
+      needsRefetch: true,
+    };
+  }
+
+  return {
+    capabilities,
+    submit,
+    getJob,
+    // Kling has no cancel API: the job runs to its end and the state machine decides (DESIGN.md §5 Cancel).
+    cancel: () => Promise.resolve(),
+    findByCorrelationToken,
+    verifyCallback,
+  };
+}

@@ -1,0 +1,5 @@
+// Call-side resilience per provider (seed 001): breaker, retry budget, backoff, bulkhead.
+export * from './backoff';
+export * from './bulkhead';
+export * from './circuit-breaker';
+export * from './retry-budget';

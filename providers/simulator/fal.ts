@@ -1,0 +1,175 @@
+// fal's queue protocol under /fal: POST /{model_id}?fal_webhook=… → request_id and URLs;
+// GET /{app}/requests/{id}/status (IN_QUEUE with queue_position → IN_PROGRESS → COMPLETED),
+// GET /{app}/requests/{id} (result), PUT …/cancel. Over the account's concurrency the work
+// waits IN_QUEUE (fal queues instead of answering 429). One completion webhook per request,
+// signed with ED25519 the way fal signs; the JWKS is served at /fal/.well-known/jwks.json and
+// POST /_sim/fal/rotate-key replaces the key.
+import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { z } from 'zod';
+import { WebhookSender } from './webhooks';
+import { JobStore, type ProtocolDeps, type SimJob } from './jobs';
+import { runSubmit, tokenOfUrl } from './submit-faults';
+
+export const SIM_FAL_DEFAULTS = { apiKey: 'sim-fal-key-id:sim-fal-key-secret', userId: 'sim-fal-user', concurrency: 2 } as const;
+
+export interface FalSimOptions {
+  readonly apiKey: string;
+  readonly userId: string;
+  /** Requests running at once; the rest wait IN_QUEUE. */
+  readonly concurrency: number;
+}
+
+interface SigningKey {
+  readonly kid: string;
+  readonly privateKey: KeyObject;
+  readonly jwk: Record<string, unknown>;
+}
+
+function newKey(): SigningKey {
+  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
+  const kid = `sim-${randomBytes(6).toString('hex')}`;
+  return { kid, privateKey, jwk: { ...publicKey.export({ format: 'jwk' }), kid, alg: 'EdDSA', use: 'sig' } };
+}
+
+/** fal's signed message, written independently of the adapter's so a shared mistake cannot hide. */
+function signFal(key: KeyObject, requestId: string, userId: string, ts: string, body: string): string {
+  const digest = createHash('sha256').update(body, 'utf8').digest('hex');
+  return sign(null, Buffer.from([requestId, userId, ts, digest].join('\n'), 'utf8'), key).toString('hex');
+}
+
+const appOf = (model: string): string => model.split('/').slice(0, 2).join('/');
+
+export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
+  let key = newKey();
+  const wrongKey = newKey();
+  const store: JobStore = new JobStore({
+    prefix: 'fal',
+    baseUrl: deps.baseUrl,
+    generationMs: deps.generationMs,
+    outputTtlMs: deps.outputTtlMs,
+    concurrency: o.concurrency,
+    media: deps.media,
+    signer: deps.signer,
+    logger: deps.logger,
+    onChange: (job) => {
+      if (job.webhook && ['succeeded', 'failed', 'canceled'].includes(job.phase)) emitCompleted(job);
+    },
+  });
+  const urls = (job: SimJob) => {
+    const r = `${deps.baseUrl()}/fal/${appOf(job.model)}/requests/${job.id}`;
+    return { response_url: r, status_url: `${r}/status`, cancel_url: `${r}/cancel` };
+  };
+
+  function resultPayload(job: SimJob): Record<string, unknown> {
+    return { video: { url: job.output, content_type: 'video/mp4', file_name: 'output.mp4' }, seed: job.seq };
+  }
+
+  function emitCompleted(job: SimJob): void {
+    const ok = job.phase === 'succeeded';
+    const body = JSON.stringify({
+      request_id: job.id,
+      gateway_request_id: job.id,
+      status: ok ? 'OK' : 'ERROR',
+      payload: ok ? resultPayload(job) : { detail: job.error },
+      ...(ok ? {} : { error: job.error }),
+    });
+    deps.webhooks.emit({
+      id: WebhookSender.newEventId(),
+      type: 'completed',
+      predictionId: `fal:${job.id}`,
+      url: job.webhook as string,
+      body,
+      provider: 'fal',
+      headers: (now, wrong) => {
+        const ts = String(Math.floor(now.getTime() / 1000));
+        return {
+          'user-agent': 'fal-simulator/1',
+          'x-fal-webhook-request-id': job.id,
+          'x-fal-webhook-user-id': o.userId,
+          'x-fal-webhook-timestamp': ts,
+          'x-fal-webhook-signature': signFal((wrong ? wrongKey : key).privateKey, job.id, o.userId, ts, body),
+        };
+      },
+    });
+  }
+
+  function statusJson(job: SimJob): Record<string, unknown> {
+    const base = { ...urls(job), logs: null };
+    switch (job.phase) {
+      case 'queued':
+      case 'pending':
+        return { status: 'IN_QUEUE', queue_position: store.queuePosition(job), ...base };
+      case 'running':
+        return { status: 'IN_PROGRESS', ...base };
+      default: {
+        const metrics = job.startedAt && job.completedAt ? { inference_time: (job.completedAt.getTime() - job.startedAt.getTime()) / 1000 } : {};
+        if (job.phase === 'succeeded') return { status: 'COMPLETED', ...base, metrics };
+        const cancelled = job.phase === 'canceled';
+        return { status: 'COMPLETED', ...base, metrics, error: job.error, error_type: cancelled ? 'request_cancelled' : 'runner_error' };
+      }
+    }
+  }
+
+  const r = express.Router();
+  r.get('/.well-known/jwks.json', (_req, res) => void res.json({ keys: [key.jwk] }));
+  r.get('/files/:id/output.mp4', store.serveOutput);
+  r.use((req: Request, res: Response, next: NextFunction) => {
+    if (req.get('authorization') !== `Key ${o.apiKey}`) return void res.status(401).json({ detail: 'Unauthorized' });
+    next();
+  });
+
+  /** The job when it exists under this app id, else a 404 answer. */
+  const find = (req: Request, res: Response): SimJob | null => {
+    const job = store.get(String(req.params['id']));
+    if (!job || appOf(job.model) !== `${String(req.params['owner'])}/${String(req.params['app'])}`) {
+      res.status(404).json({ detail: 'Request not found' });
+      return null;
+    }
+    return job;
+  };
+  r.get('/:owner/:app/requests/:id/status', (req, res) => {
+    if (deps.faults.for('fal').status === 'error_5xx') return void res.status(500).json({ detail: 'simulated failure' });
+    const job = find(req, res);
+    if (job) res.json(statusJson(job));
+  });
+  r.get('/:owner/:app/requests/:id', (req, res) => {
+    if (deps.faults.for('fal').status === 'error_5xx') return void res.status(500).json({ detail: 'simulated failure' });
+    const job = find(req, res);
+    if (!job) return;
+    if (job.phase === 'succeeded') return void res.json(resultPayload(job));
+    if (job.phase === 'failed') return void res.status(422).json({ detail: job.error });
+    if (job.phase === 'canceled') return void res.status(400).json({ detail: job.error });
+    res.status(400).json({ detail: 'Request is still in progress' });
+  });
+  r.put('/:owner/:app/requests/:id/cancel', (req, res) => {
+    const job = find(req, res);
+    if (!job) return;
+    if (!store.cancel(job)) return void res.status(400).json({ status: 'ALREADY_COMPLETED' });
+    res.status(202).json({ status: 'CANCELLATION_REQUESTED' });
+  });
+  r.post('/*model', (req, res) => {
+    const model = (req.params as { model: string[] }).model.join('/');
+    const input = z.record(z.string(), z.unknown()).safeParse(req.body);
+    const webhook = typeof req.query['fal_webhook'] === 'string' ? req.query['fal_webhook'] : null;
+    if (!input.success || model.split('/').length < 2) return void res.status(422).json({ detail: 'invalid input or model id' });
+    const config = deps.faults.for('fal');
+    runSubmit(req, res, deps.faults.takeSubmitFault('fal'), config, deps.pendingAnswers, {
+      create: () => store.create({ model, input: input.data, token: tokenOfUrl(webhook), webhook }),
+      answer: (job) => void res.json({ request_id: job.id, gateway_request_id: job.id, ...urls(job), queue_position: store.queuePosition(job) }),
+      errorBeforeAccept: () => void res.status(500).json({ detail: 'simulated failure' }),
+      errorAfterAccept: () => void res.status(502).json({ detail: 'simulated failure after accepting' }),
+      rateLimited: () => void res.status(429).json({ detail: 'Too many requests' }),
+    });
+  });
+
+  return {
+    router: r,
+    store,
+    /** Replace the signing key (the JWKS then serves only the new one); returns its kid. */
+    rotateKey(): string {
+      key = newKey();
+      return key.kid;
+    },
+  };
+}

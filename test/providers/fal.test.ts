@@ -1,0 +1,271 @@
+// The fal adapter against the simulator's fal protocol, over real HTTP, and fal's ED25519
+// webhook signatures (JWKS cache, rotation, stale timestamps, tampering).
+import { test, before, after, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { createFalAdapter, FAL_CAPABILITIES, falAppId, type FalAdapterOptions } from '../../providers/fal';
+import { SIM_FAL_DEFAULTS } from '../../providers/simulator/fal';
+import { CallbackVerificationError, verifyProviderCallback, type ProviderAdapter, type ProviderJob } from '../../providers/types';
+import { closeServer, deadPort, listenOn, newAttempt, startHarness, TERMINAL, waitFor, type Delivery, type Harness } from './harness';
+
+const MODEL = 'fal-ai/kling-video/v2.1/master/text-to-video';
+const REF = { model: MODEL };
+let h: Harness;
+let adapter: ProviderAdapter;
+
+function makeAdapter(over: Partial<FalAdapterOptions> = {}): ProviderAdapter {
+  return createFalAdapter({
+    baseUrl: `${h.sim.baseUrl()}/fal`,
+    apiKey: SIM_FAL_DEFAULTS.apiKey,
+    jwksUrl: `${h.sim.baseUrl()}/fal/.well-known/jwks.json`,
+    timeoutMs: 2_000,
+    jwksMinRefetchIntervalMs: 0,
+    ...over,
+  });
+}
+
+async function submitOk(a: ProviderAdapter = adapter, prompt = 'a fox'): Promise<{ job: ProviderJob; attemptId: string }> {
+  const att = newAttempt(h.receiverUrl, 'fal');
+  const out = await a.submit({ ...att, model: MODEL, input: { prompt, duration: 1 } });
+  assert.equal(out.kind, 'accepted', JSON.stringify(out));
+  if (out.kind !== 'accepted') throw new Error('unreachable');
+  return { job: out.job, attemptId: att.attemptId };
+}
+
+const untilTerminal = (jobId: string, a: ProviderAdapter = adapter): Promise<ProviderJob> =>
+  waitFor(`fal ${jobId} terminal`, async () => {
+    const j = await a.getJob(jobId, undefined, REF);
+    return TERMINAL.includes(j.state) ? j : undefined;
+  });
+
+async function webhookOf(attemptId: string): Promise<Delivery> {
+  await h.sim.webhooksIdle();
+  return waitFor('webhook', () => h.deliveriesFor(attemptId).at(-1));
+}
+
+const reasonOf = async (p: Promise<unknown>): Promise<string> => {
+  try {
+    await p;
+    return 'verified';
+  } catch (e) {
+    if (e instanceof CallbackVerificationError) return e.reason;
+    throw e;
+  }
+};
+
+before(async () => {
+  h = await startHarness({ fal: { concurrency: 2 } });
+  adapter = makeAdapter();
+});
+after(() => h.close());
+beforeEach(() => {
+  h.sim.reset();
+  h.sim.clearFaults();
+  h.deliveries.length = 0;
+});
+
+test('happy path: accepted IN_QUEUE with our token; status by app id reaches COMPLETED with a playable video', async () => {
+  const { job, attemptId } = await submitOk();
+  assert.deepEqual([job.state, job.rawStatus, job.correlationToken], ['queued', 'IN_QUEUE', attemptId]);
+  const done = await untilTerminal(job.jobId);
+  assert.equal(done.state, 'succeeded');
+  const res = await fetch(done.outputUrl!);
+  assert.equal(res.status, 200);
+  assert.equal(Buffer.from(await res.arrayBuffer()).subarray(4, 8).toString('latin1'), 'ftyp');
+  assert.equal(h.sim.tokenCount(attemptId), 1);
+  assert.equal(falAppId(MODEL), 'fal-ai/kling-video');
+});
+
+test('fal queues excess work instead of answering 429: over the concurrency, requests are accepted and wait IN_QUEUE', async () => {
+  const jobs = [];
+  for (let i = 0; i < 4; i++) jobs.push((await submitOk(adapter, 'slow [sim:gen=1500]')).job);
+  await new Promise((r) => setTimeout(r, 300));
+  const states = await Promise.all(jobs.map((j) => adapter.getJob(j.jobId, undefined, REF)));
+  assert.deepEqual(states.map((s) => s.rawStatus).sort(), ['IN_PROGRESS', 'IN_PROGRESS', 'IN_QUEUE', 'IN_QUEUE']);
+  assert.equal(h.sim.stats().jobs_by_provider.fal, 4);
+});
+
+test('the completion webhook verifies against the JWKS and carries the job; a redelivery keeps its event id (replay dedupe)', async () => {
+  h.sim.setFaults({ callback_duplicates: 1 });
+  const { job, attemptId } = await submitOk();
+  await untilTerminal(job.jobId);
+  await h.sim.webhooksIdle();
+  const got = h.deliveriesFor(attemptId);
+  assert.equal(got.length, 2);
+  const verified = await Promise.all(got.map((d) => verifyProviderCallback(adapter, d.body, d.headers)));
+  for (const v of verified) {
+    assert.equal(v.job.jobId, job.jobId);
+    assert.equal(v.job.state, 'succeeded');
+    assert.ok(v.job.outputUrl);
+    assert.equal(v.needsRefetch, undefined);
+  }
+  assert.equal(verified[0]!.providerEventId, verified[1]!.providerEventId);
+  assert.notEqual(got[0]!.headers['x-fal-webhook-signature'], undefined);
+});
+
+test('a webhook signed with a key not in the JWKS is bad-signature, even after one refetch', async () => {
+  h.sim.setFaults({ callback_wrong_key: true });
+  const { job, attemptId } = await submitOk();
+  await untilTerminal(job.jobId);
+  const d = await webhookOf(attemptId);
+  assert.equal(await reasonOf(adapter.verifyCallbackAsync!(d.body, d.headers)), 'bad-signature');
+});
+
+test('a tampered body or a swapped request id is bad-signature; missing headers are missing-headers', async () => {
+  const { job, attemptId } = await submitOk();
+  await untilTerminal(job.jobId);
+  const d = await webhookOf(attemptId);
+  assert.equal(await reasonOf(adapter.verifyCallbackAsync!(d.body, d.headers)), 'verified');
+  const tampered = Buffer.from(d.body.toString('utf8').replace('"OK"', '"ERROR"'));
+  assert.notDeepEqual(tampered, d.body);
+  assert.equal(await reasonOf(adapter.verifyCallbackAsync!(tampered, d.headers)), 'bad-signature');
+  const swapped = { ...d.headers, 'x-fal-webhook-request-id': '00000000-0000-0000-0000-000000000000' };
+  assert.equal(await reasonOf(adapter.verifyCallbackAsync!(d.body, swapped)), 'bad-signature');
+  const { 'x-fal-webhook-signature': _s, ...noSig } = d.headers;
+  assert.equal(await reasonOf(adapter.verifyCallbackAsync!(d.body, noSig)), 'missing-headers');
+});
+
+test('a webhook older than 5 minutes is stale-timestamp; within the window it verifies', async () => {
+  const { job, attemptId } = await submitOk();
+  await untilTerminal(job.jobId);
+  const d = await webhookOf(attemptId);
+  const later = makeAdapter({ now: () => Date.now() + 6 * 60_000 });
+  assert.equal(await reasonOf(later.verifyCallbackAsync!(d.body, d.headers)), 'stale-timestamp');
+  const earlier = makeAdapter({ now: () => Date.now() - 6 * 60_000 });
+  assert.equal(await reasonOf(earlier.verifyCallbackAsync!(d.body, d.headers)), 'stale-timestamp');
+  const skewed = makeAdapter({ now: () => Date.now() + 4 * 60_000 });
+  assert.equal(await reasonOf(skewed.verifyCallbackAsync!(d.body, d.headers)), 'verified');
+});
+
+test('key rotation: a webhook signed by the new key verifies after one JWKS refetch; the retired key no longer does', async () => {
+  const a = makeAdapter({ jwksTtlMs: 3_600_000 });
+  const first = await submitOk(a);
+  await untilTerminal(first.job.jobId, a);
+  const oldHook = await webhookOf(first.attemptId);
+  assert.equal(await reasonOf(a.verifyCallbackAsync!(oldHook.body, oldHook.headers)), 'verified');
+
+  h.sim.rotateFalKey();
+  const second = await submitOk(a);
+  await untilTerminal(second.job.jobId, a);
+  const newHook = await webhookOf(second.attemptId);
+  // The cached (old) key fails, the adapter refetches once and the new key verifies.
+  assert.equal(await reasonOf(a.verifyCallbackAsync!(newHook.body, newHook.headers)), 'verified');
+  assert.equal(await reasonOf(a.verifyCallbackAsync!(oldHook.body, oldHook.headers)), 'bad-signature');
+});
+
+test('the sync verifyCallback: cold cache → keys-unavailable (answer 503), then verifies once the keys are loaded', async () => {
+  const a = makeAdapter();
+  const { job, attemptId } = await submitOk(a);
+  await untilTerminal(job.jobId, a);
+  const d = await webhookOf(attemptId);
+  assert.throws(() => a.verifyCallback(d.body, d.headers), (e: unknown) => e instanceof CallbackVerificationError && e.reason === 'keys-unavailable');
+  await waitFor('keys loaded in the background', () => {
+    try {
+      return a.verifyCallback(d.body, d.headers);
+    } catch {
+      return undefined;
+    }
+  });
+});
+
+test('JWKS unreachable with no cached key → keys-unavailable, never a pass', async () => {
+  const a = makeAdapter({ jwksUrl: `http://127.0.0.1:${await deadPort()}/jwks.json` });
+  const { job, attemptId } = await submitOk();
+  await untilTerminal(job.jobId);
+  const d = await webhookOf(attemptId);
+  assert.equal(await reasonOf(a.verifyCallbackAsync!(d.body, d.headers)), 'keys-unavailable');
+});
+
+test('a webhook for another fal user is refused when expectedUserId is set', async () => {
+  const { job, attemptId } = await submitOk();
+  await untilTerminal(job.jobId);
+  const d = await webhookOf(attemptId);
+  const mine = makeAdapter({ expectedUserId: SIM_FAL_DEFAULTS.userId });
+  const other = makeAdapter({ expectedUserId: 'someone-else' });
+  assert.equal(await reasonOf(mine.verifyCallbackAsync!(d.body, d.headers)), 'verified');
+  assert.equal(await reasonOf(other.verifyCallbackAsync!(d.body, d.headers)), 'bad-signature');
+});
+
+test('[sim:fail] ends COMPLETED with an error: getJob says failed, and so does the ERROR webhook', async () => {
+  const { job, attemptId } = await submitOk(adapter, 'please [sim:fail]');
+  const done = await untilTerminal(job.jobId);
+  assert.equal(done.state, 'failed');
+  assert.match(done.error ?? '', /simulated failure/);
+  const d = await webhookOf(attemptId);
+  const v = await adapter.verifyCallbackAsync!(d.body, d.headers);
+  assert.equal(v.job.state, 'failed');
+});
+
+test('cancel in queue ends canceled (status and webhook); cancel after completion is a no-op', async () => {
+  const { job, attemptId } = await submitOk(adapter, 'slow [sim:gen=5000]');
+  await adapter.cancel(job.jobId, undefined, REF);
+  assert.equal((await adapter.getJob(job.jobId, undefined, REF)).state, 'canceled');
+  const d = await webhookOf(attemptId);
+  assert.equal((await adapter.verifyCallbackAsync!(d.body, d.headers)).job.state, 'canceled');
+  await adapter.cancel(job.jobId, undefined, REF); // ALREADY_COMPLETED
+});
+
+test('getJob: 404 → ProviderNotFound; status 5xx → transient; without the model → ProviderRequestRejected', async () => {
+  await assert.rejects(adapter.getJob('00000000-0000-0000-0000-000000000000', undefined, REF), (e: Error) => e.name === 'ProviderNotFound');
+  const { job } = await submitOk();
+  await assert.rejects(adapter.getJob(job.jobId), (e: Error) => e.name === 'ProviderRequestRejected');
+  h.sim.setFaults({ status: 'error_5xx' });
+  await assert.rejects(adapter.getJob(job.jobId, undefined, REF), (e: Error) => e.name === 'Error' && /HTTP 500/.test(e.message));
+});
+
+test('submit faults map to the three outcomes, and the job count per token proves what happened', async () => {
+  const cases: { fault: object; kind: string; jobs: number }[] = [
+    { fault: { submit: 'accept_then_hang' }, kind: 'unknown', jobs: 1 },
+    { fault: { submit: 'error_5xx_before_accept' }, kind: 'unknown', jobs: 0 },
+    { fault: { submit: 'error_5xx_after_accept' }, kind: 'unknown', jobs: 1 },
+    { fault: { submit: 'reset_after_accept' }, kind: 'unknown', jobs: 1 },
+    { fault: { submit: 'rate_limit', retry_after_s: 3 }, kind: 'rejected', jobs: 0 },
+    { fault: { submit: 'answer_after_ms', submit_delay_ms: 100 }, kind: 'accepted', jobs: 1 },
+  ];
+  const a = makeAdapter({ timeoutMs: 400 });
+  for (const c of cases) {
+    h.sim.setFaults(c.fault);
+    const att = newAttempt(h.receiverUrl, 'fal');
+    const out = await a.submit({ ...att, model: MODEL, input: { prompt: 'x' } });
+    assert.equal(out.kind, c.kind, `${JSON.stringify(c.fault)} → ${JSON.stringify(out)}`);
+    assert.equal(h.sim.tokenCount(att.attemptId), c.jobs, JSON.stringify(c.fault));
+    if (out.kind === 'rejected') assert.deepEqual([out.retryable, out.status, out.retryAfterMs], [true, 429, 3_000]);
+  }
+});
+
+test('connection refused → rejected retryable; 401 → rejected final, and the key never appears in a reason', async () => {
+  const refused = await makeAdapter({ baseUrl: `http://127.0.0.1:${await deadPort()}/fal` }).submit({
+    ...newAttempt(h.receiverUrl, 'fal'),
+    model: MODEL,
+    input: {},
+  });
+  assert.deepEqual(refused.kind === 'rejected' ? [refused.retryable, refused.status] : refused, [true, null]);
+  const wrongKey = 'wrong-fal-key:should-not-leak-123';
+  const out = await makeAdapter({ apiKey: wrongKey }).submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: {} });
+  assert.deepEqual(out.kind === 'rejected' ? [out.retryable, out.status] : out, [false, 401]);
+  assert.ok(!JSON.stringify(out).includes(wrongKey));
+});
+
+test('secrets never appear in errors even when a server echoes them back', async () => {
+  const echo = createServer((req, res) => {
+    res.writeHead(req.method === 'POST' ? 400 : 500, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ detail: `bad: ${req.headers.authorization}` }));
+  });
+  const port = await listenOn(echo);
+  try {
+    const a = makeAdapter({ baseUrl: `http://127.0.0.1:${port}` });
+    const out = await a.submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: {} });
+    assert.ok(!JSON.stringify(out).includes(SIM_FAL_DEFAULTS.apiKey), JSON.stringify(out));
+    await assert.rejects(a.getJob('x', undefined, REF), (e: Error) => !e.message.includes(SIM_FAL_DEFAULTS.apiKey));
+  } finally {
+    await closeServer(echo);
+  }
+});
+
+test('capabilities: tier none (no listing), ED25519 callbacks, queues excess work; findByCorrelationToken never claims a find', async () => {
+  assert.equal(FAL_CAPABILITIES.unknownOutcomeTier, 'none');
+  assert.equal(FAL_CAPABILITIES.callbackSignature, 'ed25519-jwks');
+  assert.equal(FAL_CAPABILITIES.queuesExcessWork, true);
+  const { attemptId } = await submitOk();
+  assert.equal(await adapter.findByCorrelationToken(attemptId, new Date(0)), null);
+});

@@ -1,0 +1,95 @@
+// Shared fixtures of the adapter tests: one simulator and one webhook receiver per test file,
+// both closed in `after` so the process exits.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { createSimulator, type RunningSimulator, type Simulator, type SimulatorOptions } from '../../providers/simulator/server';
+
+export interface Delivery {
+  readonly headers: IncomingHttpHeaders;
+  readonly body: Buffer;
+  readonly token: string;
+}
+
+export interface Harness {
+  readonly sim: Simulator;
+  readonly receiverUrl: string;
+  readonly deliveries: Delivery[];
+  deliveriesFor(token: string): Delivery[];
+  close(): Promise<void>;
+}
+
+export const listenOn = (s: Server): Promise<number> =>
+  new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as AddressInfo).port)));
+
+export const closeServer = (s: Server): Promise<void> =>
+  new Promise((resolve) => {
+    s.close(() => resolve());
+    s.closeAllConnections();
+  });
+
+/** A port nothing listens on (connection refused). */
+export async function deadPort(): Promise<number> {
+  const probe = createServer();
+  const port = await listenOn(probe);
+  await closeServer(probe);
+  return port;
+}
+
+export async function startHarness(over: Partial<SimulatorOptions> = {}): Promise<Harness> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'provider-sim-test-'));
+  const deliveries: Delivery[] = [];
+  const receiver = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const token = (req.url ?? '').split('?')[0]?.split('/').filter(Boolean).pop() ?? '';
+      deliveries.push({ headers: req.headers, body: Buffer.concat(chunks), token });
+      res.writeHead(204).end();
+    });
+  });
+  const receiverUrl = `http://127.0.0.1:${await listenOn(receiver)}`;
+  const sim = createSimulator({
+    apiToken: 'r8_unused_in_these_tests',
+    webhookSecret: `whsec_${Buffer.from('unused-secret-0123456789abcdef').toString('base64')}`,
+    generationMs: 300,
+    outputTtlMs: 60_000,
+    dataDir,
+    webhookRetry: { attempts: 3, baseDelayMs: 20 },
+    ...over,
+  });
+  const running: RunningSimulator = await sim.listen(0);
+  return {
+    sim,
+    receiverUrl,
+    deliveries,
+    deliveriesFor: (token) => deliveries.filter((d) => d.token === token),
+    async close() {
+      await running.close();
+      await closeServer(receiver);
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+let seq = 0;
+/** A fresh attempt id (UUID-shaped, as ours are) and its callback URL. */
+export function newAttempt(receiverUrl: string, provider: string): { attemptId: string; webhookUrl: string } {
+  const n = (++seq).toString(16).padStart(12, '0');
+  const attemptId = `${process.pid.toString(16).padStart(8, '0').slice(-8)}-0000-4000-8000-${n}`;
+  return { attemptId, webhookUrl: `${receiverUrl}/v1/callbacks/${provider}/${attemptId}` };
+}
+
+export async function waitFor<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 5_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export const TERMINAL = ['succeeded', 'failed', 'canceled', 'aborted'];
