@@ -49,7 +49,7 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     }
     const nextAttemptState = attemptStateFor(attempt.submit_state as AttemptState, job.state);
     const succeeded = job.state === 'succeeded';
-    const ttlMs = providerFor(deps, task.provider).capabilities.outputUrlTtlMs;
+    const ttlMs = providerFor(deps, attempt.provider).capabilities.outputUrlTtlMs;
     await tx
       .update(taskAttempt)
       .set({
@@ -74,7 +74,7 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     }
     const sourceEvent = `${row.source}:${row.inbox_id}`;
     if (d.to === 'FAILED' || d.to === 'CANCELLED') {
-      const chargeable = d.to === 'CANCELLED' && providerFor(deps, task.provider).capabilities.chargeableStates.includes(job.state);
+      const chargeable = d.to === 'CANCELLED' && providerFor(deps, attempt.provider).capabilities.chargeableStates.includes(job.state);
       await finishTask(tx, token, task, {
         to: d.to,
         // docs/billing.md: a cancel the provider bills is charged; failures are released.

@@ -16,7 +16,10 @@ export function createCancelActivities(deps: TaskActivityDeps) {
           .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
           .where(eq(generationTask.task_id, taskId));
         if (!row || row.task.status !== 'CANCEL_REQUESTED' || !row.attempt.provider_job_id) return { sent: false };
-        await providerFor(deps, row.task.provider).cancel(row.attempt.provider_job_id, Context.current().cancellationSignal);
+        const adapter = providerFor(deps, row.attempt.provider);
+        // Some providers cannot cancel (Kling): the job runs to its end and the state machine decides.
+        if (adapter.capabilities.canCancel === false) return { sent: false };
+        await adapter.cancel(row.attempt.provider_job_id, Context.current().cancellationSignal, { model: row.attempt.provider_model });
         return { sent: true };
       });
     },

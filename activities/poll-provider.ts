@@ -68,7 +68,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
           .where(eq(generationTask.task_id, taskId));
         if (!row) throw notFound(`active attempt of task ${taskId}`);
         const { task, attempt } = row;
-        const adapter = providerFor(deps, task.provider);
+        const adapter = providerFor(deps, attempt.provider);
         const signal = Context.current().cancellationSignal;
         const now = deps.clock.now();
         const unknown = !attempt.provider_job_id && attempt.submit_state === 'SUBMIT_UNKNOWN';
@@ -78,7 +78,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
         let job: ProviderJob | null;
         let lookupFailed: string | null = null;
         if (attempt.provider_job_id) {
-          job = await adapter.getJob(attempt.provider_job_id, signal);
+          job = await adapter.getJob(attempt.provider_job_id, signal, { model: attempt.provider_model });
         } else {
           try {
             job = await adapter.findByCorrelationToken(attempt.attempt_id, new Date(submittedAt.getTime() - 60_000), signal);
@@ -111,7 +111,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
           return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
         }
         const inboxId = await recordProviderEvent(deps.db, {
-          provider: task.provider,
+          provider: attempt.provider,
           job,
           providerEventId: null,
           source: unknown ? 'reconcile' : 'poll',

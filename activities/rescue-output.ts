@@ -102,7 +102,7 @@ export function createRescueActivities(deps: TaskActivityDeps) {
           try {
             if (!attempt.output_url) throw new OutputGoneError('provider reported success without an output URL');
             const url = await validateOutputUrl(attempt.output_url, {
-              allowedHosts: deps.settings.outputHosts[task.provider] ?? [],
+              allowedHosts: deps.settings.outputHosts[attempt.provider] ?? [],
               allowPrivate: deps.settings.outputAllowPrivate,
             });
             object = await download(url, key);

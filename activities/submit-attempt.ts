@@ -174,16 +174,16 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         const claimed = await claim(token, taskId);
         if (!claimed) return null;
         const { task, attempt } = claimed;
-        const adapter = providerFor(deps, task.provider);
+        const adapter = providerFor(deps, attempt.provider);
         const ctx = Context.current();
         const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
         let outcome: SubmitOutcome;
         try {
           outcome = await adapter.submit({
             attemptId: attempt.attempt_id,
-            model: task.provider_model,
+            model: attempt.provider_model,
             input: providerInput(task),
-            webhookUrl: `${deps.settings.publicBaseUrl}/v1/callbacks/${task.provider}/${attempt.attempt_id}`,
+            webhookUrl: `${deps.settings.publicBaseUrl}/v1/callbacks/${attempt.provider}/${attempt.attempt_id}`,
             signal: ctx.cancellationSignal,
           });
         } catch (err) {

@@ -5,7 +5,7 @@ import type { Request, Response } from 'express';
 import { eq } from 'drizzle-orm';
 import { recordProviderEvent } from '../db/inbox';
 import { taskAttempt } from '../db/schema';
-import { CallbackVerificationError } from '../providers/types';
+import { CallbackVerificationError, verifyProviderCallback } from '../providers/types';
 import type { ApiContext } from './context';
 import { problems } from './problem';
 
@@ -21,26 +21,34 @@ export function callbackHandlers(ctx: ApiContext) {
       const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
       let verified;
       try {
-        verified = adapter.verifyCallback(raw, req.headers);
+        verified = await verifyProviderCallback(adapter, raw, req.headers);
       } catch (err) {
         if (err instanceof CallbackVerificationError) {
-          ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome: 'bad_signature' });
+          ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome: err.reason === 'keys-unavailable' ? 'keys_unavailable' : 'bad_signature' });
           ctx.logger.warn({ provider: providerName, reason: err.reason }, 'callback rejected');
+          // We could not check the signature (the provider's keys are unreachable): ask for a redelivery.
+          if (err.reason === 'keys-unavailable') throw problems.unavailable('signing keys unavailable; redeliver later', 30);
           throw problems.badSignature(err.reason);
         }
         throw err;
       }
       const [attempt] = UUID.test(token)
         ? await ctx.db
-            .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider })
+            .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model })
             .from(taskAttempt)
             .where(eq(taskAttempt.attempt_id, token))
         : [];
       const known = attempt && attempt.provider === providerName;
+      // An unsigned callback (Kling) only tells us which job to look at: read it from the
+      // provider with our credentials rather than trusting the body.
+      const job = verified.needsRefetch && known
+        ? await adapter.getJob(verified.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel })
+        : verified.job;
       const inboxId = await recordProviderEvent(ctx.db, {
         provider: providerName,
-        job: verified.job,
-        providerEventId: verified.providerEventId,
+        job,
+        // A re-fetched state has no event id of its own: dedupe it by its content.
+        providerEventId: verified.needsRefetch ? null : verified.providerEventId,
         source: 'callback',
         attemptId: known ? attempt.attemptId : null,
         taskId: known ? attempt.taskId : null,

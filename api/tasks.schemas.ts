@@ -1,12 +1,12 @@
 // The API's wire shapes. zod validates requests; the same schemas feed /openapi.json.
 import { z } from 'zod';
-import { RESOLUTIONS } from '../domain/catalog';
+import { PROVIDERS, RESOLUTIONS } from '../domain/catalog';
 import { TASK_STATES } from '../domain/states';
 
 export const createTaskBody = z
   .strictObject({
     model: z.string().min(1).max(100).describe('Model id from the catalog, e.g. "minimax/video-01"'),
-    provider: z.enum(['replicate']).optional().describe('Provider; defaults to the model\'s provider'),
+    provider: z.enum(PROVIDERS).optional().describe('Provider; defaults to the model\'s provider'),
     prompt: z.string().trim().min(1).max(2000),
     duration_seconds: z.int().min(1).max(20),
     resolution: z.enum(RESOLUTIONS),

@@ -59,6 +59,20 @@ export const envSchema = z.object({
     .default('whsec_ZGV2LXNpbXVsYXRvci13ZWJob29rLXNlY3JldC0zMmI='),
   /** Hosts the worker may download provider outputs from (exact host names). */
   PROVIDER_REPLICATE_OUTPUT_HOSTS: csv.default(['replicate.delivery', '127.0.0.1', 'localhost']),
+  /** fal queue API (defaults: the simulator). */
+  PROVIDER_FAL_BASE_URL: z.url().default('http://127.0.0.1:7081/fal'),
+  PROVIDER_FAL_API_KEY: z.string().min(1).default('sim-fal-key-id:sim-fal-key-secret'),
+  PROVIDER_FAL_JWKS_URL: z.url().default('http://127.0.0.1:7081/fal/.well-known/jwks.json'),
+  PROVIDER_FAL_OUTPUT_HOSTS: csv.default(['v3.fal.media', 'fal.media', '127.0.0.1', 'localhost']),
+  /** Runway tasks API (poll only). */
+  PROVIDER_RUNWAY_BASE_URL: z.url().default('http://127.0.0.1:7081/runway'),
+  PROVIDER_RUNWAY_API_SECRET: z.string().min(1).default('sim-runway-secret-0123456789'),
+  PROVIDER_RUNWAY_OUTPUT_HOSTS: csv.default(['dnznrvs05pmza.cloudfront.net', '127.0.0.1', 'localhost']),
+  /** Kling API (JWT from an access key and a secret key). */
+  PROVIDER_KLING_BASE_URL: z.url().default('http://127.0.0.1:7081/kling'),
+  PROVIDER_KLING_ACCESS_KEY: z.string().min(1).default('sim-kling-access-key'),
+  PROVIDER_KLING_SECRET_KEY: z.string().min(1).default('sim-kling-secret-key-0123456789'),
+  PROVIDER_KLING_OUTPUT_HOSTS: csv.default(['cdn.klingai.com', '127.0.0.1', 'localhost']),
   /** Timeout of one provider HTTP call (submit, status, cancel). */
   PROVIDER_HTTP_TIMEOUT_MS: ms.default(10_000),
 

@@ -3,7 +3,10 @@
 import type { TaskActivityDeps } from '../activities/deps';
 import { systemClock } from '../activities/deps';
 import { createDatabase, type Database } from '../db/client';
+import { createFalAdapter } from '../providers/fal';
+import { createKlingAdapter } from '../providers/kling';
 import { createReplicateAdapter } from '../providers/replicate';
+import { createRunwayAdapter } from '../providers/runway';
 import type { ProviderAdapter } from '../providers/types';
 import { createObjectStorage, type ObjectStorage } from '../storage/s3';
 import type { Config } from './env';
@@ -27,6 +30,23 @@ export function buildProviders(config: Config): Record<string, ProviderAdapter> 
       webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
       timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
     }),
+    fal: createFalAdapter({
+      baseUrl: config.PROVIDER_FAL_BASE_URL,
+      apiKey: config.PROVIDER_FAL_API_KEY,
+      jwksUrl: config.PROVIDER_FAL_JWKS_URL,
+      timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
+    }),
+    runway: createRunwayAdapter({
+      baseUrl: config.PROVIDER_RUNWAY_BASE_URL,
+      apiSecret: config.PROVIDER_RUNWAY_API_SECRET,
+      timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
+    }),
+    kling: createKlingAdapter({
+      baseUrl: config.PROVIDER_KLING_BASE_URL,
+      accessKey: config.PROVIDER_KLING_ACCESS_KEY,
+      secretKey: config.PROVIDER_KLING_SECRET_KEY,
+      timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
+    }),
   };
 }
 
@@ -44,7 +64,12 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,
     outputMaxBytes: config.OUTPUT_MAX_BYTES,
-    outputHosts: { replicate: config.PROVIDER_REPLICATE_OUTPUT_HOSTS },
+    outputHosts: {
+      replicate: config.PROVIDER_REPLICATE_OUTPUT_HOSTS,
+      fal: config.PROVIDER_FAL_OUTPUT_HOSTS,
+      runway: config.PROVIDER_RUNWAY_OUTPUT_HOSTS,
+      kling: config.PROVIDER_KLING_OUTPUT_HOSTS,
+    },
   };
 }
 

@@ -5,9 +5,12 @@ import { scaleMoney, toMicros, fromMicros } from './money';
 export const RESOLUTIONS = ['480p', '720p', '1080p'] as const;
 export type Resolution = (typeof RESOLUTIONS)[number];
 
+export const PROVIDERS = ['replicate', 'fal', 'runway', 'kling'] as const;
+export type ProviderName = (typeof PROVIDERS)[number];
+
 export interface ModelEntry {
   readonly model: string;
-  readonly provider: 'replicate';
+  readonly provider: ProviderName;
   readonly pricePerSecond: string;
   readonly maxDurationSeconds: number;
   readonly resolutions: readonly Resolution[];
@@ -17,6 +20,9 @@ export const MODEL_CATALOG: readonly ModelEntry[] = [
   { model: 'minimax/video-01', provider: 'replicate', pricePerSecond: '0.500000', maxDurationSeconds: 10, resolutions: ['480p', '720p'] },
   { model: 'kwaivgi/kling-v2.1', provider: 'replicate', pricePerSecond: '0.900000', maxDurationSeconds: 10, resolutions: ['480p', '720p', '1080p'] },
   { model: 'luma/ray-2-720p', provider: 'replicate', pricePerSecond: '0.700000', maxDurationSeconds: 9, resolutions: ['720p'] },
+  { model: 'fal-ai/kling-video/v2/master/text-to-video', provider: 'fal', pricePerSecond: '0.850000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'] },
+  { model: 'gen4_turbo', provider: 'runway', pricePerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p'] },
+  { model: 'kling-v2-master', provider: 'kling', pricePerSecond: '0.800000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'] },
 ];
 
 /** Resolution multipliers in percent. */

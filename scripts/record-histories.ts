@@ -102,7 +102,7 @@ function say(msg: string): void {
 }
 
 /** A throwaway Temporal dev server and S3 server, unless the environment names running ones. */
-async function ensureServices(): Promise<() => Promise<void>> {
+async function ensureServices(): Promise<(keepLogs: boolean) => Promise<void>> {
   if (process.env['TEMPORAL_ADDRESS'] && process.env['S3_ENDPOINT']) {
     say(`using temporal ${process.env['TEMPORAL_ADDRESS']}, s3 ${process.env['S3_ENDPOINT']}`);
     return async () => undefined;
@@ -116,9 +116,11 @@ async function ensureServices(): Promise<() => Promise<void>> {
   const temporalLog = fileLogger(path.join(dir, 'temporal.log'));
   const s3Log = fileLogger(path.join(dir, 's3.log'));
   const started: ManagedProcess[] = [];
-  const stop = async () => {
+  const stop = async (keepLogs: boolean) => {
     await Promise.all(started.map((p) => p.stop('SIGTERM', 5_000)));
     await Promise.all([temporalLog.close(), s3Log.close()]);
+    if (keepLogs) say(`server logs kept in ${dir}`);
+    else fs.rmSync(dir, { recursive: true, force: true });
   };
   try {
     const temporal = await startTemporal({ port: temporalPort, headless: true, log: temporalLog, temporalPath: tools.temporal });
@@ -135,10 +137,10 @@ async function ensureServices(): Promise<() => Promise<void>> {
     started.push(s3);
     process.env['TEMPORAL_ADDRESS'] = temporal.address;
     process.env['S3_ENDPOINT'] = s3.endpoint;
-    say(`started temporal ${temporal.address}, s3 ${s3.endpoint} (logs in ${dir})`);
+    say(`started temporal ${temporal.address}, s3 ${s3.endpoint}`);
     return stop;
   } catch (err) {
-    await stop();
+    await stop(true);
     throw err;
   }
 }
@@ -178,13 +180,15 @@ async function main(): Promise<number> {
   const selected = wanted.length ? (wanted as ScenarioName[]) : names;
   fs.mkdirSync(HISTORIES_DIR, { recursive: true });
   const stopServices = await ensureServices();
+  let ok = false;
   try {
     const workflowBundle = await bundleWorkflows();
     for (const name of selected) await record(name, workflowBundle);
-    say(`wrote ${selected.length} histories to ${path.relative(process.cwd(), HISTORIES_DIR)}/`);
+    say(`wrote ${selected.length} ${selected.length === 1 ? 'history' : 'histories'} to ${path.relative(process.cwd(), HISTORIES_DIR)}/`);
+    ok = true;
     return 0;
   } finally {
-    await stopServices();
+    await stopServices(!ok);
   }
 }
 

@@ -58,6 +58,10 @@ export async function startE2E(
   const config = testConfig({
     TEMPORAL_TASK_QUEUE: uniqueQueue(name),
     PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
+    PROVIDER_FAL_BASE_URL: `${sim.baseUrl}/fal`,
+    PROVIDER_FAL_JWKS_URL: `${sim.baseUrl}/fal/.well-known/jwks.json`,
+    PROVIDER_RUNWAY_BASE_URL: `${sim.baseUrl}/runway`,
+    PROVIDER_KLING_BASE_URL: `${sim.baseUrl}/kling`,
     PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
     POLL_INITIAL_MS: '300',
     POLL_MAX_MS: '600',

@@ -1,0 +1,38 @@
+// Every provider protocol end to end: the same workflow and activities, driven only by each
+// adapter's capabilities (fal: ED25519-signed callbacks with keys from a JWKS; Runway: polling
+// only; Kling: an unsigned callback that triggers an authenticated re-fetch).
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { eq } from 'drizzle-orm';
+import { callbackInbox, taskAttempt } from '../../db/schema';
+import { startE2E, type E2E } from '../support/e2e';
+
+let e: E2E;
+before(async () => {
+  e = await startE2E('providers', {}, { generationMs: 500 });
+});
+after(async () => {
+  await e?.close();
+});
+
+const cases = [
+  { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', expectCallbacks: true },
+  { provider: 'runway', model: 'gen4_turbo', resolution: '720p', expectCallbacks: false },
+  { provider: 'kling', model: 'kling-v2-master', resolution: '720p', expectCallbacks: true },
+];
+
+for (const c of cases) {
+  test(`${c.provider}: a task reaches SUCCEEDED through the provider's own protocol, with one provider job`, async () => {
+    const taskId = await e.createTask(`prov-${c.provider}`, { model: c.model, prompt: `a ${c.provider} fox`, duration_seconds: 2, resolution: c.resolution });
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+    assert.equal(task.provider, c.provider);
+    assert.equal(task.output.media.videoCodec, 'h264');
+    const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    assert.equal(attempt?.provider, c.provider);
+    assert.equal(e.sim.sim.tokenCount(attempt!.attempt_id), 1);
+    const inbox = await e.tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
+    const sources = new Set(inbox.map((r) => r.source));
+    if (c.expectCallbacks) assert.ok(sources.has('callback'), `callbacks stored: ${[...sources].join(',')}`);
+    else assert.ok(!sources.has('callback') && sources.has('poll'), 'polling only');
+  });
+}
