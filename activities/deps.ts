@@ -1,5 +1,6 @@
 // What task activities need from the outside world. Built once per worker process and passed
 // to createTaskActivities(); tests pass real test databases and servers.
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Db } from '../db/client';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
@@ -70,6 +71,20 @@ export async function fenced<T>(deps: TaskActivityDeps, work: (token: FenceToken
     return await work(token);
   } catch (err) {
     throw toActivityFailure(err);
+  }
+}
+
+/**
+ * Heartbeats every `everyMs` while `work` runs, so a worker that dies mid-activity is noticed
+ * after the heartbeat timeout instead of the whole start-to-close timeout.
+ */
+export async function withHeartbeat<T>(work: () => Promise<T>, everyMs = 2_000): Promise<T> {
+  const ctx = Context.current();
+  const timer = setInterval(() => ctx.heartbeat(), everyMs);
+  try {
+    return await work();
+  } finally {
+    clearInterval(timer);
   }
 }
 

@@ -13,14 +13,14 @@ import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
 import { InvalidMediaError, extractThumbnail, probeMedia, type MediaInfo } from '../media/probe';
 import { thumbnailObjectKey } from '../storage/s3';
-import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 export function createMediaActivities(deps: TaskActivityDeps) {
   return {
     async processMedia(taskId: string): Promise<TaskFacts> {
-      await fenced(deps, async (token) => {
+      await withHeartbeat(() => fenced(deps, async (token) => {
         const [task] = await deps.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
         if (!task) throw notFound(`task ${taskId}`);
         if (task.status !== 'PROCESSING_MEDIA') return;
@@ -89,7 +89,7 @@ export function createMediaActivities(deps: TaskActivityDeps) {
             detail: { duration_seconds: info.durationSeconds, codec: info.videoCodec },
           });
         });
-      });
+      }));
       return readTaskFacts(deps.db, taskId, deps.clock.now());
     },
   };

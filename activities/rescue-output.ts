@@ -16,7 +16,7 @@ import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { outputObjectKey } from '../storage/s3';
-import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
@@ -65,7 +65,7 @@ export function createRescueActivities(deps: TaskActivityDeps) {
 
   return {
     async rescueOutput(taskId: string): Promise<TaskFacts> {
-      await fenced(deps, async (token) => {
+      await withHeartbeat(() => fenced(deps, async (token) => {
         // Step 1: PROVIDER_SUCCEEDED → FETCHING_OUTPUT.
         const target = await deps.db.transaction(async (tx) => {
           await holdFence(tx, token);
@@ -158,7 +158,7 @@ export function createRescueActivities(deps: TaskActivityDeps) {
             detail: { object_key: key, sha256: object.sha256, size_bytes: object.size },
           });
         });
-      });
+      }));
       return readTaskFacts(deps.db, taskId, deps.clock.now());
     },
   };

@@ -314,3 +314,37 @@ export const opsAudit = pgTable(
   },
   (t) => [index('idx_ops_audit_target').on(t.target_type, t.target_id, t.created_at)],
 );
+
+/**
+ * Addition: one row per region failover, with the fields seed 000 §19.11.5 requires. Written by
+ * `ops failover` in the same transaction that bumps the epoch and switches the active region;
+ * the first successful write and the reconciliation result are filled in afterwards.
+ */
+export const regionFailover = pgTable(
+  'region_failover',
+  {
+    failover_id: uuid('failover_id').primaryKey(),
+    resource_scope: text('resource_scope').notNull(),
+    incident_id: text('incident_id').notNull(),
+    operator: text('operator').notNull(),
+    reason: text('reason').notNull(),
+    old_region: text('old_region').notNull(),
+    new_region: text('new_region').notNull(),
+    old_epoch: bigint('old_epoch', { mode: 'number' }).notNull(),
+    new_epoch: bigint('new_epoch', { mode: 'number' }).notNull(),
+    /** pg_current_wal_lsn() of the fact source when writes were stopped. */
+    replication_position: text('replication_position').notNull(),
+    accepted_rpo_seconds: integer('accepted_rpo_seconds').notNull(),
+    /** When the runbook began (the operator ran the command). */
+    started_at: ts('started_at').notNull(),
+    /** When the new region became the active one (the epoch bump committed). */
+    traffic_switch_time: ts('traffic_switch_time').notNull(),
+    /** The first fact written under the new epoch; null until one is seen. */
+    first_successful_write_time: ts('first_successful_write_time'),
+    reconciliation_result: jsonb('reconciliation_result'),
+  },
+  (t) => [
+    uniqueIndex('region_failover_scope_epoch').on(t.resource_scope, t.new_epoch),
+    index('idx_region_failover_incident').on(t.incident_id),
+  ],
+);

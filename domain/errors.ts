@@ -3,6 +3,12 @@
 export const FailureType = {
   /** This process's region or epoch no longer owns writes. Another worker of the active region may retry. */
   FenceRejected: 'FenceRejected',
+  /**
+   * The system mode (region_write_fence.mode) forbids this step now (e.g. QUEUE_ONLY forbids a
+   * new submit). Retryable: the task waits durably in Temporal's retry loop and carries on when
+   * an operator changes the mode (docs/modes.md).
+   */
+  ModePaused: 'ModePaused',
   /** The task or attempt does not exist. Not retryable. */
   NotFound: 'NotFound',
   /** The facts are in a state this step cannot act on (a bug, or data changed under us). Not retryable. */

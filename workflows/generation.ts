@@ -9,6 +9,7 @@ import {
   condition,
   continueAsNew,
   log,
+  patched,
   proxyActivities,
   setHandler,
   sleep,
@@ -51,8 +52,8 @@ const facts = proxyActivities<TaskActivities>({ startToCloseTimeout: '30s', retr
 /** The provider call: a short heartbeat timeout so a dead worker's attempt is noticed fast. */
 const submit = proxyActivities<TaskActivities>({ startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry });
 /** Streaming the output into storage: long, heartbeating with bytes done. */
-const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', heartbeatTimeout: '30s', retry });
-const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', retry });
+const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', heartbeatTimeout: '20s', retry });
+const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry });
 
 const DEFAULT_POLL_MS = 5_000;
 /** Continue-as-new after this many steps even when Temporal does not suggest it yet. */
@@ -72,11 +73,14 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     resolveReviewUpdate,
     async (resolution) => {
       try {
-        return await facts.resolveReview(taskId, resolution);
-      } finally {
-        // Succeeded or not, the facts may have moved (e.g. a reset re-delivered an Update that
-        // was already applied): the main loop re-reads them either way.
+        const after = await facts.resolveReview(taskId, resolution);
         woken = true;
+        return after;
+      } catch (err) {
+        // A refused resolution still re-reads the facts: they may have moved on (e.g. a reset
+        // re-delivered an Update that was already applied). Patched: older runs did not wake.
+        if (patched('wake-after-refused-review')) woken = true;
+        throw err;
       }
     },
     {

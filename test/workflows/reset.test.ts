@@ -212,14 +212,11 @@ describe('a reset re-delivers an operator Update, and that is harmless', () => {
     t.diagnostic(`reset to event ${eventId}; jobs per attempt [0, 1], ledger ${JSON.stringify(f.ledger)}, audit rows 1`);
   });
 
-  // BUG (reported, not fixed here: workflows/ is not this file's owner). The re-delivered Update
-  // passes the validator (the replayed memory still says MANUAL_REVIEW), its activity is refused
-  // (the task is FAILED), and the handler throws before setting `woken`, so the new run waits in
-  // MANUAL_REVIEW forever with NeedsAttention=true. Fix: set `woken = true` whatever the Update's
-  // outcome (behind patched(), docs/workflow-versioning.md). Remove `todo` once fixed.
+  // The re-delivered Update passes the validator (the replayed memory still says MANUAL_REVIEW)
+  // and its activity refuses it (the task is FAILED). Unless a refused Update also wakes the
+  // main loop, the new run waits in MANUAL_REVIEW forever with NeedsAttention=true.
   test(
-    'fail, then reset to the workflow task that accepted it: the new run re-reads FAILED and completes',
-    { todo: 'workflows/generation.ts: a failed resolveReview Update never wakes the MANUAL_REVIEW wait' },
+    'fail, then reset to the workflow task that accepted it: the refused re-delivered Update still wakes the new run, which re-reads FAILED and completes',
     async (t) => {
       const taskId = await parkInReview('reset-review-fail');
       await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-frank', reason: 'customer withdrew the order' });

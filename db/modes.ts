@@ -1,0 +1,200 @@
+// System mode and active region, as stored in region_write_fence (seed 000 §19.5.5). Changing
+// either locks the fence row FOR UPDATE, so it waits for every fact transaction that holds the
+// row FOR SHARE (holdFence) and none can straddle the change; it is audited in the same
+// transaction and announced with NOTIFY on FENCE_CHANNEL (delivered at commit), which every
+// worker's fence watcher LISTENs to.
+import { randomUUID } from 'node:crypto';
+import { desc, eq, sql } from 'drizzle-orm';
+import { modeForbids, type ModeAction } from '../domain/modes';
+import type { SystemMode } from '../domain/states';
+import type { Db, DbOrTx } from './client';
+import type { FenceState } from './fence';
+import { opsAudit, regionFailover, regionWriteFence } from './schema';
+
+/** The LISTEN/NOTIFY channel for fence changes; the payload is the scope's JSON state. */
+export const FENCE_CHANNEL = 'vidorch_fence';
+
+/** The mode forbids this step now. Retryable: the caller waits and tries again. */
+export class ModePausedError extends Error {
+  constructor(
+    readonly mode: SystemMode,
+    readonly action: ModeAction,
+  ) {
+    super(modeForbids(mode, action) ?? `system mode is ${mode}`);
+    this.name = 'ModePausedError';
+  }
+}
+
+interface FenceRow {
+  resource_scope: string;
+  active_region: string;
+  write_epoch: string | number;
+  mode: string;
+  updated_at: Date | string;
+}
+
+const toState = (r: FenceRow): FenceState => ({
+  scope: r.resource_scope,
+  activeRegion: r.active_region,
+  epoch: Number(r.write_epoch),
+  mode: r.mode as SystemMode,
+  updatedAt: new Date(r.updated_at),
+});
+
+async function lockFenceRow(tx: DbOrTx, scope: string): Promise<FenceState> {
+  const { rows } = await tx.execute(sql`
+    SELECT resource_scope, active_region, write_epoch, mode, updated_at FROM region_write_fence
+    WHERE resource_scope = ${scope} FOR UPDATE`);
+  const row = rows[0] as FenceRow | undefined;
+  if (!row) throw new Error(`no region fence for scope ${scope}; run migrations`);
+  return toState(row);
+}
+
+async function notifyFence(tx: DbOrTx, state: FenceState): Promise<void> {
+  const payload = JSON.stringify({ scope: state.scope, region: state.activeRegion, epoch: state.epoch, mode: state.mode });
+  await tx.execute(sql`SELECT pg_notify(${FENCE_CHANNEL}, ${payload})`);
+}
+
+/**
+ * Inside a fact transaction that already holds the fence row (holdFence): throws
+ * ModePausedError when the current mode forbids `action`. Because the row is share-locked, a
+ * concurrent `mode set` either committed before (and is seen here) or waits for this commit.
+ */
+export async function assertModeAllows(tx: DbOrTx, scope: string, action: ModeAction): Promise<void> {
+  const [row] = await tx.select({ mode: regionWriteFence.mode }).from(regionWriteFence).where(eq(regionWriteFence.resource_scope, scope));
+  const mode = (row?.mode ?? 'MAINTENANCE') as SystemMode;
+  if (modeForbids(mode, action)) throw new ModePausedError(mode, action);
+}
+
+export interface ModeChange {
+  readonly from: FenceState;
+  readonly to: FenceState;
+  readonly auditId: string;
+}
+
+/** Sets the scope's mode (audited, announced). Setting the current mode again is recorded too. */
+export async function setMode(db: Db, args: { scope: string; mode: SystemMode; actor: string; reason: string }): Promise<ModeChange> {
+  return db.transaction(async (tx) => {
+    const from = await lockFenceRow(tx, args.scope);
+    const [row] = await tx
+      .update(regionWriteFence)
+      .set({ mode: args.mode, updated_at: sql`now()` })
+      .where(eq(regionWriteFence.resource_scope, args.scope))
+      .returning();
+    const to = toState(row as unknown as FenceRow);
+    const auditId = randomUUID();
+    await tx.insert(opsAudit).values({
+      audit_id: auditId,
+      actor: args.actor,
+      action: 'mode.set',
+      target_type: 'fence',
+      target_id: args.scope,
+      reason: args.reason,
+      detail: { from: from.mode, to: to.mode, region: to.activeRegion, epoch: to.epoch },
+    });
+    await notifyFence(tx, to);
+    return { from, to, auditId };
+  });
+}
+
+export type FailoverRecord = typeof regionFailover.$inferSelect;
+
+/**
+ * The fencing step of a failover, in one transaction: bump the epoch (every token of the old
+ * holders is void from this commit on), make `toRegion` the active one, write the failover
+ * record (seed 000 §19.11.5) and the audit row, announce it.
+ */
+export async function switchActiveRegion(
+  db: Db,
+  args: {
+    scope: string;
+    toRegion: string;
+    incidentId: string;
+    operator: string;
+    reason: string;
+    replicationPosition: string;
+    acceptedRpoSeconds: number;
+    startedAt: Date;
+  },
+): Promise<FailoverRecord> {
+  return db.transaction(async (tx) => {
+    const from = await lockFenceRow(tx, args.scope);
+    if (from.activeRegion === args.toRegion) throw new Error(`${args.toRegion} is already the active region (epoch ${from.epoch})`);
+    const [row] = await tx
+      .update(regionWriteFence)
+      .set({ active_region: args.toRegion, write_epoch: sql`${regionWriteFence.write_epoch} + 1`, updated_at: sql`clock_timestamp()` })
+      .where(eq(regionWriteFence.resource_scope, args.scope))
+      .returning();
+    const to = toState(row as unknown as FenceRow);
+    const [record] = await tx
+      .insert(regionFailover)
+      .values({
+        failover_id: randomUUID(),
+        resource_scope: args.scope,
+        incident_id: args.incidentId,
+        operator: args.operator,
+        reason: args.reason,
+        old_region: from.activeRegion,
+        new_region: to.activeRegion,
+        old_epoch: from.epoch,
+        new_epoch: to.epoch,
+        replication_position: args.replicationPosition,
+        accepted_rpo_seconds: args.acceptedRpoSeconds,
+        started_at: args.startedAt,
+        traffic_switch_time: to.updatedAt,
+      })
+      .returning();
+    await tx.insert(opsAudit).values({
+      audit_id: randomUUID(),
+      actor: args.operator,
+      action: 'failover.switch',
+      target_type: 'fence',
+      target_id: args.scope,
+      reason: args.reason,
+      detail: { incident_id: args.incidentId, old_region: from.activeRegion, new_region: to.activeRegion, old_epoch: from.epoch, new_epoch: to.epoch },
+    });
+    await notifyFence(tx, to);
+    return record!;
+  });
+}
+
+/** The fact source's current WAL position (what a replica must have replayed to lose nothing). */
+export async function currentWalPosition(db: DbOrTx): Promise<string> {
+  const { rows } = await db.execute(sql`SELECT pg_current_wal_lsn()::text AS lsn`);
+  return (rows[0] as { lsn: string }).lsn;
+}
+
+/** The time of the first fact (transition, ledger entry, outbox row) written under `epoch`, or null. */
+export async function firstWriteUnderEpoch(db: DbOrTx, epoch: number): Promise<Date | null> {
+  const { rows } = await db.execute(sql`
+    SELECT least(
+      (SELECT min(created_at) FROM task_transition WHERE write_epoch = ${epoch}),
+      (SELECT min(created_at) FROM credit_ledger WHERE write_epoch = ${epoch}),
+      (SELECT min(created_at) FROM outbox_event WHERE write_epoch = ${epoch})
+    ) AS first`);
+  const first = (rows[0] as { first: Date | string | null }).first;
+  return first ? new Date(first) : null;
+}
+
+/** Fills first_successful_write_time of a failover once a write under its epoch exists. */
+export async function recordFirstWrite(db: Db, failoverId: string): Promise<FailoverRecord | null> {
+  const [rec] = await db.select().from(regionFailover).where(eq(regionFailover.failover_id, failoverId));
+  if (!rec) return null;
+  if (rec.first_successful_write_time) return rec;
+  const first = await firstWriteUnderEpoch(db, rec.new_epoch);
+  if (!first) return rec;
+  const [updated] = await db
+    .update(regionFailover)
+    .set({ first_successful_write_time: first })
+    .where(eq(regionFailover.failover_id, failoverId))
+    .returning();
+  return updated ?? rec;
+}
+
+export async function setReconciliationResult(db: Db, failoverId: string, result: unknown): Promise<void> {
+  await db.update(regionFailover).set({ reconciliation_result: result }).where(eq(regionFailover.failover_id, failoverId));
+}
+
+export async function recentFailovers(db: DbOrTx, scope: string, limit = 5): Promise<FailoverRecord[]> {
+  return db.select().from(regionFailover).where(eq(regionFailover.resource_scope, scope)).orderBy(desc(regionFailover.traffic_switch_time)).limit(limit);
+}

@@ -1,0 +1,57 @@
+// What each system mode allows (DESIGN.md §7, seed 000 §19.5.5 and §19.10.2). One table, read
+// by the API's admission, by the activities (fenced steps and the submit gate), by the ops CLI
+// and by the test that keeps docs/modes.md in step with it. Pure: no I/O.
+import type { SystemMode } from './states';
+
+/** Where a verified provider callback goes. */
+export type CallbackRoute = 'inbox' | 'spool';
+
+export interface ModePolicy {
+  /** POST /v1/tasks admits new paid work. */
+  readonly create: boolean;
+  /** GET /v1/tasks[/:id] answers. */
+  readonly read: boolean;
+  /** POST /v1/tasks/:id/cancel records a cancel (a fact write that never adds cost). */
+  readonly cancel: boolean;
+  /** A verified callback is written to the inbox, or to the local fallback spool (replayed later). */
+  readonly callback: CallbackRoute;
+  /** Workflow steps may write facts: dispatch, apply inbox, poll, rescue, media, settle, escalate. */
+  readonly factWrites: boolean;
+  /** A new provider job may be started: DISPATCHING → SUBMITTING and the submit call itself. */
+  readonly submit: boolean;
+}
+
+const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true };
+
+export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
+  NORMAL: open,
+  // We send no push progress yet (no SSE or webhooks to clients): nothing of ours changes.
+  DEGRADED_NOTIFY: open,
+  // Unhealthy providers closed: enforced by the provider breaker (issue #5), not by the mode.
+  DEGRADED_PROVIDER: open,
+  // Accept and persist; no new provider cost. Accepted tasks wait in DISPATCHING.
+  QUEUE_ONLY: { ...open, submit: false },
+  // No new cost at all; converge what was accepted: polls, callbacks, rescue, settlement.
+  RECONCILE_ONLY: { ...open, create: false, submit: false },
+  // Only viewing. Callbacks are kept in the spool, not lost.
+  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false },
+  // The fact source cannot be read safely: stop serving, keep callbacks in the spool.
+  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false },
+};
+
+export const policyFor = (mode: SystemMode): ModePolicy => MODE_POLICIES[mode];
+
+export type ModeAction = Exclude<keyof ModePolicy, 'callback'>;
+
+/** Null when `mode` allows `action`, else a sentence saying why not (for problems and failures). */
+export function modeForbids(mode: SystemMode, action: ModeAction): string | null {
+  if (MODE_POLICIES[mode][action]) return null;
+  const what: Record<ModeAction, string> = {
+    create: 'new tasks are not admitted',
+    read: 'task reads are paused',
+    cancel: 'cancels are paused',
+    factWrites: 'task facts are read-only',
+    submit: 'no new provider jobs are started',
+  };
+  return `system mode is ${mode}: ${what[action]}`;
+}
