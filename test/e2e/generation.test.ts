@@ -116,4 +116,15 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     assert.equal(task.failure.code, 'PROVIDER_FAILED');
     assert.deepEqual(await ledgerOf(res.body.task_id), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
   });
+
+  test('callbacks signed with a wrong key are refused and stored nowhere; polling still completes the task', async () => {
+    sim.sim.setFaults({ callback_wrong_key: true });
+    const taskId = await createTask('e2e-wrong-key');
+    await waitForStatus(taskId, 'SUCCEEDED');
+    await sim.sim.webhooksIdle();
+    const inbox = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
+    assert.ok(inbox.length > 0);
+    assert.ok(inbox.every((r) => r.source !== 'callback'), 'no forged callback reached the inbox');
+    assert.ok(sim.sim.stats().webhooks_failed > 0, 'the simulator saw its deliveries refused');
+  });
 });
