@@ -1,11 +1,13 @@
 // What task activities need from the outside world. Built once per worker process and passed
 // to createTaskActivities(); tests pass real test databases and servers.
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import type { Db } from '../db/client';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
+import { ModePausedError } from '../db/modes';
 import { InvalidTransitionError } from '../db/tasks';
 import { FailureType } from '../domain/errors';
+import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
 import type { ObjectStorage } from '../storage/s3';
 
@@ -14,9 +16,27 @@ export interface Clock {
 }
 export const systemClock: Clock = { now: () => new Date() };
 
+/**
+ * The provider submit switch (seed 000 §19.7.10): this process's own, in-memory view of whether
+ * it may start provider jobs, kept by the worker's fence watcher. The fence row decides in the
+ * claim transaction anyway; the switch stops a fenced process before it gets that far, and
+ * between the claim and the call.
+ */
+export interface SubmitSwitch {
+  /** Null while submits are allowed here; otherwise why not. */
+  closedReason(): string | null;
+}
+
+/** A paused step is tried again after this long (plus up to half again as jitter). */
+export const DEFAULT_MODE_PAUSE_RETRY_MS = 5_000;
+
 export interface TaskActivityDeps {
   readonly db: Db;
   readonly fence: { readonly scope: string; readonly region: string };
+  /** Absent in processes without a fence watcher (tests): the fence row alone decides. */
+  readonly submitSwitch?: SubmitSwitch;
+  /** How soon a step paused by the mode is retried (default DEFAULT_MODE_PAUSE_RETRY_MS). */
+  readonly modePauseRetryMs?: number;
   readonly clock: Clock;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
@@ -49,9 +69,21 @@ export function providerFor(deps: TaskActivityDeps, name: string): ProviderAdapt
 }
 
 /** Maps our typed errors to the Temporal failure vocabulary; everything else stays a plain (retryable) error. */
-export function toActivityFailure(err: unknown): unknown {
+export function toActivityFailure(err: unknown, pauseRetryMs = DEFAULT_MODE_PAUSE_RETRY_MS): unknown {
   if (err instanceof FenceRejectedError) {
     return ApplicationFailure.create({ type: FailureType.FenceRejected, message: err.message, cause: err });
+  }
+  if (err instanceof ModePausedError) {
+    // Retryable on our own short clock rather than the policy's growing backoff, so a task
+    // resumes within seconds of the mode allowing it; jittered so a reopened system is not hit
+    // by every paused task at once. BENIGN: an expected wait, logged at debug.
+    return ApplicationFailure.create({
+      type: FailureType.ModePaused,
+      message: err.message,
+      cause: err,
+      nextRetryDelay: Math.round(pauseRetryMs * (1 + Math.random() / 2)),
+      category: ApplicationFailureCategory.BENIGN,
+    });
   }
   if (err instanceof InvalidTransitionError) {
     return ApplicationFailure.create({
@@ -64,14 +96,24 @@ export function toActivityFailure(err: unknown): unknown {
   return err;
 }
 
-/** Runs one unit of work under a fence token read at its start. */
+/**
+ * Runs one unit of work under a fence token read at its start. Every fenced step writes facts,
+ * so it waits (ModePaused) while the mode makes facts read-only (READ_ONLY, MAINTENANCE).
+ */
 export async function fenced<T>(deps: TaskActivityDeps, work: (token: FenceToken) => Promise<T>): Promise<T> {
   try {
-    const { token } = await acquireFence(deps.db, deps.fence.scope, deps.fence.region);
+    const { token, state } = await acquireFence(deps.db, deps.fence.scope, deps.fence.region);
+    if (modeForbids(state.mode, 'factWrites')) throw new ModePausedError(state.mode, 'factWrites');
     return await work(token);
   } catch (err) {
-    throw toActivityFailure(err);
+    throw toActivityFailure(err, deps.modePauseRetryMs);
   }
+}
+
+/** Throws a retryable FenceRejected when this process's submit switch is closed. */
+export function assertSubmitSwitchOpen(deps: TaskActivityDeps): void {
+  const why = deps.submitSwitch?.closedReason();
+  if (why) throw ApplicationFailure.create({ type: FailureType.FenceRejected, message: `region ${deps.fence.region}: submit switch closed: ${why}` });
 }
 
 /**

@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import { eq, sql } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
+import { assertModeAllows } from '../db/modes';
 import { taskAttempt } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
@@ -78,6 +79,8 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
             });
             return;
           }
+          // QUEUE_ONLY / RECONCILE_ONLY: no new provider job. The task waits here (ModePaused, retried).
+          await assertModeAllows(tx, token.scope, 'submit');
           const attemptId = attemptIdFor(taskId, attemptNo);
           await tx
             .insert(taskAttempt)

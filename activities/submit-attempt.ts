@@ -6,6 +6,7 @@ import { Context } from '@temporalio/activity';
 import { and, eq, sql } from 'drizzle-orm';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
+import { assertModeAllows } from '../db/modes';
 import { generationTask, taskAttempt } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import { fullJitterDelay, nextPollInterval } from '../domain/backoff';
@@ -13,7 +14,7 @@ import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import type { SubmitOutcome } from '../providers/types';
-import { fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
+import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
@@ -94,6 +95,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow', attemptId: attempt.attempt_id });
         return null;
       }
+      // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
+      await assertModeAllows(tx, token.scope, 'submit');
       await tx
         .update(taskAttempt)
         .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })
@@ -171,10 +174,14 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     /** Submits the task's active attempt to its provider, at most once. */
     async submitAttempt(taskId: string): Promise<SubmitResult> {
       const retryInMs = await fenced(deps, async (token) => {
+        assertSubmitSwitchOpen(deps);
         const claimed = await claim(token, taskId);
         if (!claimed) return null;
         const { task, attempt } = claimed;
         const adapter = providerFor(deps, attempt.provider);
+        // The switch closed after the claim (a failover): never call. The attempt stays
+        // SUBMITTING, so whoever runs next records the outcome as unknown and proves it absent.
+        assertSubmitSwitchOpen(deps);
         const ctx = Context.current();
         const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
         let outcome: SubmitOutcome;

@@ -1,44 +1,175 @@
-// Admission control: may this process admit new paid work right now? Reads the fence row
-// (mode, active region) at most once a second, so a mode change reaches every API process
-// within about a second.
+// Admission control: what this API process may do right now, decided by the system mode and
+// active region (region_write_fence, the policy table in domain/modes.ts) and by automatic
+// narrowing (the outbox backlog against its watermark; Postgres reachable at all). The fence
+// and the backlog are read at most once per cache period (1 s in production), so a mode change
+// reaches every API process within about a second.
+import type { NextFunction, Request, Response } from 'express';
+import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
-import type { SystemMode } from '../domain/states';
-import { problems } from './problem';
+import { modeForbids, policyFor, type CallbackRoute, type ModeAction } from '../domain/modes';
+import { isDatabaseUnavailable, problems } from './problem';
 
-/** Modes in which new tasks are accepted (DESIGN.md §7). */
-const ADMITTING: readonly SystemMode[] = ['NORMAL', 'DEGRADED_NOTIFY', 'DEGRADED_PROVIDER', 'QUEUE_ONLY'];
-const WRITABLE: readonly SystemMode[] = [...ADMITTING, 'RECONCILE_ONLY'];
+export interface OutboxWatermark {
+  /** More unpublished rows than this narrows admission. */
+  readonly count: number;
+  /** An unpublished row older than this narrows admission. */
+  readonly ageMs: number;
+}
+
+export interface OutboxBacklog {
+  /** Unpublished rows, counted up to the watermark + 1. */
+  readonly count: number;
+  readonly oldestAgeMs: number;
+}
+
+export interface Readiness {
+  readonly ready: boolean;
+  readonly region: string;
+  readonly activeRegion: string | null;
+  readonly mode: string | null;
+  readonly epoch: number | null;
+  /** What this instance admits now. */
+  readonly admits: { readonly create: boolean; readonly read: boolean; readonly cancel: boolean; readonly callback: CallbackRoute };
+  /** Why creates are not admitted (empty when ready). */
+  readonly reasons: readonly string[];
+  readonly outbox: OutboxBacklog | null;
+}
 
 export interface Admission {
   state(): Promise<FenceState>;
-  /** Throws a 503 problem unless new tasks may be created here. */
+  /** Throws a 503 problem (with Retry-After) unless new tasks may be created here. */
   assertCanCreate(): Promise<FenceState>;
-  /** Throws a 503 problem unless facts may be written here (cancel). */
+  /** Throws a 503 problem unless a cancel may be recorded here. */
   assertCanWrite(): Promise<FenceState>;
+  /** Throws a 503 problem unless tasks may be read (not in MAINTENANCE). */
+  assertCanRead(): Promise<FenceState>;
+  /** Where a verified callback goes now: the inbox, or the spool when the mode or Postgres rules the inbox out. */
+  callbackRoute(): Promise<CallbackRoute>;
+  readiness(): Promise<Readiness>;
 }
 
-export function createAdmission(db: Db, fence: { scope: string; region: string }, ttlMs = 1_000): Admission {
-  let cached: { at: number; state: FenceState } | null = null;
+const RETRY_AFTER_MODE_S = 30;
+const RETRY_AFTER_BACKLOG_S = 30;
+
+export function createAdmission(
+  db: Db,
+  fence: { scope: string; region: string },
+  ttlMs = 1_000,
+  opts: { watermark?: OutboxWatermark } = {},
+): Admission {
+  const watermark = opts.watermark ?? { count: 10_000, ageMs: 10 * 60_000 };
+  let cachedFence: { at: number; state: FenceState } | null = null;
+  let cachedBacklog: { at: number; backlog: OutboxBacklog } | null = null;
+
   async function state(): Promise<FenceState> {
     const now = Date.now();
-    if (cached && now - cached.at < ttlMs) return cached.state;
+    if (cachedFence && now - cachedFence.at < ttlMs) return cachedFence.state;
     const s = await readFence(db, fence.scope);
-    if (!s) throw problems.unavailable(`no region fence for scope ${fence.scope}; run migrations`, 30);
-    cached = { at: now, state: s };
+    if (!s) throw problems.unavailable(`no region fence for scope ${fence.scope}; run migrations`, RETRY_AFTER_MODE_S);
+    cachedFence = { at: now, state: s };
     return s;
   }
-  async function check(allowed: readonly SystemMode[], what: string): Promise<FenceState> {
-    const s = await state();
-    if (s.activeRegion !== fence.region) {
-      throw problems.unavailable(`region ${fence.region} is not the active region (${s.activeRegion}); ${what} go there`, 30);
+
+  async function backlog(): Promise<OutboxBacklog> {
+    const now = Date.now();
+    if (cachedBacklog && now - cachedBacklog.at < ttlMs) return cachedBacklog.backlog;
+    // Counted up to the watermark only: past it the exact number does not change the answer.
+    const { rows } = await db.execute(sql`
+      SELECT
+        (SELECT count(*)::int FROM (SELECT 1 FROM outbox_event WHERE published_at IS NULL LIMIT ${watermark.count + 1}) x) AS n,
+        (SELECT coalesce(extract(epoch FROM now() - min(created_at)) * 1000, 0)::float FROM outbox_event WHERE published_at IS NULL) AS age_ms`);
+    const row = rows[0] as { n: number; age_ms: number };
+    const b = { count: row.n, oldestAgeMs: Math.round(row.age_ms) };
+    cachedBacklog = { at: now, backlog: b };
+    return b;
+  }
+
+  function regionProblem(s: FenceState, what: string) {
+    return s.activeRegion !== fence.region
+      ? `region ${fence.region} is not the active region (${s.activeRegion}); ${what} go there`
+      : null;
+  }
+
+  function backlogProblem(b: OutboxBacklog): string | null {
+    if (b.count > watermark.count) return `outbox backlog over its watermark (${watermark.count} unpublished): new tasks are paused`;
+    if (b.oldestAgeMs > watermark.ageMs) {
+      return `the oldest unpublished task has waited ${Math.round(b.oldestAgeMs / 1000)} s (watermark ${Math.round(watermark.ageMs / 1000)} s): new tasks are paused`;
     }
-    if (!allowed.includes(s.mode)) throw problems.unavailable(`system mode is ${s.mode}; ${what} are paused`, 30);
+    return null;
+  }
+
+  async function check(action: ModeAction, what: string, needsActiveRegion: boolean): Promise<FenceState> {
+    const s = await state();
+    const wrongRegion = needsActiveRegion ? regionProblem(s, what) : null;
+    if (wrongRegion) throw problems.unavailable(wrongRegion, RETRY_AFTER_MODE_S);
+    const forbidden = modeForbids(s.mode, action);
+    if (forbidden) throw problems.unavailable(forbidden, RETRY_AFTER_MODE_S);
     return s;
   }
+
   return {
     state,
-    assertCanCreate: () => check(ADMITTING, 'new tasks'),
-    assertCanWrite: () => check(WRITABLE, 'changes'),
+    async assertCanCreate() {
+      const s = await check('create', 'new tasks', true);
+      const narrowed = backlogProblem(await backlog());
+      if (narrowed) throw problems.unavailable(narrowed, RETRY_AFTER_BACKLOG_S);
+      return s;
+    },
+    assertCanWrite: () => check('cancel', 'changes', true),
+    assertCanRead: () => check('read', 'reads', false),
+    async callbackRoute() {
+      try {
+        return policyFor((await state()).mode).callback;
+      } catch (err) {
+        if (isDatabaseUnavailable(err)) return 'spool';
+        throw err;
+      }
+    },
+    async readiness() {
+      const reasons: string[] = [];
+      let s: FenceState | null = null;
+      let b: OutboxBacklog | null = null;
+      try {
+        s = await state();
+        b = await backlog();
+      } catch (err) {
+        if (!isDatabaseUnavailable(err)) throw err;
+        reasons.push('the task database is unreachable');
+      }
+      const policy = s ? policyFor(s.mode) : null;
+      if (s) {
+        const wrongRegion = regionProblem(s, 'new tasks');
+        if (wrongRegion) reasons.push(wrongRegion);
+        const forbidden = modeForbids(s.mode, 'create');
+        if (forbidden) reasons.push(forbidden);
+      }
+      const narrowed = b ? backlogProblem(b) : null;
+      if (narrowed) reasons.push(narrowed);
+      const active = s?.activeRegion === fence.region;
+      return {
+        ready: reasons.length === 0,
+        region: fence.region,
+        activeRegion: s?.activeRegion ?? null,
+        mode: s?.mode ?? null,
+        epoch: s?.epoch ?? null,
+        admits: {
+          create: reasons.length === 0,
+          read: policy?.read ?? false,
+          cancel: Boolean(policy?.cancel && active),
+          callback: policy?.callback ?? 'spool',
+        },
+        reasons,
+        outbox: b,
+      };
+    },
+  };
+}
+
+/** Express middleware: GET requests answer 503 while the mode pauses reads (MAINTENANCE). */
+export function readGate(admission: Admission) {
+  return async (req: Request, _res: Response, next: NextFunction) => {
+    if (req.method === 'GET' || req.method === 'HEAD') await admission.assertCanRead();
+    next();
   };
 }

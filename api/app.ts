@@ -1,12 +1,12 @@
 // The HTTP API. createApp() wires routes to handlers; nothing here talks to Temporal except
 // through the facade.
 import express, { type NextFunction, type Request, type Response } from 'express';
-import { sql } from 'drizzle-orm';
 import type { ApiContext } from './context';
+import { readGate } from './admission';
 import { requireTenant } from './auth';
 import { callbackHandlers } from './callbacks.handlers';
 import { openApiDocument } from './openapi';
-import { HttpProblem, errorHandler, problems, sendProblem } from './problem';
+import { errorHandler, problems, sendProblem } from './problem';
 import { taskHandlers } from './tasks.handlers';
 
 export function createApp(ctx: ApiContext): express.Express {
@@ -27,14 +27,22 @@ export function createApp(ctx: ApiContext): express.Express {
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
+  // Ready means "admits new tasks here": the mode allows creates, this is the active region, the
+  // outbox is under its watermark and Postgres answers. The body says what is admitted either way.
   app.get('/readyz', async (_req, res) => {
-    try {
-      await ctx.db.execute(sql`SELECT 1`);
-      const fence = await ctx.admission.assertCanCreate();
-      res.json({ status: 'ready', region: ctx.settings.region, mode: fence.mode, epoch: fence.epoch });
-    } catch (err) {
-      sendProblem(res, err instanceof HttpProblem ? err : problems.unavailable('the task database is unreachable', 5));
-    }
+    const r = await ctx.admission.readiness();
+    const body = {
+      status: r.ready ? 'ready' : 'not_ready',
+      region: r.region,
+      active_region: r.activeRegion,
+      mode: r.mode,
+      epoch: r.epoch,
+      admits: r.admits,
+      reasons: r.reasons,
+      outbox: r.outbox ? { backlog: r.outbox.count, oldest_age_seconds: Math.round(r.outbox.oldestAgeMs / 1000) } : null,
+    };
+    if (!r.ready) res.setHeader('Retry-After', '5');
+    res.status(r.ready ? 200 : 503).json(body);
   });
   app.get('/metrics', async (_req, res) => {
     res.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
@@ -53,8 +61,9 @@ export function createApp(ctx: ApiContext): express.Express {
   const tasks = taskHandlers(ctx);
   const v1 = express.Router();
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
+  v1.use(readGate(ctx.admission));
   v1.use(requireTenant(ctx.db));
-  v1.post('/tasks', tasks.create);
+  v1.post('/tasks', ctx.rateLimiter.middleware(), tasks.create);
   v1.get('/tasks', tasks.list);
   v1.get('/tasks/:id', tasks.get);
   v1.post('/tasks/:id/cancel', tasks.cancel);

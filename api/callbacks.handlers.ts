@@ -1,17 +1,103 @@
 // POST /v1/callbacks/:provider/:token — verify the signature on the raw bytes, store the
 // event in the inbox (deduped), answer 2xx, then wake the workflow (best effort). Callbacks
 // carry data; the signal carries none.
+//
+// When the inbox cannot be written — Postgres is unreachable, or the mode makes facts read-only
+// (READ_ONLY, MAINTENANCE) — the verified callback goes to the fallback spool (fsync'd) and is
+// still acknowledged; the spool replayer feeds it through ingestCallback() later.
 import type { Request, Response } from 'express';
 import { eq } from 'drizzle-orm';
-import { recordProviderEvent } from '../db/inbox';
+import { deserializeJob, recordProviderEvent, serializeJob } from '../db/inbox';
 import { taskAttempt } from '../db/schema';
-import { CallbackVerificationError, verifyProviderCallback } from '../providers/types';
+import { CallbackVerificationError, verifyProviderCallback, type ProviderJob } from '../providers/types';
 import type { ApiContext } from './context';
-import { problems } from './problem';
+import { isDatabaseUnavailable, problems } from './problem';
+import { startSpoolReplayer, type SpooledCallback } from './spool';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** A callback whose signature was checked, ready for the inbox. */
+export interface CallbackEvent {
+  readonly provider: string;
+  readonly token: string;
+  readonly job: ProviderJob;
+  readonly providerEventId: string | null;
+  readonly needsRefetch: boolean;
+  readonly payload: unknown;
+  readonly receivedRegion: string;
+}
+
+export type IngestOutcome = 'stored' | 'duplicate' | 'unknown_token';
+
+/**
+ * Writes a verified callback to the inbox (the one path for live and spooled callbacks) and
+ * wakes its workflow when the row is new. Throws when Postgres is unreachable.
+ */
+export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promise<IngestOutcome> {
+  const adapter = ctx.providers[cb.provider];
+  if (!adapter) throw new Error(`no adapter for provider ${cb.provider}`);
+  const [attempt] = UUID.test(cb.token)
+    ? await ctx.db
+        .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model })
+        .from(taskAttempt)
+        .where(eq(taskAttempt.attempt_id, cb.token))
+    : [];
+  const known = attempt && attempt.provider === cb.provider;
+  // An unsigned callback (Kling) only tells us which job to look at: read it from the
+  // provider with our credentials rather than trusting the body.
+  const job = cb.needsRefetch && known
+    ? await adapter.getJob(cb.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel })
+    : cb.job;
+  const inboxId = await recordProviderEvent(ctx.db, {
+    provider: cb.provider,
+    job,
+    // A re-fetched state has no event id of its own: dedupe it by its content.
+    providerEventId: cb.needsRefetch ? null : cb.providerEventId,
+    source: 'callback',
+    attemptId: known ? attempt.attemptId : null,
+    taskId: known ? attempt.taskId : null,
+    receivedRegion: cb.receivedRegion,
+    signatureValid: true,
+    raw: cb.payload,
+    ...(known ? {} : { processError: 'unknown correlation token' }),
+  });
+  if (known && inboxId) ctx.facade.wakeTask(attempt.taskId).catch(() => undefined);
+  return !known ? 'unknown_token' : inboxId ? 'stored' : 'duplicate';
+}
+
+/** Replays one spooled callback into the inbox (used by the spool replayer). */
+export async function replaySpooledCallback(ctx: ApiContext, rec: SpooledCallback): Promise<IngestOutcome> {
+  const outcome = await ingestCallback(ctx, {
+    provider: rec.provider,
+    token: rec.token,
+    job: deserializeJob(rec.job),
+    providerEventId: rec.providerEventId,
+    needsRefetch: rec.needsRefetch,
+    payload: rec.payload,
+    receivedRegion: rec.receivedRegion,
+  });
+  ctx.metrics.callbacksReceived.inc({ provider: rec.provider, outcome: `replayed_${outcome}` });
+  return outcome;
+}
+
 export function callbackHandlers(ctx: ApiContext) {
+  async function spool(res: Response, cb: CallbackEvent, why: SpooledCallback['why']) {
+    await ctx.spool.append({
+      provider: cb.provider,
+      token: cb.token,
+      receivedAt: new Date().toISOString(),
+      receivedRegion: cb.receivedRegion,
+      job: serializeJob(cb.job),
+      providerEventId: cb.providerEventId,
+      needsRefetch: cb.needsRefetch,
+      payload: cb.payload,
+      why,
+    });
+    ctx.metrics.callbacksReceived.inc({ provider: cb.provider, outcome: 'spooled' });
+    ctx.logger.warn({ provider: cb.provider, why }, 'callback spooled; it is replayed into the inbox later');
+    res.status(202).json({ received: true, spooled: true });
+  }
+
   return {
     async receive(req: Request, res: Response) {
       const providerName = String(req.params['provider']);
@@ -32,37 +118,38 @@ export function callbackHandlers(ctx: ApiContext) {
         }
         throw err;
       }
-      const [attempt] = UUID.test(token)
-        ? await ctx.db
-            .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model })
-            .from(taskAttempt)
-            .where(eq(taskAttempt.attempt_id, token))
-        : [];
-      const known = attempt && attempt.provider === providerName;
-      // An unsigned callback (Kling) only tells us which job to look at: read it from the
-      // provider with our credentials rather than trusting the body.
-      const job = verified.needsRefetch && known
-        ? await adapter.getJob(verified.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel })
-        : verified.job;
-      const inboxId = await recordProviderEvent(ctx.db, {
+      const cb: CallbackEvent = {
         provider: providerName,
-        job,
-        // A re-fetched state has no event id of its own: dedupe it by its content.
-        providerEventId: verified.needsRefetch ? null : verified.providerEventId,
-        source: 'callback',
-        attemptId: known ? attempt.attemptId : null,
-        taskId: known ? attempt.taskId : null,
+        token,
+        job: verified.job,
+        providerEventId: verified.providerEventId,
+        needsRefetch: Boolean(verified.needsRefetch),
+        payload: verified.payload,
         receivedRegion: ctx.settings.region,
-        signatureValid: true,
-        raw: verified.payload,
-        ...(known ? {} : { processError: 'unknown correlation token' }),
-      });
-      const outcome = !known ? 'unknown_token' : inboxId ? 'stored' : 'duplicate';
-      ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome });
-      res.status(200).json({ received: true, duplicate: inboxId === null });
-      if (known && inboxId) {
-        ctx.facade.wakeTask(attempt.taskId).catch(() => undefined);
+      };
+      if ((await ctx.admission.callbackRoute()) === 'spool') return spool(res, cb, 'mode');
+      let outcome: IngestOutcome;
+      try {
+        outcome = await ingestCallback(ctx, cb);
+      } catch (err) {
+        if (isDatabaseUnavailable(err)) return spool(res, cb, 'database-unavailable');
+        throw err;
       }
+      ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome });
+      res.status(200).json({ received: true, duplicate: outcome === 'duplicate' });
     },
   };
+}
+
+/** Starts the API's spool replayer: replays while the mode routes callbacks to the inbox. */
+export function startCallbackReplayer(ctx: ApiContext, intervalMs: number) {
+  return startSpoolReplayer({
+    spool: ctx.spool,
+    intervalMs,
+    canReplay: async () => (await ctx.admission.callbackRoute()) === 'inbox',
+    ingest: async (rec) => {
+      await replaySpooledCallback(ctx, rec);
+    },
+    logger: ctx.logger.child({ component: 'callback-spool' }),
+  });
 }

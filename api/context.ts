@@ -9,6 +9,8 @@ import type { Config } from '../config/env';
 import { buildProviders, buildStorage } from '../config/services';
 import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
+import { createCallbackSpool, spoolDirFor, type CallbackSpool } from './spool';
+import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
 
 export interface ApiContext {
   readonly db: Db;
@@ -17,8 +19,11 @@ export interface ApiContext {
   readonly facade: GenerationFacade;
   readonly admission: Admission;
   readonly fastPath: FastPath;
+  readonly rateLimiter: TenantRateLimiter;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
+  /** Where callbacks go when the inbox cannot be written (api/spool.ts). */
+  readonly spool: CallbackSpool;
   readonly settings: {
     readonly region: string;
     readonly fenceScope: string;
@@ -37,7 +42,9 @@ export function buildApiContext(
     logger: parts.logger,
     metrics: parts.metrics,
     facade: parts.facade,
-    admission: createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, parts.fenceCacheMs ?? 1_000),
+    admission: createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, parts.fenceCacheMs ?? 1_000, {
+      watermark: { count: config.OUTBOX_WATERMARK_COUNT, ageMs: config.OUTBOX_WATERMARK_AGE_MS },
+    }),
     fastPath: createFastPath({
       db: parts.db,
       facade: parts.facade,
@@ -46,8 +53,17 @@ export function buildApiContext(
       timeoutMs: config.API_FAST_PATH_TIMEOUT_MS,
       cooldownMs: config.API_FAST_PATH_COOLDOWN_MS,
     }),
+    rateLimiter: createTenantRateLimiter(
+      {
+        pointsPerSecond: config.TENANT_CREATE_RATE_PER_SECOND,
+        redisUrl: config.REDIS_URL || null,
+        expectedInstances: config.API_INSTANCES,
+      },
+      parts.logger,
+    ),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
+    spool: createCallbackSpool({ dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL), logger: parts.logger }),
     settings: {
       region: config.REGION,
       fenceScope: config.FENCE_SCOPE,

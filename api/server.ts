@@ -6,20 +6,22 @@ import { createMetrics } from '../observability/metrics';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { createApp } from './app';
+import { startCallbackReplayer } from './callbacks.handlers';
 import { buildApiContext } from './context';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 const database = buildDatabase(config, 'vidorch-api');
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
-const app = createApp(
-  buildApiContext(config, {
-    db: database.db,
-    logger,
-    metrics: createMetrics({ service: 'api', db: database.db }),
-    facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
-  }),
-);
+const ctx = buildApiContext(config, {
+  db: database.db,
+  logger,
+  metrics: createMetrics({ service: 'api', db: database.db }),
+  facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
+});
+const app = createApp(ctx);
+// Callbacks spooled while Postgres was down (or facts were read-only) go to the inbox once it can be written.
+const replayer = startCallbackReplayer(ctx, config.CALLBACK_SPOOL_REPLAY_MS);
 
 const server = app.listen(config.PORT, () => {
   logger.info({ port: config.PORT, region: config.REGION }, `API listening on http://127.0.0.1:${config.PORT}`);
@@ -35,7 +37,8 @@ async function shutdown(signal: string) {
   server.closeIdleConnections();
   setTimeout(() => server.closeAllConnections(), 10_000).unref();
   await new Promise<void>((resolve) => server.once('close', () => resolve()));
-  await Promise.allSettled([temporal.close(), database.close()]);
+  await replayer.stop();
+  await Promise.allSettled([temporal.close(), database.close(), ctx.rateLimiter.close()]);
   logger.info('API stopped');
   process.exit(0);
 }

@@ -5,6 +5,8 @@
 // line on stdout instead, everything else on stderr). Load goes to loopback only.
 import { Command, InvalidArgumentError } from 'commander';
 import { runAdmission } from './admission';
+import { runCallbacks } from './callbacks';
+import { runE2E } from './e2e';
 import { createReporter } from './lib/report';
 
 const positiveInt = (max: number) => (v: string) => {
@@ -32,6 +34,52 @@ program
       createReporter(o.json),
     );
   });
+
+program
+  .command('callbacks')
+  .description('signed Replicate callbacks through the real endpoint, 10 % repeats; baseline: pgbench inbox insert')
+  .option('--concurrency <list>', 'client counts, comma-separated', intList(256), [16, 64])
+  .option('--duration <s>', 'measured seconds per level', positiveInt(600), 15)
+  .option('--warmup <s>', 'warm-up seconds before each measurement', positiveInt(120), 3)
+  .option('--tasks <n>', 'tasks (one attempt each) the callbacks are spread over', positiveInt(5000), 200)
+  .option('--duplicates <pct>', 'percent of callbacks repeating an earlier event', (v) => Number(v), 10)
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tasks: number; duplicates: number; json: boolean }) => {
+    await runCallbacks(
+      { concurrency: o.concurrency, durationS: o.duration, warmupS: o.warmup, tasks: o.tasks, duplicateShare: Math.min(50, Math.max(0, o.duplicates)) / 100 },
+      createReporter(o.json),
+    );
+  });
+
+program
+  .command('e2e')
+  .description('N tasks through API, worker and simulator until SUCCEEDED; baseline: a bare workflow of the same shape')
+  .option('--tasks <n>', 'tasks to run (the issue asks for 500)', positiveInt(10_000), 200)
+  .option('--concurrency <n>', 'concurrent creates', positiveInt(256), 32)
+  .option('--generation-ms <ms>', 'simulated generation time', (v) => Math.max(0, Number(v)), 20)
+  .option('--workers <n>', 'worker processes', positiveInt(8), 1)
+  .option('--max-activities <n>', 'WORKER_MAX_CONCURRENT_ACTIVITIES', positiveInt(1000), 50)
+  .option('--timeout <s>', 'give up waiting after this long', positiveInt(3600), 600)
+  .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 100)
+  .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(
+    async (o: { tasks: number; concurrency: number; generationMs: number; workers: number; maxActivities: number; timeout: number; historySample: number; baseline: boolean; json: boolean }) => {
+      await runE2E(
+        {
+          tasks: o.tasks,
+          concurrency: o.concurrency,
+          generationMs: o.generationMs,
+          workers: o.workers,
+          maxConcurrentActivities: o.maxActivities,
+          timeoutS: o.timeout,
+          historySample: o.historySample,
+          skipBaseline: !o.baseline,
+        },
+        createReporter(o.json),
+      );
+    },
+  );
 
 try {
   await program.parseAsync(process.argv);

@@ -26,6 +26,12 @@ export const envSchema = z.object({
   API_FAST_PATH_TIMEOUT_MS: ms.default(1_000),
   /** After a failed fast-path start, skip the fast path this long (Temporal is likely down). */
   API_FAST_PATH_COOLDOWN_MS: ms.default(5_000),
+  /** Task creations per tenant per second (shared through Redis). */
+  TENANT_CREATE_RATE_PER_SECOND: z.coerce.number().int().min(1).default(50),
+  /** Redis for shared rate limits; empty disables it (local limits only). */
+  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  /** API processes sharing the limit: when Redis is down each allows rate / this. */
+  API_INSTANCES: z.coerce.number().int().min(1).default(1),
   /** Largest accepted JSON body for task creation and callbacks. */
   API_BODY_LIMIT: z.string().default('256kb'),
 
@@ -97,6 +103,26 @@ export const envSchema = z.object({
   /** Outbox relay cadence and batch size. */
   OUTBOX_RELAY_INTERVAL_MS: ms.default(1_000),
   OUTBOX_RELAY_BATCH: z.coerce.number().int().min(1).max(1000).default(100),
+
+  /**
+   * Outbox watermark (automatic narrowing): while more rows than this wait unpublished, or the
+   * oldest has waited longer than the age, creates answer 503 with Retry-After.
+   */
+  OUTBOX_WATERMARK_COUNT: z.coerce.number().int().min(1).default(10_000),
+  OUTBOX_WATERMARK_AGE_MS: ms.default(10 * 60 * 1000),
+  /** Durable fallback for callbacks when the inbox cannot be written (Postgres down, READ_ONLY). */
+  CALLBACK_SPOOL_DIR: z.string().min(1).default('.data/spool'),
+  /** How often the API replays spooled callbacks into the inbox. */
+  CALLBACK_SPOOL_REPLAY_MS: ms.default(2_000),
+
+  /** Fence watcher: LISTEN for fence changes, plus a check this often (a missed NOTIFY costs at most this). */
+  FENCE_WATCH_ENABLED: bool.default(true),
+  FENCE_WATCH_INTERVAL_MS: ms.default(1_000),
+  /** A step paused by the system mode is retried after this long (plus up to 50 % jitter). */
+  MODE_PAUSE_RETRY_MS: ms.default(5_000),
+
+  /** Who the ops CLI records as the operator (default: the OS user). */
+  OPS_OPERATOR: z.string().min(2).optional(),
 
   WORKER_METRICS_PORT: port.default(9464),
   WORKER_MAX_CONCURRENT_ACTIVITIES: z.coerce.number().int().min(1).default(50),

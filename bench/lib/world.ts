@@ -83,6 +83,7 @@ export async function startBenchWorld(
   const logDir = path.join(BENCH_DATA_DIR, `${name}-${runId}`);
   fs.mkdirSync(logDir, { recursive: true });
   const procs: ManagedProcess[] = [];
+  let tenantSeq = 0;
   const countEnv = (file: string) => ({
     NODE_OPTIONS: `${process.env['NODE_OPTIONS'] ?? ''} --import=${PRELOAD}`.trim(),
     BENCH_PG_COUNT_FILE: file,
@@ -117,7 +118,7 @@ export async function startBenchWorld(
       const out: BenchTenant[] = [];
       for (let i = 0; i < n; i++) {
         const t = await createTenant(world.db.db, {
-          name: `bench-${runId}-${i}`,
+          name: `bench-${runId}-${tenantSeq++}`,
           credits,
           ifMissing: false,
           actor: 'bench',

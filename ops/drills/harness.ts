@@ -42,6 +42,8 @@ export async function startDrillWorld(name: string, overrides: Record<string, st
     log('starting Temporal dev server and S3 server');
     const temporal = await startTemporal({ port: await freePort(), headless: true, log: quiet });
     cleanups.push(() => temporal.stop());
+    // Drills create at volume from one tenant: the tenant rate limit is not what they test.
+    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', ...overrides };
     const base = loadConfig({ ...process.env, ...overrides });
     const s3 = await startS3({
       port: await freePort(),
@@ -88,7 +90,9 @@ export async function startDrillWorld(name: string, overrides: Record<string, st
     cleanups.push(() => connection.close());
     const client = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
     const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
-    const app = createApp(buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) }));
+    const apiCtx = buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) });
+    cleanups.push(() => apiCtx.rateLimiter.close());
+    const app = createApp(apiCtx);
     const server = app.listen(apiPort, '127.0.0.1');
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     cleanups.push(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }));

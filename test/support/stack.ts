@@ -35,7 +35,14 @@ const unique = (prefix: string) => `${prefix}_${process.pid}_${randomBytes(4).to
 
 /** A Config for this test file: the run's services from the environment, plus overrides. */
 export function testConfig(overrides: Record<string, string> = {}): Config {
-  return loadConfig({ ...process.env, NODE_ENV: 'test', OUTPUT_FETCH_ALLOW_PRIVATE: 'true', ...overrides });
+  return loadConfig({
+    ...process.env,
+    NODE_ENV: 'test',
+    OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+    // Tests create in bursts; the rate limit has its own test.
+    TENANT_CREATE_RATE_PER_SECOND: '100000',
+    ...overrides,
+  });
 }
 
 export interface TestDatabase {
@@ -102,16 +109,15 @@ export async function startApi(
       if (!opts.client) throw new Error('no Temporal client for this API');
       return opts.client;
     }, config.TEMPORAL_TASK_QUEUE);
-  const app = createApp(
-    buildApiContext(config, {
+  const ctx = buildApiContext(config, {
       db: db.db,
       facade,
       logger: testLogger,
       metrics: createMetrics({ service: 'api-test', db: db.db }),
       fenceCacheMs: 0,
       ...(opts.storage ? { storage: opts.storage } : {}),
-    }),
-  );
+  });
+  const app = createApp(ctx);
   const server = app.listen(opts.port ?? 0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const { port } = server.address() as AddressInfo;
@@ -122,7 +128,7 @@ export async function startApi(
       new Promise<void>((resolve) => {
         server.closeAllConnections();
         server.close(() => resolve());
-      }),
+      }).then(() => ctx.rateLimiter.close()),
   };
 }
 

@@ -1,0 +1,314 @@
+// `npm run bench -- callbacks`: signed Replicate-style callbacks (Standard Webhooks, the
+// configured PROVIDER_REPLICATE_WEBHOOK_SECRET) for existing tasks and attempts, through the
+// real endpoint POST /v1/callbacks/replicate/:attemptId of an API process: verify on the raw
+// body, inbox insert, 2xx, then the best-effort wake signal to the task's workflow (Temporal
+// up, workflows started, no worker). About one callback in ten repeats an earlier event
+// (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baseline:
+// pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts.
+import { randomUUID } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
+import { createHttpClient } from './lib/http';
+import { closedLoop, type LoadResult } from './lib/load';
+import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
+import { runPgbench, type PgbenchResult } from './lib/pgbench';
+import type { CpuUsage } from './lib/procstat';
+import type { Reporter } from './lib/report';
+import { ratio, round } from './lib/stats';
+import { startBenchWorld, type BenchWorld } from './lib/world';
+
+export interface CallbacksOptions {
+  readonly concurrency: number[];
+  readonly durationS: number;
+  readonly warmupS: number;
+  /** Tasks (each with one SUBMITTED attempt) the callbacks are spread over. */
+  readonly tasks: number;
+  /** Share of callbacks that repeat an earlier event, 0..1. */
+  readonly duplicateShare: number;
+}
+
+interface Attempt {
+  readonly attemptId: string;
+  readonly taskId: string;
+  readonly jobId: string;
+}
+
+interface Row {
+  readonly mode: string;
+  readonly clients: number;
+  readonly rate: number;
+  readonly p50: number;
+  readonly p99: number;
+  readonly errors: number;
+  readonly roundTripsPerOp: number | null;
+  readonly cpu: CpuUsage;
+}
+
+function predictionBody(a: Attempt, apiUrl: string, seq: number): string {
+  const now = new Date().toISOString();
+  return JSON.stringify({
+    id: a.jobId,
+    version: 'minimax/video-01',
+    input: { prompt: 'bench callbacks', duration: 1 },
+    output: null,
+    error: null,
+    logs: `step ${seq}`,
+    status: 'processing',
+    created_at: now,
+    started_at: now,
+    completed_at: null,
+    webhook: `${apiUrl}/v1/callbacks/replicate/${a.attemptId}`,
+    urls: { get: `http://127.0.0.1:7081/replicate/v1/predictions/${a.jobId}`, cancel: `http://127.0.0.1:7081/replicate/v1/predictions/${a.jobId}/cancel` },
+    metrics: {},
+  });
+}
+
+async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Reporter): Promise<Attempt[]> {
+  // Real tasks through the API (so their workflows exist and the wake signal has a target),
+  // then one SUBMITTED attempt each, written directly.
+  const [tenant] = await bw.createTenants(1);
+  const http = createHttpClient(apiUrl, 16);
+  const taskIds: string[] = [];
+  let next = 0;
+  try {
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < n) {
+          const i = next++;
+          const res = await http.request('POST', '/v1/tasks', {
+            headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `cb-setup-${i}`, 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'minimax/video-01', prompt: `bench callbacks ${i}`, duration_seconds: 1, resolution: '480p' }),
+          });
+          if (res.status !== 202) throw new Error(`setup create answered ${res.status}: ${res.body.toString()}`);
+          taskIds.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
+        }
+      }),
+    );
+  } finally {
+    http.close();
+  }
+  const { rows } = await bw.world.db.pool.query<{ attempt_id: string; task_id: string; provider_job_id: string }>(
+    `INSERT INTO task_attempt (attempt_id, task_id, attempt_no, provider, provider_model, provider_job_id, submit_state, submit_started_at, submit_finished_at)
+     SELECT gen_random_uuid(), t, 1, 'replicate', 'minimax/video-01', 'benchjob-' || md5(t::text), 'SUBMITTED', now(), now()
+     FROM unnest($1::uuid[]) AS t
+     RETURNING attempt_id, task_id, provider_job_id`,
+    [taskIds],
+  );
+  rep.log(`callbacks: ${rows.length} tasks with a SUBMITTED attempt each`);
+  return rows.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, jobId: r.provider_job_id }));
+}
+
+export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<void> {
+  const bw = await startBenchWorld('callbacks', {}, (l) => rep.log(`callbacks: ${l}`));
+  const rows: Row[] = [];
+  const statementReport: { clients: number; statements: ReturnType<typeof topStatements> }[] = [];
+  try {
+    const { world } = bw;
+    const api = await bw.startApi('api');
+    const attempts = await createAttempts(bw, api.url, o.tasks, rep);
+    const signer = new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET);
+    const prefix = `msg_${randomUUID().slice(0, 8)}`;
+    const stored = new Set<string>(); // event ids that got a 2xx answering "stored"
+    const acked = new Set<string>(); // event ids that got any 2xx
+    let duplicatesSent = 0;
+    let duplicatesAcked = 0;
+    let storedAgain = 0; // a repeat answered as stored: must stay 0
+    let counter = 0;
+
+    for (const clients of o.concurrency) {
+      const http = createHttpClient(api.url, clients);
+      // Recent distinct events, to repeat (ring buffer).
+      const recent: { id: string; attempt: Attempt; body: string }[] = [];
+      const every = o.duplicateShare > 0 ? Math.round(1 / o.duplicateShare) : Infinity;
+      let m: Measured<LoadResult>;
+      try {
+        m = await measured(
+          {
+            cpuGroups: async () => ({ api: [api.proc.pid], postgres: await bw.backendPids(), temporal: bw.temporalPids() }),
+            countFiles: [api.countFile],
+          },
+          () =>
+            closedLoop({
+              label: `callbacks c=${clients}`,
+              concurrency: clients,
+              warmupMs: o.warmupS * 1000,
+              durationMs: o.durationS * 1000,
+              progress: rep.log,
+              async request(seq) {
+                let ev: { id: string; attempt: Attempt; body: string };
+                const repeat = seq % every === every - 1 && recent.length > 0;
+                if (repeat) {
+                  ev = recent[(seq * 7919) % recent.length]!;
+                  duplicatesSent++;
+                } else {
+                  const attempt = attempts[seq % attempts.length]!;
+                  const n = counter++;
+                  ev = { id: `${prefix}_${n}`, attempt, body: predictionBody(attempt, api.url, n) };
+                }
+                const now = new Date();
+                const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.attemptId}`, {
+                  headers: {
+                    'content-type': 'application/json',
+                    'webhook-id': ev.id,
+                    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+                    'webhook-signature': signer.sign(ev.id, now, ev.body),
+                  },
+                  body: ev.body,
+                });
+                if (res.status < 200 || res.status > 299) return { ok: false, status: String(res.status) };
+                const dup = (JSON.parse(res.body.toString()) as { duplicate?: boolean }).duplicate === true;
+                acked.add(ev.id);
+                if (dup) {
+                  if (repeat) duplicatesAcked++;
+                } else {
+                  if (stored.has(ev.id)) storedAgain++;
+                  stored.add(ev.id);
+                  if (!repeat) {
+                    if (recent.length < 1000) recent.push(ev);
+                    else recent[n2(seq) % recent.length] = ev;
+                  }
+                }
+                return { ok: true, status: dup ? `${res.status} duplicate` : `${res.status} stored` };
+              },
+            }),
+        );
+      } finally {
+        http.close();
+      }
+      rows.push({
+        mode: 'API: verify + inbox + signal',
+        clients,
+        rate: m.result.rate,
+        p50: m.result.latency.p50,
+        p99: m.result.latency.p99,
+        errors: m.result.errors,
+        roundTripsPerOp: m.result.started > 0 ? m.queries.total / m.result.started : null,
+        cpu: m.cpu,
+      });
+      statementReport.push({ clients, statements: topStatements(m.queries, m.result.started, 6) });
+      rep.log(`callbacks: cpu ${describeCpu(m.cpu)}`);
+
+      const payload = JSON.stringify({ job: { jobId: 'pgbjob', state: 'running' }, raw: JSON.parse(predictionBody(attempts[0]!, api.url, 0)) as unknown });
+      const p: Measured<PgbenchResult> = await measured(
+        { cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) },
+        () =>
+          runPgbench({
+            label: `pgbench inbox c=${clients}`,
+            databaseUrl: world.config.DATABASE_URL,
+            script: 'bench/sql/callback-inbox.sql',
+            clients,
+            warmupS: o.warmupS,
+            durationS: o.durationS,
+            vars: {
+              attempts: `{${attempts.map((a) => a.attemptId).join(',')}}`,
+              tasks: `{${attempts.map((a) => a.taskId).join(',')}}`,
+              n: String(attempts.length),
+              region: world.config.REGION,
+              payload,
+            },
+            progress: rep.log,
+          }),
+      );
+      rows.push({
+        mode: p.result.clients !== p.result.requestedClients ? `pgbench: inbox insert (${p.result.clients} clients)` : 'pgbench: inbox insert',
+        clients,
+        rate: p.result.rate,
+        p50: p.result.latency.p50,
+        p99: p.result.latency.p99,
+        errors: p.result.failed,
+        roundTripsPerOp: 1,
+        cpu: p.cpu,
+      });
+      rep.log(`callbacks: cpu ${describeCpu(p.cpu)}`);
+    }
+
+    // Proof of exactly-once storage: every distinct event acknowledged is one inbox row.
+    const { rows: inbox } = await world.db.pool.query<{ rows: number; distinct_ids: number }>(
+      `SELECT count(*)::int AS rows, count(DISTINCT provider_event_id)::int AS distinct_ids
+       FROM callback_inbox WHERE provider = 'replicate' AND provider_event_id LIKE $1`,
+      [`${prefix}\\_%`],
+    );
+    const inboxRows = inbox[0]?.rows ?? -1;
+    const distinctIds = inbox[0]?.distinct_ids ?? -1;
+    const exactlyOnce = inboxRows === acked.size && distinctIds === inboxRows && storedAgain === 0;
+
+    const baseline = (c: number) => rows.find((r) => r.clients === c && r.mode.startsWith('pgbench'));
+    rep.table(
+      `callbacks: POST /v1/callbacks/replicate/:attemptId, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${attempts.length} attempts, ${Math.round(o.duplicateShare * 100)} % repeats (ratio = rate / pgbench inbox-insert rate at the same client count)`,
+      ['mode', 'clients', 'callbacks/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
+      rows.map((r) => [
+        r.mode,
+        r.clients,
+        round(r.rate, 0),
+        round(r.p50, 1),
+        round(r.p99, 1),
+        r.errors,
+        round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 3),
+        r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 1),
+        round(r.cpu.cores['api'] ?? NaN, 2),
+        round(r.cpu.cores['postgres'] ?? 0, 2),
+        round(r.cpu.cores['temporal'] ?? 0, 2),
+        round(r.cpu.cores['bench (load generator)'] ?? 0, 2),
+        `${r.cpu.machineBusyCores.toFixed(2)}/${r.cpu.machineCores}`,
+      ]),
+    );
+    rep.table('callbacks: each distinct event stored once (all levels, warm-ups included)', ['figure', 'value'], [
+      ['distinct events acknowledged (2xx)', acked.size],
+      ['inbox rows for them', inboxRows],
+      ['distinct webhook-ids among those rows', distinctIds],
+      ['repeats sent', duplicatesSent],
+      ['repeats answered duplicate: true', duplicatesAcked],
+      ['repeats stored a second time', storedAgain],
+      ['exactly once', exactlyOnce ? 'yes' : 'NO'],
+    ]);
+    const last = statementReport[statementReport.length - 1];
+    if (last) {
+      rep.table(
+        `callbacks: Postgres round trips of the API per callback (c=${last.clients})`,
+        ['statement', 'per callback', 'count'],
+        last.statements.map((s) => [s.statement, round(s.perUnit, 2), s.count]),
+      );
+    }
+    const goals = o.concurrency.flatMap((c) => {
+      const r = rows.find((x) => x.clients === c && x.mode.startsWith('API'));
+      if (!r) return [];
+      const rt = ratio(r.rate, baseline(c)?.rate ?? NaN);
+      return [
+        { name: `callbacks/s at c=${c}`, target: '≥ 2,500', measured: round(r.rate, 0).toString(), met: r.rate >= 2500 },
+        { name: `p99 at c=${c}`, target: '≤ 25 ms', measured: `${round(r.p99, 1)} ms`, met: r.p99 <= 25 },
+        { name: `share of pgbench at c=${c}`, target: '≥ 20 %', measured: `${round(rt * 100, 1)} %`, met: rt >= 0.2 },
+      ];
+    });
+    goals.push({ name: 'each distinct event stored once', target: 'rows = distinct acked', measured: `${inboxRows} / ${acked.size}`, met: exactlyOnce });
+    rep.goals(goals);
+    rep.result({
+      bench: 'callbacks',
+      durationS: o.durationS,
+      warmupS: o.warmupS,
+      attempts: attempts.length,
+      duplicateShare: o.duplicateShare,
+      rows: rows.map((r) => ({
+        mode: r.mode,
+        clients: r.clients,
+        rate: round(r.rate, 1),
+        p50: round(r.p50, 2),
+        p99: round(r.p99, 2),
+        errors: r.errors,
+        ratio: round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 4),
+        roundTripsPerOp: r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 2),
+        cores: Object.fromEntries(Object.entries(r.cpu.cores).map(([k, v]) => [k, round(v, 2)])),
+        machineBusyCores: round(r.cpu.machineBusyCores, 2),
+      })),
+      inbox: { acked: acked.size, rows: inboxRows, distinctIds, duplicatesSent, duplicatesAcked, storedAgain, exactlyOnce },
+      statements: statementReport,
+      goals,
+    });
+    if (!exactlyOnce) process.exitCode = 1;
+  } finally {
+    await bw.close();
+  }
+}
+
+/** A cheap deterministic spread for the ring buffer's replacement slot. */
+function n2(seq: number): number {
+  return (seq * 2654435761) >>> 0;
+}

@@ -1,0 +1,372 @@
+// `npm run bench -- e2e`: N tasks created concurrently through the API against the simulator
+// (near-zero generation time, a 1-second 320x240 output), until all are SUCCEEDED; completed
+// tasks/s and create → SUCCEEDED percentiles. Baseline in the same run, on the same Temporal
+// server with the same worker settings: a bare workflow (bench/workflows/bare.ts) with the
+// activity types, signals and upserts counted from a real task's history, no-op activities.
+// Prints where the time goes: activities by name from the histories, and Postgres round trips
+// per task counted in the API and worker processes.
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import { WorkflowIdConflictPolicy } from '@temporalio/common';
+import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { configToEnv } from '../config/env';
+import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
+import type { bareWorkflow, BareShape } from './workflows/bare';
+import { addHistory, emptyStats, type HistoryStats } from './lib/history';
+import { createHttpClient } from './lib/http';
+import { describeCpu, measured, topStatements } from './lib/measure';
+import type { CpuUsage } from './lib/procstat';
+import { processRss } from './lib/procstat';
+import type { Reporter } from './lib/report';
+import { ratio, round, sortNumbers, summarize, type LatencySummary } from './lib/stats';
+import { startBenchWorld, type BenchWorld } from './lib/world';
+
+export interface E2EOptions {
+  readonly tasks: number;
+  /** Concurrent creates (and concurrent workflow starts in the baseline). */
+  readonly concurrency: number;
+  readonly generationMs: number;
+  readonly workers: number;
+  readonly maxConcurrentActivities: number;
+  /** Give up waiting for completion after this long. */
+  readonly timeoutS: number;
+  /** Histories fetched for the breakdown (a sample when fewer than tasks). */
+  readonly historySample: number;
+  readonly skipBaseline: boolean;
+}
+
+interface PhaseResult {
+  readonly mode: string;
+  readonly tasks: number;
+  readonly completed: number;
+  readonly failed: number;
+  readonly seconds: number;
+  readonly rate: number;
+  readonly latency: LatencySummary;
+  readonly cpu: CpuUsage;
+  readonly history: HistoryStats;
+  readonly roundTripsPerTask: number | null;
+  readonly xactPerTask: number | null;
+  readonly workerRssMb: number | null;
+}
+
+const BODY = (i: number) => JSON.stringify({ model: 'minimax/video-01', prompt: `bench e2e ${i}`, duration_seconds: 1, resolution: '480p' });
+
+async function xactCommits(bw: BenchWorld): Promise<number> {
+  const { rows } = await bw.world.db.pool.query<{ n: string }>('SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1', [bw.dbName]);
+  return Number(rows[0]?.n ?? 0);
+}
+
+async function fetchHistories(bw: BenchWorld, workflowIds: string[], sample: number): Promise<HistoryStats> {
+  let stats = emptyStats();
+  const step = Math.max(1, Math.floor(workflowIds.length / Math.max(1, sample)));
+  for (let i = 0; i < workflowIds.length && stats.workflows < sample; i += step) {
+    const h = await bw.world.client.workflow.getHandle(workflowIds[i]!).fetchHistory();
+    stats = addHistory(stats, h);
+  }
+  return stats;
+}
+
+async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: string, countFiles: string[], workerPids: number[], apiPid: number) {
+  const [tenant] = await bw.createTenants(1);
+  const http = createHttpClient(apiUrl, o.concurrency);
+  const prefix = `e2e-${randomUUID().slice(0, 8)}`;
+  const taskIds: string[] = [];
+  const commits0 = await xactCommits(bw);
+  const m = await measured(
+    {
+      cpuGroups: async () => ({ api: [apiPid], worker: workerPids, postgres: await bw.backendPids(), temporal: bw.temporalPids() }),
+      countFiles,
+    },
+    async () => {
+      let next = 0;
+      const t0 = performance.now();
+      await Promise.all(
+        Array.from({ length: o.concurrency }, async () => {
+          while (next < o.tasks) {
+            const i = next++;
+            const res = await http.request('POST', '/v1/tasks', {
+              headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
+              body: BODY(i),
+              timeoutMs: 30_000,
+            });
+            if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
+            taskIds.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
+          }
+        }),
+      );
+      rep.log(`e2e: ${taskIds.length} tasks created in ${((performance.now() - t0) / 1000).toFixed(1)} s; waiting for SUCCEEDED`);
+      const deadline = Date.now() + o.timeoutS * 1000;
+      let last = -1;
+      for (;;) {
+        const { rows } = await bw.world.db.pool.query<{ done: number; ok: number }>(
+          `SELECT count(*) FILTER (WHERE terminal_at IS NOT NULL OR status = 'MANUAL_REVIEW')::int AS done,
+                  count(*) FILTER (WHERE status = 'SUCCEEDED')::int AS ok
+           FROM generation_task WHERE task_id = ANY($1::uuid[])`,
+          [taskIds],
+        );
+        const done = rows[0]?.done ?? 0;
+        if (done !== last) rep.log(`[e2e real] ${((performance.now() - t0) / 1000).toFixed(0).padStart(3)}s  ${done}/${o.tasks} finished (${rows[0]?.ok ?? 0} SUCCEEDED)`);
+        last = done;
+        if (done >= o.tasks) break;
+        if (Date.now() > deadline) {
+          rep.log(`e2e: gave up after ${o.timeoutS} s with ${done}/${o.tasks} finished`);
+          break;
+        }
+        await sleep(250);
+      }
+    },
+  );
+  http.close();
+  const commits = (await xactCommits(bw)) - commits0;
+  const { rows } = await bw.world.db.pool.query<{ status: string; created_ms: string; terminal_ms: string | null }>(
+    `SELECT status, (extract(epoch FROM created_at) * 1000)::text AS created_ms, (extract(epoch FROM terminal_at) * 1000)::text AS terminal_ms
+     FROM generation_task WHERE task_id = ANY($1::uuid[])`,
+    [taskIds],
+  );
+  const ok = rows.filter((r) => r.status === 'SUCCEEDED' && r.terminal_ms);
+  const first = Math.min(...rows.map((r) => Number(r.created_ms)));
+  const lastDone = Math.max(...ok.map((r) => Number(r.terminal_ms)));
+  const seconds = (lastDone - first) / 1000;
+  const history = await fetchHistories(bw, taskIds.map(workflowIdForTask), o.historySample);
+  const rss = workerPids.map(processRss).reduce<number>((a, b) => a + (b ?? 0), 0);
+  return {
+    result: {
+      mode: 'real: API + worker + simulator',
+      tasks: o.tasks,
+      completed: ok.length,
+      failed: rows.length - ok.length,
+      seconds,
+      rate: ok.length / seconds,
+      latency: summarize(sortNumbers(ok.map((r) => Number(r.terminal_ms) - Number(r.created_ms)))),
+      cpu: m.cpu,
+      history,
+      roundTripsPerTask: m.queries.total / o.tasks,
+      xactPerTask: commits / o.tasks,
+      workerRssMb: rss / 2 ** 20,
+    } satisfies PhaseResult,
+    statements: topStatements(m.queries, o.tasks, 40),
+  };
+}
+
+async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: BareShape): Promise<PhaseResult> {
+  const queue = `bench-bare-${randomUUID().slice(0, 8)}`;
+  const workers: ManagedProcess[] = [];
+  for (let i = 0; i < o.workers; i++) {
+    workers.push(
+      startNodeProcess(`bare-worker-${i}`, 'bench/workflows/bare-worker.ts', {
+        ...configToEnv(bw.world.config),
+        LOG_LEVEL: 'warn',
+        WORKER_MAX_CONCURRENT_ACTIVITIES: String(o.maxConcurrentActivities),
+      }, { args: [queue, [...new Set(shape.activities)].join(',')], log: fileLogger(path.join(bw.logDir, `bare-worker-${i}.log`)) }),
+    );
+  }
+  try {
+    for (const w of workers) {
+      await waitUntil(async () => w.recentOutput().some((l) => l.includes('bare worker polling')), { process: w, timeoutMs: 120_000, what: 'the bare worker' });
+    }
+    const client = bw.world.client;
+    const ids: string[] = [];
+    const tenantId = randomUUID();
+    const m = await measured(
+      { cpuGroups: async () => ({ worker: workers.map((w) => w.pid), postgres: await bw.backendPids(), temporal: bw.temporalPids() }) },
+      async () => {
+        let next = 0;
+        const t0 = performance.now();
+        await Promise.all(
+          Array.from({ length: o.concurrency }, async () => {
+            while (next < o.tasks) {
+              const i = next++;
+              const taskId = randomUUID();
+              const workflowId = `bare-${taskId}`;
+              const handle = await client.workflow.start<typeof bareWorkflow>('bareWorkflow', {
+                taskQueue: queue,
+                workflowId,
+                args: [shape, taskId],
+                workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+                typedSearchAttributes: [
+                  { key: SA_TASK_STATUS, value: 'QUEUED' },
+                  { key: SA_TENANT_ID, value: tenantId },
+                  { key: SA_PROVIDER, value: 'replicate' },
+                ],
+              });
+              ids.push(workflowId);
+              // The real flow's wake signals come from the API after callbacks; here from the client.
+              for (let s = 0; s < shape.signals; s++) await handle.signal(wakeSignal);
+            }
+          }),
+        );
+        rep.log(`e2e: ${ids.length} bare workflows started in ${((performance.now() - t0) / 1000).toFixed(1)} s; waiting for completion`);
+        const deadline = Date.now() + o.timeoutS * 1000;
+        let last = -1;
+        for (;;) {
+          const { count } = await client.workflow.count(`TaskQueue = "${queue}" AND ExecutionStatus != "Running"`);
+          if (count !== last) rep.log(`[e2e bare] ${((performance.now() - t0) / 1000).toFixed(0).padStart(3)}s  ${count}/${o.tasks} finished`);
+          last = count;
+          if (count >= o.tasks) break;
+          if (Date.now() > deadline) {
+            rep.log(`e2e: bare gave up after ${o.timeoutS} s with ${count}/${o.tasks} finished`);
+            break;
+          }
+          await sleep(250);
+        }
+      },
+    );
+    const rss = workers.map((w) => processRss(w.pid)).reduce<number>((a, b) => a + (b ?? 0), 0);
+    const spans: { start: number; close: number; ok: boolean }[] = [];
+    for await (const wf of client.workflow.list({ query: `TaskQueue = "${queue}"` })) {
+      spans.push({ start: wf.startTime.getTime(), close: wf.closeTime?.getTime() ?? NaN, ok: wf.status.name === 'COMPLETED' });
+    }
+    const ok = spans.filter((s) => s.ok && Number.isFinite(s.close));
+    const seconds = (Math.max(...ok.map((s) => s.close)) - Math.min(...spans.map((s) => s.start))) / 1000;
+    return {
+      mode: 'bare: no-op activities, same shape',
+      tasks: o.tasks,
+      completed: ok.length,
+      failed: spans.length - ok.length,
+      seconds,
+      rate: ok.length / seconds,
+      latency: summarize(sortNumbers(ok.map((s) => s.close - s.start))),
+      cpu: m.cpu,
+      history: await fetchHistories(bw, ids, o.historySample),
+      roundTripsPerTask: null,
+      xactPerTask: null,
+      workerRssMb: rss / 2 ** 20,
+    };
+  } finally {
+    for (const w of workers) await w.stop('SIGTERM', 10_000);
+  }
+}
+
+export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
+  const bw = await startBenchWorld(
+    'e2e',
+    {
+      SIMULATOR_GENERATION_MS: String(o.generationMs),
+      WORKER_MAX_CONCURRENT_ACTIVITIES: String(o.maxConcurrentActivities),
+    },
+    (l) => rep.log(`e2e: ${l}`),
+  );
+  try {
+    const api = await bw.startApi('api');
+    const workers = [];
+    for (let i = 0; i < o.workers; i++) workers.push(await bw.startWorker(`worker-${i}`, { PUBLIC_BASE_URL: api.url }));
+
+    // Calibrate: one real task, its history gives the baseline's shape.
+    rep.log('e2e: calibrating with one task');
+    const [t] = await bw.createTenants(1);
+    const http = createHttpClient(api.url, 1);
+    const res = await http.request('POST', '/v1/tasks', {
+      headers: { authorization: `Bearer ${t!.apiKey}`, 'idempotency-key': 'calibrate', 'content-type': 'application/json' },
+      body: BODY(0),
+    });
+    http.close();
+    if (res.status !== 202) throw new Error(`calibration create answered ${res.status}: ${res.body.toString()}`);
+    const calId = (JSON.parse(res.body.toString()) as { task_id: string }).task_id;
+    await waitUntil(
+      async () => {
+        const { rows } = await bw.world.db.pool.query<{ status: string }>('SELECT status FROM generation_task WHERE task_id = $1', [calId]);
+        const s = rows[0]?.status;
+        if (s && ['FAILED', 'CANCELLED', 'MANUAL_REVIEW'].includes(s)) throw new Error(`calibration task ended ${s}`);
+        return s === 'SUCCEEDED';
+      },
+      { timeoutMs: 120_000, intervalMs: 200, what: 'the calibration task to succeed' },
+    );
+    await sleep(500);
+    const cal = addHistory(emptyStats(), await bw.world.client.workflow.getHandle(workflowIdForTask(calId)).fetchHistory());
+    const shape: BareShape = { activities: cal.activityOrder, waitAfter: cal.waitAfter, signals: cal.signals, upserts: cal.upserts };
+    rep.log(`e2e: a real history: ${cal.events} events, activities ${cal.activityOrder.join(' → ')}, ${cal.signals} signals after activity ${cal.waitAfter}, ${cal.upserts} upserts, ${cal.timers} timers`);
+
+    const real = await runReal(bw, o, rep, api.url, [api.countFile, ...workers.map((w) => w.countFile)], workers.map((w) => w.proc.pid), api.proc.pid);
+    rep.log(`e2e: cpu (real) ${describeCpu(real.result.cpu)}`);
+    for (const w of workers) await w.proc.stop('SIGTERM', 10_000);
+    const phases: PhaseResult[] = [real.result];
+    if (!o.skipBaseline) {
+      const bare = await runBare(bw, o, rep, shape);
+      rep.log(`e2e: cpu (bare) ${describeCpu(bare.cpu)}`);
+      phases.push(bare);
+    }
+    const bare = phases[1];
+
+    rep.table(
+      `e2e: ${o.tasks} tasks, ${o.concurrency} concurrent creates, generation ${o.generationMs} ms, ${o.workers} worker(s) × ${o.maxConcurrentActivities} activity slots (ratio = rate / bare rate)`,
+      ['mode', 'completed', 'failed', 'seconds', 'tasks/s', 'ratio', 'p50 ms', 'p99 ms', 'events/wf', 'PG round trips/task', 'PG commits/task', 'cores: api', 'worker', 'postgres', 'temporal', 'bench', 'machine busy', 'worker RSS MB'],
+      phases.map((p) => [
+        p.mode,
+        p.completed,
+        p.failed,
+        round(p.seconds, 1),
+        round(p.rate, 1),
+        round(ratio(p.rate, bare?.rate ?? NaN), 3),
+        round(p.latency.p50, 0),
+        round(p.latency.p99, 0),
+        round(p.history.events / Math.max(1, p.history.workflows), 1),
+        p.roundTripsPerTask === null ? null : round(p.roundTripsPerTask, 1),
+        p.xactPerTask === null ? null : round(p.xactPerTask, 1),
+        round(p.cpu.cores['api'] ?? 0, 2),
+        round(p.cpu.cores['worker'] ?? 0, 2),
+        round(p.cpu.cores['postgres'] ?? 0, 2),
+        round(p.cpu.cores['temporal'] ?? 0, 2),
+        round(p.cpu.cores['bench (load generator)'] ?? 0, 2),
+        `${p.cpu.machineBusyCores.toFixed(2)}/${p.cpu.machineCores}`,
+        p.workerRssMb === null ? null : round(p.workerRssMb, 0),
+      ]),
+    );
+    const names = [...new Set([...Object.keys(real.result.history.activities), ...Object.keys(bare?.history.activities ?? {})])];
+    const per = (h: HistoryStats) => Math.max(1, h.workflows);
+    rep.table(
+      `e2e: where the time goes, per workflow (${real.result.history.workflows} real and ${bare?.history.workflows ?? 0} bare histories; queue = scheduled → started, run = started → completed, ms)`,
+      ['step', 'real count', 'real queue mean', 'real run mean', 'real total/wf', 'bare count', 'bare queue mean', 'bare run mean', 'bare total/wf'],
+      [...names.map((n) => [n, real.result.history.activities[n], bare?.history.activities[n]] as const), ['workflow tasks', real.result.history.workflowTasks, bare?.history.workflowTasks] as const].map(
+        ([n, r, b]) => [
+          n,
+          r ? round(r.count / per(real.result.history), 2) : null,
+          r ? round(r.queueMs / r.count, 1) : null,
+          r ? round(r.runMs / r.count, 1) : null,
+          r ? round((r.queueMs + r.runMs) / per(real.result.history), 1) : null,
+          b && bare ? round(b.count / per(bare.history), 2) : null,
+          b ? round(b.queueMs / b.count, 1) : null,
+          b ? round(b.runMs / b.count, 1) : null,
+          b && bare ? round((b.queueMs + b.runMs) / per(bare.history), 1) : null,
+        ],
+      ),
+    );
+    rep.table(
+      `e2e: Postgres round trips per task (API + worker processes, ${round(real.result.roundTripsPerTask ?? NaN, 1)} in all; relay polls included)`,
+      ['statement', 'per task', 'count'],
+      real.statements.map((s) => [s.statement, round(s.perUnit, 2), s.count]),
+    );
+    const rt = ratio(real.result.rate, bare?.rate ?? NaN);
+    const goals = [
+      { name: 'real rate / bare rate', target: '≥ 70 %', measured: `${round(rt * 100, 1)} %`, met: rt >= 0.7 },
+      { name: 'all tasks SUCCEEDED', target: `${o.tasks}`, measured: `${real.result.completed}`, met: real.result.completed === o.tasks },
+    ];
+    rep.goals(goals);
+    rep.result({
+      bench: 'e2e',
+      options: o,
+      shape,
+      phases: phases.map((p) => ({
+        mode: p.mode,
+        completed: p.completed,
+        failed: p.failed,
+        seconds: round(p.seconds, 2),
+        rate: round(p.rate, 2),
+        ratio: round(ratio(p.rate, bare?.rate ?? NaN), 4),
+        latency: Object.fromEntries(Object.entries(p.latency).map(([k, v]) => [k, round(v, 1)])),
+        eventsPerWorkflow: round(p.history.events / Math.max(1, p.history.workflows), 1),
+        roundTripsPerTask: p.roundTripsPerTask === null ? null : round(p.roundTripsPerTask, 2),
+        commitsPerTask: p.xactPerTask === null ? null : round(p.xactPerTask, 2),
+        cores: Object.fromEntries(Object.entries(p.cpu.cores).map(([k, v]) => [k, round(v, 2)])),
+        machineBusyCores: round(p.cpu.machineBusyCores, 2),
+        workerRssMb: p.workerRssMb === null ? null : round(p.workerRssMb, 0),
+        activities: p.history.activities,
+        workflowTasks: p.history.workflowTasks,
+      })),
+      statements: real.statements,
+      goals,
+    });
+  } finally {
+    await bw.close();
+  }
+}

@@ -1,0 +1,103 @@
+// Where a workflow's time goes, from its event history: per activity type the queue wait
+// (scheduled → started) and the run time (started → completed), workflow tasks likewise, and
+// the counts that give a history its shape (signals, search-attribute upserts, timers).
+import type { History } from '@temporalio/common/lib/proto-utils';
+
+type HistoryEvent = NonNullable<History['events']>[number];
+
+export interface StepStat {
+  count: number;
+  /** Sum of scheduled → started, ms. */
+  queueMs: number;
+  /** Sum of started → completed, ms. */
+  runMs: number;
+}
+
+export interface HistoryStats {
+  readonly workflows: number;
+  readonly events: number;
+  readonly activities: Record<string, StepStat>;
+  readonly workflowTasks: StepStat;
+  readonly signals: number;
+  readonly upserts: number;
+  readonly timers: number;
+  /** Activity types in scheduling order (of the last history analysed). */
+  readonly activityOrder: string[];
+  /** How many activities were scheduled before the last signal arrived (last history). */
+  readonly waitAfter: number;
+  /** First event → last event, ms, summed. */
+  readonly wallMs: number;
+}
+
+const ms = (e: HistoryEvent): number => {
+  const t = e.eventTime;
+  return t ? Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6 : 0;
+};
+
+export function emptyStats(): HistoryStats {
+  return { workflows: 0, events: 0, activities: {}, workflowTasks: { count: 0, queueMs: 0, runMs: 0 }, signals: 0, upserts: 0, timers: 0, activityOrder: [], waitAfter: 0, wallMs: 0 };
+}
+
+/** Adds one history to `acc` (mutates and returns a new object for the scalar fields). */
+export function addHistory(acc: HistoryStats, history: History): HistoryStats {
+  const events = history.events ?? [];
+  const byId = new Map<string, HistoryEvent>();
+  const activityName = new Map<string, string>();
+  const order: string[] = [];
+  let signals = 0;
+  let upserts = 0;
+  let timers = 0;
+  let waitAfter = 0;
+  for (const e of events) {
+    const id = String(e.eventId);
+    byId.set(id, e);
+    const sched = e.activityTaskScheduledEventAttributes;
+    if (sched) {
+      const name = sched.activityType?.name ?? '?';
+      activityName.set(id, name);
+      order.push(name);
+    }
+    if (e.workflowExecutionSignaledEventAttributes) {
+      signals++;
+      waitAfter = order.length;
+    }
+    if (e.upsertWorkflowSearchAttributesEventAttributes) upserts++;
+    if (e.timerStartedEventAttributes) timers++;
+    const done = e.activityTaskCompletedEventAttributes ?? e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes;
+    if (done) {
+      const schedId = String(done.scheduledEventId);
+      const name = activityName.get(schedId) ?? '?';
+      const s = byId.get(schedId);
+      const st = byId.get(String(done.startedEventId));
+      const stat = (acc.activities[name] ??= { count: 0, queueMs: 0, runMs: 0 });
+      stat.count++;
+      if (s && st) {
+        stat.queueMs += ms(st) - ms(s);
+        stat.runMs += ms(e) - ms(st);
+      }
+    }
+    const wftDone = e.workflowTaskCompletedEventAttributes;
+    if (wftDone) {
+      const s = byId.get(String(wftDone.scheduledEventId));
+      const st = byId.get(String(wftDone.startedEventId));
+      acc.workflowTasks.count++;
+      if (s && st) {
+        acc.workflowTasks.queueMs += ms(st) - ms(s);
+        acc.workflowTasks.runMs += ms(e) - ms(st);
+      }
+    }
+  }
+  const first = events[0];
+  const last = events[events.length - 1];
+  return {
+    ...acc,
+    workflows: acc.workflows + 1,
+    events: acc.events + events.length,
+    signals: acc.signals + signals,
+    upserts: acc.upserts + upserts,
+    timers: acc.timers + timers,
+    activityOrder: order,
+    waitAfter,
+    wallMs: acc.wallMs + (first && last ? ms(last) - ms(first) : 0),
+  };
+}

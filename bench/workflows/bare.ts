@@ -1,0 +1,44 @@
+// The e2e benchmark's baseline: a bare workflow with the shape of a real task's history (the
+// same activity types in the same order, the same number of wake signals and search-attribute
+// upserts) but no-op activities. What Temporal and the worker cost on their own, measured on
+// the same server with the same worker settings. Workflow sandbox code: no I/O.
+import { condition, proxyActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import { SA_TASK_STATUS, wakeSignal } from '../../workflows/definitions';
+
+export interface BareShape {
+  /** Activity types, in the order a real task's history scheduled them. */
+  readonly activities: readonly string[];
+  /** How many of them run before the workflow waits for the signals. */
+  readonly waitAfter: number;
+  /** Wake signals to wait for (the real history's count). */
+  readonly signals: number;
+  /** Search-attribute upserts, spread over the run (the real history's count). */
+  readonly upserts: number;
+}
+
+type NoOp = (taskId: string) => Promise<{ ok: true }>;
+const acts = proxyActivities<Record<string, NoOp>>({
+  startToCloseTimeout: '30s',
+  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s' },
+});
+
+export async function bareWorkflow(shape: BareShape, taskId: string): Promise<number> {
+  let woken = 0;
+  setHandler(wakeSignal, () => {
+    woken += 1;
+  });
+  let upserted = 0;
+  const upsert = () => {
+    if (upserted >= shape.upserts) return;
+    upserted += 1;
+    upsertSearchAttributes([{ key: SA_TASK_STATUS, value: `STEP_${upserted}` }]);
+  };
+  for (let i = 0; i < shape.activities.length; i++) {
+    if (i === shape.waitAfter) await condition(() => woken >= shape.signals);
+    upsert();
+    await acts[shape.activities[i]!]!(taskId);
+  }
+  if (shape.waitAfter >= shape.activities.length) await condition(() => woken >= shape.signals);
+  while (upserted < shape.upserts) upsert();
+  return woken;
+}
