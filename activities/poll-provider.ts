@@ -9,10 +9,8 @@ import { and, eq, sql } from 'drizzle-orm';
 import { holdFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
 import { generationTask, taskAttempt } from '../db/schema';
-import { casTaskStatus, lockTask } from '../db/tasks';
+import { applyTaskEvent, lockTask } from '../db/tasks';
 import { nextPollInterval } from '../domain/backoff';
-import type { TaskStatus } from '../domain/states';
-import { decide } from '../domain/task-machine';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
 
@@ -43,13 +41,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
         .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMIT_UNKNOWN'), sql`${taskAttempt.provider_job_id} IS NULL`))
         .returning({ id: taskAttempt.attempt_id });
       if (moved.length === 0 || task.active_attempt_id !== attempt.attempt_id) return;
-      const d = decide(task.status as TaskStatus, { type: 'SUBMIT_PROVED_ABSENT' });
-      if (d.kind !== 'move') return;
-      await casTaskStatus(tx, token, {
-        taskId,
-        from: task.status as TaskStatus,
-        expectedVersion: task.status_version,
-        to: d.to,
+      await applyTaskEvent(tx, token, task, { type: 'SUBMIT_PROVED_ABSENT' }, {
         sourceEvent: 'reconcile.proved-absent',
         actor: 'workflow',
         attemptId: attempt.attempt_id,
@@ -67,7 +59,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
           .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
           .where(eq(generationTask.task_id, taskId));
         if (!row) throw notFound(`active attempt of task ${taskId}`);
-        const { task, attempt } = row;
+        const { attempt } = row;
         const adapter = providerFor(deps, attempt.provider);
         const signal = Context.current().cancellationSignal;
         const now = deps.clock.now();

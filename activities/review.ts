@@ -6,7 +6,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { and, eq, sql } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
 import { opsAudit, taskAttempt } from '../db/schema';
-import { casTaskStatus, lockTask } from '../db/tasks';
+import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { reviewProblem, type ReviewResolution } from '../domain/review';
@@ -26,13 +26,7 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           await holdFence(tx, token);
           const task = await lockTask(tx, taskId);
           if (!task) throw notFound(`task ${taskId}`);
-          const d = decide(task.status as TaskStatus, { type: 'ESCALATE' });
-          if (d.kind !== 'move') return;
-          await casTaskStatus(tx, token, {
-            taskId,
-            from: task.status as TaskStatus,
-            expectedVersion: task.status_version,
-            to: d.to,
+          await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
             sourceEvent: 'workflow.escalate',
             actor: 'workflow',
             attemptId: task.active_attempt_id,

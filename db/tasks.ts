@@ -4,10 +4,12 @@ import { randomUUID } from 'node:crypto';
 import { and, eq, lte, sql } from 'drizzle-orm';
 import type { TaskStatus } from '../domain/states';
 import { isTerminal } from '../domain/states';
-import { canTransition } from '../domain/task-machine';
+import { canTransition, decide, type TaskEvent } from '../domain/task-machine';
 import type { DbOrTx } from './client';
 import type { FenceToken } from './fence';
 import { generationTask, taskTransition } from './schema';
+
+type TaskRow = typeof generationTask.$inferSelect;
 
 export class InvalidTransitionError extends Error {
   constructor(readonly from: TaskStatus, readonly to: TaskStatus) {
@@ -114,3 +116,21 @@ export async function lockTask(tx: DbOrTx, taskId: string) {
 }
 
 export const newId = (): string => randomUUID();
+
+/**
+ * Decides `event` for a task row locked in this transaction and CASes the move, if the state
+ * machine makes one. Returns the new status, or null when the event changes nothing.
+ */
+export async function applyTaskEvent(
+  tx: DbOrTx,
+  token: FenceToken,
+  task: TaskRow,
+  event: TaskEvent,
+  meta: Pick<TaskTransitionInput, 'sourceEvent' | 'actor' | 'attemptId' | 'detail' | 'set'>,
+): Promise<TaskStatus | null> {
+  const from = task.status as TaskStatus;
+  const d = decide(from, event);
+  if (d.kind !== 'move') return null;
+  const version = await casTaskStatus(tx, token, { taskId: task.task_id, from, expectedVersion: task.status_version, to: d.to, ...meta });
+  return version === null ? null : d.to;
+}

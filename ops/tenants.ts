@@ -2,7 +2,7 @@
 // and an opening grant, all in one transaction, audited.
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../db/client';
-import { acquireFence, holdFence, type FenceToken } from '../db/fence';
+import { acquireFence, holdFence } from '../db/fence';
 import { grantCredits } from '../db/ledger';
 import { opsAudit } from '../db/schema';
 import { findTenantByName, insertTenant, issueApiKey } from '../db/tenants';
