@@ -11,6 +11,7 @@ import { recordProviderEvent } from '../db/inbox';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { nextPollInterval } from '../domain/backoff';
+import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
 
@@ -30,6 +31,13 @@ type AttemptRow = typeof taskAttempt.$inferSelect;
 const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unknownOutcomeTier !== 'none';
 
 export function createPollActivities(deps: TaskActivityDeps) {
+  const latencies = new Map<string, LatencyWindow>();
+  const latencyOf = (provider: string) => {
+    let w = latencies.get(provider);
+    if (!w) latencies.set(provider, (w = new LatencyWindow()));
+    return w;
+  };
+
   async function markProvedAbsent(token: FenceToken, taskId: string, attempt: AttemptRow, reason: string) {
     await deps.db.transaction(async (tx) => {
       await holdFence(tx, token);
@@ -70,7 +78,12 @@ export function createPollActivities(deps: TaskActivityDeps) {
         let job: ProviderJob | null;
         let lookupFailed: string | null = null;
         if (attempt.provider_job_id) {
-          job = await adapter.getJob(attempt.provider_job_id, signal, { model: attempt.provider_model });
+          // An idempotent read: hedged once when slower than this provider's p95.
+          const jobId = attempt.provider_job_id;
+          const window = latencyOf(attempt.provider);
+          const started = Date.now();
+          job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
+          window.record(Date.now() - started);
         } else {
           try {
             job = await adapter.findByCorrelationToken(attempt.attempt_id, new Date(submittedAt.getTime() - 60_000), signal);

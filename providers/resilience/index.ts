@@ -3,3 +3,4 @@ export * from './backoff';
 export * from './bulkhead';
 export * from './circuit-breaker';
 export * from './retry-budget';
+export * from './hedge';
