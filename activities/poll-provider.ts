@@ -13,7 +13,7 @@ import { applyTaskEvent, lockTask } from '../db/tasks';
 import { nextPollInterval } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
-import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
+import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
 
 export interface PollResult {
   /**
@@ -60,7 +60,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
 
   return {
     async pollProvider(taskId: string): Promise<PollResult> {
-      return fenced(deps, async (token) => {
+      return withHeartbeat(() => fenced(deps, async (token) => {
         const [row] = await deps.db
           .select({ task: generationTask, attempt: taskAttempt })
           .from(generationTask)
@@ -127,7 +127,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
           raw: { polled_at: now.toISOString(), status: job.rawStatus },
         });
         return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
-      });
+      }));
     },
   };
 }

@@ -51,6 +51,8 @@ const retry = {
 const facts = proxyActivities<TaskActivities>({ startToCloseTimeout: '30s', retry });
 /** The provider call: a short heartbeat timeout so a dead worker's attempt is noticed fast. */
 const submit = proxyActivities<TaskActivities>({ startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry });
+/** Provider reads: a reconciliation lookup may page through a listing, so it heartbeats. */
+const provider = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '15s', retry });
 /** Streaming the output into storage: long, heartbeating with bytes done. */
 const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', heartbeatTimeout: '20s', retry });
 const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry });
@@ -112,7 +114,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     if (applied.statusVersion !== f.statusVersion || !WAITING.includes(applied.status)) return applied;
     const signalled = await condition(() => woken, applied.pollInMs ?? DEFAULT_POLL_MS);
     if (!signalled) {
-      const { result } = await facts.pollProvider(taskId);
+      const { result } = await provider.pollProvider(taskId);
       if (result === 'overdue') return facts.escalateTask(taskId, 'submit outcome unknown past its deadline');
       if (result === 'absent') return facts.getTaskFacts(taskId);
     }
