@@ -21,12 +21,16 @@ export function createFastPath(opts: {
   cooldownMs: number;
 }): FastPath {
   let skipUntil = 0;
+  /** After a failure, one create at a time probes Temporal; the others leave it to the relay. */
+  let probing = false;
   return {
     async tryStart(task, outboxEventId) {
-      if (Date.now() < skipUntil) {
+      const recovering = skipUntil > 0;
+      if (Date.now() < skipUntil || (recovering && probing)) {
         opts.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'skipped' });
         return false;
       }
+      if (recovering) probing = true;
       const started = opts.facade.startGeneration(task).then(() => markOutboxPublished(opts.db, outboxEventId));
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
@@ -34,6 +38,7 @@ export function createFastPath(opts: {
       });
       try {
         await Promise.race([started, timeout]);
+        skipUntil = 0;
         opts.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'published' });
         return true;
       } catch (err) {
@@ -44,6 +49,7 @@ export function createFastPath(opts: {
         return false;
       } finally {
         clearTimeout(timer);
+        if (recovering) probing = false;
       }
     },
   };

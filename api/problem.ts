@@ -1,6 +1,7 @@
 // RFC 9457 problem+json: every error the API returns, mapped in one place.
 import type { ErrorRequestHandler, Response } from 'express';
 import { z } from 'zod';
+import { FenceRejectedError } from '../db/fence';
 import type { Logger } from '../observability/logger';
 
 export interface FieldError {
@@ -74,13 +75,13 @@ export function sendProblem(res: Response, p: HttpProblem, instance?: string): v
 
 /** Postgres could not be reached or refused work: 503 with Retry-After, never a 500. */
 export function isDatabaseUnavailable(err: unknown): boolean {
-  const e = err as { code?: string; message?: string } | null;
-  if (!e) return false;
   const codes = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '57P01', '57P02', '57P03', '53300', '08000', '08001', '08003', '08006'];
-  return (
-    (typeof e.code === 'string' && codes.includes(e.code)) ||
-    /timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED/i.test(e.message ?? '')
-  );
+  // drizzle wraps the driver's error (DrizzleQueryError → cause): look down the cause chain.
+  for (let e = err as { code?: unknown; message?: string; cause?: unknown } | null, depth = 0; e && depth < 5; e = e.cause as typeof e, depth += 1) {
+    if (typeof e.code === 'string' && codes.includes(e.code)) return true;
+    if (/timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED/i.test(e.message ?? '')) return true;
+  }
+  return false;
 }
 
 export function errorHandler(logger: Logger): ErrorRequestHandler {
@@ -95,6 +96,9 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     }
     if (bodyErr.type === 'encoding.unsupported' || bodyErr.type === 'charset.unsupported') {
       return sendProblem(res, new HttpProblem(415, 'unsupported-encoding', 'Unsupported body encoding'), req.originalUrl);
+    }
+    if (err instanceof FenceRejectedError) {
+      return sendProblem(res, problems.unavailable('the region fence moved (failover or mode change); retry', 1), req.originalUrl);
     }
     if (isDatabaseUnavailable(err)) {
       logger.warn({ err, path: req.originalUrl }, 'database unavailable');

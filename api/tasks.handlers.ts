@@ -35,8 +35,10 @@ export function taskHandlers(ctx: ApiContext) {
       if (!key.success) throw problems.validation(zodFieldErrors(key.error, 'header:Idempotency-Key'));
       const body = createTaskBody.safeParse(req.body ?? {});
       if (!body.success) throw problems.validation(zodFieldErrors(body.error));
-      await ctx.admission.assertCanCreate();
-      const token = await fenceToken(ctx);
+      // The admission check's fence state (cached ≤ 1 s) gives the token; the transaction re-checks
+      // region and epoch under a share lock, so a stale cache can only cause a 503, never a bad write.
+      const fence = await ctx.admission.assertCanCreate();
+      const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
       let outcome;
       try {
         outcome = await createTask(ctx.db, token, { tenantId, idempotencyKey: key.data, body: body.data });

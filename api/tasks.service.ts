@@ -58,8 +58,8 @@ export async function createTask(
     throw problems.validation([{ field: 'resolution', message: `${body.model} supports ${entry.resolutions.join(', ')}` }]);
   }
   const hash = requestHash(body);
-  const existing = await findByKey(db, tenantId, idempotencyKey);
-  if (existing) return replayOrConflict(existing, hash);
+  // No lookup before the transaction: the unique (tenant, key) insert below finds replays and
+  // concurrent duplicates in one round trip.
 
   const cost = priceFor(entry, body.resolution, body.duration_seconds);
   const taskId = randomUUID();
@@ -87,10 +87,6 @@ export async function createTask(
         .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
         .returning();
       if (!task) throw new IdempotencyRace();
-      if (!(await reserveCredits(tx, token, { tenantId, taskId, amount: cost }))) {
-        const [acct] = await tx.select().from(creditAccount).where(eq(creditAccount.tenant_id, tenantId));
-        throw problems.insufficientCredits(cost, acct ? subMoney(acct.balance, acct.reserved) : '0.000000');
-      }
       await tx.insert(outboxEvent).values({
         event_id: outboxEventId,
         aggregate_type: 'generation_task',
@@ -102,6 +98,11 @@ export async function createTask(
         write_epoch: token.epoch,
       });
       await recordTaskCreated(tx, token, taskId, `tenant:${tenantId}`);
+      // Last: the account row stays locked from this update until COMMIT, so keep that short.
+      if (!(await reserveCredits(tx, token, { tenantId, taskId, amount: cost }))) {
+        const [acct] = await tx.select().from(creditAccount).where(eq(creditAccount.tenant_id, tenantId));
+        throw problems.insufficientCredits(cost, acct ? subMoney(acct.balance, acct.reserved) : '0.000000');
+      }
       return task;
     });
     return { kind: 'created', task, outboxEventId };

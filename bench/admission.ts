@@ -3,6 +3,7 @@
 // Temporal unreachable (outbox only), and pgbench running the create transaction with the same
 // client counts on the same database. Figures are ratios against pgbench measured in this run.
 import { sleep } from '../scripts/stack';
+import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createHttpClient } from './lib/http';
 import { closedLoop, type LoadResult } from './lib/load';
 import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
@@ -22,6 +23,12 @@ export interface AdmissionOptions {
   readonly outboxOnly: boolean;
   /** Also run pgbench with every round trip of a create (admission-full.sql). */
   readonly full: boolean;
+  /** Also run pgbench with the account CAS moved last in the transaction (a proposed fix). */
+  readonly casLast: boolean;
+  /** Run the API modes (false: pgbench only). */
+  readonly api: boolean;
+  /** Profile the API process (node --cpu-prof) and print where its CPU went. */
+  readonly cpuProfile: boolean;
 }
 
 const BODY = JSON.stringify({ model: 'minimax/video-01', prompt: 'bench admission', duration_seconds: 1, resolution: '480p' });
@@ -119,7 +126,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
     const { world } = bw;
     const tenants = await bw.createTenants(o.tenants);
     rep.log(`admission: ${tenants.length} tenants; starting API processes`);
-    const api = await bw.startApi('api');
+    const api = await bw.startApi('api', {}, { cpuProfile: o.cpuProfile });
     const deadTemporal = `127.0.0.1:${await freePort()}`;
     const apiOutbox = o.outboxOnly ? await bw.startApi('api-outbox-only', { TEMPORAL_ADDRESS: deadTemporal }) : null;
     const vars = {
@@ -133,10 +140,12 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
 
     for (const clients of o.concurrency) {
       // Interleaved per level, so the machine's drift hits every mode of a level alike.
-      const a = await apiPhase(bw, api, 'api', clients, tenants, o, rep);
-      rows.push(fromLoad('API, Temporal up (fast path)', a));
-      statementReport.push({ mode: 'API', clients, statements: topStatements(a.queries, a.result.started) });
-      rep.log(`admission: cpu ${describeCpu(a.cpu)}`);
+      if (o.api) {
+        const a = await apiPhase(bw, api, 'api', clients, tenants, o, rep);
+        rows.push(fromLoad('API, Temporal up (fast path)', a));
+        statementReport.push({ mode: 'API', clients, statements: topStatements(a.queries, a.result.started) });
+        rep.log(`admission: cpu ${describeCpu(a.cpu)}`);
+      }
       if (apiOutbox) {
         const b = await apiPhase(bw, apiOutbox, 'api-outbox', clients, tenants, o, rep);
         rows.push(fromLoad('API, Temporal down (outbox only)', b));
@@ -156,6 +165,22 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       );
       rows.push(fromPgbench('pgbench: create transaction', p, 8));
       rep.log(`admission: cpu ${describeCpu(p.cpu)}`);
+      if (o.casLast) {
+        const f = await measured({ cpuGroups: pgGroups }, () =>
+          runPgbench({
+            label: `pgbench cas-last c=${clients}`,
+            databaseUrl: world.config.DATABASE_URL,
+            script: 'bench/sql/admission-tx-cas-last.sql',
+            clients,
+            warmupS: o.warmupS,
+            durationS: o.durationS,
+            vars,
+            progress: rep.log,
+          }),
+        );
+        rows.push(fromPgbench('pgbench: create transaction, account CAS last', f, 8));
+        rep.log(`admission: cpu ${describeCpu(f.cpu)}`);
+      }
       if (o.full) {
         const f = await measured({ cpuGroups: pgGroups }, () =>
           runPgbench({
@@ -175,6 +200,11 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       await sleep(500);
     }
 
+    let profile = null;
+    if (api.profileDir) {
+      await api.proc.stop('SIGTERM', 15_000);
+      profile = summarizeProfiles(api.profileDir);
+    }
     const baseline = (clients: number) => rows.find((r) => r.clients === clients && r.mode.startsWith('pgbench: create transaction'));
     rep.table(
       `admission: POST /v1/tasks, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${o.tenants} tenants (ratio = rate / pgbench create-transaction rate at the same client count)`,
@@ -203,6 +233,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
         last.statements.map((s) => [s.statement, round(s.perUnit, 2), s.count]),
       );
     }
+    printProfile(rep, 'admission: API process (Temporal up)', profile);
     const goals = o.concurrency.flatMap((c) => {
       const r = rows.find((x) => x.clients === c && x.mode.startsWith('API, Temporal up'));
       if (!r) return [];
@@ -233,6 +264,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
         ...(r.statuses ? { statuses: r.statuses } : {}),
       })),
       statements: statementReport,
+      profile,
       goals,
     });
   } finally {

@@ -7,6 +7,7 @@
 // pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts.
 import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
+import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createHttpClient } from './lib/http';
 import { closedLoop, type LoadResult } from './lib/load';
 import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
@@ -24,6 +25,8 @@ export interface CallbacksOptions {
   readonly tasks: number;
   /** Share of callbacks that repeat an earlier event, 0..1. */
   readonly duplicateShare: number;
+  /** Profile the API process (node --cpu-prof) and print where its CPU went. */
+  readonly cpuProfile: boolean;
 }
 
 interface Attempt {
@@ -103,7 +106,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
   const statementReport: { clients: number; statements: ReturnType<typeof topStatements> }[] = [];
   try {
     const { world } = bw;
-    const api = await bw.startApi('api');
+    const api = await bw.startApi('api', {}, { cpuProfile: o.cpuProfile });
     const attempts = await createAttempts(bw, api.url, o.tasks, rep);
     const signer = new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET);
     const prefix = `msg_${randomUUID().slice(0, 8)}`;
@@ -221,6 +224,11 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       rep.log(`callbacks: cpu ${describeCpu(p.cpu)}`);
     }
 
+    let profile = null;
+    if (api.profileDir) {
+      await api.proc.stop('SIGTERM', 15_000);
+      profile = summarizeProfiles(api.profileDir);
+    }
     // Proof of exactly-once storage: every distinct event acknowledged is one inbox row.
     const { rows: inbox } = await world.db.pool.query<{ rows: number; distinct_ids: number }>(
       `SELECT count(*)::int AS rows, count(DISTINCT provider_event_id)::int AS distinct_ids
@@ -268,6 +276,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         last.statements.map((s) => [s.statement, round(s.perUnit, 2), s.count]),
       );
     }
+    printProfile(rep, 'callbacks: API process', profile);
     const goals = o.concurrency.flatMap((c) => {
       const r = rows.find((x) => x.clients === c && x.mode.startsWith('API'));
       if (!r) return [];
@@ -300,6 +309,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       })),
       inbox: { acked: acked.size, rows: inboxRows, distinctIds, duplicatesSent, duplicatesAcked, storedAgain, exactlyOnce },
       statements: statementReport,
+      profile,
       goals,
     });
     if (!exactlyOnce) process.exitCode = 1;

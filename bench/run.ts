@@ -27,13 +27,39 @@ program
   .option('--tenants <n>', 'tenants the load is spread over', positiveInt(100), 4)
   .option('--no-outbox-only', 'skip the run with Temporal unreachable')
   .option('--no-full', 'skip pgbench with every round trip of a create')
+  .option('--cas-last', 'also run pgbench with the account CAS moved last in the transaction (proposed fix)', false)
+  .option('--no-api', 'pgbench only (with --cas-last: the A/B of the reordering alone)')
+  .option('--cpu-prof', 'profile the API process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tenants: number; outboxOnly: boolean; full: boolean; json: boolean }) => {
-    await runAdmission(
-      { concurrency: o.concurrency, durationS: o.duration, warmupS: o.warmup, tenants: o.tenants, outboxOnly: o.outboxOnly, full: o.full },
-      createReporter(o.json),
-    );
-  });
+  .action(
+    async (o: {
+      concurrency: number[];
+      duration: number;
+      warmup: number;
+      tenants: number;
+      outboxOnly: boolean;
+      full: boolean;
+      casLast: boolean;
+      api: boolean;
+      cpuProf: boolean;
+      json: boolean;
+    }) => {
+      await runAdmission(
+        {
+          concurrency: o.concurrency,
+          durationS: o.duration,
+          warmupS: o.warmup,
+          tenants: o.tenants,
+          outboxOnly: o.outboxOnly && o.api,
+          full: o.full,
+          casLast: o.casLast,
+          api: o.api,
+          cpuProfile: o.cpuProf,
+        },
+        createReporter(o.json),
+      );
+    },
+  );
 
 program
   .command('callbacks')
@@ -43,10 +69,18 @@ program
   .option('--warmup <s>', 'warm-up seconds before each measurement', positiveInt(120), 3)
   .option('--tasks <n>', 'tasks (one attempt each) the callbacks are spread over', positiveInt(5000), 200)
   .option('--duplicates <pct>', 'percent of callbacks repeating an earlier event', (v) => Number(v), 10)
+  .option('--cpu-prof', 'profile the API process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tasks: number; duplicates: number; json: boolean }) => {
+  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tasks: number; duplicates: number; cpuProf: boolean; json: boolean }) => {
     await runCallbacks(
-      { concurrency: o.concurrency, durationS: o.duration, warmupS: o.warmup, tasks: o.tasks, duplicateShare: Math.min(50, Math.max(0, o.duplicates)) / 100 },
+      {
+        concurrency: o.concurrency,
+        durationS: o.duration,
+        warmupS: o.warmup,
+        tasks: o.tasks,
+        duplicateShare: Math.min(50, Math.max(0, o.duplicates)) / 100,
+        cpuProfile: o.cpuProf,
+      },
       createReporter(o.json),
     );
   });

@@ -70,13 +70,22 @@ export async function grantCredits(
 
 /**
  * Holds `amount` of the tenant's available credits for a task. Returns false when the
- * account cannot cover it (the caller answers 402 and rolls back).
+ * account cannot cover it: the caller must roll back (its ledger row is already written) and answer 402.
  */
 export async function reserveCredits(
   tx: DbOrTx,
   token: FenceToken,
   args: { tenantId: string; taskId: string; amount: string },
 ): Promise<boolean> {
+  const inserted = await insertEntry(tx, token, {
+    tenantId: args.tenantId,
+    taskId: args.taskId,
+    businessKey: ledgerKey(args.taskId, 'reserve'),
+    type: 'RESERVE',
+    amount: args.amount,
+  });
+  if (!inserted) throw new Error(`reserve for task ${args.taskId} already exists`);
+  // The account CAS goes last: its row lock is held until COMMIT. On false the caller rolls back.
   const moved = await tx
     .update(creditAccount)
     .set({
@@ -92,14 +101,6 @@ export async function reserveCredits(
     )
     .returning({ version: creditAccount.version });
   if (moved.length === 0) return false;
-  const inserted = await insertEntry(tx, token, {
-    tenantId: args.tenantId,
-    taskId: args.taskId,
-    businessKey: ledgerKey(args.taskId, 'reserve'),
-    type: 'RESERVE',
-    amount: args.amount,
-  });
-  if (!inserted) throw new Error(`reserve for task ${args.taskId} already exists`);
   return true;
 }
 

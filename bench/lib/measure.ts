@@ -15,7 +15,7 @@ export async function measured<T>(
   fn: () => Promise<T>,
 ): Promise<Measured<T>> {
   const files = opts.countFiles ?? [];
-  if (files.length) await sleep(600); // the preload flushes twice a second
+  if (files.length) await sleep(1_100); // the preload flushes twice a second
   const before = files.map(readQueryCounts);
   const probe = startCpuProbe(opts.cpuGroups);
   let result: T;
@@ -25,7 +25,7 @@ export async function measured<T>(
   } finally {
     cpu = await probe.stop();
   }
-  if (files.length) await sleep(600);
+  if (files.length) await sleep(1_100);
   const queries = queryDelta(files.map(readQueryCounts), before);
   return { result, cpu, queries };
 }

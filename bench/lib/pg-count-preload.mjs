@@ -4,9 +4,11 @@
 // code is untouched; without BENCH_PG_COUNT_FILE this does nothing. Plain JavaScript because it
 // loads before tsx.
 import fs from 'node:fs';
+import { isMainThread } from 'node:worker_threads';
 import pg from 'pg';
 
-const file = process.env.BENCH_PG_COUNT_FILE;
+// Main thread only: module-loader hook threads (tsx) load this too and would overwrite the file.
+const file = isMainThread ? process.env.BENCH_PG_COUNT_FILE : undefined;
 if (file) {
   const counts = new Map();
   let total = 0;

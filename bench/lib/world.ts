@@ -24,6 +24,8 @@ export interface ApiProcess {
   readonly url: string;
   readonly proc: ManagedProcess;
   readonly countFile: string;
+  /** Where `node --cpu-prof` writes the process's profile at exit, when asked for. */
+  readonly profileDir: string | null;
 }
 
 export interface BenchWorld {
@@ -32,7 +34,7 @@ export interface BenchWorld {
   readonly dbName: string;
   readonly logDir: string;
   /** Starts `npm run api` as a child process on a free port and waits for /healthz. */
-  startApi(name: string, env?: Record<string, string>): Promise<ApiProcess>;
+  startApi(name: string, env?: Record<string, string>, opts?: { cpuProfile?: boolean }): Promise<ApiProcess>;
   /** A worker process (workers/main.ts) with round-trip counting; env over the world's config. */
   startWorker(name: string, env?: Record<string, string>): Promise<{ proc: ManagedProcess; countFile: string }>;
   createTenants(n: number, credits?: string): Promise<BenchTenant[]>;
@@ -84,8 +86,10 @@ export async function startBenchWorld(
   fs.mkdirSync(logDir, { recursive: true });
   const procs: ManagedProcess[] = [];
   let tenantSeq = 0;
-  const countEnv = (file: string) => ({
-    NODE_OPTIONS: `${process.env['NODE_OPTIONS'] ?? ''} --import=${PRELOAD}`.trim(),
+  const countEnv = (file: string, profileDir?: string) => ({
+    NODE_OPTIONS: [process.env['NODE_OPTIONS'] ?? '', `--import=${PRELOAD}`, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])]
+      .join(' ')
+      .trim(),
     BENCH_PG_COUNT_FILE: file,
   });
   const baseEnv = () => ({ ...configToEnv(world.config), LOG_LEVEL: 'warn', LOG_PRETTY: 'false' });
@@ -95,19 +99,30 @@ export async function startBenchWorld(
     runId,
     dbName,
     logDir,
-    async startApi(apiName, env = {}) {
+    async startApi(apiName, env = {}, opts = {}) {
       const port = await freePort();
       const countFile = path.join(logDir, `${apiName}.queries.json`);
+      const profileDir = opts.cpuProfile ? path.join(logDir, `${apiName}.cpuprofile`) : null;
       const proc = startNodeProcess(
         apiName,
         'api/server.ts',
-        { ...baseEnv(), PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}`, ...countEnv(countFile), ...env },
+        {
+          ...baseEnv(),
+          PORT: String(port),
+          PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+          // The benchmarks measure capacity, not the per-tenant create limit: lift it, and keep
+          // it process-local (no Redis round trip). Override through `env` to measure it.
+          TENANT_CREATE_RATE_PER_SECOND: '1000000',
+          REDIS_URL: '',
+          ...countEnv(countFile, profileDir ?? undefined),
+          ...env,
+        },
         { log: fileLogger(path.join(logDir, `${apiName}.log`)) },
       );
       procs.push(proc);
       const url = `http://127.0.0.1:${port}`;
       await waitForHttp(`${url}/healthz`, { process: proc, timeoutMs: 60_000, what: `${apiName} /healthz` });
-      return { url, proc, countFile };
+      return { url, proc, countFile, profileDir };
     },
     async startWorker(workerName, env = {}) {
       const countFile = path.join(logDir, `${workerName}.queries.json`);
