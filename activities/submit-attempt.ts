@@ -15,6 +15,7 @@ import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
+import { ProviderGuard } from './provider-guard';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
@@ -39,6 +40,11 @@ function providerInput(task: TaskRow): Record<string, unknown> {
 }
 
 export function createSubmitActivities(deps: TaskActivityDeps) {
+  // One guard per worker process: breaker state is local, the bulkhead count comes from facts.
+  const guard = new ProviderGuard({
+    now: () => deps.clock.now().getTime(),
+    onStateChange: (provider, from, to) => console.warn(JSON.stringify({ msg: 'circuit breaker state change', provider, from, to })),
+  });
   const now = () => deps.clock.now();
   const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
 
@@ -97,11 +103,13 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       }
       // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
       await assertModeAllows(tx, token.scope, 'submit');
+      // The breaker and the bulkhead: an attempt that may not go now stays PREPARED.
+      const ticket = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities);
       await tx
         .update(taskAttempt)
         .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })
         .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
-      return { task, attempt };
+      return { task, attempt, ticket };
     });
   }
 
@@ -177,7 +185,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         assertSubmitSwitchOpen(deps);
         const claimed = await claim(token, taskId);
         if (!claimed) return null;
-        const { task, attempt } = claimed;
+        const { task, attempt, ticket } = claimed;
         const adapter = providerFor(deps, attempt.provider);
         // The switch closed after the claim (a failover): never call. The attempt stays
         // SUBMITTING, so whoever runs next records the outcome as unknown and proves it absent.
@@ -199,6 +207,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         } finally {
           clearInterval(beat);
         }
+        guard.report(attempt.provider, ticket, outcome);
         ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
         try {
           return await record(token, taskId, attempt.attempt_id, outcome);

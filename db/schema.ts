@@ -143,6 +143,10 @@ export const taskAttempt = pgTable(
       .on(t.next_poll_at)
       .where(sql`${t.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`),
     check('task_attempt_submit_state_check', sql`${t.submit_state} IN (${inList(ATTEMPT_STATES)})`),
+    // The bulkhead counts a provider's jobs in flight from these facts.
+    index('idx_attempt_provider_in_flight')
+      .on(t.provider)
+      .where(sql`${t.submit_state} IN ('SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`),
   ],
 );
 
@@ -346,5 +350,27 @@ export const regionFailover = pgTable(
   (t) => [
     uniqueIndex('region_failover_scope_epoch').on(t.resource_scope, t.new_epoch),
     index('idx_region_failover_incident').on(t.incident_id),
+  ],
+);
+
+/**
+ * Addition: per-provider operator controls. `breaker_force` overrides the circuit breaker
+ * ('open' stops new submits, 'closed' ignores failures); `max_in_flight` caps the jobs we have
+ * at the provider (the bulkhead; default: the adapter's maxConcurrency). The row is also the
+ * lock that serialises bulkhead admissions for its provider.
+ */
+export const providerControl = pgTable(
+  'provider_control',
+  {
+    provider: text('provider').primaryKey(),
+    breaker_force: text('breaker_force'),
+    max_in_flight: integer('max_in_flight'),
+    reason: text('reason'),
+    updated_by: text('updated_by'),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+  },
+  (t) => [
+    check('provider_control_breaker_force_check', sql`${t.breaker_force} IS NULL OR ${t.breaker_force} IN ('open', 'closed')`),
+    check('provider_control_max_in_flight_check', sql`${t.max_in_flight} IS NULL OR ${t.max_in_flight} >= 0`),
   ],
 );

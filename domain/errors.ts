@@ -9,6 +9,11 @@ export const FailureType = {
    * an operator changes the mode (docs/modes.md).
    */
   ModePaused: 'ModePaused',
+  /**
+   * The provider may not be called now: its circuit is open (or forced open by an operator) or
+   * its bulkhead is full. Retryable after the delay the failure carries; the attempt stays PREPARED.
+   */
+  ProviderUnavailable: 'ProviderUnavailable',
   /** The task or attempt does not exist. Not retryable. */
   NotFound: 'NotFound',
   /** The facts are in a state this step cannot act on (a bug, or data changed under us). Not retryable. */

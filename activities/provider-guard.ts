@@ -1,0 +1,85 @@
+// Call-side resilience at the one place a provider job can be created (seed 001): the
+// operator's switch, a per-process circuit breaker, and a bulkhead whose in-flight count is
+// read from attempt facts under the provider's control row lock — so it holds across every
+// worker process and is rebuilt from facts after any restart.
+import { ApplicationFailure } from '@temporalio/common';
+import { sql } from 'drizzle-orm';
+import type { DbOrTx } from '../db/client';
+import { providerControl } from '../db/schema';
+import { FailureType } from '../domain/errors';
+import { CircuitBreaker, type BreakerForce, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
+import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
+
+export interface ProviderGuardOptions {
+  readonly now: () => number;
+  /** Breaker tuning for every provider (tests shorten it). */
+  readonly breaker?: { readonly openMs?: number; readonly minimumRequests?: number; readonly failureRateThreshold?: number };
+  readonly onStateChange?: (provider: string, from: string, to: string) => void;
+}
+
+/** What a provider outcome means for the breaker: only the provider's own trouble counts as failure. */
+export function breakerVerdict(outcome: SubmitOutcome): 'success' | 'failure' {
+  if (outcome.kind === 'accepted') return 'success';
+  if (outcome.kind === 'unknown') return 'failure';
+  // 429 and 5xx-before-send are the provider's trouble; another 4xx is ours (a bad request).
+  return outcome.retryable ? 'failure' : 'success';
+}
+
+const unavailable = (message: string, retryAfterMs: number) =>
+  ApplicationFailure.create({
+    type: FailureType.ProviderUnavailable,
+    message,
+    nextRetryDelay: Math.max(500, Math.round(retryAfterMs)),
+  });
+
+export class ProviderGuard {
+  private readonly breakers = new Map<string, CircuitBreaker>();
+  constructor(private readonly opts: ProviderGuardOptions) {}
+
+  breaker(provider: string): CircuitBreaker {
+    let b = this.breakers.get(provider);
+    if (!b) {
+      b = new CircuitBreaker({
+        now: this.opts.now,
+        ...(this.opts.breaker ?? {}),
+        onStateChange: (from, to) => this.opts.onStateChange?.(provider, from, to),
+      });
+      this.breakers.set(provider, b);
+    }
+    return b;
+  }
+
+  snapshots(): Record<string, BreakerSnapshot> {
+    return Object.fromEntries([...this.breakers].map(([p, b]) => [p, b.snapshot()]));
+  }
+
+  /**
+   * Inside the claim transaction, before PREPARED → SUBMITTING: may this attempt call the
+   * provider now? Throws a retryable ProviderUnavailable (with the delay worth waiting) if not.
+   */
+  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities): Promise<BreakerTicket> {
+    await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
+    const { rows } = await tx.execute(sql`
+      SELECT breaker_force, max_in_flight FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
+    const control = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null } | undefined;
+    const breaker = this.breaker(provider);
+    breaker.setForced(control?.breaker_force ?? null);
+    const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
+    if (Number.isFinite(limit)) {
+      const { rows: counted } = await tx.execute(sql`
+        SELECT count(*)::int AS n FROM task_attempt
+        WHERE provider = ${provider} AND submit_state IN ('SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
+      const inFlight = (counted[0] as { n: number }).n;
+      if (inFlight >= limit) throw unavailable(`${provider} bulkhead full: ${inFlight} of ${limit} jobs in flight`, 2_000 + Math.random() * 3_000);
+    }
+    const decision = breaker.tryAcquire();
+    if (!decision.allowed) throw unavailable(`${provider} circuit ${decision.reason}`, decision.retryAfterMs);
+    return decision.ticket;
+  }
+
+  report(provider: string, ticket: BreakerTicket, outcome: SubmitOutcome): void {
+    const b = this.breaker(provider);
+    if (breakerVerdict(outcome) === 'success') b.onSuccess(ticket);
+    else b.onFailure(ticket);
+  }
+}
