@@ -8,12 +8,15 @@ import type { DbOrTx } from '../db/client';
 import { providerControl } from '../db/schema';
 import { FailureType } from '../domain/errors';
 import { CircuitBreaker, type BreakerForce, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
+import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 
 export interface ProviderGuardOptions {
   readonly now: () => number;
   /** Breaker tuning for every provider (tests shorten it). */
   readonly breaker?: { readonly openMs?: number; readonly minimumRequests?: number; readonly failureRateThreshold?: number };
+  /** Share of first attempts that may be followed by a retry attempt (default 0.1), over a window. */
+  readonly retryBudget?: { readonly ratio?: number; readonly minRetriesPerSecond?: number; readonly windowMs?: number };
   readonly onStateChange?: (provider: string, from: string, to: string) => void;
 }
 
@@ -34,6 +37,13 @@ const unavailable = (message: string, retryAfterMs: number) =>
 
 export class ProviderGuard {
   private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly budgets = new Map<string, RetryBudget>();
+
+  budget(provider: string): RetryBudget {
+    let b = this.budgets.get(provider);
+    if (!b) this.budgets.set(provider, (b = new RetryBudget({ now: this.opts.now, ...(this.opts.retryBudget ?? {}) })));
+    return b;
+  }
   constructor(private readonly opts: ProviderGuardOptions) {}
 
   breaker(provider: string): CircuitBreaker {
@@ -57,7 +67,7 @@ export class ProviderGuard {
    * Inside the claim transaction, before PREPARED → SUBMITTING: may this attempt call the
    * provider now? Throws a retryable ProviderUnavailable (with the delay worth waiting) if not.
    */
-  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities): Promise<BreakerTicket> {
+  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<BreakerTicket> {
     await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
     const { rows } = await tx.execute(sql`
       SELECT breaker_force, max_in_flight FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
@@ -74,6 +84,13 @@ export class ProviderGuard {
     }
     const decision = breaker.tryAcquire();
     if (!decision.allowed) throw unavailable(`${provider} circuit ${decision.reason}`, decision.retryAfterMs);
+    // A later attempt is a retry: it spends the provider's retry budget, so a storm of proven
+    // rejections cannot multiply the load (seed 001). Out of budget, it waits rather than fails.
+    if (attemptNo > 1 && !this.budget(provider).tryRetry()) {
+      breaker.onSuccess(decision.ticket);
+      throw unavailable(`${provider} retry budget spent`, 5_000 + Math.random() * 5_000);
+    }
+    if (attemptNo === 1) this.budget(provider).recordRequest();
     return decision.ticket;
   }
 

@@ -104,7 +104,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
       await assertModeAllows(tx, token.scope, 'submit');
       // The breaker and the bulkhead: an attempt that may not go now stays PREPARED.
-      const ticket = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities);
+      const ticket = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
       await tx
         .update(taskAttempt)
         .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })

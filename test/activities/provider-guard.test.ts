@@ -92,3 +92,21 @@ test('the breaker opens after provider failures and refuses until its cool-down;
   assert.equal(breakerVerdict({ kind: 'rejected', retryable: false, status: 400, retryAfterMs: null, reason: 'bad input' }), 'success');
   assert.equal(breakerVerdict({ kind: 'rejected', retryable: true, status: 429, retryAfterMs: 1000, reason: 'rate' }), 'failure');
 });
+
+test('the retry budget bounds retry attempts to a share of first attempts; over budget a retry waits instead of calling', async () => {
+  const now = 5_000_000;
+  const guard = new ProviderGuard({ now: () => now, retryBudget: { ratio: 0.1, minRetriesPerSecond: 0, windowMs: 10_000 } });
+  const admit = (attemptNo: number) => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES, attemptNo));
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1_000_000 }).onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1_000_000 } });
+  for (let i = 0; i < 30; i += 1) guard.report('replicate', await admit(1), { kind: 'accepted', job: { jobId: `j${i}`, state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } });
+  let allowed = 0;
+  for (let i = 0; i < 10; i += 1) {
+    try {
+      await admit(2);
+      allowed += 1;
+    } catch (err) {
+      assert.ok(isUnavailable(err));
+    }
+  }
+  assert.equal(allowed, 3, '30 first attempts earn 3 retries at 10 %');
+});
