@@ -100,6 +100,35 @@ function registerFactGauges(registry: Registry, db: Db): void {
     },
   });
   new Gauge({
+    name: 'vidorch_callback_lag_seconds',
+    help: 'Provider event time to our receipt, for callbacks of the last 5 minutes (quantiles)',
+    labelNames: ['quantile'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const [r] = await read<{ p50: number | null; p95: number | null }>(sql`
+        SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) AS p50, percentile_cont(0.95) WITHIN GROUP (ORDER BY lag) AS p95
+        FROM (SELECT extract(epoch FROM received_at - provider_updated_at)::float AS lag FROM callback_inbox
+              WHERE source = 'callback' AND received_at > now() - interval '5 minutes' AND provider_updated_at IS NOT NULL) x`);
+      if (r?.p50 != null) this.set({ quantile: '0.5' }, r.p50);
+      if (r?.p95 != null) this.set({ quantile: '0.95' }, r.p95);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_poll_fallback_ratio',
+    help: 'Share of terminal provider events of the last 15 minutes that a poll saw before any callback',
+    registers: [registry],
+    async collect() {
+      const [r] = await read<{ ratio: number | null }>(sql`
+        SELECT avg(CASE WHEN source = 'callback' THEN 0 ELSE 1 END)::float AS ratio FROM (
+          SELECT DISTINCT ON (attempt_id) source FROM callback_inbox
+          WHERE event_type IN ('succeeded', 'failed', 'canceled', 'aborted') AND attempt_id IS NOT NULL
+            AND received_at > now() - interval '15 minutes'
+          ORDER BY attempt_id, received_at) first_seen`);
+      this.set(r?.ratio ?? 0);
+    },
+  });
+  new Gauge({
     name: 'vidorch_ledger_imbalance',
     help: 'Closed tasks whose reserve differs from settle + release (must be 0)',
     registers: [registry],
