@@ -27,6 +27,9 @@ export interface SubmitSwitch {
   closedReason(): string | null;
 }
 
+/** A step rejected by the fence is tried again after this long (plus up to half again as jitter). */
+export const FENCE_REJECTED_RETRY_MS = 2_000;
+
 /** A paused step is tried again after this long (plus up to half again as jitter). */
 export const DEFAULT_MODE_PAUSE_RETRY_MS = 5_000;
 
@@ -52,6 +55,8 @@ export interface TaskActivityDeps {
     readonly unknownOutcomeDeadlineMs: number;
     readonly outputAllowPrivate: boolean;
     readonly outputMaxBytes: number;
+    /** A rescue failing this close to the provider URL's expiry marks the task OUTPUT_AT_RISK. */
+    readonly outputAtRiskMarginMs: number;
     readonly outputHosts: Readonly<Record<string, readonly string[]>>;
   };
 }
@@ -71,7 +76,15 @@ export function providerFor(deps: TaskActivityDeps, name: string): ProviderAdapt
 /** Maps our typed errors to the Temporal failure vocabulary; everything else stays a plain (retryable) error. */
 export function toActivityFailure(err: unknown, pauseRetryMs = DEFAULT_MODE_PAUSE_RETRY_MS): unknown {
   if (err instanceof FenceRejectedError) {
-    return ApplicationFailure.create({ type: FailureType.FenceRejected, message: err.message, cause: err });
+    // Another worker (of the active region) should take this over: retry soon and flat, not on
+    // the policy's growing backoff, or every bounce off a fenced (zombie) worker would double
+    // the task's wait after a failover.
+    return ApplicationFailure.create({
+      type: FailureType.FenceRejected,
+      message: err.message,
+      cause: err,
+      nextRetryDelay: Math.round(FENCE_REJECTED_RETRY_MS * (1 + Math.random() / 2)),
+    });
   }
   if (err instanceof ModePausedError) {
     // Retryable on our own short clock rather than the policy's growing backoff, so a task
@@ -113,7 +126,13 @@ export async function fenced<T>(deps: TaskActivityDeps, work: (token: FenceToken
 /** Throws a retryable FenceRejected when this process's submit switch is closed. */
 export function assertSubmitSwitchOpen(deps: TaskActivityDeps): void {
   const why = deps.submitSwitch?.closedReason();
-  if (why) throw ApplicationFailure.create({ type: FailureType.FenceRejected, message: `region ${deps.fence.region}: submit switch closed: ${why}` });
+  if (why) {
+    throw ApplicationFailure.create({
+      type: FailureType.FenceRejected,
+      message: `region ${deps.fence.region}: submit switch closed: ${why}`,
+      nextRetryDelay: Math.round(FENCE_REJECTED_RETRY_MS * (1 + Math.random() / 2)),
+    });
+  }
 }
 
 /**

@@ -8,9 +8,9 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
-import { holdFence } from '../db/fence';
+import { holdFence, type FenceToken } from '../db/fence';
 import { asset, taskAttempt } from '../db/schema';
-import { casTaskStatus, lockTask, newId } from '../db/tasks';
+import { applyTaskEvent, casTaskStatus, lockTask, newId } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
@@ -63,6 +63,23 @@ export function createRescueActivities(deps: TaskActivityDeps) {
     return { sha256, size, contentType: 'video/mp4' };
   }
 
+  /** FETCHING_OUTPUT → OUTPUT_AT_RISK when the provider URL expires within the margin; true if moved now. */
+  async function markAtRisk(token: FenceToken, taskId: string, deadline: Date | null, reason: string): Promise<boolean> {
+    if (!deadline || deps.clock.now().getTime() < deadline.getTime() - deps.settings.outputAtRiskMarginMs) return false;
+    return deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const task = await lockTask(tx, taskId);
+      if (!task) return false;
+      const moved = await applyTaskEvent(tx, token, task, { type: 'OUTPUT_DEADLINE_NEAR' }, {
+        sourceEvent: 'workflow.output-at-risk',
+        actor: 'workflow',
+        attemptId: task.active_attempt_id,
+        detail: { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) },
+      });
+      return moved !== null;
+    });
+  }
+
   return {
     async rescueOutput(taskId: string): Promise<TaskFacts> {
       await withHeartbeat(() => fenced(deps, async (token) => {
@@ -94,25 +111,30 @@ export function createRescueActivities(deps: TaskActivityDeps) {
         const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
 
         // Step 2: the bytes. Skip when the published object is already there.
-        const stored = await deps.storage.head(key);
-        let object: { sha256: string; size: number; contentType: string } | null =
-          stored?.sha256 ? { sha256: stored.sha256, size: stored.size, contentType: stored.contentType ?? 'video/mp4' } : null;
+        let object: { sha256: string; size: number; contentType: string } | null = null;
         let lostReason: string | null = null;
-        if (!object) {
-          try {
+        try {
+          const stored = await deps.storage.head(key);
+          if (stored?.sha256) object = { sha256: stored.sha256, size: stored.size, contentType: stored.contentType ?? 'video/mp4' };
+          if (!object) {
             if (!attempt.output_url) throw new OutputGoneError('provider reported success without an output URL');
             const url = await validateOutputUrl(attempt.output_url, {
               allowedHosts: deps.settings.outputHosts[attempt.provider] ?? [],
               allowPrivate: deps.settings.outputAllowPrivate,
             });
             object = await download(url, key);
-          } catch (err) {
-            if (err instanceof UnsafeUrlError) {
-              throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
-            }
-            if (!(err instanceof OutputGoneError)) throw err;
-            lostReason = err.message;
           }
+        } catch (err) {
+          if (err instanceof UnsafeUrlError) {
+            throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
+          }
+          if (!(err instanceof OutputGoneError)) {
+            // Storage or network trouble: retried. Near the URL's expiry, say so first (the
+            // workflow raises NeedsAttention and comes straight back here).
+            if (await markAtRisk(token, taskId, attempt.output_deadline_at, (err as Error).message)) return;
+            throw err;
+          }
+          lostReason = err.message;
         }
 
         // Step 3: record the asset and move on, or record the loss.

@@ -85,6 +85,8 @@ export const envSchema = z.object({
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
   OUTPUT_FETCH_ALLOW_PRIVATE: bool.default(false),
   OUTPUT_MAX_BYTES: z.coerce.number().int().min(1).default(2 * 1024 * 1024 * 1024),
+  /** A rescue that fails this close to the provider output URL's expiry marks the task OUTPUT_AT_RISK (operators are alerted). */
+  OUTPUT_AT_RISK_MARGIN_MS: ms.default(15 * 60 * 1000),
 
   /** Poll fallback: first poll after submit, growth cap, and the slower pace while callbacks are healthy. */
   POLL_INITIAL_MS: ms.default(5_000),

@@ -64,6 +64,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,
     outputMaxBytes: config.OUTPUT_MAX_BYTES,
+    outputAtRiskMarginMs: config.OUTPUT_AT_RISK_MARGIN_MS,
     outputHosts: {
       replicate: config.PROVIDER_REPLICATE_OUTPUT_HOSTS,
       fal: config.PROVIDER_FAL_OUTPUT_HOSTS,
