@@ -24,6 +24,12 @@ export function createDatabase(opts: { url: string; max?: number; applicationNam
   });
   // An idle client's error (e.g. the server restarted) must not crash the process.
   pool.on('error', () => undefined);
+  // Nor a checked-out one's: the pool drops its own error listener while a client is lent out,
+  // and a server shutdown (FATAL 57P01) arriving between two queries of a transaction would be
+  // an unhandled 'error'. The query in progress still fails; the broken client is not reused.
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+  });
   const db = drizzle(pool, { schema });
   return { db, pool, close: () => pool.end() };
 }

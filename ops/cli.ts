@@ -1,14 +1,27 @@
 // The operator CLI: `npm run ops -- <command>`. Readable output by default, --json for scripts.
+// Every command that changes something is audited (ops_audit: who, what, when, why).
 import os from 'node:os';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
 import { buildDatabase } from '../config/services';
+import { readFence } from '../db/fence';
+import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
+import { modeForbids } from '../domain/modes';
 import { toMicros } from '../domain/money';
+import { SYSTEM_MODES, type SystemMode } from '../domain/states';
+import { lazyClient } from '../temporal/connection';
+import { createGenerationFacade, type GenerationFacade } from '../temporal/facade';
+import { runFailover } from './failover';
+import { parseDuration } from './format';
+import { inspectTask } from './inspect';
+import { printApply, printFailover, printFailoverRecord, printFence, printInspection, printModeTable, printReconcileReport, printReviews } from './print';
+import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
+import { listReviews, resolveReview } from './review';
 import { createTenant, grantTenantCredits } from './tenants';
 
 const config = loadConfigOrExit();
 const fence = { scope: config.FENCE_SCOPE, region: config.REGION };
-const actor = `operator:${process.env['USER'] ?? os.userInfo().username}`;
+const actor = `operator:${config.OPS_OPERATOR ?? os.userInfo().username}`;
 
 const credits = (value: string): string => {
   try {
@@ -18,6 +31,19 @@ const credits = (value: string): string => {
   }
   return value;
 };
+const duration = (value: string): number => {
+  try {
+    return parseDuration(value);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+};
+const systemMode = (value: string): SystemMode => {
+  const m = value.toUpperCase().replace(/-/g, '_');
+  if (!(SYSTEM_MODES as readonly string[]).includes(m)) throw new InvalidArgumentError(`one of ${SYSTEM_MODES.join(', ')}`);
+  return m as SystemMode;
+};
+const print = (json: boolean, data: unknown, text: () => string) => console.log(json ? JSON.stringify(data) : text());
 
 async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise<T>): Promise<T> {
   const database = buildDatabase(config, 'vidorch-ops');
@@ -28,7 +54,20 @@ async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise
   }
 }
 
+async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): Promise<T> {
+  const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+  try {
+    return await work(createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE));
+  } finally {
+    await temporal.close();
+  }
+}
+
 const program = new Command('ops').description('vidorch operator commands').showHelpAfterError();
+
+// ---------------------------------------------------------------------------------------------
+// tenants
+
 const tenant = program.command('tenant').description('tenants, API keys and credits');
 
 tenant
@@ -63,6 +102,163 @@ tenant
   .action(async (o: { name: string; credits: string; reason: string; json: boolean }) => {
     const result = await withDb((d) => grantTenantCredits(d.db, { ...o, actor, fence }));
     console.log(o.json ? JSON.stringify(result) : `granted ${result.granted} credits to ${o.name} (${result.tenant_id})`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// mode and fence
+
+const mode = program.command('mode').description('the system mode (docs/modes.md)');
+
+mode
+  .command('get')
+  .description('the current mode, region and epoch, and what the mode allows')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const state = await withDb((d) => readFence(d.db, fence.scope));
+    if (!state) throw new Error(`no region fence for scope ${fence.scope}; run migrations`);
+    print(o.json, state, () => `${printFence(state)}\n\nall modes\n${printModeTable()}`);
+  });
+
+mode
+  .command('set')
+  .description('set the mode; every process follows within 2 s')
+  .argument('<mode>', SYSTEM_MODES.join(' | '), systemMode)
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (m: SystemMode, o: { reason: string; json: boolean }) => {
+    const change = await withDb((d) => setMode(d.db, { scope: fence.scope, mode: m, actor, reason: o.reason }));
+    print(o.json, change, () => `mode ${change.from.mode} → ${change.to.mode} (region ${change.to.activeRegion}, epoch ${change.to.epoch}); audit ${change.auditId}`);
+  });
+
+program
+  .command('fence')
+  .description('the region write fence')
+  .command('status')
+  .description('active region, epoch, mode, recent failovers')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const { state, failovers } = await withDb(async (d) => {
+      const state = await readFence(d.db, fence.scope);
+      if (!state) throw new Error(`no region fence for scope ${fence.scope}; run migrations`);
+      const recent = await recentFailovers(d.db, fence.scope);
+      // Fill in first writes that happened after the failover command returned.
+      const failovers = await Promise.all(recent.map(async (f) => (await recordFirstWrite(d.db, f.failover_id)) ?? f));
+      return { state, failovers };
+    });
+    print(o.json, { fence: state, this_region: fence.region, failovers }, () =>
+      [
+        printFence(state),
+        '',
+        `  this process's REGION is ${fence.region}: ${state.activeRegion === fence.region ? 'active' : 'NOT active (its workers stand by)'}`,
+        '',
+        `recent failovers (${failovers.length})`,
+        ...failovers.map((f) => `${printFailoverRecord(f)}\n`),
+      ].join('\n'),
+    );
+  });
+
+program
+  .command('failover')
+  .description('switch the active region (seed 000 §19.17.2): RECONCILE_ONLY, epoch bump, new region, audit record, reconciliation report')
+  .requiredOption('--to <region>', 'the region to make active')
+  .requiredOption('--incident <id>', 'incident id (recorded)')
+  .requiredOption('--accepted-rpo <duration>', 'data loss the incident commander accepted, e.g. 0, 30s, 5m', duration)
+  .option('--reason <text>', 'why (audited)', 'region failover')
+  .option('--await-write <duration>', 'wait this long for the first write under the new epoch', duration, 60)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { to: string; incident: string; acceptedRpo: number; reason: string; awaitWrite: number; json: boolean }) => {
+    const result = await withDb((d) =>
+      runFailover(d.db, {
+        scope: fence.scope,
+        toRegion: o.to,
+        incidentId: o.incident,
+        acceptedRpoSeconds: o.acceptedRpo,
+        operator: actor,
+        reason: o.reason,
+        awaitWriteMs: o.awaitWrite * 1000,
+        ...(o.json ? {} : { log: (line: string) => console.log(`failover: ${line}`) }),
+      }),
+    );
+    print(o.json, result, () => `\n${printFailover(result, false)}`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// reconcile, inspect, review
+
+program
+  .command('reconcile')
+  .description('recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits')
+  .addOption(new Option('--dry-run', 'report only (default)').conflicts('apply'))
+  .addOption(new Option('--apply', 'start missing workflows and wake the tasks (never forces an outcome)'))
+  .option('--reason <text>', 'why (audited; required with --apply)')
+  .option('--long-running <duration>', 'SUBMITTED/RUNNING this long without change', duration, DEFAULT_RECONCILE.longRunningSeconds)
+  .option('--stale <duration>', 'open tasks this long without change', duration, DEFAULT_RECONCILE.staleSeconds)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { apply?: boolean; reason?: string; longRunning: number; stale: number; json: boolean }) => {
+    const options: ReconcileOptions = { ...DEFAULT_RECONCILE, longRunningSeconds: o.longRunning, staleSeconds: o.stale };
+    if (!o.apply) {
+      const report = await withDb((d) => reconcileReport(d.db, options));
+      print(o.json, report, () => `reconciliation report (dry run)\n${printReconcileReport(report)}`);
+      return;
+    }
+    if (!o.reason) throw new Error('--apply needs --reason (audited)');
+    const reason = o.reason;
+    const result = await withDb((d) => withTemporal((facade) => reconcileApply(d.db, facade, { actor, reason, options })));
+    print(o.json, result, () => `before\n${printReconcileReport(result.before)}\n\napplied\n${printApply(result.applied)}`);
+  });
+
+program
+  .command('task')
+  .description('one task')
+  .command('inspect')
+  .description('facts, transitions, ledger, inbox, Temporal status and a UI link')
+  .argument('<task-id>')
+  .option('--json', 'print one JSON line', false)
+  .action(async (taskId: string, o: { json: boolean }) => {
+    const inspection = await withDb((d) =>
+      withTemporal((facade) => inspectTask(d.db, facade, taskId, { baseUrl: config.TEMPORAL_UI_URL, namespace: config.TEMPORAL_NAMESPACE })),
+    );
+    if (!inspection) throw new Error(`no task ${taskId}`);
+    print(o.json, inspection, () => printInspection(inspection));
+  });
+
+const review = program.command('review').description('the MANUAL_REVIEW queue');
+
+review
+  .command('list')
+  .description('tasks waiting for a person, oldest first')
+  .option('--limit <n>', 'at most this many', (v) => Number.parseInt(v, 10), 100)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { limit: number; json: boolean }) => {
+    const items = await withDb((d) => listReviews(d.db, o.limit));
+    print(o.json, items, () => `MANUAL_REVIEW (${items.length})\n${printReviews(items)}`);
+  });
+
+review
+  .command('resolve')
+  .description('resolve one task through its workflow (validated against the facts, audited)')
+  .argument('<task-id>')
+  .addOption(new Option('--bind-job <job-id>', 'the provider job this attempt created').conflicts(['notSubmitted', 'fail']))
+  .addOption(new Option('--not-submitted', 'the provider never received the attempt: a new attempt follows').conflicts(['fail']))
+  .addOption(new Option('--fail', 'give up: the task fails and its credits are released'))
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (taskId: string, o: { bindJob?: string; notSubmitted?: boolean; fail?: boolean; reason: string; json: boolean }) => {
+    const operator = actor.replace(/^operator:/, '');
+    const args = o.bindJob
+      ? { kind: 'bind-job' as const, providerJobId: o.bindJob, operator, reason: o.reason }
+      : o.notSubmitted
+        ? { kind: 'not-submitted' as const, operator, reason: o.reason }
+        : o.fail
+          ? { kind: 'fail' as const, operator, reason: o.reason }
+          : null;
+    if (!args) throw new Error('say how: --bind-job <job-id>, --not-submitted or --fail');
+    const state = await withDb((d) => readFence(d.db, fence.scope));
+    const paused = state && modeForbids(state.mode, 'factWrites');
+    // The Update would wait (its activity pauses) until the mode allows fact writes again.
+    if (paused) throw new Error(`${paused}; resolve after \`mode set\``);
+    const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
+    print(o.json, facts, () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})`);
   });
 
 try {

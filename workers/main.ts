@@ -1,8 +1,11 @@
 // The worker process: `npm run worker`. Runs generation workflows and activities, the outbox
-// relay, and a /metrics endpoint. SIGINT/SIGTERM: stop polling, let in-flight activities
-// finish within the grace time, then exit.
+// relay, and a /metrics endpoint — but only while its REGION is the active region: a fence
+// watcher (workers/fence-watcher.ts) stops polling and the relay when the region is fenced off,
+// keeps the process alive, and starts them again when the region is active. SIGINT/SIGTERM:
+// stop polling, let in-flight activities finish within the grace time, then exit.
 import http from 'node:http';
-import { NativeConnection, Runtime } from '@temporalio/worker';
+import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
+import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
 import { createLogger } from '../observability/logger';
@@ -10,15 +13,23 @@ import { createMetrics } from '../observability/metrics';
 import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
+import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
 import { bundleWorkflows, createGenerationWorker } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
-Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
+// Signals are ours: the process outlives its Temporal worker while the region is fenced off.
+Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
 
 const database = buildDatabase(config, 'vidorch-worker');
 const metrics = createMetrics({ service: 'worker', db: database.db });
+const polling = new Gauge({
+  name: 'vidorch_worker_polling',
+  help: '1 while this worker polls its task queue (its region is active), else 0',
+  labelNames: ['region'],
+  registers: [metrics.registry],
+});
 const metricsServer = http.createServer((req, res) => {
   if (req.url !== '/metrics') {
     res.writeHead(404).end();
@@ -32,35 +43,100 @@ const metricsServer = http.createServer((req, res) => {
 metricsServer.listen(config.WORKER_METRICS_PORT, '127.0.0.1');
 
 const started = Date.now();
+const fenceLogger = logger.child({ component: 'fence-watcher' });
+// FENCE_WATCH_ENABLED=false: a worker that never hears of a failover (drills run one as the
+// zombie); the fence row still rejects every write and submit it attempts.
+const watcher: FenceWatcher | null = config.FENCE_WATCH_ENABLED
+  ? await startFenceWatcher({
+      db: database.db,
+      databaseUrl: config.DATABASE_URL,
+      scope: config.FENCE_SCOPE,
+      intervalMs: config.FENCE_WATCH_INTERVAL_MS,
+      logger: fenceLogger,
+    })
+  : null;
+const alwaysActive: FenceWatcher = {
+  current: () => ({ scope: config.FENCE_SCOPE, activeRegion: config.REGION, epoch: 0, mode: 'NORMAL', updatedAt: new Date(0) }),
+  onChange: () => () => undefined,
+  refresh: async () => alwaysActive.current(),
+  stop: async () => undefined,
+};
+const regionView = watcher ?? alwaysActive;
+
 const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
-const deps = buildActivityDeps(config, { db: database, storage: buildStorage(config), providers: buildProviders(config) });
-const worker = await createGenerationWorker({
-  connection,
-  namespace: config.TEMPORAL_NAMESPACE,
-  taskQueueBase: config.TEMPORAL_TASK_QUEUE,
-  deps,
-  workflowBundle: await bundleWorkflows(),
-  maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
-  shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
-});
+const deps = {
+  ...buildActivityDeps(config, { db: database, storage: buildStorage(config), providers: buildProviders(config) }),
+  modePauseRetryMs: config.MODE_PAUSE_RETRY_MS,
+  ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, config.REGION) } : {}),
+};
+// Bundled up front, so a standby worker starts polling within a second of its region becoming active.
+const bundle: WorkflowBundle = await bundleWorkflows();
+
+async function startWorker(): Promise<RegionService> {
+  const worker = await createGenerationWorker({
+    connection,
+    namespace: config.TEMPORAL_NAMESPACE,
+    taskQueueBase: config.TEMPORAL_TASK_QUEUE,
+    deps,
+    workflowBundle: bundle,
+    maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
+    shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
+  });
+  const ended = worker.run();
+  logger.info(
+    { taskQueue: config.TEMPORAL_TASK_QUEUE, region: config.REGION, metricsPort: config.WORKER_METRICS_PORT, startupMs: Date.now() - started },
+    'worker polling',
+  );
+  return {
+    ended,
+    async stop() {
+      try {
+        worker.shutdown();
+      } catch {
+        // Already stopping (e.g. a fatal error): wait for it below.
+      }
+      await ended.catch(() => undefined);
+      logger.info({ region: config.REGION }, 'worker stopped polling');
+    },
+  };
+}
 
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
-const relay = startOutboxRelay({
-  db: database.db,
-  facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
-  logger: logger.child({ component: 'outbox-relay' }),
-  batchSize: config.OUTBOX_RELAY_BATCH,
-  intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,
-  onPublished: (outcome) => metrics.outboxPublished.inc({ path: 'relay', outcome }),
-});
+async function startRelay(): Promise<RegionService> {
+  return startOutboxRelay({
+    db: database.db,
+    facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
+    logger: logger.child({ component: 'outbox-relay' }),
+    batchSize: config.OUTBOX_RELAY_BATCH,
+    intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,
+    onPublished: (outcome) => metrics.outboxPublished.inc({ path: 'relay', outcome }),
+  });
+}
 
-logger.info(
-  { taskQueue: config.TEMPORAL_TASK_QUEUE, region: config.REGION, metricsPort: config.WORKER_METRICS_PORT, startupMs: Date.now() - started },
-  'worker polling',
-);
-await worker.run();
-logger.info('worker stopped polling; stopping relay');
-await relay.stop();
-metricsServer.close();
-await Promise.allSettled([temporal.close(), connection.close(), database.close()]);
-logger.info('worker stopped');
+const workerSupervisor = superviseRegion({
+  name: 'temporal-worker',
+  region: config.REGION,
+  watcher: regionView,
+  start: startWorker,
+  logger: fenceLogger,
+  onState: (s) => polling.set({ region: config.REGION }, s === 'running' ? 1 : 0),
+});
+const relaySupervisor = superviseRegion({ name: 'outbox-relay', region: config.REGION, watcher: regionView, start: startRelay, logger: fenceLogger });
+if (regionView.current()?.activeRegion !== config.REGION) {
+  logger.warn({ region: config.REGION, activeRegion: regionView.current()?.activeRegion ?? null }, 'region not active: standing by');
+}
+
+let stopping = false;
+async function shutdown(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  logger.info({ signal }, 'worker stopping');
+  await Promise.all([workerSupervisor.stop(), relaySupervisor.stop()]);
+  await watcher?.stop();
+  metricsServer.close();
+  await Promise.allSettled([temporal.close(), connection.close(), database.close()]);
+  logger.info('worker stopped');
+  process.exit(0);
+}
+process.on('SIGINT', () => void shutdown('SIGINT'));
+process.on('SIGTERM', () => void shutdown('SIGTERM'));

@@ -8,14 +8,15 @@ import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { sql } from 'drizzle-orm';
 import { createApp } from '../../api/app';
-import { buildApiContext } from '../../api/context';
+import { startCallbackReplayer } from '../../api/callbacks.handlers';
+import { buildApiContext, type ApiContext } from '../../api/context';
 import { configToEnv, loadConfig, type Config } from '../../config/env';
 import { createDatabase, type Database } from '../../db/client';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
-import { REPO_ROOT, fileLogger, freePort, startNodeProcess, startS3, startTemporal, type ManagedProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, startNodeProcess, startS3, startTemporal, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { createTenant } from '../tenants';
 
@@ -28,22 +29,45 @@ export interface DrillWorld {
   readonly facade: GenerationFacade;
   readonly client: Client;
   readonly workers: Map<string, ManagedProcess>;
+  /** The drill's data folder; worker <name> logs to <dataDir>/<name>.log. */
+  readonly dataDir: string;
+  /** The in-process API's context (its spool, admission). */
+  readonly api: ApiContext;
+  /** Stops the Temporal dev server (with temporalDbFile, startTemporal() brings it back with its state). */
+  stopTemporal(): Promise<void>;
+  startTemporal(): Promise<void>;
   startWorker(name: string, env?: Record<string, string>): Promise<ManagedProcess>;
   close(): Promise<void>;
 }
 
 const quiet = () => undefined;
 
-export async function startDrillWorld(name: string, overrides: Record<string, string>, log: (line: string) => void): Promise<DrillWorld> {
+export interface DrillWorldOptions {
+  /** Persist the Temporal dev server to a file so it survives stopTemporal()/startTemporal(). */
+  readonly temporalDbFile?: boolean;
+}
+
+export async function startDrillWorld(
+  name: string,
+  overrides: Record<string, string>,
+  log: (line: string) => void,
+  opts: DrillWorldOptions = {},
+): Promise<DrillWorld> {
   const id = `${name.replace(/\W/g, "_")}_${randomBytes(3).toString("hex")}`;
   const dataDir = path.join(REPO_ROOT, '.data', 'drill', id);
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
     log('starting Temporal dev server and S3 server');
-    const temporal = await startTemporal({ port: await freePort(), headless: true, log: quiet });
-    cleanups.push(() => temporal.stop());
+    const temporalOptions = {
+      port: await freePort(),
+      headless: true,
+      log: quiet,
+      ...(opts.temporalDbFile ? { dbFile: path.join(dataDir, 'temporal.db') } : {}),
+    };
+    let temporal: TemporalProcess | null = await startTemporal(temporalOptions);
+    cleanups.push(() => temporal?.stop() ?? Promise.resolve());
     // Drills create at volume from one tenant: the tenant rate limit is not what they test.
-    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', ...overrides };
+    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
     const base = loadConfig({ ...process.env, ...overrides });
     const s3 = await startS3({
       port: await freePort(),
@@ -92,6 +116,9 @@ export async function startDrillWorld(name: string, overrides: Record<string, st
     const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
     const apiCtx = buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) });
     cleanups.push(() => apiCtx.rateLimiter.close());
+    // As api/server.ts: callbacks spooled while Postgres was unreachable are replayed.
+    const replayer = startCallbackReplayer(apiCtx, config.CALLBACK_SPOOL_REPLAY_MS);
+    cleanups.push(() => replayer.stop());
     const app = createApp(apiCtx);
     const server = app.listen(apiPort, '127.0.0.1');
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
@@ -104,7 +131,14 @@ export async function startDrillWorld(name: string, overrides: Record<string, st
 
     const workers = new Map<string, ManagedProcess>();
     const world: DrillWorld = {
-      config, db, sim, apiUrl, apiKey: tenant.api_key!, facade, client, workers,
+      config, db, sim, apiUrl, apiKey: tenant.api_key!, facade, client, workers, dataDir, api: apiCtx,
+      async stopTemporal() {
+        await temporal?.stop('SIGTERM', 10_000);
+        temporal = null;
+      },
+      async startTemporal() {
+        temporal ??= await startTemporal(temporalOptions);
+      },
       async startWorker(workerName, env = {}) {
         const proc = startNodeProcess(
           workerName,

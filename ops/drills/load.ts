@@ -1,0 +1,65 @@
+// Open-loop create load for outage drills: POST /v1/tasks at a fixed rate whatever the answers
+// take (bounded in-flight), every answer counted by phase and status.
+import type { DrillWorld } from './harness';
+
+export interface LoadReport {
+  /** phase → status ('202', '503', '500', 'network-error', …) → count */
+  readonly byPhase: Record<string, Record<string, number>>;
+  /** Task ids answered 202, with when. */
+  readonly accepted: { id: string; at: number }[];
+  readonly serverErrors: number;
+}
+
+export function startCreateLoad(
+  world: DrillWorld,
+  opts: { ratePerSecond: number; prefix: string; phase: () => string; maxInFlight?: number },
+): { stop(): Promise<LoadReport>; acceptedSince(t: number): number } {
+  const byPhase: Record<string, Record<string, number>> = {};
+  const accepted: { id: string; at: number }[] = [];
+  let serverErrors = 0;
+  let inFlight = 0;
+  let seq = 0;
+  const pending = new Set<Promise<void>>();
+  const count = (phase: string, status: string) => {
+    const p = (byPhase[phase] ??= {});
+    p[status] = (p[status] ?? 0) + 1;
+  };
+  const one = async () => {
+    const phase = opts.phase();
+    const i = seq++;
+    try {
+      const res = await fetch(`${world.apiUrl}/v1/tasks`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${opts.prefix}-${i}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'minimax/video-01', prompt: `${opts.prefix} ${i}`, duration_seconds: 1, resolution: '480p' }),
+        signal: AbortSignal.timeout(15_000),
+      });
+      const body = (await res.json().catch(() => null)) as { task_id?: string } | null;
+      count(phase, String(res.status));
+      if (res.status >= 500 && res.status !== 503) serverErrors += 1;
+      if (res.status === 202 && body?.task_id) accepted.push({ id: body.task_id, at: Date.now() });
+    } catch {
+      count(phase, 'network-error');
+    }
+  };
+  const timer = setInterval(() => {
+    if (inFlight >= (opts.maxInFlight ?? 50)) {
+      count(opts.phase(), 'skipped (in-flight limit)');
+      return;
+    }
+    inFlight += 1;
+    const p = one().finally(() => {
+      inFlight -= 1;
+      pending.delete(p);
+    });
+    pending.add(p);
+  }, 1000 / opts.ratePerSecond);
+  return {
+    acceptedSince: (t) => accepted.filter((a) => a.at >= t).length,
+    async stop() {
+      clearInterval(timer);
+      await Promise.allSettled([...pending]);
+      return { byPhase, accepted, serverErrors };
+    },
+  };
+}
