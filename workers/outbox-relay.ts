@@ -60,6 +60,13 @@ export async function relayOnce(opts: RelayOptions): Promise<{ published: number
       }
     }
   });
+  // Temporal answers again: rows still backing off from the outage need not wait out their
+  // (up to a minute long) delays. Without this the drain after an outage is paced by backoff.
+  if (published > 0) {
+    await opts.db.execute(sql`
+      UPDATE outbox_event SET next_retry_at = NULL
+      WHERE published_at IS NULL AND next_retry_at > now()`);
+  }
   return { published, failed };
 }
 
