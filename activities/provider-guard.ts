@@ -32,7 +32,8 @@ const unavailable = (message: string, retryAfterMs: number) =>
   ApplicationFailure.create({
     type: FailureType.ProviderUnavailable,
     message,
-    nextRetryDelay: Math.max(500, Math.round(retryAfterMs)),
+    // Jittered, so refused claims do not all come back at the same instant.
+    nextRetryDelay: Math.max(500, Math.round(retryAfterMs * (1 + Math.random() / 2))),
   });
 
 export class ProviderGuard {
@@ -69,34 +70,43 @@ export class ProviderGuard {
    */
   async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<BreakerTicket> {
     await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
-    const { rows } = await tx.execute(sql`
-      SELECT breaker_force, max_in_flight FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
+    // The in-memory breaker first (cheap), then the bulkhead count under the row lock.
+    const { rows } = await tx.execute(sql`SELECT breaker_force, max_in_flight FROM provider_control WHERE provider = ${provider}`);
     const control = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null } | undefined;
     const breaker = this.breaker(provider);
     breaker.setForced(control?.breaker_force ?? null);
+    const decision = breaker.tryAcquire();
+    if (!decision.allowed) throw unavailable(`${provider} circuit ${decision.reason}`, decision.retryAfterMs);
+    const ticket = decision.ticket;
+    // A later attempt is a retry: it spends the provider's retry budget, so a storm of proven
+    // rejections cannot multiply the load (seed 001). Out of budget, it waits rather than fails.
+    if (attemptNo > 1 && !this.budget(provider).tryRetry()) {
+      breaker.release(ticket);
+      throw unavailable(`${provider} retry budget spent`, 5_000);
+    }
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) {
+      await tx.execute(sql`SELECT 1 FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
       const { rows: counted } = await tx.execute(sql`
         SELECT count(*)::int AS n FROM task_attempt
         WHERE provider = ${provider} AND submit_state IN ('SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
       const inFlight = (counted[0] as { n: number }).n;
-      if (inFlight >= limit) throw unavailable(`${provider} bulkhead full: ${inFlight} of ${limit} jobs in flight`, 2_000 + Math.random() * 3_000);
-    }
-    const decision = breaker.tryAcquire();
-    if (!decision.allowed) throw unavailable(`${provider} circuit ${decision.reason}`, decision.retryAfterMs);
-    // A later attempt is a retry: it spends the provider's retry budget, so a storm of proven
-    // rejections cannot multiply the load (seed 001). Out of budget, it waits rather than fails.
-    if (attemptNo > 1 && !this.budget(provider).tryRetry()) {
-      breaker.onSuccess(decision.ticket);
-      throw unavailable(`${provider} retry budget spent`, 5_000 + Math.random() * 5_000);
+      if (inFlight >= limit) {
+        breaker.release(ticket);
+        if (attemptNo > 1) this.budget(provider).refund();
+        throw unavailable(`${provider} bulkhead full: ${inFlight} of ${limit} jobs in flight`, 2_000);
+      }
     }
     if (attemptNo === 1) this.budget(provider).recordRequest();
-    return decision.ticket;
+    return ticket;
   }
 
-  report(provider: string, ticket: BreakerTicket, outcome: SubmitOutcome): void {
+  report(provider: string, ticket: BreakerTicket, outcome: SubmitOutcome, attemptNo = 1): void {
     const b = this.breaker(provider);
     if (breakerVerdict(outcome) === 'success') b.onSuccess(ticket);
     else b.onFailure(ticket);
+    // A retry the provider accepted refills the budget: after an outage the backlog drains at
+    // the provider's pace instead of the budget's trickle, while failing retries still cannot.
+    if (attemptNo > 1 && outcome.kind === 'accepted') this.budget(provider).refund();
   }
 }

@@ -207,7 +207,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         } finally {
           clearInterval(beat);
         }
-        guard.report(attempt.provider, ticket, outcome);
+        guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
         ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
         try {
           return await record(token, taskId, attempt.attempt_id, outcome);

@@ -7,6 +7,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { runAdmission } from './admission';
 import { runCallbacks } from './callbacks';
 import { runE2E } from './e2e';
+import { runResilience } from './resilience';
 import { createReporter } from './lib/report';
 
 const positiveInt = (max: number) => (v: string) => {
@@ -109,6 +110,52 @@ program
           timeoutS: o.timeout,
           historySample: o.historySample,
           skipBaseline: !o.baseline,
+        },
+        createReporter(o.json),
+      );
+    },
+  );
+
+program
+  .command('resilience')
+  .description("seed 001: 70 % then 95 % of submits refused (429), N tasks at once, then healed; retry amplification vs the budget's bound, breaker, bulkhead")
+  .option('--tasks <n>', 'tasks created at once in each failure phase', positiveInt(5000), 200)
+  .option('--failure <list>', 'percent of submits refused, one phase each, comma-separated', intList(100), [70, 95])
+  .option('--phase-seconds <s>', 'seconds per failure phase', positiveInt(1800), 60)
+  .option('--heal-seconds <s>', 'seconds measured after the heal', positiveInt(3600), 90)
+  .option('--workers <n>', 'worker processes (each has its own breaker and budget)', positiveInt(8), 2)
+  .option('--max-submit-attempts <n>', 'MAX_SUBMIT_ATTEMPTS (product default 3; 10 so the budget, not the cap, limits retries)', positiveInt(10), 10)
+  .option('--generation-ms <ms>', 'simulated generation time', (v) => Math.max(0, Number(v)), 2000)
+  .option('--max-in-flight <n>', "operator bulkhead for replicate (provider_control.max_in_flight); default: the adapter's limit", positiveInt(100_000))
+  .option('--breaker-closed', 'force the breaker closed (operator switch) so the retry budget alone limits retries', false)
+  .option('--create-concurrency <n>', 'concurrent creates', positiveInt(256), 16)
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(
+    async (o: {
+      tasks: number;
+      failure: number[];
+      phaseSeconds: number;
+      healSeconds: number;
+      workers: number;
+      maxSubmitAttempts: number;
+      generationMs: number;
+      maxInFlight?: number;
+      breakerClosed: boolean;
+      createConcurrency: number;
+      json: boolean;
+    }) => {
+      await runResilience(
+        {
+          tasks: o.tasks,
+          failureRates: o.failure,
+          phaseSeconds: o.phaseSeconds,
+          healSeconds: o.healSeconds,
+          workers: o.workers,
+          maxSubmitAttempts: o.maxSubmitAttempts,
+          generationMs: o.generationMs,
+          maxInFlight: o.maxInFlight ?? null,
+          breakerClosed: o.breakerClosed,
+          createConcurrency: o.createConcurrency,
         },
         createReporter(o.json),
       );

@@ -12,7 +12,11 @@ const LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = 
 };
 
 export function temporalLogger(logger: Logger): TemporalLogger {
-  const log = (level: LogLevel, message: string, meta?: LogMetadata) => logger[LEVELS[level]](meta ?? {}, message);
+  const log = (level: LogLevel, message: string, meta?: LogMetadata) => {
+    // The SDK reports failures as `error`; pino serialises (message, type, stack) only `err`.
+    const fields = meta && 'error' in meta ? { ...meta, err: meta['error'], error: undefined } : (meta ?? {});
+    logger[LEVELS[level]](fields, message);
+  };
   return {
     log,
     trace: (m, meta) => log('TRACE', m, meta),

@@ -119,17 +119,25 @@ export class CircuitBreaker {
     const now = this.o.now();
     const state = this.state;
     if (this.forced === 'open') return { allowed: false, reason: 'forced-open', retryAfterMs: this.o.openMs };
-    if (this.forced === 'closed') return this.admit(false);
+    if (this.forced === 'closed') return this.admit(false, now);
     if (state === 'open') return { allowed: false, reason: 'open', retryAfterMs: Math.max(0, this.openedAt + this.o.openMs - now) };
     if (state === 'half-open') {
       this.probes = this.probes.filter((t) => now - t < this.o.probeTimeoutMs);
       if (this.probes.length >= this.o.halfOpenMaxProbes) return { allowed: false, reason: 'probes-busy', retryAfterMs: 1_000 };
       this.probes.push(now);
-      return this.admit(true);
+      return this.admit(true, now);
     }
     const share = this.admittedShare(now);
     if (share < 1 && this.o.random() >= share) return { allowed: false, reason: 'recovering', retryAfterMs: 1_000 };
-    return this.admit(false);
+    return this.admit(false, now);
+  }
+
+  /**
+   * Gives back a ticket whose call never happened (the caller was stopped by something else,
+   * e.g. a full bulkhead): frees a probe slot and records nothing, success or failure.
+   */
+  release(ticket: BreakerTicket): void {
+    if (ticket.probe && ticket.generation === this.generation) this.dropProbe(ticket);
   }
 
   onSuccess(ticket: BreakerTicket): void {
@@ -168,8 +176,9 @@ export class CircuitBreaker {
     };
   }
 
-  private admit(probe: boolean): BreakerDecision {
-    return { allowed: true, ticket: { probe, generation: this.generation, at: this.o.now() } };
+  private admit(probe: boolean, at: number): BreakerDecision {
+    // `at` is the instant stored in `probes`: dropProbe finds the slot by it.
+    return { allowed: true, ticket: { probe, generation: this.generation, at } };
   }
 
   private admittedShare(now: number): number {

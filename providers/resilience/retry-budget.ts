@@ -48,6 +48,13 @@ export class RetryBudget {
     return true;
   }
 
+  /** A retry that succeeded gives its retry back: a provider that takes work again refills the budget. */
+  refund(): void {
+    const b = this.bucket();
+    if (b.retries > 0) b.retries--;
+    else b.requests += Math.ceil(1 / Math.max(this.ratio, 1e-9));
+  }
+
   snapshot(): RetryBudgetSnapshot {
     const { requests, retries } = this.totals();
     return { requests, retries, available: Math.max(0, Math.floor(this.available())) };

@@ -154,7 +154,7 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
     const webhook = typeof req.query['fal_webhook'] === 'string' ? req.query['fal_webhook'] : null;
     if (!input.success || model.split('/').length < 2) return void res.status(422).json({ detail: 'invalid input or model id' });
     const config = deps.faults.for('fal');
-    runSubmit(req, res, deps.faults.takeSubmitFault('fal'), config, deps.pendingAnswers, {
+    runSubmit(req, res, deps.faults.takeSubmitFault('fal', undefined, tokenOfUrl(webhook)), config, deps.pendingAnswers, {
       create: () => store.create({ model, input: input.data, token: tokenOfUrl(webhook), webhook }),
       answer: (job) => void res.json({ request_id: job.id, gateway_request_id: job.id, ...urls(job), queue_position: store.queuePosition(job) }),
       errorBeforeAccept: () => void res.status(500).json({ detail: 'simulated failure' }),

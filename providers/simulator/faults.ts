@@ -1,5 +1,6 @@
 // Fault knobs of the simulator. POST /_sim/faults replaces the whole config; DELETE resets it.
 import { z } from 'zod';
+import { SubmitLog } from './submit-log';
 
 export const SUBMIT_FAULTS = [
   'ok',
@@ -49,6 +50,8 @@ export type FaultConfig = z.infer<typeof faultConfigSchema>;
 export class Faults {
   private config: FaultConfig = {};
   private submitFaultsLeft: number | null = null;
+  /** Every submit that asked for its fault (i.e. every submit received), with what it was answered. */
+  readonly submits = new SubmitLog();
 
   get current(): FaultConfig {
     return { ...this.config, ...(this.submitFaultsLeft !== null ? { submit_fault_count: this.submitFaultsLeft } : {}) };
@@ -69,8 +72,17 @@ export class Faults {
     return c.providers && !c.providers.includes(provider) ? {} : c;
   }
 
-  /** The submit fault for this request; consumes one of submit_fault_count. */
-  takeSubmitFault(provider: SimProvider = 'replicate', random: () => number = Math.random): SubmitFault {
+  /**
+   * The submit fault for this request; consumes one of submit_fault_count. Counts the request in
+   * `submits` (with its correlation token when the protocol passes one).
+   */
+  takeSubmitFault(provider: SimProvider = 'replicate', random: () => number = Math.random, token?: string | null): SubmitFault {
+    const fault = this.pickSubmitFault(provider, random);
+    this.submits.record(provider, token, fault);
+    return fault;
+  }
+
+  private pickSubmitFault(provider: SimProvider, random: () => number): SubmitFault {
     const f = this.config.submit ?? 'ok';
     if (f === 'ok') return f;
     if (this.config.providers && !this.config.providers.includes(provider)) return 'ok';

@@ -120,7 +120,7 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
     const ext = body.external_task_id;
     if (ext && byExternal.has(ext)) return envelope(res, 400, 1201, 'external_task_id already exists');
     const config = deps.faults.for('kling');
-    const fault = deps.faults.takeSubmitFault('kling');
+    const fault = deps.faults.takeSubmitFault('kling', undefined, ext ?? null);
     if (fault === 'ok' && store.active >= o.concurrency) {
       return envelope(res, 429, 1303, 'parallel tasks over the resource pack limit');
     }

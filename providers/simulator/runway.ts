@@ -70,7 +70,7 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     if (!parsed.success) return void res.status(400).json({ error: 'Validation of body failed', issues: parsed.error.issues });
     const body = parsed.data as z.infer<typeof imageBody> | z.infer<typeof textBody>;
     const config = deps.faults.for('runway');
-    runSubmit(req, res, deps.faults.takeSubmitFault('runway'), config, deps.pendingAnswers, {
+    runSubmit(req, res, deps.faults.takeSubmitFault('runway', undefined, req.get('x-request-id') ?? null), config, deps.pendingAnswers, {
       create: () =>
         store.create({
           model: body.model,

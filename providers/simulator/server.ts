@@ -8,10 +8,12 @@ import pino, { type Logger } from 'pino';
 import { z } from 'zod';
 import { createFalProtocol, SIM_FAL_DEFAULTS, type FalSimOptions } from './fal';
 import { Faults, faultConfigSchema, type FaultConfig, type SimProvider } from './faults';
+import type { SubmitLogStats, SubmitReceived } from './submit-log';
 import { createKlingProtocol, SIM_KLING_DEFAULTS, type KlingSimOptions } from './kling';
 import { MediaLibrary, UrlSigner, DEFAULT_DURATION_S } from './media';
 import { createRunwayProtocol, SIM_RUNWAY_DEFAULTS, type RunwaySimOptions } from './runway';
 import { PredictionStore } from './predictions';
+import { tokenOfUrl } from './submit-faults';
 import { WebhookSender } from './webhooks';
 
 export interface SimulatorOptions {
@@ -35,7 +37,7 @@ export interface SimulatorOptions {
   readonly kling?: Partial<KlingSimOptions>;
 }
 
-export interface SimulatorStats {
+export interface SimulatorStats extends SubmitLogStats {
   /** Replicate predictions. */
   readonly predictions_total: number;
   /** Jobs created per protocol. */
@@ -67,6 +69,8 @@ export interface Simulator {
   baseUrl(): string;
   /** Replace fal's webhook signing key (same as POST /_sim/fal/rotate-key); returns the new kid. */
   rotateFalKey(): string;
+  /** Calls `listener` for every submit request received (refused ones included); returns the unsubscribe. */
+  onSubmit(listener: (s: SubmitReceived) => void): () => void;
 }
 
 const createBody = z.object({
@@ -143,6 +147,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       webhooks_sent: webhooks.sent,
       webhooks_failed: webhooks.failed,
       webhook_attempts: webhooks.attempts,
+      // Submit requests received, refused ones included (submit-log.ts).
+      ...faults.submits.stats(),
     };
   };
   const reset = (): void => {
@@ -151,6 +157,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     kling.clearKeys();
     webhooks.stop();
     webhooks.resetStats();
+    faults.submits.clear();
   };
 
   const app = express();
@@ -197,7 +204,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const parsed = createBody.safeParse(body);
     if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
     const f = faults.for('replicate');
-    const fault = faults.takeSubmitFault('replicate');
+    const fault = faults.takeSubmitFault('replicate', undefined, tokenOfUrl(parsed.data.webhook));
     if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
     if (fault === 'rate_limit') {
       if (f.retry_after_s !== undefined) res.set('Retry-After', String(f.retry_after_s));
@@ -333,5 +340,6 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     webhooksIdle: () => webhooks.idle(),
     baseUrl,
     rotateFalKey: () => fal.rotateKey(),
+    onSubmit: (listener) => faults.submits.subscribe(listener),
   };
 }

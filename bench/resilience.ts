@@ -1,0 +1,681 @@
+// `npm run bench -- resilience`: seed 001's experiment against the simulator. The provider
+// refuses a share of submits with a proven rejection (429 without Retry-After: nothing was
+// created, the task may try a new attempt) — 70 %, then 95 % — while N tasks per phase are
+// created at once and real worker processes drive them; then the simulator heals (faults
+// cleared) and the run keeps measuring. Printed: provider submit requests per task (retry
+// amplification, counted by the simulator per attempt token, refused ones included) against
+// the retry budget's exact bound, how long each worker's breaker was open (its state-change
+// log lines), ProviderUnavailable refusals by reason (the workers' "Activity failed" lines),
+// the bulkhead's count from facts, tasks ended / waiting, and provider calls per second after
+// the heal. `--breaker-closed` sets the operator switch (provider_control.breaker_force) so the
+// retry budget alone limits retries.
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import { sleep } from '../scripts/stack';
+import { CircuitBreaker } from '../providers/resilience/circuit-breaker';
+import { RetryBudget } from '../providers/resilience/retry-budget';
+import type { SubmitReceived } from '../providers/simulator/submit-log';
+import { createHttpClient } from './lib/http';
+import { tailFile, type LogTail } from './lib/log-tail';
+import { describeCpu } from './lib/measure';
+import { startCpuProbe, type CpuUsage } from './lib/procstat';
+import type { Cell, Reporter } from './lib/report';
+import { round } from './lib/stats';
+import { startBenchWorld, type BenchWorld } from './lib/world';
+
+export interface ResilienceOptions {
+  /** Tasks created at once at the start of each failure phase. */
+  readonly tasks: number;
+  /** Share of submits refused with a 429, percent, one phase each. */
+  readonly failureRates: readonly number[];
+  readonly phaseSeconds: number;
+  readonly healSeconds: number;
+  readonly workers: number;
+  /** MAX_SUBMIT_ATTEMPTS for the workers (product default 3). */
+  readonly maxSubmitAttempts: number;
+  readonly generationMs: number;
+  /** Operator bulkhead (provider_control.max_in_flight for replicate); null = the adapter's. */
+  readonly maxInFlight: number | null;
+  /** Operator switch: force the breaker closed, so only the retry budget limits retries. */
+  readonly breakerClosed: boolean;
+  readonly createConcurrency: number;
+}
+
+const PROVIDER = 'replicate';
+const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
+const BODY = (tag: string, i: number) =>
+  JSON.stringify({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' });
+
+type Reason = 'circuit open' | 'probes busy' | 'recovering' | 'bulkhead full' | 'retry budget' | 'mode/fence' | 'other';
+const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering', 'bulkhead full', 'retry budget', 'mode/fence', 'other'];
+
+/**
+ * Why a submit claim was refused, from a worker's "Activity failed" line. The SDK's line carries
+ * the failure's type and nextRetryDelay but not its message (observability/temporal-logger.ts
+ * hands the Error to pino under `error`, which pino does not serialise), so the reason is read
+ * off the delay activities/provider-guard.ts gives each refusal, with the worker's breaker state
+ * at that moment: circuit open = the open time left (≤ 30 s; 30 s when forced open), probes
+ * busy / recovering = exactly 1 s (half-open / closed and ramping), bulkhead = 2–5 s, retry
+ * budget = 5–10 s.
+ */
+function refusalReason(type: string, delayMs: number | null, breakerState: string): Reason {
+  if (type === 'ModePaused' || type === 'FenceRejected') return 'mode/fence';
+  if (type !== 'ProviderUnavailable' || delayMs === null) return 'other';
+  if (breakerState === 'open') return 'circuit open';
+  if (delayMs === 1_000) return breakerState === 'half-open' ? 'probes busy' : 'recovering';
+  if (delayMs >= 2_000 && delayMs < 5_000) return 'bulkhead full';
+  if (delayMs >= 5_000 && delayMs <= 10_000) return 'retry budget';
+  return 'circuit open'; // the open time left, seen before the tail read the state change
+}
+
+interface BreakerEvent {
+  readonly atMs: number;
+  readonly worker: string;
+  readonly from: string;
+  readonly to: string;
+}
+interface ClaimFailure {
+  readonly atMs: number;
+  readonly worker: string;
+  readonly type: string;
+  readonly delayMs: number | null;
+  readonly activity: string;
+}
+interface Refusal {
+  readonly atMs: number;
+  readonly worker: string;
+  readonly reason: Reason;
+}
+interface StatusSnapshot {
+  readonly succeeded: number;
+  readonly failed: number;
+  readonly otherEnded: number;
+  /** SUBMITTING with the attempt PREPARED: waiting for the breaker, the bulkhead or the budget. */
+  readonly preparedFirst: number;
+  readonly preparedRetry: number;
+  /** Between attempts (sleeping after a rejection) or not yet dispatched. */
+  readonly dispatching: number;
+  /** The provider has the job (or the call is in flight / unknown). */
+  readonly atProvider: number;
+  /** Output rescue and media checks. */
+  readonly afterProvider: number;
+  readonly total: number;
+}
+interface BulkheadSample {
+  readonly atMs: number;
+  /** Attempts the bulkhead counts (facts). */
+  readonly inFlight: number;
+  /** Of those, accepted by the provider more than generation time + 1 s ago: the job is done there. */
+  readonly doneAtProvider: number;
+  /** Callbacks stored but not yet applied by the workflow. */
+  readonly inboxUnapplied: number;
+  readonly status: StatusSnapshot;
+}
+interface Phase {
+  readonly name: string;
+  readonly faultRate: number;
+  readonly startMs: number;
+  endMs: number;
+  readonly taskIds: string[];
+  end: StatusSnapshot | null;
+  cpu: CpuUsage | null;
+}
+
+/** The product's guard settings, read off the classes ProviderGuard constructs with no options (activities/submit-attempt.ts). */
+function probeSettings() {
+  let t = 1_000_000; // bucket-aligned
+  const now = () => t;
+  const budget = new RetryBudget({ now });
+  let floor = 0;
+  while (budget.tryRetry() && floor < 1000) floor++;
+  for (let i = 0; i < 1000; i++) budget.recordRequest();
+  let earned = 0;
+  while (budget.tryRetry() && earned < 10_000) earned++;
+  const ratio = earned / 1000;
+  // Window: how long until what was spent at t stops counting.
+  const spentAt = t;
+  while (!budget.tryRetry() && t - spentAt < 600_000) t += 100;
+  const windowMs = t - spentAt;
+
+  t = 5_000_000;
+  const breaker = new CircuitBreaker({ now, random: () => 0.999 });
+  let minimumRequests = 0;
+  while (breaker.snapshot().state === 'closed' && minimumRequests < 1000) {
+    const d = breaker.tryAcquire();
+    if (d.allowed) breaker.onFailure(d.ticket);
+    minimumRequests++;
+  }
+  const openMs = (breaker.snapshot().openUntil ?? t) - t;
+  t += openMs;
+  let probes = 0;
+  while (breaker.snapshot().state !== 'closed' && probes < 100) {
+    const d = breaker.tryAcquire();
+    if (d.allowed) breaker.onSuccess(d.ticket);
+    probes++;
+  }
+  const closedAt = t;
+  const startShare = breaker.snapshot().admittedShare;
+  while (breaker.snapshot().admittedShare < 1 && t - closedAt < 3_600_000) t += 1_000;
+  return {
+    ratio,
+    floorPerWindow: floor,
+    windowMs,
+    bucketMs: windowMs / 10,
+    minimumRequests,
+    openMs,
+    halfOpenSuccesses: probes,
+    recoveryStartShare: startShare,
+    recoveryMs: t - closedAt,
+  };
+}
+type Settings = ReturnType<typeof probeSettings>;
+
+export async function runResilience(o: ResilienceOptions, rep: Reporter): Promise<void> {
+  const settings = probeSettings();
+  rep.log(
+    `resilience: guard settings (product defaults): retry budget ${settings.ratio * 100} % of first attempts + ${settings.floorPerWindow} per ${settings.windowMs / 1000} s window per worker process; ` +
+      `breaker trips at ≥ 50 % failures over ≥ ${settings.minimumRequests} calls, open ${settings.openMs / 1000} s, closes after ${settings.halfOpenSuccesses} probe successes, ` +
+      `then admits ${settings.recoveryStartShare * 100} % → 100 % of claims over ${settings.recoveryMs / 1000} s`,
+  );
+  const bw = await startBenchWorld(
+    'resilience',
+    {
+      SIMULATOR_GENERATION_MS: String(o.generationMs),
+      // The attempt cap must not be what stops retries: the budget is under test.
+      MAX_SUBMIT_ATTEMPTS: String(o.maxSubmitAttempts),
+    },
+    (l) => rep.log(`resilience: ${l}`),
+  );
+  const tails: LogTail[] = [];
+  const unsubscribe: (() => void)[] = [];
+  try {
+    await runPhases(bw, o, rep, settings, tails, unsubscribe);
+  } finally {
+    for (const u of unsubscribe) u();
+    for (const t of tails) await t.stop().catch(() => undefined);
+    await bw.close();
+  }
+}
+
+async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, settings: Settings, tails: LogTail[], unsubscribe: (() => void)[]): Promise<void> {
+  const { world } = bw;
+  const db = world.db.pool;
+  const [tenant] = await bw.createTenants(1);
+  const tenantId = tenant!.tenantId;
+
+  // Every submit the simulator receives, with its arrival time and attempt token.
+  const submits: SubmitReceived[] = [];
+  unsubscribe.push(world.sim.onSubmit((s) => submits.push(s)));
+
+  // Operator settings (provider_control), before any claim reads them.
+  if (o.maxInFlight !== null || o.breakerClosed) {
+    await db.query(
+      `INSERT INTO provider_control (provider, max_in_flight, breaker_force, reason, updated_by) VALUES ($1, $2, $3, 'bench resilience', 'bench')
+       ON CONFLICT (provider) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, breaker_force = EXCLUDED.breaker_force`,
+      [PROVIDER, o.maxInFlight, o.breakerClosed ? 'closed' : null],
+    );
+  }
+
+  // Workers, with their output followed: breaker changes, claim refusals, and which worker made
+  // each call ("provider submit outcome", info level).
+  const breakerEvents: BreakerEvent[] = [];
+  const failures: ClaimFailure[] = [];
+  const callWorker = new Map<string, string>();
+  const workerNames: string[] = [];
+  const workerPids: number[] = [];
+  const workerStart = new Map<string, number>();
+  for (let i = 0; i < o.workers; i++) {
+    const name = `worker-${i}`;
+    workerNames.push(name);
+    workerStart.set(name, Date.now());
+    const { proc } = await bw.startWorker(name, { LOG_LEVEL: 'info' });
+    workerPids.push(proc.pid);
+    tails.push(
+      tailFile(
+        path.join(world.dataDir, `${name}.log`),
+        (line, atMs) => {
+          if (line.includes('circuit breaker state change')) {
+            try {
+              const j = JSON.parse(line) as { provider?: string; from?: string; to?: string };
+              if (j.provider === PROVIDER && j.from && j.to) breakerEvents.push({ atMs, worker: name, from: j.from, to: j.to });
+            } catch {
+              /* not the JSON line */
+            }
+          } else if (line.includes('"Activity failed"')) {
+            try {
+              const j = JSON.parse(line) as { time?: string; activityType?: string; error?: { type?: string; nextRetryDelay?: number } };
+              const at = j.time ? Date.parse(j.time) : atMs;
+              failures.push({ atMs: at, worker: name, type: j.error?.type ?? '?', delayMs: j.error?.nextRetryDelay ?? null, activity: j.activityType ?? '?' });
+            } catch {
+              failures.push({ atMs, worker: name, type: '?', delayMs: null, activity: '?' });
+            }
+          } else if (line.includes('provider submit outcome')) {
+            const id = /"attemptId":"([0-9a-f-]+)"/.exec(line)?.[1];
+            if (id) callWorker.set(id, name);
+          }
+        },
+        { intervalMs: 100 },
+      ),
+    );
+  }
+
+  const http = createHttpClient(world.apiUrl, o.createConcurrency);
+  const runTag = randomUUID().slice(0, 8);
+  async function createTasks(tag: string, n: number): Promise<string[]> {
+    const ids: string[] = [];
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: Math.min(o.createConcurrency, n) }, async () => {
+        while (next < n) {
+          const i = next++;
+          const res = await http.request('POST', '/v1/tasks', {
+            headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `${runTag}-${tag}-${i}`, 'content-type': 'application/json' },
+            body: BODY(tag, i),
+            timeoutMs: 30_000,
+          });
+          if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
+          ids.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
+        }
+      }),
+    );
+    return ids;
+  }
+
+  async function snapshot(taskIds: string[]): Promise<StatusSnapshot> {
+    const { rows } = await db.query<{ status: string; state: string | null; attempt_no: number | null; n: number }>(
+      `SELECT t.status, a.submit_state AS state, a.attempt_no, count(*)::int AS n
+       FROM generation_task t LEFT JOIN task_attempt a ON a.attempt_id = t.active_attempt_id
+       WHERE t.tenant_id = $1 AND t.task_id = ANY($2::uuid[])
+       GROUP BY 1, 2, 3`,
+      [tenantId, taskIds],
+    );
+    const s = { succeeded: 0, failed: 0, otherEnded: 0, preparedFirst: 0, preparedRetry: 0, dispatching: 0, atProvider: 0, afterProvider: 0, total: 0 };
+    for (const r of rows) {
+      s.total += r.n;
+      if (r.status === 'SUCCEEDED') s.succeeded += r.n;
+      else if (r.status === 'FAILED') s.failed += r.n;
+      else if (r.status === 'CANCELLED' || r.status === 'MANUAL_REVIEW') s.otherEnded += r.n;
+      else if (r.status === 'QUEUED' || r.status === 'DISPATCHING') s.dispatching += r.n;
+      else if (r.status === 'SUBMITTING' && r.state === 'PREPARED') {
+        if ((r.attempt_no ?? 1) > 1) s.preparedRetry += r.n;
+        else s.preparedFirst += r.n;
+      } else if (['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN', 'CANCEL_REQUESTED'].includes(r.status)) s.atProvider += r.n;
+      else s.afterProvider += r.n;
+    }
+    return s;
+  }
+  const waiting = (s: StatusSnapshot) => s.preparedFirst + s.preparedRetry + s.dispatching;
+  const describe = (s: StatusSnapshot) =>
+    `${s.succeeded} SUCCEEDED, ${s.failed} FAILED, waiting: ${s.preparedFirst + s.preparedRetry} PREPARED (${s.preparedRetry} retries), ${s.dispatching} DISPATCHING, ${s.atProvider} at provider, ${s.afterProvider} after provider`;
+
+  // The bulkhead's count from facts, and how much of it the provider has already finished.
+  const acceptedAt = new Map<string, number>();
+  unsubscribe.push(world.sim.onSubmit((s) => void (s.token && !s.refused && acceptedAt.set(s.token, s.atMs))));
+  async function bulkheadSample(taskIds: string[]): Promise<BulkheadSample> {
+    const now = Date.now();
+    const { rows } = await db.query<{ attempt_id: string }>(
+      `SELECT attempt_id::text FROM task_attempt WHERE provider = $1 AND submit_state = ANY($2::text[])`,
+      [PROVIDER, IN_FLIGHT],
+    );
+    const done = rows.filter((r) => (acceptedAt.get(r.attempt_id) ?? now) < now - o.generationMs - 1_000).length;
+    const { rows: inbox } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL');
+    return { atMs: now, inFlight: rows.length, doneAtProvider: done, inboxUnapplied: inbox[0]?.n ?? 0, status: await snapshot(taskIds) };
+  }
+
+  const stateAt = (w: string, t: number): string => {
+    let s = 'closed';
+    for (const e of breakerEvents) if (e.worker === w && e.atMs <= t) s = e.to;
+    return s;
+  };
+  const breakerNow = () => workerNames.map((w, i) => `w${i} ${stateAt(w, Date.now())}`).join(', ');
+
+  // Warm-up: one task through the whole path with no faults.
+  rep.log('resilience: warm-up task (no faults)');
+  const [warm] = await createTasks('warmup', 1);
+  const warmDeadline = Date.now() + 180_000;
+  for (;;) {
+    const { rows } = await db.query<{ status: string }>('SELECT status FROM generation_task WHERE task_id = $1', [warm]);
+    if (rows[0]?.status === 'SUCCEEDED') break;
+    if (rows[0] && ['FAILED', 'CANCELLED', 'MANUAL_REVIEW'].includes(rows[0].status)) throw new Error(`warm-up task ended ${rows[0].status}`);
+    if (Date.now() > warmDeadline) throw new Error('warm-up task did not succeed within 180 s');
+    await sleep(250);
+  }
+  await sleep(2_000); // the other worker(s) finish starting
+  const submitsBefore = submits.length;
+  const runStart = Date.now();
+  const runIds: string[] = [];
+  const samples: BulkheadSample[] = [];
+
+  const phases: Phase[] = [];
+  let progressTimer: NodeJS.Timeout | null = null;
+  let lastProgress = Promise.resolve();
+  const progress = (label: string, since: number) => {
+    progressTimer = setInterval(() => {
+      lastProgress = lastProgress.then(async () => {
+        const b = await bulkheadSample(runIds).catch(() => null);
+        if (b) samples.push(b);
+        const calls = submits.length - submitsBefore;
+        const last5 = submits.filter((x) => x.atMs > Date.now() - 5_000).length / 5;
+        rep.log(
+          `[resilience ${label}] ${String(Math.round((Date.now() - since) / 1000)).padStart(3)}s  provider calls ${calls} (${last5.toFixed(1)}/s)  claim refusals ${failures.length}  breaker ${breakerNow()}` +
+            (b ? `  bulkhead count ${b.inFlight} (${b.doneAtProvider} done at the provider)  ${describe(b.status)}` : ''),
+        );
+      });
+    }, 5_000);
+  };
+  const stopProgress = async () => {
+    if (progressTimer) clearInterval(progressTimer);
+    await lastProgress;
+  };
+  const cpuGroups = async () => {
+    const { rows } = await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = $1', [bw.dbName]);
+    return { worker: workerPids, postgres: rows.map((r) => r.pid), temporal: bw.temporalPids() };
+  };
+
+  for (const rate of o.failureRates) {
+    const name = `${rate} % refused`;
+    world.sim.setFaults({ submit: 'rate_limit', submit_fault_rate: rate / 100 });
+    const phase: Phase = { name, faultRate: rate, startMs: Date.now(), endMs: 0, taskIds: [], end: null, cpu: null };
+    phases.push(phase);
+    const probe = startCpuProbe(cpuGroups);
+    rep.log(`resilience: phase "${name}": creating ${o.tasks} tasks at once`);
+    progress(`${rate}%`, phase.startMs);
+    phase.taskIds.push(...(await createTasks(`p${rate}`, o.tasks)));
+    runIds.push(...phase.taskIds);
+    rep.log(`resilience: ${o.tasks} tasks created in ${((Date.now() - phase.startMs) / 1000).toFixed(1)} s`);
+    await sleep(Math.max(0, phase.startMs + o.phaseSeconds * 1000 - Date.now()));
+    await stopProgress();
+    phase.endMs = Date.now();
+    phase.cpu = await probe.stop();
+    phase.end = await snapshot(runIds);
+  }
+
+  // Heal: faults cleared, keep measuring.
+  world.sim.clearFaults();
+  const healAt = Date.now();
+  const atHeal = phases[phases.length - 1]?.end ?? (await snapshot(runIds));
+  const heal: Phase = { name: 'healed', faultRate: 0, startMs: healAt, endMs: 0, taskIds: [], end: null, cpu: null };
+  phases.push(heal);
+  const healProbe = startCpuProbe(cpuGroups);
+  rep.log(`resilience: healed (faults cleared); measuring ${o.healSeconds} s`);
+  progress('healed', healAt);
+  while (Date.now() < healAt + o.healSeconds * 1000) {
+    await sleep(1_000);
+    const s = await snapshot(runIds);
+    if (s.succeeded + s.failed + s.otherEnded >= s.total) {
+      rep.log('resilience: every task ended');
+      break;
+    }
+  }
+  await stopProgress();
+  heal.endMs = Date.now();
+  heal.cpu = await healProbe.stop();
+  heal.end = await snapshot(runIds);
+  http.close();
+  await sleep(500); // the last log lines reach the files
+  for (const t of tails.splice(0)) await t.stop();
+  const runEnd = heal.endMs;
+
+  // ---------------------------------------------------------------- figures
+  const runSubmits = submits.slice(submitsBefore);
+  const refusals: Refusal[] = failures
+    .filter((f) => f.activity === 'submitAttempt')
+    .map((f) => ({ atMs: f.atMs, worker: f.worker, reason: refusalReason(f.type, f.delayMs, stateAt(f.worker, f.atMs)) }));
+  const { rows: attempts } = await db.query<{ attempt_id: string; task_id: string; attempt_no: number }>(
+    `SELECT a.attempt_id::text, a.task_id::text, a.attempt_no FROM task_attempt a JOIN generation_task t USING (task_id) WHERE t.tenant_id = $1`,
+    [tenantId],
+  );
+  const attemptById = new Map(attempts.map((a) => [a.attempt_id, a]));
+  const callsByTask = new Map<string, number>();
+  const callsByAttempt = new Map<string, number>();
+  let firstCalls = 0;
+  let retryCalls = 0;
+  let unmatched = 0;
+  for (const s of runSubmits) {
+    const a = s.token ? attemptById.get(s.token) : undefined;
+    if (!a) {
+      unmatched++;
+      continue;
+    }
+    callsByTask.set(a.task_id, (callsByTask.get(a.task_id) ?? 0) + 1);
+    callsByAttempt.set(a.attempt_id, (callsByAttempt.get(a.attempt_id) ?? 0) + 1);
+    if (a.attempt_no === 1) firstCalls++;
+    else retryCalls++;
+  }
+  const attemptsCalledTwice = [...callsByAttempt.values()].filter((n) => n > 1).length;
+
+  // Breaker time per worker and state: segments from the state-change lines.
+  const timeIn = (w: string, state: string, from: number, to: number) => {
+    const segs: { at: number; state: string }[] = [{ at: workerStart.get(w) ?? runStart, state: 'closed' }];
+    for (const e of breakerEvents) if (e.worker === w) segs.push({ at: e.atMs, state: e.to });
+    let total = 0;
+    segs.forEach((seg, i) => {
+      const end = segs[i + 1]?.at ?? Number.POSITIVE_INFINITY;
+      const a = Math.max(seg.at, from);
+      const b = Math.min(end, to);
+      if (seg.state === state && b > a) total += b - a;
+    });
+    return total / 1000;
+  };
+  const refusalsIn = (from: number, to: number, worker?: string) => {
+    const c = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<Reason, number>;
+    for (const r of refusals) if (r.atMs >= from && r.atMs < to && (!worker || r.worker === worker)) c[r.reason]++;
+    return c;
+  };
+
+  const forced = o.breakerClosed ? ' (forced closed by the operator switch)' : '';
+  const phaseRows: Cell[][] = phases.map((p) => {
+    const inPhase = runSubmits.filter((s) => s.atMs >= p.startMs && s.atMs < p.endMs);
+    const refused = inPhase.filter((s) => s.refused).length;
+    const c = refusalsIn(p.startMs, p.endMs);
+    const end = p.end!;
+    const secs = (p.endMs - p.startMs) / 1000;
+    return [
+      p.name,
+      round(secs, 0),
+      p.taskIds.length,
+      inPhase.length,
+      refused,
+      inPhase.length - refused,
+      round(inPhase.length / secs, 2),
+      workerNames.map((w) => round(timeIn(w, 'open', p.startMs, p.endMs), 0)).join(' / '),
+      workerNames.map((w) => round(timeIn(w, 'half-open', p.startMs, p.endMs), 1)).join(' / '),
+      c['circuit open'] + c['probes busy'],
+      c['recovering'],
+      c['bulkhead full'],
+      c['retry budget'],
+      end.succeeded,
+      end.failed,
+      end.preparedFirst,
+      end.preparedRetry,
+      end.dispatching,
+      end.atProvider + end.afterProvider,
+    ];
+  });
+  rep.table(
+    `resilience: ${o.tasks} tasks per failure phase (${o.phaseSeconds} s each, 429 without Retry-After), then healed ${o.healSeconds} s; ${o.workers} worker process(es); MAX_SUBMIT_ATTEMPTS=${o.maxSubmitAttempts}; breaker${forced || ' automatic'}; task counts at the end of each phase cover all tasks so far`,
+    [
+      'phase', 's', 'new tasks', 'provider calls', '429', 'accepted', 'calls/s', 'breaker open s (per worker)', 'half-open s',
+      'refused: breaker open/probes busy', 'refused: recovering ramp', 'refused: bulkhead', 'refused: retry budget',
+      'SUCCEEDED', 'FAILED', 'waiting PREPARED 1st attempt', 'waiting PREPARED retry', 'DISPATCHING', 'at/after provider',
+    ],
+    phaseRows,
+  );
+  for (const p of phases) {
+    // Claims refused per second at their peak: refusals carry exact delays (no jitter for the
+    // breaker's), so the tasks an open breaker turned away all come back at the same instant.
+    const perSec = new Map<number, number>();
+    for (const r of refusals) if (r.atMs >= p.startMs && r.atMs < p.endMs) perSec.set(Math.floor(r.atMs / 1000), (perSec.get(Math.floor(r.atMs / 1000)) ?? 0) + 1);
+    const peak = Math.max(0, ...perSec.values());
+    rep.log(`${p.name}: peak claim refusals in one second ${peak}${p.cpu ? `; cpu ${describeCpu(p.cpu)}` : ''}`);
+  }
+
+  // Amplification per cohort and the budget's bound.
+  const T = (runEnd - runStart) / 1000;
+  const minWindowS = (settings.windowMs - settings.bucketMs) / 1000;
+  const windowsPerProcess = Math.ceil(T / minWindowS) + 1;
+  const floorCalls = o.workers * settings.floorPerWindow * windowsPerProcess;
+  const allIds = phases.flatMap((p) => p.taskIds);
+  const cohortRows: Cell[][] = [];
+  const cohorts = [...phases.filter((p) => p.taskIds.length > 0).map((p) => ({ name: `tasks of "${p.name}"`, ids: p.taskIds })), { name: 'all', ids: allIds }];
+  const taskOfToken = (t: string | null) => (t ? attemptById.get(t)?.task_id : undefined);
+  for (const c of cohorts) {
+    const ids = new Set(c.ids);
+    const calls = c.ids.map((id) => callsByTask.get(id) ?? 0);
+    const total = calls.reduce((a, b) => a + b, 0);
+    const called = calls.filter((n) => n > 0).length;
+    const beforeHeal = runSubmits.filter((s) => s.atMs < healAt && ids.has(taskOfToken(s.token) ?? '')).length;
+    cohortRows.push([
+      c.name,
+      c.ids.length,
+      beforeHeal,
+      round(beforeHeal / c.ids.length, 3),
+      total,
+      round(total / c.ids.length, 3),
+      called,
+      round(total / Math.max(1, called), 3),
+      c.ids.length - called,
+      calls.filter((n) => n >= 2).length,
+      Math.max(0, ...calls),
+    ]);
+  }
+  rep.table(
+    'resilience: provider submit requests per task (retry amplification; counted by the simulator per attempt token, 429s included)',
+    ['tasks', 'n', 'calls until heal', 'calls/task until heal', 'calls (whole run)', 'calls/task', 'tasks called', 'calls/called task', 'never called', 'called ≥ 2×', 'max calls on a task'],
+    cohortRows,
+  );
+  const n = allIds.length;
+  const totalCalls = firstCalls + retryCalls;
+  const retryBound = settings.ratio * firstCalls + floorCalls;
+  const ampBound = 1 + settings.ratio + floorCalls / n;
+  const held = retryCalls <= retryBound && totalCalls / n <= ampBound;
+  rep.log('');
+  rep.log(
+    `retry budget bound: retries ≤ ${settings.ratio}·F + P·${settings.floorPerWindow}·(⌈T/${minWindowS} s⌉ + 1), ` +
+      `F = first attempts called = ${firstCalls}, P = ${o.workers} worker processes, T = ${round(T, 0)} s → retries ≤ ${round(retryBound, 1)}; measured retries ${retryCalls} → ${retryCalls <= retryBound ? 'HELD' : 'BROKEN'}`,
+  );
+  rep.log(
+    `amplification: ${totalCalls} calls / ${n} tasks = ${round(totalCalls / n, 3)} (per first attempt called: ${round(totalCalls / Math.max(1, firstCalls), 3)}) ≤ 1 + ${settings.ratio} + ${floorCalls}/${n} = ${round(ampBound, 3)} → ${totalCalls / n <= ampBound ? 'HELD' : 'BROKEN'}` +
+      ` (calls not matched to an attempt: ${unmatched}; attempts called more than once: ${attemptsCalledTwice})`,
+  );
+  const noBudget = (p: number) => (1 - Math.pow(p, o.maxSubmitAttempts)) / (1 - p);
+  rep.log(
+    `for comparison (computed, not measured): with only the attempt cap (${o.maxSubmitAttempts}) and no breaker or budget, a task would make ${o.failureRates.map((r) => `${round(noBudget(r / 100), 2)} calls at ${r} %`).join(', ')}`,
+  );
+
+  // After the heal: per second, then every 5 s with the bulkhead's count.
+  const healRows: Cell[][] = [];
+  const healBins = Math.min(30, Math.ceil((runEnd - healAt) / 1000));
+  for (let k = 0; k < healBins; k++) {
+    const a = healAt + k * 1000;
+    const b = a + 1000;
+    const inBin = runSubmits.filter((s) => s.atMs >= a && s.atMs < b);
+    const c = refusalsIn(a, b);
+    healRows.push([
+      `${k}–${k + 1}`,
+      inBin.length,
+      inBin.filter((s) => !s.refused).length,
+      c['circuit open'] + c['probes busy'],
+      c['recovering'],
+      c['bulkhead full'],
+      c['retry budget'],
+      workerNames.map((w) => stateAt(w, b)).join(' / '),
+    ]);
+  }
+  rep.table(
+    'resilience: after the heal, per second (calls = submits the simulator received; refusals = claims turned away before any call)',
+    ['s after heal', 'calls', 'accepted', 'refused: open/probes', 'refused: recovering', 'refused: bulkhead', 'refused: budget', 'breaker (per worker, end of second)'],
+    healRows,
+  );
+  const sampleRows: Cell[][] = samples
+    .filter((s) => s.atMs >= healAt)
+    .map((s) => [
+      round((s.atMs - healAt) / 1000, 0),
+      runSubmits.filter((x) => x.atMs >= s.atMs - 5_000 && x.atMs < s.atMs).length,
+      s.inFlight,
+      s.doneAtProvider,
+      s.inboxUnapplied,
+      refusals.filter((r) => r.reason === 'bulkhead full' && r.atMs >= s.atMs - 5_000 && r.atMs < s.atMs).length,
+      s.status.succeeded,
+      waiting(s.status),
+      s.status.afterProvider,
+    ]);
+  rep.table(
+    `resilience: after the heal, every 5 s: the bulkhead's count from facts (limit ${o.maxInFlight ?? "the adapter's maxConcurrency"}) and how much of it the provider had already finished (accepted > generation ${o.generationMs} ms + 1 s ago)`,
+    ['s after heal', 'calls in last 5 s', 'bulkhead count', 'of which done at provider', 'callbacks not yet applied', 'bulkhead refusals in last 5 s', 'SUCCEEDED', 'waiting', 'rescue/media'],
+    sampleRows,
+  );
+
+  const first10 = runSubmits.filter((s) => s.atMs >= healAt && s.atMs < healAt + 10_000);
+  const perSec10 = Array.from({ length: 10 }, (_, k) => first10.filter((s) => s.atMs >= healAt + k * 1000 && s.atMs < healAt + (k + 1) * 1000).length);
+  const waitingAtHeal = waiting(atHeal);
+  rep.log(`first 10 s after the heal: ${first10.length} calls, per second ${perSec10.join(' ')} (max ${Math.max(...perSec10)}); ${waitingAtHeal} tasks were waiting at the heal`);
+  const successAfterHeal = runSubmits.find((s) => s.atMs >= healAt && !s.refused);
+  rep.log(`first accepted call after the heal: ${successAfterHeal ? `+${round((successAfterHeal.atMs - healAt) / 1000, 1)} s` : 'none'}`);
+
+  // The recovery ramp per worker: share of the claims reaching the breaker that it let through
+  // in the 10 s after it closed (the bulkhead is checked before the breaker, the budget after).
+  const rampRows: Cell[][] = [];
+  workerNames.forEach((w, i) => {
+    const close = breakerEvents.find((e) => e.worker === w && e.to === 'closed' && e.atMs >= healAt)?.atMs;
+    if (close === undefined) return;
+    for (const [a, b] of [[0, 5], [5, 10], [10, 30]] as const) {
+      const from = close + a * 1000;
+      const to = close + b * 1000;
+      const calls = runSubmits.filter((s) => s.atMs >= from && s.atMs < to && s.token && callWorker.get(s.token) === w).length;
+      const c = refusalsIn(from, to, w);
+      const passed = calls + c['retry budget'];
+      const asked = passed + c['recovering'];
+      const mid = (a + b) / 2;
+      const ramp = Math.min(1, settings.recoveryStartShare + ((1 - settings.recoveryStartShare) * mid * 1000) / settings.recoveryMs);
+      rampRows.push([`w${i}`, `+${round((close - healAt) / 1000, 1)} s`, `${a}–${b} s`, calls, round(calls / (b - a), 1), c['retry budget'], c['recovering'], asked, round(passed / Math.max(1, asked), 2), round(ramp, 2)]);
+    }
+  });
+  if (rampRows.length > 0) {
+    rep.table(
+      'resilience: the recovery ramp per worker after its breaker closed (calls attributed by the worker\'s "provider submit outcome" line)',
+      ['worker', 'closed after heal', 'window after close', 'calls', 'calls/s', 'then refused by budget', 'refused by ramp', 'claims at the breaker', 'admitted share', 'ramp share (mid-window)'],
+      rampRows,
+    );
+  } else {
+    rep.log(`no breaker closed after the heal${forced}`);
+  }
+
+  const otherTypes = new Map<string, number>();
+  for (const f of failures) if (f.activity !== 'submitAttempt' || f.type !== 'ProviderUnavailable') otherTypes.set(`${f.activity}/${f.type}`, (otherTypes.get(`${f.activity}/${f.type}`) ?? 0) + 1);
+  if (otherTypes.size > 0) rep.log(`other activity failures: ${[...otherTypes].map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  // How each half-open window ended, and the retry-budget refusals inside it (each one is
+  // handed back to the breaker as a success by ProviderGuard.admit, so it counts as a probe
+  // success although no call was made).
+  for (const w of workerNames) {
+    const evs = breakerEvents.filter((e) => e.worker === w);
+    evs.forEach((e, i) => {
+      if (e.from !== 'half-open') return;
+      const opened = [...evs.slice(0, i)].reverse().find((x) => x.to === 'half-open')?.atMs ?? e.atMs;
+      // State changes are stamped when the tail read them (up to ~0.1–0.3 s late); calls carry their own time.
+      const inWin = (t: number) => t >= opened - 300 && t <= e.atMs + 100;
+      const mine = runSubmits.filter((x) => inWin(x.atMs) && x.token && callWorker.get(x.token) === w);
+      const budget = refusals.filter((r) => r.worker === w && r.reason === 'retry budget' && inWin(r.atMs)).length;
+      const phase = phases.find((p) => e.atMs >= p.startMs && e.atMs < (p.endMs || Number.POSITIVE_INFINITY));
+      rep.log(
+        `w${workerNames.indexOf(w)} half-open → ${e.to} @${round((e.atMs - runStart) / 1000, 1)}s (${phase?.name ?? '?'}) after ${round((e.atMs - opened) / 1000, 1)} s: ` +
+          `its calls ${mine.length} (${mine.filter((x) => !x.refused).length} accepted, ${mine.filter((x) => x.refused).length} 429), its retry-budget refusals ${budget}`,
+      );
+    });
+  }
+  rep.log(`breaker state changes: ${breakerEvents.map((e) => `w${workerNames.indexOf(e.worker)} ${e.from}→${e.to} @${round((e.atMs - runStart) / 1000, 1)}s`).join(', ') || `none${forced}`}`);
+  rep.log(`phase starts (s from the first phase): ${phases.map((p) => `${p.name} @${round((p.startMs - runStart) / 1000, 1)}`).join(', ')}`);
+  rep.log(`calls attributed to a worker: ${runSubmits.filter((s) => s.token && callWorker.has(s.token)).length} of ${runSubmits.length}`);
+  rep.log(`logs: ${world.dataDir} (removed at exit unless DRILL_KEEP_DATA=1)`);
+
+  rep.result({
+    benchmark: 'resilience',
+    settings,
+    options: o,
+    phases: phases.map((p, i) => ({ name: p.name, faultRate: p.faultRate, seconds: (p.endMs - p.startMs) / 1000, row: phaseRows[i], end: p.end, cpu: p.cpu })),
+    calls: { total: totalCalls, first: firstCalls, retries: retryCalls, unmatched, attemptsCalledTwice, tasks: n, perTask: totalCalls / n },
+    bound: { retries: retryBound, amplification: ampBound, held },
+    heal: { first10PerSecond: perSec10, waitingAtHeal, samples: sampleRows, ramp: rampRows },
+    breakerEvents: breakerEvents.map((e) => ({ ...e, atS: (e.atMs - runStart) / 1000 })),
+  });
+}
