@@ -36,6 +36,21 @@ const unavailable = (message: string, retryAfterMs: number) =>
     nextRetryDelay: Math.max(500, Math.round(retryAfterMs * (1 + Math.random() / 2))),
   });
 
+/** Every guard of this process, for the worker's /metrics. */
+const liveGuards = new Set<ProviderGuard>();
+
+export interface ProviderResilienceSnapshot {
+  readonly breaker: BreakerSnapshot;
+  readonly retriesAvailable: number;
+}
+
+/** Breaker and retry-budget state per provider across this process's guards (one per worker). */
+export function resilienceSnapshots(): Record<string, ProviderResilienceSnapshot> {
+  const out: Record<string, ProviderResilienceSnapshot> = {};
+  for (const g of liveGuards) Object.assign(out, g.snapshots());
+  return out;
+}
+
 export class ProviderGuard {
   private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly budgets = new Map<string, RetryBudget>();
@@ -45,7 +60,9 @@ export class ProviderGuard {
     if (!b) this.budgets.set(provider, (b = new RetryBudget({ now: this.opts.now, ...(this.opts.retryBudget ?? {}) })));
     return b;
   }
-  constructor(private readonly opts: ProviderGuardOptions) {}
+  constructor(private readonly opts: ProviderGuardOptions) {
+    liveGuards.add(this);
+  }
 
   breaker(provider: string): CircuitBreaker {
     let b = this.breakers.get(provider);
@@ -60,8 +77,10 @@ export class ProviderGuard {
     return b;
   }
 
-  snapshots(): Record<string, BreakerSnapshot> {
-    return Object.fromEntries([...this.breakers].map(([p, b]) => [p, b.snapshot()]));
+  snapshots(): Record<string, ProviderResilienceSnapshot> {
+    return Object.fromEntries(
+      [...this.breakers].map(([p, b]) => [p, { breaker: b.snapshot(), retriesAvailable: this.budget(p).snapshot().available }]),
+    );
   }
 
   /**

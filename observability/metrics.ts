@@ -145,3 +145,43 @@ function registerFactGauges(registry: Registry, db: Db): void {
     },
   });
 }
+
+/** Per-provider breaker and retry-budget gauges, read from the process's guards at scrape time. */
+export function registerResilienceGauges(
+  registry: Registry,
+  snapshots: () => Record<string, { breaker: { state: string; failureRate: number; forced: string | null }; retriesAvailable: number }>,
+): void {
+  const states = ['closed', 'half-open', 'open'];
+  new Gauge({
+    name: 'vidorch_breaker_state',
+    help: 'Circuit breaker state per provider (1 for the current state); forced says whether an operator forced it',
+    labelNames: ['provider', 'state', 'forced'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [provider, s] of Object.entries(snapshots())) {
+        for (const state of states) this.set({ provider, state, forced: s.breaker.forced ?? 'no' }, s.breaker.state === state ? 1 : 0);
+      }
+    },
+  });
+  new Gauge({
+    name: 'vidorch_breaker_failure_rate',
+    help: 'Failure share of provider submits in the breaker window',
+    labelNames: ['provider'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [provider, s] of Object.entries(snapshots())) this.set({ provider }, s.breaker.failureRate);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_retry_budget_available',
+    help: 'Retry attempts the provider budget allows now',
+    labelNames: ['provider'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [provider, s] of Object.entries(snapshots())) this.set({ provider }, s.retriesAvailable);
+    },
+  });
+}

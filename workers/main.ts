@@ -9,7 +9,8 @@ import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
 import { createLogger } from '../observability/logger';
-import { createMetrics } from '../observability/metrics';
+import { resilienceSnapshots } from '../activities/provider-guard';
+import { createMetrics, registerResilienceGauges } from '../observability/metrics';
 import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
@@ -24,6 +25,7 @@ Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
 
 const database = buildDatabase(config, 'vidorch-worker');
 const metrics = createMetrics({ service: 'worker', db: database.db });
+registerResilienceGauges(metrics.registry, resilienceSnapshots);
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',

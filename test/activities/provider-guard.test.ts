@@ -7,7 +7,9 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, inArray } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { ProviderGuard, breakerVerdict } from '../../activities/provider-guard';
+import { ProviderGuard, breakerVerdict, resilienceSnapshots } from '../../activities/provider-guard';
+import { Registry } from 'prom-client';
+import { registerResilienceGauges } from '../../observability/metrics';
 import { createTask } from '../../api/tasks.service';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { providerControl, taskAttempt } from '../../db/schema';
@@ -109,4 +111,17 @@ test('the retry budget bounds retry attempts to a share of first attempts; over 
     }
   }
   assert.equal(allowed, 3, '30 first attempts earn 3 retries at 10 %');
+});
+
+test('breaker state and retry budget are exported as metrics for operators', async () => {
+  const guard = new ProviderGuard({ now: () => 9_000_000, breaker: { minimumRequests: 2, failureRateThreshold: 0.5, openMs: 60_000 } });
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'metrics-provider', REPLICATE_CAPABILITIES));
+  for (let i = 0; i < 2; i += 1) guard.report('metrics-provider', await admit(), { kind: 'unknown', reason: 'timeout' });
+  const registry = new Registry();
+  registerResilienceGauges(registry, resilienceSnapshots);
+  const text = await registry.metrics();
+  assert.match(text, /vidorch_breaker_state\{provider="metrics-provider",state="open",forced="no"\} 1/);
+  assert.match(text, /vidorch_breaker_state\{provider="metrics-provider",state="closed",forced="no"\} 0/);
+  assert.match(text, /vidorch_breaker_failure_rate\{provider="metrics-provider"\} 1/);
+  assert.match(text, /vidorch_retry_budget_available\{provider="metrics-provider"\} \d+/);
 });
