@@ -11,7 +11,33 @@ const int = (v: string) => {
   if (!Number.isInteger(n) || n < 3) throw new InvalidArgumentError('a whole number ≥ 3');
   return n;
 };
+const positive = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a whole number ≥ 1');
+  return n;
+};
 const log = (line: string) => console.log(`drill: ${line}`);
+
+type Row = [string, string | number | boolean | null, string];
+const printRows = (title: string, rows: Row[]) => {
+  console.log(`\n${title}`);
+  for (const [k, v, note] of rows) console.log(`  ${k.padEnd(52)} ${String(v ?? '-').padStart(12)}  ${note}`);
+};
+const phases = (load: Record<string, Record<string, number>>) =>
+  Object.entries(load).map(([phase, statuses]): Row => [`creates ${phase}`, JSON.stringify(statuses), '']);
+
+/** Prints a drill's report (a table, or one JSON line) and fails the process when a guarantee did not hold. */
+function report(r: unknown, json: boolean, title: string, rows: () => Row[], ok: boolean, extra?: () => void): void {
+  if (json) console.log(JSON.stringify(r));
+  else {
+    printRows(title, rows());
+    extra?.();
+  }
+  if (!ok) {
+    console.error('drill: a guarantee did not hold');
+    process.exitCode = 1;
+  }
+}
 
 const program = new Command('drill').description('fault drills against a private stack').showHelpAfterError();
 
@@ -21,41 +47,21 @@ program
   .option('--tasks <n>', 'tasks to run', int, 200)
   .option('--json', 'print the report as one JSON line', false)
   .action(async (o: { tasks: number; json: boolean }) => {
-    const report = await runUnknownOutcomeDrill({ tasks: o.tasks, log });
-    if (o.json) console.log(JSON.stringify(report));
-    else {
-      console.log('\nunknown-outcome drill');
-      const rows: [string, string | number, string][] = [
-        ['tasks accepted', report.accepted, ''],
-        ['succeeded', report.succeeded, ''],
-        ['failed', report.failed, ''],
-        ['in manual review', report.manualReview, ''],
-        ['provider jobs per task (max)', report.maxProviderJobsPerTask, 'must be 1'],
-        ['provider jobs per task (histogram)', JSON.stringify(report.providerJobsHistogram), ''],
-        ['ledger imbalance', report.ledgerImbalance, 'must be 0'],
-        ['lost', report.lost, 'must be 0'],
-        ['time to converge (s)', report.convergeSeconds.toFixed(1), ''],
-        ['submits left unknown by the hang', report.phases['hang_unknown'] ?? 0, ''],
-        ['submits in flight when the worker was killed', report.phases['in_flight_at_kill'] ?? 0, ''],
-      ];
-      for (const [k, v, note] of rows) console.log(`  ${k.padEnd(46)} ${String(v).padStart(10)}  ${note}`);
-    }
-    const ok = report.maxProviderJobsPerTask <= 1 && report.ledgerImbalance === 0 && report.lost === 0;
-    if (!ok) {
-      console.error('drill: a guarantee did not hold');
-      process.exitCode = 1;
-    }
+    const r = await runUnknownOutcomeDrill({ tasks: o.tasks, log });
+    report(r, o.json, 'unknown-outcome drill', () => [
+      ['tasks accepted', r.accepted, ''],
+      ['succeeded', r.succeeded, ''],
+      ['failed', r.failed, ''],
+      ['in manual review', r.manualReview, ''],
+      ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
+      ['provider jobs per task (histogram)', JSON.stringify(r.providerJobsHistogram), ''],
+      ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
+      ['lost', r.lost, 'must be 0'],
+      ['time to converge (s)', r.convergeSeconds.toFixed(1), ''],
+      ['submits left unknown by the hang', r.phases['hang_unknown'] ?? 0, ''],
+      ['submits in flight when the worker was killed', r.phases['in_flight_at_kill'] ?? 0, ''],
+    ], r.maxProviderJobsPerTask <= 1 && r.ledgerImbalance === 0 && r.lost === 0);
   });
-
-const positive = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a whole number ≥ 1');
-  return n;
-};
-const printRows = (title: string, rows: [string, string | number | boolean | null, string][]) => {
-  console.log(`\n${title}`);
-  for (const [k, v, note] of rows) console.log(`  ${k.padEnd(52)} ${String(v ?? '-').padStart(12)}  ${note}`);
-};
 
 program
   .command('failover')
@@ -65,38 +71,27 @@ program
   .option('--json', 'print the report as one JSON line', false)
   .action(async (o: { tasks: number; spread: number; json: boolean }) => {
     const r = await runFailoverDrill({ tasks: o.tasks, spreadSeconds: o.spread, log });
-    if (o.json) console.log(JSON.stringify(r));
-    else {
-      printRows('failover drill', [
-        ['tasks accepted', r.accepted, ''],
-        ['states at failover', JSON.stringify(r.statesAtFailover), ''],
-        ['states at the end', JSON.stringify(r.byStatus), ''],
-        ['lost (accepted, not converged or missing)', r.lost, 'must be 0'],
-        ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
-        ['tasks with a duplicate provider job', r.tasksWithDuplicateJobs, 'must be 0'],
-        ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
-        ['facts written by region-a after the switch', r.regionAWritesAfterSwitch, 'must be 0'],
-        ['zombie activity attempts rejected (FenceRejected)', r.zombieRejectedActivities, '> 0: it kept trying'],
-        ['  of which provider submits', r.zombieRejectedSubmits, ''],
-        ['transitions written by region-b (new epoch)', r.regionBWrites, ''],
-        ['creates at the old region after failover → 503', r.creates503AfterFailover, 'must be true'],
-        ['standby region-b worker polling after switch (ms)', r.standbyPollingAfterMs, ''],
-        ['failover command duration (s)', r.failoverCommandSeconds.toFixed(1), ''],
-        ['RTO: command → first write under region-b (s)', r.rtoSeconds === null ? null : r.rtoSeconds.toFixed(2), ''],
-        ['converged after the failover command (s)', r.convergeSecondsAfterFailover.toFixed(1), ''],
-      ]);
-      console.log(`  failover record: ${JSON.stringify(r.failover)}`);
-    }
     const ok =
       r.lost === 0 && r.maxProviderJobsPerTask <= 1 && r.ledgerImbalance === 0 && r.regionAWritesAfterSwitch === 0 && r.creates503AfterFailover;
-    if (!ok) {
-      console.error('drill: a guarantee did not hold');
-      process.exitCode = 1;
-    }
+    report(r, o.json, 'failover drill', () => [
+      ['tasks accepted', r.accepted, ''],
+      ['states at failover', JSON.stringify(r.statesAtFailover), ''],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ['lost (accepted, not converged or missing)', r.lost, 'must be 0'],
+      ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
+      ['tasks with a duplicate provider job', r.tasksWithDuplicateJobs, 'must be 0'],
+      ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
+      ['facts written by region-a after the switch', r.regionAWritesAfterSwitch, 'must be 0'],
+      ['zombie activity attempts rejected (FenceRejected)', r.zombieRejectedActivities, '> 0: it kept trying'],
+      ['  of which provider submits', r.zombieRejectedSubmits, ''],
+      ['transitions written by region-b (new epoch)', r.regionBWrites, ''],
+      ['creates at the old region after failover → 503', r.creates503AfterFailover, 'must be true'],
+      ['standby region-b worker polling after switch (ms)', r.standbyPollingAfterMs, ''],
+      ['failover command duration (s)', r.failoverCommandSeconds.toFixed(1), ''],
+      ['RTO: command → first write under region-b (s)', r.rtoSeconds === null ? null : r.rtoSeconds.toFixed(2), ''],
+      ['converged after the failover command (s)', r.convergeSecondsAfterFailover.toFixed(1), ''],
+    ], ok, () => console.log(`  failover record: ${JSON.stringify(r.failover)}`));
   });
-
-const phases = (load: Record<string, Record<string, number>>) =>
-  Object.entries(load).map(([phase, statuses]) => [`creates ${phase}`, JSON.stringify(statuses), ''] as [string, string, string]);
 
 program
   .command('postgres-outage')
@@ -106,27 +101,21 @@ program
   .option('--json', 'print the report as one JSON line', false)
   .action(async (o: { outage: number; rate: number; json: boolean }) => {
     const r = await runPostgresOutageDrill({ outageSeconds: o.outage, ratePerSecond: o.rate, log });
-    if (o.json) console.log(JSON.stringify(r));
-    else {
-      printRows(`postgres-outage drill (${r.outageSeconds} s down)`, [
-        ...phases(r.load),
-        ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
-        ['tasks accepted (202)', r.accepted, ''],
-        ['accepted but missing from the facts', r.missing, 'must be 0'],
-        ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
-        ['states at the end', JSON.stringify(r.byStatus), ''],
-        ['callbacks spooled while down (peak)', r.spooledPeak, ''],
-        ['spool replayed into the inbox after restart (s)', r.spoolDrainedAfterRestartSeconds, ''],
-        ['first create accepted after restart (s)', r.firstAcceptAfterRestartSeconds, ''],
-        ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
-        ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
-        ['converged after restart (s)', r.convergeSecondsAfterRestart.toFixed(1), ''],
-      ]);
-    }
-    if (r.serverErrors > 0 || r.missing > 0 || r.unconverged > 0 || r.maxProviderJobsPerTask > 1 || r.ledgerImbalance !== 0) {
-      console.error('drill: a guarantee did not hold');
-      process.exitCode = 1;
-    }
+    const ok = r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.maxProviderJobsPerTask <= 1 && r.ledgerImbalance === 0;
+    report(r, o.json, `postgres-outage drill (${r.outageSeconds} s down)`, () => [
+      ...phases(r.load),
+      ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
+      ['tasks accepted (202)', r.accepted, ''],
+      ['accepted but missing from the facts', r.missing, 'must be 0'],
+      ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ['callbacks spooled while down (peak)', r.spooledPeak, ''],
+      ['spool replayed into the inbox after restart (s)', r.spoolDrainedAfterRestartSeconds, ''],
+      ['first create accepted after restart (s)', r.firstAcceptAfterRestartSeconds, ''],
+      ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
+      ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
+      ['converged after restart (s)', r.convergeSecondsAfterRestart.toFixed(1), ''],
+    ], ok);
   });
 
 program
@@ -137,32 +126,26 @@ program
   .option('--json', 'print the report as one JSON line', false)
   .action(async (o: { outage: number; rate: number; json: boolean }) => {
     const r = await runTemporalOutageDrill({ outageSeconds: o.outage, ratePerSecond: o.rate, log });
-    const drain = (name: string, d: typeof r.outbox): [string, string | number | null, string][] => [
+    const drain = (name: string, d: typeof r.outbox): Row[] => [
       [`${name}: backlog B at restart`, d.backlog, ''],
       [`${name}: μ (best 10 s) / λ (per s)`, `${d.mu.toFixed(1)} / ${d.lambda.toFixed(1)}`, ''],
       [`${name}: predicted drain B/(μ−λ) (s)`, d.predictedSeconds === null ? 'μ ≤ λ' : d.predictedSeconds.toFixed(1), ''],
       [`${name}: measured drain (s)`, d.measuredSeconds === null ? 'not drained' : d.measuredSeconds.toFixed(1), ''],
     ];
-    if (o.json) console.log(JSON.stringify(r));
-    else {
-      printRows(`temporal-outage drill (${r.outageSeconds} s down)`, [
-        ...phases(r.load),
-        ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
-        ['tasks accepted (202)', r.accepted, ''],
-        ['accepted but missing from the facts', r.missing, 'must be 0'],
-        ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
-        ['states at the end', JSON.stringify(r.byStatus), ''],
-        ...drain('outbox (workflow starts)', r.outbox),
-        ...drain('tasks', r.tasks),
-        ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
-      ]);
-    }
     const creates = r.load['outage'] ?? {};
     const refusedWhileDown = Object.entries(creates).filter(([k]) => k !== '202').reduce((n, [, v]) => n + v, 0);
-    if (r.serverErrors > 0 || r.missing > 0 || r.unconverged > 0 || r.ledgerImbalance !== 0 || refusedWhileDown > 0) {
-      console.error('drill: a guarantee did not hold');
-      process.exitCode = 1;
-    }
+    const ok = r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.ledgerImbalance === 0 && refusedWhileDown === 0;
+    report(r, o.json, `temporal-outage drill (${r.outageSeconds} s down)`, () => [
+      ...phases(r.load),
+      ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
+      ['tasks accepted (202)', r.accepted, ''],
+      ['accepted but missing from the facts', r.missing, 'must be 0'],
+      ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ...drain('outbox (workflow starts)', r.outbox),
+      ...drain('tasks', r.tasks),
+      ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
+    ], ok);
   });
 
 try {

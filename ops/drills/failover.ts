@@ -9,10 +9,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql } from 'drizzle-orm';
 import { setMode } from '../../db/modes';
-import { taskAttempt } from '../../db/schema';
 import { sleep } from '../../scripts/stack';
 import { reconciliationSummary, runFailover } from '../failover';
-import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
+import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
 
 export interface FailoverDrillReport {
   readonly tasks: number;
@@ -163,9 +162,7 @@ export async function runFailoverDrill(opts: {
     }
     const convergeSecondsAfterFailover = (Date.now() - failoverStarted) / 1000;
 
-    const attempts = await world.db.db.select().from(taskAttempt);
-    const jobsPerTask = new Map<string, number>();
-    for (const a of attempts) jobsPerTask.set(a.task_id, (jobsPerTask.get(a.task_id) ?? 0) + world.sim.tokenCount(a.attempt_id));
+    const jobsPerTask = await providerJobsPerTask(world);
     const { rows: writeRows } = await world.db.db.execute(sql`
       SELECT
         (SELECT count(*)::int FROM task_transition WHERE region = 'region-a' AND created_at > ${switchedAt})

@@ -12,6 +12,7 @@ import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
 import { configToEnv, loadConfig, type Config } from '../../config/env';
 import { createDatabase, type Database } from '../../db/client';
+import { taskAttempt } from '../../db/schema';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
@@ -194,4 +195,12 @@ export async function ledgerImbalance(db: Database): Promise<number> {
     SELECT (SELECT coalesce(sum(reserved), 0) FROM credit_account)
          - (SELECT coalesce(sum(reserved_amount), 0) FROM generation_task WHERE terminal_at IS NULL) AS diff`)).rows as { diff: string }[];
   return (rows[0] as { n: number }).n + (Number(acct?.diff ?? 0) === 0 ? 0 : 1);
+}
+
+/** Provider jobs per task: the simulator's job count for each of the task's attempts, summed. */
+export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'sim'>): Promise<Map<string, number>> {
+  const attempts = await world.db.db.select({ taskId: taskAttempt.task_id, attemptId: taskAttempt.attempt_id }).from(taskAttempt);
+  const jobs = new Map<string, number>();
+  for (const a of attempts) jobs.set(a.taskId, (jobs.get(a.taskId) ?? 0) + world.sim.tokenCount(a.attemptId));
+  return jobs;
 }

@@ -5,9 +5,8 @@
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import { taskAttempt } from '../../db/schema';
 import { REPO_ROOT, sleep } from '../../scripts/stack';
-import { convergence, ledgerImbalance, startDrillWorld } from './harness';
+import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
 import { startCreateLoad, type LoadReport } from './load';
 import { startPrivatePostgres } from './private-postgres';
 
@@ -89,9 +88,7 @@ export async function runPostgresOutageDrill(opts: { outageSeconds: number; rate
       const convergeSecondsAfterRestart = (Date.now() - restartedAt) / 1000;
       const { rows } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${ids.join(',')}}`}::uuid[])`);
       const inDb = (rows[0] as { n: number }).n;
-      const attempts = await world.db.db.select().from(taskAttempt);
-      const jobsPerTask = new Map<string, number>();
-      for (const a of attempts) jobsPerTask.set(a.task_id, (jobsPerTask.get(a.task_id) ?? 0) + world.sim.tokenCount(a.attempt_id));
+      const jobsPerTask = await providerJobsPerTask(world);
       return {
         outageSeconds: opts.outageSeconds,
         load: loadReport.byPhase,

@@ -5,7 +5,7 @@
 import { eq, inArray } from 'drizzle-orm';
 import { taskAttempt } from '../../db/schema';
 import { sleep } from '../../scripts/stack';
-import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
+import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
 
 export interface UnknownOutcomeReport {
   readonly tasks: number;
@@ -97,9 +97,7 @@ export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: 
     }
     const convergeSeconds = (Date.now() - started) / 1000;
 
-    const attempts = await world.db.db.select().from(taskAttempt);
-    const jobsPerTask = new Map<string, number>();
-    for (const a of attempts) jobsPerTask.set(a.task_id, (jobsPerTask.get(a.task_id) ?? 0) + world.sim.tokenCount(a.attempt_id));
+    const jobsPerTask = await providerJobsPerTask(world);
     const histogram: Record<string, number> = {};
     for (const id of all) {
       const k = String(jobsPerTask.get(id) ?? 0);
