@@ -4,10 +4,8 @@ import { eq, sql } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
 import { assertModeAllows } from '../db/modes';
 import { taskAttempt } from '../db/schema';
-import { casTaskStatus, lockTask } from '../db/tasks';
+import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
-import type { TaskStatus } from '../domain/states';
-import { decide } from '../domain/task-machine';
 import { fenced, notFound, type TaskActivityDeps } from './deps';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
@@ -33,16 +31,7 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
           await holdFence(tx, token);
           const task = await lockTask(tx, taskId);
           if (!task) throw notFound(`task ${taskId}`);
-          const d = decide(task.status as TaskStatus, { type: 'DISPATCH' });
-          if (d.kind !== 'move') return;
-          await casTaskStatus(tx, token, {
-            taskId,
-            from: task.status as TaskStatus,
-            expectedVersion: task.status_version,
-            to: d.to,
-            sourceEvent: 'workflow.dispatch',
-            actor: 'workflow',
-          });
+          await applyTaskEvent(tx, token, task, { type: 'DISPATCH' }, { sourceEvent: 'workflow.dispatch', actor: 'workflow' });
         }),
       );
       return readTaskFacts(deps.db, taskId, deps.clock.now());

@@ -8,7 +8,7 @@ import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { assertModeAllows } from '../db/modes';
 import { generationTask, taskAttempt } from '../db/schema';
-import { casTaskStatus, lockTask } from '../db/tasks';
+import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import { fullJitterDelay, nextPollInterval } from '../domain/backoff';
 import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
@@ -59,19 +59,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         status_version: sql`${taskAttempt.status_version} + 1`,
       })
       .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMITTING')));
-    const d = decide(task.status as TaskStatus, { type: 'SUBMIT_OUTCOME_UNKNOWN' });
-    if (d.kind === 'move') {
-      await casTaskStatus(tx, token, {
-        taskId: task.task_id,
-        from: task.status as TaskStatus,
-        expectedVersion: task.status_version,
-        to: d.to,
-        sourceEvent: 'submit.unknown',
-        actor: 'workflow',
-        attemptId: attempt.attempt_id,
-        detail: { reason },
-      });
-    }
+    await applyTaskEvent(tx, token, task, { type: 'SUBMIT_OUTCOME_UNKNOWN' }, {
+      sourceEvent: 'submit.unknown',
+      actor: 'workflow',
+      attemptId: attempt.attempt_id,
+      detail: { reason },
+    });
   }
 
   /** Phase 1: claim the attempt (PREPARED → SUBMITTING) under the fence, or learn there is nothing to call. */
