@@ -119,6 +119,8 @@ test('task inspect shows facts, transitions, ledger, the Temporal status and a U
   const id = await s.createTask('inspect-1');
   await s.waitForStatus(id, 'SUCCEEDED', 60_000);
   const facade = createGenerationFacade(async () => s.client, s.config.TEMPORAL_TASK_QUEUE);
+  // Postgres says SUCCEEDED one workflow task before Temporal closes the run: wait for the close.
+  await s.client.workflow.getHandle(facade.workflowIdFor(id)).result();
   const i = await inspectTask(db(), facade, id, { baseUrl: 'http://ui.example:8233/', namespace: 'default' });
   assert.ok(i);
   assert.equal(i.task.status, 'SUCCEEDED');
