@@ -129,6 +129,17 @@ export const envSchema = z.object({
   WORKER_METRICS_PORT: port.default(9464),
   WORKER_MAX_CONCURRENT_ACTIVITIES: z.coerce.number().int().min(1).default(50),
   WORKER_SHUTDOWN_GRACE_MS: ms.default(30_000),
+  /**
+   * Workflows kept in the worker's sticky cache (0 = none: every workflow task replays its
+   * history). The SDK's default (~60 % of the heap limit in MiB, ≈ 2,300 here) lets thousands
+   * of waiting tasks hold memory; docs/performance.md has the measured choice.
+   */
+  WORKER_MAX_CACHED_WORKFLOWS: z.coerce.number().int().min(0).default(500),
+  /** Workflow tasks run at once (SDK default 40; at most the cache size). */
+  WORKER_MAX_CONCURRENT_WORKFLOW_TASKS: z.coerce.number().int().min(2).default(40),
+  /** Long polls kept open per task queue for workflow tasks and for activity tasks (SDK default 10 each). */
+  WORKER_WORKFLOW_TASK_POLLERS: z.coerce.number().int().min(1).max(100).default(10),
+  WORKER_ACTIVITY_TASK_POLLERS: z.coerce.number().int().min(1).max(100).default(10),
 
   SIMULATOR_PORT: port.default(7081),
   /** How long a simulated generation takes. */

@@ -7,18 +7,10 @@
 import { sql } from 'drizzle-orm';
 import { sleep } from '../../scripts/stack';
 import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
+import { drainFigures, peakRate, type DrainFigures } from './capacity-model';
 import { startCreateLoad, type LoadReport } from './load';
 
-export interface DrainFigures {
-  /** Backlog when Temporal answered again. */
-  readonly backlog: number;
-  /** Service rate: the best sustained over a 10 s window of the drain (per second). */
-  readonly mu: number;
-  /** Arrival rate during the drain (per second). */
-  readonly lambda: number;
-  readonly predictedSeconds: number | null;
-  readonly measuredSeconds: number | null;
-}
+export type { DrainFigures };
 
 export interface TemporalOutageReport {
   readonly outageSeconds: number;
@@ -93,24 +85,11 @@ export async function runTemporalOutageDrill(opts: { outageSeconds: number; rate
     loadReport ??= await load.stop();
     const lambda = loadReport.accepted.filter((a) => a.at >= restartedAt.getTime()).length / 30;
     // μ: the best rate sustained over any 10 s window of the drain (what the system can do once warm).
-    const peakRate = (i: 1 | 2, until: number | null) => {
-      const end = until === null ? Infinity : (until - restartedAt.getTime()) / 1000;
-      let best = 0;
-      for (const [t0, ...v0] of samples) {
-        const later = samples.find(([t]) => t >= t0 + windowSeconds && t <= end);
-        if (later) best = Math.max(best, ((later[i] as number) - (v0[i - 1] as number)) / (later[0] - t0));
-      }
-      return best;
-    };
-    const muOutbox = peakRate(1, outboxDrainedAt);
-    const muTasks = peakRate(2, tasksDrainedAt);
-    const figures = (backlog: number, mu: number, drainedAt: number | null): DrainFigures => ({
-      backlog,
-      mu,
-      lambda,
-      predictedSeconds: mu > lambda ? backlog / (mu - lambda) : null,
-      measuredSeconds: drainedAt === null ? null : (drainedAt - restartedAt.getTime()) / 1000,
-    });
+    const until = (at: number | null) => (at === null ? Infinity : (at - restartedAt.getTime()) / 1000);
+    const muOutbox = peakRate(samples.map(([t, done]) => ({ t, done })), windowSeconds, until(outboxDrainedAt));
+    const muTasks = peakRate(samples.map(([t, , done]) => ({ t, done })), windowSeconds, until(tasksDrainedAt));
+    const figures = (backlog: number, mu: number, drainedAt: number | null): DrainFigures =>
+      drainFigures(backlog, mu, lambda, drainedAt === null ? null : (drainedAt - restartedAt.getTime()) / 1000);
 
     const ids = loadReport.accepted.map((a) => a.id);
     const settleBy = Date.now() + 5 * 60_000;

@@ -1,0 +1,33 @@
+// The worker's cache and concurrency knobs (config WORKER_*), as Temporal worker options. One
+// place, so the generation worker and the benchmarks' bare worker run with the same settings.
+// Why these values: docs/performance.md ("Tuning knobs").
+import type { WorkerOptions } from '@temporalio/worker';
+import type { Config } from '../config/env';
+
+export interface WorkerTuning {
+  /** Sticky-cache size; 0 disables the cache (every workflow task replays the history). */
+  readonly maxCachedWorkflows: number;
+  readonly maxConcurrentWorkflowTasks: number;
+  readonly workflowTaskPollers: number;
+  readonly activityTaskPollers: number;
+}
+
+export function tuningFromConfig(config: Config): WorkerTuning {
+  return {
+    maxCachedWorkflows: config.WORKER_MAX_CACHED_WORKFLOWS,
+    maxConcurrentWorkflowTasks: config.WORKER_MAX_CONCURRENT_WORKFLOW_TASKS,
+    workflowTaskPollers: config.WORKER_WORKFLOW_TASK_POLLERS,
+    activityTaskPollers: config.WORKER_ACTIVITY_TASK_POLLERS,
+  };
+}
+
+/** Worker.create options for a tuning. Concurrent workflow tasks never exceed the cache (the SDK's rule). */
+export function tuningOptions(t: WorkerTuning): Partial<WorkerOptions> {
+  const wft = t.maxCachedWorkflows > 0 ? Math.max(2, Math.min(t.maxConcurrentWorkflowTasks, t.maxCachedWorkflows)) : t.maxConcurrentWorkflowTasks;
+  return {
+    maxCachedWorkflows: t.maxCachedWorkflows,
+    maxConcurrentWorkflowTaskExecutions: wft,
+    workflowTaskPollerBehavior: { type: 'simple-maximum', maximum: Math.min(t.workflowTaskPollers, wft) },
+    activityTaskPollerBehavior: { type: 'simple-maximum', maximum: t.activityTaskPollers },
+  };
+}
