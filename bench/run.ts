@@ -5,8 +5,11 @@
 // line on stdout instead, everything else on stderr). Load goes to loopback only.
 import { Command, InvalidArgumentError } from 'commander';
 import { runAdmission } from './admission';
+import { runCallbackLatency } from './callback-latency';
 import { runCallbacks } from './callbacks';
+import { runDrain } from './drain';
 import { runE2E } from './e2e';
+import { runOpenTasks } from './open-tasks';
 import { runResilience } from './resilience';
 import { createReporter } from './lib/report';
 
@@ -161,6 +164,90 @@ program
       );
     },
   );
+
+program
+  .command('callback-latency')
+  .description('success callback received → task SUCCEEDED (tiny output); baseline: a bare workflow, signal → completed')
+  .option('--tasks <n>', 'measured tasks', positiveInt(10_000), 100)
+  .option('--rate <per-second>', 'creates per second (open loop)', (v) => Math.max(0.1, Number(v)), 2)
+  .option('--warmup <n>', 'warm-up tasks, not measured', positiveInt(100), 3)
+  .option('--generation-ms <ms>', 'simulated generation time', (v) => Math.max(0, Number(v)), 1000)
+  .option('--timeout <s>', 'give up waiting after this long', positiveInt(3600), 600)
+  .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 50)
+  .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { tasks: number; rate: number; warmup: number; generationMs: number; timeout: number; historySample: number; baseline: boolean; json: boolean }) => {
+    await runCallbackLatency(
+      {
+        tasks: o.tasks,
+        ratePerSecond: o.rate,
+        warmupTasks: o.warmup,
+        generationMs: o.generationMs,
+        timeoutS: o.timeout,
+        historySample: o.historySample,
+        skipBaseline: !o.baseline,
+      },
+      createReporter(o.json),
+    );
+  });
+
+program
+  .command('open-tasks')
+  .description('N tasks waiting on the provider at once: worker RSS and CPU idle, history per task, polls/s vs the quota; baseline: bare wait loops')
+  .option('--tasks <n>', 'open tasks (the issue asks for 10,000)', positiveInt(100_000), 10_000)
+  .option('--create-concurrency <n>', 'concurrent creates', positiveInt(256), 32)
+  .option('--poll-ms <ms>', 'poll interval every task settles at (POLL_INITIAL_MS = POLL_MAX_MS)', positiveInt(3_600_000), 60_000)
+  .option('--generation-ms <ms>', 'simulated generation time (longer than the run)', positiveInt(86_400_000), 6 * 3_600_000)
+  .option('--idle <s>', 'measured idle seconds', positiveInt(3600), 60)
+  .option('--history-sample <n>', 'workflows described for history length', positiveInt(10_000), 50)
+  .option('--timeout <s>', 'give up bringing tasks to the provider after this long', positiveInt(7200), 3600)
+  .option('--cache <n>', 'WORKER_MAX_CACHED_WORKFLOWS for both workers (default: config)')
+  .option('--max-activities <n>', 'WORKER_MAX_CONCURRENT_ACTIVITIES (default: config)')
+  .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(
+    async (o: {
+      tasks: number;
+      createConcurrency: number;
+      pollMs: number;
+      generationMs: number;
+      idle: number;
+      historySample: number;
+      timeout: number;
+      cache?: string;
+      maxActivities?: string;
+      baseline: boolean;
+      json: boolean;
+    }) => {
+      const workerEnv: Record<string, string> = {};
+      if (o.cache !== undefined) workerEnv['WORKER_MAX_CACHED_WORKFLOWS'] = String(Number(o.cache));
+      if (o.maxActivities !== undefined) workerEnv['WORKER_MAX_CONCURRENT_ACTIVITIES'] = String(Number(o.maxActivities));
+      await runOpenTasks(
+        {
+          tasks: o.tasks,
+          createConcurrency: o.createConcurrency,
+          pollMs: o.pollMs,
+          generationMs: o.generationMs,
+          idleSeconds: o.idle,
+          historySample: o.historySample,
+          timeoutS: o.timeout,
+          workerEnv,
+          skipBaseline: !o.baseline,
+        },
+        createReporter(o.json),
+      );
+    },
+  );
+
+program
+  .command('drain')
+  .description("the seed's capacity model: Temporal stopped under load, drain time beside B/(μ−λ) with the measured μ and λ")
+  .option('--outage <seconds>', 'how long Temporal stays down', positiveInt(600), 60)
+  .option('--rate <per-second>', 'creates per second (λ; keep it under what the machine drains)', positiveInt(100), 2)
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { outage: number; rate: number; json: boolean }) => {
+    await runDrain({ outageSeconds: o.outage, ratePerSecond: o.rate }, createReporter(o.json));
+  });
 
 try {
   await program.parseAsync(process.argv);

@@ -101,3 +101,34 @@ export function addHistory(acc: HistoryStats, history: History): HistoryStats {
     wallMs: acc.wallMs + (first && last ? ms(last) - ms(first) : 0),
   };
 }
+
+export interface AfterSignal {
+  /** Last signal → workflow completed, ms (null when the history has no signal or no completion). */
+  readonly totalMs: number | null;
+  /** Activities scheduled after the last signal: queue (scheduled → started) and run, ms. */
+  readonly activities: Record<string, StepStat>;
+  /** Workflow tasks after the last signal, likewise. */
+  readonly workflowTasks: StepStat;
+}
+
+/**
+ * Where the time between the last signal (a callback's wake) and the workflow's completion
+ * went: per activity type scheduled after it, and the workflow tasks in between.
+ */
+export function afterLastSignal(history: History): AfterSignal {
+  const events = history.events ?? [];
+  let from = -1;
+  events.forEach((e, i) => {
+    if (e.workflowExecutionSignaledEventAttributes) from = i;
+  });
+  const out: AfterSignal = { totalMs: null, activities: {}, workflowTasks: { count: 0, queueMs: 0, runMs: 0 } };
+  if (from < 0) return out;
+  const tail = events.slice(from);
+  const stats = addHistory(emptyStats(), { events: tail });
+  const done = tail.find((e) => e.workflowExecutionCompletedEventAttributes);
+  return {
+    totalMs: done ? ms(done) - ms(tail[0]!) : null,
+    activities: stats.activities,
+    workflowTasks: stats.workflowTasks,
+  };
+}

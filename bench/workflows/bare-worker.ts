@@ -1,6 +1,6 @@
 // The worker of the e2e benchmark's baseline: `node --import tsx bench/workflows/bare-worker.ts
 // <taskQueue> <activity types,comma-separated>`. Same connection and worker settings as
-// workers/main.ts (max concurrent activities, shutdown grace), no-op activities registered
+// workers/main.ts (max concurrent activities, shutdown grace, cache and pollers), no-op activities registered
 // under the real activity names. Stops on SIGINT/SIGTERM.
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +8,7 @@ import { NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporal
 import { loadConfigOrExit } from '../../config/env';
 import { createLogger } from '../../observability/logger';
 import { temporalLogger } from '../../observability/temporal-logger';
+import { tuningFromConfig, tuningOptions } from '../../workers/tuning';
 
 const [taskQueue, names] = process.argv.slice(2);
 if (!taskQueue || !names) {
@@ -32,6 +33,8 @@ const worker = await Worker.create({
   activities,
   maxConcurrentActivityTaskExecutions: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
   shutdownGraceTime: config.WORKER_SHUTDOWN_GRACE_MS,
+  // The same cache, workflow-task and poller settings as the generation worker (config WORKER_*).
+  ...tuningOptions(tuningFromConfig(config)),
 });
 logger.warn({ taskQueue }, 'bare worker polling');
 await worker.run();

@@ -42,3 +42,24 @@ export async function bareWorkflow(shape: BareShape, taskId: string): Promise<nu
   while (upserted < shape.upserts) upsert();
   return woken;
 }
+
+/**
+ * The open-tasks benchmark's baseline: a task waiting on its provider, bare. One upsert, then
+ * forever: wait for a wake signal or the poll interval, a no-op poll activity, a no-op apply
+ * activity — the real wait loop's commands with nothing behind them.
+ */
+export async function barePollingWorkflow(pollMs: number, taskId: string): Promise<number> {
+  let woken = false;
+  setHandler(wakeSignal, () => {
+    woken = true;
+  });
+  upsertSearchAttributes([{ key: SA_TASK_STATUS, value: 'RUNNING' }]);
+  for (let polls = 0; ; polls++) {
+    woken = false;
+    // ±20 % like the real poll interval, so polls do not line up.
+    const jittered = Math.round(pollMs * (0.8 + Math.random() * 0.4));
+    if (!(await condition(() => woken, jittered))) await acts['pollProvider']!(taskId);
+    await acts['applyInbox']!(taskId);
+    if (polls > 500) return polls;
+  }
+}

@@ -47,6 +47,8 @@ export interface SimulatorStats extends SubmitLogStats {
   readonly webhooks_sent: number;
   readonly webhooks_failed: number;
   readonly webhook_attempts: number;
+  /** Replicate status reads (GET /v1/predictions/:id): the poll load the provider sees. */
+  readonly status_reads: number;
 }
 
 export interface RunningSimulator {
@@ -135,6 +137,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   const kling = createKlingProtocol(deps, { ...SIM_KLING_DEFAULTS, ...opts.kling });
   const jobStores = [fal.store, runway.store, kling.store];
 
+  let statusReads = 0;
   const tokenCount = (token: string): number =>
     (store.byToken.get(token) ?? 0) + jobStores.reduce((n, s) => n + (s.byToken.get(token) ?? 0), 0);
   const stats = (): SimulatorStats => {
@@ -147,6 +150,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       webhooks_sent: webhooks.sent,
       webhooks_failed: webhooks.failed,
       webhook_attempts: webhooks.attempts,
+      status_reads: statusReads,
       // Submit requests received, refused ones included (submit-log.ts).
       ...faults.submits.stats(),
     };
@@ -158,6 +162,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     webhooks.stop();
     webhooks.resetStats();
     faults.submits.clear();
+    statusReads = 0;
   };
 
   const app = express();
@@ -252,6 +257,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     });
   });
   r.get('/v1/predictions/:id', (req, res) => {
+    statusReads += 1;
     if (faults.for('replicate').status === 'error_5xx') return problem(res, 500, 'Internal Server Error', 'simulated failure');
     const p = store.get(req.params.id);
     if (!p) return problem(res, 404, 'Not found', 'Not found.');

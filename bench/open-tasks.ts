@@ -1,0 +1,369 @@
+// `npm run bench -- open-tasks`: N tasks (default 10,000) waiting on their provider at once —
+// a generation that takes hours, every task polling at the slowest interval (POLL_INITIAL_MS =
+// POLL_MAX_MS = --poll-ms) — and what that costs while nothing else happens: worker RSS and
+// CPU, Temporal's and Postgres's CPU, history length per task (describe on a sample, at the
+// start and end of the idle window), and the poll load the provider sees (status reads counted
+// by the simulator) against the provider's configured query quota, which it must not exceed.
+// The operator bulkhead (provider_control.max_in_flight) is raised to N so every task reaches
+// the provider. Baseline in the same run, on the same Temporal server with the same worker
+// settings: N bare workflows running the real wait loop's commands (wait for a signal or the
+// poll interval, no-op poll and apply activities; bench/workflows/bare.ts).
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { configToEnv } from '../config/env';
+import { REPLICATE_CAPABILITIES } from '../providers/replicate';
+import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';
+import type { barePollingWorkflow } from './workflows/bare';
+import { createHttpClient } from './lib/http';
+import { describeCpu, measured } from './lib/measure';
+import { processRss, type CpuUsage } from './lib/procstat';
+import type { Reporter } from './lib/report';
+import { ratio, round } from './lib/stats';
+import { startBenchWorld, type BenchWorld } from './lib/world';
+
+export interface OpenTasksOptions {
+  readonly tasks: number;
+  readonly createConcurrency: number;
+  /** The poll interval every task settles at (POLL_INITIAL_MS = POLL_MAX_MS). */
+  readonly pollMs: number;
+  readonly generationMs: number;
+  /** Measured idle seconds once every task waits on the provider. */
+  readonly idleSeconds: number;
+  readonly historySample: number;
+  /** Give up bringing tasks to the provider after this long. */
+  readonly timeoutS: number;
+  /** Worker env over the config defaults (WORKER_MAX_CACHED_WORKFLOWS, …). */
+  readonly workerEnv: Record<string, string>;
+  readonly skipBaseline: boolean;
+}
+
+interface IdleResult {
+  readonly mode: string;
+  readonly open: number;
+  readonly rssStartMb: number;
+  readonly rssMaxMb: number;
+  readonly rssEndMb: number;
+  readonly cpu: CpuUsage;
+  /** Provider status reads per second over the window, and the best 10 s window. */
+  readonly pollsPerSecond: number | null;
+  readonly pollsPeak10s: number | null;
+  readonly historyStart: number;
+  readonly historyEnd: number;
+  readonly historyMax: number;
+  readonly sampled: number;
+  readonly windowSeconds: number;
+}
+
+const BODY = (i: number) => JSON.stringify({ model: 'minimax/video-01', prompt: `bench open-tasks ${i}`, duration_seconds: 1, resolution: '480p' });
+const mb = (b: number | null) => (b ?? 0) / 2 ** 20;
+
+async function historyLengths(bw: BenchWorld, ids: string[], sample: number): Promise<number[]> {
+  const out: number[] = [];
+  const step = Math.max(1, Math.floor(ids.length / Math.max(1, sample)));
+  for (let i = 0; i < ids.length && out.length < sample; i += step) {
+    const d = await bw.world.client.workflow.getHandle(ids[i]!).describe();
+    out.push(d.historyLength);
+  }
+  return out;
+}
+const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
+
+/** The measured idle window: RSS every second, CPU per group, status reads at the simulator. */
+async function idleWindow(
+  bw: BenchWorld,
+  o: OpenTasksOptions,
+  rep: Reporter,
+  label: string,
+  ids: string[],
+  groups: () => Promise<Record<string, number[]>>,
+  workerPid: number,
+  statusReads: (() => number) | null,
+): Promise<Omit<IdleResult, 'mode' | 'open' | 'rssStartMb'>> {
+  const h0 = await historyLengths(bw, ids, o.historySample);
+  const reads: number[] = [];
+  let rssMax = 0;
+  let rssEnd = 0;
+  const m = await measured({ cpuGroups: groups }, async () => {
+    const t0 = Date.now();
+    for (let s = 0; s < o.idleSeconds; s++) {
+      await sleep(Math.max(0, t0 + (s + 1) * 1000 - Date.now()));
+      const rss = mb(processRss(workerPid));
+      rssMax = Math.max(rssMax, rss);
+      rssEnd = rss;
+      if (statusReads) reads.push(statusReads());
+      const rate = reads.length >= 2 ? reads[reads.length - 1]! - reads[reads.length - 2]! : null;
+      rep.log(`[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${o.idleSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}`);
+    }
+  });
+  const h1 = await historyLengths(bw, ids, o.historySample);
+  let peak: number | null = null;
+  if (reads.length > 10) {
+    peak = 0;
+    for (let i = 10; i < reads.length; i++) peak = Math.max(peak, (reads[i]! - reads[i - 10]!) / 10);
+  }
+  return {
+    cpu: m.cpu,
+    pollsPerSecond: reads.length >= 2 ? (reads[reads.length - 1]! - reads[0]!) / (reads.length - 1) : null,
+    pollsPeak10s: peak,
+    historyStart: mean(h0),
+    historyEnd: mean(h1),
+    historyMax: Math.max(...h1),
+    sampled: h1.length,
+    rssMaxMb: rssMax,
+    rssEndMb: rssEnd,
+    windowSeconds: m.cpu.seconds,
+  };
+}
+
+async function countWaiting(bw: BenchWorld): Promise<Record<string, number>> {
+  const { rows } = await bw.world.db.pool.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM generation_task GROUP BY status');
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+async function runReal(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number }> {
+  const api = await bw.startApi('api', { OUTBOX_WATERMARK_COUNT: String(o.tasks * 10) });
+  const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv });
+  const [tenant] = await bw.createTenants(1);
+  const http = createHttpClient(api.url, o.createConcurrency);
+  const prefix = `open-${randomUUID().slice(0, 8)}`;
+  const create = async (i: number) => {
+    const res = await http.request('POST', '/v1/tasks', {
+      headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
+      body: BODY(i),
+      timeoutMs: 60_000,
+    });
+    if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
+    return (JSON.parse(res.body.toString()) as { task_id: string }).task_id;
+  };
+  // Warm-up: one task to the provider; the worker's RSS then is the "before" figure.
+  const warm = await create(-1);
+  await waitUntil(
+    async () => {
+      const { rows } = await bw.world.db.pool.query<{ status: string }>('SELECT status FROM generation_task WHERE task_id = $1', [warm]);
+      return rows[0]?.status === 'SUBMITTED' || rows[0]?.status === 'RUNNING';
+    },
+    { timeoutMs: 120_000, intervalMs: 250, what: 'the warm-up task to reach the provider' },
+  );
+  const rssStartMb = mb(processRss(worker.proc.pid));
+  rep.log(`open-tasks: warm-up task at the provider; worker RSS ${rssStartMb.toFixed(0)} MB`);
+
+  const ids: string[] = [warm];
+  const t0 = performance.now();
+  let next = 0;
+  let stopProgress = false;
+  const progress = (async () => {
+    while (!stopProgress) {
+      await sleep(2_000);
+      const s = await countWaiting(bw);
+      const at = (s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0);
+      rep.log(
+        `[open-tasks real] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  created ${ids.length - 1}/${o.tasks}  at the provider ${at}  ` +
+          `(${Object.entries(s).map(([k, v]) => `${k} ${v}`).join(', ')})  worker RSS ${mb(processRss(worker.proc.pid)).toFixed(0)} MB`,
+      );
+    }
+  })();
+  let createSeconds = 0;
+  let reachSeconds = NaN;
+  try {
+    await Promise.all(
+      Array.from({ length: o.createConcurrency }, async () => {
+        while (next < o.tasks) ids.push(await create(next++));
+      }),
+    );
+    createSeconds = (performance.now() - t0) / 1000;
+    rep.log(`open-tasks: ${o.tasks} tasks created in ${createSeconds.toFixed(0)} s; waiting until all are at the provider`);
+    const deadline = Date.now() + o.timeoutS * 1000;
+    for (;;) {
+      const s = await countWaiting(bw);
+      if ((s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0) >= ids.length) break;
+      if (Date.now() > deadline) {
+        rep.log(`open-tasks: gave up after ${o.timeoutS} s; measuring what is open`);
+        break;
+      }
+      await sleep(1_000);
+    }
+    reachSeconds = (performance.now() - t0) / 1000;
+  } finally {
+    stopProgress = true;
+    await progress;
+    http.close();
+  }
+  const s = await countWaiting(bw);
+  const open = (s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0);
+  await sleep(5_000);
+  const w = await idleWindow(
+    bw,
+    o,
+    rep,
+    'real',
+    ids.map(workflowIdForTask),
+    async () => ({ worker: [worker.proc.pid], api: [api.proc.pid], postgres: await bw.backendPids(), temporal: bw.temporalPids() }),
+    worker.proc.pid,
+    () => bw.world.sim.stats().status_reads,
+  );
+  await worker.proc.stop('SIGTERM', 15_000);
+  await api.proc.stop('SIGTERM', 5_000);
+  return { mode: 'real: waiting on the provider', open, rssStartMb, ...w, ids, createSeconds, reachSeconds };
+}
+
+/** Terminates every open workflow (a batch operation) so the next phase has the server to itself. */
+async function terminateAll(bw: BenchWorld, rep: Reporter): Promise<void> {
+  const client = bw.world.client;
+  await client.workflowService.startBatchOperation({
+    namespace: bw.world.config.TEMPORAL_NAMESPACE,
+    jobId: randomUUID(),
+    reason: 'bench open-tasks: phase over',
+    visibilityQuery: 'ExecutionStatus = "Running"',
+    terminationOperation: {},
+  });
+  const deadline = Date.now() + 300_000;
+  for (;;) {
+    const { count } = await client.workflow.count('ExecutionStatus = "Running"');
+    rep.log(`open-tasks: terminating the phase's workflows, ${count} still running`);
+    if (count === 0 || Date.now() > deadline) return;
+    await sleep(3_000);
+  }
+}
+
+async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Promise<IdleResult> {
+  const queue = `bench-open-bare-${randomUUID().slice(0, 8)}`;
+  const worker: ManagedProcess = startNodeProcess(
+    'bare-worker',
+    'bench/workflows/bare-worker.ts',
+    { ...configToEnv(bw.world.config), LOG_LEVEL: 'warn', ...o.workerEnv },
+    { args: [queue, 'pollProvider,applyInbox'], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
+  );
+  try {
+    await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), { process: worker, timeoutMs: 120_000, what: 'the bare worker' });
+    const client = bw.world.client;
+    const tenantId = randomUUID();
+    const start = (i: number) =>
+      client.workflow.start<typeof barePollingWorkflow>('barePollingWorkflow', {
+        taskQueue: queue,
+        workflowId: `bare-open-${i}-${randomUUID()}`,
+        args: [o.pollMs, String(i)],
+        typedSearchAttributes: [
+          { key: SA_TASK_STATUS, value: 'RUNNING' },
+          { key: SA_TENANT_ID, value: tenantId },
+          { key: SA_PROVIDER, value: 'replicate' },
+        ],
+      });
+    await start(-1);
+    await sleep(2_000);
+    const rssStartMb = mb(processRss(worker.pid));
+    const ids: string[] = [];
+    let next = 0;
+    const t0 = performance.now();
+    const progress = setInterval(
+      () => rep.log(`[open-tasks bare] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  started ${ids.length}/${o.tasks}  worker RSS ${mb(processRss(worker.pid)).toFixed(0)} MB`),
+      2_000,
+    );
+    try {
+      await Promise.all(
+        Array.from({ length: o.createConcurrency }, async () => {
+          while (next < o.tasks) ids.push((await start(next++)).workflowId);
+        }),
+      );
+    } finally {
+      clearInterval(progress);
+    }
+    // Let every workflow's first task run (each then waits on its timer).
+    await sleep(10_000);
+    const w = await idleWindow(bw, o, rep, 'bare', ids, async () => ({ worker: [worker.pid], temporal: bw.temporalPids() }), worker.pid, null);
+    return { mode: 'bare: the wait loop, no-op activities', open: ids.length, rssStartMb, ...w };
+  } finally {
+    await worker.stop('SIGTERM', 15_000);
+  }
+}
+
+export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<void> {
+  const bw = await startBenchWorld(
+    'open-tasks',
+    {
+      SIMULATOR_GENERATION_MS: String(o.generationMs),
+      POLL_INITIAL_MS: String(o.pollMs),
+      POLL_MAX_MS: String(o.pollMs),
+    },
+    (l) => rep.log(`open-tasks: ${l}`),
+  );
+  try {
+    // The operator bulkhead at N: every task gets its job (the adapter's default is 50 in flight).
+    await bw.world.db.pool.query(
+      `INSERT INTO provider_control (provider, max_in_flight, reason, updated_by) VALUES ('replicate', $1, 'bench open-tasks', 'bench')
+       ON CONFLICT (provider) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight`,
+      [o.tasks + 100],
+    );
+    const quota = REPLICATE_CAPABILITIES.requestsPerSecond ?? NaN;
+    const real = await runReal(bw, o, rep);
+    rep.log(`open-tasks: cpu (real, idle) ${describeCpu(real.cpu)}`);
+    const phases: IdleResult[] = [real];
+    if (!o.skipBaseline) {
+      await terminateAll(bw, rep);
+      const bare = await runBare(bw, o, rep);
+      rep.log(`open-tasks: cpu (bare, idle) ${describeCpu(bare.cpu)}`);
+      phases.push(bare);
+    }
+    const bare = phases[1];
+    const knobs = Object.entries(o.workerEnv).map(([k, v]) => `${k}=${v}`).join(' ') || 'config defaults';
+    rep.table(
+      `open-tasks: ${o.tasks} tasks waiting, poll every ${o.pollMs / 1000} s (±20 %), ${real.windowSeconds.toFixed(0)} s idle window; worker: ${knobs} (ratio = real / bare)`,
+      ['mode', 'open', 'RSS start MB', 'RSS max MB', 'RSS ratio', 'cores: worker', 'ratio', 'temporal', 'postgres', 'api', 'machine busy', 'history len start', 'end', 'max', 'ratio', 'polls/s', 'peak 10 s', 'quota/s'],
+      phases.map((p) => [
+        p.mode,
+        p.open,
+        round(p.rssStartMb, 0),
+        round(p.rssMaxMb, 0),
+        round(ratio(p.rssMaxMb, bare?.rssMaxMb ?? NaN), 2),
+        round(p.cpu.cores['worker'] ?? 0, 3),
+        round(ratio(p.cpu.cores['worker'] ?? 0, bare?.cpu.cores['worker'] ?? NaN), 2),
+        round(p.cpu.cores['temporal'] ?? 0, 3),
+        round(p.cpu.cores['postgres'] ?? 0, 3),
+        round(p.cpu.cores['api'] ?? 0, 3),
+        `${p.cpu.machineBusyCores.toFixed(2)}/${p.cpu.machineCores}`,
+        round(p.historyStart, 1),
+        round(p.historyEnd, 1),
+        p.historyMax,
+        round(ratio(p.historyEnd, bare?.historyEnd ?? NaN), 2),
+        p.pollsPerSecond === null ? null : round(p.pollsPerSecond, 2),
+        p.pollsPeak10s === null ? null : round(p.pollsPeak10s, 2),
+        p === real ? quota : null,
+      ]),
+    );
+    const demand = o.tasks / (o.pollMs / 1000);
+    rep.log(
+      `open-tasks: created in ${real.createSeconds.toFixed(0)} s, all at the provider after ${real.reachSeconds.toFixed(0)} s; ` +
+        `poll demand N / interval = ${demand.toFixed(1)}/s against a quota of ${quota}/s`,
+    );
+    const goals = [
+      { name: 'worker RSS (max over the idle window)', target: '≤ 400 MB', measured: `${round(real.rssMaxMb, 0)} MB`, met: real.rssMaxMb <= 400 },
+      { name: 'tasks waiting on the provider', target: `${o.tasks + 1}`, measured: `${real.open}`, met: real.open >= o.tasks + 1 },
+      {
+        name: 'provider polls/s (best 10 s) within the query quota',
+        target: `≤ ${quota}/s`,
+        measured: real.pollsPeak10s === null ? '-' : `${round(real.pollsPeak10s, 2)}/s`,
+        met: real.pollsPeak10s !== null && real.pollsPeak10s <= quota,
+      },
+    ];
+    rep.goals(goals);
+    rep.result({
+      bench: 'open-tasks',
+      options: o,
+      quota,
+      pollDemandPerSecond: demand,
+      createSeconds: real.createSeconds,
+      reachSeconds: real.reachSeconds,
+      phases: phases.map((p) => ({
+        ...p,
+        cpu: undefined,
+        cores: Object.fromEntries(Object.entries(p.cpu.cores).map(([k, v]) => [k, round(v, 3)])),
+        machineBusyCores: round(p.cpu.machineBusyCores, 2),
+        rssRatio: round(ratio(p.rssMaxMb, bare?.rssMaxMb ?? NaN), 3),
+        ids: undefined,
+      })),
+      goals,
+    });
+  } finally {
+    await bw.close();
+  }
+}
