@@ -10,6 +10,8 @@ import { FailureType } from '../domain/errors';
 import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
 import type { ObjectStorage } from '../storage/s3';
+import type { ProviderHealth } from '../domain/router';
+import type { RoutingSettings } from './routing';
 
 export interface Clock {
   now(): Date;
@@ -43,6 +45,10 @@ export interface TaskActivityDeps {
   readonly clock: Clock;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
+  /** Provider routing (default DEFAULT_ROUTING: 5 ms budget, priority fallback). */
+  readonly routing?: RoutingSettings;
+  /** Provider health the router reads (default: this process's breakers and submit timings). */
+  readonly providerHealth?: () => Readonly<Record<string, ProviderHealth>>;
   readonly settings: {
     /** Base of callback URLs handed to providers. */
     readonly publicBaseUrl: string;

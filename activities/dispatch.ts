@@ -1,12 +1,13 @@
 // QUEUED → DISPATCHING → SUBMITTING: choose the route and prepare attempt N.
 import { createHash } from 'node:crypto';
-import { eq, sql } from 'drizzle-orm';
+import { eq } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
 import { assertModeAllows } from '../db/modes';
-import { taskAttempt } from '../db/schema';
+import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
 import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { routeNextAttempt } from './routing';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
@@ -52,10 +53,16 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
             await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
             return;
           }
-          const [{ used } = { used: 0 }] = await tx
-            .select({ used: sql<number>`count(*)::int` })
+          const history = await tx
+            .select({
+              attempt_no: taskAttempt.attempt_no,
+              provider: taskAttempt.provider,
+              submit_state: taskAttempt.submit_state,
+              unknown_since: taskAttempt.unknown_since,
+            })
             .from(taskAttempt)
             .where(eq(taskAttempt.task_id, taskId));
+          const used = history.length;
           const attemptNo = used + 1;
           if (attemptNo > deps.settings.maxSubmitAttempts) {
             await finishTask(tx, token, task, {
@@ -70,6 +77,28 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
           }
           // QUEUE_ONLY / RECONCILE_ONLY: no new provider job. The task waits here (ModePaused, retried).
           await assertModeAllows(tx, token.scope, 'submit');
+          const route = routeNextAttempt(
+            { taskId, request: task.request, provider: task.provider, providerModel: task.provider_model },
+            history,
+            {
+              available: Object.keys(deps.providers),
+              maxAttempts: deps.settings.maxSubmitAttempts,
+              ...(deps.routing ? { settings: deps.routing } : {}),
+              ...(deps.providerHealth ? { health: deps.providerHealth() } : {}),
+            },
+          );
+          if (route.kind === 'rejected') {
+            // Validated at create, so only a catalog or configuration change gets here.
+            await finishTask(tx, token, task, {
+              to: 'FAILED',
+              charge: '0',
+              sourceEvent: 'workflow.no-route',
+              actor: 'workflow',
+              failureCode: 'NO_ROUTE',
+              failureMessage: `no provider can serve this task: ${route.detail}`,
+            });
+            return;
+          }
           const attemptId = attemptIdFor(taskId, attemptNo);
           await tx
             .insert(taskAttempt)
@@ -77,12 +106,17 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
               attempt_id: attemptId,
               task_id: taskId,
               attempt_no: attemptNo,
-              provider: task.provider,
-              provider_model: task.provider_model,
+              provider: route.provider,
+              provider_model: route.model,
               provider_idempotency_key: attemptId,
               submit_state: 'PREPARED',
             })
             .onConflictDoNothing();
+          // The task names the provider of its active attempt.
+          await tx
+            .update(generationTask)
+            .set({ provider: route.provider, provider_model: route.model })
+            .where(eq(generationTask.task_id, taskId));
           await casTaskStatus(tx, token, {
             taskId,
             from: 'DISPATCHING',
@@ -91,7 +125,7 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
             sourceEvent: 'workflow.attempt-prepared',
             actor: 'workflow',
             attemptId,
-            detail: { attempt_no: attemptNo, provider: task.provider },
+            detail: { attempt_no: attemptNo, provider: route.provider, model: route.model, route: { via: route.via, reason: route.reason } },
             set: { activeAttemptId: attemptId },
           });
         }),

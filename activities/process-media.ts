@@ -83,7 +83,7 @@ export function createMediaActivities(deps: TaskActivityDeps) {
           await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
           await finishTask(tx, token, current, {
             to: 'SUCCEEDED',
-            charge: chargeFor(current.provider_model, current.request, current.reserved_amount, info),
+            charge: chargeFor(current.request, current.reserved_amount, info),
             sourceEvent: 'workflow.media-valid',
             actor: 'workflow',
             detail: { duration_seconds: info.durationSeconds, codec: info.videoCodec },
@@ -95,10 +95,13 @@ export function createMediaActivities(deps: TaskActivityDeps) {
   };
 }
 
-/** Price of the seconds actually delivered (rounded up, at most those ordered), capped at the reservation. */
-export function chargeFor(model: string, request: unknown, reserved: string, info: MediaInfo): string {
-  const entry = findModel(model);
-  const req = request as { duration_seconds: number; resolution: Resolution };
+/**
+ * Price of the seconds actually delivered (rounded up, at most those ordered), capped at the
+ * reservation. Priced by what the tenant ordered (the request's model), whichever provider ran it.
+ */
+export function chargeFor(request: unknown, reserved: string, info: MediaInfo): string {
+  const req = request as { model: string; duration_seconds: number; resolution: Resolution };
+  const entry = findModel(req.model);
   if (!entry) return reserved;
   const seconds = Math.min(req.duration_seconds, Math.ceil(info.durationSeconds - 1e-3));
   return minMoney(priceFor(entry, req.resolution, Math.max(0, seconds)), reserved);

@@ -17,6 +17,7 @@ import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
 import { ProviderGuard } from './provider-guard';
 import { finishTask } from './settlement';
+import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
 
 type TaskRow = typeof generationTask.$inferSelect;
@@ -186,6 +187,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         const ctx = Context.current();
         const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
         let outcome: SubmitOutcome;
+        const callStarted = Date.now();
         try {
           outcome = await adapter.submit({
             attemptId: attempt.attempt_id,
@@ -199,6 +201,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };
         } finally {
           clearInterval(beat);
+          recordSubmitLatency(attempt.provider, Date.now() - callStarted);
         }
         guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
         ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });

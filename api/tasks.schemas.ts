@@ -5,8 +5,8 @@ import { TASK_STATES } from '../domain/states';
 
 export const createTaskBody = z
   .strictObject({
-    model: z.string().min(1).max(100).describe('Model id from the catalog, e.g. "minimax/video-01"'),
-    provider: z.enum(PROVIDERS).optional().describe('Provider; defaults to the model\'s provider'),
+    model: z.string().min(1).max(100).describe('Model from the catalog: a provider\'s model id (e.g. "minimax/video-01", pinned to its provider) or a model family (e.g. "kling-v2", routed by provider health and cost)'),
+    provider: z.enum(PROVIDERS).optional().describe('A pinned model: must name its provider. A model family: the preferred provider (health still decides)'),
     prompt: z.string().trim().min(1).max(2000),
     duration_seconds: z.int().min(1).max(20),
     resolution: z.enum(RESOLUTIONS),

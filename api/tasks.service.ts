@@ -9,7 +9,7 @@ import { asset, creditAccount, creditLedger, generationTask, outboxEvent, taskAt
 import { casTaskStatus, lockTask, recordTaskCreated } from '../db/tasks';
 import { finishTask } from '../activities/settlement';
 import { canonicalJson } from '../domain/canonical-json';
-import { findModel, priceFor } from '../domain/catalog';
+import { findModel, priceFor, primaryRoute } from '../domain/catalog';
 import { subMoney } from '../domain/money';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
@@ -48,8 +48,11 @@ export async function createTask(
   const { tenantId, idempotencyKey, body } = args;
   const entry = findModel(body.model);
   if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
-  if (body.provider && body.provider !== entry.provider) {
-    throw problems.validation([{ field: 'provider', message: `model ${body.model} is served by ${entry.provider}` }]);
+  const offered = entry.routes.map((r) => r.provider);
+  // For a pinned model `provider` must name its provider; for a family it is the tenant's
+  // preference among the family's providers (the router weighs it, health still decides).
+  if (body.provider && !offered.includes(body.provider)) {
+    throw problems.validation([{ field: 'provider', message: `model ${body.model} is served by ${offered.join(', ')}` }]);
   }
   if (body.duration_seconds > entry.maxDurationSeconds) {
     throw problems.validation([{ field: 'duration_seconds', message: `at most ${entry.maxDurationSeconds} for ${body.model}` }]);
@@ -57,6 +60,11 @@ export async function createTask(
   if (!entry.resolutions.includes(body.resolution)) {
     throw problems.validation([{ field: 'resolution', message: `${body.model} supports ${entry.resolutions.join(', ')}` }]);
   }
+  if (body.input_image_url && !entry.routes.some((r) => r.supportsImageInput)) {
+    throw problems.validation([{ field: 'input_image_url', message: `${body.model} does not take an input image` }]);
+  }
+  // Until the router has chosen (at the first attempt), the task names the static first choice.
+  const first = primaryRoute(entry);
   const hash = requestHash(body);
   // No lookup before the transaction: the unique (tenant, key) insert below finds replays and
   // concurrent duplicates in one round trip.
@@ -80,8 +88,8 @@ export async function createTask(
           reserved_amount: cost,
           request_hash: hash,
           request: body,
-          provider: entry.provider,
-          provider_model: entry.model,
+          provider: first.provider,
+          provider_model: first.model,
           priority: body.priority,
         })
         .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
@@ -92,7 +100,7 @@ export async function createTask(
         aggregate_type: 'generation_task',
         aggregate_id: taskId,
         event_type: 'GenerationTaskCreated',
-        payload: { task_id: taskId, tenant_id: tenantId, provider: entry.provider },
+        payload: { task_id: taskId, tenant_id: tenantId, provider: first.provider },
         schema_version: 1,
         home_region: token.region,
         write_epoch: token.epoch,

@@ -92,6 +92,11 @@ export const envSchema = z.object({
   POLL_INITIAL_MS: ms.default(5_000),
   POLL_MAX_MS: ms.default(60_000),
 
+  /** The router's scoring budget per decision; over it, the static route is used (and counted). */
+  ROUTER_BUDGET_MS: z.coerce.number().min(0.1).max(1_000).default(5),
+  /** The deterministic fallback route: lowest priority first, or a stable hash of the task id. */
+  ROUTER_STATIC_ROUTE: z.enum(['priority', 'hash']).default('priority'),
+
   /** Submit attempts per task before it fails (proven rejections only). */
   MAX_SUBMIT_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
   /**

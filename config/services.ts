@@ -85,5 +85,6 @@ export function buildActivityDeps(
     providers: parts.providers,
     storage: parts.storage,
     settings: activitySettings(config),
+    routing: { budgetMs: config.ROUTER_BUDGET_MS, staticRoute: config.ROUTER_STATIC_ROUTE },
   };
 }

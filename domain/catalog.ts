@@ -1,6 +1,11 @@
-// Models a tenant can order, what they cost, and which provider serves them. Prices are
-// per second of output video, in credits, as decimal strings.
+// Models a tenant can order, what they cost, and which providers can serve them. A catalog
+// entry is what the tenant orders and pays for; its routes are the providers able to run it,
+// each with its own model id, limits and our cost there. An entry with one route pins its
+// provider (the provider's own model id, e.g. "minimax/video-01"); an entry with several is a
+// model family the router chooses a provider for (domain/router.ts). Prices are per second of
+// output video, in credits, as decimal strings.
 import { scaleMoney, toMicros, fromMicros } from './money';
+import type { RouteCandidate } from './router';
 
 export const RESOLUTIONS = ['480p', '720p', '1080p'] as const;
 export type Resolution = (typeof RESOLUTIONS)[number];
@@ -8,27 +13,96 @@ export type Resolution = (typeof RESOLUTIONS)[number];
 export const PROVIDERS = ['replicate', 'fal', 'runway', 'kling'] as const;
 export type ProviderName = (typeof PROVIDERS)[number];
 
-export interface ModelEntry {
-  readonly model: string;
+/** One provider able to serve a catalog entry. */
+export interface ProviderRoute {
   readonly provider: ProviderName;
+  /** The provider's own model id. */
+  readonly model: string;
+  /** Static route order (the deterministic fallback): lower first. */
+  readonly priority: number;
+  /** What a second of output costs us at this provider (credits). */
+  readonly costPerSecond: string;
+  readonly maxDurationSeconds: number;
+  readonly resolutions: readonly Resolution[];
+  readonly supportsImageInput: boolean;
+}
+
+export interface ModelEntry {
+  /** What the tenant orders: a family name or a provider's model id. */
+  readonly model: string;
+  /** What the tenant pays per second at 480p. */
   readonly pricePerSecond: string;
   readonly maxDurationSeconds: number;
   readonly resolutions: readonly Resolution[];
+  readonly routes: readonly ProviderRoute[];
 }
 
+const pinned = (
+  model: string,
+  provider: ProviderName,
+  pricePerSecond: string,
+  costPerSecond: string,
+  maxDurationSeconds: number,
+  resolutions: readonly Resolution[],
+): ModelEntry => ({
+  model,
+  pricePerSecond,
+  maxDurationSeconds,
+  resolutions,
+  routes: [{ provider, model, priority: 0, costPerSecond, maxDurationSeconds, resolutions, supportsImageInput: true }],
+});
+
 export const MODEL_CATALOG: readonly ModelEntry[] = [
-  { model: 'minimax/video-01', provider: 'replicate', pricePerSecond: '0.500000', maxDurationSeconds: 10, resolutions: ['480p', '720p'] },
-  { model: 'kwaivgi/kling-v2.1', provider: 'replicate', pricePerSecond: '0.900000', maxDurationSeconds: 10, resolutions: ['480p', '720p', '1080p'] },
-  { model: 'luma/ray-2-720p', provider: 'replicate', pricePerSecond: '0.700000', maxDurationSeconds: 9, resolutions: ['720p'] },
-  { model: 'fal-ai/kling-video/v2/master/text-to-video', provider: 'fal', pricePerSecond: '0.850000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'] },
-  { model: 'gen4_turbo', provider: 'runway', pricePerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p'] },
-  { model: 'kling-v2-master', provider: 'kling', pricePerSecond: '0.800000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'] },
+  pinned('minimax/video-01', 'replicate', '0.500000', '0.350000', 10, ['480p', '720p']),
+  pinned('kwaivgi/kling-v2.1', 'replicate', '0.900000', '0.630000', 10, ['480p', '720p', '1080p']),
+  pinned('luma/ray-2-720p', 'replicate', '0.700000', '0.500000', 9, ['720p']),
+  pinned('fal-ai/kling-video/v2/master/text-to-video', 'fal', '0.850000', '0.600000', 10, ['720p', '1080p']),
+  pinned('gen4_turbo', 'runway', '0.600000', '0.450000', 10, ['720p']),
+  pinned('kling-v2-master', 'kling', '0.800000', '0.560000', 10, ['720p', '1080p']),
+  {
+    // One model, three ways to reach it: Kling's own API, fal's queue and Replicate.
+    model: 'kling-v2',
+    pricePerSecond: '0.900000',
+    maxDurationSeconds: 10,
+    resolutions: ['720p', '1080p'],
+    routes: [
+      { provider: 'kling', model: 'kling-v2-master', priority: 0, costPerSecond: '0.560000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: true },
+      { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', priority: 1, costPerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: false },
+      { provider: 'replicate', model: 'kwaivgi/kling-v2.1', priority: 2, costPerSecond: '0.630000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: true },
+    ],
+  },
 ];
 
 /** Resolution multipliers in percent. */
 const RESOLUTION_FACTOR: Record<Resolution, bigint> = { '480p': 100n, '720p': 150n, '1080p': 200n };
 
 export const findModel = (model: string): ModelEntry | undefined => MODEL_CATALOG.find((m) => m.model === model);
+
+/** The deterministic first choice of an entry (lowest priority), used until the router has run. */
+export function primaryRoute(entry: ModelEntry): ProviderRoute {
+  return [...entry.routes].sort((a, b) => a.priority - b.priority)[0] as ProviderRoute;
+}
+
+/** The catalog as the router reads it: entry → its candidates, limited to the providers configured here. */
+export function routerCatalog(available: readonly string[] = PROVIDERS): Record<string, readonly RouteCandidate[]> {
+  const have = new Set(available);
+  return Object.fromEntries(
+    MODEL_CATALOG.map((m) => [
+      m.model,
+      m.routes
+        .filter((r) => have.has(r.provider))
+        .map((r) => ({
+          provider: r.provider,
+          model: r.model,
+          priority: r.priority,
+          costPerSecond: Number(r.costPerSecond),
+          maxDurationSeconds: r.maxDurationSeconds,
+          resolutions: r.resolutions,
+          supportsImageInput: r.supportsImageInput,
+        })),
+    ]),
+  );
+}
 
 /** Price of `seconds` of output at `resolution`. */
 export function priceFor(entry: ModelEntry, resolution: Resolution, seconds: number): string {

@@ -185,3 +185,20 @@ export function registerResilienceGauges(
     },
   });
 }
+
+/** Route decisions of this process (activities/routing.ts): `via` fallback counts the static route's use. */
+export function registerRoutingMetrics(
+  registry: Registry,
+  counts: () => ReadonlyArray<{ provider: string; via: string; reason: string; count: number }>,
+): void {
+  new Counter({
+    name: 'vidorch_route_decisions_total',
+    help: 'Provider route decisions by provider, path (scored | fallback | pinned | rejected) and reason',
+    labelNames: ['provider', 'via', 'reason'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const c of counts()) this.inc({ provider: c.provider, via: c.via, reason: c.reason }, c.count);
+    },
+  });
+}

@@ -10,7 +10,8 @@ import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
 import { createLogger } from '../observability/logger';
 import { resilienceSnapshots } from '../activities/provider-guard';
-import { createMetrics, registerResilienceGauges } from '../observability/metrics';
+import { createMetrics, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
+import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
@@ -26,6 +27,7 @@ Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
 const database = buildDatabase(config, 'vidorch-worker');
 const metrics = createMetrics({ service: 'worker', db: database.db });
 registerResilienceGauges(metrics.registry, resilienceSnapshots);
+registerRoutingMetrics(metrics.registry, routeDecisionCounts);
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',

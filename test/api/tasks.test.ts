@@ -156,6 +156,8 @@ describe('validation: problem+json naming the field, never a 500', () => {
     ['duration over the model maximum', { ...body, duration_seconds: 15 }, 'duration_seconds'],
     ['resolution the model lacks', { ...body, resolution: '1080p' }, 'resolution'],
     ['a JSON array body', [1, 2], '(body)'],
+    ['a pinned model with another provider', { ...body, provider: 'fal' }, 'provider'],
+    ['a family preference outside the family', { ...body, model: 'kling-v2', resolution: '720p', provider: 'runway' }, 'provider'],
   ];
   for (const [name, payload, field] of cases) {
     test(`${name} → 400 naming ${field}`, async () => {
@@ -165,6 +167,15 @@ describe('validation: problem+json naming the field, never a 500', () => {
       assert.ok(res.body.errors.some((e: { field: string }) => e.field === field), JSON.stringify(res.body.errors));
     });
   }
+
+  test('a model family is accepted with a preferred provider of the family, priced by the family', async () => {
+    const res = await create('family-pref', { ...body, model: 'kling-v2', resolution: '720p', duration_seconds: 2, provider: 'fal' });
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, res.body.task_id));
+    // 0.9 per second × 1.5 for 720p × 2 s; the task names the static first choice until routed.
+    assert.equal(task?.reserved_amount, '2.700000');
+    assert.equal(task?.provider, 'kling');
+  });
 
   test('malformed JSON → 400, and no task is written', async () => {
     const res = await http(api.baseUrl, 'POST', '/v1/tasks', {

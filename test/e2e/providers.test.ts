@@ -36,3 +36,19 @@ for (const c of cases) {
     else assert.ok(!sources.has('callback') && sources.has('poll'), 'polling only');
   });
 }
+
+test('a model family fails over after a proven rejection: kling answers 429, the task succeeds at fal with one job', async () => {
+  e.sim.sim.setFaults({ providers: ['kling'], submit: 'rate_limit', retry_after_s: 1 });
+  try {
+    const taskId = await e.createTask('family-failover', { model: 'kling-v2', prompt: 'a fox that changes provider', duration_seconds: 2, resolution: '720p', provider: 'kling' });
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+    assert.equal(task.provider, 'fal');
+    const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    const byNo = attempts.sort((a, b) => a.attempt_no - b.attempt_no);
+    assert.deepEqual(byNo.map((a) => [a.provider, a.submit_state]), [['kling', 'REJECTED'], ['fal', 'SUCCEEDED']]);
+    assert.equal(e.sim.sim.tokenCount(byNo[0]!.attempt_id), 0);
+    assert.equal(e.sim.sim.tokenCount(byNo[1]!.attempt_id), 1);
+  } finally {
+    e.sim.sim.clearFaults();
+  }
+});

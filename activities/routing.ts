@@ -1,0 +1,163 @@
+// Which provider attempt N of a task goes to (seed 003, DESIGN.md §5–§6). The first attempt is
+// routed by score (domain/router.ts) from this process's view of provider health; a later
+// attempt may fail over to another provider only after the earlier ones were provably rejected,
+// and an attempt whose outcome was ever unknown pins the task to its provider for good. The
+// answer is written into the attempt row by the caller, so Postgres keeps the decision and a
+// retried or reset step reads it instead of routing again.
+import { findModel, routerCatalog } from '../domain/catalog';
+import {
+  chooseRoute,
+  mayFailOver,
+  type AttemptSummary,
+  type FallbackReason,
+  type ProviderHealth,
+  type RouteRejectionReason,
+} from '../domain/router';
+import type { AttemptState } from '../domain/states';
+import { LatencyWindow } from '../providers/resilience/hedge';
+import { resilienceSnapshots } from './provider-guard';
+
+export interface RoutingSettings {
+  /** Time budget of the scorer, ms. */
+  readonly budgetMs: number;
+  /** The deterministic fallback route. */
+  readonly staticRoute: 'priority' | 'hash';
+}
+
+export const DEFAULT_ROUTING: RoutingSettings = { budgetMs: 5, staticRoute: 'priority' };
+
+/** An attempt row as routing needs it. */
+export interface AttemptRecord {
+  readonly attempt_no: number;
+  readonly provider: string;
+  readonly submit_state: string;
+  /** Set when the outcome was ever unknown (even if later proved absent). */
+  readonly unknown_since: Date | null;
+}
+
+export interface TaskRouteInput {
+  readonly taskId: string;
+  /** The stored request (what the tenant ordered). */
+  readonly request: unknown;
+  /** The task's provider and model as stored (the static first choice, or the last route). */
+  readonly provider: string;
+  readonly providerModel: string;
+}
+
+export type AttemptRoute =
+  | {
+      readonly kind: 'route';
+      readonly provider: string;
+      readonly model: string;
+      /** How it was chosen: by score, by the static fallback, or pinned (one route, or an unknown outcome). */
+      readonly via: 'scored' | 'fallback' | 'pinned';
+      readonly reason: string;
+    }
+  | { readonly kind: 'rejected'; readonly reason: RouteRejectionReason; readonly detail: string };
+
+// ---- health this process has seen: breaker state and failure rate, submit latency ----
+
+const submitLatency = new Map<string, LatencyWindow>();
+
+/** Records how long one provider submit took (the submit activity calls this). */
+export function recordSubmitLatency(provider: string, ms: number): void {
+  let w = submitLatency.get(provider);
+  if (!w) submitLatency.set(provider, (w = new LatencyWindow()));
+  w.record(ms);
+}
+
+/** Provider health as the router reads it, from this process's breakers and submit timings. */
+export function localProviderHealth(): Record<string, ProviderHealth> {
+  const out: Record<string, ProviderHealth> = {};
+  for (const [provider, s] of Object.entries(resilienceSnapshots())) {
+    out[provider] = { errorRate: s.breaker.failureRate, p95LatencyMs: submitLatency.get(provider)?.p95() ?? 0, breaker: s.breaker.state };
+  }
+  return out;
+}
+
+// ---- route decisions, counted for /metrics ----
+
+const decisions = new Map<string, number>();
+
+/** Route decisions of this process by provider, path and reason (`vidorch_route_decisions_total`). */
+export function routeDecisionCounts(): ReadonlyArray<{ provider: string; via: string; reason: string; count: number }> {
+  return [...decisions].map(([k, count]) => {
+    const [provider = '', via = '', reason = ''] = k.split('|');
+    return { provider, via, reason, count };
+  });
+}
+
+function count(route: AttemptRoute): AttemptRoute {
+  const key = route.kind === 'route' ? `${route.provider}|${route.via}|${route.reason}` : `none|rejected|${route.reason}`;
+  decisions.set(key, (decisions.get(key) ?? 0) + 1);
+  return route;
+}
+
+/** An attempt that was ever unknown counts as unknown for failover, even once proved absent. */
+function summarize(a: AttemptRecord): AttemptSummary {
+  const state = (a.unknown_since ? 'SUBMIT_UNKNOWN' : a.submit_state) as AttemptState;
+  return { attemptNo: a.attempt_no, provider: a.provider, state };
+}
+
+/**
+ * The provider and model for the next attempt of a task. `history` is every earlier attempt;
+ * `available` the providers configured in this process.
+ */
+export function routeNextAttempt(
+  task: TaskRouteInput,
+  history: readonly AttemptRecord[],
+  opts: {
+    readonly available: readonly string[];
+    readonly maxAttempts: number;
+    readonly settings?: RoutingSettings;
+    readonly health?: Readonly<Record<string, ProviderHealth | undefined>>;
+    readonly now?: () => number;
+  },
+): AttemptRoute {
+  const req = (task.request ?? {}) as { model?: unknown; duration_seconds?: unknown; resolution?: unknown; input_image_url?: unknown; provider?: unknown };
+  const entry = typeof req.model === 'string' ? findModel(req.model) : undefined;
+  // A model the catalog no longer lists keeps the provider it was created with.
+  if (!entry) return count({ kind: 'route', provider: task.provider, model: task.providerModel, via: 'pinned', reason: 'not-in-catalog' });
+
+  const earlier = history.map(summarize);
+  let exclude: readonly string[] = [];
+  if (earlier.length > 0) {
+    const verdict = mayFailOver(earlier, opts.maxAttempts);
+    if (!verdict.allowed) {
+      // Never re-route once an outcome was unknown (a job may exist there) or a job existed.
+      const latest = [...history].sort((a, b) => b.attempt_no - a.attempt_no)[0] as AttemptRecord;
+      const route = entry.routes.find((r) => r.provider === latest.provider);
+      return count({ kind: 'route', provider: latest.provider, model: route?.model ?? task.providerModel, via: 'pinned', reason: verdict.reason });
+    }
+    exclude = verdict.exclude;
+  }
+
+  const settings = opts.settings ?? DEFAULT_ROUTING;
+  const catalog = routerCatalog(opts.available);
+  const choose = (excluded: readonly string[]) =>
+    chooseRoute(
+      {
+        taskId: task.taskId,
+        modelFamily: entry.model,
+        durationSeconds: req.duration_seconds as number,
+        resolution: req.resolution as string,
+        hasImageInput: typeof req.input_image_url === 'string',
+        tenantPreference: typeof req.provider === 'string' ? req.provider : null,
+        exclude: excluded,
+        health: opts.health ?? localProviderHealth(),
+      },
+      { catalog, budgetMs: settings.budgetMs, now: opts.now ?? (() => performance.now()), staticRoute: settings.staticRoute },
+    );
+  let decision = choose(exclude);
+  // Every compatible provider rejected once already: try them again rather than give up early.
+  if (decision.kind === 'rejected' && decision.reason === 'no-compatible-provider' && exclude.length > 0) decision = choose([]);
+  if (decision.kind === 'rejected') return count(decision);
+  const single = (catalog[entry.model]?.length ?? 0) === 1;
+  return count({
+    kind: 'route',
+    provider: decision.provider,
+    model: decision.model,
+    via: single ? 'pinned' : decision.via,
+    reason: single ? 'single-route' : (decision.reason as 'best-score' | FallbackReason),
+  });
+}
