@@ -14,6 +14,7 @@ import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } f
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
+import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { afterLastSignal, type StepStat } from './lib/history';
 import { createHttpClient } from './lib/http';
 import { describeCpu, measured } from './lib/measure';
@@ -31,6 +32,8 @@ export interface CallbackLatencyOptions {
   readonly timeoutS: number;
   readonly historySample: number;
   readonly skipBaseline: boolean;
+  /** Profile the worker process (node --cpu-prof) and print where its CPU went. */
+  readonly cpuProfile: boolean;
 }
 
 interface Breakdown {
@@ -239,10 +242,11 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
   );
   try {
     const api = await bw.startApi('api');
-    const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url });
+    const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url }, { cpuProfile: o.cpuProfile });
     const real = await runReal(bw, o, rep, api.url, { api: api.proc.pid, worker: worker.proc.pid });
     rep.log(`callback-latency: cpu (real) ${describeCpu(real.cpu)}`);
     await worker.proc.stop('SIGTERM', 10_000);
+    const profile = worker.profileDir ? summarizeProfiles(worker.profileDir) : null;
     const phases: PhaseResult[] = [real];
     if (!o.skipBaseline) {
       // The bare workflow runs what the real one ran after its last wake, as no-ops.
@@ -291,6 +295,7 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
       { name: 'p99 callback → SUCCEEDED', target: `≤ ${GOAL_P99_MS} ms`, measured: `${round(real.latency.p99, 0)} ms`, met: real.latency.p99 <= GOAL_P99_MS },
       { name: 'every task ended by its callback', target: `${o.tasks}`, measured: `${real.byCallback}`, met: real.byCallback === o.tasks },
     ];
+    printProfile(rep, 'callback-latency: worker process', profile);
     rep.goals(goals);
     rep.result({
       bench: 'callback-latency',
@@ -305,6 +310,7 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
         machineBusyCores: round(p.cpu.machineBusyCores, 2),
         afterSignal: p.breakdown,
       })),
+      workerProfile: profile,
       goals,
     });
   } finally {

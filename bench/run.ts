@@ -175,8 +175,9 @@ program
   .option('--timeout <s>', 'give up waiting after this long', positiveInt(3600), 600)
   .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 50)
   .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--cpu-prof', 'profile the worker process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { tasks: number; rate: number; warmup: number; generationMs: number; timeout: number; historySample: number; baseline: boolean; json: boolean }) => {
+  .action(async (o: { tasks: number; rate: number; warmup: number; generationMs: number; timeout: number; historySample: number; baseline: boolean; cpuProf: boolean; json: boolean }) => {
     await runCallbackLatency(
       {
         tasks: o.tasks,
@@ -186,6 +187,7 @@ program
         timeoutS: o.timeout,
         historySample: o.historySample,
         skipBaseline: !o.baseline,
+        cpuProfile: o.cpuProf,
       },
       createReporter(o.json),
     );

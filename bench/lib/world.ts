@@ -36,7 +36,11 @@ export interface BenchWorld {
   /** Starts `npm run api` as a child process on a free port and waits for /healthz. */
   startApi(name: string, env?: Record<string, string>, opts?: { cpuProfile?: boolean }): Promise<ApiProcess>;
   /** A worker process (workers/main.ts) with round-trip counting; env over the world's config. */
-  startWorker(name: string, env?: Record<string, string>): Promise<{ proc: ManagedProcess; countFile: string }>;
+  startWorker(
+    name: string,
+    env?: Record<string, string>,
+    opts?: { cpuProfile?: boolean },
+  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null }>;
   createTenants(n: number, credits?: string): Promise<BenchTenant[]>;
   /** Postgres backend pids connected to this world's database (for CPU accounting). */
   backendPids(): Promise<number[]>;
@@ -124,10 +128,11 @@ export async function startBenchWorld(
       await waitForHttp(`${url}/healthz`, { process: proc, timeoutMs: 60_000, what: `${apiName} /healthz` });
       return { url, proc, countFile, profileDir };
     },
-    async startWorker(workerName, env = {}) {
+    async startWorker(workerName, env = {}, opts = {}) {
       const countFile = path.join(logDir, `${workerName}.queries.json`);
-      const proc = await world.startWorker(workerName, { ...countEnv(countFile), ...env });
-      return { proc, countFile };
+      const profileDir = opts.cpuProfile ? path.join(logDir, `${workerName}.cpuprofile`) : null;
+      const proc = await world.startWorker(workerName, { ...countEnv(countFile, profileDir ?? undefined), ...env });
+      return { proc, countFile, profileDir };
     },
     async createTenants(n, credits = '1000000000') {
       const out: BenchTenant[] = [];
