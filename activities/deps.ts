@@ -55,6 +55,8 @@ export interface TaskActivityDeps {
     readonly pollInitialMs: number;
     readonly pollMaxMs: number;
     readonly maxSubmitAttempts: number;
+    /** The timeout of one provider call: a submit does not start with less than this left before the task's deadline. */
+    readonly providerCallTimeoutMs: number;
     /** A reconciliation miss proves absence only this long after the submit began. */
     readonly unknownProofDelayMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */

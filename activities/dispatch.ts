@@ -7,6 +7,7 @@ import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
 import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
@@ -73,6 +74,10 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
               failureCode: 'PROVIDER_REJECTED',
               failureMessage: `provider rejected ${used} attempts`,
             });
+            return;
+          }
+          if (pastDeadline(task, deps.clock.now(), 0)) {
+            await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-attempt'));
             return;
           }
           // QUEUE_ONLY / RECONCILE_ONLY: no new provider job. The task waits here (ModePaused, retried).

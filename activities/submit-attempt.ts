@@ -17,6 +17,7 @@ import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
 import { ProviderGuard } from './provider-guard';
 import { finishTask } from './settlement';
+import { deadlineExceeded, pastDeadline } from './deadline';
 import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
 
@@ -93,6 +94,15 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           .set({ submit_state: 'CANCELLED', status_version: sql`${taskAttempt.status_version} + 1` })
           .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
         await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow', attemptId: attempt.attempt_id });
+        return null;
+      }
+      // The task's deadline, set at the API edge: a call that could not finish by then never starts.
+      if (pastDeadline(task, now(), deps.settings.providerCallTimeoutMs)) {
+        await tx
+          .update(taskAttempt)
+          .set({ submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called', status_version: sql`${taskAttempt.status_version} + 1` })
+          .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
+        await finishTask(tx, token, task, { ...deadlineExceeded('workflow.deadline-before-submit'), attemptId: attempt.attempt_id });
         return null;
       }
       // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.

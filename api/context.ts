@@ -29,6 +29,8 @@ export interface ApiContext {
     readonly fenceScope: string;
     readonly bodyLimit: string;
     readonly presignTtlSeconds: number;
+    /** A task's deadline when its request names none. */
+    readonly defaultDeadlineSeconds: number;
   };
 }
 
@@ -69,6 +71,7 @@ export function buildApiContext(
       fenceScope: config.FENCE_SCOPE,
       bodyLimit: config.API_BODY_LIMIT,
       presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
+      defaultDeadlineSeconds: config.TASK_DEADLINE_SECONDS,
     },
   };
 }

@@ -10,13 +10,16 @@ export function presentTaskSummary(t: TaskRow) {
   return {
     task_id: t.task_id,
     status: t.status,
-    model: t.provider_model,
+    /** What the tenant ordered; provider and provider_model say where it runs (or will, once routed). */
+    model: (t.request as { model?: string }).model ?? t.provider_model,
     provider: t.provider,
+    provider_model: t.provider_model,
     reserved_amount: t.reserved_amount,
     settled_amount: t.settled_amount,
     created_at: t.created_at.toISOString(),
     updated_at: t.updated_at.toISOString(),
     terminal_at: t.terminal_at?.toISOString() ?? null,
+    deadline_at: t.deadline_at?.toISOString() ?? null,
   };
 }
 

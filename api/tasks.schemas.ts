@@ -15,6 +15,12 @@ export const createTaskBody = z
       .max(2048)
       .optional(),
     priority: z.int().min(0).max(9).default(0),
+    deadline_seconds: z
+      .int()
+      .min(10)
+      .max(7 * 86_400)
+      .optional()
+      .describe('The task must be accepted by a provider within this many seconds of creation, or it fails (DEADLINE_EXCEEDED) and its credits are released. Default: the server\'s TASK_DEADLINE_SECONDS'),
     metadata: z
       .record(z.string().min(1).max(64), z.string().max(512))
       .refine((m) => Object.keys(m).length <= 20, 'at most 20 keys')

@@ -16,6 +16,9 @@ import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
 import { problems } from './problem';
 
+/** A task's deadline when neither the request nor the server config names one. */
+const DEFAULT_DEADLINE_SECONDS = 3_600;
+
 type TaskRow = typeof generationTask.$inferSelect;
 
 export type CreateOutcome =
@@ -43,7 +46,7 @@ function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
 export async function createTask(
   db: Db,
   token: FenceToken,
-  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody },
+  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody; defaultDeadlineSeconds?: number },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
   const entry = findModel(body.model);
@@ -91,6 +94,8 @@ export async function createTask(
           provider: first.provider,
           provider_model: first.model,
           priority: body.priority,
+          // On the database's clock, like created_at.
+          deadline_at: sql`now() + make_interval(secs => ${body.deadline_seconds ?? args.defaultDeadlineSeconds ?? DEFAULT_DEADLINE_SECONDS})`,
         })
         .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
         .returning();

@@ -97,6 +97,9 @@ export const envSchema = z.object({
   /** The deterministic fallback route: lowest priority first, or a stable hash of the task id. */
   ROUTER_STATIC_ROUTE: z.enum(['priority', 'hash']).default('priority'),
 
+  /** A task's deadline when its request names none (deadline_seconds): no provider call starts after it. */
+  TASK_DEADLINE_SECONDS: z.coerce.number().int().min(10).max(7 * 86_400).default(3_600),
+
   /** Submit attempts per task before it fails (proven rejections only). */
   MAX_SUBMIT_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
   /**

@@ -60,6 +60,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     pollInitialMs: config.POLL_INITIAL_MS,
     pollMaxMs: config.POLL_MAX_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
+    providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,

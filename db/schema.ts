@@ -90,6 +90,12 @@ export const generationTask = pgTable(
     failure_code: text('failure_code'),
     failure_message: text('failure_message'),
     cancel_requested_at: ts('cancel_requested_at'),
+    /**
+     * The one deadline, set at the API edge: no provider call starts after it (nor one that could
+     * not finish by it), and a task not accepted by a provider by then fails with its credits
+     * released. A job that exists runs on: it is paid for. docs/timeouts.md.
+     */
+    deadline_at: ts('deadline_at'),
   },
   (t) => [
     uniqueIndex('generation_task_tenant_idempotency_key').on(t.tenant_id, t.idempotency_key),

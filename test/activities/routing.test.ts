@@ -4,57 +4,27 @@
 // ever unknown pins the task to its provider.
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
-import { MockActivityEnvironment } from '@temporalio/testing';
 import { asc, eq } from 'drizzle-orm';
-import { createTaskActivities, type TaskActivities } from '../../activities';
 import { routeDecisionCounts, routeNextAttempt, type AttemptRecord } from '../../activities/routing';
 import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
-import type { FenceToken } from '../../db/fence';
 import { generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import type { ProviderHealth } from '../../domain/router';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+import { startActivityWorld, type ActivityWorld } from '../support/activities';
 
-let sim: RunningSimulator;
-let tdb: TestDatabase;
-let acts: TaskActivities;
-let tenantId: string;
-let config: ReturnType<typeof testConfig>;
-const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
-
+let w: ActivityWorld;
 before(async () => {
-  sim = await startSimulator(testConfig(), { generationMs: 60_000 });
-  config = testConfig({
-    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
-    PROVIDER_FAL_BASE_URL: `${sim.baseUrl}/fal`,
-    PROVIDER_FAL_JWKS_URL: `${sim.baseUrl}/fal/.well-known/jwks.json`,
-    PROVIDER_RUNWAY_BASE_URL: `${sim.baseUrl}/runway`,
-    PROVIDER_KLING_BASE_URL: `${sim.baseUrl}/kling`,
-    PROVIDER_HTTP_TIMEOUT_MS: '3000',
-    UNKNOWN_PROOF_DELAY_MS: '0',
-  });
-  tdb = await createTestDatabase(config);
   // A fixed health view: the breakers these tests trip must not steer the later tests' routes.
-  const deps = buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
-  acts = createTaskActivities({ ...deps, providerHealth: () => ({}) });
-  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
+  w = await startActivityWorld({ config: { UNKNOWN_PROOF_DELAY_MS: '0' }, deps: (d) => ({ ...d, providerHealth: () => ({}) }) });
 });
-after(async () => {
-  await sim?.close();
-  await tdb?.drop();
-});
-beforeEach(() => sim.sim.clearFaults());
-
-function run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
-  const env = new MockActivityEnvironment();
-  return env.run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
-}
+after(() => w?.close());
+beforeEach(() => w.sim.sim.clearFaults());
+const run: ActivityWorld['run'] = (name, ...args) => w.run(name, ...args);
 
 let seq = 0;
 async function familyTask(extra: Record<string, unknown> = {}): Promise<string> {
   seq += 1;
-  const created = await createTask(tdb.database.db, token(), {
-    tenantId,
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
     idempotencyKey: `route-${seq}-${Date.now()}`,
     body: { model: 'kling-v2', prompt: `route ${seq}`, duration_seconds: 2, resolution: '720p', priority: 0, ...extra },
   });
@@ -63,8 +33,8 @@ async function familyTask(extra: Record<string, unknown> = {}): Promise<string> 
 }
 
 const attemptsOf = (taskId: string) =>
-  tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
-const taskOf = async (taskId: string) => (await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!;
+  w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
+const taskOf = async (taskId: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!;
 
 describe('routing attempts through the activities', () => {
   test('a family task is created with the static first choice and routed by score at its first attempt; the decision is recorded', async () => {
@@ -74,7 +44,7 @@ describe('routing attempts through the activities', () => {
     const [a1] = await attemptsOf(taskId);
     assert.equal(a1!.provider, 'kling', 'the cheapest healthy provider');
     assert.equal(a1!.provider_model, 'kling-v2-master');
-    const [prepared] = await tdb.database.db
+    const [prepared] = await w.tdb.database.db
       .select()
       .from(taskTransition)
       .where(eq(taskTransition.task_id, taskId))
@@ -96,7 +66,7 @@ describe('routing attempts through the activities', () => {
     await run('prepareAttempt', taskId);
     assert.equal((await attemptsOf(taskId))[0]!.provider, 'kling');
     // A 500 after the request was sent: unknown. The simulator created nothing.
-    sim.sim.setFaults({ providers: ['kling'], submit: 'error_5xx_before_accept' });
+    w.sim.sim.setFaults({ providers: ['kling'], submit: 'error_5xx_before_accept' });
     const r1 = await run('submitAttempt', taskId);
     assert.equal(r1.facts.status, 'SUBMIT_UNKNOWN');
     // Kling looks the job up by our key; the miss proves absence and frees the task for a new attempt.
@@ -112,7 +82,7 @@ describe('routing attempts through the activities', () => {
   test('a proven rejection (429, no job) fails over to the next compatible provider, which takes the job', async () => {
     const taskId = await familyTask();
     await run('prepareAttempt', taskId);
-    sim.sim.setFaults({ providers: ['kling'], submit: 'rate_limit', retry_after_s: 1 });
+    w.sim.sim.setFaults({ providers: ['kling'], submit: 'rate_limit', retry_after_s: 1 });
     const r1 = await run('submitAttempt', taskId);
     assert.equal(r1.facts.status, 'DISPATCHING');
     const facts = await run('prepareAttempt', taskId);
@@ -124,8 +94,8 @@ describe('routing attempts through the activities', () => {
     assert.equal(a1!.submit_state, 'REJECTED');
     assert.equal(a2!.provider, 'fal', 'failed over to fal');
     assert.equal(a2!.submit_state, 'SUBMITTED');
-    assert.equal(sim.sim.tokenCount(a1!.attempt_id), 0, 'kling created no job');
-    assert.equal(sim.sim.tokenCount(a2!.attempt_id), 1, 'one job, at fal');
+    assert.equal(w.sim.sim.tokenCount(a1!.attempt_id), 0, 'kling created no job');
+    assert.equal(w.sim.sim.tokenCount(a2!.attempt_id), 1, 'one job, at fal');
     const task = await taskOf(taskId);
     assert.equal(task.provider, 'fal', 'the task names the provider of its active attempt');
   });

@@ -156,6 +156,7 @@ describe('validation: problem+json naming the field, never a 500', () => {
     ['duration over the model maximum', { ...body, duration_seconds: 15 }, 'duration_seconds'],
     ['resolution the model lacks', { ...body, resolution: '1080p' }, 'resolution'],
     ['a JSON array body', [1, 2], '(body)'],
+    ['a deadline under 10 s', { ...body, deadline_seconds: 1 }, 'deadline_seconds'],
     ['a pinned model with another provider', { ...body, provider: 'fal' }, 'provider'],
     ['a family preference outside the family', { ...body, model: 'kling-v2', resolution: '720p', provider: 'runway' }, 'provider'],
   ];

@@ -1,0 +1,1 @@
+ALTER TABLE "generation_task" ADD COLUMN "deadline_at" timestamp with time zone;
