@@ -43,7 +43,7 @@ export default tseslint.config(
           ],
           patterns: [
             {
-              group: ['../db/*', '../api/*', '../storage/*', '../media/*', '../providers/*', '../observability/*', '../config/*', '../temporal/*', 'pg', 'drizzle-orm*', 'express', '@aws-sdk/*', 'pino*'],
+              group: ['../db/*', '../api/*', '../storage/*', '../media/*', '../providers/*', '../observability/*', '../config/*', '../temporal/*', '!../temporal/queues', 'pg', 'drizzle-orm*', 'express', '@aws-sdk/*', 'pino*'],
               message: 'workflow sandbox: no I/O modules (import types with `import type` only)',
               allowTypeImports: true,
             },

@@ -54,6 +54,10 @@ export interface TaskActivityDeps {
     readonly publicBaseUrl: string;
     readonly pollInitialMs: number;
     readonly pollMaxMs: number;
+    /** While a provider's callbacks are healthy, waiting polls are this many times slower (domain/backoff.ts pollInterval). */
+    readonly pollHealthyFactor: number;
+    /** A provider's callbacks are healthy while one reached the inbox within this window (0: never). */
+    readonly callbackHealthyWindowMs: number;
     readonly maxSubmitAttempts: number;
     /** The timeout of one provider call: a submit does not start with less than this left before the task's deadline. */
     readonly providerCallTimeoutMs: number;

@@ -10,9 +10,10 @@ import { holdFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
-import { nextPollInterval } from '../domain/backoff';
+import { pollInterval, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
+import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
 
 export interface PollResult {
@@ -31,6 +32,8 @@ type AttemptRow = typeof taskAttempt.$inferSelect;
 const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unknownOutcomeTier !== 'none';
 
 export function createPollActivities(deps: TaskActivityDeps) {
+  const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
+  const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {
     let w = latencies.get(provider);
@@ -97,7 +100,9 @@ export function createPollActivities(deps: TaskActivityDeps) {
 
         const previous =
           attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
-        const interval = nextPollInterval(previous, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random);
+        const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
+        const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
+        const interval = pollInterval(previous, phase, healthy, pace, Math.random);
         await deps.db
           .update(taskAttempt)
           .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })

@@ -1,24 +1,46 @@
 // Call-side resilience at the one place a provider job can be created (seed 001): the
-// operator's switch, a per-process circuit breaker, and a bulkhead whose in-flight count is
-// read from attempt facts under the provider's control row lock — so it holds across every
-// worker process and is rebuilt from facts after any restart.
+// operator's switch, a per-process circuit breaker, a retry budget, and a bulkhead whose
+// in-flight count is read from attempt facts under the provider's control row lock — so it
+// holds across every worker process and is rebuilt from facts after any restart. After such a
+// rebuild (this guard's start, or the provider's breaker closing again) the bulkhead's ceiling
+// ramps up from a floor instead of letting the whole limit through at once (seed 000 §19.7.6).
 import { ApplicationFailure } from '@temporalio/common';
 import { sql } from 'drizzle-orm';
 import type { DbOrTx } from '../db/client';
+import { MODE_SETTING } from '../db/modes';
 import { providerControl } from '../db/schema';
 import { FailureType } from '../domain/errors';
-import { CircuitBreaker, type BreakerForce, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
+import { MODE_POLICIES } from '../domain/modes';
+import { SYSTEM_MODES, type SystemMode } from '../domain/states';
+import { allowedSlots, type RampOptions } from '../providers/resilience/bulkhead';
+import { CircuitBreaker, type BreakerForce, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 
-export interface ProviderGuardOptions {
+/** Attempt states that hold a job at the provider (or may): what the bulkhead counts. */
+export const IN_FLIGHT_SUBMIT_STATES = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
+const inFlightStates = sql.raw(IN_FLIGHT_SUBMIT_STATES.map((s) => `'${s}'`).join(', '));
+
+/** The settings config/env.ts exposes (config/services.ts `activitySettings`). */
+export interface ProviderGuardSettings {
+  /** The bulkhead's ramp after a rebuild; `durationMs: 0` turns it off. */
+  readonly bulkheadRamp?: RampOptions;
+  /** DEGRADED_PROVIDER: a provider's breaker trips at this failure rate (default 0.2) and sends no probes. */
+  readonly degradedFailureRate?: number;
+}
+
+export interface ProviderGuardOptions extends ProviderGuardSettings {
   readonly now: () => number;
   /** Breaker tuning for every provider (tests shorten it). */
-  readonly breaker?: { readonly openMs?: number; readonly minimumRequests?: number; readonly failureRateThreshold?: number };
+  readonly breaker?: Omit<CircuitBreakerOptions, 'now' | 'onStateChange'>;
   /** Share of first attempts that may be followed by a retry attempt (default 0.1), over a window. */
   readonly retryBudget?: { readonly ratio?: number; readonly minRetriesPerSecond?: number; readonly windowMs?: number };
   readonly onStateChange?: (provider: string, from: string, to: string) => void;
 }
+
+/** Defaults of the bulkhead ramp: 20 % of the limit (at least 2 slots) growing to all of it over a minute. */
+export const DEFAULT_BULKHEAD_RAMP = { startShare: 0.2, durationMs: 60_000, minSlots: 2 } as const;
+export const DEFAULT_DEGRADED_FAILURE_RATE = 0.2;
 
 /** What a provider outcome means for the breaker: only the provider's own trouble counts as failure. */
 export function breakerVerdict(outcome: SubmitOutcome): 'success' | 'failure' {
@@ -36,96 +58,193 @@ const unavailable = (message: string, retryAfterMs: number) =>
     nextRetryDelay: Math.max(500, Math.round(retryAfterMs * (1 + Math.random() / 2))),
   });
 
+/** Which guard refused a claim, and why (the labels of vidorch_provider_refusals_total). */
+export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget';
+export type RefusalCounts = Readonly<Record<string, number>>;
+
 /** Every guard of this process, for the worker's /metrics. */
 const liveGuards = new Set<ProviderGuard>();
+
+export interface BulkheadSnapshot {
+  /** The configured limit last read at an admission (provider_control.max_in_flight or the adapter's). */
+  readonly limit: number;
+  /** The ceiling now, while ramping after a rebuild (else the limit). */
+  readonly effectiveLimit: number;
+  /** When the ramp started (this guard's start or the breaker's last close), epoch ms. */
+  readonly rebuiltAt: number;
+}
 
 export interface ProviderResilienceSnapshot {
   readonly breaker: BreakerSnapshot;
   readonly retriesAvailable: number;
+  /** Null until a finite limit was seen. */
+  readonly bulkhead: BulkheadSnapshot | null;
+  /** Refusals by this process since it started, keyed "guard/reason" (e.g. "bulkhead/ramp"). */
+  readonly refusals: RefusalCounts;
 }
 
-/** Breaker and retry-budget state per provider across this process's guards (one per worker). */
+/** Breaker, retry-budget and bulkhead state per provider across this process's guards (one per worker). */
 export function resilienceSnapshots(): Record<string, ProviderResilienceSnapshot> {
   const out: Record<string, ProviderResilienceSnapshot> = {};
-  for (const g of liveGuards) Object.assign(out, g.snapshots());
+  for (const g of liveGuards) {
+    for (const [provider, s] of Object.entries(g.snapshots())) {
+      const prev = out[provider];
+      // Several guards in one process (tests): add their refusals up, keep the last one's state.
+      const refusals: Record<string, number> = { ...(prev?.refusals ?? {}) };
+      for (const [k, n] of Object.entries(s.refusals)) refusals[k] = (refusals[k] ?? 0) + n;
+      out[provider] = { ...s, refusals };
+    }
+  }
   return out;
 }
 
-export class ProviderGuard {
-  private readonly breakers = new Map<string, CircuitBreaker>();
-  private readonly budgets = new Map<string, RetryBudget>();
+/** Jobs in flight per provider according to the attempt facts (what every worker's bulkhead counts). */
+export async function inFlightByProvider(db: DbOrTx): Promise<Record<string, number>> {
+  const { rows } = await db.execute(sql`
+    SELECT provider, count(*)::int AS n FROM task_attempt WHERE submit_state IN (${inFlightStates}) GROUP BY provider`);
+  return Object.fromEntries((rows as { provider: string; n: number }[]).map((r) => [r.provider, r.n]));
+}
 
-  budget(provider: string): RetryBudget {
-    let b = this.budgets.get(provider);
-    if (!b) this.budgets.set(provider, (b = new RetryBudget({ now: this.opts.now, ...(this.opts.retryBudget ?? {}) })));
-    return b;
-  }
+interface ProviderState {
+  readonly breaker: CircuitBreaker;
+  readonly budget: RetryBudget;
+  /** Start of the bulkhead's current ramp. */
+  rebuiltAt: number;
+  lastLimit: number | null;
+  readonly refusals: Record<string, number>;
+}
+
+const modeOf = (value: unknown): SystemMode =>
+  typeof value === 'string' && (SYSTEM_MODES as readonly string[]).includes(value) ? (value as SystemMode) : 'NORMAL';
+
+export class ProviderGuard {
+  private readonly providers = new Map<string, ProviderState>();
+  private readonly startedAt: number;
+  private readonly ramp: RampOptions;
+
   constructor(private readonly opts: ProviderGuardOptions) {
+    this.startedAt = opts.now();
+    this.ramp = { ...DEFAULT_BULKHEAD_RAMP, ...(opts.bulkheadRamp ?? {}) };
     liveGuards.add(this);
   }
 
+  private state(provider: string): ProviderState {
+    const known = this.providers.get(provider);
+    if (known) return known;
+    const breaker = new CircuitBreaker({
+      now: this.opts.now,
+      ...(this.opts.breaker ?? {}),
+      onStateChange: (from, to) => {
+        // The provider is back after being open: whatever it runs for others (or for jobs we
+        // gave up on) is unknown, so the bulkhead ramps up again.
+        if (to === 'closed') state.rebuiltAt = this.opts.now();
+        this.opts.onStateChange?.(provider, from, to);
+      },
+    });
+    const state: ProviderState = {
+      breaker,
+      budget: new RetryBudget({ now: this.opts.now, ...(this.opts.retryBudget ?? {}) }),
+      rebuiltAt: this.startedAt,
+      lastLimit: null,
+      refusals: {},
+    };
+    this.providers.set(provider, state);
+    return state;
+  }
+
   breaker(provider: string): CircuitBreaker {
-    let b = this.breakers.get(provider);
-    if (!b) {
-      b = new CircuitBreaker({
-        now: this.opts.now,
-        ...(this.opts.breaker ?? {}),
-        onStateChange: (from, to) => this.opts.onStateChange?.(provider, from, to),
-      });
-      this.breakers.set(provider, b);
-    }
-    return b;
+    return this.state(provider).breaker;
+  }
+
+  budget(provider: string): RetryBudget {
+    return this.state(provider).budget;
+  }
+
+  /** The bulkhead's ceiling now for `limit` (below it while ramping after a rebuild). */
+  effectiveLimit(provider: string, limit: number): number {
+    return allowedSlots(limit, this.state(provider).rebuiltAt, this.opts.now(), this.ramp);
   }
 
   snapshots(): Record<string, ProviderResilienceSnapshot> {
     return Object.fromEntries(
-      [...this.breakers].map(([p, b]) => [p, { breaker: b.snapshot(), retriesAvailable: this.budget(p).snapshot().available }]),
+      [...this.providers].map(([p, s]) => [
+        p,
+        {
+          breaker: s.breaker.snapshot(),
+          retriesAvailable: s.budget.snapshot().available,
+          bulkhead: s.lastLimit === null ? null : { limit: s.lastLimit, effectiveLimit: this.effectiveLimit(p, s.lastLimit), rebuiltAt: s.rebuiltAt },
+          refusals: { ...s.refusals },
+        },
+      ]),
     );
+  }
+
+  private refuse(s: ProviderState, guard: RefusalGuard, reason: string, message: string, retryAfterMs: number): ApplicationFailure {
+    const key = `${guard}/${reason}`;
+    s.refusals[key] = (s.refusals[key] ?? 0) + 1;
+    return unavailable(message, retryAfterMs);
   }
 
   /**
    * Inside the claim transaction, before PREPARED → SUBMITTING: may this attempt call the
    * provider now? Throws a retryable ProviderUnavailable (with the delay worth waiting) if not.
+   * The system mode comes from the transaction's MODE_SETTING (left by assertModeAllows).
    */
   async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<BreakerTicket> {
+    const s = this.state(provider);
     await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
     // The in-memory breaker first (cheap), then the bulkhead count under the row lock.
-    const { rows } = await tx.execute(sql`SELECT breaker_force, max_in_flight FROM provider_control WHERE provider = ${provider}`);
-    const control = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null } | undefined;
-    const breaker = this.breaker(provider);
+    const { rows } = await tx.execute(sql`
+      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode
+      FROM provider_control WHERE provider = ${provider}`);
+    const control = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null; mode: string | null } | undefined;
+    const breaker = s.breaker;
     breaker.setForced(control?.breaker_force ?? null);
+    const strict = MODE_POLICIES[modeOf(control?.mode)].providers === 'healthy';
+    breaker.setStrict(strict ? (this.opts.degradedFailureRate ?? DEFAULT_DEGRADED_FAILURE_RATE) : null);
     const decision = breaker.tryAcquire();
-    if (!decision.allowed) throw unavailable(`${provider} circuit ${decision.reason}`, decision.retryAfterMs);
+    if (!decision.allowed) {
+      const why = decision.reason === 'strict' ? `not healthy (${control?.mode ?? 'DEGRADED_PROVIDER'} admits healthy providers only)` : decision.reason;
+      throw this.refuse(s, 'breaker', decision.reason, `${provider} circuit ${why}`, decision.retryAfterMs);
+    }
     const ticket = decision.ticket;
     // A later attempt is a retry: it spends the provider's retry budget, so a storm of proven
     // rejections cannot multiply the load (seed 001). Out of budget, it waits rather than fails.
-    if (attemptNo > 1 && !this.budget(provider).tryRetry()) {
+    if (attemptNo > 1 && !s.budget.tryRetry()) {
       breaker.release(ticket);
-      throw unavailable(`${provider} retry budget spent`, 5_000);
+      throw this.refuse(s, 'retry_budget', 'spent', `${provider} retry budget spent`, 5_000);
     }
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) {
+      s.lastLimit = limit;
       await tx.execute(sql`SELECT 1 FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
       const { rows: counted } = await tx.execute(sql`
-        SELECT count(*)::int AS n FROM task_attempt
-        WHERE provider = ${provider} AND submit_state IN ('SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
+        SELECT count(*)::int AS n FROM task_attempt WHERE provider = ${provider} AND submit_state IN (${inFlightStates})`);
       const inFlight = (counted[0] as { n: number }).n;
-      if (inFlight >= limit) {
+      const ceiling = this.effectiveLimit(provider, limit);
+      if (inFlight >= ceiling) {
         breaker.release(ticket);
-        if (attemptNo > 1) this.budget(provider).refund();
-        throw unavailable(`${provider} bulkhead full: ${inFlight} of ${limit} jobs in flight`, 2_000);
+        if (attemptNo > 1) s.budget.refund();
+        const ramping = ceiling < limit;
+        throw this.refuse(
+          s,
+          'bulkhead',
+          ramping ? 'ramp' : 'full',
+          `${provider} bulkhead full: ${inFlight} of ${ceiling} jobs in flight${ramping ? ` (ramping up to ${limit} after a rebuild)` : ''}`,
+          2_000,
+        );
       }
     }
-    if (attemptNo === 1) this.budget(provider).recordRequest();
+    if (attemptNo === 1) s.budget.recordRequest();
     return ticket;
   }
 
   report(provider: string, ticket: BreakerTicket, outcome: SubmitOutcome, attemptNo = 1): void {
-    const b = this.breaker(provider);
-    if (breakerVerdict(outcome) === 'success') b.onSuccess(ticket);
-    else b.onFailure(ticket);
+    const s = this.state(provider);
+    if (breakerVerdict(outcome) === 'success') s.breaker.onSuccess(ticket);
+    else s.breaker.onFailure(ticket);
     // A retry the provider accepted refills the budget: after an outage the backlog drains at
     // the provider's pace instead of the budget's trickle, while failing retries still cannot.
-    if (attemptNo > 1 && outcome.kind === 'accepted') this.budget(provider).refund();
+    if (attemptNo > 1 && outcome.kind === 'accepted') s.budget.refund();
   }
 }

@@ -26,6 +26,7 @@ export async function readTaskFacts(db: DbOrTx, taskId: string, now: Date): Prom
     status,
     statusVersion: task.status_version,
     activeAttemptId: task.active_attempt_id,
+    attemptProvider: attempt?.provider ?? null,
     attemptState: (attempt?.submit_state as AttemptState | undefined) ?? null,
     cancelRequested: task.cancel_requested_at !== null,
     pollInMs:

@@ -54,6 +54,8 @@ export function buildApiContext(
       metrics: parts.metrics,
       timeoutMs: config.API_FAST_PATH_TIMEOUT_MS,
       cooldownMs: config.API_FAST_PATH_COOLDOWN_MS,
+      mode: config.API_FAST_PATH_MODE,
+      maxInFlight: config.API_FAST_PATH_MAX_IN_FLIGHT,
     }),
     rateLimiter: createTenantRateLimiter(
       {

@@ -10,6 +10,15 @@ import { markOutboxPublished } from './tasks.service';
 export interface FastPath {
   /** Resolves within timeoutMs: true when the workflow was started and the outbox row marked. */
   tryStart(task: TaskRef, outboxEventId: string): Promise<boolean>;
+  /**
+   * What the create handler calls after the commit. 'await' (API_FAST_PATH_MODE): tryStart, so
+   * the 202 waits up to timeoutMs for Temporal. 'background': tryStart without waiting, at most
+   * maxInFlight at once (beyond that the relay starts the workflow), so the 202 answers as soon
+   * as the task is committed. Either way the outbox row is the guarantee.
+   */
+  afterCommit(task: TaskRef, outboxEventId: string): Promise<void>;
+  /** Background starts not finished yet. */
+  inFlight(): number;
 }
 
 export function createFastPath(opts: {
@@ -19,11 +28,32 @@ export function createFastPath(opts: {
   metrics: Metrics;
   timeoutMs: number;
   cooldownMs: number;
+  mode?: 'await' | 'background';
+  /** Background starts at once; more are left to the relay (default 64). */
+  maxInFlight?: number;
 }): FastPath {
   let skipUntil = 0;
+  let inFlight = 0;
+  const maxInFlight = opts.maxInFlight ?? 64;
   /** After a failure, one create at a time probes Temporal; the others leave it to the relay. */
   let probing = false;
-  return {
+  const fastPath: FastPath = {
+    inFlight: () => inFlight,
+    async afterCommit(task, outboxEventId) {
+      if (opts.mode !== 'background') {
+        await fastPath.tryStart(task, outboxEventId);
+        return;
+      }
+      if (inFlight >= maxInFlight) {
+        opts.metrics.outboxPublished.inc({ path: 'fast_path', outcome: 'skipped' });
+        return;
+      }
+      inFlight += 1;
+      // tryStart never rejects (it reports through metrics and logs); the finally is the bookkeeping.
+      void fastPath.tryStart(task, outboxEventId).finally(() => {
+        inFlight -= 1;
+      });
+    },
     async tryStart(task, outboxEventId) {
       const recovering = skipUntil > 0;
       if (Date.now() < skipUntil || (recovering && probing)) {
@@ -53,4 +83,5 @@ export function createFastPath(opts: {
       }
     },
   };
+  return fastPath;
 }

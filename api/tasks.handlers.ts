@@ -56,9 +56,10 @@ export function taskHandlers(ctx: ApiContext) {
       }
       ctx.metrics.tasksCreated.inc({ outcome: 'created' });
       const { task } = outcome;
-      // Fast path: start the workflow now, within a short budget. If Temporal is slow or down
-      // the task is still accepted; the outbox relay starts it later.
-      await ctx.fastPath.tryStart({ taskId: task.task_id, tenantId, provider: task.provider }, outcome.outboxEventId);
+      // Fast path: start the workflow now (awaited within a short budget, or in the background,
+      // API_FAST_PATH_MODE). If Temporal is slow or down the task is still accepted; the outbox
+      // relay starts it later.
+      await ctx.fastPath.afterCommit({ taskId: task.task_id, tenantId, provider: task.provider }, outcome.outboxEventId);
       res.status(202).location(`/v1/tasks/${task.task_id}`).json({ task_id: task.task_id, status: task.status });
     },
 

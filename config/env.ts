@@ -26,6 +26,10 @@ export const envSchema = z.object({
   API_FAST_PATH_TIMEOUT_MS: ms.default(1_000),
   /** After a failed fast-path start, skip the fast path this long (Temporal is likely down). */
   API_FAST_PATH_COOLDOWN_MS: ms.default(5_000),
+  /** Whether the 202 waits for the workflow start ('await') or answers once the task is committed ('background'); docs/decisions/0008. */
+  API_FAST_PATH_MODE: z.enum(['await', 'background']).default('await'),
+  /** Background starts in flight at once per API process; beyond it the outbox relay starts the workflow. */
+  API_FAST_PATH_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(10_000).default(64),
   /** Task creations per tenant per second (shared through Redis). */
   TENANT_CREATE_RATE_PER_SECOND: z.coerce.number().int().min(1).default(50),
   /** Redis for shared rate limits; empty disables it (local limits only). */
@@ -81,6 +85,12 @@ export const envSchema = z.object({
   PROVIDER_KLING_OUTPUT_HOSTS: csv.default(['cdn.klingai.com', '127.0.0.1', 'localhost']),
   /** Timeout of one provider HTTP call (submit, status, cancel). */
   PROVIDER_HTTP_TIMEOUT_MS: ms.default(10_000),
+  /** Bulkhead ramp after a rebuild (worker start, a breaker closing): the in-flight ceiling grows from START_SHARE of the limit (at least MIN_SLOTS) to all of it over RAMP_MS (0: no ramp). */
+  BULKHEAD_RAMP_MS: ms.default(60_000),
+  BULKHEAD_RAMP_START_SHARE: z.coerce.number().min(0).max(1).default(0.2),
+  BULKHEAD_RAMP_MIN_SLOTS: z.coerce.number().int().min(1).default(2),
+  /** DEGRADED_PROVIDER mode: a provider's breaker trips at this failure rate and sends no probes (docs/modes.md). */
+  DEGRADED_PROVIDER_FAILURE_RATE: z.coerce.number().gt(0).max(1).default(0.2),
 
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
   OUTPUT_FETCH_ALLOW_PRIVATE: bool.default(false),

@@ -50,6 +50,16 @@ export function buildProviders(config: Config): Record<string, ProviderAdapter> 
   };
 }
 
+/** POLL_QUEUE_RATES as provider → requests per second (workers/generation-worker.ts pollRateFor). */
+export function pollQueueRates(config: Config): Record<string, number> {
+  return Object.fromEntries(
+    config.POLL_QUEUE_RATES.map((entry) => {
+      const [provider = '', rate = ''] = entry.split('=');
+      return [provider, Number(rate)];
+    }),
+  );
+}
+
 export function buildDatabase(config: Config, applicationName: string): Database {
   return createDatabase({ url: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, applicationName });
 }
@@ -59,6 +69,8 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
     pollInitialMs: config.POLL_INITIAL_MS,
     pollMaxMs: config.POLL_MAX_MS,
+    pollHealthyFactor: config.POLL_HEALTHY_FACTOR,
+    callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,

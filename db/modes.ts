@@ -56,14 +56,24 @@ async function notifyFence(tx: DbOrTx, state: FenceState): Promise<void> {
 }
 
 /**
+ * The mode `assertModeAllows` saw, as a transaction-local setting: the provider guard reads it
+ * in the same claim transaction (with its provider_control row, no extra round trip) to apply
+ * the mode's provider gate (DEGRADED_PROVIDER).
+ */
+export const MODE_SETTING = 'vidorch.system_mode';
+
+/**
  * Inside a fact transaction that already holds the fence row (holdFence): throws
  * ModePausedError when the current mode forbids `action`. Because the row is share-locked, a
  * concurrent `mode set` either committed before (and is seen here) or waits for this commit.
+ * Leaves the mode in the transaction's MODE_SETTING.
  */
-export async function assertModeAllows(tx: DbOrTx, scope: string, action: ModeAction): Promise<void> {
-  const [row] = await tx.select({ mode: regionWriteFence.mode }).from(regionWriteFence).where(eq(regionWriteFence.resource_scope, scope));
-  const mode = (row?.mode ?? 'MAINTENANCE') as SystemMode;
+export async function assertModeAllows(tx: DbOrTx, scope: string, action: ModeAction): Promise<SystemMode> {
+  const { rows } = await tx.execute(sql`
+    SELECT mode, set_config(${MODE_SETTING}, mode, true) FROM region_write_fence WHERE resource_scope = ${scope}`);
+  const mode = ((rows[0] as { mode: string } | undefined)?.mode ?? 'MAINTENANCE') as SystemMode;
   if (modeForbids(mode, action)) throw new ModePausedError(mode, action);
+  return mode;
 }
 
 export interface ModeChange {

@@ -19,6 +19,39 @@ export function nextPollInterval(previousMs: number | null, initialMs: number, m
   return Math.max(1, Math.min(maxMs, Math.round(base * jitter)));
 }
 
+/**
+ * What a poll waits for, which sets its pace: `waiting` for a known job to change (queued or
+ * running at the provider), `cancelling` (a cancel was asked for), `reconciling` (the submit
+ * outcome is unknown: the lookup searches for the job by its correlation token).
+ */
+export type PollPhase = 'waiting' | 'cancelling' | 'reconciling';
+
+export interface PollPace {
+  readonly initialMs: number;
+  readonly maxMs: number;
+  /** While the provider's callbacks are healthy, a waiting poll's interval and cap are this many times longer (≥ 1). */
+  readonly healthyFactor: number;
+}
+
+/**
+ * The interval until the next poll, by phase (DESIGN.md §5 "Polling and reconciliation"): the
+ * previous interval doubled, at least `initialMs`, at most `maxMs`, with ±20 % jitter. While
+ * the provider's callbacks are healthy a `waiting` poll is only the safety net under a callback
+ * that will most likely come first, so its interval and cap are `healthyFactor` times longer;
+ * when callbacks stop being healthy the next interval drops back under `maxMs` at once.
+ * `cancelling` and `reconciling` polls are never stretched: some providers do not call back on
+ * a cancel, and a job we cannot find yet sends no callback we could count on, while the
+ * unknown-outcome proof and deadline (docs/timeouts.md) depend on the lookups happening.
+ */
+export function pollInterval(previousMs: number | null, phase: PollPhase, callbacksHealthy: boolean, pace: PollPace, random: RandomSource): number {
+  const factor = phase === 'waiting' && callbacksHealthy ? Math.max(1, pace.healthyFactor) : 1;
+  const floor = pace.initialMs * factor;
+  const cap = Math.max(floor, pace.maxMs * factor);
+  const base = previousMs === null ? floor : Math.min(cap, Math.max(floor, previousMs * 2));
+  const jitter = 0.8 + random() * 0.4;
+  return Math.max(1, Math.min(cap, Math.round(base * jitter)));
+}
+
 /** Parses an HTTP Retry-After value (seconds or an HTTP date) into milliseconds from `now`. */
 export function parseRetryAfter(value: string | null | undefined, now: Date): number | null {
   if (!value) return null;

@@ -9,6 +9,8 @@ export interface TaskFacts {
   readonly status: TaskStatus;
   readonly statusVersion: number;
   readonly activeAttemptId: string | null;
+  /** The active attempt's provider (its poll queue); absent in facts recorded before it existed. */
+  readonly attemptProvider?: string | null;
   readonly attemptState: AttemptState | null;
   readonly cancelRequested: boolean;
   /** Milliseconds until the next poll is due (from task_attempt.next_poll_at), when waiting on the provider. */

@@ -19,29 +19,38 @@ export interface ModePolicy {
   readonly factWrites: boolean;
   /** A new provider job may be started: DISPATCHING → SUBMITTING and the submit call itself. */
   readonly submit: boolean;
+  /**
+   * Which providers take new submits (when `submit` allows any): 'breaker' = each provider's
+   * circuit breaker decides, probing a tripped provider after its cool-down; 'healthy' = only
+   * providers whose breaker is closed: it trips at a lower failure rate and sends no probes
+   * (activities/provider-guard.ts).
+   */
+  readonly providers: ProviderGate;
 }
 
-const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true };
+export type ProviderGate = 'breaker' | 'healthy';
+
+const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker' };
 
 export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
   NORMAL: open,
   // We send no push progress yet (no SSE or webhooks to clients): nothing of ours changes.
   DEGRADED_NOTIFY: open,
-  // Unhealthy providers closed: enforced by the provider breaker (issue #5), not by the mode.
-  DEGRADED_PROVIDER: open,
+  // Unhealthy providers closed: a stricter breaker, no probes of a tripped provider.
+  DEGRADED_PROVIDER: { ...open, providers: 'healthy' },
   // Accept and persist; no new provider cost. Accepted tasks wait in DISPATCHING.
   QUEUE_ONLY: { ...open, submit: false },
   // No new cost at all; converge what was accepted: polls, callbacks, rescue, settlement.
   RECONCILE_ONLY: { ...open, create: false, submit: false },
   // Only viewing. Callbacks are kept in the spool, not lost.
-  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false },
+  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker' },
   // The fact source cannot be read safely: stop serving, keep callbacks in the spool.
-  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false },
+  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker' },
 };
 
 export const policyFor = (mode: SystemMode): ModePolicy => MODE_POLICIES[mode];
 
-export type ModeAction = Exclude<keyof ModePolicy, 'callback'>;
+export type ModeAction = Exclude<keyof ModePolicy, 'callback' | 'providers'>;
 
 /** Null when `mode` allows `action`, else a sentence saying why not (for problems and failures). */
 export function modeForbids(mode: SystemMode, action: ModeAction): string | null {

@@ -13,6 +13,8 @@ const LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = 
 
 export function temporalLogger(logger: Logger): TemporalLogger {
   const log = (level: LogLevel, message: string, meta?: LogMetadata) => {
+    // Poll workers (workers/generation-worker.ts) run activities only, on purpose.
+    if (level === 'WARN' && message.startsWith('No workflows registered')) level = 'DEBUG';
     // The SDK reports failures as `error`; pino serialises (message, type, stack) only `err`.
     const fields = meta && 'error' in meta ? { ...meta, err: meta['error'], error: undefined } : (meta ?? {});
     logger[LEVELS[level]](fields, message);

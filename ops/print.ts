@@ -1,15 +1,17 @@
 // Readable renderings of the ops reports (the CLI prints these unless --json).
 import type { FenceState } from '../db/fence';
 import type { FailoverRecord } from '../db/modes';
-import { MODE_POLICIES } from '../domain/modes';
+import { MODE_POLICIES, type ModePolicy } from '../domain/modes';
 import { SYSTEM_MODES } from '../domain/states';
 import type { FailoverResult } from './failover';
 import { formatSeconds, keyValues, table } from './format';
 import type { TaskInspection } from './inspect';
+import type { ProviderStatus } from './providers';
 import type { ApplyResult, ReconcileReport, RecoverySet } from './reconcile';
 import type { ReviewItem } from './review';
 
 const yes = (b: boolean) => (b ? 'yes' : 'no');
+const submits = (p: ModePolicy) => (!p.submit ? 'no' : p.providers === 'healthy' ? 'healthy providers only' : 'yes');
 
 export function printFence(s: FenceState): string {
   const p = MODE_POLICIES[s.mode];
@@ -30,7 +32,7 @@ export function printFence(s: FenceState): string {
         ['cancel tasks', yes(p.cancel)],
         ['callbacks go to', p.callback],
         ['workflow fact writes', yes(p.factWrites)],
-        ['new provider submits', yes(p.submit)],
+        ['new provider submits', submits(p)],
       ],
       '    ',
     ),
@@ -40,7 +42,7 @@ export function printFence(s: FenceState): string {
 export function printModeTable(): string {
   const rows = SYSTEM_MODES.map((m) => {
     const p = MODE_POLICIES[m];
-    return { mode: m, create: yes(p.create), read: yes(p.read), cancel: yes(p.cancel), callback: p.callback, facts: yes(p.factWrites), submit: yes(p.submit) };
+    return { mode: m, create: yes(p.create), read: yes(p.read), cancel: yes(p.cancel), callback: p.callback, facts: yes(p.factWrites), submit: submits(p) };
   });
   return table(rows, ['mode', 'create', 'read', 'cancel', 'callback', 'facts', 'submit']);
 }
@@ -165,4 +167,26 @@ export function printReviews(items: ReviewItem[]): string {
     items.map((r) => ({ task: r.task_id, provider: r.provider, attempt: r.attempt_state, job: r.provider_job_id, waiting: formatSeconds(r.waiting_seconds), reason: r.reason?.slice(0, 70) ?? null })),
     ['task', 'provider', 'attempt', 'job', 'waiting', 'reason'],
   );
+}
+
+export function printProviderStatus(rows: readonly ProviderStatus[]): string {
+  const window = formatSeconds(rows[0]?.window_seconds ?? 0);
+  const shown = rows.map((r) => ({
+    provider: r.provider,
+    switch: r.force === null ? 'automatic' : `forced ${r.force}`,
+    limit: r.limit === null ? 'none' : `${r.limit} (${r.max_in_flight === null ? 'adapter' : 'operator'})`,
+    'in flight': r.in_flight,
+    unknown: r.unknown,
+    waiting: r.waiting,
+    'oldest waiting': r.oldest_waiting_seconds === null ? '-' : formatSeconds(r.oldest_waiting_seconds),
+    [`rejected (${window})`]: r.rejected_recent,
+    'changed by': r.updated_by,
+    reason: r.reason,
+  }));
+  return [
+    table(shown, ['provider', 'switch', 'limit', 'in flight', 'unknown', 'waiting', 'oldest waiting', `rejected (${window})`, 'changed by', 'reason']),
+    '',
+    '  in flight and waiting are attempt facts (waiting = PREPARED, e.g. refused by the breaker or the bulkhead);',
+    "  breaker state and each worker's refusals are on its /metrics: vidorch_breaker_state, vidorch_provider_refusals_total.",
+  ].join('\n');
 }

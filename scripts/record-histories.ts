@@ -49,6 +49,13 @@ const SCENARIOS: Record<ScenarioName, Scenario> = {
       return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED')).status };
     },
   },
+  'polling-on-poll-queue': {
+    async run(e) {
+      e.sim.sim.setFaults({ callbacks: 'off' });
+      const taskId = await e.createTask('rec-poll-queue');
+      return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED')).status };
+    },
+  },
   'unknown-outcome-resolved': {
     env: { PROVIDER_HTTP_TIMEOUT_MS: '700', UNKNOWN_PROOF_DELAY_MS: '1500' },
     async run(e) {

@@ -1,10 +1,14 @@
-// The worker that runs generation workflows and their activities. Used by workers/main.ts and
-// by the end-to-end tests, so both run the same thing.
+// The workers that run generation workflows and their activities. Used by workers/main.ts, the
+// tests and the scripts, so all of them run the same thing: one worker on the generation queue
+// (workflows and every task activity) and one per configured provider on that provider's poll
+// queue (provider reads only), whose global dispatch rate is the provider's query quota
+// (DESIGN.md §5 "Polling and reconciliation"; docs/providers.md "Poll queues").
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
-import { createTaskActivities, type TaskActivityDeps } from '../activities';
+import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import { queues } from '../temporal/queues';
+import { tuningOptions, type WorkerTuning } from './tuning';
 
 export const WORKFLOWS_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workflows', 'index.ts');
 
@@ -16,27 +20,109 @@ export function bundleWorkflows(): Promise<WorkflowBundle> {
 const noop = () => undefined;
 const quietBundlerLogger = { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop };
 
+/** The activities a poll worker runs: the workflow schedules these on a provider's poll queue. */
+export const PROVIDER_READ_ACTIVITIES = ['pollProvider'] as const satisfies readonly (keyof TaskActivities)[];
+
 export interface GenerationWorkerOptions {
   readonly connection: NativeConnection;
   readonly namespace: string;
   readonly taskQueueBase: string;
   readonly deps: TaskActivityDeps;
   readonly workflowBundle: WorkflowBundle;
+  /** Prebuilt activities (tests wrap them to count calls); default createTaskActivities(deps). */
+  readonly activities?: TaskActivities;
   readonly maxConcurrentActivities?: number;
   readonly shutdownGraceMs?: number;
   readonly identity?: string;
+  /** Workflow cache, workflow-task concurrency and pollers (config WORKER_*; SDK defaults when absent). */
+  readonly tuning?: WorkerTuning;
+  /**
+   * Poll queue rate per provider, requests per second, over the adapter's
+   * capabilities.requestsPerSecond (config POLL_QUEUE_RATES).
+   */
+  readonly pollRates?: Readonly<Record<string, number>>;
+  /** Providers that get a poll worker; default every configured provider (deps.providers). */
+  readonly pollProviders?: readonly string[];
 }
 
-export function createGenerationWorker(opts: GenerationWorkerOptions): Promise<Worker> {
-  return Worker.create({
+/** The generation worker and the poll workers, run and stopped together. */
+export interface GenerationWorkers {
+  readonly generation: Worker;
+  /** Provider → its poll worker. */
+  readonly polls: ReadonlyMap<string, Worker>;
+  /** The global rate each poll queue was given (undefined: the provider declares no quota). */
+  readonly pollRates: ReadonlyMap<string, number | undefined>;
+  /** Runs every worker; settles when all have stopped. One failing stops the others, then rejects. */
+  run(): Promise<void>;
+  /** Starts a graceful shutdown of every worker (in-flight activities get the grace time). */
+  shutdown(): void;
+}
+
+/** The rate a provider's poll queue gets: the configured override, else the declared quota. */
+export function pollRateFor(deps: TaskActivityDeps, provider: string, overrides: Readonly<Record<string, number>> = {}): number | undefined {
+  return overrides[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
+}
+
+export async function createGenerationWorkers(opts: GenerationWorkerOptions): Promise<GenerationWorkers> {
+  const activities = opts.activities ?? createTaskActivities(opts.deps);
+  const shutdownGraceTime = opts.shutdownGraceMs ?? 30_000;
+  const generation = await Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: queues.generation(opts.taskQueueBase),
     workflowBundle: opts.workflowBundle,
-    activities: createTaskActivities(opts.deps),
+    // Every activity, pollProvider included: runs recorded before per-provider poll queues
+    // (patch 'per-provider-poll-queues') still schedule their polls here.
+    activities,
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
     // In-flight activities get this long to finish (or heartbeat out) on shutdown.
-    shutdownGraceTime: opts.shutdownGraceMs ?? 30_000,
+    shutdownGraceTime,
     ...(opts.identity ? { identity: opts.identity } : {}),
+    ...(opts.tuning ? tuningOptions(opts.tuning) : {}),
   });
+  const reads = Object.fromEntries(PROVIDER_READ_ACTIVITIES.map((name) => [name, activities[name]]));
+  const polls = new Map<string, Worker>();
+  const pollRates = new Map<string, number | undefined>();
+  for (const provider of opts.pollProviders ?? Object.keys(opts.deps.providers)) {
+    const rate = pollRateFor(opts.deps, provider, opts.pollRates);
+    pollRates.set(provider, rate);
+    polls.set(
+      provider,
+      await Worker.create({
+        connection: opts.connection,
+        namespace: opts.namespace,
+        taskQueue: queues.poll(opts.taskQueueBase, provider),
+        activities: reads,
+        // Server-side and global: every worker of this queue, in every process, shares it.
+        ...(rate !== undefined ? { maxTaskQueueActivitiesPerSecond: rate } : {}),
+        maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
+        shutdownGraceTime,
+        ...(opts.identity ? { identity: `${opts.identity}-poll-${provider}` } : {}),
+      }),
+    );
+  }
+  const all = [generation, ...polls.values()];
+  const shutdown = () => {
+    for (const w of all) {
+      // Only a running worker can be shut down; one already stopping or stopped is left alone.
+      if (w.getState() === 'RUNNING') w.shutdown();
+    }
+  };
+  return {
+    generation,
+    polls,
+    pollRates,
+    async run() {
+      const runs = all.map((w) =>
+        w.run().catch((err: unknown) => {
+          shutdown();
+          throw err;
+        }),
+      );
+      const results = await Promise.allSettled(runs);
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+    },
+    shutdown,
+  };
 }

@@ -7,7 +7,7 @@ import http from 'node:http';
 import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
-import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { buildActivityDeps, buildDatabase, buildProviders, buildStorage, pollQueueRates } from '../config/services';
 import { createLogger } from '../observability/logger';
 import { resilienceSnapshots } from '../activities/provider-guard';
 import { createMetrics, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
@@ -16,7 +16,7 @@ import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
-import { bundleWorkflows, createGenerationWorker } from './generation-worker';
+import { bundleWorkflows, createGenerationWorkers } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
 
 const config = loadConfigOrExit();
@@ -77,7 +77,7 @@ const deps = {
 const bundle: WorkflowBundle = await bundleWorkflows();
 
 async function startWorker(): Promise<RegionService> {
-  const worker = await createGenerationWorker({
+  const worker = await createGenerationWorkers({
     connection,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
@@ -85,10 +85,11 @@ async function startWorker(): Promise<RegionService> {
     workflowBundle: bundle,
     maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
     shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
+    pollRates: pollQueueRates(config),
   });
   const ended = worker.run();
   logger.info(
-    { taskQueue: config.TEMPORAL_TASK_QUEUE, region: config.REGION, metricsPort: config.WORKER_METRICS_PORT, startupMs: Date.now() - started },
+    { taskQueue: config.TEMPORAL_TASK_QUEUE, pollRates: Object.fromEntries(worker.pollRates), region: config.REGION, metricsPort: config.WORKER_METRICS_PORT, startupMs: Date.now() - started },
     'worker polling',
   );
   return {

@@ -17,6 +17,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { TaskActivities } from '../activities';
+import { queues } from '../temporal/queues';
 import { FailureType, NON_RETRYABLE_FAILURES } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { isTerminal, type TaskStatus } from '../domain/states';
@@ -52,7 +53,9 @@ const facts = proxyActivities<TaskActivities>({ startToCloseTimeout: '30s', retr
 /** The provider call: a short heartbeat timeout so a dead worker's attempt is noticed fast. */
 const submit = proxyActivities<TaskActivities>({ startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry });
 /** Provider reads: a reconciliation lookup may page through a listing, so it heartbeats. */
-const provider = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '15s', retry });
+const providerReadOptions = { startToCloseTimeout: '5m', heartbeatTimeout: '15s', retry } as const;
+/** Provider reads on the generation queue: runs that polled before per-provider poll queues. */
+const provider = proxyActivities<TaskActivities>(providerReadOptions);
 /** Streaming the output into storage: long, heartbeating with bytes done. */
 const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', heartbeatTimeout: '20s', retry });
 const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry });
@@ -94,6 +97,22 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     },
   );
 
+  /**
+   * Provider reads on the active attempt's provider's poll queue, whose worker caps the queue's
+   * global rate at that provider's query quota. The workflow's own queue is the base name
+   * (queues.generation is the identity), so the poll queue needs no extra input.
+   */
+  const pollQueueReads = new Map<string, typeof provider>();
+  const readsOn = (f: TaskFacts): typeof provider => {
+    const name = f.attemptProvider ?? f.provider;
+    let reads = pollQueueReads.get(name);
+    if (!reads) {
+      reads = proxyActivities<TaskActivities>({ ...providerReadOptions, taskQueue: queues.poll(workflowInfo().taskQueue, name) });
+      pollQueueReads.set(name, reads);
+    }
+    return reads;
+  };
+
   const publish = (f: TaskFacts) => {
     const key = `${f.status}|${f.attemptState}|${f.needsAttention}`;
     if (key === published) return;
@@ -114,7 +133,9 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     if (applied.statusVersion !== f.statusVersion || !WAITING.includes(applied.status)) return applied;
     const signalled = await condition(() => woken, applied.pollInMs ?? DEFAULT_POLL_MS);
     if (!signalled) {
-      const { result } = await provider.pollProvider(taskId);
+      // Patched: older runs polled on the generation queue (docs/workflow-versioning.md).
+      const reads = patched('per-provider-poll-queues') ? readsOn(applied) : provider;
+      const { result } = await reads.pollProvider(taskId);
       if (result === 'overdue') return facts.escalateTask(taskId, 'submit outcome unknown past its deadline');
       if (result === 'absent') return facts.getTaskFacts(taskId);
     }

@@ -11,8 +11,10 @@
 export interface RampOptions {
   /** Ceiling right after a rebuild, as a share of the limit (default 0.2, at least 1 slot). */
   readonly startShare?: number;
-  /** Time to reach the full limit, ms (default 60 s). */
+  /** Time to reach the full limit, ms (default 60 s; 0 = no ramp). */
   readonly durationMs?: number;
+  /** The ceiling never ramps below this many slots (default 1; never above the limit). */
+  readonly minSlots?: number;
 }
 
 /** The ceiling at `now`, given the limit and when the count was last rebuilt (null = never: full limit). */
@@ -24,7 +26,8 @@ export function allowedSlots(limit: number, rebuiltAt: number | null, now: numbe
   if (elapsed >= duration) return limit;
   const start = ramp.startShare ?? 0.2;
   const share = start + ((1 - start) * elapsed) / duration;
-  return Math.max(1, Math.min(limit, Math.floor(limit * share)));
+  const floor = Math.min(limit, Math.max(1, ramp.minSlots ?? 1));
+  return Math.max(floor, Math.min(limit, Math.floor(limit * share)));
 }
 
 export interface BulkheadOptions {

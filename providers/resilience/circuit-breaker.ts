@@ -4,7 +4,8 @@
 // successes, or re-opens on a failure. After closing it recovers gradually: the share of calls
 // it admits ramps from `recoveryStartShare` to 1 over `recoveryMs`, so a provider that just came
 // back is not hit by the whole backlog at once. An operator setting (stored in Postgres by the
-// caller) can force it open or closed. Pure logic with an injected clock: the caller decides
+// caller) can force it open or closed, and a strict setting (the DEGRADED_PROVIDER mode) trips
+// it at a lower failure rate and sends no half-open probes while it holds. Pure logic with an injected clock: the caller decides
 // what counts as a failure (timeouts, 5xx, unknown outcomes — not a 4xx about our own input).
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
@@ -48,7 +49,7 @@ export type BreakerDecision =
   | { readonly allowed: true; readonly ticket: BreakerTicket }
   | {
       readonly allowed: false;
-      readonly reason: 'open' | 'forced-open' | 'probes-busy' | 'recovering';
+      readonly reason: 'open' | 'forced-open' | 'probes-busy' | 'recovering' | 'strict';
       /** When it is worth asking again (ms from now). */
       readonly retryAfterMs: number;
     };
@@ -56,6 +57,8 @@ export type BreakerDecision =
 export interface BreakerSnapshot {
   readonly state: BreakerState;
   readonly forced: BreakerForce;
+  /** The strict trip threshold in force (DEGRADED_PROVIDER), or null. */
+  readonly strict: number | null;
   readonly requests: number;
   readonly failures: number;
   readonly failureRate: number;
@@ -67,6 +70,7 @@ export interface BreakerSnapshot {
 export class CircuitBreaker {
   private stateValue: BreakerState = 'closed';
   private forced: BreakerForce = null;
+  private strictThreshold: number | null = null;
   private generation = 0;
   private openedAt = 0;
   private closedAt = Number.NEGATIVE_INFINITY;
@@ -115,11 +119,22 @@ export class CircuitBreaker {
     else if (force !== null && before !== this.state) this.o.onStateChange?.(before, this.state);
   }
 
+  /**
+   * Strict while the DEGRADED_PROVIDER mode holds (set by the caller before each tryAcquire):
+   * trip at `failureRateThreshold` (when lower than the usual one), and no half-open probes —
+   * a tripped provider stays closed to new calls until the strict setting is lifted (null).
+   */
+  setStrict(failureRateThreshold: number | null): void {
+    this.strictThreshold = failureRateThreshold;
+    if (failureRateThreshold !== null && this.forced === null && this.stateValue === 'closed') this.tripIfUnhealthy();
+  }
+
   tryAcquire(): BreakerDecision {
     const now = this.o.now();
     const state = this.state;
     if (this.forced === 'open') return { allowed: false, reason: 'forced-open', retryAfterMs: this.o.openMs };
     if (this.forced === 'closed') return this.admit(false, now);
+    if (this.strictThreshold !== null && state !== 'closed') return { allowed: false, reason: 'strict', retryAfterMs: 5_000 };
     if (state === 'open') return { allowed: false, reason: 'open', retryAfterMs: Math.max(0, this.openedAt + this.o.openMs - now) };
     if (state === 'half-open') {
       this.probes = this.probes.filter((t) => now - t < this.o.probeTimeoutMs);
@@ -156,8 +171,7 @@ export class CircuitBreaker {
       return;
     }
     if (this.stateValue !== 'closed') return;
-    const { requests, failures } = this.window();
-    if (requests >= this.o.minimumRequests && failures / requests >= this.o.failureRateThreshold) this.transition('open');
+    this.tripIfUnhealthy();
   }
 
   snapshot(): BreakerSnapshot {
@@ -168,12 +182,19 @@ export class CircuitBreaker {
     return {
       state,
       forced: this.forced,
+      strict: this.strictThreshold,
       requests,
       failures,
       failureRate: requests === 0 ? 0 : failures / requests,
       admittedShare,
       openUntil: state === 'open' && this.forced === null ? this.openedAt + this.o.openMs : null,
     };
+  }
+
+  private tripIfUnhealthy(): void {
+    const { requests, failures } = this.window();
+    const threshold = Math.min(this.o.failureRateThreshold, this.strictThreshold ?? 1);
+    if (requests >= this.o.minimumRequests && failures / requests >= threshold) this.transition('open');
   }
 
   private admit(probe: boolean, at: number): BreakerDecision {

@@ -7,11 +7,12 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, inArray } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { ProviderGuard, breakerVerdict, resilienceSnapshots } from '../../activities/provider-guard';
+import { ProviderGuard, breakerVerdict, inFlightByProvider, resilienceSnapshots } from '../../activities/provider-guard';
 import { Registry } from 'prom-client';
 import { registerResilienceGauges } from '../../observability/metrics';
 import { createTask } from '../../api/tasks.service';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { assertModeAllows, setMode } from '../../db/modes';
 import { providerControl, taskAttempt } from '../../db/schema';
 import { REPLICATE_CAPABILITIES } from '../../providers/replicate';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
@@ -55,6 +56,29 @@ async function prepared(): Promise<{ taskId: string; attemptId: string }> {
 }
 
 const isUnavailable = (err: unknown) => err instanceof ApplicationFailure && err.type === 'ProviderUnavailable';
+const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
+/** Jobs left in flight by earlier tests count against the bulkhead: end them. */
+const freeInFlight = () => tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, [...IN_FLIGHT]));
+
+/** The claim as submitAttempt makes it: the mode check, the guard, PREPARED → SUBMITTING, in one transaction. */
+async function claimWith(guard: ProviderGuard, attemptId: string): Promise<boolean> {
+  try {
+    await tdb.database.db.transaction(async (tx) => {
+      await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');
+      await guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES);
+      await tx.update(taskAttempt).set({ submit_state: 'SUBMITTING' }).where(eq(taskAttempt.attempt_id, attemptId));
+    });
+    return true;
+  } catch (err) {
+    assert.ok(isUnavailable(err), String(err));
+    return false;
+  }
+}
+async function claimAll(guard: ProviderGuard, attempts: { attemptId: string }[]): Promise<number> {
+  let n = 0;
+  for (const a of attempts) if (await claimWith(guard, a.attemptId)) n += 1;
+  return n;
+}
 
 test('forced open by an operator: no call reaches the provider and the attempt stays PREPARED; closing the switch lets it go', async () => {
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', breaker_force: 'open', reason: 'incident 42' });
@@ -118,10 +142,90 @@ test('breaker state and retry budget are exported as metrics for operators', asy
   const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'metrics-provider', REPLICATE_CAPABILITIES));
   for (let i = 0; i < 2; i += 1) guard.report('metrics-provider', await admit(), { kind: 'unknown', reason: 'timeout' });
   const registry = new Registry();
-  registerResilienceGauges(registry, resilienceSnapshots);
+  registerResilienceGauges(registry, resilienceSnapshots, () => inFlightByProvider(tdb.database.db));
+  await assert.rejects(admit(), isUnavailable);
   const text = await registry.metrics();
   assert.match(text, /vidorch_breaker_state\{provider="metrics-provider",state="open",forced="no"\} 1/);
   assert.match(text, /vidorch_breaker_state\{provider="metrics-provider",state="closed",forced="no"\} 0/);
   assert.match(text, /vidorch_breaker_failure_rate\{provider="metrics-provider"\} 1/);
   assert.match(text, /vidorch_retry_budget_available\{provider="metrics-provider"\} \d+/);
+  assert.match(text, /vidorch_provider_refusals_total\{provider="metrics-provider",guard="breaker",reason="open"\} 1/);
+  assert.match(text, /vidorch_bulkhead_limit\{provider="metrics-provider",kind="configured"\} 50/);
+  assert.match(text, /vidorch_bulkhead_limit\{provider="metrics-provider",kind="effective"\} 10/, 'ramping: 20 % of 50 right after the start');
+  assert.match(text, /# TYPE vidorch_bulkhead_in_flight gauge/);
+});
+
+test('after a rebuild the bulkhead ramps up: a fresh guard admits 2 of 10, then 6, then 10 over a minute, counted from the facts', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 10 });
+  await freeInFlight();
+  let now = 20_000_000;
+  const guard = new ProviderGuard({ now: () => now, bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 } });
+  const tasks = await Promise.all(Array.from({ length: 12 }, () => prepared()));
+  const waiting = async () => {
+    const rows = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.attempt_id, tasks.map((t) => t.attemptId)));
+    return tasks.filter((t) => rows.find((r) => r.attempt_id === t.attemptId)?.submit_state === 'PREPARED');
+  };
+  assert.equal(await claimAll(guard, await waiting()), 2, 'at the guard start: 20 % of the limit');
+  assert.equal(await claimAll(guard, await waiting()), 0, 'and no more however often it is asked');
+  now += 30_000;
+  assert.equal(await claimAll(guard, await waiting()), 4, 'half way: 60 %, so 6 in flight');
+  now += 30_000;
+  assert.equal(await claimAll(guard, await waiting()), 4, 'after the ramp: the full limit of 10');
+  assert.equal((await waiting()).length, 2);
+  assert.equal((await inFlightByProvider(tdb.database.db)).replicate, 10, 'in flight by facts = the limit, never more');
+  const refusals = guard.snapshots().replicate?.refusals ?? {};
+  assert.equal(refusals['bulkhead/ramp'], 10 + 10 + 6, 'refused while ramping (the ceiling under the limit)');
+  assert.equal(refusals['bulkhead/full'], 2, 'refused at the full limit');
+});
+
+test("when a provider's breaker closes again after being open, the bulkhead ramps up again from its floor", async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 10 });
+  await freeInFlight();
+  let now = 30_000_000;
+  const guard = new ProviderGuard({
+    now: () => now,
+    breaker: { minimumRequests: 2, openMs: 1_000, halfOpenMaxProbes: 1, halfOpenSuccesses: 1, recoveryMs: 0 },
+    bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 },
+  });
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES));
+  now += 60_000; // past the start-up ramp
+  assert.equal(guard.effectiveLimit('replicate', 10), 10);
+  for (let i = 0; i < 2; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
+  assert.equal(guard.breaker('replicate').state, 'open');
+  now += 1_000;
+  const probe = await admit();
+  guard.report('replicate', probe, { kind: 'rejected', retryable: false, status: 422, retryAfterMs: null, reason: 'bad input' });
+  assert.equal(guard.breaker('replicate').state, 'closed');
+  const tasks = await Promise.all(Array.from({ length: 5 }, () => prepared()));
+  assert.equal(await claimAll(guard, tasks), 2, 'closed again: back to 20 % of the limit');
+  assert.deepEqual(
+    { limit: guard.snapshots().replicate?.bulkhead?.limit, effective: guard.snapshots().replicate?.bulkhead?.effectiveLimit },
+    { limit: 10, effective: 2 },
+  );
+});
+
+test('DEGRADED_PROVIDER closes unhealthy providers at the claim: a lower trip rate and no half-open probes; healthy providers still go, and NORMAL probes again', async () => {
+  await freeInFlight();
+  let now = 40_000_000;
+  const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, openMs: 10_000 }, degradedFailureRate: 0.2 });
+  const admitIn = (provider: string) =>
+    tdb.database.db.transaction(async (tx) => {
+      await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');
+      return guard.admit(tx, provider, REPLICATE_CAPABILITIES);
+    });
+  const ok = { kind: 'accepted', job: { jobId: 'j', state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } } as const;
+  for (const outcome of [ok, ok, ok, { kind: 'unknown', reason: 'timeout' } as const]) guard.report('flaky', await admitIn('flaky'), outcome);
+  assert.equal(guard.breaker('flaky').state, 'closed', '25 % failures: under NORMAL the breaker stays closed');
+  await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: 'DEGRADED_PROVIDER', actor: 'test', reason: 'provider incident' });
+  try {
+    await assert.rejects(admitIn('flaky'), (err) => isUnavailable(err) && /flaky circuit not healthy/.test((err as Error).message));
+    assert.ok((await admitIn('healthy')).generation >= 0, 'a healthy provider is admitted in DEGRADED_PROVIDER');
+    now += 10_001;
+    await assert.rejects(admitIn('flaky'), isUnavailable, 'no half-open probe while the mode holds');
+  } finally {
+    await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: 'NORMAL', actor: 'test', reason: 'incident over' });
+  }
+  const probe = await admitIn('flaky');
+  assert.equal(probe.probe, true, 'back in NORMAL the breaker probes the provider again');
+  assert.equal(guard.snapshots().flaky?.refusals['breaker/strict'], 2);
 });

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq, sql } from 'drizzle-orm';
 import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition } from '../../db/schema';
+import { createGenerationFacade } from '../../temporal/facade';
 import {
   createTestDatabase,
   createTestTenant,
@@ -267,5 +268,46 @@ describe('service endpoints', () => {
     const doc = await http(api.baseUrl, 'GET', '/openapi.json');
     assert.equal(doc.body.openapi, '3.1.0');
     assert.ok(doc.body.paths['/v1/tasks'].post.requestBody.content['application/json'].schema.properties.duration_seconds);
+  });
+});
+
+describe('API_FAST_PATH_MODE=background: the 202 does not wait for Temporal', () => {
+  test('the answer comes once the task is committed; the start follows, and beyond the in-flight cap the relay is left to it', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const started: string[] = [];
+    const inner = createGenerationFacade(async () => {
+      throw new Error('not used');
+    }, config.TEMPORAL_TASK_QUEUE);
+    // A Temporal whose start answers only when the test says so.
+    const slow = {
+      ...inner,
+      async startGeneration(task: { taskId: string }) {
+        await gate;
+        started.push(task.taskId);
+        return { started: true } as never;
+      },
+    };
+    const bg = await startApi(testConfig({ TEMPORAL_TASK_QUEUE: config.TEMPORAL_TASK_QUEUE, API_FAST_PATH_MODE: 'background', API_FAST_PATH_MAX_IN_FLIGHT: '1', API_FAST_PATH_TIMEOUT_MS: '10000' }), tdb.database, { facade: slow });
+    try {
+      const t0 = Date.now();
+      const a = await http(bg.baseUrl, 'POST', '/v1/tasks', { apiKey: alice.apiKey, body, headers: { 'idempotency-key': 'bg-1' } });
+      const b = await http(bg.baseUrl, 'POST', '/v1/tasks', { apiKey: alice.apiKey, body, headers: { 'idempotency-key': 'bg-2' } });
+      assert.equal(a.status, 202);
+      assert.equal(b.status, 202);
+      assert.ok(Date.now() - t0 < 5_000, 'both answered while the start was still held');
+      const unpublished = async (id: string) =>
+        (await tdb.database.db.select().from(outboxEvent).where(eq(outboxEvent.aggregate_id, id)))[0]?.published_at === null;
+      assert.ok(await unpublished(a.body.task_id), 'not started yet');
+      release();
+      const deadline = Date.now() + 5_000;
+      while ((await unpublished(a.body.task_id)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(!(await unpublished(a.body.task_id)), 'the background start marked the outbox row published');
+      assert.deepEqual(started, [a.body.task_id], 'the second create was over the cap of 1: left to the relay');
+      assert.ok(await unpublished(b.body.task_id), 'its outbox row waits for the relay');
+    } finally {
+      release();
+      await bg.close();
+    }
   });
 });

@@ -66,8 +66,9 @@ test('NORMAL: creates, reads, cancels and callbacks are admitted, /readyz is 200
 
 test('DEGRADED_NOTIFY: nothing of ours changes (no push progress exists): a task runs to SUCCEEDED', () => runsLikeNormal('DEGRADED_NOTIFY'));
 
-test('DEGRADED_PROVIDER: behaves as NORMAL until the provider breaker is wired (issue #5): a task runs to SUCCEEDED', () =>
-  runsLikeNormal('DEGRADED_PROVIDER'));
+// What the mode closes (a provider whose breaker is not closed, or trips at the lower failure
+// rate) is proved at the claim in test/activities/provider-guard.test.ts "DEGRADED_PROVIDER closes…".
+test('DEGRADED_PROVIDER: a healthy provider keeps taking submits: a task runs to SUCCEEDED', () => runsLikeNormal('DEGRADED_PROVIDER'));
 
 test('QUEUE_ONLY: creates are accepted and wait durably without a provider job, then run when the mode allows', async () => {
   await s.setMode('QUEUE_ONLY');

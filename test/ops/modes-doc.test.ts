@@ -31,7 +31,8 @@ test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, ca
     assert.equal(admitted(cancel), p.cancel, `${mode} cancel`);
     assert.equal(callback, p.callback, `${mode} callback`);
     assert.equal(facts === 'run', p.factWrites, `${mode} workflow fact steps`);
-    assert.equal(submits === 'yes', p.submit, `${mode} new provider submits`);
+    assert.equal(submits === 'yes' || submits === 'healthy only', p.submit, `${mode} new provider submits`);
+    assert.equal(submits === 'healthy only', p.providers === 'healthy', `${mode} which providers take submits`);
     assert.equal(readyz === '200', p.create, `${mode} /readyz`);
   }
 });

@@ -8,8 +8,8 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { createTaskActivities } from '../../activities';
+import { NativeConnection, Runtime } from '@temporalio/worker';
+import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createApp } from '../../api/app';
 import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
@@ -22,7 +22,7 @@ import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionSupervisor } from '../../workers/fence-watcher';
-import { queues } from '../../temporal/queues';
+import { createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
 import {
   createTestDatabase,
   createTestTenant,
@@ -64,8 +64,8 @@ export interface RegionWorker {
   /** Null for a zombie (no watcher: it never hears of a failover). */
   readonly watcher: FenceWatcher | null;
   readonly supervisor: RegionSupervisor | null;
-  /** The worker currently polling, if any. */
-  current(): Worker | null;
+  /** The workers currently polling, if any. */
+  current(): GenerationWorkers | null;
   stop(): Promise<void>;
 }
 
@@ -101,9 +101,9 @@ export async function startRegionWorker(
     modePauseRetryMs: opts.pauseRetryMs ?? 500,
     ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, opts.region) } : {}),
   };
-  let current: Worker | null = null;
+  let current: GenerationWorkers | null = null;
   const stats: ActivityStats = { calls: 0, failures: {} };
-  // The worker of workers/generation-worker.ts, with each activity counted.
+  // The workers of workers/generation-worker.ts, with each activity counted.
   const activities = Object.fromEntries(
     Object.entries(createTaskActivities(deps)).map(([name, fn]) => [
       name,
@@ -118,15 +118,16 @@ export async function startRegionWorker(
         }
       },
     ]),
-  );
+  ) as TaskActivities;
   const start = async () => {
-    const worker = await Worker.create({
+    const worker = await createGenerationWorkers({
       connection,
       namespace: config.TEMPORAL_NAMESPACE,
-      taskQueue: queues.generation(config.TEMPORAL_TASK_QUEUE),
+      taskQueueBase: config.TEMPORAL_TASK_QUEUE,
+      deps,
       workflowBundle: bundle,
       activities,
-      shutdownGraceTime: 2_000,
+      shutdownGraceMs: 2_000,
       identity: opts.identity ?? `${opts.region}-${randomBytes(2).toString('hex')}`,
     });
     current = worker;

@@ -130,6 +130,37 @@ test('breaker: the operator switch forces it open or closed, and clearing it res
   assert.equal(b.state, 'open');
 });
 
+test('breaker in strict mode (DEGRADED_PROVIDER): trips at the lower failure rate, sends no half-open probes, and probes again once lifted', () => {
+  const c = clock();
+  const changes: string[] = [];
+  const b = breaker(c, changes);
+  for (let i = 0; i < 7; i++) call(b, true);
+  for (let i = 0; i < 3; i++) call(b, false);
+  assert.equal(b.state, 'closed', '30 % failures stay under the usual 50 %');
+  b.setStrict(0.25);
+  assert.equal(b.state, 'open', 'the strict threshold trips it as soon as it is set');
+  c.advance(5_000);
+  const refused = b.tryAcquire();
+  assert.deepEqual(refused.allowed ? refused : refused.reason, 'strict', 'no probe after the cool-down while strict');
+  b.setStrict(null);
+  const probe = b.tryAcquire();
+  assert.ok(probe.allowed && probe.ticket.probe, 'lifted: a half-open probe goes');
+  assert.deepEqual(changes, ['closed->open', 'open->half-open']);
+  b.setForced('closed');
+  b.setStrict(0.25);
+  assert.ok(b.tryAcquire().allowed, "an operator's force-close wins over strictness");
+});
+
+test('breaker in strict mode stays closed for a healthy provider', () => {
+  const c = clock();
+  const b = breaker(c);
+  b.setStrict(0.2);
+  for (let i = 0; i < 19; i++) call(b, true);
+  call(b, false);
+  assert.equal(b.state, 'closed', '5 % failures');
+  assert.ok(b.tryAcquire().allowed);
+});
+
 test('retry budget bounds amplification: 100 % failures for 1,000 tasks cost ≤ 1 + share calls per task (a fixed 3 retries would cost 4)', () => {
   const c = clock();
   const ratio = 0.1;
@@ -210,6 +241,9 @@ test('bulkhead after a rebuild ramps up slowly instead of refilling at once (see
   assert.equal(allowedSlots(10, 0, 30_000, { startShare: 0.2, durationMs: 60_000 }), 6);
   assert.equal(allowedSlots(10, 0, 60_000, { startShare: 0.2, durationMs: 60_000 }), 10);
   assert.equal(allowedSlots(3, 0, 0, { startShare: 0.1 }), 1, 'at least one slot');
+  assert.equal(allowedSlots(10, 0, 0, { startShare: 0.1, minSlots: 3 }), 3, 'never below the floor');
+  assert.equal(allowedSlots(2, 0, 0, { startShare: 0.2, minSlots: 5 }), 2, 'the floor never lifts the ceiling over the limit');
+  assert.equal(allowedSlots(10, 0, 0, { durationMs: 0 }), 10, 'a zero-length ramp is no ramp');
   const c = clock();
   let facts = 0;
   const bh = new Bulkhead({ limit: 10, now: c.now, inFlight: () => facts, ramp: { startShare: 0.2, durationMs: 60_000 } });

@@ -6,11 +6,11 @@ import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { NativeConnection, Runtime, type Worker, type WorkflowBundle } from '@temporalio/worker';
+import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { createApp } from '../../api/app';
 import { buildApiContext } from '../../api/context';
 import { loadConfig, type Config } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { buildActivityDeps, buildProviders, buildStorage, pollQueueRates } from '../../config/services';
 import { createDatabase, type Database } from '../../db/client';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
@@ -20,7 +20,7 @@ import { createTenant } from '../../ops/tenants';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
 import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { bundleWorkflows, createGenerationWorker } from '../../workers/generation-worker';
+import { bundleWorkflows, createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
 
 export const testLogger = createLogger({ name: 'test', level: process.env['LOG_LEVEL'] ?? 'warn', pretty: false });
 
@@ -140,20 +140,24 @@ export function workflowBundle(): Promise<WorkflowBundle> {
 }
 
 export interface RunningWorker {
-  readonly worker: Worker;
+  /** The generation worker and one poll worker per provider (workers/generation-worker.ts). */
+  readonly worker: GenerationWorkers;
   stop(): Promise<void>;
 }
 
-export async function startWorker(config: Config, db: Database): Promise<RunningWorker> {
+/** The generation worker and its poll workers; `pollProviders` limits which providers get one. */
+export async function startWorker(config: Config, db: Database, opts: { pollProviders?: readonly string[] } = {}): Promise<RunningWorker> {
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
-  const worker = await createGenerationWorker({
+  const worker = await createGenerationWorkers({
     connection,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps: buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) }),
     workflowBundle: await workflowBundle(),
     shutdownGraceMs: 2_000,
+    pollRates: pollQueueRates(config),
+    ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
   });
   const running = worker.run();
   return {

@@ -152,6 +152,7 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
 export const RECORDED_SCENARIOS = {
   'happy-path': { about: 'callbacks on: submit, callback, rescue, media, settle', activities: ['submitAttempt', 'applyInbox', 'rescueOutput', 'processMedia'] },
   'polling-only': { about: 'callbacks off: the poll timer fires and polls find the result', activities: ['pollProvider', 'rescueOutput', 'processMedia'] },
+  'polling-on-poll-queue': { about: "callbacks off, patch 'per-provider-poll-queues': polls on the provider's poll queue find the result", activities: ['pollProvider', 'rescueOutput', 'processMedia'] },
   'unknown-outcome-resolved': { about: 'accept then hang: SUBMIT_UNKNOWN, found by its correlation token', activities: ['submitAttempt', 'pollProvider', 'processMedia'] },
   'rejected-then-retried': { about: '429 with Retry-After: a workflow timer, then attempt 2', activities: ['submitAttempt', 'prepareAttempt', 'processMedia'] },
   'cancel-while-running': { about: 'cancel while RUNNING: provider cancel requested, CANCELLED', activities: ['requestProviderCancel'] },

@@ -1,0 +1,124 @@
+// Polls run on a per-provider task queue whose global rate is the provider's query quota
+// (DESIGN.md §5 "Polling and reconciliation"; docs/providers.md "Poll queues"). Real Temporal,
+// Postgres, S3 and the simulator, with callbacks off so only polls move the tasks.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import type { History } from '@temporalio/common/lib/proto-utils';
+import { FAL_CAPABILITIES } from '../../providers/fal';
+import { KLING_CAPABILITIES } from '../../providers/kling';
+import { REPLICATE_CAPABILITIES } from '../../providers/replicate';
+import { RUNWAY_CAPABILITIES } from '../../providers/runway';
+import { queues } from '../../temporal/queues';
+import { workflowIdForTask } from '../../workflows/definitions';
+import { startE2E, type E2E } from '../support/e2e';
+import { eventually, startWorker, type RunningWorker } from '../support/stack';
+import { historyFromJson } from '../workflows/history-json';
+import { fixturePath } from '../workflows/support';
+
+type HistoryEvent = NonNullable<History['events']>[number];
+const ms = (ev: HistoryEvent): number => {
+  const t = ev.eventTime!;
+  return Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6);
+};
+
+/** pollProvider executions of a history: the queue it was scheduled on, when, and when it started (if it did). */
+function polls(history: History): { queue: string; scheduledMs: number; startedMs: number | null }[] {
+  const events = history.events ?? [];
+  return events.flatMap((ev) => {
+    const s = ev.activityTaskScheduledEventAttributes;
+    if (s?.activityType?.name !== 'pollProvider') return [];
+    const started = events.find((x) => x.activityTaskStartedEventAttributes && Number(x.activityTaskStartedEventAttributes.scheduledEventId) === Number(ev.eventId));
+    return [{ queue: s.taskQueue?.name ?? '', scheduledMs: ms(ev), startedMs: started ? ms(started) : null }];
+  });
+}
+
+describe('a poll runs on the poll queue of the attempt\'s provider', () => {
+  let e: E2E;
+  let replicatePolls: RunningWorker | null = null;
+  before(async () => {
+    // The generation worker and a poll worker for fal only: nobody serves replicate's poll queue.
+    e = await startE2E('pollq', { POLL_INITIAL_MS: '300', POLL_MAX_MS: '300' }, { worker: false, generationMs: 300 });
+    e.worker = await startWorker(e.config, e.tdb.database, { pollProviders: ['fal'] });
+  });
+  after(async () => {
+    await replicatePolls?.stop();
+    await e?.close();
+  });
+
+  test('without a replicate poll worker the poll waits on <base>-poll-replicate; one started for replicate completes it', async () => {
+    e.sim.sim.setFaults({ callbacks: 'off' });
+    const taskId = await e.createTask('pq-routing');
+    const handle = e.client.workflow.getHandle(workflowIdForTask(taskId));
+    const [first] = await eventually(async () => {
+      const p = polls(await handle.fetchHistory());
+      return p.length > 0 ? p : undefined;
+    });
+    assert.equal(first!.queue, queues.poll(e.config.TEMPORAL_TASK_QUEUE, 'replicate'));
+
+    // The job finished at the provider long ago; with callbacks off only this poll can tell us.
+    await new Promise((r) => setTimeout(r, 2_000));
+    const waiting = polls(await handle.fetchHistory());
+    assert.equal(waiting.length, 1, 'still the first poll');
+    assert.equal(waiting[0]!.startedMs, null, 'no worker of the generation queue or of fal\'s poll queue took it');
+    assert.equal((await e.getTask(taskId)).status, 'SUBMITTED');
+
+    replicatePolls = await startWorker(e.config, e.tdb.database, { pollProviders: ['replicate'] });
+    await e.waitForStatus(taskId, 'SUCCEEDED', 30_000);
+    const done = polls(await handle.fetchHistory());
+    assert.ok(done[0]!.startedMs !== null, 'the replicate poll worker ran it');
+    assert.ok(done.every((p) => p.queue === first!.queue), 'every poll of the task on the same queue');
+  });
+});
+
+describe('a poll queue is dispatched at most at the provider\'s query quota', () => {
+  const RATE = 2;
+  let e: E2E;
+  before(async () => {
+    // Each task would poll ten times a second; six of them ask for thirty times the quota.
+    e = await startE2E('pollrate', { POLL_INITIAL_MS: '100', POLL_MAX_MS: '100', POLL_QUEUE_RATES: `replicate=${RATE}` }, { generationMs: 3_000 });
+  });
+  after(async () => {
+    await e?.close();
+  });
+
+  test('the rate is the adapter\'s declared requestsPerSecond unless POLL_QUEUE_RATES overrides it', () => {
+    assert.deepEqual(Object.fromEntries(e.worker!.worker.pollRates), {
+      replicate: RATE,
+      fal: FAL_CAPABILITIES.requestsPerSecond,
+      runway: RUNWAY_CAPABILITIES.requestsPerSecond,
+      kling: KLING_CAPABILITIES.requestsPerSecond,
+    });
+    assert.notEqual(REPLICATE_CAPABILITIES.requestsPerSecond, RATE, 'the override differs from the declared quota');
+    assert.deepEqual([...e.worker!.worker.polls.keys()].sort(), ['fal', 'kling', 'replicate', 'runway']);
+  });
+
+  test(`a burst of polls from six tasks starts at no more than ${RATE} a second`, async (t) => {
+    e.sim.sim.setFaults({ callbacks: 'off' });
+    const ids = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => e.createTask(`pq-rate-${i}`)));
+    await Promise.all(ids.map((id) => e.waitForStatus(id, 'SUCCEEDED', 60_000)));
+    const all = (await Promise.all(ids.map(async (id) => polls(await e.client.workflow.getHandle(workflowIdForTask(id)).fetchHistory())))).flat();
+    const starts = all.flatMap((p) => (p.startedMs === null ? [] : [p.startedMs])).sort((a, b) => a - b);
+    assert.ok(starts.length >= 6, `at least one poll per task: ${starts.length}`);
+    const spanS = (starts.at(-1)! - starts[0]!) / 1000;
+    t.diagnostic(`poll starts (s after the first): ${starts.map((x) => ((x - starts[0]!) / 1000).toFixed(2)).join(' ')}`);
+    // A token bucket allows one second's worth at once, then the rate.
+    assert.ok(starts.length <= RATE * spanS + RATE + 1, `${starts.length} poll starts in ${spanS.toFixed(1)} s at ${RATE}/s`);
+    let busiest = 0;
+    for (const t of starts) busiest = Math.max(busiest, starts.filter((x) => x >= t && x < t + 1_000).length);
+    assert.ok(busiest <= 2 * RATE, `at most ${2 * RATE} starts in any second (burst included): ${busiest}`);
+    // The limit did bind: polls waited in the queue for their turn.
+    const waitedMs = Math.max(...all.flatMap((p) => (p.startedMs === null ? [] : [p.startedMs - p.scheduledMs])));
+    assert.ok(waitedMs >= 500, `the longest wait for dispatch was ${waitedMs} ms`);
+  });
+});
+
+describe('the recorded history of the new path', () => {
+  test('polling-on-poll-queue schedules its polls on the provider\'s poll queue, behind the patch marker', () => {
+    const history = historyFromJson(JSON.parse(fs.readFileSync(fixturePath('polling-on-poll-queue'), 'utf8')));
+    const markers = (history.events ?? []).filter((ev) => ev.markerRecordedEventAttributes?.markerName === 'core_patch');
+    assert.ok(markers.length >= 1, 'a patch marker');
+    const p = polls(history);
+    assert.ok(p.length > 0 && p.every((x) => x.queue.endsWith('-poll-replicate')), p.map((x) => x.queue).join(', '));
+  });
+});
