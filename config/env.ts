@@ -85,12 +85,6 @@ export const envSchema = z.object({
   PROVIDER_KLING_OUTPUT_HOSTS: csv.default(['cdn.klingai.com', '127.0.0.1', 'localhost']),
   /** Timeout of one provider HTTP call (submit, status, cancel). */
   PROVIDER_HTTP_TIMEOUT_MS: ms.default(10_000),
-  /** Bulkhead ramp after a rebuild (worker start, a breaker closing): the in-flight ceiling grows from START_SHARE of the limit (at least MIN_SLOTS) to all of it over RAMP_MS (0: no ramp). */
-  BULKHEAD_RAMP_MS: ms.default(60_000),
-  BULKHEAD_RAMP_START_SHARE: z.coerce.number().min(0).max(1).default(0.2),
-  BULKHEAD_RAMP_MIN_SLOTS: z.coerce.number().int().min(1).default(2),
-  /** DEGRADED_PROVIDER mode: a provider's breaker trips at this failure rate and sends no probes (docs/modes.md). */
-  DEGRADED_PROVIDER_FAILURE_RATE: z.coerce.number().gt(0).max(1).default(0.2),
 
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
   OUTPUT_FETCH_ALLOW_PRIVATE: bool.default(false),
