@@ -10,6 +10,7 @@ import { FailureType } from '../domain/errors';
 import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
 import type { ObjectStorage } from '../storage/s3';
+import type { ProviderGuardSettings } from './provider-guard';
 import type { ProviderHealth } from '../domain/router';
 import type { RoutingSettings } from './routing';
 
@@ -61,6 +62,8 @@ export interface TaskActivityDeps {
     readonly maxSubmitAttempts: number;
     /** The timeout of one provider call: a submit does not start with less than this left before the task's deadline. */
     readonly providerCallTimeoutMs: number;
+    /** Bulkhead ramp and DEGRADED_PROVIDER strictness for the submit claim's ProviderGuard. */
+    readonly providerGuard?: ProviderGuardSettings;
     /** A reconciliation miss proves absence only this long after the submit began. */
     readonly unknownProofDelayMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */

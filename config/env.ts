@@ -85,6 +85,12 @@ export const envSchema = z.object({
   PROVIDER_KLING_OUTPUT_HOSTS: csv.default(['cdn.klingai.com', '127.0.0.1', 'localhost']),
   /** Timeout of one provider HTTP call (submit, status, cancel). */
   PROVIDER_HTTP_TIMEOUT_MS: ms.default(10_000),
+  /** Bulkhead ramp after a rebuild (worker start, a breaker closing): the in-flight ceiling grows from START_SHARE of the limit (at least MIN_SLOTS) to all of it over RAMP_MS (0: no ramp). */
+  BULKHEAD_RAMP_MS: ms.default(60_000),
+  BULKHEAD_RAMP_START_SHARE: z.coerce.number().min(0).max(1).default(0.2),
+  BULKHEAD_RAMP_MIN_SLOTS: z.coerce.number().int().min(1).default(2),
+  /** DEGRADED_PROVIDER mode: a provider's breaker trips at this failure rate and sends no probes (docs/modes.md). */
+  DEGRADED_PROVIDER_FAILURE_RATE: z.coerce.number().gt(0).max(1).default(0.2),
 
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
   OUTPUT_FETCH_ALLOW_PRIVATE: bool.default(false),
@@ -95,6 +101,20 @@ export const envSchema = z.object({
   /** Poll fallback: first poll after submit, growth cap, and the slower pace while callbacks are healthy. */
   POLL_INITIAL_MS: ms.default(5_000),
   POLL_MAX_MS: ms.default(60_000),
+  /** While a provider's callbacks are healthy (one arrived within the window), polls waiting on its jobs are this many times slower. */
+  POLL_HEALTHY_FACTOR: z.coerce.number().min(1).max(100).default(3),
+  CALLBACK_HEALTHY_WINDOW_MS: ms.default(5 * 60 * 1000),
+  /**
+   * Global rate of a provider's poll queue, requests per second, over the adapter's declared
+   * quota (capabilities.requestsPerSecond): "replicate=5,kling=2".
+   */
+  POLL_QUEUE_RATES: csv
+    .pipe(
+      z
+        .array(z.string().regex(/^[a-z0-9-]+=\d+(\.\d+)?$/, 'entries are provider=requests per second, e.g. replicate=5'))
+        .refine((entries) => entries.every((e) => Number(e.split('=')[1]) > 0), 'rates must be above 0'),
+    )
+    .default([]),
 
   /** The router's scoring budget per decision; over it, the static route is used (and counted). */
   ROUTER_BUDGET_MS: z.coerce.number().min(0.1).max(1_000).default(5),

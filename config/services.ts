@@ -73,6 +73,10 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
+    providerGuard: {
+      bulkheadRamp: { durationMs: config.BULKHEAD_RAMP_MS, startShare: config.BULKHEAD_RAMP_START_SHARE, minSlots: config.BULKHEAD_RAMP_MIN_SLOTS },
+      degradedFailureRate: config.DEGRADED_PROVIDER_FAILURE_RATE,
+    },
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,

@@ -99,33 +99,42 @@ function registerFactGauges(registry: Registry, db: Db): void {
       this.set(r?.n ?? 0);
     },
   });
+  // docs/providers.md "Callback lag and poll fallback" defines both.
   new Gauge({
     name: 'vidorch_callback_lag_seconds',
-    help: 'Provider event time to our receipt, for callbacks of the last 5 minutes (quantiles)',
-    labelNames: ['quantile'],
+    help: "Seconds from a provider event (the provider's own updated-at) to our receipt of its callback, per provider, over callbacks of the last 5 minutes (quantiles)",
+    labelNames: ['provider', 'quantile'],
     registers: [registry],
     async collect() {
       this.reset();
-      const [r] = await read<{ p50: number | null; p95: number | null }>(sql`
-        SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) AS p50, percentile_cont(0.95) WITHIN GROUP (ORDER BY lag) AS p95
-        FROM (SELECT extract(epoch FROM received_at - provider_updated_at)::float AS lag FROM callback_inbox
-              WHERE source = 'callback' AND received_at > now() - interval '5 minutes' AND provider_updated_at IS NOT NULL) x`);
-      if (r?.p50 != null) this.set({ quantile: '0.5' }, r.p50);
-      if (r?.p95 != null) this.set({ quantile: '0.95' }, r.p95);
+      const rows = await read<{ provider: string; p50: number; p95: number }>(sql`
+        SELECT provider,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) AS p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY lag) AS p95
+        FROM (SELECT provider, extract(epoch FROM received_at - provider_updated_at)::float AS lag FROM callback_inbox
+              WHERE source = 'callback' AND received_at > now() - interval '5 minutes' AND provider_updated_at IS NOT NULL) x
+        GROUP BY provider`);
+      for (const r of rows) {
+        this.set({ provider: r.provider, quantile: '0.5' }, r.p50);
+        this.set({ provider: r.provider, quantile: '0.95' }, r.p95);
+      }
     },
   });
   new Gauge({
     name: 'vidorch_poll_fallback_ratio',
-    help: 'Share of terminal provider events of the last 15 minutes that a poll saw before any callback',
+    help: 'Per provider, the share of attempts whose terminal job state (recorded in the last 15 minutes) a poll or reconciliation lookup recorded before any callback',
+    labelNames: ['provider'],
     registers: [registry],
     async collect() {
-      const [r] = await read<{ ratio: number | null }>(sql`
-        SELECT avg(CASE WHEN source = 'callback' THEN 0 ELSE 1 END)::float AS ratio FROM (
-          SELECT DISTINCT ON (attempt_id) source FROM callback_inbox
+      this.reset();
+      const rows = await read<{ provider: string; ratio: number }>(sql`
+        SELECT provider, avg(CASE WHEN source = 'callback' THEN 0 ELSE 1 END)::float AS ratio FROM (
+          SELECT DISTINCT ON (attempt_id) provider, source FROM callback_inbox
           WHERE event_type IN ('succeeded', 'failed', 'canceled', 'aborted') AND attempt_id IS NOT NULL
             AND received_at > now() - interval '15 minutes'
-          ORDER BY attempt_id, received_at) first_seen`);
-      this.set(r?.ratio ?? 0);
+          ORDER BY attempt_id, received_at) first_seen
+        GROUP BY provider`);
+      for (const r of rows) this.set({ provider: r.provider }, r.ratio);
     },
   });
   new Gauge({
@@ -146,11 +155,66 @@ function registerFactGauges(registry: Registry, db: Db): void {
   });
 }
 
-/** Per-provider breaker and retry-budget gauges, read from the process's guards at scrape time. */
+/** What registerResilienceGauges reads per provider (activities/provider-guard.ts resilienceSnapshots). */
+export interface ResilienceView {
+  readonly breaker: { readonly state: string; readonly failureRate: number; readonly forced: string | null };
+  readonly retriesAvailable: number;
+  readonly bulkhead: { readonly limit: number; readonly effectiveLimit: number } | null;
+  /** Refusals since the process started, keyed "guard/reason". */
+  readonly refusals: Readonly<Record<string, number>>;
+}
+
+/**
+ * Per-provider breaker, retry-budget and bulkhead metrics, read from the process's guards at
+ * scrape time; with `inFlight`, also the jobs in flight per provider from the attempt facts.
+ */
 export function registerResilienceGauges(
   registry: Registry,
-  snapshots: () => Record<string, { breaker: { state: string; failureRate: number; forced: string | null }; retriesAvailable: number }>,
+  snapshots: () => Record<string, ResilienceView>,
+  inFlight?: () => Promise<Record<string, number>>,
 ): void {
+  new Counter({
+    name: 'vidorch_provider_refusals_total',
+    help: 'Submit claims refused by this process, per provider: guard (breaker, bulkhead, retry_budget) and reason (open, forced-open, probes-busy, recovering, strict; full, ramp; spent)',
+    labelNames: ['provider', 'guard', 'reason'],
+    registers: [registry],
+    collect() {
+      // The guards keep the running totals; mirror them (they only grow).
+      this.reset();
+      for (const [provider, s] of Object.entries(snapshots())) {
+        for (const [key, n] of Object.entries(s.refusals)) {
+          const [guard = key, reason = ''] = key.split('/');
+          this.inc({ provider, guard, reason }, n);
+        }
+      }
+    },
+  });
+  new Gauge({
+    name: 'vidorch_bulkhead_limit',
+    help: "A provider's bulkhead limit as last read at a claim (configured) and the ceiling now (effective: lower while ramping up after a rebuild)",
+    labelNames: ['provider', 'kind'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [provider, s] of Object.entries(snapshots())) {
+        if (!s.bulkhead) continue;
+        this.set({ provider, kind: 'configured' }, s.bulkhead.limit);
+        this.set({ provider, kind: 'effective' }, s.bulkhead.effectiveLimit);
+      }
+    },
+  });
+  if (inFlight) {
+    new Gauge({
+      name: 'vidorch_bulkhead_in_flight',
+      help: 'Jobs in flight per provider according to the attempt facts (SUBMITTING, SUBMITTED, RUNNING, SUBMIT_UNKNOWN): what the bulkhead counts',
+      labelNames: ['provider'],
+      registers: [registry],
+      async collect() {
+        this.reset();
+        for (const [provider, n] of Object.entries(await inFlight())) this.set({ provider }, n);
+      },
+    });
+  }
   const states = ['closed', 'half-open', 'open'];
   new Gauge({
     name: 'vidorch_breaker_state',

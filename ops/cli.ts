@@ -3,7 +3,7 @@
 import os from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
-import { buildDatabase } from '../config/services';
+import { buildDatabase, buildProviders } from '../config/services';
 import { readFence } from '../db/fence';
 import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
 import { modeForbids } from '../domain/modes';
@@ -14,7 +14,18 @@ import { createGenerationFacade, type GenerationFacade } from '../temporal/facad
 import { runFailover } from './failover';
 import { parseDuration } from './format';
 import { inspectTask } from './inspect';
-import { printApply, printFailover, printFailoverRecord, printFence, printInspection, printModeTable, printReconcileReport, printReviews } from './print';
+import {
+  printApply,
+  printFailover,
+  printFailoverRecord,
+  printFence,
+  printInspection,
+  printModeTable,
+  printProviderStatus,
+  printReconcileReport,
+  printReviews,
+} from './print';
+import { changeProviderControl, providerStatus, type ProviderControlChange } from './providers';
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
 import { createTenant, grantTenantCredits } from './tenants';
@@ -42,6 +53,17 @@ const systemMode = (value: string): SystemMode => {
   const m = value.toUpperCase().replace(/-/g, '_');
   if (!(SYSTEM_MODES as readonly string[]).includes(m)) throw new InvalidArgumentError(`one of ${SYSTEM_MODES.join(', ')}`);
   return m as SystemMode;
+};
+/** The providers this deployment's workers can call, with their adapters' in-flight limits. */
+const adapterLimits = Object.fromEntries(Object.entries(buildProviders(config)).map(([name, a]) => [name, a.capabilities.maxConcurrency ?? null]));
+const providerName = (value: string): string => {
+  if (!(value in adapterLimits)) throw new InvalidArgumentError(`one of ${Object.keys(adapterLimits).join(', ')}`);
+  return value;
+};
+const inFlightLimit = (value: string): number | null => {
+  if (value === 'none') return null;
+  if (!/^\d+$/.test(value)) throw new InvalidArgumentError('a number of jobs (0 or more), or none for the adapter\'s limit');
+  return Number(value);
 };
 const print = (json: boolean, data: unknown, text: () => string) => console.log(json ? JSON.stringify(data) : text());
 
@@ -181,6 +203,52 @@ program
     );
     print(o.json, result, () => `\n${printFailover(result, false)}`);
   });
+
+// ---------------------------------------------------------------------------------------------
+// provider controls (docs/runbooks/providers.md)
+
+const provider = program.command('provider').description("per-provider breaker switch and bulkhead limit (provider_control; every worker's next claim follows)");
+
+provider
+  .command('status')
+  .description('each provider: force switch, limit, jobs in flight and waiting (facts), recent rejections')
+  .option('--window <duration>', 'count provider rejections this far back', duration, 15 * 60)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { window: number; json: boolean }) => {
+    const rows = await withDb((d) => providerStatus(d.db, { adapterLimits, windowSeconds: o.window }));
+    print(o.json, rows, () => `providers\n${printProviderStatus(rows)}`);
+  });
+
+const showControl = (c: { force: string | null; max_in_flight: number | null }) => `switch ${c.force ?? 'automatic'}, limit ${c.max_in_flight ?? 'adapter'}`;
+
+async function changeControl(p: string, change: ProviderControlChange, o: { reason: string; json: boolean }) {
+  const result = await withDb((d) => changeProviderControl(d.db, { provider: p, change, actor, reason: o.reason }));
+  print(o.json, result, () => `${p}: ${showControl(result.from)} → ${showControl(result.to)}; audit ${result.auditId}`);
+}
+
+const switches: [string, string, 'open' | 'closed' | null][] = [
+  ['force-open', 'stop new submits to the provider (jobs already there go on)', 'open'],
+  ['force-close', 'keep submitting whatever the failure rate (the breaker records but never trips)', 'closed'],
+  ['clear', 'back to automatic: the breaker decides', null],
+];
+for (const [name, description, force] of switches) {
+  provider
+    .command(name)
+    .description(description)
+    .argument('<provider>', Object.keys(adapterLimits).join(' | '), providerName)
+    .requiredOption('--reason <text>', 'why (audited)')
+    .option('--json', 'print one JSON line', false)
+    .action((p: string, o: { reason: string; json: boolean }) => changeControl(p, { kind: 'force', force }, o));
+}
+
+provider
+  .command('limit')
+  .description('set the bulkhead: at most n jobs in flight at the provider, across all workers')
+  .argument('<provider>', Object.keys(adapterLimits).join(' | '), providerName)
+  .argument('<n|none>', "jobs in flight (0 stops new submits), or none for the adapter's limit", inFlightLimit)
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action((p: string, n: number | null, o: { reason: string; json: boolean }) => changeControl(p, { kind: 'limit', maxInFlight: n }, o));
 
 // ---------------------------------------------------------------------------------------------
 // reconcile, inspect, review

@@ -9,7 +9,7 @@ import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage, pollQueueRates } from '../config/services';
 import { createLogger } from '../observability/logger';
-import { resilienceSnapshots } from '../activities/provider-guard';
+import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
 import { createMetrics, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
 import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
@@ -18,6 +18,7 @@ import { createGenerationFacade } from '../temporal/facade';
 import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
 import { bundleWorkflows, createGenerationWorkers } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
+import { tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
@@ -26,7 +27,7 @@ Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
 
 const database = buildDatabase(config, 'vidorch-worker');
 const metrics = createMetrics({ service: 'worker', db: database.db });
-registerResilienceGauges(metrics.registry, resilienceSnapshots);
+registerResilienceGauges(metrics.registry, resilienceSnapshots, () => inFlightByProvider(database.db));
 registerRoutingMetrics(metrics.registry, routeDecisionCounts);
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
@@ -85,6 +86,7 @@ async function startWorker(): Promise<RegionService> {
     workflowBundle: bundle,
     maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
     shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
+    tuning: tuningFromConfig(config),
     pollRates: pollQueueRates(config),
   });
   const ended = worker.run();

@@ -128,11 +128,11 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     assert.ok(sim.sim.stats().webhooks_failed > 0, 'the simulator saw its deliveries refused');
   });
 
-  test('the metrics tell callbacks from polls: callback lag is reported and the poll-fallback ratio is a share', async () => {
+  test('the metrics tell callbacks from polls: callback lag is reported and the poll-fallback ratio is a share, per provider', async () => {
     const text = await fetch(`${api.baseUrl}/metrics`).then((r) => r.text());
-    const lag = /vidorch_callback_lag_seconds\{quantile="0.5"[^}]*\} ([0-9.e+-]+)/.exec(text);
+    const lag = /vidorch_callback_lag_seconds\{provider="replicate",quantile="0.5"[^}]*\} ([0-9.e+-]+)/.exec(text);
     assert.ok(lag, 'callback lag p50 present after callback-driven tasks');
-    const ratio = Number(/vidorch_poll_fallback_ratio\{[^}]*\} ([0-9.e+-]+)/.exec(text)?.[1]);
+    const ratio = Number(/vidorch_poll_fallback_ratio\{provider="replicate"[^}]*\} ([0-9.e+-]+)/.exec(text)?.[1]);
     assert.ok(ratio > 0 && ratio < 1, `some tasks here completed by polling only, some by callback: ${ratio}`);
     assert.match(text, /vidorch_ledger_imbalance\{[^}]*\} 0/);
   });
