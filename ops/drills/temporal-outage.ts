@@ -5,6 +5,7 @@
 // drain and λ the arrival rate, for both the outbox (workflow starts) and the tasks themselves.
 // (The outbox relay's per-row backoff, up to ~1 min, bounds its drain more than μ does.)
 import { sql } from 'drizzle-orm';
+import { queues } from '../../temporal/queues';
 import { sleep } from '../../scripts/stack';
 import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
 import { drainFigures, peakRate, type DrainFigures } from './capacity-model';
@@ -27,6 +28,21 @@ export interface TemporalOutageReport {
   readonly ledgerImbalance: number;
 }
 
+/** Waits until `n` workers poll the generation task queue for workflow tasks. */
+async function waitForPollers(world: DrillWorld, n: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { pollers } = await world.client.workflowService.describeTaskQueue({
+      namespace: world.config.TEMPORAL_NAMESPACE,
+      taskQueue: { name: queues.generation(world.config.TEMPORAL_TASK_QUEUE) },
+      taskQueueType: 1, // TASK_QUEUE_TYPE_WORKFLOW
+    });
+    if ((pollers?.length ?? 0) >= n) return;
+    if (Date.now() > deadline) throw new Error(`only ${pollers?.length ?? 0} of ${n} workers polling after ${timeoutMs / 1000} s`);
+    await sleep(1_000);
+  }
+}
+
 const count = async (world: DrillWorld, query: ReturnType<typeof sql>) => ((await world.db.db.execute(query)).rows[0] as { n: number }).n;
 
 export async function runTemporalOutageDrill(opts: { outageSeconds: number; ratePerSecond: number; log: (line: string) => void }): Promise<TemporalOutageReport> {
@@ -40,6 +56,9 @@ export async function runTemporalOutageDrill(opts: { outageSeconds: number; rate
   try {
     await world.startWorker('worker-1');
     await world.startWorker('worker-2');
+    // A worker that reaches its Temporal connect during the outage exits: on a loaded machine the
+    // start-up (bundling included) can outlast the 15 s before the stop, so wait for both to poll.
+    await waitForPollers(world, 2, 180_000);
     let phase = 'before';
     const load = startCreateLoad(world, { ratePerSecond: opts.ratePerSecond, prefix: 'temporal-outage', phase: () => phase });
     await sleep(15_000);
