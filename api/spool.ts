@@ -150,9 +150,17 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
     append(rec) {
       return serial(async () => {
         const { handle } = await openActive();
-        const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
-        await handle.appendFile(line, 'utf8');
-        await handle.datasync();
+        try {
+          const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
+          await handle.appendFile(line, 'utf8');
+          await handle.datasync();
+        } catch (err) {
+          // A write that failed part way (ENOSPC, EIO) may have left half a line. Seal the file,
+          // so the next acknowledged append starts a fresh one instead of gluing itself onto the
+          // torn tail, where the replay would have to skip both.
+          await seal().catch(() => undefined);
+          throw err;
+        }
       });
     },
 
