@@ -9,7 +9,7 @@ import type { TaskFacts } from '../domain/facts';
 import { fenced, notFound, type TaskActivityDeps } from './deps';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
-import { finishTask } from './settlement';
+import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 /**
@@ -66,14 +66,7 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
           const used = history.length;
           const attemptNo = used + 1;
           if (attemptNo > deps.settings.maxSubmitAttempts) {
-            await finishTask(tx, token, task, {
-              to: 'FAILED',
-              charge: '0',
-              sourceEvent: 'workflow.attempts-exhausted',
-              actor: 'workflow',
-              failureCode: 'PROVIDER_REJECTED',
-              failureMessage: `provider rejected ${used} attempts`,
-            });
+            await finishTask(tx, token, task, failedUncharged('workflow.attempts-exhausted', 'PROVIDER_REJECTED', `provider rejected ${used} attempts`));
             return;
           }
           if (pastDeadline(task, deps.clock.now(), 0)) {
@@ -94,14 +87,7 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
           );
           if (route.kind === 'rejected') {
             // Validated at create, so only a catalog or configuration change gets here.
-            await finishTask(tx, token, task, {
-              to: 'FAILED',
-              charge: '0',
-              sourceEvent: 'workflow.no-route',
-              actor: 'workflow',
-              failureCode: 'NO_ROUTE',
-              failureMessage: `no provider can serve this task: ${route.detail}`,
-            });
+            await finishTask(tx, token, task, failedUncharged('workflow.no-route', 'NO_ROUTE', `no provider can serve this task: ${route.detail}`));
             return;
           }
           const attemptId = attemptIdFor(taskId, attemptNo);

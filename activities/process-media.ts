@@ -14,7 +14,7 @@ import { minMoney } from '../domain/money';
 import { InvalidMediaError, extractThumbnail, probeMedia, type MediaInfo } from '../media/probe';
 import { thumbnailObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
-import { finishTask } from './settlement';
+import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 export function createMediaActivities(deps: TaskActivityDeps) {
@@ -70,14 +70,7 @@ export function createMediaActivities(deps: TaskActivityDeps) {
           const current = await lockTask(tx, taskId);
           if (!current || current.status !== 'PROCESSING_MEDIA') return;
           if (!info) {
-            await finishTask(tx, token, current, {
-              to: 'FAILED',
-              charge: '0',
-              sourceEvent: 'workflow.media-invalid',
-              actor: 'workflow',
-              failureCode: 'INVALID_MEDIA',
-              failureMessage: invalid ?? 'invalid media',
-            });
+            await finishTask(tx, token, current, failedUncharged('workflow.media-invalid', 'INVALID_MEDIA', invalid ?? 'invalid media'));
             return;
           }
           await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));

@@ -239,6 +239,17 @@ export class ProviderGuard {
     return ticket;
   }
 
+  /**
+   * An admitted attempt that will not call the provider after all (its claim transaction failed,
+   * or the submit switch closed before the call): give back the breaker's probe slot and, for a
+   * retry, the budget's token. Nothing is recorded as a success or a failure.
+   */
+  release(provider: string, ticket: BreakerTicket, attemptNo = 1): void {
+    const s = this.state(provider);
+    s.breaker.release(ticket);
+    if (attemptNo > 1) s.budget.refund();
+  }
+
   report(provider: string, ticket: BreakerTicket, outcome: SubmitOutcome, attemptNo = 1): void {
     const s = this.state(provider);
     if (breakerVerdict(outcome) === 'success') s.breaker.onSuccess(ticket);

@@ -18,7 +18,7 @@ import { decide } from '../domain/task-machine';
 import { outputObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
-import { finishTask } from './settlement';
+import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
@@ -143,14 +143,7 @@ export function createRescueActivities(deps: TaskActivityDeps) {
           const current = await lockTask(tx, taskId);
           if (!current || !FETCHING.includes(current.status as TaskStatus)) return;
           if (!object) {
-            await finishTask(tx, token, current, {
-              to: 'FAILED',
-              charge: '0',
-              sourceEvent: 'workflow.output-lost',
-              actor: 'workflow',
-              failureCode: 'OUTPUT_LOST',
-              failureMessage: lostReason ?? 'output lost',
-            });
+            await finishTask(tx, token, current, failedUncharged('workflow.output-lost', 'OUTPUT_LOST', lostReason ?? 'output lost'));
             return;
           }
           await tx

@@ -21,6 +21,11 @@ export interface FinishArgs {
   readonly detail?: Record<string, unknown>;
 }
 
+/** A failure the workflow records with nothing charged: the whole reservation is released. */
+export function failedUncharged(sourceEvent: string, failureCode: string, failureMessage: string, attemptId?: string): FinishArgs {
+  return { to: 'FAILED', charge: '0', sourceEvent, actor: 'workflow', failureCode, failureMessage, ...(attemptId ? { attemptId } : {}) };
+}
+
 /** CAS the locked task to a terminal state and close its reservation. False when the CAS lost. */
 export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args: FinishArgs): Promise<boolean> {
   const version = await casTaskStatus(tx, token, {

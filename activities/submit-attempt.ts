@@ -16,13 +16,20 @@ import { decide } from '../domain/task-machine';
 import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
 import { ProviderGuard } from './provider-guard';
-import { finishTask } from './settlement';
+import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
+import { failedUncharged, finishTask } from './settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
 
 type TaskRow = typeof generationTask.$inferSelect;
 type AttemptRow = typeof taskAttempt.$inferSelect;
+/** A guard ticket taken by a claim, to give back if the claim does not stand. */
+interface Admitted {
+  readonly provider: string;
+  readonly ticket: BreakerTicket;
+  readonly attemptNo: number;
+}
 
 export interface SubmitResult {
   readonly facts: TaskFacts;
@@ -44,6 +51,7 @@ function providerInput(task: TaskRow): Record<string, unknown> {
 export function createSubmitActivities(deps: TaskActivityDeps) {
   // One guard per worker process: breaker state is local, the bulkhead count comes from facts.
   const guard = new ProviderGuard({
+    ...deps.settings.providerGuard,
     now: () => deps.clock.now().getTime(),
     onStateChange: (provider, from, to) => console.warn(JSON.stringify({ msg: 'circuit breaker state change', provider, from, to })),
   });
@@ -69,8 +77,22 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     });
   }
 
-  /** Phase 1: claim the attempt (PREPARED → SUBMITTING) under the fence, or learn there is nothing to call. */
+  /**
+   * Phase 1: claim the attempt (PREPARED → SUBMITTING) under the fence, or learn there is nothing
+   * to call. A guard ticket taken inside a transaction that then fails (or fails to commit) is
+   * given back, so a lost claim cannot hold a half-open probe slot or a retry token.
+   */
   async function claim(token: FenceToken, taskId: string) {
+    const held: { admitted: Admitted | null } = { admitted: null };
+    try {
+      return await claimTx(token, taskId, (a) => (held.admitted = a));
+    } catch (err) {
+      if (held.admitted) guard.release(held.admitted.provider, held.admitted.ticket, held.admitted.attemptNo);
+      throw err;
+    }
+  }
+
+  async function claimTx(token: FenceToken, taskId: string, onAdmitted: (a: Admitted) => void) {
     return deps.db.transaction(async (tx) => {
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
@@ -102,13 +124,14 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           .update(taskAttempt)
           .set({ submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called', status_version: sql`${taskAttempt.status_version} + 1` })
           .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
-        await finishTask(tx, token, task, { ...deadlineExceeded('workflow.deadline-before-submit'), attemptId: attempt.attempt_id });
+        await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
         return null;
       }
       // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
       await assertModeAllows(tx, token.scope, 'submit');
       // The breaker and the bulkhead: an attempt that may not go now stays PREPARED.
       const ticket = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
+      onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
       await tx
         .update(taskAttempt)
         .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })
@@ -164,15 +187,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
           if (d.kind !== 'move') return null;
           if (d.to === 'FAILED') {
-            await finishTask(tx, token, task, {
-              to: 'FAILED',
-              charge: '0',
-              sourceEvent: 'submit.rejected',
-              actor: 'workflow',
-              attemptId,
-              failureCode: 'PROVIDER_REJECTED',
-              failureMessage: outcome.reason,
-            });
+            await finishTask(tx, token, task, failedUncharged('submit.rejected', 'PROVIDER_REJECTED', outcome.reason, attemptId));
             return null;
           }
           await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.rejected', detail: { status: outcome.status, reason: outcome.reason } });
@@ -193,7 +208,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         const adapter = providerFor(deps, attempt.provider);
         // The switch closed after the claim (a failover): never call. The attempt stays
         // SUBMITTING, so whoever runs next records the outcome as unknown and proves it absent.
-        assertSubmitSwitchOpen(deps);
+        try {
+          assertSubmitSwitchOpen(deps);
+        } catch (err) {
+          guard.release(attempt.provider, ticket, attempt.attempt_no);
+          throw err;
+        }
         const ctx = Context.current();
         const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
         let outcome: SubmitOutcome;

@@ -119,6 +119,20 @@ test('the breaker opens after provider failures and refuses until its cool-down;
   assert.equal(breakerVerdict({ kind: 'rejected', retryable: true, status: 429, retryAfterMs: 1000, reason: 'rate' }), 'failure');
 });
 
+test('a probe slot taken by a claim that did not stand is given back: the next claim probes instead of waiting', async () => {
+  let now = 1_000_000;
+  const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000, halfOpenMaxProbes: 1 } });
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES));
+  for (let i = 0; i < 4; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
+  now += 10_001;
+  const probe = await admit();
+  assert.equal(probe.probe, true);
+  await assert.rejects(admit(), (err) => isUnavailable(err) && /probes-busy/.test((err as Error).message), 'the one probe slot is taken');
+  guard.release('replicate', probe);
+  const again = await admit();
+  assert.equal(again.probe, true, 'released: another claim may probe at once');
+});
+
 test('the retry budget bounds retry attempts to a share of first attempts; over budget a retry waits instead of calling', async () => {
   const now = 5_000_000;
   const guard = new ProviderGuard({ now: () => now, retryBudget: { ratio: 0.1, minRetriesPerSecond: 0, windowMs: 10_000 } });
