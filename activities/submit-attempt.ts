@@ -218,6 +218,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
         let outcome: SubmitOutcome;
         const callStarted = Date.now();
+        // Cancelled before the request could leave (a heartbeat timeout): the adapter answers a
+        // retryable rejection without sending. That is our trouble, not the provider's.
+        const cancelledBeforeCall = ctx.cancellationSignal.aborted;
         try {
           outcome = await adapter.submit({
             attemptId: attempt.attempt_id,
@@ -233,7 +236,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           clearInterval(beat);
           recordSubmitLatency(attempt.provider, Date.now() - callStarted);
         }
-        guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
+        if (cancelledBeforeCall) guard.release(attempt.provider, ticket, attempt.attempt_no);
+        else guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
         ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
         try {
           return await record(token, taskId, attempt.attempt_id, outcome);
