@@ -66,29 +66,28 @@ export function pollRateFor(deps: TaskActivityDeps, provider: string, overrides:
 export async function createGenerationWorkers(opts: GenerationWorkerOptions): Promise<GenerationWorkers> {
   const activities = opts.activities ?? createTaskActivities(opts.deps);
   const shutdownGraceTime = opts.shutdownGraceMs ?? 30_000;
-  const generation = await Worker.create({
-    connection: opts.connection,
-    namespace: opts.namespace,
-    taskQueue: queues.generation(opts.taskQueueBase),
-    workflowBundle: opts.workflowBundle,
-    // Every activity, pollProvider included: runs recorded before per-provider poll queues
-    // (patch 'per-provider-poll-queues') still schedule their polls here.
-    activities,
-    maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
-    // In-flight activities get this long to finish (or heartbeat out) on shutdown.
-    shutdownGraceTime,
-    ...(opts.identity ? { identity: opts.identity } : {}),
-    ...(opts.tuning ? tuningOptions(opts.tuning) : {}),
-  });
   const reads = Object.fromEntries(PROVIDER_READ_ACTIVITIES.map((name) => [name, activities[name]]));
-  const polls = new Map<string, Worker>();
-  const pollRates = new Map<string, number | undefined>();
-  for (const provider of opts.pollProviders ?? Object.keys(opts.deps.providers)) {
-    const rate = pollRateFor(opts.deps, provider, opts.pollRates);
-    pollRates.set(provider, rate);
-    polls.set(
-      provider,
-      await Worker.create({
+  const providers = opts.pollProviders ?? Object.keys(opts.deps.providers);
+  const pollRates = new Map(providers.map((p) => [p, pollRateFor(opts.deps, p, opts.pollRates)] as const));
+  // Created at once: a standby worker must poll within a second or two of its region becoming active.
+  const [generation, ...pollWorkers] = await Promise.all([
+    Worker.create({
+      connection: opts.connection,
+      namespace: opts.namespace,
+      taskQueue: queues.generation(opts.taskQueueBase),
+      workflowBundle: opts.workflowBundle,
+      // Every activity, pollProvider included: runs recorded before per-provider poll queues
+      // (patch 'per-provider-poll-queues') still schedule their polls here.
+      activities,
+      maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
+      // In-flight activities get this long to finish (or heartbeat out) on shutdown.
+      shutdownGraceTime,
+      ...(opts.identity ? { identity: opts.identity } : {}),
+      ...(opts.tuning ? tuningOptions(opts.tuning) : {}),
+    }),
+    ...providers.map((provider) => {
+      const rate = pollRates.get(provider);
+      return Worker.create({
         connection: opts.connection,
         namespace: opts.namespace,
         taskQueue: queues.poll(opts.taskQueueBase, provider),
@@ -98,9 +97,10 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
         shutdownGraceTime,
         ...(opts.identity ? { identity: `${opts.identity}-poll-${provider}` } : {}),
-      }),
-    );
-  }
+      });
+    }),
+  ]);
+  const polls = new Map(providers.map((p, i) => [p, pollWorkers[i]!]));
   const all = [generation, ...polls.values()];
   const shutdown = () => {
     for (const w of all) {
