@@ -213,6 +213,11 @@ export const callbackInbox = pgTable(
     index('idx_callback_task_unprocessed')
       .on(t.task_id, t.received_at)
       .where(sql`${t.processed_at} IS NULL`),
+    // Callback health per provider (poll pacing, activities/callback-health.ts) and the
+    // callback-lag gauge read the latest callbacks of one provider.
+    index('idx_callback_provider_received')
+      .on(t.provider, t.received_at)
+      .where(sql`${t.source} = 'callback'`),
   ],
 );
 

@@ -1,0 +1,1 @@
+CREATE INDEX "idx_callback_provider_received" ON "callback_inbox" USING btree ("provider","received_at") WHERE "callback_inbox"."source" = 'callback';
