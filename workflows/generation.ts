@@ -35,6 +35,8 @@ import { reviewProblem } from '../domain/review';
 
 export interface GenerationInput {
   readonly taskId: string;
+  /** Continue-as-new after this many steps (default STEPS_PER_RUN); tests set it low. */
+  readonly stepsPerRun?: number;
 }
 export interface GenerationResult {
   readonly taskId: string;
@@ -67,6 +69,7 @@ const WAITING: readonly TaskStatus[] = ['SUBMITTED', 'RUNNING', 'CANCEL_REQUESTE
 
 export async function generationWorkflow(input: GenerationInput): Promise<GenerationResult> {
   const { taskId } = input;
+  const stepsPerRun = input.stepsPerRun ?? STEPS_PER_RUN;
   let woken = false;
   let current: TaskFacts | null = null;
   let published = '';
@@ -196,9 +199,9 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       current = await facts.escalateTask(taskId, `${cause.type}: ${cause.message}`);
     }
     steps += 1;
-    if (!isTerminal(current.status) && (steps >= STEPS_PER_RUN || workflowInfo().continueAsNewSuggested)) {
+    if (!isTerminal(current.status) && (steps >= stepsPerRun || workflowInfo().continueAsNewSuggested)) {
       await condition(allHandlersFinished);
-      await continueAsNew<typeof generationWorkflow>({ taskId });
+      await continueAsNew<typeof generationWorkflow>(input.stepsPerRun === undefined ? { taskId } : { taskId, stepsPerRun });
     }
   }
   publish(current);
