@@ -20,6 +20,15 @@ import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 /** Attempt states that hold a job at the provider (or may): what the bulkhead counts. */
 export const IN_FLIGHT_SUBMIT_STATES = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
 const inFlightStates = sql.raw(IN_FLIGHT_SUBMIT_STATES.map((s) => `'${s}'`).join(', '));
+/**
+ * An attempt `a` that holds one of its provider's slots: in flight by its state, unless the
+ * provider already reported the job finished and that report waits in the inbox. Such a job no
+ * longer runs at the provider; our own rescue and media steps are not its concurrency.
+ */
+const holdsSlot = sql`a.submit_state IN (${inFlightStates}) AND NOT EXISTS (
+  SELECT 1 FROM callback_inbox i
+  WHERE i.task_id = a.task_id AND i.attempt_id = a.attempt_id AND i.processed_at IS NULL
+    AND i.event_type IN ('succeeded', 'failed', 'canceled', 'aborted'))`;
 
 /** The settings config/env.ts exposes (config/services.ts `activitySettings`). */
 export interface ProviderGuardSettings {
@@ -101,7 +110,7 @@ export function resilienceSnapshots(): Record<string, ProviderResilienceSnapshot
 /** Jobs in flight per provider according to the attempt facts (what every worker's bulkhead counts). */
 export async function inFlightByProvider(db: DbOrTx): Promise<Record<string, number>> {
   const { rows } = await db.execute(sql`
-    SELECT provider, count(*)::int AS n FROM task_attempt WHERE submit_state IN (${inFlightStates}) GROUP BY provider`);
+    SELECT a.provider, count(*)::int AS n FROM task_attempt a WHERE ${holdsSlot} GROUP BY a.provider`);
   return Object.fromEntries((rows as { provider: string; n: number }[]).map((r) => [r.provider, r.n]));
 }
 
@@ -219,7 +228,7 @@ export class ProviderGuard {
       s.lastLimit = limit;
       await tx.execute(sql`SELECT 1 FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
       const { rows: counted } = await tx.execute(sql`
-        SELECT count(*)::int AS n FROM task_attempt WHERE provider = ${provider} AND submit_state IN (${inFlightStates})`);
+        SELECT count(*)::int AS n FROM task_attempt a WHERE a.provider = ${provider} AND ${holdsSlot}`);
       const inFlight = (counted[0] as { n: number }).n;
       const ceiling = this.effectiveLimit(provider, limit);
       if (inFlight >= ceiling) {

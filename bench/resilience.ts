@@ -58,8 +58,14 @@ const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering',
  * busy / recovering = exactly 1 s (half-open / closed and ramping), bulkhead = 2–5 s, retry
  * budget = 5–10 s.
  */
-function refusalReason(type: string, delayMs: number | null, breakerState: string): Reason {
-  if (type === 'ModePaused' || type === 'FenceRejected') return 'mode/fence';
+function refusalReason(type: string, message: string, delayMs: number | null, breakerState: string): Reason {
+  // The guard's own words (activities/provider-guard.ts), when the log line carries them.
+  if (/ circuit (open|forced-open|not healthy)/.test(message)) return 'circuit open';
+  if (/ circuit probes-busy/.test(message)) return 'probes busy';
+  if (/ circuit recovering/.test(message)) return 'recovering';
+  if (/ bulkhead full/.test(message)) return 'bulkhead full';
+  if (/ retry budget spent/.test(message)) return 'retry budget';
+  if (type === 'ModePaused' || type === 'FenceRejected' || /system mode|fence|submit switch closed/.test(message)) return 'mode/fence';
   if (type !== 'ProviderUnavailable' || delayMs === null) return 'other';
   if (breakerState === 'open') return 'circuit open';
   if (delayMs === 1_000) return breakerState === 'half-open' ? 'probes busy' : 'recovering';
@@ -78,6 +84,7 @@ interface ClaimFailure {
   readonly atMs: number;
   readonly worker: string;
   readonly type: string;
+  readonly message: string;
   readonly delayMs: number | null;
   readonly activity: string;
 }
@@ -243,11 +250,18 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
             }
           } else if (line.includes('"Activity failed"')) {
             try {
-              const j = JSON.parse(line) as { time?: string; activityType?: string; error?: { type?: string; nextRetryDelay?: number } };
-              const at = j.time ? Date.parse(j.time) : atMs;
-              failures.push({ atMs: at, worker: name, type: j.error?.type ?? '?', delayMs: j.error?.nextRetryDelay ?? null, activity: j.activityType ?? '?' });
+              // observability/temporal-logger.ts hands the failure to pino as `err`: its type is the
+              // class name, so the failure type is read off the message.
+              type Logged = { type?: string; message?: string; nextRetryDelay?: number };
+              const j = JSON.parse(line) as { time?: string | number; activityType?: string; err?: Logged; error?: Logged };
+              const at = typeof j.time === 'number' ? j.time : j.time ? Date.parse(j.time) : atMs;
+              const e = j.err ?? j.error;
+              const message = e?.message ?? '';
+              const guardWords = / circuit | bulkhead full| retry budget spent/.test(message);
+              const type = guardWords ? 'ProviderUnavailable' : e?.type && e.type !== 'ApplicationFailure' ? e.type : '?';
+              failures.push({ atMs: at, worker: name, type, message, delayMs: e?.nextRetryDelay ?? null, activity: j.activityType ?? '?' });
             } catch {
-              failures.push({ atMs, worker: name, type: '?', delayMs: null, activity: '?' });
+              failures.push({ atMs, worker: name, type: '?', message: '', delayMs: null, activity: '?' });
             }
           } else if (line.includes('provider submit outcome')) {
             const id = /"attemptId":"([0-9a-f-]+)"/.exec(line)?.[1];
@@ -420,7 +434,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   const runSubmits = submits.slice(submitsBefore);
   const refusals: Refusal[] = failures
     .filter((f) => f.activity === 'submitAttempt')
-    .map((f) => ({ atMs: f.atMs, worker: f.worker, reason: refusalReason(f.type, f.delayMs, stateAt(f.worker, f.atMs)) }));
+    .map((f) => ({ atMs: f.atMs, worker: f.worker, reason: refusalReason(f.type, f.message, f.delayMs, stateAt(f.worker, f.atMs)) }));
   const { rows: attempts } = await db.query<{ attempt_id: string; task_id: string; attempt_no: number }>(
     `SELECT a.attempt_id::text, a.task_id::text, a.attempt_no FROM task_attempt a JOIN generation_task t USING (task_id) WHERE t.tenant_id = $1`,
     [tenantId],

@@ -5,7 +5,7 @@
 // per worker process (its /metrics), not facts.
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import { IN_FLIGHT_SUBMIT_STATES } from '../activities/provider-guard';
+import { IN_FLIGHT_SUBMIT_STATES, inFlightByProvider } from '../activities/provider-guard';
 import type { Db } from '../db/client';
 import { opsAudit, providerControl } from '../db/schema';
 import type { BreakerForce } from '../providers/resilience/circuit-breaker';
@@ -45,7 +45,6 @@ export async function providerStatus(
   const controls = (await db.select().from(providerControl)) as (typeof providerControl.$inferSelect)[];
   const { rows } = await db.execute(sql`
     SELECT provider,
-      count(*) FILTER (WHERE submit_state IN (${inFlight}))::int AS in_flight,
       count(*) FILTER (WHERE submit_state = 'SUBMIT_UNKNOWN')::int AS unknown,
       count(*) FILTER (WHERE submit_state = 'PREPARED')::int AS waiting,
       extract(epoch FROM now() - min(created_at) FILTER (WHERE submit_state = 'PREPARED'))::float8 AS oldest_waiting_seconds,
@@ -54,7 +53,9 @@ export async function providerStatus(
     WHERE submit_state IN (${inFlight}, 'PREPARED')
        OR (submit_state = 'REJECTED' AND submit_finished_at > now() - make_interval(secs => ${opts.windowSeconds}))
     GROUP BY provider`);
-  const facts = new Map((rows as { provider: string; in_flight: number; unknown: number; waiting: number; oldest_waiting_seconds: number | null; rejected_recent: number }[]).map((r) => [r.provider, r]));
+  // Slots held, counted exactly as the bulkhead counts them.
+  const slots = await inFlightByProvider(db);
+  const facts = new Map((rows as { provider: string; unknown: number; waiting: number; oldest_waiting_seconds: number | null; rejected_recent: number }[]).map((r) => [r.provider, r]));
   const names = [...new Set([...Object.keys(opts.adapterLimits), ...controls.map((c) => c.provider), ...facts.keys()])].sort();
   return names.map((provider) => {
     const c = controls.find((r) => r.provider === provider);
@@ -67,7 +68,7 @@ export async function providerStatus(
       max_in_flight: maxInFlight,
       adapter_limit: adapterLimit,
       limit: maxInFlight ?? adapterLimit,
-      in_flight: f?.in_flight ?? 0,
+      in_flight: slots[provider] ?? 0,
       unknown: f?.unknown ?? 0,
       waiting: f?.waiting ?? 0,
       oldest_waiting_seconds: f?.oldest_waiting_seconds === null || f?.oldest_waiting_seconds === undefined ? null : Math.round(f.oldest_waiting_seconds),

@@ -3,7 +3,12 @@
 // (workflows and every task activity) and one per configured provider on that provider's poll
 // queue (provider reads only), whose global dispatch rate is the provider's query quota
 // (DESIGN.md §5 "Polling and reconciliation"; docs/providers.md "Poll queues").
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
@@ -17,6 +22,25 @@ export function bundleWorkflows(): Promise<WorkflowBundle> {
   return bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietBundlerLogger });
 }
 
+const BUNDLE_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'bundle-workflows.ts');
+
+/**
+ * The same bundle, built by a short-lived child process (workers/bundle-workflows.ts) with this
+ * process's Node and loader flags: a worker that bundles in-process keeps webpack's ~100 MB
+ * for its whole life (docs/performance.md).
+ */
+export async function bundleWorkflowsInChild(): Promise<WorkflowBundle> {
+  const out = path.join(os.tmpdir(), `vidorch-workflows-${process.pid}-${randomBytes(4).toString('hex')}.js`);
+  const flags = process.execArgv.filter((a) => !a.startsWith('--inspect') && !a.startsWith('--cpu-prof'));
+  try {
+    await execFileAsync(process.execPath, [...flags, BUNDLE_SCRIPT, out], { maxBuffer: 16 * 1024 * 1024 });
+    return { code: await fs.readFile(out, 'utf8') };
+  } finally {
+    await fs.rm(out, { force: true });
+  }
+}
+
+const execFileAsync = promisify(execFile);
 const noop = () => undefined;
 const quietBundlerLogger = { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop };
 

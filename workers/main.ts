@@ -16,7 +16,7 @@ import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
-import { bundleWorkflows, createGenerationWorkers } from './generation-worker';
+import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
 import { tuningFromConfig } from './tuning';
 
@@ -74,8 +74,9 @@ const deps = {
   modePauseRetryMs: config.MODE_PAUSE_RETRY_MS,
   ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, config.REGION) } : {}),
 };
-// Bundled up front, so a standby worker starts polling within a second of its region becoming active.
-const bundle: WorkflowBundle = await bundleWorkflows();
+// Bundled up front, so a standby worker starts polling within a second of its region becoming
+// active; in a child process, so webpack's memory does not stay with the worker (~90 MB).
+const bundle: WorkflowBundle = await bundleWorkflowsInChild();
 
 async function startWorker(): Promise<RegionService> {
   const worker = await createGenerationWorkers({

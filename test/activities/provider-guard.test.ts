@@ -12,6 +12,7 @@ import { Registry } from 'prom-client';
 import { registerResilienceGauges } from '../../observability/metrics';
 import { createTask } from '../../api/tasks.service';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { recordProviderEvent } from '../../db/inbox';
 import { assertModeAllows, setMode } from '../../db/modes';
 import { providerControl, taskAttempt } from '../../db/schema';
 import { REPLICATE_CAPABILITIES } from '../../providers/replicate';
@@ -104,6 +105,27 @@ test('the bulkhead holds under 10× overload: with 2 slots, 20 concurrent submit
   assert.equal(jobs, 2);
   const inFlight = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   assert.equal(inFlight.length, 2, 'slots counted from facts equal the attempts really in flight');
+});
+
+test('a job the provider reported finished frees its slot while the report waits in the inbox', async () => {
+  await freeInFlight();
+  await tdb.database.db
+    .insert(providerControl)
+    .values({ provider: 'replicate', max_in_flight: 1 })
+    .onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1 } });
+  const [a, b] = [await prepared(), await prepared()];
+  assert.equal((await run('submitAttempt', a.taskId)).facts.status, 'SUBMITTED');
+  await assert.rejects(run('submitAttempt', b.taskId), isUnavailable, 'the one slot is taken');
+  const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, a.attemptId));
+  await recordProviderEvent(tdb.database.db, {
+    provider: 'replicate',
+    job: { jobId: attempt!.provider_job_id!, state: 'succeeded', rawStatus: 'succeeded', updatedAt: new Date(), outputUrl: null, error: null, correlationToken: null, metrics: null },
+    providerEventId: `evt-${a.attemptId}`, source: 'callback', attemptId: a.attemptId, taskId: a.taskId,
+    receivedRegion: config.REGION, signatureValid: true, raw: {},
+  });
+  assert.equal((await inFlightByProvider(tdb.database.db))['replicate'] ?? 0, 0, 'not counted: it no longer runs at the provider');
+  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED', 'the slot went to the next attempt');
+  await tdb.database.db.update(providerControl).set({ max_in_flight: null }).where(eq(providerControl.provider, 'replicate'));
 });
 
 test('the breaker opens after provider failures and refuses until its cool-down; our own 4xx does not count against the provider', async () => {
