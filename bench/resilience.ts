@@ -6,7 +6,7 @@
 // amplification, counted by the simulator per attempt token, refused ones included) against
 // the retry budget's exact bound, how long each worker's breaker was open (its state-change
 // log lines), ProviderUnavailable refusals by reason (the workers' "Activity failed" lines),
-// the bulkhead's count from facts, tasks ended / waiting, and provider calls per second after
+// attempts in flight by state, tasks ended / waiting, and provider calls per second after
 // the heal. `--breaker-closed` sets the operator switch (provider_control.breaker_force) so the
 // retry budget alone limits retries.
 import { randomUUID } from 'node:crypto';
@@ -110,7 +110,7 @@ interface StatusSnapshot {
 }
 interface BulkheadSample {
   readonly atMs: number;
-  /** Attempts the bulkhead counts (facts). */
+  /** Attempts in flight by their state (the bulkhead counts these minus the ones the provider reported finished). */
   readonly inFlight: number;
   /** Of those, accepted by the provider more than generation time + 1 s ago: the job is done there. */
   readonly doneAtProvider: number;
@@ -322,7 +322,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   const describe = (s: StatusSnapshot) =>
     `${s.succeeded} SUCCEEDED, ${s.failed} FAILED, waiting: ${s.preparedFirst + s.preparedRetry} PREPARED (${s.preparedRetry} retries), ${s.dispatching} DISPATCHING, ${s.atProvider} at provider, ${s.afterProvider} after provider`;
 
-  // The bulkhead's count from facts, and how much of it the provider has already finished.
+  // Attempts in flight by state, and how many of them the provider has already finished (the
+  // bulkhead no longer counts a job once its terminal report is in the inbox).
   const acceptedAt = new Map<string, number>();
   unsubscribe.push(world.sim.onSubmit((s) => void (s.token && !s.refused && acceptedAt.set(s.token, s.atMs))));
   async function bulkheadSample(taskIds: string[]): Promise<BulkheadSample> {
@@ -372,7 +373,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
         const last5 = submits.filter((x) => x.atMs > Date.now() - 5_000).length / 5;
         rep.log(
           `[resilience ${label}] ${String(Math.round((Date.now() - since) / 1000)).padStart(3)}s  provider calls ${calls} (${last5.toFixed(1)}/s)  claim refusals ${failures.length}  breaker ${breakerNow()}` +
-            (b ? `  bulkhead count ${b.inFlight} (${b.doneAtProvider} done at the provider)  ${describe(b.status)}` : ''),
+            (b ? `  in flight by state ${b.inFlight} (${b.doneAtProvider} done at the provider)  ${describe(b.status)}` : ''),
         );
       });
     }, 5_000);
@@ -615,8 +616,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       s.status.afterProvider,
     ]);
   rep.table(
-    `resilience: after the heal, every 5 s: the bulkhead's count from facts (limit ${o.maxInFlight ?? "the adapter's maxConcurrency"}) and how much of it the provider had already finished (accepted > generation ${o.generationMs} ms + 1 s ago)`,
-    ['s after heal', 'calls in last 5 s', 'bulkhead count', 'of which done at provider', 'callbacks not yet applied', 'bulkhead refusals in last 5 s', 'SUCCEEDED', 'waiting', 'rescue/media'],
+    `resilience: after the heal, every 5 s: attempts in flight by state (bulkhead limit ${o.maxInFlight ?? "the adapter's maxConcurrency"}; it does not count jobs whose terminal report waits in the inbox) and how many of them the provider had already finished (accepted > generation ${o.generationMs} ms + 1 s ago)`,
+    ['s after heal', 'calls in last 5 s', 'in flight by state', 'of which done at provider', 'callbacks not yet applied', 'bulkhead refusals in last 5 s', 'SUCCEEDED', 'waiting', 'rescue/media'],
     sampleRows,
   );
 
