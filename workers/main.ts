@@ -4,7 +4,7 @@
 // keeps the process alive, and starts them again when the region is active. SIGINT/SIGTERM:
 // stop polling, let in-flight activities finish within the grace time, then exit.
 import http from 'node:http';
-import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
+import { Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage, pollQueueRates } from '../config/services';
@@ -16,6 +16,7 @@ import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
+import { connectWorkerWithRetry } from './connect';
 import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
 import { tuningFromConfig } from './tuning';
@@ -68,7 +69,7 @@ const alwaysActive: FenceWatcher = {
 };
 const regionView = watcher ?? alwaysActive;
 
-const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
+const connection = await connectWorkerWithRetry(config.TEMPORAL_ADDRESS, logger);
 const deps = {
   ...buildActivityDeps(config, { db: database, storage: buildStorage(config), providers: buildProviders(config) }),
   modePauseRetryMs: config.MODE_PAUSE_RETRY_MS,
