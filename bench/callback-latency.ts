@@ -17,6 +17,7 @@ import type { bareWorkflow, BareShape } from './workflows/bare';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { afterLastSignal, type StepStat } from './lib/history';
 import { createHttpClient } from './lib/http';
+import { waitForTerminal } from './lib/tasks';
 import { describeCpu, measured } from './lib/measure';
 import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
@@ -110,42 +111,19 @@ async function createAtRate(apiUrl: string, apiKey: string, n: number, rate: num
   return ids;
 }
 
-async function waitForTerminal(bw: BenchWorld, ids: string[], timeoutS: number, label: string, rep: Reporter): Promise<void> {
-  const deadline = Date.now() + timeoutS * 1000;
-  const t0 = performance.now();
-  let last = -1;
-  for (;;) {
-    const { rows } = await bw.world.db.pool.query<{ done: number; ok: number }>(
-      `SELECT count(*) FILTER (WHERE terminal_at IS NOT NULL OR status = 'MANUAL_REVIEW')::int AS done,
-              count(*) FILTER (WHERE status = 'SUCCEEDED')::int AS ok
-       FROM generation_task WHERE task_id = ANY($1::uuid[])`,
-      [ids],
-    );
-    const done = rows[0]?.done ?? 0;
-    if (done !== last) rep.log(`[callback-latency ${label}] ${((performance.now() - t0) / 1000).toFixed(0).padStart(3)}s  ${done}/${ids.length} finished (${rows[0]?.ok ?? 0} SUCCEEDED)`);
-    last = done;
-    if (done >= ids.length) return;
-    if (Date.now() > deadline) {
-      rep.log(`callback-latency: gave up after ${timeoutS} s with ${done}/${ids.length} finished`);
-      return;
-    }
-    await sleep(500);
-  }
-}
-
 async function runReal(bw: BenchWorld, o: CallbackLatencyOptions, rep: Reporter, apiUrl: string, pids: { api: number; worker: number }): Promise<PhaseResult & { byCallback: number }> {
   const [tenant] = await bw.createTenants(1);
   const prefix = `cl-${randomUUID().slice(0, 8)}`;
   rep.log(`callback-latency: warm-up, ${o.warmupTasks} task(s)`);
   const warm = await createAtRate(apiUrl, tenant!.apiKey, o.warmupTasks, o.ratePerSecond, `${prefix}-warm`, () => undefined);
-  await waitForTerminal(bw, warm, 120, 'warm-up', rep);
+  await waitForTerminal(bw, warm, { timeoutS: 120, tag: 'callback-latency warm-up', rep });
 
   let ids: string[] = [];
   const m = await measured(
     { cpuGroups: async () => ({ api: [pids.api], worker: [pids.worker], postgres: await bw.backendPids(), temporal: bw.temporalPids() }) },
     async () => {
       ids = await createAtRate(apiUrl, tenant!.apiKey, o.tasks, o.ratePerSecond, prefix, (n) => rep.log(`[callback-latency real] ${n}/${o.tasks} created`));
-      await waitForTerminal(bw, ids, o.timeoutS, 'real', rep);
+      await waitForTerminal(bw, ids, { timeoutS: o.timeoutS, tag: 'callback-latency real', rep });
     },
   );
   // The success callback's arrival → the task's terminal time. A task whose success came by a

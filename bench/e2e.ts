@@ -19,6 +19,7 @@ import type { CpuUsage } from './lib/procstat';
 import { processRss } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { ratio, round, sortNumbers, summarize, type LatencySummary } from './lib/stats';
+import { waitForTerminal } from './lib/tasks';
 import { startBenchWorld, type BenchWorld } from './lib/world';
 
 export interface E2EOptions {
@@ -96,25 +97,7 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
         }),
       );
       rep.log(`e2e: ${taskIds.length} tasks created in ${((performance.now() - t0) / 1000).toFixed(1)} s; waiting for SUCCEEDED`);
-      const deadline = Date.now() + o.timeoutS * 1000;
-      let last = -1;
-      for (;;) {
-        const { rows } = await bw.world.db.pool.query<{ done: number; ok: number }>(
-          `SELECT count(*) FILTER (WHERE terminal_at IS NOT NULL OR status = 'MANUAL_REVIEW')::int AS done,
-                  count(*) FILTER (WHERE status = 'SUCCEEDED')::int AS ok
-           FROM generation_task WHERE task_id = ANY($1::uuid[])`,
-          [taskIds],
-        );
-        const done = rows[0]?.done ?? 0;
-        if (done !== last) rep.log(`[e2e real] ${((performance.now() - t0) / 1000).toFixed(0).padStart(3)}s  ${done}/${o.tasks} finished (${rows[0]?.ok ?? 0} SUCCEEDED)`);
-        last = done;
-        if (done >= o.tasks) break;
-        if (Date.now() > deadline) {
-          rep.log(`e2e: gave up after ${o.timeoutS} s with ${done}/${o.tasks} finished`);
-          break;
-        }
-        await sleep(250);
-      }
+      await waitForTerminal(bw, taskIds, { timeoutS: o.timeoutS, tag: 'e2e real', rep, t0, pollMs: 250 });
     },
   );
   http.close();
