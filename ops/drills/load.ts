@@ -2,6 +2,19 @@
 // take (bounded in-flight), every answer counted by phase and status.
 import type { DrillWorld } from './harness';
 
+/** What every outage drill reports about the create load it ran through the outage. */
+export interface OutageLoadOutcome {
+  readonly outageSeconds: number;
+  readonly load: LoadReport['byPhase'];
+  readonly serverErrors: number;
+  readonly accepted: number;
+  /** Accepted (202) but not in the facts: must be 0. */
+  readonly missing: number;
+  /** Accepted and not terminal when the drill gave up waiting. */
+  readonly unconverged: number;
+  readonly byStatus: Record<string, number>;
+}
+
 export interface LoadReport {
   /** phase → status ('202', '503', '500', 'network-error', …) → count */
   readonly byPhase: Record<string, Record<string, number>>;

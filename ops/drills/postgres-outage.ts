@@ -7,19 +7,10 @@ import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { REPO_ROOT, sleep } from '../../scripts/stack';
 import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
-import { startCreateLoad, type LoadReport } from './load';
+import { startCreateLoad, type OutageLoadOutcome } from './load';
 import { startPrivatePostgres } from './private-postgres';
 
-export interface PostgresOutageReport {
-  readonly outageSeconds: number;
-  readonly load: LoadReport['byPhase'];
-  readonly serverErrors: number;
-  readonly accepted: number;
-  /** Accepted (202) but not in the facts: must be 0. */
-  readonly missing: number;
-  /** Accepted and not terminal when the drill gave up waiting. */
-  readonly unconverged: number;
-  readonly byStatus: Record<string, number>;
+export interface PostgresOutageReport extends OutageLoadOutcome {
   readonly spooledPeak: number;
   readonly spoolDrainedAfterRestartSeconds: number | null;
   readonly firstAcceptAfterRestartSeconds: number | null;

@@ -9,20 +9,11 @@ import { queues } from '../../temporal/queues';
 import { sleep } from '../../scripts/stack';
 import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
 import { drainFigures, peakRate, type DrainFigures } from './capacity-model';
-import { startCreateLoad, type LoadReport } from './load';
+import { startCreateLoad, type LoadReport, type OutageLoadOutcome } from './load';
 
 export type { DrainFigures };
 
-export interface TemporalOutageReport {
-  readonly outageSeconds: number;
-  readonly load: LoadReport['byPhase'];
-  readonly serverErrors: number;
-  readonly accepted: number;
-  /** Accepted (202) but not in the facts: must be 0. */
-  readonly missing: number;
-  /** Accepted and not terminal when the drill gave up waiting. */
-  readonly unconverged: number;
-  readonly byStatus: Record<string, number>;
+export interface TemporalOutageReport extends OutageLoadOutcome {
   readonly outbox: DrainFigures;
   readonly tasks: DrainFigures;
   readonly ledgerImbalance: number;
