@@ -124,6 +124,22 @@ export interface RegionService {
   readonly ended?: Promise<unknown>;
 }
 
+/** Runs a worker as a RegionService: `stop()` asks it to shut down and waits until it has. */
+export function runAsRegionService(worker: { run(): Promise<void>; shutdown(): void }): RegionService & { readonly ended: Promise<void> } {
+  const ended = worker.run();
+  return {
+    ended,
+    async stop() {
+      try {
+        worker.shutdown();
+      } catch {
+        // Already stopping (e.g. a fatal error): wait for it below.
+      }
+      await ended.catch(() => undefined);
+    },
+  };
+}
+
 export type SupervisedState = 'waiting' | 'starting' | 'running' | 'stopping' | 'stopped';
 
 export interface RegionSupervisor {

@@ -15,7 +15,7 @@ import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
-import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
+import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
 import { connectWorkerWithRetry } from './connect';
 import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
@@ -91,20 +91,15 @@ async function startWorker(): Promise<RegionService> {
     tuning: tuningFromConfig(config),
     pollRates: pollQueueRates(config),
   });
-  const ended = worker.run();
+  const service = runAsRegionService(worker);
   logger.info(
     { taskQueue: config.TEMPORAL_TASK_QUEUE, pollRates: Object.fromEntries(worker.pollRates), region: config.REGION, metricsPort: config.WORKER_METRICS_PORT, startupMs: Date.now() - started },
     'worker polling',
   );
   return {
-    ended,
+    ended: service.ended,
     async stop() {
-      try {
-        worker.shutdown();
-      } catch {
-        // Already stopping (e.g. a fatal error): wait for it below.
-      }
-      await ended.catch(() => undefined);
+      await service.stop();
       logger.info({ region: config.REGION }, 'worker stopped polling');
     },
   };

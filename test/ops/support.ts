@@ -21,7 +21,7 @@ import type { SystemMode } from '../../domain/states';
 import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { regionSubmitSwitch, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionSupervisor } from '../../workers/fence-watcher';
+import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionSupervisor } from '../../workers/fence-watcher';
 import { createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
 import {
   createTestDatabase,
@@ -131,16 +131,11 @@ export async function startRegionWorker(
       identity: opts.identity ?? `${opts.region}-${randomBytes(2).toString('hex')}`,
     });
     current = worker;
-    const ended = worker.run();
+    const service = runAsRegionService(worker);
     return {
-      ended,
+      ended: service.ended,
       async stop() {
-        try {
-          worker.shutdown();
-        } catch {
-          // already stopping
-        }
-        await ended.catch(() => undefined);
+        await service.stop();
         if (current === worker) current = null;
       },
     };
