@@ -10,11 +10,12 @@ import { holdFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
-import { pollInterval, type PollPhase } from '../domain/backoff';
+import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
+import { createPollDemand, pollRateFor } from './poll-demand';
 
 export interface PollResult {
   /**
@@ -34,6 +35,12 @@ const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unkno
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
+  const demand = createPollDemand({
+    db: deps.db,
+    clock: deps.clock,
+    rateOf: (provider) => pollRateFor(deps, provider),
+    share: deps.settings.pollQuotaShare ?? 0.8,
+  });
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {
     let w = latencies.get(provider);
@@ -102,7 +109,8 @@ export function createPollActivities(deps: TaskActivityDeps) {
           attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
         const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
         const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
-        const interval = pollInterval(previous, phase, healthy, pace, Math.random);
+        // Never sooner than the provider's quota lets every waiting job be read in turn.
+        const interval = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
         await deps.db
           .update(taskAttempt)
           .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })

@@ -17,6 +17,9 @@ import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
+/** Where the thumbnail's frame is taken (the middle of a video shorter than twice this). */
+const THUMBNAIL_AT_SECONDS = 0.5;
+
 export function createMediaActivities(deps: TaskActivityDeps) {
   return {
     async processMedia(taskId: string): Promise<TaskFacts> {
@@ -33,13 +36,21 @@ export function createMediaActivities(deps: TaskActivityDeps) {
         const url = await deps.storage.presignGet(video.object_key, 900);
         let info: MediaInfo | null = null;
         let invalid: string | null = null;
+        const thumbKey = thumbnailObjectKey(task.tenant_id, taskId, video.attempt_id);
         try {
-          info = await probeMedia(url);
-          const thumbKey = thumbnailObjectKey(task.tenant_id, taskId, video.attempt_id);
-          const existing = await deps.storage.head(thumbKey);
+          // The probe, the thumbnail lookup and a frame at THUMBNAIL_AT_SECONDS run side by side:
+          // the subprocesses' start-up, not their work, is most of the time on a short video.
+          // The frame is only kept once the probe says the file is valid.
+          const [probed, existing, early] = await Promise.all([
+            probeMedia(url),
+            deps.storage.head(thumbKey),
+            extractThumbnail(url, THUMBNAIL_AT_SECONDS).catch((err: unknown) => err as Error),
+          ]);
+          info = probed;
           let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
           if (!thumb) {
-            const jpeg = await extractThumbnail(url, Math.min(0.5, info.durationSeconds / 2));
+            // A video shorter than twice the offset has its frame taken from its middle instead.
+            const jpeg = early instanceof Buffer && info.durationSeconds >= 2 * THUMBNAIL_AT_SECONDS ? early : await extractThumbnail(url, info.durationSeconds / 2);
             const sha256 = createHash('sha256').update(jpeg).digest('hex');
             await deps.storage.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
             thumb = { sha256, size: jpeg.length };

@@ -115,6 +115,12 @@ export const envSchema = z.object({
         .refine((entries) => entries.every((e) => Number(e.split('=')[1]) > 0), 'rates must be above 0'),
     )
     .default([]),
+  /**
+   * When more jobs wait on a provider than its poll rate can visit within their intervals, each
+   * next poll is put waiting / (rate × share) away (activities/poll-demand.ts): the wait loops
+   * wake about as often as the provider can be asked, at this share of the rate.
+   */
+  POLL_QUOTA_SHARE: z.coerce.number().gt(0).max(1).default(0.8),
 
   /** The router's scoring budget per decision; over it, the static route is used (and counted). */
   ROUTER_BUDGET_MS: z.coerce.number().min(0.1).max(1_000).default(5),

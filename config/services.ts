@@ -70,6 +70,8 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     pollInitialMs: config.POLL_INITIAL_MS,
     pollMaxMs: config.POLL_MAX_MS,
     pollHealthyFactor: config.POLL_HEALTHY_FACTOR,
+    pollRates: pollQueueRates(config),
+    pollQuotaShare: config.POLL_QUOTA_SHARE,
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,

@@ -52,6 +52,15 @@ export function pollInterval(previousMs: number | null, phase: PollPhase, callba
   return Math.max(1, Math.min(cap, Math.round(base * jitter)));
 }
 
+/**
+ * An interval raised to the demand floor (activities/poll-demand.ts) when the floor is longer,
+ * with ±10 % jitter so that jobs stretched together do not come due together.
+ */
+export function withDemandFloor(intervalMs: number, floorMs: number, random: RandomSource): number {
+  if (floorMs <= intervalMs) return intervalMs;
+  return Math.round(floorMs * (0.9 + random() * 0.2));
+}
+
 /** Parses an HTTP Retry-After value (seconds or an HTTP date) into milliseconds from `now`. */
 export function parseRetryAfter(value: string | null | undefined, now: Date): number | null {
   if (!value) return null;

@@ -266,3 +266,17 @@ export function registerRoutingMetrics(
     },
   });
 }
+
+/** The demand floor of poll intervals per provider, as this process last computed it (activities/poll-demand.ts). */
+export function registerPollDemandGauge(registry: Registry, floors: () => ReadonlyMap<string, number>): void {
+  new Gauge({
+    name: 'vidorch_poll_demand_floor_seconds',
+    help: "The shortest poll interval that keeps a provider's polls within its quota share, from the jobs waiting on it (0: demand below the quota)",
+    labelNames: ['provider'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [provider, ms] of floors()) this.set({ provider }, ms / 1000);
+    },
+  });
+}

@@ -14,6 +14,7 @@ import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle 
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import { queues } from '../temporal/queues';
 import { tuningOptions, type WorkerTuning } from './tuning';
+import { pollRateFor } from '../activities/poll-demand';
 
 export const WORKFLOWS_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workflows', 'index.ts');
 
@@ -80,11 +81,6 @@ export interface GenerationWorkers {
   run(): Promise<void>;
   /** Starts a graceful shutdown of every worker (in-flight activities get the grace time). */
   shutdown(): void;
-}
-
-/** The rate a provider's poll queue gets: the configured override, else the declared quota. */
-export function pollRateFor(deps: TaskActivityDeps, provider: string, overrides: Readonly<Record<string, number>> = {}): number | undefined {
-  return overrides[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
 }
 
 export async function createGenerationWorkers(opts: GenerationWorkerOptions): Promise<GenerationWorkers> {

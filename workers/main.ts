@@ -10,7 +10,8 @@ import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage, pollQueueRates } from '../config/services';
 import { createLogger } from '../observability/logger';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
-import { createMetrics, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
+import { createMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
+import { pollFloors } from '../activities/poll-demand';
 import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
 import { lazyClient } from '../temporal/connection';
@@ -30,6 +31,7 @@ const database = buildDatabase(config, 'vidorch-worker');
 const metrics = createMetrics({ service: 'worker', db: database.db });
 registerResilienceGauges(metrics.registry, resilienceSnapshots, () => inFlightByProvider(database.db));
 registerRoutingMetrics(metrics.registry, routeDecisionCounts);
+registerPollDemandGauge(metrics.registry, () => pollFloors);
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',

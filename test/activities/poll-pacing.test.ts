@@ -6,6 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, sql } from 'drizzle-orm';
 import { createCallbackHealth } from '../../activities/callback-health';
+import { createPollDemand, demandFloorMs } from '../../activities/poll-demand';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { cancelTask, createTask } from '../../api/tasks.service';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
@@ -147,5 +148,60 @@ describe('the poll activity paces the next poll by phase and callback health', (
     await run(acts, 'pollProvider', cancelling.taskId);
     const plain = await pollIntervalOf(cancelling.attemptId);
     assert.ok(plain >= INITIAL_MS * 0.8 && plain <= INITIAL_MS * 1.2, `cancelling: ${plain} ms`);
+  });
+});
+
+describe('polls are paced by demand: never sooner than the quota lets every waiting job be read in turn', () => {
+  const RATE = 0.5; // replicate's poll queue: one read every 2 s
+  const SHARE = 0.5;
+  const slowConfig = () => ({ ...config, POLL_QUEUE_RATES: [`replicate=${RATE}`], POLL_QUOTA_SHARE: SHARE });
+  const slowActivities = (): TaskActivities =>
+    createTaskActivities(buildActivityDeps(slowConfig(), { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+
+  /** The jobs the wait loops poll on `provider`, from the attempt facts. */
+  async function waitingOn(provider: string): Promise<number> {
+    const [row] = await tdb.database.db
+      .select({ n: sql<number>`count(*)::int` })
+      .from(taskAttempt)
+      .where(sql`${taskAttempt.provider} = ${provider} AND ${taskAttempt.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
+    return row!.n;
+  }
+
+  test('with more jobs waiting than the quota share can visit, the next poll is waiting / (rate × share) away, ±10 %', async () => {
+    const acts = slowActivities();
+    const { taskId, attemptId } = await submittedTask(acts);
+    await submittedTask(acts);
+    const waiting = await waitingOn('replicate');
+    assert.ok(waiting >= 2, `${waiting} waiting`);
+    await run(acts, 'pollProvider', taskId);
+    const ms = await pollIntervalOf(attemptId);
+    const floor = (waiting / (RATE * SHARE)) * 1000;
+    assert.ok(floor > MAX_MS * FACTOR, 'the floor is past every cap, so only the demand can explain the interval');
+    assert.ok(ms >= floor * 0.9 && ms <= floor * 1.1, `${ms} ms against a floor of ${floor} ms for ${waiting} jobs`);
+  });
+
+  test('a provider whose quota covers its jobs keeps the plain pace', async () => {
+    // The default config: replicate's declared 10 reads/s at a share of 0.8 visits 8 jobs a second.
+    const acts = activities();
+    const { taskId, attemptId } = await submittedTask(acts);
+    assert.ok((await waitingOn('replicate')) < 8);
+    await run(acts, 'pollProvider', taskId);
+    assert.ok((await pollIntervalOf(attemptId)) <= MAX_MS * FACTOR * 1.2);
+  });
+
+  test('the floor follows the jobs: it drops once they stop waiting (read again after cacheMs)', async () => {
+    let now = Date.now();
+    const demand = createPollDemand({ db: tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => RATE, share: SHARE, cacheMs: 5_000 });
+    const before = await demand.floorMs('replicate');
+    assert.equal(before, demandFloorMs(await waitingOn('replicate'), RATE, SHARE));
+    assert.ok(before > 0);
+    await tdb.database.db
+      .update(taskAttempt)
+      .set({ submit_state: 'SUCCEEDED' })
+      .where(sql`${taskAttempt.provider} = 'replicate' AND ${taskAttempt.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
+    assert.equal(await demand.floorMs('replicate'), before, 'cached');
+    now += 5_001;
+    assert.equal(await demand.floorMs('replicate'), 0, 'nothing waits: no floor');
+    assert.equal(await createPollDemand({ db: tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => undefined, share: SHARE }).floorMs('replicate'), 0, 'no quota: no floor');
   });
 });

@@ -1,7 +1,8 @@
 // domain/backoff.ts pollInterval: the next poll by phase, with jitter, slower while callbacks are healthy.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { pollInterval, type PollPhase } from '../../domain/backoff';
+import { pollInterval, withDemandFloor, type PollPhase } from '../../domain/backoff';
+import { demandFloorMs } from '../../activities/poll-demand';
 
 const pace = { initialMs: 1_000, maxMs: 8_000, healthyFactor: 3 };
 const mid = () => 0.5; // no jitter: the factor is exactly 1
@@ -47,5 +48,21 @@ describe('pollInterval', () => {
 
   test('a factor below 1 never makes polls faster', () => {
     assert.equal(pollInterval(null, 'waiting', true, { ...pace, healthyFactor: 0.5 }, mid), 1_000);
+  });
+});
+
+describe('withDemandFloor and demandFloorMs', () => {
+  test('the floor is waiting jobs read in turn at rate × share; none without a quota or without jobs', () => {
+    assert.equal(demandFloorMs(10_000, 10, 0.8), 1_250_000);
+    assert.equal(demandFloorMs(4, 10, 0.8), 500);
+    assert.equal(demandFloorMs(0, 10, 0.8), 0);
+    assert.equal(demandFloorMs(500, undefined, 0.8), 0);
+  });
+
+  test('an interval under the floor is raised to it, ±10 %; an interval over it is kept as it is', () => {
+    assert.equal(withDemandFloor(60_000, 1_250_000, () => 0.5), 1_250_000);
+    assert.equal(withDemandFloor(60_000, 1_250_000, () => 0), 1_125_000);
+    assert.equal(withDemandFloor(60_000, 1_250_000, () => 0.999999), 1_375_000);
+    assert.equal(withDemandFloor(60_000, 500, () => 0), 60_000);
   });
 });
