@@ -12,14 +12,15 @@ import { createSubmitActivities } from './submit-attempt';
 import { createFactActivities } from './task-facts';
 
 export function createTaskActivities(deps: TaskActivityDeps) {
+  const media = createMediaActivities(deps);
   return {
     ...createFactActivities(deps),
     ...createDispatchActivities(deps),
     ...createSubmitActivities(deps),
     ...createInboxActivities(deps),
     ...createPollActivities(deps),
-    ...createRescueActivities(deps),
-    ...createMediaActivities(deps),
+    ...createRescueActivities(deps, media),
+    ...media,
     ...createCancelActivities(deps),
     ...createReviewActivities(deps),
   };

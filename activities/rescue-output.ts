@@ -25,7 +25,12 @@ const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
 
 class OutputGoneError extends Error {}
 
-export function createRescueActivities(deps: TaskActivityDeps) {
+/** The step after a stored output (activities/process-media.ts), run in the same activity. */
+export interface NextMediaStep {
+  processMedia(taskId: string): Promise<TaskFacts>;
+}
+
+export function createRescueActivities(deps: TaskActivityDeps, media?: NextMediaStep) {
   /** Streams url → storage under key; returns sha256 and size. */
   async function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
     const ctx = Context.current();
@@ -174,7 +179,13 @@ export function createRescueActivities(deps: TaskActivityDeps) {
           });
         });
       }));
-      return readTaskFacts(deps.db, taskId, deps.clock.now());
+      const after = await readTaskFacts(deps.db, taskId, deps.clock.now());
+      // The media step follows in the same activity (docs/decisions/0009): one dispatch and one
+      // workflow task fewer between the callback and SUCCEEDED. It decides on the facts as its own
+      // step would; if it fails, this activity's retry finds PROCESSING_MEDIA, skips the bytes
+      // and runs it again (the workflow's processMedia step remains for runs that stop there).
+      if (media && after.status === 'PROCESSING_MEDIA') return media.processMedia(taskId);
+      return after;
     },
   };
 }

@@ -128,11 +128,22 @@ export async function createTask(
   }
 }
 
-export async function markOutboxPublished(db: Db, eventId: string): Promise<void> {
-  await db
+/**
+ * Marks an outbox row published after its workflow was started. Never waits for a row lock: a
+ * relay that holds the row (FOR UPDATE SKIP LOCKED, while it starts the same workflow, an
+ * idempotent start) marks it itself. Waiting would hold one of the caller's pool connections for
+ * as long as the relay's batch talks to Temporal; with Temporal slow, the API's pool ran dry and
+ * every request answered 503 (seen in the e2e benchmark). Returns whether this call marked it.
+ */
+export async function markOutboxPublished(db: Db, eventId: string): Promise<boolean> {
+  const marked = await db
     .update(outboxEvent)
     .set({ published_at: sql`now()`, publish_attempts: sql`${outboxEvent.publish_attempts} + 1` })
-    .where(and(eq(outboxEvent.event_id, eventId), sql`${outboxEvent.published_at} IS NULL`));
+    .where(
+      sql`${outboxEvent.event_id} IN (SELECT event_id FROM outbox_event WHERE event_id = ${eventId} AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
+    )
+    .returning({ id: outboxEvent.event_id });
+  return marked.length > 0;
 }
 
 export async function getTaskDetail(db: Db, tenantId: string, taskId: string) {

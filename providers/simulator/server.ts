@@ -49,6 +49,8 @@ export interface SimulatorStats extends SubmitLogStats {
   readonly webhook_attempts: number;
   /** Replicate status reads (GET /v1/predictions/:id): the poll load the provider sees. */
   readonly status_reads: number;
+  /** GETs of an output file (any protocol, Range requests included): what a rescue downloads. */
+  readonly output_reads: number;
 }
 
 export interface RunningSimulator {
@@ -138,6 +140,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   const jobStores = [fal.store, runway.store, kling.store];
 
   let statusReads = 0;
+  let outputReads = 0;
   const tokenCount = (token: string): number =>
     (store.byToken.get(token) ?? 0) + jobStores.reduce((n, s) => n + (s.byToken.get(token) ?? 0), 0);
   const stats = (): SimulatorStats => {
@@ -151,6 +154,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       webhooks_failed: webhooks.failed,
       webhook_attempts: webhooks.attempts,
       status_reads: statusReads,
+      output_reads: outputReads,
       // Submit requests received, refused ones included (submit-log.ts).
       ...faults.submits.stats(),
     };
@@ -163,11 +167,16 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     webhooks.resetStats();
     faults.submits.clear();
     statusReads = 0;
+    outputReads = 0;
   };
 
   const app = express();
   app.disable('x-powered-by');
   app.use(express.json({ limit: '1mb' }));
+  app.use((req, _res, next) => {
+    if (req.method === 'GET' && /\/files\/[^/]+\/output\.mp4$/.test(req.path)) outputReads += 1;
+    next();
+  });
 
   // ---- admin (tests and operators of the simulator) ----
   app.get('/_sim/health', (_req, res) => void res.json({ ok: true }));

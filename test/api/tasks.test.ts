@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq, sql } from 'drizzle-orm';
 import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition } from '../../db/schema';
 import { createGenerationFacade } from '../../temporal/facade';
+import { markOutboxPublished } from '../../api/tasks.service';
 import {
   createTestDatabase,
   createTestTenant,
@@ -309,5 +310,40 @@ describe('API_FAST_PATH_MODE=background: the 202 does not wait for Temporal', ()
       release();
       await bg.close();
     }
+  });
+});
+
+describe('the fast path never waits on a relay that holds the outbox row', () => {
+  test('markOutboxPublished skips a row locked by a relay (no wait, no pool connection held) and marks it once free', async () => {
+    const created = await create('outbox-lock-1');
+    assert.equal(created.status, 202);
+    const [row] = await tdb.database.db.select().from(outboxEvent).where(eq(outboxEvent.aggregate_id, created.body.task_id));
+    await tdb.database.db.update(outboxEvent).set({ published_at: null }).where(eq(outboxEvent.event_id, row!.event_id));
+
+    // A relay's batch: the row claimed FOR UPDATE in an open transaction (it is starting the workflow).
+    let releaseRelay!: () => void;
+    const relayHolds = new Promise<void>((r) => (releaseRelay = r));
+    let claimed!: () => void;
+    const isClaimed = new Promise<void>((r) => (claimed = r));
+    const relay = tdb.database.db.transaction(async (tx) => {
+      await tx.execute(sql`SELECT event_id FROM outbox_event WHERE event_id = ${row!.event_id} FOR UPDATE SKIP LOCKED`);
+      claimed();
+      await relayHolds;
+    });
+    await isClaimed;
+    try {
+      const t0 = Date.now();
+      const waited = await Promise.race([
+        markOutboxPublished(tdb.database.db, row!.event_id),
+        new Promise<'blocked'>((r) => setTimeout(() => r('blocked'), 3_000)),
+      ]);
+      assert.equal(waited, false, 'skipped at once: the relay marks its own row');
+      assert.ok(Date.now() - t0 < 2_000);
+    } finally {
+      releaseRelay();
+      await relay;
+    }
+    assert.equal(await markOutboxPublished(tdb.database.db, row!.event_id), true, 'free again: marked');
+    assert.equal(await markOutboxPublished(tdb.database.db, row!.event_id), false, 'already marked');
   });
 });

@@ -149,9 +149,10 @@ describe('a reset never repeats a cost-bearing side effect', () => {
     await resultOfRun(e.client, workflowIdOf(taskId), firstRun);
     const settled = await assertConvergedOnce(e, taskId);
 
-    // Middle: re-run the workflow task that scheduled processMedia (settlement happens there).
-    const mid = wftSchedulingActivity(await handleOf(taskId, firstRun).fetchHistory(), 'processMedia');
-    const afterMid = await resetAndConverge(taskId, { eventId: mid, runId: firstRun }, 'test: reset settled task to before processMedia', firstRun);
+    // Middle: re-run the workflow task that scheduled rescueOutput (which goes on into the media
+    // step and settles, docs/decisions/0009).
+    const mid = wftSchedulingActivity(await handleOf(taskId, firstRun).fetchHistory(), 'rescueOutput');
+    const afterMid = await resetAndConverge(taskId, { eventId: mid, runId: firstRun }, 'test: reset settled task to before rescueOutput', firstRun);
     assert.deepEqual(await assertConvergedOnce(e, taskId), settled);
 
     const afterLast = await resetAndConverge(taskId, { type: 'LastWorkflowTask' }, 'test: reset settled task, last workflow task', afterMid);

@@ -1,0 +1,96 @@
+// The rescue goes on into the media step in the same activity (docs/decisions/0009): a stored
+// output becomes SUCCEEDED without a second dispatch. When the media part fails, the task stays
+// in PROCESSING_MEDIA with its video stored once; the retry of the same activity skips the bytes
+// and finishes, and a run that stopped in PROCESSING_MEDIA can still finish with processMedia.
+// Real Postgres, S3 server and simulator (MockActivityEnvironment).
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { and, eq } from 'drizzle-orm';
+import { createTask } from '../../api/tasks.service';
+import { asset, creditLedger, generationTask } from '../../db/schema';
+import type { ObjectStorage } from '../../storage/s3';
+import { startActivityWorld, type ActivityWorld } from '../support/activities';
+import { eventually } from '../support/stack';
+
+let w: ActivityWorld;
+/** While above 0, the media step's presigned GET fails (the storage is unreachable for it). */
+let presignFailures = 0;
+before(async () => {
+  w = await startActivityWorld({
+    generationMs: 100,
+    deps: (d) => {
+      const storage: ObjectStorage = Object.create(d.storage) as ObjectStorage;
+      storage.presignGet = async (key, ttl) => {
+        if (presignFailures > 0) {
+          presignFailures -= 1;
+          throw new Error('storage unreachable (test)');
+        }
+        return d.storage.presignGet(key, ttl);
+      };
+      return { ...d, storage };
+    },
+  });
+});
+after(() => w?.close());
+
+let seq = 0;
+/** A task whose provider job has succeeded and whose inbox is applied: PROVIDER_SUCCEEDED. */
+async function providerSucceeded(): Promise<string> {
+  seq += 1;
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
+    idempotencyKey: `media-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `media ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const id = created.task.task_id;
+  await w.run('dispatchTask', id);
+  await w.run('prepareAttempt', id);
+  assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
+  await eventually(async () => {
+    await w.run('pollProvider', id);
+    const f = await w.run('applyInbox', id);
+    return f.status === 'PROVIDER_SUCCEEDED' ? f : undefined;
+  }, 20_000, 300);
+  return id;
+}
+
+const statusOf = async (id: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status;
+const assetsOf = async (id: string) =>
+  (await w.tdb.database.db.select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind).sort();
+const settlesOf = async (id: string) =>
+  (await w.tdb.database.db.select().from(creditLedger).where(and(eq(creditLedger.task_id, id), eq(creditLedger.entry_type, 'SETTLE')))).length;
+
+describe('rescueOutput goes on into the media step', () => {
+  test('one activity takes a succeeded job to SUCCEEDED: video and thumbnail stored, settled once', async () => {
+    const id = await providerSucceeded();
+    const facts = await w.run('rescueOutput', id);
+    assert.equal(facts.status, 'SUCCEEDED');
+    assert.deepEqual(await assetsOf(id), ['thumbnail', 'video']);
+    assert.equal(await settlesOf(id), 1);
+  });
+
+  test('the media part fails: PROCESSING_MEDIA with the video stored; the retry skips the bytes and finishes', async () => {
+    const id = await providerSucceeded();
+    presignFailures = 1;
+    await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
+    assert.equal(await statusOf(id), 'PROCESSING_MEDIA');
+    assert.deepEqual(await assetsOf(id), ['video']);
+    const downloadsBefore = w.sim.sim.stats().output_reads;
+
+    const facts = await w.run('rescueOutput', id);
+    assert.equal(facts.status, 'SUCCEEDED');
+    assert.equal(w.sim.sim.stats().output_reads, downloadsBefore, 'the stored output was not fetched again');
+    assert.deepEqual(await assetsOf(id), ['thumbnail', 'video']);
+    assert.equal(await settlesOf(id), 1);
+  });
+
+  test('a run left in PROCESSING_MEDIA finishes with its own processMedia step, once', async () => {
+    const id = await providerSucceeded();
+    presignFailures = 1;
+    await assert.rejects(w.run('rescueOutput', id));
+    assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED');
+    assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED', 'again: nothing changes');
+    assert.deepEqual(await assetsOf(id), ['thumbnail', 'video']);
+    assert.equal(await settlesOf(id), 1);
+  });
+});
