@@ -1,4 +1,4 @@
-// PROCESSING_MEDIA → SUCCEEDED: validate the stored video with ffprobe, make a thumbnail,
+// PROCESSING_MEDIA → SUCCEEDED: validate the stored video (its MP4 boxes, else ffprobe), make a thumbnail,
 // then finish the task and settle the ledger in one transaction. The charge follows the
 // measured duration, capped at what was reserved.
 import { createHash } from 'node:crypto';
@@ -11,13 +11,13 @@ import { findModel, priceFor, type Resolution } from '../domain/catalog';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
-import { InvalidMediaError, extractThumbnail, probeMedia, type MediaInfo } from '../media/probe';
+import { InvalidMediaError, extractThumbnail, probeStored, type MediaInfo } from '../media/probe';
 import { thumbnailObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
-/** Where the thumbnail's frame is taken (the middle of a video shorter than twice this). */
+/** Where the thumbnail's frame is taken (the middle of a shorter video). */
 const THUMBNAIL_AT_SECONDS = 0.5;
 
 export function createMediaActivities(deps: TaskActivityDeps) {
@@ -38,19 +38,16 @@ export function createMediaActivities(deps: TaskActivityDeps) {
         let invalid: string | null = null;
         const thumbKey = thumbnailObjectKey(task.tenant_id, taskId, video.attempt_id);
         try {
-          // The probe, the thumbnail lookup and a frame at THUMBNAIL_AT_SECONDS run side by side:
-          // the subprocesses' start-up, not their work, is most of the time on a short video.
-          // The frame is only kept once the probe says the file is valid.
-          const [probed, existing, early] = await Promise.all([
-            probeMedia(url),
+          // The probe reads the MP4's boxes in process when it can (ffprobe otherwise), side by
+          // side with the thumbnail lookup; the frame is taken only from a valid file.
+          const [probed, existing] = await Promise.all([
+            probeStored(deps.storage, video.object_key, Number(video.size_bytes), url),
             deps.storage.head(thumbKey),
-            extractThumbnail(url, THUMBNAIL_AT_SECONDS).catch((err: unknown) => err as Error),
           ]);
           info = probed;
           let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
           if (!thumb) {
-            // A video shorter than twice the offset has its frame taken from its middle instead.
-            const jpeg = early instanceof Buffer && info.durationSeconds >= 2 * THUMBNAIL_AT_SECONDS ? early : await extractThumbnail(url, info.durationSeconds / 2);
+            const jpeg = await extractThumbnail(url, Math.min(THUMBNAIL_AT_SECONDS, info.durationSeconds / 2));
             const sha256 = createHash('sha256').update(jpeg).digest('hex');
             await deps.storage.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
             thumb = { sha256, size: jpeg.length };

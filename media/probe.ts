@@ -4,6 +4,9 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 
+import type { ObjectStorage } from '../storage/s3';
+import { probeMp4 } from './mp4';
+
 const run = promisify(execFile);
 
 const probeSchema = z.object({
@@ -78,6 +81,15 @@ export async function probeMedia(input: string, timeoutMs = 30_000): Promise<Med
     height: video.height ?? 0,
     durationSeconds: duration,
   };
+}
+
+/**
+ * The media facts of a stored object: read from its MP4 boxes in process when that is
+ * unambiguous (media/mp4.ts), else from ffprobe on `url` (a presigned GET of the same object).
+ */
+export async function probeStored(storage: Pick<ObjectStorage, 'readRange'>, key: string, size: number, url: string): Promise<MediaInfo> {
+  const info = await probeMp4((offset, length) => storage.readRange(key, offset, length), size);
+  return info ?? probeMedia(url);
 }
 
 /** One JPEG frame from near the start of the video. */

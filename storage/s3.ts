@@ -41,6 +41,8 @@ export interface ObjectStorage {
   delete(key: string): Promise<void>;
   presignGet(key: string, ttlSeconds: number): Promise<string>;
   read(key: string): Promise<Buffer>;
+  /** `length` bytes from `offset` (fewer at the end of the object). */
+  readRange(key: string, offset: number, length: number): Promise<Buffer>;
   readonly client: S3Client;
 }
 
@@ -121,6 +123,12 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
     },
     async read(key) {
       const out = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+      const bytes = await out.Body?.transformToByteArray();
+      return Buffer.from(bytes ?? []);
+    },
+    async readRange(key, offset, length) {
+      if (length <= 0) return Buffer.alloc(0);
+      const out = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: `bytes=${offset}-${offset + length - 1}` }));
       const bytes = await out.Body?.transformToByteArray();
       return Buffer.from(bytes ?? []);
     },
