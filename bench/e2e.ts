@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
-import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
@@ -137,7 +137,7 @@ async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: Bare
   const workers: ManagedProcess[] = [];
   for (let i = 0; i < o.workers; i++) {
     workers.push(
-      startNodeProcess(`bare-worker-${i}`, 'bench/workflows/bare-worker.ts', {
+      startWorkerProcess(`bare-worker-${i}`, 'bench/workflows/bare-worker.ts', {
         ...configToEnv(bw.world.config),
         LOG_LEVEL: 'warn',
         WORKER_MAX_CONCURRENT_ACTIVITIES: String(o.maxConcurrentActivities),

@@ -10,7 +10,7 @@
 // poll interval, no-op poll and apply activities; bench/workflows/bare.ts).
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
 import { configToEnv } from '../config/env';
 import { REPLICATE_CAPABILITIES } from '../providers/replicate';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';
@@ -242,7 +242,7 @@ async function terminateAll(bw: BenchWorld, rep: Reporter): Promise<void> {
 
 async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Promise<IdleResult> {
   const queue = `bench-open-bare-${randomUUID().slice(0, 8)}`;
-  const worker: ManagedProcess = startNodeProcess(
+  const worker: ManagedProcess = startWorkerProcess(
     'bare-worker',
     'bench/workflows/bare-worker.ts',
     { ...configToEnv(bw.world.config), LOG_LEVEL: 'warn', ...o.workerEnv },

@@ -24,6 +24,7 @@ import {
   runNodeScript,
   sleep,
   startNodeProcess,
+  startWorkerProcess,
   startS3,
   startTemporal,
   waitForHttp,
@@ -238,7 +239,7 @@ async function main(): Promise<void> {
     demo.note = `not seeded: ${ENTRY.cli} is missing`;
   }
 
-  if (present(ENTRY.worker)) watch('worker', startNodeProcess('worker', ENTRY.worker, childEnv));
+  if (present(ENTRY.worker)) watch('worker', startWorkerProcess('worker', ENTRY.worker, childEnv));
   if (present(ENTRY.api)) {
     const api = watch('api', startNodeProcess('api', ENTRY.api, childEnv));
     await waitForHttp(`${urls.api}/readyz`, { timeoutMs: 60_000, intervalMs: 250, process: api, what: `${urls.api}/readyz` });

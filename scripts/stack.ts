@@ -396,6 +396,27 @@ export function startNodeProcess(
   });
 }
 
+/**
+ * Memory settings of a worker process (docs/performance.md "Worker memory", measured with the
+ * open-tasks benchmark): glibc keeps at most MALLOC_ARENA_MAX malloc arenas (default 8 per core
+ * for a process with a dozen threads: Temporal's core, libuv, the workflow thread), and each V8
+ * isolate's young generation is capped by --max-semi-space-size (MB). Either may be overridden:
+ * MALLOC_ARENA_MAX from the environment, the semi-space with WORKER_SEMI_SPACE_MB.
+ */
+export const WORKER_MALLOC_ARENA_MAX = '2';
+export const WORKER_SEMI_SPACE_MB = '4';
+
+/** startNodeProcess for a Temporal worker (ours or a benchmark's bare one), with the worker memory settings. */
+export function startWorkerProcess(name: string, scriptPath: string, env: NodeJS.ProcessEnv, opts: NodeProcessOptions = {}): ManagedProcess {
+  const semiSpace = env['WORKER_SEMI_SPACE_MB'] ?? process.env['WORKER_SEMI_SPACE_MB'] ?? WORKER_SEMI_SPACE_MB;
+  return startNodeProcess(
+    name,
+    scriptPath,
+    { MALLOC_ARENA_MAX: process.env['MALLOC_ARENA_MAX'] ?? WORKER_MALLOC_ARENA_MAX, ...env },
+    { ...opts, nodeArgs: [`--max-semi-space-size=${semiSpace}`, ...(opts.nodeArgs ?? [])] },
+  );
+}
+
 export interface RunResult {
   readonly code: number | null;
   readonly signal: NodeJS.Signals | null;

@@ -63,13 +63,21 @@ const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', h
 const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry });
 
 const DEFAULT_POLL_MS = 5_000;
-/** Continue-as-new after this many steps even when Temporal does not suggest it yet. */
-const STEPS_PER_RUN = 500;
+/**
+ * Continue-as-new after this many steps even when Temporal does not suggest it yet. A waiting
+ * step adds ~20 events, so a run stays under ~1,000 events: a workflow evicted from a small
+ * worker cache replays at most that on its next wake-up, however long it has waited. (Runs
+ * started before the 'short-runs' patch keep LEGACY_STEPS_PER_RUN: ~10,000 events, which Temporal's
+ * own suggestion would cut first, and a replay cost that grew with every poll.)
+ */
+const STEPS_PER_RUN = 50;
+const LEGACY_STEPS_PER_RUN = 500;
 const WAITING: readonly TaskStatus[] = ['SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED', 'SUBMIT_UNKNOWN'];
 
 export async function generationWorkflow(input: GenerationInput): Promise<GenerationResult> {
   const { taskId } = input;
-  const stepsPerRun = input.stepsPerRun ?? STEPS_PER_RUN;
+  // Patched: runs started before it continue as new after LEGACY_STEPS_PER_RUN steps.
+  const stepsPerRun = input.stepsPerRun ?? (patched('short-runs') ? STEPS_PER_RUN : LEGACY_STEPS_PER_RUN);
   let woken = false;
   let current: TaskFacts | null = null;
   let published = '';

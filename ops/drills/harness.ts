@@ -17,7 +17,7 @@ import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
-import { REPO_ROOT, fileLogger, freePort, startNodeProcess, startS3, startTemporal, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { createTenant } from '../tenants';
 
@@ -141,7 +141,7 @@ export async function startDrillWorld(
         temporal ??= await startTemporal(temporalOptions);
       },
       async startWorker(workerName, env = {}) {
-        const proc = startNodeProcess(
+        const proc = startWorkerProcess(
           workerName,
           'workers/main.ts',
           { ...configToEnv(config), WORKER_METRICS_PORT: String(await freePort()), LOG_LEVEL: 'warn', LOG_PRETTY: 'false', ...env },

@@ -1,0 +1,55 @@
+// The 'short-runs' patch: a run started with the default input continues as new after
+// STEPS_PER_RUN (50) steps, so a task that waits on its provider for hours never builds a history
+// that a worker must replay in full after each cache eviction. Runs started before the patch
+// (no marker) keep the old length: the recorded fixtures replay (test/workflows/replay.test.ts).
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { createTask } from '../../api/tasks.service';
+import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
+import type { generationWorkflow } from '../../workflows/generation';
+import { startE2E, type E2E } from '../support/e2e';
+
+let e: E2E;
+before(async () => {
+  // Polls every ~100–200 ms and a generation far longer than 50 of them: only the step count ends a run.
+  e = await startE2E('short-runs', { POLL_INITIAL_MS: '100', POLL_MAX_MS: '200', CALLBACK_HEALTHY_WINDOW_MS: '0' }, { generationMs: 120_000 });
+});
+after(async () => {
+  await e?.close();
+});
+
+test('a run of a waiting task continues as new after 50 steps, with the patch marker, and its history stays short', async () => {
+  const token = { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 };
+  const created = await createTask(e.tdb.database.db, token, {
+    tenantId: e.tenant.tenantId,
+    idempotencyKey: `short-runs-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: 'a long wait', duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const taskId = created.task.task_id;
+  const handle = await e.client.workflow.start<typeof generationWorkflow>('generationWorkflow', {
+    taskQueue: e.config.TEMPORAL_TASK_QUEUE,
+    workflowId: e.api.facade.workflowIdFor(taskId),
+    args: [{ taskId }],
+    typedSearchAttributes: [
+      { key: SA_TASK_STATUS, value: 'QUEUED' },
+      { key: SA_TENANT_ID, value: e.tenant.tenantId },
+      { key: SA_PROVIDER, value: 'replicate' },
+    ],
+  });
+  const first = e.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId);
+  const deadline = Date.now() + 90_000;
+  while ((await first.describe()).status.name === 'RUNNING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+  assert.equal((await first.describe()).status.name, 'CONTINUED_AS_NEW', 'the first run rolled over while the job still ran');
+
+  const events = (await first.fetchHistory()).events ?? [];
+  const markers = events.filter((ev) => ev.markerRecordedEventAttributes?.markerName === 'core_patch');
+  assert.ok(markers.length >= 1, 'the short-runs patch marker is in the new history');
+  const activities = events.filter((ev) => ev.activityTaskScheduledEventAttributes).length;
+  // 50 steps: the first few move the task to the provider, every later one is a wait (1–3 activities).
+  assert.ok(activities >= 50 && activities <= 160, `${activities} activities in the first run`);
+  assert.ok(events.length < 1_500, `${events.length} events in the first run`);
+
+  const next = await e.client.workflow.getHandle(handle.workflowId).describe();
+  assert.notEqual(next.runId, handle.firstExecutionRunId);
+  await e.client.workflow.getHandle(handle.workflowId).terminate('test done');
+});
