@@ -44,8 +44,11 @@ export interface Admission {
   assertCanWrite(): Promise<FenceState>;
   /** Throws a 503 problem unless tasks may be read (not in MAINTENANCE). */
   assertCanRead(): Promise<FenceState>;
-  /** Where a verified callback goes now: the inbox, or the spool when the mode or Postgres rules the inbox out. */
-  callbackRoute(): Promise<CallbackRoute>;
+  /**
+   * Where a verified callback goes now: the inbox, or the spool when the mode or Postgres rules
+   * the inbox out (`why`, recorded with the spooled callback).
+   */
+  callbackRoute(): Promise<{ route: CallbackRoute; why: 'mode' | 'database-unavailable' | null }>;
   readiness(): Promise<Readiness>;
 }
 
@@ -120,9 +123,10 @@ export function createAdmission(
     assertCanRead: () => check('read', 'reads', false),
     async callbackRoute() {
       try {
-        return policyFor((await state()).mode).callback;
+        const route = policyFor((await state()).mode).callback;
+        return { route, why: route === 'spool' ? ('mode' as const) : null };
       } catch (err) {
-        if (isDatabaseUnavailable(err)) return 'spool';
+        if (isDatabaseUnavailable(err)) return { route: 'spool' as const, why: 'database-unavailable' as const };
         throw err;
       }
     },

@@ -61,7 +61,7 @@ export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promis
     raw: cb.payload,
     ...(known ? {} : { processError: 'unknown correlation token' }),
   });
-  if (known && inboxId) ctx.facade.wakeTask(attempt.taskId).catch(() => undefined);
+  if (known && inboxId) ctx.waker.wake(attempt.taskId);
   return !known ? 'unknown_token' : inboxId ? 'stored' : 'duplicate';
 }
 
@@ -127,7 +127,8 @@ export function callbackHandlers(ctx: ApiContext) {
         payload: verified.payload,
         receivedRegion: ctx.settings.region,
       };
-      if ((await ctx.admission.callbackRoute()) === 'spool') return spool(res, cb, 'mode');
+      const { route, why } = await ctx.admission.callbackRoute();
+      if (route === 'spool') return spool(res, cb, why ?? 'mode');
       let outcome: IngestOutcome;
       try {
         outcome = await ingestCallback(ctx, cb);
@@ -146,7 +147,7 @@ export function startCallbackReplayer(ctx: ApiContext, intervalMs: number) {
   return startSpoolReplayer({
     spool: ctx.spool,
     intervalMs,
-    canReplay: async () => (await ctx.admission.callbackRoute()) === 'inbox',
+    canReplay: async () => (await ctx.admission.callbackRoute()).route === 'inbox',
     ingest: async (rec) => {
       await replaySpooledCallback(ctx, rec);
     },

@@ -11,6 +11,8 @@ import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
 import { createCallbackSpool, spoolDirFor, type CallbackSpool } from './spool';
 import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
+import { createTaskWaker, type TaskWaker } from './wakes';
+import { registerWakeMetrics } from '../observability/metrics';
 
 export interface ApiContext {
   readonly db: Db;
@@ -22,6 +24,8 @@ export interface ApiContext {
   readonly rateLimiter: TenantRateLimiter;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
+  /** Wake signals after callbacks, at most one in flight per task (api/wakes.ts). */
+  readonly waker: TaskWaker;
   /** Where callbacks go when the inbox cannot be written (api/spool.ts). */
   readonly spool: CallbackSpool;
   readonly settings: {
@@ -39,6 +43,8 @@ export function buildApiContext(
   config: Config,
   parts: { db: Db; facade: GenerationFacade; logger: Logger; metrics: Metrics; storage?: ObjectStorage; fenceCacheMs?: number },
 ): ApiContext {
+  const waker = createTaskWaker((taskId) => parts.facade.wakeTask(taskId));
+  registerWakeMetrics(parts.metrics.registry, waker.stats);
   return {
     db: parts.db,
     logger: parts.logger,
@@ -57,6 +63,7 @@ export function buildApiContext(
       mode: config.API_FAST_PATH_MODE,
       maxInFlight: config.API_FAST_PATH_MAX_IN_FLIGHT,
     }),
+    waker,
     rateLimiter: createTenantRateLimiter(
       {
         pointsPerSecond: config.TENANT_CREATE_RATE_PER_SECOND,

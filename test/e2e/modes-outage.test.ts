@@ -46,6 +46,15 @@ describe('Postgres unreachable from the API', () => {
       .from(callbackInbox)
       .where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'callback')));
 
+    // Why each callback was spooled, as recorded with it.
+    const whys: string[] = [];
+    const spool = s.ctx.spool as { append: typeof s.ctx.spool.append };
+    const append = spool.append.bind(s.ctx.spool);
+    spool.append = async (rec) => {
+      whys.push(rec.why);
+      return append(rec);
+    };
+
     await proxy.cut();
     try {
       for (const res of [
@@ -65,6 +74,7 @@ describe('Postgres unreachable from the API', () => {
 
       // The provider finishes while the API cannot reach Postgres: its callback is spooled.
       await eventually(async () => ((await s.ctx.spool.pending()) >= 1 ? true : undefined), 30_000);
+      assert.ok(whys.length >= 1 && whys.every((w) => w === 'database-unavailable'), `spooled because: ${whys.join(', ')}`);
     } finally {
       await proxy.restore();
     }

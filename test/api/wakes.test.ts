@@ -1,0 +1,70 @@
+// api/wakes.ts: wake signals after callbacks, at most one in flight per task, and always one
+// sent after the last wake (so no inbox row committed before a wake is left without a signal).
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { createTaskWaker } from '../../api/wakes';
+
+/** A signal whose answers the test releases one by one. */
+function heldSignals() {
+  const calls: { taskId: string; at: number; release: (ok: boolean) => void }[] = [];
+  let clock = 0;
+  const signal = (taskId: string) =>
+    new Promise<boolean>((resolve, reject) => {
+      calls.push({ taskId, at: ++clock, release: (ok) => (ok ? resolve(true) : reject(new Error('temporal unavailable'))) });
+    });
+  return { calls, signal, tick: () => ++clock };
+}
+const settle = () => new Promise((r) => setImmediate(r));
+
+describe('the task waker', () => {
+  test('one wake, one signal; the entry is gone once it returns', async () => {
+    const h = heldSignals();
+    const w = createTaskWaker(h.signal);
+    w.wake('a');
+    assert.equal(h.calls.length, 1);
+    assert.equal(w.inFlight(), 1);
+    h.calls[0]!.release(true);
+    await settle();
+    assert.equal(w.inFlight(), 0);
+    assert.deepEqual(w.stats(), { sent: 1, coalesced: 0 });
+  });
+
+  test('wakes while a signal is in flight fold into one more signal, sent after the last of them', async () => {
+    const h = heldSignals();
+    const w = createTaskWaker(h.signal);
+    w.wake('a');
+    const lastWakeAt: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      w.wake('a');
+      lastWakeAt.push(h.tick());
+    }
+    assert.equal(h.calls.length, 1, 'nothing more while one is in flight');
+    h.calls[0]!.release(true);
+    await settle();
+    assert.equal(h.calls.length, 2, 'exactly one follow-up');
+    assert.ok(h.calls[1]!.at > lastWakeAt.at(-1)!, 'the follow-up was sent after the last wake');
+    h.calls[1]!.release(true);
+    await settle();
+    assert.equal(h.calls.length, 2);
+    assert.equal(w.inFlight(), 0);
+    assert.deepEqual(w.stats(), { sent: 2, coalesced: 9 });
+  });
+
+  test('tasks do not wait for each other, and a failed signal still sends its follow-up', async () => {
+    const h = heldSignals();
+    const w = createTaskWaker(h.signal);
+    w.wake('a');
+    w.wake('b');
+    assert.deepEqual(h.calls.map((c) => c.taskId), ['a', 'b']);
+    w.wake('a');
+    h.calls[0]!.release(false);
+    await settle();
+    assert.deepEqual(h.calls.map((c) => c.taskId), ['a', 'b', 'a'], 'the follow-up after a failure');
+    h.calls[2]!.release(true);
+    h.calls[1]!.release(true);
+    await settle();
+    assert.equal(w.inFlight(), 0);
+    w.wake('a');
+    assert.equal(h.calls.length, 4, 'a later wake signals again');
+  });
+});
