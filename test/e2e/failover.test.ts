@@ -19,7 +19,9 @@ let b: RegionWorker;
 const TASKS = 12;
 
 before(async () => {
-  s = await startModesStack('failover', { POLL_INITIAL_MS: '400', POLL_MAX_MS: '800' }, { generationMs: 2_000, worker: false });
+  // Polls every 400–800 ms so that some tasks are seen RUNNING mid-flight: a poll rate above the
+  // demand floor's reach (12 jobs at 10 reads/s would put polls 1.5 s apart, docs/providers.md).
+  s = await startModesStack('failover', { POLL_INITIAL_MS: '400', POLL_MAX_MS: '800', POLL_QUEUE_RATES: 'replicate=100' }, { generationMs: 2_000, worker: false });
   a = await startRegionWorker(s.config, s.tdb.database, s.tdb.url, { region: 'region-a', identity: 'region-a-watching' });
   zombie = await startRegionWorker(s.config, s.tdb.database, s.tdb.url, { region: 'region-a', watch: false, identity: 'region-a-zombie' });
   b = await startRegionWorker(s.config, s.tdb.database, s.tdb.url, { region: 'region-b', identity: 'region-b' });
