@@ -57,10 +57,13 @@ export interface TaskActivityDeps {
     readonly pollMaxMs: number;
     /** While a provider's callbacks are healthy, waiting polls are this many times slower (domain/backoff.ts pollInterval). */
     readonly pollHealthyFactor: number;
-    /** Poll rate per provider over the adapter's declared quota (config POLL_QUEUE_RATES); absent: the quota. */
-    readonly pollRates?: Readonly<Record<string, number>>;
-    /** The share of a provider's poll rate the wait loops aim for when demand exceeds it (activities/poll-demand.ts); absent: 0.8. */
-    readonly pollQuotaShare?: number;
+    /**
+     * Poll rate per provider over the adapter's declared quota (config POLL_QUEUE_RATES): the
+     * poll queues' limits (workers/generation-worker.ts) and the demand floor's rate.
+     */
+    readonly pollRates: Readonly<Record<string, number>>;
+    /** The share of a provider's poll rate the wait loops aim for when demand exceeds it (activities/poll-demand.ts). */
+    readonly pollQuotaShare: number;
     /** A provider's callbacks are healthy while one reached the inbox within this window (0: never). */
     readonly callbackHealthyWindowMs: number;
     readonly maxSubmitAttempts: number;

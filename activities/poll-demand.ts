@@ -32,8 +32,8 @@ export interface PollDemandOptions {
 }
 
 /** The rate a provider's poll queue gets: the configured override, else the adapter's declared quota. */
-export function pollRateFor(deps: Pick<TaskActivityDeps, 'providers' | 'settings'>, provider: string, overrides = deps.settings.pollRates ?? {}): number | undefined {
-  return overrides[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
+export function pollRateFor(deps: Pick<TaskActivityDeps, 'providers' | 'settings'>, provider: string): number | undefined {
+  return deps.settings.pollRates[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
 }
 
 /** The demand floor itself: `waiting` jobs read in turn at `rate × share` per second. */

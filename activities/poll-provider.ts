@@ -39,7 +39,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
     db: deps.db,
     clock: deps.clock,
     rateOf: (provider) => pollRateFor(deps, provider),
-    share: deps.settings.pollQuotaShare ?? 0.8,
+    share: deps.settings.pollQuotaShare,
   });
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {

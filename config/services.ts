@@ -50,7 +50,7 @@ export function buildProviders(config: Config): Record<string, ProviderAdapter> 
   };
 }
 
-/** POLL_QUEUE_RATES as provider → requests per second (workers/generation-worker.ts pollRateFor). */
+/** POLL_QUEUE_RATES as provider → requests per second (activities/poll-demand.ts pollRateFor). */
 export function pollQueueRates(config: Config): Record<string, number> {
   return Object.fromEntries(
     config.POLL_QUEUE_RATES.map((entry) => {

@@ -61,11 +61,6 @@ export interface GenerationWorkerOptions {
   readonly identity?: string;
   /** Workflow cache, workflow-task concurrency and pollers (config WORKER_*; SDK defaults when absent). */
   readonly tuning?: WorkerTuning;
-  /**
-   * Poll queue rate per provider, requests per second, over the adapter's
-   * capabilities.requestsPerSecond (config POLL_QUEUE_RATES).
-   */
-  readonly pollRates?: Readonly<Record<string, number>>;
   /** Providers that get a poll worker; default every configured provider (deps.providers). */
   readonly pollProviders?: readonly string[];
 }
@@ -88,7 +83,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   const shutdownGraceTime = opts.shutdownGraceMs ?? 30_000;
   const reads = Object.fromEntries(PROVIDER_READ_ACTIVITIES.map((name) => [name, activities[name]]));
   const providers = opts.pollProviders ?? Object.keys(opts.deps.providers);
-  const pollRates = new Map(providers.map((p) => [p, pollRateFor(opts.deps, p, opts.pollRates)] as const));
+  const pollRates = new Map(providers.map((p) => [p, pollRateFor(opts.deps, p)] as const));
   // Created at once: a standby worker must poll within a second or two of its region becoming active.
   const [generation, ...pollWorkers] = await Promise.all([
     Worker.create({

@@ -7,7 +7,7 @@ import http from 'node:http';
 import { Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
-import { buildActivityDeps, buildDatabase, buildProviders, buildStorage, pollQueueRates } from '../config/services';
+import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
 import { createLogger } from '../observability/logger';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
 import { createMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
@@ -91,7 +91,6 @@ async function startWorker(): Promise<RegionService> {
     maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
     shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
     tuning: tuningFromConfig(config),
-    pollRates: pollQueueRates(config),
   });
   const service = runAsRegionService(worker);
   logger.info(

@@ -10,7 +10,7 @@ import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/work
 import { createApp } from '../../api/app';
 import { buildApiContext } from '../../api/context';
 import { loadConfig, type Config } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildStorage, pollQueueRates } from '../../config/services';
+import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { createDatabase, type Database } from '../../db/client';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
@@ -156,7 +156,6 @@ export async function startWorker(config: Config, db: Database, opts: { pollProv
     deps: buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) }),
     workflowBundle: await workflowBundle(),
     shutdownGraceMs: 2_000,
-    pollRates: pollQueueRates(config),
     ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
   });
   const running = worker.run();
