@@ -30,7 +30,7 @@ export interface NextMediaStep {
   processMedia(taskId: string): Promise<TaskFacts>;
 }
 
-export function createRescueActivities(deps: TaskActivityDeps, media?: NextMediaStep) {
+export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaStep) {
   /** Streams url → storage under key; returns sha256 and size. */
   async function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
     const ctx = Context.current();
@@ -184,7 +184,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media?: NextMedia
       // workflow task fewer between the callback and SUCCEEDED. It decides on the facts as its own
       // step would; if it fails, this activity's retry finds PROCESSING_MEDIA, skips the bytes
       // and runs it again (the workflow's processMedia step remains for runs that stop there).
-      if (media && after.status === 'PROCESSING_MEDIA') return media.processMedia(taskId);
+      if (after.status === 'PROCESSING_MEDIA') return media.processMedia(taskId);
       return after;
     },
   };

@@ -48,7 +48,7 @@ export interface Admission {
    * Where a verified callback goes now: the inbox, or the spool when the mode or Postgres rules
    * the inbox out (`why`, recorded with the spooled callback).
    */
-  callbackRoute(): Promise<{ route: CallbackRoute; why: 'mode' | 'database-unavailable' | null }>;
+  callbackRoute(): Promise<{ route: 'inbox' } | { route: 'spool'; why: 'mode' | 'database-unavailable' }>;
   readiness(): Promise<Readiness>;
 }
 
@@ -123,10 +123,9 @@ export function createAdmission(
     assertCanRead: () => check('read', 'reads', false),
     async callbackRoute() {
       try {
-        const route = policyFor((await state()).mode).callback;
-        return { route, why: route === 'spool' ? ('mode' as const) : null };
+        return policyFor((await state()).mode).callback === 'spool' ? { route: 'spool', why: 'mode' } : { route: 'inbox' };
       } catch (err) {
-        if (isDatabaseUnavailable(err)) return { route: 'spool' as const, why: 'database-unavailable' as const };
+        if (isDatabaseUnavailable(err)) return { route: 'spool', why: 'database-unavailable' };
         throw err;
       }
     },

@@ -127,8 +127,8 @@ export function callbackHandlers(ctx: ApiContext) {
         payload: verified.payload,
         receivedRegion: ctx.settings.region,
       };
-      const { route, why } = await ctx.admission.callbackRoute();
-      if (route === 'spool') return spool(res, cb, why ?? 'mode');
+      const route = await ctx.admission.callbackRoute();
+      if (route.route === 'spool') return spool(res, cb, route.why);
       let outcome: IngestOutcome;
       try {
         outcome = await ingestCallback(ctx, cb);

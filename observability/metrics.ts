@@ -283,7 +283,6 @@ export function registerPollDemandGauge(registry: Registry, floors: () => Readon
 
 /** Wake signals after callbacks (api/wakes.ts): sent, and wakes folded into a signal already due. */
 export function registerWakeMetrics(registry: Registry, stats: () => { sent: number; coalesced: number }): void {
-  if (registry.getSingleMetric('vidorch_callback_wakes_total')) return;
   new Counter({
     name: 'vidorch_callback_wakes_total',
     help: 'Wake signals after callbacks: sent to Temporal, or coalesced into one already in flight for the same task',
