@@ -5,6 +5,7 @@
 import { and, eq, gt, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { callbackInbox } from '../db/schema';
+import { cachedPerKey } from './cached';
 import type { Clock } from './deps';
 
 export interface CallbackHealth {
@@ -12,28 +13,22 @@ export interface CallbackHealth {
 }
 
 export function createCallbackHealth(opts: { db: Db; clock: Clock; windowMs: number; cacheMs?: number }): CallbackHealth {
-  const cacheMs = opts.cacheMs ?? 10_000;
-  const cache = new Map<string, { at: number; healthy: boolean }>();
+  const read = cachedPerKey(opts.clock, opts.cacheMs ?? 10_000, async (provider) => {
+    const now = opts.clock.now();
+    const [row] = await opts.db
+      .select({ one: sql<number>`1` })
+      .from(callbackInbox)
+      .where(
+        and(
+          eq(callbackInbox.provider, provider),
+          eq(callbackInbox.source, 'callback'),
+          gt(callbackInbox.received_at, new Date(now.getTime() - opts.windowMs)),
+        ),
+      )
+      .limit(1);
+    return row !== undefined;
+  });
   return {
-    async healthy(provider) {
-      if (opts.windowMs <= 0) return false;
-      const now = opts.clock.now();
-      const hit = cache.get(provider);
-      if (hit && now.getTime() - hit.at < cacheMs) return hit.healthy;
-      const [row] = await opts.db
-        .select({ one: sql<number>`1` })
-        .from(callbackInbox)
-        .where(
-          and(
-            eq(callbackInbox.provider, provider),
-            eq(callbackInbox.source, 'callback'),
-            gt(callbackInbox.received_at, new Date(now.getTime() - opts.windowMs)),
-          ),
-        )
-        .limit(1);
-      const healthy = row !== undefined;
-      cache.set(provider, { at: now.getTime(), healthy });
-      return healthy;
-    },
+    healthy: (provider) => (opts.windowMs <= 0 ? Promise.resolve(false) : read(provider)),
   };
 }

@@ -11,6 +11,7 @@
 import { and, count, eq, inArray } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { taskAttempt } from '../db/schema';
+import { cachedPerKey } from './cached';
 import type { Clock, TaskActivityDeps } from './deps';
 
 /** Attempt states whose jobs the wait loop polls (the partial index idx_attempt_provider_in_flight covers them). */
@@ -43,24 +44,17 @@ export function demandFloorMs(waiting: number, rate: number | undefined, share: 
 }
 
 export function createPollDemand(opts: PollDemandOptions): PollDemand {
-  const cacheMs = opts.cacheMs ?? 10_000;
-  const cache = new Map<string, { at: number; floorMs: number }>();
+  const read = cachedPerKey(opts.clock, opts.cacheMs ?? 10_000, async (provider) => {
+    const [row] = await opts.db
+      .select({ waiting: count() })
+      .from(taskAttempt)
+      .where(and(eq(taskAttempt.provider, provider), inArray(taskAttempt.submit_state, POLLED_STATES)));
+    const floorMs = demandFloorMs(row?.waiting ?? 0, opts.rateOf(provider), opts.share);
+    pollFloors.set(provider, floorMs);
+    return floorMs;
+  });
   return {
-    async floorMs(provider) {
-      const rate = opts.rateOf(provider);
-      if (!rate) return 0;
-      const now = opts.clock.now().getTime();
-      const hit = cache.get(provider);
-      if (hit && now - hit.at < cacheMs) return hit.floorMs;
-      const [row] = await opts.db
-        .select({ waiting: count() })
-        .from(taskAttempt)
-        .where(and(eq(taskAttempt.provider, provider), inArray(taskAttempt.submit_state, POLLED_STATES)));
-      const floorMs = demandFloorMs(row?.waiting ?? 0, rate, opts.share);
-      cache.set(provider, { at: now, floorMs });
-      pollFloors.set(provider, floorMs);
-      return floorMs;
-    },
+    floorMs: (provider) => (opts.rateOf(provider) ? read(provider) : Promise.resolve(0)),
   };
 }
 
