@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import type { Client } from '@temporalio/client';
 import { eq } from 'drizzle-orm';
+import { createTask as createTaskRow } from '../../api/tasks.service';
 import type { Config } from '../../config/env';
 import { creditLedger } from '../../db/schema';
 import {
@@ -23,6 +24,8 @@ import {
   type RunningWorker,
   type TestDatabase,
 } from './stack';
+import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
+import type { GenerationInput, generationWorkflow } from '../../workflows/generation';
 
 export const TERMINAL_OR_REVIEW = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'];
 
@@ -111,4 +114,28 @@ export async function startE2E(
     },
   };
   return e2e;
+}
+
+/**
+ * A task committed in Postgres (as the API would) whose workflow the test starts itself, with
+ * `input` (e.g. a run length), and the handle of that first run.
+ */
+export async function startTaskWorkflow(e: E2E, key: string, input: Omit<GenerationInput, 'taskId'> = {}) {
+  const created = await createTaskRow(e.tdb.database.db, { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 }, {
+    tenantId: e.tenant.tenantId,
+    idempotencyKey: `${key}-${Date.now()}`,
+    body: { ...defaultRequest, resolution: '480p', prompt: key, priority: 0 },
+  });
+  const taskId = created.task.task_id;
+  const handle = await e.client.workflow.start<typeof generationWorkflow>('generationWorkflow', {
+    taskQueue: e.config.TEMPORAL_TASK_QUEUE,
+    workflowId: e.api.facade.workflowIdFor(taskId),
+    args: [{ taskId, ...input }],
+    typedSearchAttributes: [
+      { key: SA_TASK_STATUS, value: 'QUEUED' },
+      { key: SA_TENANT_ID, value: e.tenant.tenantId },
+      { key: SA_PROVIDER, value: 'replicate' },
+    ],
+  });
+  return { taskId, handle };
 }

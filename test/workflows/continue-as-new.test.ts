@@ -4,11 +4,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
 import { callbackInbox, taskAttempt, taskTransition } from '../../db/schema';
-import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
-import type { generationWorkflow } from '../../workflows/generation';
-import { startE2E, type E2E } from '../support/e2e';
+import { startE2E, startTaskWorkflow, type E2E } from '../support/e2e';
 
 let e: E2E;
 before(async () => {
@@ -20,24 +17,8 @@ after(async () => {
 });
 
 test('the inbox is applied across continue-as-new: a task polled over many runs ends SUCCEEDED with its one callback applied once', async () => {
-  const token = { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 };
-  const created = await createTask(e.tdb.database.db, token, {
-    tenantId: e.tenant.tenantId,
-    idempotencyKey: `can-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'a fox across runs', duration_seconds: 2, resolution: '480p', priority: 0 },
-  });
-  const taskId = created.task.task_id;
   // Started here rather than by the API so the run length can be set low.
-  const handle = await e.client.workflow.start<typeof generationWorkflow>('generationWorkflow', {
-    taskQueue: e.config.TEMPORAL_TASK_QUEUE,
-    workflowId: e.api.facade.workflowIdFor(taskId),
-    args: [{ taskId, stepsPerRun: 2 }],
-    typedSearchAttributes: [
-      { key: SA_TASK_STATUS, value: 'QUEUED' },
-      { key: SA_TENANT_ID, value: e.tenant.tenantId },
-      { key: SA_PROVIDER, value: 'replicate' },
-    ],
-  });
+  const { taskId, handle } = await startTaskWorkflow(e, 'can', { stepsPerRun: 2 });
   const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
   assert.equal(task.status, 'SUCCEEDED');
 

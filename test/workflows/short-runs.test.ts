@@ -4,10 +4,7 @@
 // (no marker) keep the old length: the recorded fixtures replay (test/workflows/replay.test.ts).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { createTask } from '../../api/tasks.service';
-import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
-import type { generationWorkflow } from '../../workflows/generation';
-import { startE2E, type E2E } from '../support/e2e';
+import { startE2E, startTaskWorkflow, type E2E } from '../support/e2e';
 
 let e: E2E;
 before(async () => {
@@ -19,23 +16,8 @@ after(async () => {
 });
 
 test('a run of a waiting task continues as new after 50 steps, with the patch marker, and its history stays short', async () => {
-  const token = { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 };
-  const created = await createTask(e.tdb.database.db, token, {
-    tenantId: e.tenant.tenantId,
-    idempotencyKey: `short-runs-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'a long wait', duration_seconds: 2, resolution: '480p', priority: 0 },
-  });
-  const taskId = created.task.task_id;
-  const handle = await e.client.workflow.start<typeof generationWorkflow>('generationWorkflow', {
-    taskQueue: e.config.TEMPORAL_TASK_QUEUE,
-    workflowId: e.api.facade.workflowIdFor(taskId),
-    args: [{ taskId }],
-    typedSearchAttributes: [
-      { key: SA_TASK_STATUS, value: 'QUEUED' },
-      { key: SA_TENANT_ID, value: e.tenant.tenantId },
-      { key: SA_PROVIDER, value: 'replicate' },
-    ],
-  });
+  // The default input: the run length is the workflow's own.
+  const { handle } = await startTaskWorkflow(e, 'short-runs');
   const first = e.client.workflow.getHandle(handle.workflowId, handle.firstExecutionRunId);
   const deadline = Date.now() + 90_000;
   while ((await first.describe()).status.name === 'RUNNING' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
