@@ -224,8 +224,9 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   });
 
   const submit = (req: Request, res: Response, model: string | null): void => {
-    const parsed = (model === null ? versionCreateBody : modelCreateBody.extend({ version: z.undefined() })).safeParse(req.body);
+    const parsed = model === null ? versionCreateBody.safeParse(req.body) : modelCreateBody.safeParse(req.body);
     if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
+    const version = 'version' in parsed.data && typeof parsed.data.version === 'string' ? parsed.data.version : null;
     const f = faults.for('replicate');
     const fault = faults.takeSubmitFault('replicate', undefined, tokenOfUrl(parsed.data.webhook));
     if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
@@ -233,7 +234,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       if (f.retry_after_s !== undefined) res.set('Retry-After', String(f.retry_after_s));
       return problem(res, 429, 'Too Many Requests', 'Request was throttled.');
     }
-    const p = store.create({ ...parsed.data, model, version: parsed.data.version ?? null });
+    const p = store.create({ ...parsed.data, model, version });
     switch (fault) {
       case 'accept_then_hang':
         return; // the socket stays open until the client gives up or the server closes

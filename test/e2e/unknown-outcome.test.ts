@@ -35,7 +35,7 @@ const request = (prompt: string, over: Record<string, unknown> = {}) => ({ ...de
 const KLING = { model: 'kling-v2-master', resolution: '720p' };
 
 describe('an unknown outcome is reconciled, never resubmitted', () => {
-  test('accept-then-hang: the job the provider created is found by its token and the task succeeds with one provider job', async () => {
+  test('accept-then-hang: the job the provider created is found by its fingerprint and the task succeeds with one provider job', async () => {
     e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
     const taskId = await e.createTask('hang-1', request('hang one'));
     const task = await e.waitForStatus(taskId, 'SUCCEEDED');
@@ -46,7 +46,7 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
     assert.ok(attempts[0]!.unknown_since, 'unknown_since recorded');
   });
 
-  test('reset connection after accept: found by token, one provider job', async () => {
+  test('reset connection after accept: found by fingerprint, one provider job', async () => {
     e.sim.sim.setFaults({ submit: 'reset_after_accept', submit_fault_count: 1 });
     const taskId = await e.createTask('reset-1', request('reset one'));
     await e.waitForStatus(taskId, 'SUCCEEDED');
