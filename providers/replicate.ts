@@ -222,7 +222,7 @@ export interface ReplicateCreateBody {
   readonly version?: string;
   readonly input: Record<string, unknown>;
   readonly webhook: string;
-  readonly webhook_events_filter: readonly ('start' | 'output' | 'logs' | 'completed')[];
+  readonly webhook_events_filter: ('start' | 'output' | 'logs' | 'completed')[];
 }
 
 function headerValue(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {

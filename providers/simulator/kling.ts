@@ -21,8 +21,11 @@ export interface KlingSimOptions {
   readonly concurrency: number;
 }
 
+/** Text-to-video model names from Kling's capability map (docs/providers.md); others are refused (1201). */
+export const KLING_TEXT2VIDEO_MODELS = ['kling-v1', 'kling-v1-6', 'kling-v2-master', 'kling-v2-1-master'] as const;
+
 const createBody = z.object({
-  model_name: z.string().min(1).default('kling-v1'),
+  model_name: z.enum(KLING_TEXT2VIDEO_MODELS).default('kling-v1'),
   prompt: z.string().min(1).max(2500),
   negative_prompt: z.string().max(2500).optional(),
   cfg_scale: z.number().min(0).max(1).optional(),

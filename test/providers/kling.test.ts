@@ -9,7 +9,7 @@ import { checkKlingJwt, SIM_KLING_DEFAULTS } from '../../providers/simulator/kli
 import type { ProviderAdapter, ProviderJob } from '../../providers/types';
 import { deadPort, lookupQuery, newAttempt, startHarness, TERMINAL, waitFor, type Harness } from './harness';
 
-const MODEL = 'kwaivgi/kling-v2.1';
+const MODEL = 'kling-v2-master';
 const { accessKey, secretKey } = SIM_KLING_DEFAULTS;
 let h: Harness;
 let adapter: ProviderAdapter;
@@ -84,7 +84,8 @@ test('happy path: external_task_id = our attempt id; polled to succeed with the 
   assert.equal(done.state, 'succeeded');
   assert.equal((await fetch(done.outputUrl!)).status, 200);
   assert.equal(h.sim.tokenCount(attemptId), 1);
-  assert.equal(klingModelName(MODEL), 'kling-v2-1');
+  assert.equal(klingModelName(MODEL), 'kling-v2-master');
+  assert.equal(klingModelName('kwaivgi/kling-v2.1'), 'kling-v2-1');
 });
 
 test('lookup by our own key uses the documented get-by-external-id: it finds the job a lost submit created; an unused key is provably absent (404, code 1203)', async () => {
