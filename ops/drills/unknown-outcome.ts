@@ -131,7 +131,9 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
     log(`phase 2: ${n2} slow submits, then SIGKILL worker-a mid-call`);
     world.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3000, submit_fault_count: n2, ...drop });
     const phase2 = await createTasks(world, 'crash', n2, providers);
-    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= Math.min(n2, 10), 60_000);
+    // Each provider's bulkhead admits its own share: wait for some in flight on every provider.
+    const inFlight = Math.max(1, Math.floor(Math.min(n2, 10) / providers.length));
+    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= inFlight, 60_000);
     phases['in_flight_at_kill'] = (await attemptStates(world, phase2)).count('SUBMITTING');
     await world.workers.get('worker-a')!.stop('SIGKILL', 1_000);
     await sleep(1_000);
