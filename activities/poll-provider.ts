@@ -76,7 +76,10 @@ export function createPollActivities(deps: TaskActivityDeps) {
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
       if (!task) throw notFound(`task ${taskId}`);
-      if (task.active_attempt_id !== attemptId) return;
+      // Only while the outcome is still unknown: a callback may have bound the job meanwhile.
+      if (task.active_attempt_id !== attemptId || task.status !== 'SUBMIT_UNKNOWN') return;
+      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+      if (!attempt || attempt.provider_job_id) return;
       await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
         sourceEvent: 'reconcile.ambiguous',
         actor: 'workflow',
