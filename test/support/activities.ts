@@ -14,6 +14,8 @@ export interface ActivityWorld {
   readonly config: ReturnType<typeof testConfig>;
   readonly tenantId: string;
   readonly token: FenceToken;
+  /** The activities themselves, for a test that runs one in its own environment (to cancel it). */
+  readonly activities: TaskActivities;
   run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]>;
   close(): Promise<void>;
 }
@@ -44,6 +46,7 @@ export async function startActivityWorld(opts: {
     config,
     tenantId,
     token: { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 },
+    activities: acts,
     run(name, ...args) {
       const env = new MockActivityEnvironment();
       return env.run(acts[name] as never, ...(args as unknown as never[])) as never;
