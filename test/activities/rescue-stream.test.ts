@@ -10,9 +10,8 @@ import { after, afterEach, before, beforeEach, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
 import { asset, generationTask, taskAttempt } from '../../db/schema';
-import { startActivityWorld, type ActivityWorld } from '../support/activities';
+import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 import { eventually } from '../support/stack';
 
 let w: ActivityWorld;
@@ -34,24 +33,7 @@ afterEach(() => {
   w.sim.sim.clearFaults();
 });
 
-let seq = 0;
-async function providerSucceeded(): Promise<string> {
-  seq += 1;
-  const created = await createTask(w.tdb.database.db, w.token, {
-    tenantId: w.tenantId,
-    idempotencyKey: `cut-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `cut ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
-  });
-  const id = created.task.task_id;
-  await w.run('dispatchTask', id);
-  await w.run('prepareAttempt', id);
-  assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
-  await eventually(async () => {
-    await w.run('pollProvider', id);
-    return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
-  }, 20_000, 300);
-  return id;
-}
+const providerSucceeded = () => providerSucceededTask(w, 'cut');
 
 const statusOf = async (id: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status;
 const videosOf = async (id: string) => (await w.tdb.database.db.select().from(asset).where(eq(asset.task_id, id))).filter((a) => a.kind === 'video');
