@@ -46,11 +46,15 @@ interface Row {
   readonly cpu: CpuUsage;
 }
 
-function predictionBody(a: Attempt, apiUrl: string, seq: number): string {
+function predictionBody(a: Attempt, seq: number): string {
   const now = new Date().toISOString();
   return JSON.stringify({
+    // The get-prediction body, as Replicate's webhooks carry it (documented fields only).
     id: a.jobId,
-    version: 'minimax/video-01',
+    model: 'minimax/video-01',
+    version: 'c8bcc4751328608bb75043b3af7bed4eabcf1a6c0a478d50a4cf57fa04bd5101',
+    source: 'api',
+    data_removed: false,
     input: { prompt: 'bench callbacks', duration: 1 },
     output: null,
     error: null,
@@ -59,7 +63,6 @@ function predictionBody(a: Attempt, apiUrl: string, seq: number): string {
     created_at: now,
     started_at: now,
     completed_at: null,
-    webhook: `${apiUrl}/v1/callbacks/replicate/${a.attemptId}`,
     urls: { get: `http://127.0.0.1:7081/replicate/v1/predictions/${a.jobId}`, cancel: `http://127.0.0.1:7081/replicate/v1/predictions/${a.jobId}/cancel` },
     metrics: {},
   });
@@ -145,7 +148,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
                 } else {
                   const attempt = attempts[seq % attempts.length]!;
                   const n = counter++;
-                  ev = { id: `${prefix}_${n}`, attempt, body: predictionBody(attempt, api.url, n) };
+                  ev = { id: `${prefix}_${n}`, attempt, body: predictionBody(attempt, n) };
                 }
                 const now = new Date();
                 const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.attemptId}`, {
@@ -190,7 +193,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       statementReport.push({ clients, statements: topStatements(m.queries, m.result.started, 6) });
       rep.log(`callbacks: cpu ${describeCpu(m.cpu)}`);
 
-      const payload = JSON.stringify({ job: { jobId: 'pgbjob', state: 'running' }, raw: JSON.parse(predictionBody(attempts[0]!, api.url, 0)) as unknown });
+      const payload = JSON.stringify({ job: { jobId: 'pgbjob', state: 'running' }, raw: JSON.parse(predictionBody(attempts[0]!, 0)) as unknown });
       const p: Measured<PgbenchResult> = await measured(
         { cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) },
         () =>

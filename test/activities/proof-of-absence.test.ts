@@ -1,0 +1,86 @@
+// pollProvider and the proof-of-absence contract (docs/providers.md "Proof of absence"), with
+// MockActivityEnvironment against real Postgres and the strict provider simulator: a Replicate
+// miss proves nothing however long it lasts, and pollProvider trusts "not-found-proven" only
+// from an adapter that declares an exact lookup.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { eq } from 'drizzle-orm';
+import { createTaskActivities, type TaskActivities } from '../../activities';
+import { createTask } from '../../api/tasks.service';
+import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import type { FenceToken } from '../../db/fence';
+import { generationTask, taskAttempt } from '../../db/schema';
+import type { ProviderAdapter } from '../../providers/types';
+import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+
+let sim: RunningSimulator;
+let tdb: TestDatabase;
+let tenantId: string;
+let config: ReturnType<typeof testConfig>;
+const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
+
+before(async () => {
+  sim = await startSimulator(testConfig(), { generationMs: 60_000 });
+  // No proof delay at all: whatever a miss may prove, it proves at once.
+  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, UNKNOWN_PROOF_DELAY_MS: '0', UNKNOWN_OUTCOME_DEADLINE_MS: '600000' });
+  tdb = await createTestDatabase(config);
+  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
+});
+after(async () => {
+  await sim?.close();
+  await tdb?.drop();
+});
+
+const activities = (override: Record<string, ProviderAdapter> = {}): TaskActivities =>
+  createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...override } }));
+
+function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
+  return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
+}
+
+let seq = 0;
+/** A Replicate task whose submit failed with a 5xx before the provider created anything: unknown. */
+async function unknownTask(acts: TaskActivities): Promise<{ taskId: string; attemptId: string }> {
+  seq += 1;
+  const created = await createTask(tdb.database.db, token(), {
+    tenantId,
+    idempotencyKey: `absence-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `absence ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const taskId = created.task.task_id;
+  await run(acts, 'dispatchTask', taskId);
+  const prepared = await run(acts, 'prepareAttempt', taskId);
+  sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1 });
+  const r = await run(acts, 'submitAttempt', taskId);
+  sim.sim.clearFaults();
+  assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
+  return { taskId, attemptId: prepared.activeAttemptId! };
+}
+
+const stateOf = async (taskId: string, attemptId: string) => {
+  const [t] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+  const [a] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+  return [t!.status, a!.submit_state];
+};
+
+test('a Replicate miss proves nothing: with no proof delay the attempt stays SUBMIT_UNKNOWN poll after poll, and no second job is bought', async () => {
+  const acts = activities();
+  const { taskId, attemptId } = await unknownTask(acts);
+  for (let i = 0; i < 3; i++) assert.equal((await run(acts, 'pollProvider', taskId)).result, 'not-found');
+  assert.deepEqual(await stateOf(taskId, attemptId), ['SUBMIT_UNKNOWN', 'SUBMIT_UNKNOWN']);
+  assert.equal(sim.sim.tokenCount(attemptId), 0);
+});
+
+test('pollProvider trusts "not-found-proven" only from an adapter that declares an exact lookup', async () => {
+  const real = buildProviders(config)['replicate']!;
+  const lying: ProviderAdapter = { ...real, findByCorrelationToken: () => Promise.resolve({ kind: 'not-found-proven', evidence: 'says so' }) };
+  const acts = activities({ replicate: lying });
+  const { taskId, attemptId } = await unknownTask(acts);
+  assert.equal((await run(acts, 'pollProvider', taskId)).result, 'not-found');
+  assert.deepEqual(await stateOf(taskId, attemptId), ['SUBMIT_UNKNOWN', 'SUBMIT_UNKNOWN']);
+  // The same answer from an adapter that declares 'exact-lookup' is proof.
+  const exact: ProviderAdapter = { ...lying, capabilities: { ...real.capabilities, absenceProof: 'exact-lookup' } };
+  assert.equal((await run(activities({ replicate: exact }), 'pollProvider', taskId)).result, 'absent');
+  assert.deepEqual(await stateOf(taskId, attemptId), ['DISPATCHING', 'REJECTED']);
+});
