@@ -6,7 +6,10 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { eq } from 'drizzle-orm';
+import { buildProviders } from '../../config/services';
+import { recordProviderEvent } from '../../db/inbox';
 import { taskAttempt } from '../../db/schema';
+import { reconcileApply } from '../../ops/reconcile';
 import type { SimProvider } from '../../providers/simulator/faults';
 import { startE2E, type E2E } from '../support/e2e';
 
@@ -63,6 +66,23 @@ describe('a parked task keeps applying evidence', () => {
     const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     assert.equal(attempts.length, 1, 'no second attempt');
     assert.ok(attempts[0]!.provider_job_id, 'the late webhook bound the job');
+  });
+
+  test('ops reconcile wakes a task in MANUAL_REVIEW: evidence that reached the inbox without a wake is applied', async () => {
+    const { taskId, attempt } = await parked('replicate', 'reconcile-wakes');
+    e.sim.sim.clearFaults();
+    // The job's final state reached the inbox, but nothing woke the workflow (an API that died
+    // between the insert and the signal).
+    const [jobId] = e.sim.sim.jobIdsFor(attempt.attempt_id);
+    const job = await buildProviders(e.config)['replicate']!.getJob(jobId!);
+    await recordProviderEvent(e.tdb.database.db, {
+      provider: 'replicate', job, providerEventId: null, source: 'callback', attemptId: attempt.attempt_id, taskId,
+      receivedRegion: e.config.REGION, signatureValid: true, raw: { unsignalled: true },
+    });
+    const { applied } = await reconcileApply(e.tdb.database.db, e.api.facade, { actor: 'operator:test', reason: 'review sweep' });
+    assert.ok(applied.workflowsWoken >= 1);
+    await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+    assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
   });
 });
 
