@@ -5,7 +5,7 @@
 import { eq, inArray } from 'drizzle-orm';
 import { taskAttempt } from '../../db/schema';
 import { sleep } from '../../scripts/stack';
-import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
+import { convergence, createTasks, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 
 export interface UnknownOutcomeReport {
   readonly tasks: number;
@@ -19,25 +19,6 @@ export interface UnknownOutcomeReport {
   readonly lost: number;
   readonly convergeSeconds: number;
   readonly phases: Record<string, number>;
-}
-
-async function createTasks(world: DrillWorld, prefix: string, n: number, concurrency = 16): Promise<string[]> {
-  const ids: string[] = [];
-  let next = 0;
-  async function lane() {
-    while (next < n) {
-      const i = next++;
-      const res = await fetch(`${world.apiUrl}/v1/tasks`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'minimax/video-01', prompt: `drill ${prefix} ${i}`, duration_seconds: 1, resolution: '480p' }),
-      });
-      if (res.status !== 202) throw new Error(`create ${prefix}-${i} answered ${res.status}: ${await res.text()}`);
-      ids.push(((await res.json()) as { task_id: string }).task_id);
-    }
-  }
-  await Promise.all(Array.from({ length: concurrency }, lane));
-  return ids;
 }
 
 async function attemptStates(world: DrillWorld, taskIds: string[]) {
@@ -121,13 +102,5 @@ export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: 
     };
   } finally {
     await world.close();
-  }
-}
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`drill: condition not met in ${timeoutMs} ms`);
-    await sleep(250);
   }
 }
