@@ -10,28 +10,20 @@ import { cancelTask, createTask } from '../../api/tasks.service';
 import { acquireFence } from '../../db/fence';
 import { asset, callbackInbox, outboxEvent, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
-import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade } from '../../temporal/facade';
 import { relayOnce } from '../../workers/outbox-relay';
-import { startActivityWorld, type ActivityWorld } from '../support/activities';
+import { startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
 import { eventually, temporalClient, testLogger, uniqueQueue } from '../support/stack';
 
 let w: ActivityWorld;
 let cancelCalls = 0;
 /** While above 0, the media step's presigned GET fails: the rescue stops in PROCESSING_MEDIA. */
-let presignFailures = 0;
+const presignFailures = { left: 0 };
 before(async () => {
   w = await startActivityWorld({
     generationMs: 100,
     deps: (d) => {
-      const storage: ObjectStorage = Object.create(d.storage) as ObjectStorage;
-      storage.presignGet = async (key, ttl) => {
-        if (presignFailures > 0) {
-          presignFailures -= 1;
-          throw new Error('storage unreachable (test)');
-        }
-        return d.storage.presignGet(key, ttl);
-      };
+      const storage = withPresignFailures(d.storage, presignFailures);
       const replicate = d.providers['replicate']!;
       const counted: ProviderAdapter = { ...replicate, cancel: async (...args) => { cancelCalls += 1; return replicate.cancel(...args); } };
       return { ...d, storage, providers: { ...d.providers, replicate: counted } };
@@ -110,7 +102,7 @@ describe('a stale-epoch worker writes nothing', () => {
       await w.run('pollProvider', id);
       return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
     }, 20_000, 300);
-    presignFailures = 1;
+    presignFailures.left = 1;
     await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
     fenceRejected(await whileEpochMoves(() => w.run('processMedia', id)));
     const kinds = (await db().select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind);
