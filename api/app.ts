@@ -60,6 +60,11 @@ export function createApp(ctx: ApiContext): express.Express {
 
   const tasks = taskHandlers(ctx);
   const v1 = express.Router();
+  // A body is JSON or refused (415) before it is parsed; requests without a body pass.
+  v1.use((req: Request, _res: Response, next: NextFunction) => {
+    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+    next(hasBody && !req.is(['application/json', 'application/*+json']) ? problems.unsupportedMediaType(req.get('content-type') ?? 'no Content-Type') : undefined);
+  });
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
   v1.use(readGate(ctx.admission));
   v1.use(requireTenant(ctx.db));

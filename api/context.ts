@@ -9,6 +9,7 @@ import type { Config } from '../config/env';
 import { buildProviders, buildStorage } from '../config/services';
 import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
+import { isDatabaseUnavailable } from './problem';
 import { createCallbackSpool, spoolDirFor, type CallbackSpool } from './spool';
 import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
 import { createTaskWaker, type TaskWaker } from './wakes';
@@ -74,7 +75,14 @@ export function buildApiContext(
     ),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
-    spool: createCallbackSpool({ dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL), logger: parts.logger }),
+    spool: createCallbackSpool({
+      dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
+      logger: parts.logger,
+      leaseMs: config.CALLBACK_SPOOL_LEASE_MS,
+      // Postgres unreachable: the line waits for the next pass. Anything else is the line's own fault: set aside.
+      isTransient: isDatabaseUnavailable,
+      onDeadLetter: (provider) => parts.metrics.callbacksReceived.inc({ provider, outcome: 'spool_dead_lettered' }),
+    }),
     settings: {
       region: config.REGION,
       fenceScope: config.FENCE_SCOPE,

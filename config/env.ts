@@ -166,6 +166,8 @@ export const envSchema = z.object({
   CALLBACK_SPOOL_DIR: z.string().min(1).default('.data/spool'),
   /** How often the API replays spooled callbacks into the inbox. */
   CALLBACK_SPOOL_REPLAY_MS: ms.default(2_000),
+  /** A process's spool lease: its files are adopted by another process once it has not renewed it for this long (api/spool.ts). */
+  CALLBACK_SPOOL_LEASE_MS: ms.default(30_000),
 
   /** Fence watcher: LISTEN for fence changes, plus a check this often (a missed NOTIFY costs at most this). */
   FENCE_WATCH_ENABLED: bool.default(true),

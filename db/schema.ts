@@ -220,6 +220,8 @@ export const callbackInbox = pgTable(
     index('idx_callback_provider_received')
       .on(t.provider, t.received_at)
       .where(sql`${t.source} = 'callback'`),
+    // Evidence of a job for one attempt (db/job-evidence.ts): any row its token reached.
+    index('idx_callback_attempt').on(t.attempt_id),
   ],
 );
 

@@ -6,6 +6,7 @@ import { loadConfigOrExit } from '../config/env';
 import { buildDatabase, buildProviders } from '../config/services';
 import { readFence } from '../db/fence';
 import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
+import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../api/spool';
 import { modeForbids } from '../domain/modes';
 import { toMicros } from '../domain/money';
 import { SYSTEM_MODES, type SystemMode } from '../domain/states';
@@ -25,11 +26,12 @@ import {
   printProviderStatus,
   printReconcileReport,
   printReviews,
+  printSpoolStatus,
 } from './print';
 import { changeProviderControl, providerStatus, type ProviderControlChange } from './providers';
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
-import { createTenant, grantTenantCredits } from './tenants';
+import { auditOps, createTenant, grantTenantCredits } from './tenants';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
@@ -330,6 +332,29 @@ review
     if (paused) throw new Error(`${paused}; resolve after \`mode set\``);
     const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
     print(o.json, facts, () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})`);
+  });
+
+const spool = program.command('spool').description("this host's callback spool (callbacks acknowledged while the inbox could not be written)");
+const spoolDir = spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL);
+
+spool
+  .command('status')
+  .description('callbacks waiting for replay, and the dead letters (lines that could not be applied)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const st = await spoolStatus(spoolDir);
+    print(o.json, st, () => printSpoolStatus(st));
+  });
+
+spool
+  .command('requeue')
+  .description('put every dead letter back in the replay queue (after its cause is fixed; the inbox dedupes)')
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { reason: string; json: boolean }) => {
+    const requeued = await requeueDeadLetters(spoolDir);
+    await withDb((d) => auditOps(d.db, fence, { actor, action: 'spool.requeue', targetType: 'spool', targetId: spoolDir, reason: o.reason, detail: { requeued } }));
+    print(o.json, { dir: spoolDir, requeued }, () => `requeued ${requeued} dead letter(s) from ${spoolDir}`);
   });
 
 try {

@@ -86,3 +86,18 @@ export async function grantTenantCredits(
     return { tenant_id: t.tenantId, granted: credits };
   });
 }
+
+/** One ops_audit row, under the fence, for an operator action that has no table of its own (e.g. `spool requeue`). */
+export async function auditOps(
+  db: Db,
+  fence: FenceScope,
+  a: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> },
+): Promise<void> {
+  const { token } = await acquireFence(db, fence.scope, fence.region);
+  await db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    await tx.insert(opsAudit).values({
+      audit_id: randomUUID(), actor: a.actor, action: a.action, target_type: a.targetType, target_id: a.targetId, reason: a.reason, detail: a.detail,
+    });
+  });
+}

@@ -111,6 +111,7 @@ const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: confi
 async function startRelay(): Promise<RegionService> {
   return startOutboxRelay({
     db: database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
     facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
     logger: logger.child({ component: 'outbox-relay' }),
     batchSize: config.OUTBOX_RELAY_BATCH,

@@ -69,6 +69,11 @@ export class JobStore {
     return this.byId.get(id);
   }
 
+  /** Ids of the jobs created with this correlation token. */
+  idsFor(token: string): string[] {
+    return [...this.byId.values()].filter((j) => j.token === token).map((j) => j.id);
+  }
+
   /** Newest first. */
   list(): SimJob[] {
     return [...this.byId.values()].sort((a, b) => b.seq - a.seq);

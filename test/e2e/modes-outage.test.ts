@@ -118,7 +118,7 @@ describe('Temporal unreachable: creates go to the outbox up to its watermark', (
 
     // Temporal is back: the relay publishes the backlog and admission reopens.
     const facade = createGenerationFacade(async () => s.client, s.config.TEMPORAL_TASK_QUEUE);
-    const relayed = await relayOnce({ db: s.tdb.database.db, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
+    const relayed = await relayOnce({ db: s.tdb.database.db, fence: { scope: s.config.FENCE_SCOPE, region: s.config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
     assert.equal(relayed.published, 4);
     assert.equal((await s.create('wm-after')).status, 202);
     for (const id of ids) await s.client.workflow.getHandle(facade.workflowIdFor(id)).terminate('test cleanup');
