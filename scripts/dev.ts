@@ -219,12 +219,15 @@ async function main(): Promise<void> {
 
   let demo: { key: string; tenantId?: string; note?: string } = { key: demoApiKey() };
   if (present(ENTRY.cli)) {
+    // The key goes by a file (0600), never on the command line.
+    const keyFile = path.join(DEV_DIR, `.demo-api-key.${process.pid}`);
+    fs.writeFileSync(keyFile, `${demo.key}\n`, { mode: 0o600 });
     const r = await runNodeScript(
       ENTRY.cli,
-      ['tenant', 'create', '--name', 'demo', '--credits', '1000', '--if-missing', '--json', '--api-key', demo.key],
+      ['tenant', 'create', '--name', 'demo', '--credits', '1000', '--if-missing', '--json', '--api-key-file', keyFile],
       { ...childEnv, LOG_PRETTY: 'false' },
       { timeoutMs: 60_000 },
-    );
+    ).finally(() => fs.rmSync(keyFile, { force: true }));
     if (r.code !== 0) {
       throw new Error(`seeding the demo tenant failed (${ENTRY.cli} exit ${r.code}):\n${(r.stderr || r.stdout).trim()}`);
     }
