@@ -100,9 +100,8 @@ function readApiKey(file: string): string {
   if (!/^\S{24,512}$/.test(text)) throw new Error('the API key file must hold one key: 24 to 512 characters, no spaces');
   return text;
 }
-const refuseKeyOnArgv = new Option('--api-key <key>').hideHelp().argParser(() => {
-  throw new InvalidArgumentError('keys on the command line are visible to other users (ps, shell history); use --api-key-file <path>, or --api-key-file - to read stdin');
-});
+// Refused in the action, not by commander, whose message would echo the key.
+const keyOnArgv = new Option('--api-key <key>').hideHelp();
 
 tenant
   .command('create')
@@ -110,10 +109,13 @@ tenant
   .requiredOption('--name <name>', 'unique tenant name')
   .option('--credits <amount>', 'opening credit grant', credits, '0')
   .option('--api-key-file <path>', 'use the API key in this file (- reads stdin) instead of generating one')
-  .addOption(refuseKeyOnArgv)
+  .addOption(keyOnArgv)
   .option('--if-missing', 'succeed without changes when the tenant exists (a given key is attached to it, audited)', false)
   .option('--json', 'print one JSON line', false)
-  .action(async (o: { name: string; credits: string; apiKeyFile?: string; ifMissing: boolean; json: boolean }) => {
+  .action(async (o: { name: string; credits: string; apiKey?: string; apiKeyFile?: string; ifMissing: boolean; json: boolean }) => {
+    if (o.apiKey !== undefined) {
+      throw new Error('keys on the command line are visible to other users (ps, shell history); use --api-key-file <path>, or --api-key-file - to read stdin');
+    }
     const apiKey = o.apiKeyFile ? readApiKey(o.apiKeyFile) : undefined;
     const result = await withDb((d) => createTenant(d.db, { name: o.name, credits: o.credits, ifMissing: o.ifMissing, actor, fence, ...(apiKey ? { apiKey } : {}) }));
     // A key is printed only when this run generated it; a given key stays where it came from.
