@@ -36,6 +36,10 @@ export interface ApiContext {
     readonly presignTtlSeconds: number;
     /** A task's deadline when its request names none. */
     readonly defaultDeadlineSeconds: number;
+    /** This deployment's public base URL (the OpenAPI document's server). */
+    readonly publicBaseUrl: string;
+    /** Slow-client guards of the HTTP server (api/listen.ts). */
+    readonly http: { readonly headersTimeoutMs: number; readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
   };
 }
 
@@ -67,7 +71,7 @@ export function buildApiContext(
     waker,
     rateLimiter: createTenantRateLimiter(
       {
-        pointsPerSecond: config.TENANT_CREATE_RATE_PER_SECOND,
+        perSecond: { create: config.TENANT_CREATE_RATE_PER_SECOND, read: config.TENANT_READ_RATE_PER_SECOND, cancel: config.TENANT_CANCEL_RATE_PER_SECOND },
         redisUrl: config.REDIS_URL || null,
         expectedInstances: config.API_INSTANCES,
       },
@@ -89,6 +93,12 @@ export function buildApiContext(
       bodyLimit: config.API_BODY_LIMIT,
       presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
       defaultDeadlineSeconds: config.TASK_DEADLINE_SECONDS,
+      publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
+      http: {
+        headersTimeoutMs: config.API_HEADERS_TIMEOUT_MS,
+        requestTimeoutMs: config.API_REQUEST_TIMEOUT_MS,
+        keepAliveTimeoutMs: config.API_KEEP_ALIVE_TIMEOUT_MS,
+      },
     },
   };
 }

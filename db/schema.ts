@@ -103,6 +103,10 @@ export const generationTask = pgTable(
       .on(t.status, t.updated_at)
       .where(sql`${t.terminal_at} IS NULL`),
     index('idx_task_tenant_created').on(t.tenant_id, t.created_at, t.task_id),
+    /** Terminal tasks of the last hour (the fact gauges, observability/facts.ts). */
+    index('idx_task_terminal_at')
+      .on(t.terminal_at)
+      .where(sql`${t.terminal_at} IS NOT NULL`),
     check('generation_task_status_check', sql`${t.status} IN (${inList(TASK_STATES)})`),
     check('generation_task_reserved_nonneg', sql`${t.reserved_amount} >= 0`),
   ],
@@ -263,6 +267,8 @@ export const creditLedger = pgTable(
   (t) => [
     index('idx_ledger_task').on(t.task_id),
     index('idx_ledger_tenant_created').on(t.tenant_id, t.created_at),
+    /** Ledger rows since the fact sampler's previous pass (its incremental balance check). */
+    index('idx_ledger_created').on(t.created_at),
     check('credit_ledger_amount_nonneg', sql`${t.amount} >= 0`),
     check('credit_ledger_entry_type_check', sql`${t.entry_type} IN (${inList(LEDGER_ENTRY_TYPES)})`),
   ],

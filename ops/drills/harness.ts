@@ -68,7 +68,7 @@ export async function startDrillWorld(
     let temporal: TemporalProcess | null = await startTemporal(temporalOptions);
     cleanups.push(() => temporal?.stop() ?? Promise.resolve());
     // Drills create at volume from one tenant: the tenant rate limit is not what they test.
-    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
+    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', TENANT_READ_RATE_PER_SECOND: '100000', TENANT_CANCEL_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
     const base = loadConfig({ ...process.env, ...overrides });
     const s3 = await startS3({
       port: await freePort(),

@@ -69,7 +69,7 @@ describe('Postgres unreachable from the API', () => {
         assert.match(res.body.detail, /database is unreachable/);
         assert.ok(res.headers.get('retry-after'));
       }
-      const ready = await http(s.apiUrl, 'GET', '/readyz');
+      const ready = await http(s.opsUrl, 'GET', '/readyz');
       assert.equal(ready.status, 503);
       assert.ok(ready.body.reasons.some((r: string) => /database is unreachable/.test(r)), JSON.stringify(ready.body));
       assert.equal(ready.body.admits.callback, 'spool');
@@ -112,7 +112,7 @@ describe('Temporal unreachable: creates go to the outbox up to its watermark', (
     assert.equal(over.status, 503, JSON.stringify(over.body));
     assert.match(over.body.detail, /outbox backlog over its watermark/);
     assert.equal(over.headers.get('retry-after'), '30');
-    const ready = await http(s.apiUrl, 'GET', '/readyz');
+    const ready = await http(s.opsUrl, 'GET', '/readyz');
     assert.equal(ready.status, 503);
     assert.equal(ready.body.outbox.backlog, 4);
 
