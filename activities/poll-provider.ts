@@ -29,6 +29,18 @@ export interface PollResult {
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
 
+/** The job a cancel removed at the provider: cancelled, as we asked. */
+const goneAfterCancel = (jobId: string): ProviderJob => ({
+  jobId,
+  state: 'canceled',
+  rawStatus: 'NOT_FOUND_AFTER_CANCEL',
+  updatedAt: null,
+  outputUrl: null,
+  error: 'the provider no longer has the job after our cancel',
+  correlationToken: null,
+  metrics: null,
+});
+
 /** Whether this provider's tier lets a negative lookup prove that no job exists. */
 const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unknownOutcomeTier !== 'none';
 
@@ -92,7 +104,14 @@ export function createPollActivities(deps: TaskActivityDeps) {
           const jobId = attempt.provider_job_id;
           const window = latencyOf(attempt.provider);
           const started = Date.now();
-          job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
+          try {
+            job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
+          } catch (err) {
+            // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
+            // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
+            if (row.task.status !== 'CANCEL_REQUESTED' || (err as Error).name !== 'ProviderNotFound') throw err;
+            job = goneAfterCancel(jobId);
+          }
           window.record(Date.now() - started);
         } else {
           try {
