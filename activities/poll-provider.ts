@@ -12,6 +12,7 @@ import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
+import { withinRetention } from '../providers/result-retention';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
@@ -129,7 +130,9 @@ export function createPollActivities(deps: TaskActivityDeps) {
         const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
         const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
         // Never sooner than the provider's quota lets every waiting job be read in turn.
-        const interval = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
+        // A provider that keeps results only for a while is read inside that window, even over its quota.
+        const paced = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
+        const interval = withinRetention(paced, adapter.capabilities);
         await deps.db
           .update(taskAttempt)
           .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })

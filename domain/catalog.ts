@@ -56,7 +56,7 @@ export interface ModelEntry {
   readonly routes: readonly ProviderRoute[];
 }
 
-type RouteLimits = Pick<ProviderRoute, 'requiresImageInput' | 'durationsSeconds' | 'maxPromptChars'>;
+type RouteLimits = Partial<Pick<ProviderRoute, 'supportsImageInput' | 'requiresImageInput' | 'durationsSeconds' | 'maxPromptChars'>>;
 
 const pinned = (
   model: string,
@@ -74,6 +74,9 @@ const pinned = (
   routes: [{ provider, model, priority: 0, costPerSecond, maxDurationSeconds, resolutions, supportsImageInput: true, ...limits }],
 });
 
+/** fal's Kling text-to-video input: `duration` "5" or "10", no image, no resolution (docs/providers.md "Documented evidence: fal"). */
+const FAL_KLING_TEXT = { durationsSeconds: [5, 10], supportsImageInput: false } as const;
+
 /** Runway's documented limits (docs/providers.md "Documented evidence: Runway"; providers/runway.ts RUNWAY_MODELS). */
 const RUNWAY_2_TO_10 = { durationsSeconds: [2, 3, 4, 5, 6, 7, 8, 9, 10], maxPromptChars: 1000 } as const;
 
@@ -81,7 +84,7 @@ export const MODEL_CATALOG: readonly ModelEntry[] = [
   pinned('minimax/video-01', 'replicate', '0.500000', '0.350000', 10, ['480p', '720p']),
   pinned('kwaivgi/kling-v2.1', 'replicate', '0.900000', '0.630000', 10, ['480p', '720p', '1080p']),
   pinned('luma/ray-2-720p', 'replicate', '0.700000', '0.500000', 9, ['720p']),
-  pinned('fal-ai/kling-video/v2/master/text-to-video', 'fal', '0.850000', '0.600000', 10, ['720p', '1080p']),
+  pinned('fal-ai/kling-video/v2/master/text-to-video', 'fal', '0.850000', '0.600000', 10, ['720p'], FAL_KLING_TEXT),
   pinned('gen4_turbo', 'runway', '0.600000', '0.450000', 10, ['720p'], { ...RUNWAY_2_TO_10, requiresImageInput: true }),
   pinned('gen4.5', 'runway', '1.000000', '0.750000', 10, ['720p'], RUNWAY_2_TO_10),
   pinned('veo3.1', 'runway', '1.600000', '1.200000', 8, ['720p', '1080p'], { durationsSeconds: [4, 6, 8], maxPromptChars: 1000 }),
@@ -94,7 +97,7 @@ export const MODEL_CATALOG: readonly ModelEntry[] = [
     resolutions: ['720p', '1080p'],
     routes: [
       { provider: 'kling', model: 'kling-v2-master', priority: 0, costPerSecond: '0.560000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: true },
-      { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', priority: 1, costPerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: false },
+      { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', priority: 1, costPerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p'], ...FAL_KLING_TEXT },
       { provider: 'replicate', model: 'kwaivgi/kling-v2.1', priority: 2, costPerSecond: '0.630000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: true },
     ],
   },
@@ -126,6 +129,8 @@ export function routerCatalog(available: readonly string[] = PROVIDERS): Record<
           maxDurationSeconds: r.maxDurationSeconds,
           resolutions: r.resolutions,
           supportsImageInput: r.supportsImageInput,
+          ...(r.durationsSeconds ? { durationsSeconds: r.durationsSeconds } : {}),
+          ...(r.requiresImageInput ? { requiresImageInput: true } : {}),
         })),
     ]),
   );
