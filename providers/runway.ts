@@ -36,8 +36,9 @@ export const RUNWAY_CAPABILITIES: ProviderCapabilities = {
   callbackSignature: 'none',
   // Runway deducts credits for generated output; failed and cancelled tasks are not charged.
   chargeableStates: ['succeeded'],
+  // "These URLs will expire within 24-48 hours; fetch the task again to get fresh URLs."
   outputUrlTtlMs: 24 * 3_600_000,
-  canRefreshOutputUrl: false,
+  canRefreshOutputUrl: true,
   listingWindowMs: 0,
   requestsPerSecond: 5,
   maxConcurrency: 2,

@@ -53,6 +53,18 @@ test('Runway: a cancel racing a success deletes nothing; the output is rescued a
   assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
 });
 
+test('Runway: a cancel of a running task ends CANCELLED and uncharged, though Runway never answers for the deleted task again', async () => {
+  const taskId = await e.createTask('runway-cancel-running', { ...GEN4, prompt: 'a slow heron [sim:gen=30000]' });
+  const attempt = await attemptOf(taskId);
+  const runway = createRunwayAdapter({ baseUrl: `${e.sim.baseUrl}/runway`, apiSecret: SIM_RUNWAY_DEFAULTS.apiSecret, timeoutMs: 2_000 });
+  await eventually(async () => ((await runway.getJob(attempt.provider_job_id!)).rawStatus === 'RUNNING' ? true : undefined), 10_000, 50);
+  await http(e.api.baseUrl, 'POST', `/v1/tasks/${taskId}/cancel`, { apiKey: e.tenant.apiKey, body: {} });
+  await e.waitForStatus(taskId, 'CANCELLED', 60_000);
+  await assert.rejects(runway.getJob(attempt.provider_job_id!), (err: Error) => err.name === 'ProviderNotFound');
+  const ledger = await e.ledgerOf(taskId);
+  assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
+});
+
 test('fal: a failure seen by polling only (no webhook) is recorded FAILED and the credits are released', async () => {
   e.sim.sim.setFaults({ providers: ['fal'], callbacks: 'off' });
   const taskId = await e.createTask('fal-fail-polled', { ...FAL, prompt: 'a fox that fails [sim:fail]' });
