@@ -279,8 +279,9 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     try {
       await http.read(`${requestUrl(app, jobId)}/cancel`, { method: 'PUT', headers: headers(false) }, what, signal);
     } catch (err) {
-      // 400 ALREADY_COMPLETED: nothing left to cancel; the job's own state says how it ended.
-      if (err instanceof ProviderHttpError && err.status === 400 && /ALREADY_COMPLETED/.test(err.message)) return;
+      // 400 ALREADY_COMPLETED or 404 NOT_FOUND: nothing left to cancel; the job's own state (or
+      // its absence, read while CANCEL_REQUESTED) says how it ended.
+      if (err instanceof ProviderHttpError && ((err.status === 400 && /ALREADY_COMPLETED/.test(err.message)) || err.status === 404)) return;
       throw err;
     }
   }

@@ -6,7 +6,7 @@
 // THROTTLED means accepted and queued behind the account's concurrency limit.
 import { z } from 'zod';
 import type { ProviderJobState } from '../domain/states';
-import { createProviderHttp, numericMetrics } from './provider-http';
+import { createProviderHttp, numericMetrics, ProviderHttpError } from './provider-http';
 import {
   CallbackVerificationError,
   type ProviderAdapter,
@@ -200,9 +200,15 @@ export function createRunwayAdapter(opts: RunwayAdapterOptions): ProviderAdapter
    * cancellable: a task that already succeeded stays readable and its output is rescued.
    */
   async function cancel(jobId: string, signal?: AbortSignal): Promise<void> {
-    const task = await readTask(jobId, `cancel ${jobId} (read first)`, signal);
-    if (!CANCELLABLE.has(task.status)) return;
-    await http.read(taskUrl(jobId), { method: 'DELETE', headers: headers(false) }, `cancel ${jobId}`, signal);
+    try {
+      const task = await readTask(jobId, `cancel ${jobId} (read first)`, signal);
+      if (!CANCELLABLE.has(task.status)) return;
+      await http.read(taskUrl(jobId), { method: 'DELETE', headers: headers(false) }, `cancel ${jobId}`, signal);
+    } catch (err) {
+      // Already aborted or deleted: nothing left to cancel (the poll reads the absence as cancelled).
+      if (err instanceof ProviderHttpError && err.status === 404) return;
+      throw err;
+    }
   }
 
   function verifyCallback(): VerifiedCallback {

@@ -272,6 +272,7 @@ test('cancel in queue ends canceled (status and webhook); cancel after completio
   const d = await webhookOf(attemptId);
   assert.equal((await adapter.verifyCallbackAsync!(d.body, d.headers)).job.state, 'canceled');
   await adapter.cancel(job.jobId, undefined, REF); // ALREADY_COMPLETED
+  await adapter.cancel('00000000-0000-0000-0000-000000000000', undefined, REF); // NOT_FOUND: nothing to cancel
 });
 
 test('getJob: 404 → ProviderNotFound; status 5xx → transient; without the model → ProviderRequestRejected', async () => {
