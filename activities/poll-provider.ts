@@ -1,9 +1,12 @@
 // The poll fallback: read the job from the provider and write what it says into the inbox,
 // the same path a callback takes. An attempt whose submit outcome is unknown is looked for by
-// its correlation token instead (DESIGN.md §5 "Unknown outcome"), never resubmitted:
+// our key or the fingerprint of what we sent instead (DESIGN.md §5 "Unknown outcome",
+// docs/providers.md "Proof of absence"), never resubmitted:
 //   found                         → the event is recorded; applying it binds the job;
-//   provably absent               → the attempt is REJECTED and a new attempt may follow;
-//   not found, past the deadline  → the workflow escalates to MANUAL_REVIEW.
+//   ambiguous                     → several jobs fit: the task parks in MANUAL_REVIEW with them;
+//   not-found-proven              → (an 'exact-lookup' provider only) the attempt is REJECTED and
+//                                   a new attempt may follow;
+//   not found, unproven           → keep waiting; past the deadline the workflow escalates.
 import { Context } from '@temporalio/activity';
 import { and, eq, sql } from 'drizzle-orm';
 import { holdFence, type FenceToken } from '../db/fence';
@@ -13,19 +16,21 @@ import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import { withinRetention } from '../providers/result-retention';
-import type { ProviderAdapter, ProviderJob } from '../providers/types';
+import type { LookupResult, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createPollDemand, pollRateFor } from './poll-demand';
+import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
 
 export interface PollResult {
   /**
    * recorded / duplicate: a provider state went to the inbox (new or already there);
    * not-found: an unknown-outcome job is not visible yet; absent: proved never created, the
-   * task is back in DISPATCHING; overdue: not found past the deadline (escalate);
+   * task is back in DISPATCHING; overdue: not found past the deadline (escalate); parked: the
+   * lookup was ambiguous and the task is in MANUAL_REVIEW with the candidates;
    * nothing-to-poll: the attempt has nothing to ask about.
    */
-  readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'nothing-to-poll';
+  readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'parked' | 'nothing-to-poll';
 }
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
@@ -41,9 +46,6 @@ const goneAfterCancel = (jobId: string): ProviderJob => ({
   correlationToken: null,
   metrics: null,
 });
-
-/** Whether this provider's tier lets a negative lookup prove that no job exists. */
-const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unknownOutcomeTier !== 'none';
 
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
@@ -81,6 +83,22 @@ export function createPollActivities(deps: TaskActivityDeps) {
     });
   }
 
+  /** Several provider jobs fit an unknown submit: park the task in MANUAL_REVIEW with them as the evidence. */
+  async function parkAmbiguous(token: FenceToken, taskId: string, attemptId: string, lookup: Extract<LookupResult, { kind: 'ambiguous' }>) {
+    await deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const task = await lockTask(tx, taskId);
+      if (!task) throw notFound(`task ${taskId}`);
+      if (task.active_attempt_id !== attemptId) return;
+      await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
+        sourceEvent: 'reconcile.ambiguous',
+        actor: 'workflow',
+        attemptId,
+        detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
+      });
+    });
+  }
+
   return {
     async pollProvider(taskId: string): Promise<PollResult> {
       return withHeartbeat(() => fenced(deps, async (token) => {
@@ -99,6 +117,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
 
         const submittedAt = attempt.submit_started_at ?? attempt.created_at;
         let job: ProviderJob | null;
+        let lookup: LookupResult | null = null;
         let lookupFailed: string | null = null;
         if (attempt.provider_job_id) {
           // An idempotent read: hedged once when slower than this provider's p95.
@@ -116,7 +135,8 @@ export function createPollActivities(deps: TaskActivityDeps) {
           window.record(Date.now() - started);
         } else {
           try {
-            job = await adapter.findByCorrelationToken(attempt.attempt_id, new Date(submittedAt.getTime() - 60_000), signal);
+            lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, signal));
+            job = lookup.kind === 'found' ? lookup.job : null;
           } catch (err) {
             // A failed lookup proves nothing either way; the deadline still runs.
             job = null;
@@ -139,11 +159,16 @@ export function createPollActivities(deps: TaskActivityDeps) {
           .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
 
         if (!job) {
+          if (lookup?.kind === 'ambiguous') {
+            await parkAmbiguous(token, taskId, attempt.attempt_id, lookup);
+            return { result: 'parked' as const };
+          }
           const age = now.getTime() - submittedAt.getTime();
-          // The provider has had time to create the job and the listing still reaches back to
-          // our submit: a miss is proof. Past the listing window a miss proves nothing.
-          if (!lookupFailed && canProveAbsence(adapter) && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
-            await markProvedAbsent(token, taskId, attempt, `no job carries token ${attempt.attempt_id} ${Math.round(age / 1000)} s after submit`);
+          // Only the documented not-found answer of an exact lookup is proof, once the provider
+          // has had time to create the job and while it still keeps jobs that old.
+          const proof = lookup?.kind === 'not-found-proven' && adapter.capabilities.absenceProof === 'exact-lookup' ? lookup.evidence : null;
+          if (proof && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
+            await markProvedAbsent(token, taskId, attempt, `${proof}, ${Math.round(age / 1000)} s after submit`);
             return { result: 'absent' as const };
           }
           const since = attempt.unknown_since ?? submittedAt;

@@ -21,6 +21,7 @@ import { failedUncharged, finishTask } from './settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
+import { providerInput } from './provider-input';
 
 type TaskRow = typeof generationTask.$inferSelect;
 type AttemptRow = typeof taskAttempt.$inferSelect;
@@ -35,17 +36,6 @@ export interface SubmitResult {
   readonly facts: TaskFacts;
   /** After a retryable rejection: wait this long before preparing the next attempt. */
   readonly retryInMs: number | null;
-}
-
-/** The provider's input for a task request (the request JSON is stored on the task). */
-function providerInput(task: TaskRow): Record<string, unknown> {
-  const req = task.request as { prompt: string; duration_seconds: number; resolution: string; input_image_url?: string };
-  return {
-    prompt: req.prompt,
-    duration: req.duration_seconds,
-    resolution: req.resolution,
-    ...(req.input_image_url ? { first_frame_image: req.input_image_url } : {}),
-  };
 }
 
 export function createSubmitActivities(deps: TaskActivityDeps) {
@@ -225,7 +215,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           outcome = await adapter.submit({
             attemptId: attempt.attempt_id,
             model: attempt.provider_model,
-            input: providerInput(task),
+            input: providerInput(task.request),
             webhookUrl: `${deps.settings.publicBaseUrl}/v1/callbacks/${attempt.provider}/${attempt.attempt_id}`,
             signal: ctx.cancellationSignal,
           });

@@ -4,6 +4,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { runFailoverDrill } from './drills/failover';
 import { runPostgresOutageDrill } from './drills/postgres-outage';
 import { runTemporalOutageDrill } from './drills/temporal-outage';
+import { PROVIDERS, type ProviderName } from '../domain/catalog';
 import { runUnknownOutcomeDrill } from './drills/unknown-outcome';
 
 const int = (v: string) => {
@@ -15,6 +16,12 @@ const positive = (v: string) => {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a whole number ≥ 1');
   return n;
+};
+const providerList = (v: string): ProviderName[] => {
+  const names = v.split(',').map((s) => s.trim()).filter(Boolean);
+  const bad = names.filter((n) => !(PROVIDERS as readonly string[]).includes(n));
+  if (bad.length > 0 || names.length === 0) throw new InvalidArgumentError(`a comma-separated list of ${PROVIDERS.join(', ')}`);
+  return names as ProviderName[];
 };
 const log = (line: string) => console.log(`drill: ${line}`);
 
@@ -45,11 +52,18 @@ program
   .command('unknown-outcome')
   .description('accept-then-hang, a worker SIGKILLed mid-submit, lost callbacks: every task converges with ≤ 1 provider job')
   .option('--tasks <n>', 'tasks to run', int, 200)
+  .option('--drop-webhooks', 'drop every webhook in every phase: only polls and lookups reconcile', false)
+  .option('--providers <list>', `tasks round-robin over these providers (${PROVIDERS.join(',')})`, providerList, ['replicate'] as ProviderName[])
   .option('--json', 'print the report as one JSON line', false)
-  .action(async (o: { tasks: number; json: boolean }) => {
-    const r = await runUnknownOutcomeDrill({ tasks: o.tasks, log });
+  .action(async (o: { tasks: number; json: boolean; dropWebhooks: boolean; providers: ProviderName[] }) => {
+    const r = await runUnknownOutcomeDrill({ tasks: o.tasks, log, dropWebhooks: o.dropWebhooks, providers: o.providers });
+    const perProvider = Object.entries(r.byProvider).flatMap(([p, f]): Row[] => [
+      [`${p}: tasks / succeeded / parked (MANUAL_REVIEW)`, `${f.tasks} / ${f.succeeded} / ${f.parked}`, ''],
+      [`${p}: provider jobs per task (max)`, f.maxProviderJobsPerTask, 'must be 1'],
+    ]);
     report(r, o.json, 'unknown-outcome drill', () => [
       ['tasks accepted', r.accepted, ''],
+      ['webhooks dropped (all phases)', r.webhooksDropped, ''],
       ['succeeded', r.succeeded, ''],
       ['failed', r.failed, ''],
       ['in manual review', r.manualReview, ''],
@@ -60,6 +74,7 @@ program
       ['time to converge (s)', r.convergeSeconds.toFixed(1), ''],
       ['submits left unknown by the hang', r.phases['hang_unknown'] ?? 0, ''],
       ['submits in flight when the worker was killed', r.phases['in_flight_at_kill'] ?? 0, ''],
+      ...perProvider,
     ], r.maxProviderJobsPerTask <= 1 && r.ledgerImbalance === 0 && r.lost === 0);
   });
 

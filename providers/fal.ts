@@ -16,6 +16,7 @@ import { lastPathSegment } from './replicate';
 import {
   CallbackVerificationError,
   type JobRef,
+  NO_LOOKUP,
   type ProviderAdapter,
   type ProviderCapabilities,
   type ProviderJob,
@@ -56,6 +57,9 @@ export const FAL_CAPABILITIES: ProviderCapabilities = {
   // No idempotency key, no listing by our token: an unknown submit waits for the webhook
   // (which carries the token in its URL) until the deadline, then goes to review.
   unknownOutcomeTier: 'none',
+  // No key and no listing of our jobs: nothing can be looked up, so nothing can be proved.
+  absenceProof: 'none',
+  lookupFields: [],
   callbackSignature: 'ed25519-jwks',
   // fal bills completed work; failed and cancelled-in-queue requests are not billed.
   chargeableStates: ['succeeded'],
@@ -370,7 +374,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     submit,
     getJob,
     cancel,
-    findByCorrelationToken: () => Promise.resolve(null),
+    findByCorrelationToken: () => Promise.resolve(NO_LOOKUP),
     verifyCallback,
     verifyCallbackAsync,
   };

@@ -1,9 +1,11 @@
 // ProviderAdapter for Kling's video API (https://app.klingai.com/global/dev/document-api):
 // POST {base}/v1/videos/text2video with external_task_id = our attempt id and callback_url;
-// GET {base}/v1/videos/text2video/{task_id}; lookup by our own key with
-// GET {base}/v1/videos/text2video?external_task_id=… (tier 'lookup-by-key': Kling keeps our key
-// and refuses a second task with it). JWT auth from an access and a secret key. Callbacks carry
-// no signature: they are only a hint to re-fetch the task with an authenticated GET.
+// GET {base}/v1/videos/text2video/{id}, where id is "task ID or external task ID" as Kling
+// documents it: that get by our own key is the lookup of an unknown submit (tier 'lookup-by-key':
+// Kling keeps our key and refuses a second task with it), and its documented not-found answer
+// (HTTP 404, code 1203) is the one exact lookup that proves absence. The list endpoint takes
+// pageNum/pageSize only, so it is never used to look for a key. JWT auth from an access and a
+// secret key. Callbacks carry no signature: they only hint at a re-fetch with an authenticated GET.
 import { z } from 'zod';
 import type { ProviderJobState } from '../domain/states';
 import { createKlingTokenSource } from './kling-jwt';
@@ -11,6 +13,8 @@ import { createProviderHttp, numericMetrics, ProviderHttpError, toDate, type Htt
 import { parseRetryAfter } from './http-errors';
 import {
   CallbackVerificationError,
+  type LookupQuery,
+  type LookupResult,
   type ProviderAdapter,
   type ProviderCapabilities,
   type ProviderJob,
@@ -36,6 +40,8 @@ export interface KlingAdapterOptions {
 export const KLING_CAPABILITIES: ProviderCapabilities = {
   name: 'kling',
   unknownOutcomeTier: 'lookup-by-key',
+  absenceProof: 'exact-lookup',
+  lookupFields: ['GET /v1/videos/text2video/{external_task_id}', 'data.task_info.external_task_id', 'HTTP 404 + code 1203'],
   callbackSignature: 'none',
   // Failed tasks do not consume the resource pack.
   chargeableStates: ['succeeded'],
@@ -91,6 +97,9 @@ export function klingTaskToJob(t: KlingTask): ProviderJob {
     metrics: numericMetrics({ duration }),
   };
 }
+
+/** Kling's documented "the requested resource does not exist" (HTTP 404): the one answer that proves absence. */
+export const KLING_NOT_FOUND = { status: 404, code: 1203 } as const;
 
 /** Kling's model name from ours: "kwaivgi/kling-v2.1" → "kling-v2-1". */
 export function klingModelName(model: string): string {
@@ -213,27 +222,33 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     return klingTaskToJob(taskOf(body, what));
   }
 
-  async function findByCorrelationToken(token: string, _since: Date, signal?: AbortSignal): Promise<ProviderJob | null> {
-    const what = `lookup external_task_id ${token}`;
-    let body: unknown;
+  /** The task our key names, by the documented get-by-external-id; only 404 + code 1203 proves absence. */
+  async function findByCorrelationToken(q: LookupQuery): Promise<LookupResult> {
+    const what = `lookup external_task_id ${q.token}`;
+    const answer = await http.send(`${collection}/${encodeURIComponent(q.token)}`, { method: 'GET', headers: headers(false) }, q.signal);
+    if ('kind' in answer) throw new ProviderHttpError(http.redact(`kling ${what}: ${'reason' in answer ? answer.reason : answer.kind}`), null, true);
+    let env: z.infer<typeof envelopeSchema> | null = null;
     try {
-      body = await http.read(`${collection}?external_task_id=${encodeURIComponent(token)}`, { method: 'GET', headers: headers(false) }, what, signal);
-    } catch (err) {
-      if (err instanceof ProviderHttpError && err.status === 404) return null;
-      throw err;
+      const parsed = envelopeSchema.safeParse(JSON.parse(answer.text ?? ''));
+      if (parsed.success) env = parsed.data;
+    } catch {
+      // not JSON: handled below
     }
-    const env = envelopeSchema.safeParse(body);
-    if (!env.success) throw http.malformed(what, env.error.message);
-    // 1203: the requested resource does not exist — Kling has no task with our key.
-    if (env.data.code === 1203) return null;
-    if (env.data.code !== 0) throw new ProviderHttpError(http.redact(`kling ${what}: code ${env.data.code}: ${env.data.message ?? ''}`), null, true);
-    // Accept a single task or a list; match strictly on our key (never "the first one").
-    const candidates = Array.isArray(env.data.data) ? env.data.data : [env.data.data];
-    for (const c of candidates) {
-      const t = klingTaskSchema.safeParse(c);
-      if (t.success && t.data.task_info?.external_task_id === token) return klingTaskToJob(t.data);
+    if (answer.status === KLING_NOT_FOUND.status && env?.code === KLING_NOT_FOUND.code) {
+      return { kind: 'not-found-proven', evidence: `kling: HTTP 404 code 1203 for external_task_id ${q.token}` };
     }
-    return null;
+    if (answer.status < 200 || answer.status > 299 || !env || env.code !== 0) {
+      // A proxy's 404, a wrong path (1202), a 5xx: nothing learned.
+      const transient = answer.status >= 500 || answer.status === 429 || answer.status === 404;
+      throw new ProviderHttpError(http.redact(`kling ${what}: HTTP ${answer.status} code ${env?.code ?? '-'}: ${http.describeBody(answer.text)}`), answer.status === 404 ? null : answer.status, transient);
+    }
+    const t = klingTaskSchema.safeParse(env.data);
+    if (!t.success) throw http.malformed(what, t.error.message);
+    // Match strictly on our key (never "whatever came back").
+    if (t.data.task_info?.external_task_id !== q.token) {
+      return { kind: 'not-found-unproven', reason: `kling answered task ${t.data.task_id} without our external_task_id` };
+    }
+    return { kind: 'found', job: klingTaskToJob(t.data), by: 'key' };
   }
 
   function verifyCallback(rawBody: Buffer): VerifiedCallback {

@@ -1,12 +1,18 @@
 // ProviderAdapter for Replicate's predictions HTTP API (https://replicate.com/docs/reference/http).
-// Correlation: Replicate has no idempotency key, so our attempt id rides as the last path segment
-// of the webhook URL; an unknown submit is reconciled by listing recent predictions (tier
-// 'list-by-token'). Every provider body is parsed with zod; secrets never reach error messages.
+// Correlation: Replicate has no idempotency key; our attempt id rides as the last path segment of
+// the webhook URL, so callbacks carry it, but predictions read back (get, list) do not: an unknown
+// submit is reconciled by the fingerprint the list does return — the exact input we sent and the
+// model or version, created inside the attempt's submit window (tier 'list-by-fingerprint'). The
+// list is paginated and promises no completeness, so a miss never proves absence
+// (docs/providers.md "Proof of absence"). Every body is parsed with zod; secrets never reach errors.
+import { isDeepStrictEqual } from 'node:util';
 import { z } from 'zod';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import type { ProviderJobState } from '../domain/states';
 import {
   CallbackVerificationError,
+  type LookupQuery,
+  type LookupResult,
   type ProviderAdapter,
   type ProviderCapabilities,
   type ProviderJob,
@@ -31,12 +37,25 @@ export interface ReplicateAdapterOptions {
 
 export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
   name: 'replicate',
-  unknownOutcomeTier: 'list-by-token',
+  unknownOutcomeTier: 'list-by-fingerprint',
+  // A paginated list with no key of ours cannot be complete and exact: a miss proves nothing.
+  absenceProof: 'none',
+  lookupFields: [
+    'GET /v1/predictions?created_after&created_before',
+    'results[].input',
+    'results[].model',
+    'results[].version',
+    'results[].created_at',
+    'results[].source',
+    'results[].data_removed',
+    'next',
+  ],
   callbackSignature: 'standard-webhooks',
   // Replicate bills failed and canceled predictions for the time they ran; aborted ones are not billed.
   chargeableStates: ['succeeded', 'failed', 'canceled'],
   outputUrlTtlMs: 3_600_000,
   canRefreshOutputUrl: false,
+  // API predictions' input is removed after an hour: past it no fingerprint can match.
   listingWindowMs: 3_600_000,
   // 600 creates per minute; account-dependent concurrency (a conservative default; config may override).
   requestsPerSecond: 10,
@@ -57,17 +76,23 @@ const REPLICATE_STATUS: Record<string, ProviderJobState> = {
 
 const nullableString = z.string().nullish();
 
-/** The fields of a Replicate prediction we rely on; unknown fields pass through. */
+/**
+ * The documented fields of a Replicate prediction we read (get, list, webhook body); unknown
+ * fields pass through. There is no `webhook` among them: nothing may depend on it.
+ */
 export const replicatePredictionSchema = z.looseObject({
   id: z.string().min(1),
   status: z.enum(['starting', 'processing', 'succeeded', 'failed', 'canceled', 'aborted']),
+  model: nullableString,
   version: nullableString,
+  input: z.record(z.string(), z.unknown()).nullish(),
   output: z.unknown().optional(),
   error: z.unknown().optional(),
+  source: nullableString,
+  data_removed: z.boolean().nullish(),
   created_at: nullableString,
   started_at: nullableString,
   completed_at: nullableString,
-  webhook: nullableString,
   metrics: z.record(z.string(), z.unknown()).nullish(),
 });
 export type ReplicatePrediction = z.infer<typeof replicatePredictionSchema>;
@@ -114,8 +139,8 @@ function errorText(e: unknown): string | null {
   return typeof e === 'string' ? e : JSON.stringify(e);
 }
 
-/** Normalises a parsed Replicate prediction. */
-export function predictionToJob(p: ReplicatePrediction): ProviderJob {
+/** Normalises a parsed Replicate prediction; `token` is our attempt id when we know the job is its. */
+export function predictionToJob(p: ReplicatePrediction, token: string | null = null): ProviderJob {
   const out = p.output;
   const first: unknown = Array.isArray(out) ? out[0] : out;
   let metrics: Record<string, number> | null = null;
@@ -132,9 +157,72 @@ export function predictionToJob(p: ReplicatePrediction): ProviderJob {
     updatedAt: parseDate(p.completed_at) ?? parseDate(p.started_at) ?? parseDate(p.created_at),
     outputUrl: typeof first === 'string' ? first : null,
     error: errorText(p.error),
-    correlationToken: lastPathSegment(p.webhook),
+    correlationToken: token,
     metrics,
   };
+}
+
+/** The documented host of Replicate's API (the host its `next` links name). */
+export const REPLICATE_API_HOST = 'api.replicate.com';
+
+/**
+ * Where a model id is sent (https://replicate.com/docs/reference/http): an official model
+ * `owner/name` to `POST /v1/models/{owner}/{name}/predictions`; a version (`owner/name:id` or a
+ * bare id) in the `version` field of `POST /v1/predictions`. `matches` is the fingerprint half
+ * that names the model on a prediction read back.
+ */
+export function replicateTarget(model: string): { path: string; version: string | null; matches: (p: ReplicatePrediction) => boolean } {
+  const official = /^([^/:\s]+)\/([^/:\s]+)$/.exec(model);
+  if (official) {
+    const [, owner, name] = official as unknown as [string, string, string];
+    return { path: `/v1/models/${encodeURIComponent(owner)}/${encodeURIComponent(name)}/predictions`, version: null, matches: (p) => p.model === model };
+  }
+  const id = model.includes(':') ? model.slice(model.lastIndexOf(':') + 1) : model;
+  return { path: '/v1/predictions', version: model, matches: (p) => p.version === id };
+}
+
+/**
+ * The URL to fetch for a list page's `next`, or null when it names a host that is neither ours
+ * nor Replicate's documented one. Replicate documents `next` as a full URL (one example with
+ * plain http), so the host decides, not the scheme; and the request always goes to our
+ * configured origin, so the bearer token never leaves it nor drops to plain http.
+ */
+export function nextPageUrl(next: string, base: string): string | null {
+  const b = new URL(base);
+  let n: URL;
+  try {
+    n = new URL(next, `${base}/`);
+  } catch {
+    return null;
+  }
+  if (n.host === b.host) return `${b.origin}${n.pathname}${n.search}`;
+  if (n.host === REPLICATE_API_HOST) return `${base}${n.pathname}${n.search}`;
+  return null;
+}
+
+/** True when a prediction read back is the one our request would have created (fingerprint). */
+function fingerprintMatches(p: ReplicatePrediction, target: ReturnType<typeof replicateTarget>, input: unknown): boolean {
+  if (p.data_removed === true || !p.input) return false;
+  if (p.source && p.source !== 'api') return false;
+  return target.matches(p) && isDeepStrictEqual(p.input, input);
+}
+
+/** The create body: `version` only on the versioned endpoint (the official-model one takes none). */
+export function replicateCreateBody(req: SubmitRequest, version: string | null): ReplicateCreateBody {
+  return {
+    ...(version !== null ? { version } : {}),
+    input: req.input,
+    webhook: req.webhookUrl,
+    webhook_events_filter: ['start', 'completed'],
+  };
+}
+
+/** Replicate's create body as its official SDK types it (test/providers/replicate-contract.test.ts). */
+export interface ReplicateCreateBody {
+  readonly version?: string;
+  readonly input: Record<string, unknown>;
+  readonly webhook: string;
+  readonly webhook_events_filter: ('start' | 'output' | 'logs' | 'completed')[];
 }
 
 function headerValue(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
@@ -149,7 +237,6 @@ function headerValue(headers: Record<string, string | string[] | undefined>, nam
 export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderAdapter {
   const doFetch = opts.fetch ?? globalThis.fetch;
   const base = opts.baseUrl.replace(/\/+$/, '');
-  const baseOrigin = new URL(base).origin;
   const maxPages = opts.maxListPages ?? 20;
   const secrets = [opts.apiToken, opts.webhookSecret].filter((s) => s.length >= 4);
   let webhook: Webhook;
@@ -226,21 +313,17 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     const unknown = (reason: string): SubmitOutcome => ({ kind: 'unknown', reason: redact(reason) });
 
     if (req.signal?.aborted) return rejected(true, null, 'aborted by caller before sending');
+    const target = replicateTarget(req.model);
     let body: string;
     try {
-      body = JSON.stringify({
-        version: req.model,
-        input: req.input,
-        webhook: req.webhookUrl,
-        webhook_events_filter: ['start', 'completed'],
-      });
+      body = JSON.stringify(replicateCreateBody(req, target.version));
     } catch (err) {
       return rejected(false, null, `request body not serialisable: ${(err as Error).message}`);
     }
 
     let res: Response;
     try {
-      res = await doFetch(`${base}/v1/predictions`, {
+      res = await doFetch(`${base}${target.path}`, {
         method: 'POST',
         headers: headers(true),
         body,
@@ -271,7 +354,7 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
       }
       const parsed = replicatePredictionSchema.safeParse(json);
       if (!parsed.success) return unknown(`HTTP ${status} with a malformed prediction: ${clip(parsed.error.message)}`);
-      return { kind: 'accepted', job: predictionToJob(parsed.data) };
+      return { kind: 'accepted', job: predictionToJob(parsed.data, req.attemptId) };
     }
     const detail = text === null ? `(body unreadable: ${readError})` : describeBody(text);
     if (status === 429) {
@@ -294,34 +377,42 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     await call('POST', `${predictionUrl(jobId)}/cancel`, `cancel ${jobId}`, signal);
   }
 
-  async function findByCorrelationToken(token: string, since: Date, signal?: AbortSignal): Promise<ProviderJob | null> {
-    let url: string | null = `${base}/v1/predictions`;
-    for (let page = 1; url !== null; page++) {
-      if (page > maxPages) {
-        // Returning null here would claim "not found in the window"; we did not look far enough.
-        throw new ProviderHttpError(`replicate list: window not covered after ${maxPages} pages`, null, true);
-      }
-      const body = await call('GET', url, `list page ${page}`, signal);
-      const parsed = listPageSchema.safeParse(body);
-      if (!parsed.success) {
-        throw new ProviderHttpError(`replicate list: malformed page ${page}: ${clip(parsed.error.message)}`, null, true);
-      }
+  /**
+   * The walk of `GET /v1/predictions` over the submit window (created_after / created_before,
+   * and newest first: it also stops at the first older item), collecting fingerprint matches.
+   * Throws when a page fails, is malformed, names a foreign host, or the window is not covered
+   * in maxListPages: each of those is "nothing learned", never "not there".
+   */
+  async function findByCorrelationToken(q: LookupQuery): Promise<LookupResult> {
+    const target = replicateTarget(q.model);
+    const input: unknown = JSON.parse(JSON.stringify(q.input));
+    const window = new URLSearchParams({ created_after: q.since.toISOString(), created_before: q.until.toISOString() });
+    const matches: ReplicatePrediction[] = [];
+    let url: string | null = `${base}/v1/predictions?${window.toString()}`;
+    let page = 0;
+    while (url !== null) {
+      if (++page > maxPages) throw new ProviderHttpError(`replicate list: window not covered after ${maxPages} pages`, null, true);
+      const parsed = listPageSchema.safeParse(await call('GET', url, `list page ${page}`, q.signal));
+      if (!parsed.success) throw new ProviderHttpError(`replicate list: malformed page ${page}: ${clip(parsed.error.message)}`, null, true);
       let reachedSince = false;
       for (const p of parsed.data.results) {
-        const job = predictionToJob(p);
-        if (job.correlationToken === token) return job;
         const created = parseDate(p.created_at);
-        if (created && created.getTime() < since.getTime()) reachedSince = true;
+        if (created && created.getTime() < q.since.getTime()) reachedSince = true;
+        const inWindow = created !== null && created.getTime() >= q.since.getTime() && created.getTime() <= q.until.getTime();
+        if (inWindow && fingerprintMatches(p, target, input)) matches.push(p);
       }
-      if (reachedSince || !parsed.data.next) return null;
-      const next = new URL(parsed.data.next, `${base}/`);
-      // Never send the bearer token to another origin.
-      if (next.origin !== baseOrigin) {
-        throw new ProviderHttpError(`replicate list: refusing cross-origin next URL ${next.origin}`, null, false);
-      }
-      url = next.toString();
+      if (reachedSince || !parsed.data.next) break;
+      url = nextPageUrl(parsed.data.next, base);
+      // Never send the bearer token to another host.
+      if (url === null) throw new ProviderHttpError('replicate list: refusing a next URL on another host', null, false);
     }
-    return null;
+    const [only] = matches;
+    if (matches.length === 1 && only) return { kind: 'found', job: predictionToJob(only, q.token), by: 'fingerprint' };
+    if (matches.length > 1) {
+      const ids = matches.map((m) => m.id).join(', ');
+      return { kind: 'ambiguous', jobs: matches.map((m) => predictionToJob(m)), evidence: `${matches.length} predictions in the submit window carry the exact input and model: ${ids}` };
+    }
+    return { kind: 'not-found-unproven', reason: `no prediction in the submit window carries the exact input and model (${page} page(s)); Replicate's list proves no absence` };
   }
 
   function verifyCallback(rawBody: Buffer, hdrs: Record<string, string | string[] | undefined>): VerifiedCallback {

@@ -9,6 +9,7 @@ import type { ProviderJobState } from '../domain/states';
 import { createProviderHttp, numericMetrics, ProviderHttpError } from './provider-http';
 import {
   CallbackVerificationError,
+  NO_LOOKUP,
   type ProviderAdapter,
   type ProviderCapabilities,
   type ProviderJob,
@@ -33,6 +34,9 @@ export interface RunwayAdapterOptions {
 export const RUNWAY_CAPABILITIES: ProviderCapabilities = {
   name: 'runway',
   unknownOutcomeTier: 'none',
+  // No key and no listing of our jobs: nothing can be looked up, so nothing can be proved.
+  absenceProof: 'none',
+  lookupFields: [],
   callbackSignature: 'none',
   // Runway deducts credits for generated output; failed and cancelled tasks are not charged.
   chargeableStates: ['succeeded'],
@@ -215,5 +219,5 @@ export function createRunwayAdapter(opts: RunwayAdapterOptions): ProviderAdapter
     throw new CallbackVerificationError('runway sends no callbacks (poll only)', 'bad-signature');
   }
 
-  return { capabilities, submit, getJob, cancel, findByCorrelationToken: () => Promise.resolve(null), verifyCallback };
+  return { capabilities, submit, getJob, cancel, findByCorrelationToken: () => Promise.resolve(NO_LOOKUP), verifyCallback };
 }

@@ -6,16 +6,37 @@ export type { ProviderJobState };
 
 /** How an unknown submit outcome can be resolved (DESIGN.md §5 "Unknown outcome"). */
 export type UnknownOutcomeTier =
-  /** The provider dedupes by our key; look the job up by it. */
+  /** The provider keeps our key and answers a get by it; look the job up by it. */
   | 'lookup-by-key'
-  /** Our correlation token rides on the job (webhook URL / metadata); list recent jobs to find it. */
-  | 'list-by-token'
-  /** No handle at all: list by time window, else park for review. */
+  /**
+   * The provider keeps no key of ours, but its listing returns what we sent (the exact input,
+   * the model): a unique match inside the attempt's submit window binds the job.
+   */
+  | 'list-by-fingerprint'
+  /** No handle at all: wait for a callback, else park for review. */
   | 'none';
+
+/**
+ * Whether a miss of the lookup can prove that the provider never created the job
+ * (docs/providers.md "Proof of absence"):
+ * - 'exact-lookup': the lookup asks for our own key and the provider documents a not-found
+ *   answer to it, so a miss past UNKNOWN_PROOF_DELAY_MS is proof;
+ * - 'none': the lookup cannot be complete and exact by the provider's published contract (a
+ *   paginated listing, no key), so a miss proves nothing; the attempt waits for a callback or a
+ *   find, then parks in MANUAL_REVIEW at UNKNOWN_OUTCOME_DEADLINE_MS. It never resubmits.
+ */
+export type AbsenceProof = 'exact-lookup' | 'none';
 
 export interface ProviderCapabilities {
   readonly name: string;
   readonly unknownOutcomeTier: UnknownOutcomeTier;
+  readonly absenceProof: AbsenceProof;
+  /**
+   * The documented request parameters and response fields findByCorrelationToken relies on
+   * (e.g. `GET /v1/predictions` `input`, `model`, `created_at`); empty when it has no lookup.
+   * docs/providers.md records where each is documented.
+   */
+  readonly lookupFields: readonly string[];
   readonly callbackSignature: 'standard-webhooks' | 'ed25519-jwks' | 'none';
   /** Terminal provider states that the provider bills us for. */
   readonly chargeableStates: readonly ProviderJobState[];
@@ -70,7 +91,7 @@ export interface ProviderJob {
   readonly updatedAt: Date | null;
   readonly outputUrl: string | null;
   readonly error: string | null;
-  /** Correlation token we attached at submit, when the provider echoes it back. */
+  /** Correlation token we attached at submit, when known (our own submit, or a key the provider echoes back). */
   readonly correlationToken: string | null;
   readonly metrics: Record<string, number> | null;
 }
@@ -113,6 +134,34 @@ export class CallbackVerificationError extends Error {
   }
 }
 
+/** What an unknown-outcome lookup searches for: our key and what we sent, in the submit window. */
+export interface LookupQuery {
+  /** Our attempt id: the correlation token and, where the provider keeps one, the key. */
+  readonly token: string;
+  /** SubmitRequest.model as the attempt sent it. */
+  readonly model: string;
+  /** SubmitRequest.input exactly as the attempt sent it. */
+  readonly input: Record<string, unknown>;
+  /** The submit window (our clock, already widened for clock skew): a job created outside it is not ours. */
+  readonly since: Date;
+  readonly until: Date;
+  readonly signal?: AbortSignal;
+}
+
+/** The answer of a lookup, never a bare null: absence is proved only by 'not-found-proven'. */
+export type LookupResult =
+  /** One job is ours: by our key ('key') or by a unique fingerprint match ('fingerprint'). */
+  | { readonly kind: 'found'; readonly job: ProviderJob; readonly by: 'key' | 'fingerprint' }
+  /** Several jobs fit and none is provably ours: park for an operator, never resubmit. */
+  | { readonly kind: 'ambiguous'; readonly jobs: readonly ProviderJob[]; readonly evidence: string }
+  /** The provider's documented answer says no job exists for our key (capability 'exact-lookup' only). */
+  | { readonly kind: 'not-found-proven'; readonly evidence: string }
+  /** Nothing found, and by the provider's contract that proves nothing. */
+  | { readonly kind: 'not-found-unproven'; readonly reason: string };
+
+/** The lookup of a provider that has none (absenceProof 'none', tier 'none'). */
+export const NO_LOOKUP: LookupResult = { kind: 'not-found-unproven', reason: 'the provider offers no lookup for an unknown submit' };
+
 export interface ProviderAdapter {
   readonly capabilities: ProviderCapabilities;
   submit(req: SubmitRequest): Promise<SubmitOutcome>;
@@ -121,11 +170,12 @@ export interface ProviderAdapter {
   /** Best effort; resolves when the provider acknowledged the request. */
   cancel(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<void>;
   /**
-   * The job our correlation token identifies: by listing recent jobs (tier list-by-token) or by
-   * asking the provider for our own key (tier lookup-by-key). Null means "not found (yet)"; it
-   * proves absence only for tier 'lookup-by-key'. Tier 'none' adapters always answer null.
+   * The job an unknown submit may have created: by asking the provider for our own key (tier
+   * lookup-by-key) or by the fingerprint of what we sent (tier list-by-fingerprint). Throws on
+   * transport errors (a failed lookup proves nothing). Only 'not-found-proven' proves absence,
+   * and only an adapter whose capabilities say absenceProof 'exact-lookup' may answer it.
    */
-  findByCorrelationToken(token: string, since: Date, signal?: AbortSignal): Promise<ProviderJob | null>;
+  findByCorrelationToken(query: LookupQuery): Promise<LookupResult>;
   /** Verify a callback on its raw bytes and headers; throws CallbackVerificationError. */
   verifyCallback(rawBody: Buffer, headers: Record<string, string | string[] | undefined>): VerifiedCallback;
   /**

@@ -102,6 +102,10 @@ export async function startDrillWorld(
       TEMPORAL_ADDRESS: temporal.address,
       S3_ENDPOINT: s3.endpoint,
       PROVIDER_REPLICATE_BASE_URL: `http://127.0.0.1:${simServer.port}/replicate`,
+      PROVIDER_FAL_BASE_URL: `http://127.0.0.1:${simServer.port}/fal`,
+      PROVIDER_FAL_JWKS_URL: `http://127.0.0.1:${simServer.port}/fal/.well-known/jwks.json`,
+      PROVIDER_RUNWAY_BASE_URL: `http://127.0.0.1:${simServer.port}/runway`,
+      PROVIDER_KLING_BASE_URL: `http://127.0.0.1:${simServer.port}/kling`,
       PUBLIC_BASE_URL: `http://127.0.0.1:${apiPort}`,
       OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
     });

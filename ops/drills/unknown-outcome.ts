@@ -1,11 +1,41 @@
 // Drill: unknown provider outcomes at volume. Tasks go through three faults in turn —
 // accept-then-hang (the provider creates the job and never answers), a worker SIGKILLed while
 // submits are in flight, and lost callbacks — and must all converge with at most one
-// provider job per task, a balanced ledger and nothing lost.
+// provider job per task, a balanced ledger and nothing lost. `dropWebhooks` drops every
+// callback from the start (nothing but polls and lookups reconciles), and `providers` spreads
+// the tasks over several providers, each reported on its own (docs/providers.md "Proof of absence").
 import { eq, inArray } from 'drizzle-orm';
-import { taskAttempt } from '../../db/schema';
+import type { ProviderName } from '../../domain/catalog';
+import { generationTask, taskAttempt } from '../../db/schema';
 import { sleep } from '../../scripts/stack';
 import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
+
+/** What one provider's tasks came to. */
+export interface ProviderFigures {
+  readonly tasks: number;
+  readonly maxProviderJobsPerTask: number;
+  readonly parked: number;
+  readonly succeeded: number;
+}
+
+/** A task request pinned to each provider: its catalog model at a resolution and duration it takes (domain/catalog.ts). */
+const PINNED: Record<ProviderName, { model: string; resolution: string; duration_seconds: number; input_image_url?: string }> = {
+  replicate: { model: 'minimax/video-01', resolution: '480p', duration_seconds: 1 },
+  kling: { model: 'kling-v2-master', resolution: '720p', duration_seconds: 1 },
+  // fal's Kling text-to-video takes 5 or 10 s; Runway's gen4_turbo is image to video, 2–10 s.
+  fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', duration_seconds: 5 },
+  runway: { model: 'gen4_turbo', resolution: '720p', duration_seconds: 2, input_image_url: 'https://example.com/drill-first-frame.png' },
+};
+
+export interface UnknownOutcomeOptions {
+  readonly tasks: number;
+  readonly log: (line: string) => void;
+  readonly timeoutMs?: number;
+  /** Drop every webhook, in every phase. */
+  readonly dropWebhooks?: boolean;
+  /** Tasks go round-robin to these providers (default: Replicate only). */
+  readonly providers?: readonly ProviderName[];
+}
 
 export interface UnknownOutcomeReport {
   readonly tasks: number;
@@ -19,9 +49,11 @@ export interface UnknownOutcomeReport {
   readonly lost: number;
   readonly convergeSeconds: number;
   readonly phases: Record<string, number>;
+  readonly webhooksDropped: boolean;
+  readonly byProvider: Partial<Record<ProviderName, ProviderFigures>>;
 }
 
-async function createTasks(world: DrillWorld, prefix: string, n: number, concurrency = 16): Promise<string[]> {
+async function createTasks(world: DrillWorld, prefix: string, n: number, providers: readonly ProviderName[], concurrency = 16): Promise<string[]> {
   const ids: string[] = [];
   let next = 0;
   async function lane() {
@@ -30,7 +62,7 @@ async function createTasks(world: DrillWorld, prefix: string, n: number, concurr
       const res = await fetch(`${world.apiUrl}/v1/tasks`, {
         method: 'POST',
         headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'minimax/video-01', prompt: `drill ${prefix} ${i}`, duration_seconds: 1, resolution: '480p' }),
+        body: JSON.stringify({ ...PINNED[providers[i % providers.length]!], prompt: `drill ${prefix} ${i}` }),
       });
       if (res.status !== 202) throw new Error(`create ${prefix}-${i} answered ${res.status}: ${await res.text()}`);
       ids.push(((await res.json()) as { task_id: string }).task_id);
@@ -46,8 +78,31 @@ async function attemptStates(world: DrillWorld, taskIds: string[]) {
   return { rows, count };
 }
 
-export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: string) => void; timeoutMs?: number }): Promise<UnknownOutcomeReport> {
+/** Per provider: tasks, the most provider jobs any task got, how many parked, how many succeeded. */
+async function figuresByProvider(world: DrillWorld, taskIds: string[], jobsPerTask: Map<string, number>) {
+  const rows = await world.db.db
+    .select({ id: generationTask.task_id, provider: generationTask.provider, status: generationTask.status })
+    .from(generationTask)
+    .where(inArray(generationTask.task_id, taskIds));
+  const out: Partial<Record<ProviderName, ProviderFigures>> = {};
+  for (const r of rows) {
+    const p = r.provider as ProviderName;
+    const f = out[p] ?? { tasks: 0, maxProviderJobsPerTask: 0, parked: 0, succeeded: 0 };
+    out[p] = {
+      tasks: f.tasks + 1,
+      maxProviderJobsPerTask: Math.max(f.maxProviderJobsPerTask, jobsPerTask.get(r.id) ?? 0),
+      parked: f.parked + (r.status === 'MANUAL_REVIEW' ? 1 : 0),
+      succeeded: f.succeeded + (r.status === 'SUCCEEDED' ? 1 : 0),
+    };
+  }
+  return out;
+}
+
+export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promise<UnknownOutcomeReport> {
   const { log } = opts;
+  const providers = opts.providers && opts.providers.length > 0 ? opts.providers : (['replicate'] as const);
+  // Every fault config below keeps the webhooks off when they are dropped.
+  const drop = opts.dropWebhooks ? ({ callbacks: 'off' } as const) : {};
   const world = await startDrillWorld('unknown-outcome', {
     SIMULATOR_GENERATION_MS: '1500',
     PROVIDER_HTTP_TIMEOUT_MS: '5000',
@@ -66,8 +121,8 @@ export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: 
     const phases: Record<string, number> = {};
 
     log(`phase 1: accept-then-hang for ${n1} submits`);
-    world.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: n1 });
-    const phase1 = await createTasks(world, 'hang', n1);
+    world.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: n1, ...drop });
+    const phase1 = await createTasks(world, 'hang', n1, providers);
     await waitFor(async () => {
       const { rows, count } = await attemptStates(world, phase1);
       return rows.length >= n1 && count('PREPARED') + count('SUBMITTING') === 0;
@@ -75,9 +130,11 @@ export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: 
     phases['hang_unknown'] = (await attemptStates(world, phase1)).rows.filter((r) => r.unknown_since).length;
 
     log(`phase 2: ${n2} slow submits, then SIGKILL worker-a mid-call`);
-    world.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3000, submit_fault_count: n2 });
-    const phase2 = await createTasks(world, 'crash', n2);
-    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= Math.min(n2, 10), 60_000);
+    world.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3000, submit_fault_count: n2, ...drop });
+    const phase2 = await createTasks(world, 'crash', n2, providers);
+    // Each provider's bulkhead admits its own share: wait for some in flight on every provider.
+    const inFlight = Math.max(1, Math.floor(Math.min(n2, 10) / providers.length));
+    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= inFlight, 60_000);
     phases['in_flight_at_kill'] = (await attemptStates(world, phase2)).count('SUBMITTING');
     await world.workers.get('worker-a')!.stop('SIGKILL', 1_000);
     await sleep(1_000);
@@ -85,7 +142,7 @@ export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: 
 
     log(`phase 3: ${n3} tasks with callbacks lost`);
     world.sim.setFaults({ callbacks: 'off' });
-    const phase3 = await createTasks(world, 'nocallback', n3);
+    const phase3 = await createTasks(world, 'nocallback', n3, providers);
     const all = [...phase1, ...phase2, ...phase3];
 
     const deadline = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
@@ -118,6 +175,8 @@ export async function runUnknownOutcomeDrill(opts: { tasks: number; log: (line: 
       lost,
       convergeSeconds,
       phases,
+      webhooksDropped: opts.dropWebhooks ?? false,
+      byProvider: await figuresByProvider(world, all, jobsPerTask),
     };
   } finally {
     await world.close();

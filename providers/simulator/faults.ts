@@ -44,6 +44,12 @@ export const faultConfigSchema = z.strictObject({
   status: z.enum(['ok', 'error_5xx']).optional(),
   /** GET /v1/predictions (listing) */
   list: z.enum(['ok', 'error_5xx']).optional(),
+  /**
+   * Replicate's list `next` link on this origin (scheme://host[:port]) instead of the
+   * simulator's own: a link that names another scheme or host, as Replicate's documented examples
+   * do (one with plain http).
+   */
+  list_next_origin: z.url().optional(),
 });
 export type FaultConfig = z.infer<typeof faultConfigSchema>;
 

@@ -1,7 +1,9 @@
 // Kling's video protocol under /kling: JWT (HS256, iss = access key, exp/nbf) on every call;
 // POST /v1/videos/text2video with external_task_id (unique per account: a second task with the
-// same key is refused with code 1201) and callback_url; GET /v1/videos/text2video/{task_id};
-// GET /v1/videos/text2video?external_task_id=… (lookup by our key). Over the account's
+// same key is refused with code 1201) and callback_url; GET /v1/videos/text2video/{id}, where id
+// is "task ID or external task ID" (a miss: HTTP 404, code 1203); GET /v1/videos/text2video with
+// pageNum/pageSize only (any other query, such as external_task_id, is ignored, as a server
+// ignores parameters it does not document: the newest page comes back). Over the account's
 // concurrency Kling answers 429 code 1303 (it does not queue). Unsigned callbacks on
 // processing and on the terminal state, carrying the task object.
 import { createHmac, timingSafeEqual } from 'node:crypto';
@@ -19,8 +21,11 @@ export interface KlingSimOptions {
   readonly concurrency: number;
 }
 
+/** Text-to-video model names from Kling's capability map (docs/providers.md); others are refused (1201). */
+export const KLING_TEXT2VIDEO_MODELS = ['kling-v1', 'kling-v1-6', 'kling-v2-master', 'kling-v2-1-master'] as const;
+
 const createBody = z.object({
-  model_name: z.string().min(1).default('kling-v1'),
+  model_name: z.enum(KLING_TEXT2VIDEO_MODELS).default('kling-v1'),
   prompt: z.string().min(1).max(2500),
   negative_prompt: z.string().max(2500).optional(),
   cfg_scale: z.number().min(0).max(1).optional(),
@@ -144,18 +149,12 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
 
   r.get('/v1/videos/text2video/:id', (req, res) => {
     if (deps.faults.for('kling').status === 'error_5xx') return envelope(res, 500, 5000, 'server internal error');
-    const job = store.get(req.params.id);
+    const job = store.get(req.params.id) ?? byExternal.get(req.params.id);
     if (!job) return envelope(res, 404, 1203, 'task not found');
     envelope(res, 200, 0, 'SUCCEED', taskJson(job));
   });
   r.get('/v1/videos/text2video', (req, res) => {
     if (deps.faults.for('kling').list === 'error_5xx') return envelope(res, 503, 5001, 'service temporarily unavailable');
-    const ext = req.query['external_task_id'];
-    if (typeof ext === 'string') {
-      const job = byExternal.get(ext);
-      if (!job) return envelope(res, 404, 1203, 'task not found');
-      return envelope(res, 200, 0, 'SUCCEED', taskJson(job));
-    }
     const size = Math.min(500, Math.max(1, Number(req.query['pageSize'] ?? 30)));
     const page = Math.max(1, Number(req.query['pageNum'] ?? 1));
     envelope(res, 200, 0, 'SUCCEED', store.list().slice((page - 1) * size, page * size).map(taskJson));

@@ -1,6 +1,7 @@
 // The simulator's prediction store and timer-driven lifecycle:
 // starting → processing (after min(200 ms, T/4)) → succeeded | failed (after T).
-import { randomBytes } from 'node:crypto';
+// A prediction reads back with the documented fields only (docs/providers.md): no `webhook`.
+import { createHash, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { clampDuration, type MediaLibrary, type UrlSigner } from './media';
 import { WEBHOOK_EVENT_TYPES, WebhookSender, type WebhookEventType } from './webhooks';
@@ -11,6 +12,9 @@ const TERMINAL: readonly PredictionStatus[] = ['succeeded', 'failed', 'canceled'
 export interface SimPrediction {
   readonly seq: number;
   readonly id: string;
+  /** `owner/name`. */
+  readonly model: string;
+  /** The 64-character version id. */
   readonly version: string;
   readonly input: Record<string, unknown>;
   status: PredictionStatus;
@@ -28,7 +32,10 @@ export interface SimPrediction {
 }
 
 export interface CreatePrediction {
-  readonly version: string;
+  /** `owner/name` (official-model endpoint), or null when a version was given. */
+  readonly model: string | null;
+  /** `owner/name:id` or a bare 64-character id (versioned endpoint), or null. */
+  readonly version: string | null;
   readonly input: Record<string, unknown>;
   readonly webhook?: string | undefined;
   readonly webhook_events_filter?: readonly WebhookEventType[] | undefined;
@@ -50,6 +57,14 @@ function newId(): string {
   let s = '';
   for (const b of bytes) s += ALNUM[b % ALNUM.length];
   return s;
+}
+
+/** The model and 64-character version a create names (an official model gets a stable simulated version). */
+function modelAndVersion(req: CreatePrediction): { model: string; version: string } {
+  if (req.model) return { model: req.model, version: createHash('sha256').update(req.model).digest('hex') };
+  const v = req.version ?? '';
+  const i = v.lastIndexOf(':');
+  return i < 0 ? { model: `sim/version-${v.slice(0, 8)}`, version: v } : { model: v.slice(0, i), version: v.slice(i + 1) };
 }
 
 function tokenOf(url: string | null): string | null {
@@ -82,7 +97,7 @@ export class PredictionStore {
     const p: SimPrediction = {
       seq: ++this.seq,
       id: newId(),
-      version: req.version,
+      ...modelAndVersion(req),
       input: req.input,
       status: 'starting',
       createdAt: new Date(),
@@ -161,7 +176,7 @@ export class PredictionStore {
     }
     return {
       id: p.id,
-      model: p.version.includes(':') ? p.version.split(':')[0] : p.version,
+      model: p.model,
       version: p.version,
       input: p.input,
       logs: '',
@@ -169,19 +184,25 @@ export class PredictionStore {
       data_removed: false,
       error: p.error,
       status: p.status,
+      source: 'api',
       created_at: p.createdAt.toISOString(),
       started_at: p.startedAt?.toISOString() ?? null,
       completed_at: p.completedAt?.toISOString() ?? null,
-      webhook: p.webhook,
-      webhook_events_filter: p.eventsFilter,
       urls: { get: base, cancel: `${base}/cancel` },
       metrics,
     };
   }
 
-  /** Newest first, predictions with seq < before (0 = from the newest). */
-  page(before: number, size: number): { items: SimPrediction[]; more: boolean } {
-    const all = [...this.byId.values()].filter((p) => before === 0 || p.seq < before).sort((a, b) => b.seq - a.seq);
+  /**
+   * Newest first, predictions with seq < before (0 = from the newest), created in
+   * [createdAfter, createdBefore) when given (the list's documented filters).
+   */
+  page(before: number, size: number, window: { createdAfter?: Date; createdBefore?: Date } = {}): { items: SimPrediction[]; more: boolean } {
+    const { createdAfter, createdBefore } = window;
+    const all = [...this.byId.values()]
+      .filter((p) => before === 0 || p.seq < before)
+      .filter((p) => (!createdAfter || p.createdAt >= createdAfter) && (!createdBefore || p.createdAt < createdBefore))
+      .sort((a, b) => b.seq - a.seq);
     return { items: all.slice(0, size), more: all.length > size };
   }
 

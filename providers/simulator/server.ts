@@ -77,12 +77,22 @@ export interface Simulator {
   onSubmit(listener: (s: SubmitReceived) => void): () => void;
 }
 
-const createBody = z.object({
-  version: z.string().min(1),
+// Replicate's create bodies (https://replicate.com/docs/reference/http#predictions.create and
+// #models.predictions.create): `version` is a 64-character id or `owner/name:id`, and only the
+// versioned endpoint takes it.
+const VERSION = /^(?:[^/:\s]+\/[^/:\s]+:)?[0-9a-f]{64}$/;
+const modelCreateBody = z.strictObject({
   input: z.record(z.string(), z.unknown()),
   webhook: z.url({ protocol: /^https?$/ }).optional(),
   webhook_events_filter: z.array(z.enum(['start', 'output', 'logs', 'completed'])).optional(),
   stream: z.boolean().optional(),
+});
+const versionCreateBody = modelCreateBody.extend({ version: z.string().regex(VERSION, 'a 64-character version id, or owner/name:id') });
+const isoDate = z.iso.datetime({ offset: true }).transform((s) => new Date(s));
+const listQuery = z.object({
+  cursor: z.string().optional(),
+  created_after: isoDate.optional(),
+  created_before: isoDate.optional(),
 });
 
 function problem(res: Response, status: number, title: string, detail: string): void {
@@ -213,10 +223,10 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     next();
   });
 
-  const submit = (req: Request, res: Response, version: string | null): void => {
-    const body: unknown = version === null ? req.body : { ...(req.body as object), version };
-    const parsed = createBody.safeParse(body);
+  const submit = (req: Request, res: Response, model: string | null): void => {
+    const parsed = model === null ? versionCreateBody.safeParse(req.body) : modelCreateBody.safeParse(req.body);
     if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
+    const version = 'version' in parsed.data && typeof parsed.data.version === 'string' ? parsed.data.version : null;
     const f = faults.for('replicate');
     const fault = faults.takeSubmitFault('replicate', undefined, tokenOfUrl(parsed.data.webhook));
     if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
@@ -224,7 +234,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       if (f.retry_after_s !== undefined) res.set('Retry-After', String(f.retry_after_s));
       return problem(res, 429, 'Too Many Requests', 'Request was throttled.');
     }
-    const p = store.create(parsed.data);
+    const p = store.create({ ...parsed.data, model, version });
     switch (fault) {
       case 'accept_then_hang':
         return; // the socket stays open until the client gives up or the server closes
@@ -250,20 +260,25 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
 
   r.get('/v1/predictions', (req, res) => {
     if (faults.for('replicate').list === 'error_5xx') return problem(res, 503, 'Service Unavailable', 'simulated failure');
-    const cursorRaw = req.query['cursor'];
+    const q = listQuery.safeParse(req.query);
+    if (!q.success) return problem(res, 400, 'Invalid query', z.prettifyError(q.error));
     let before = 0;
-    if (typeof cursorRaw === 'string') {
-      const c = decodeCursor(cursorRaw);
+    if (q.data.cursor !== undefined) {
+      const c = decodeCursor(q.data.cursor);
       if (c === null) return problem(res, 400, 'Invalid cursor', 'The cursor is not valid');
       before = c;
     }
-    const { items, more } = store.page(before, pageSize);
+    const window = {
+      ...(q.data.created_after ? { createdAfter: q.data.created_after } : {}),
+      ...(q.data.created_before ? { createdBefore: q.data.created_before } : {}),
+    };
+    const { items, more } = store.page(before, pageSize, window);
     const last = items[items.length - 1];
-    res.json({
-      previous: null,
-      next: more && last ? `${baseUrl()}/replicate/v1/predictions?cursor=${encodeCursor(last.seq)}` : null,
-      results: items.map((p) => store.toJson(p)),
-    });
+    // `next` is a full URL that keeps the filters (Replicate documents it as a full URL).
+    const next = new URL(`${faults.for('replicate').list_next_origin ?? baseUrl()}/replicate/v1/predictions`);
+    for (const k of ['created_after', 'created_before'] as const) if (typeof req.query[k] === 'string') next.searchParams.set(k, req.query[k]);
+    if (last) next.searchParams.set('cursor', encodeCursor(last.seq));
+    res.json({ previous: null, next: more && last ? next.toString() : null, results: items.map((p) => store.toJson(p)) });
   });
   r.get('/v1/predictions/:id', (req, res) => {
     statusReads += 1;

@@ -1,14 +1,16 @@
 // Unknown submit outcomes through the real workflow: the provider is never asked twice for one
-// attempt, a job that exists is found by its correlation token, a job proved absent gets a new
-// attempt, and what cannot be decided goes to MANUAL_REVIEW for an operator's Update.
+// attempt, a job that exists is found (Replicate: by the fingerprint of what we sent; Kling: by
+// our key), only an exact lookup's documented miss proves absence and gets a new attempt, and
+// what cannot be decided goes to MANUAL_REVIEW for an operator's Update (docs/providers.md).
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { and, asc, eq } from 'drizzle-orm';
-import { opsAudit, taskAttempt } from '../../db/schema';
+import { lookupQueryFor } from '../../activities/reconcile-lookup';
+import { generationTask, opsAudit, taskAttempt, taskTransition } from '../../db/schema';
 import { createReplicateAdapter } from '../../providers/replicate';
 import { SA_NEEDS_ATTENTION } from '../../workflows/definitions';
-import { startE2E, type E2E } from '../support/e2e';
+import { defaultRequest, startE2E, type E2E } from '../support/e2e';
 
 let e: E2E;
 before(async () => {
@@ -28,11 +30,14 @@ beforeEach(() => {
 const attemptsOf = (taskId: string) =>
   e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
 const jobsFor = (attemptId: string) => e.sim.sim.tokenCount(attemptId);
+/** A request with its own prompt: identical inputs in one submit window are ambiguous by design. */
+const request = (prompt: string, over: Record<string, unknown> = {}) => ({ ...defaultRequest, prompt, ...over });
+const KLING = { model: 'kling-v2-master', resolution: '720p' };
 
 describe('an unknown outcome is reconciled, never resubmitted', () => {
-  test('accept-then-hang: the job the provider created is found by its token and the task succeeds with one provider job', async () => {
+  test('accept-then-hang: the job the provider created is found by its fingerprint and the task succeeds with one provider job', async () => {
     e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
-    const taskId = await e.createTask('hang-1');
+    const taskId = await e.createTask('hang-1', request('hang one'));
     const task = await e.waitForStatus(taskId, 'SUCCEEDED');
     const attempts = await attemptsOf(taskId);
     assert.equal(attempts.length, 1, 'no second attempt');
@@ -41,22 +46,63 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
     assert.ok(attempts[0]!.unknown_since, 'unknown_since recorded');
   });
 
-  test('reset connection after accept: found by token, one provider job', async () => {
+  test('reset connection after accept: found by fingerprint, one provider job', async () => {
     e.sim.sim.setFaults({ submit: 'reset_after_accept', submit_fault_count: 1 });
-    const taskId = await e.createTask('reset-1');
+    const taskId = await e.createTask('reset-1', request('reset one'));
     await e.waitForStatus(taskId, 'SUCCEEDED');
     const attempts = await attemptsOf(taskId);
     assert.equal(attempts.length, 1);
     assert.equal(jobsFor(attempts[0]!.attempt_id), 1);
   });
 
-  test('5xx before accept: the miss is proved after the delay, and only then does a second attempt go out', async () => {
+  test('accept-then-hang with every Replicate webhook dropped: 0 second jobs, each task bound by its fingerprint', async () => {
+    const n = 5;
+    e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: n, callbacks: 'off' });
+    const ids = await Promise.all(Array.from({ length: n }, (_, i) => e.createTask(`hang-all-${i}`, request(`dropped webhooks ${i}`))));
+    for (const taskId of ids) {
+      const task = await e.waitForStatus(taskId, 'SUCCEEDED');
+      const attempts = await attemptsOf(taskId);
+      assert.equal(attempts.length, 1, `task ${taskId}: no second attempt`);
+      assert.equal(jobsFor(attempts[0]!.attempt_id), 1, `task ${taskId}: one provider job`);
+      assert.ok(task.transitions.some((t: { to: string }) => t.to === 'SUBMIT_UNKNOWN'));
+    }
+    assert.equal(e.sim.sim.stats().jobs_by_provider.replicate >= n, true);
+  });
+
+  test('an ambiguous fingerprint parks: two lost submits of the same input in one window both go to MANUAL_REVIEW with both jobs as evidence, none resubmitted', async () => {
+    e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 2, callbacks: 'off' });
+    const same = request('the very same input');
+    const ids = await Promise.all([e.createTask('twin-a', same), e.createTask('twin-b', same)]);
+    for (const taskId of ids) {
+      await e.waitForStatus(taskId, 'MANUAL_REVIEW');
+      const attempts = await attemptsOf(taskId);
+      assert.equal(attempts.length, 1);
+      assert.equal(jobsFor(attempts[0]!.attempt_id), 1);
+      const [parked] = await e.tdb.database.db
+        .select()
+        .from(taskTransition)
+        .where(and(eq(taskTransition.task_id, taskId), eq(taskTransition.source_event, 'reconcile.ambiguous')));
+      assert.equal((parked?.detail as { candidate_job_ids: string[] } | undefined)?.candidate_job_ids.length, 2);
+    }
+    for (const taskId of ids) await e.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-test', reason: 'test cleanup' });
+  });
+
+  test('Kling accept-then-hang with callbacks lost: found by the get-by-external-id, one job', async () => {
+    e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
+    const taskId = await e.createTask('kling-hang-1', request('kling hang', KLING));
+    await e.waitForStatus(taskId, 'SUCCEEDED');
+    const attempts = await attemptsOf(taskId);
+    assert.equal(attempts.length, 1);
+    assert.equal(jobsFor(attempts[0]!.attempt_id), 1);
+  });
+
+  test('Kling 5xx before accept: the documented not-found (404, code 1203) is proved after the delay, and only then does a second attempt go out', async () => {
     e.sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1 });
-    const taskId = await e.createTask('5xx-1');
+    const taskId = await e.createTask('5xx-1', request('kling 5xx', KLING));
     await e.waitForStatus(taskId, 'SUCCEEDED');
     const [first, second] = await attemptsOf(taskId);
     assert.equal(first?.submit_state, 'REJECTED');
-    assert.match(first?.last_error ?? '', /no job carries token/);
+    assert.match(first?.last_error ?? '', /code 1203/);
     assert.equal(jobsFor(first!.attempt_id), 0);
     assert.equal(jobsFor(second!.attempt_id), 1);
     // The second attempt began only after the proof delay.
@@ -65,7 +111,7 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
 
   test('429 with Retry-After is a proven rejection: a new attempt after the wait, no job for the first', async () => {
     e.sim.sim.setFaults({ submit: 'rate_limit', retry_after_s: 1, submit_fault_count: 1 });
-    const taskId = await e.createTask('429-1');
+    const taskId = await e.createTask('429-1', request('rate limited'));
     await e.waitForStatus(taskId, 'SUCCEEDED');
     const [first, second] = await attemptsOf(taskId);
     assert.equal(first?.submit_state, 'REJECTED');
@@ -89,9 +135,9 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     await review?.close();
   });
 
-  async function parkInReview(key: string, submit: 'accept_then_hang' | 'error_5xx_before_accept') {
-    review.sim.sim.setFaults({ submit, submit_fault_count: 1, list: 'error_5xx', callbacks: 'off' });
-    const taskId = await review.createTask(key);
+  async function parkInReview(key: string, submit: 'accept_then_hang' | 'error_5xx_before_accept', listing: 'ok' | 'error_5xx' = 'error_5xx') {
+    review.sim.sim.setFaults({ submit, submit_fault_count: 1, list: listing, callbacks: 'off' });
+    const taskId = await review.createTask(key, request(`review ${key}`));
     await review.waitForStatus(taskId, 'MANUAL_REVIEW');
     const handle = review.client.workflow.getHandle(review.api.facade.workflowIdFor(taskId));
     await new Promise((r) => setTimeout(r, 300));
@@ -112,6 +158,15 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     );
     assert.equal((await review.getTask(taskId)).status, 'MANUAL_REVIEW');
     // Resolve to leave no workflow behind.
+    await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-alice', reason: 'test cleanup' });
+  });
+
+  test('a Replicate miss proves nothing: 5xx before accept with a working list never buys a second job; the task parks at the deadline', async () => {
+    const taskId = await parkInReview('review-miss', 'error_5xx_before_accept', 'ok');
+    const attempts = await review.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    assert.equal(attempts.length, 1, 'no second attempt');
+    assert.equal(attempts[0]!.submit_state, 'SUBMIT_UNKNOWN');
+    assert.equal(review.sim.sim.tokenCount(attempts[0]!.attempt_id), 0);
     await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-alice', reason: 'test cleanup' });
   });
 
@@ -136,9 +191,10 @@ describe('MANUAL_REVIEW and operator Updates', () => {
       webhookSecret: review.config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
       timeoutMs: 2000,
     });
-    const job = await adapter.findByCorrelationToken(attempt!.attempt_id, new Date(Date.now() - 600_000));
-    assert.ok(job, 'the operator finds the job at the provider');
-    await review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: job.jobId });
+    const [task] = await review.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+    const found = await adapter.findByCorrelationToken(lookupQueryFor(attempt!, task!.request, new Date()));
+    assert.ok(found.kind === 'found', 'the operator finds the job at the provider');
+    await review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: found.job.jobId });
     await review.waitForStatus(taskId, 'SUCCEEDED');
     assert.equal(review.sim.sim.tokenCount(attempt!.attempt_id), 1);
   });

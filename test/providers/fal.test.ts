@@ -6,8 +6,8 @@ import { createServer } from 'node:http';
 import { createFalAdapter, FAL_CAPABILITIES, FAL_RESULT_GONE, falAppId, falInput, type FalAdapterOptions } from '../../providers/fal';
 import { withinRetention } from '../../providers/result-retention';
 import { SIM_FAL_DEFAULTS } from '../../providers/simulator/fal';
-import { CallbackVerificationError, verifyProviderCallback, type ProviderAdapter, type ProviderJob } from '../../providers/types';
-import { closeServer, deadPort, listenOn, newAttempt, startHarness, TERMINAL, waitFor, type Delivery, type Harness } from './harness';
+import { CallbackVerificationError, NO_LOOKUP, verifyProviderCallback, type ProviderAdapter, type ProviderJob } from '../../providers/types';
+import { closeServer, deadPort, listenOn, lookupQuery, newAttempt, startHarness, TERMINAL, waitFor, type Delivery, type Harness } from './harness';
 
 const MODEL = 'fal-ai/kling-video/v2.1/master/text-to-video';
 const REF = { model: MODEL };
@@ -337,5 +337,6 @@ test('capabilities: tier none (no listing), ED25519 callbacks, queues excess wor
   assert.equal(FAL_CAPABILITIES.callbackSignature, 'ed25519-jwks');
   assert.equal(FAL_CAPABILITIES.queuesExcessWork, true);
   const { attemptId } = await submitOk();
-  assert.equal(await adapter.findByCorrelationToken(attemptId, new Date(0)), null);
+  assert.equal(FAL_CAPABILITIES.absenceProof, 'none');
+  assert.deepEqual(await adapter.findByCorrelationToken(lookupQuery(attemptId, { backMs: Date.now() })), NO_LOOKUP);
 });

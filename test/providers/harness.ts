@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createSimulator, type RunningSimulator, type Simulator, type SimulatorOptions } from '../../providers/simulator/server';
+import type { LookupQuery } from '../../providers/types';
 
 export interface Delivery {
   readonly headers: IncomingHttpHeaders;
@@ -93,3 +94,9 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined> 
 }
 
 export const TERMINAL = ['succeeded', 'failed', 'canceled', 'aborted'];
+
+/** An unknown-outcome lookup for `token`: what was sent (`model`, `input`) in a window reaching back `backMs`. */
+export function lookupQuery(token: string, over: Partial<LookupQuery> & { backMs?: number } = {}): LookupQuery {
+  const { backMs = 60_000, ...rest } = over;
+  return { token, model: 'acme/video', input: {}, since: new Date(Date.now() - backMs), until: new Date(Date.now() + 60_000), ...rest };
+}

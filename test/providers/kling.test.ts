@@ -7,9 +7,9 @@ import { classifyKlingRefusal, createKlingAdapter, KLING_CAPABILITIES, klingMode
 import { createKlingTokenSource, signKlingJwt } from '../../providers/kling-jwt';
 import { checkKlingJwt, SIM_KLING_DEFAULTS } from '../../providers/simulator/kling';
 import type { ProviderAdapter, ProviderJob } from '../../providers/types';
-import { deadPort, newAttempt, startHarness, TERMINAL, waitFor, type Harness } from './harness';
+import { deadPort, lookupQuery, newAttempt, startHarness, TERMINAL, waitFor, type Harness } from './harness';
 
-const MODEL = 'kwaivgi/kling-v2.1';
+const MODEL = 'kling-v2-master';
 const { accessKey, secretKey } = SIM_KLING_DEFAULTS;
 let h: Harness;
 let adapter: ProviderAdapter;
@@ -17,8 +17,8 @@ let adapter: ProviderAdapter;
 const makeAdapter = (over: Partial<KlingAdapterOptions> = {}): ProviderAdapter =>
   createKlingAdapter({ baseUrl: `${h.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 2_000, ...over });
 
-async function submitOk(prompt = 'a lantern', a: ProviderAdapter = adapter): Promise<{ job: ProviderJob; attemptId: string }> {
-  const att = newAttempt(h.receiverUrl, 'kling');
+async function submitOk(prompt = 'a lantern', a: ProviderAdapter = adapter, on: Harness = h): Promise<{ job: ProviderJob; attemptId: string }> {
+  const att = newAttempt(on.receiverUrl, 'kling');
   const out = await a.submit({ ...att, model: MODEL, input: { prompt, duration: 5, resolution: '720p' } });
   assert.equal(out.kind, 'accepted', JSON.stringify(out));
   if (out.kind !== 'accepted') throw new Error('unreachable');
@@ -84,21 +84,41 @@ test('happy path: external_task_id = our attempt id; polled to succeed with the 
   assert.equal(done.state, 'succeeded');
   assert.equal((await fetch(done.outputUrl!)).status, 200);
   assert.equal(h.sim.tokenCount(attemptId), 1);
-  assert.equal(klingModelName(MODEL), 'kling-v2-1');
+  assert.equal(klingModelName(MODEL), 'kling-v2-master');
+  assert.equal(klingModelName('kwaivgi/kling-v2.1'), 'kling-v2-1');
 });
 
-test('lookup by our own key finds the job an unknown-outcome submit created; an unused key is provably absent', async () => {
+test('lookup by our own key uses the documented get-by-external-id: it finds the job a lost submit created; an unused key is provably absent (404, code 1203)', async () => {
   h.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1 });
   const lost = newAttempt(h.receiverUrl, 'kling');
   const out = await makeAdapter({ timeoutMs: 300 }).submit({ ...lost, model: MODEL, input: { prompt: 'x' } });
   assert.equal(out.kind, 'unknown');
   for (let i = 0; i < 2; i++) await submitOk();
-  const found = await adapter.findByCorrelationToken(lost.attemptId, new Date());
-  assert.ok(found, 'not found by external_task_id');
-  assert.equal(found.correlationToken, lost.attemptId);
-  assert.equal(await adapter.findByCorrelationToken('never-submitted', new Date()), null);
-  h.sim.setFaults({ list: 'error_5xx' });
-  await assert.rejects(adapter.findByCorrelationToken(lost.attemptId, new Date()), (e: Error) => e.name === 'Error');
+  const found = await adapter.findByCorrelationToken(lookupQuery(lost.attemptId));
+  assert.equal(found.kind, 'found', JSON.stringify(found));
+  if (found.kind === 'found') assert.deepEqual([found.by, found.job.correlationToken], ['key', lost.attemptId]);
+  const miss = await adapter.findByCorrelationToken(lookupQuery('never-submitted'));
+  assert.equal(miss.kind, 'not-found-proven', JSON.stringify(miss));
+  assert.equal(KLING_CAPABILITIES.absenceProof, 'exact-lookup');
+  h.sim.setFaults({ status: 'error_5xx' });
+  await assert.rejects(adapter.findByCorrelationToken(lookupQuery(lost.attemptId)), (e: Error) => e.name === 'Error');
+});
+
+test('an ignored list filter can never fake a miss: with the lost task off the newest page, the lookup still finds it (no second job)', async () => {
+  // Kling's list takes pageNum/pageSize only; ?external_task_id= is ignored and the 30 newest come back.
+  const wide = await startHarness({ kling: { concurrency: 40 } });
+  try {
+    const a = createKlingAdapter({ baseUrl: `${wide.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 2_000 });
+    wide.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1 });
+    const lost = newAttempt(wide.receiverUrl, 'kling');
+    assert.equal((await createKlingAdapter({ baseUrl: `${wide.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 300 }).submit({ ...lost, model: MODEL, input: { prompt: 'lost [sim:gen=20000]' } })).kind, 'unknown');
+    for (let i = 0; i < 31; i++) await submitOk(`cover ${i} [sim:gen=20000]`, a, wide);
+    const r = await a.findByCorrelationToken(lookupQuery(lost.attemptId));
+    assert.equal(r.kind, 'found', JSON.stringify(r));
+    assert.equal(wide.sim.tokenCount(lost.attemptId), 1);
+  } finally {
+    await wide.close();
+  }
 });
 
 test('a second submit with the same key is never read as a rejection: Kling refuses the duplicate, the outcome is unknown', async () => {

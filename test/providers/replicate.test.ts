@@ -7,9 +7,9 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Webhook } from 'standardwebhooks';
-import { createReplicateAdapter } from '../../providers/replicate';
+import { createReplicateAdapter, nextPageUrl } from '../../providers/replicate';
 import { createSimulator, type RunningSimulator, type Simulator } from '../../providers/simulator/server';
-import { CallbackVerificationError, type ProviderAdapter, type ProviderJob } from '../../providers/types';
+import { CallbackVerificationError, type LookupQuery, type ProviderAdapter, type ProviderJob } from '../../providers/types';
 
 const TOKEN = 'r8_test_token_abcdefghijklmnop';
 const SECRET = `whsec_${Buffer.from('test-webhook-secret-0123456789ab').toString('base64')}`;
@@ -64,7 +64,7 @@ async function waitFor<T>(what: string, fn: () => Promise<T | undefined> | T | u
 
 async function submitOk(input: Record<string, unknown> = {}): Promise<{ job: ProviderJob; attemptId: string }> {
   const a = newAttempt();
-  const out = await adapter.submit({ ...a, model: 'acme/video:v1', input: { prompt: 'a cat', ...input } });
+  const out = await adapter.submit({ ...a, model: 'acme/video', input: { prompt: 'a cat', ...input } });
   assert.equal(out.kind, 'accepted', JSON.stringify(out));
   if (out.kind !== 'accepted') throw new Error('unreachable');
   return { job: out.job, attemptId: a.attemptId };
@@ -192,9 +192,11 @@ test('webhooks: start and completed are delivered, signed, and verified by adapt
   assert.equal(got.length, 2);
   const verified = got.map((d) => adapter.verifyCallback(d.body, d.headers));
   assert.deepEqual(verified.map((v) => v.job.state), ['queued', 'succeeded']);
-  for (const v of verified) {
+  for (const [i, v] of verified.entries()) {
     assert.equal(v.job.jobId, job.jobId);
-    assert.equal(v.job.correlationToken, attemptId);
+    // The token rides in the callback URL only: the body is the get-prediction object, no `webhook`.
+    assert.equal(got[i]!.token, attemptId);
+    assert.equal('webhook' in (JSON.parse(got[i]!.body.toString('utf8')) as object), false);
   }
   assert.equal(verified[0]!.providerEventId, got[0]!.headers['webhook-id']);
   assert.notEqual(verified[0]!.providerEventId, verified[1]!.providerEventId);
@@ -391,32 +393,90 @@ test('[sim:fail] in the prompt ends failed with an error message', async () => {
   assert.equal(done.outputUrl, null);
 });
 
-test('findByCorrelationToken finds the job an unknown-outcome submit created, across pages', async () => {
-  const since = new Date(Date.now() - 1_000);
-  sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1 });
-  const lost = newAttempt();
-  const out = await makeAdapter({ timeoutMs: 200 }).submit({ ...lost, model: 'acme/video', input: {} });
-  assert.equal(out.kind, 'unknown');
-  // Push it off the first page (page size 5).
-  for (let i = 0; i < 11; i++) await submitOk();
-  const found = await adapter.findByCorrelationToken(lost.attemptId, since);
-  assert.ok(found, 'job not found');
-  assert.equal(found.correlationToken, lost.attemptId);
-  assert.equal(await adapter.findByCorrelationToken('never-submitted', since), null);
+/** The lookup an unknown submit of `attemptId` with this input makes (the submit window around now). */
+const fingerprint = (attemptId: string, input: Record<string, unknown>, over: Partial<LookupQuery> = {}): LookupQuery => ({
+  token: attemptId,
+  model: 'acme/video',
+  input,
+  since: new Date(Date.now() - 60_000),
+  until: new Date(Date.now() + 60_000),
+  ...over,
 });
 
-test('findByCorrelationToken stops at `since`, and a listing failure throws instead of claiming "not found"', async () => {
-  const old = newAttempt();
-  await adapter.submit({ ...old, model: 'acme/video', input: {} });
-  await submitOk(); // another job older than `since`
-  await new Promise((r) => setTimeout(r, 20));
-  const since = new Date();
-  for (let i = 0; i < 4; i++) await submitOk();
-  // Page 1 (size 5) = 4 new jobs + 1 older than `since`: the walk stops there and never reaches page 2.
-  assert.equal(await adapter.findByCorrelationToken(old.attemptId, since), null);
-  assert.ok(await adapter.findByCorrelationToken(old.attemptId, new Date(since.getTime() - 60_000)));
+/** Submits with accept_then_hang once: the provider creates the prediction, we never learn its id. */
+async function lostSubmit(input: Record<string, unknown>): Promise<string> {
+  sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1 });
+  const lost = newAttempt();
+  const out = await makeAdapter({ timeoutMs: 200 }).submit({ ...lost, model: 'acme/video', input });
+  assert.equal(out.kind, 'unknown');
+  sim.clearFaults();
+  return lost.attemptId;
+}
+
+const inputOf = async (id: string): Promise<unknown> =>
+  ((await (await fetch(`${sim.baseUrl()}/replicate/v1/predictions/${id}`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { input: unknown }).input;
+
+test('reconciling by fingerprint: the exact input and model inside the submit window bind the one prediction a lost submit created, across pages', async () => {
+  const input = { prompt: 'the lost one', duration: 2 };
+  const token = await lostSubmit(input);
+  // Push it off the first page (page size 5), with the same model and other inputs.
+  for (let i = 0; i < 11; i++) await submitOk({ prompt: `other ${i}` });
+  const found = await adapter.findByCorrelationToken(fingerprint(token, { duration: 2, prompt: 'the lost one' }));
+  assert.equal(found.kind, 'found', JSON.stringify(found));
+  if (found.kind !== 'found') return;
+  assert.deepEqual([found.by, found.job.correlationToken], ['fingerprint', token]);
+  assert.deepEqual(await inputOf(found.job.jobId), input);
+  assert.equal(sim.tokenCount(token), 1);
+});
+
+test('a Replicate miss never proves absence: no match is not-found-unproven, and the capability says so', async () => {
+  await submitOk({ prompt: 'something else' });
+  const miss = await adapter.findByCorrelationToken(fingerprint('never-submitted', { prompt: 'never sent' }));
+  assert.equal(miss.kind, 'not-found-unproven', JSON.stringify(miss));
+  assert.equal(adapter.capabilities.absenceProof, 'none');
+  // Another model with the same input is not a match either.
+  const { attemptId } = await submitOk({ prompt: 'same input' });
+  const other = await adapter.findByCorrelationToken(fingerprint(attemptId, { prompt: 'same input' }, { model: 'acme/other' }));
+  assert.equal(other.kind, 'not-found-unproven');
+});
+
+test('an ambiguous fingerprint: two predictions with the exact input in the window are "ambiguous" with both ids, never a pick', async () => {
+  const input = { prompt: 'twice' };
+  const token = await lostSubmit(input);
+  const { job } = await submitOk(input);
+  const r = await adapter.findByCorrelationToken(fingerprint(token, input));
+  assert.equal(r.kind, 'ambiguous', JSON.stringify(r));
+  if (r.kind !== 'ambiguous') return;
+  assert.equal(r.jobs.length, 2);
+  assert.ok(r.jobs.some((j) => j.jobId === job.jobId));
+});
+
+test('the submit window bounds the fingerprint (created_after / created_before), and a listing failure throws instead of claiming "not found"', async () => {
+  const input = { prompt: 'old' };
+  const token = await lostSubmit(input);
+  await new Promise((r) => setTimeout(r, 30));
+  const after = new Date();
+  for (let i = 0; i < 4; i++) await submitOk({ prompt: `new ${i}` });
+  assert.equal((await adapter.findByCorrelationToken(fingerprint(token, input, { since: after }))).kind, 'not-found-unproven');
+  assert.equal((await adapter.findByCorrelationToken(fingerprint(token, input, { until: new Date(after.getTime() - 60_000) }))).kind, 'not-found-unproven');
+  assert.equal((await adapter.findByCorrelationToken(fingerprint(token, input))).kind, 'found');
   sim.setFaults({ list: 'error_5xx' });
-  await assert.rejects(adapter.findByCorrelationToken(old.attemptId, since));
+  await assert.rejects(adapter.findByCorrelationToken(fingerprint(token, input)));
+});
+
+test('the list `next` is followed by host, not scheme: another scheme on our host is followed (on our origin); another host is refused', async () => {
+  const input = { prompt: 'deep' };
+  const token = await lostSubmit(input);
+  for (let i = 0; i < 11; i++) await submitOk({ prompt: `cover ${i}` });
+  const port = new URL(sim.baseUrl()).port;
+  sim.setFaults({ list_next_origin: `https://127.0.0.1:${port}` });
+  const found = await adapter.findByCorrelationToken(fingerprint(token, input));
+  assert.equal(found.kind, 'found', JSON.stringify(found));
+  sim.setFaults({ list_next_origin: `http://localhost:${port}` });
+  await assert.rejects(adapter.findByCorrelationToken(fingerprint(token, input)), /another host/);
+  // Replicate's own documented example: an http `next` on api.replicate.com, fetched over https.
+  assert.equal(nextPageUrl('http://api.replicate.com/v1/predictions?cursor=abc', 'https://api.replicate.com'), 'https://api.replicate.com/v1/predictions?cursor=abc');
+  assert.equal(nextPageUrl('https://api.replicate.com.evil.example/v1/predictions?cursor=abc', 'https://api.replicate.com'), null);
 });
 
 test("callbacks 'off' sends no webhook at all (polling-only)", async () => {

@@ -3,8 +3,8 @@ import { test, before, after, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRunwayAdapter, RUNWAY_CAPABILITIES, runwayRequest, type RunwayAdapterOptions } from '../../providers/runway';
 import { SIM_RUNWAY_DEFAULTS } from '../../providers/simulator/runway';
-import { CallbackVerificationError, type ProviderAdapter, type ProviderJob } from '../../providers/types';
-import { deadPort, newAttempt, startHarness, TERMINAL, waitFor, type Harness } from './harness';
+import { CallbackVerificationError, NO_LOOKUP, type ProviderAdapter, type ProviderJob } from '../../providers/types';
+import { deadPort, lookupQuery, newAttempt, startHarness, TERMINAL, waitFor, type Harness } from './harness';
 
 const MODEL = 'gen4_turbo';
 let h: Harness;
@@ -188,5 +188,6 @@ test('getJob: 404 → ProviderNotFound; 5xx → transient', async () => {
 test('poll only: capabilities say so, verifyCallback always refuses, and there is nothing to look up', async () => {
   assert.deepEqual([RUNWAY_CAPABILITIES.pollOnly, RUNWAY_CAPABILITIES.unknownOutcomeTier, RUNWAY_CAPABILITIES.callbackSignature], [true, 'none', 'none']);
   assert.throws(() => adapter.verifyCallback(Buffer.from('{"id":"x","status":"SUCCEEDED"}'), {}), CallbackVerificationError);
-  assert.equal(await adapter.findByCorrelationToken('anything', new Date(0)), null);
+  assert.equal(RUNWAY_CAPABILITIES.absenceProof, 'none');
+  assert.deepEqual(await adapter.findByCorrelationToken(lookupQuery('anything', { backMs: Date.now() })), NO_LOOKUP);
 });
