@@ -32,6 +32,12 @@ async function attemptOf(taskId: string) {
   }, 20_000);
 }
 
+/** Charged nothing: SETTLE 0, the whole reservation released. */
+async function assertReleased(taskId: string): Promise<void> {
+  const ledger = await e.ledgerOf(taskId);
+  assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
+}
+
 async function ledgerRows(taskId: string) {
   return e.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
 }
@@ -61,29 +67,26 @@ test('Runway: a cancel of a running task ends CANCELLED and uncharged, though Ru
   await http(e.api.baseUrl, 'POST', `/v1/tasks/${taskId}/cancel`, { apiKey: e.tenant.apiKey, body: {} });
   await e.waitForStatus(taskId, 'CANCELLED', 60_000);
   await assert.rejects(runway.getJob(attempt.provider_job_id!), (err: Error) => err.name === 'ProviderNotFound');
-  const ledger = await e.ledgerOf(taskId);
-  assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
+  await assertReleased(taskId);
 });
 
-test('fal: a failure seen by polling only (no webhook) is recorded FAILED and the credits are released', async () => {
+/** A fal task polled only (its webhooks dropped) until it ends FAILED; its attempt's error. */
+async function falFailedByPolling(key: string, prompt: string): Promise<string | null> {
   e.sim.sim.setFaults({ providers: ['fal'], callbacks: 'off' });
-  const taskId = await e.createTask('fal-fail-polled', { ...FAL, prompt: 'a fox that fails [sim:fail]' });
+  const taskId = await e.createTask(key, { ...FAL, prompt });
   await e.waitForStatus(taskId, 'FAILED', 60_000);
   const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
   assert.equal(attempt?.submit_state, 'FAILED');
-  assert.match(attempt?.last_error ?? '', /simulated failure/);
-  const ledger = await e.ledgerOf(taskId);
-  assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
+  await assertReleased(taskId);
+  return attempt?.last_error ?? null;
+}
+
+test('fal: a failure seen by polling only (no webhook) is recorded FAILED and the credits are released', async () => {
+  assert.match((await falFailedByPolling('fal-fail-polled', 'a fox that fails [sim:fail]')) ?? '', /simulated failure/);
 });
 
 test('fal: a late poll that finds the result gone ends FAILED with the credits released, not a stuck task', async () => {
-  e.sim.sim.setFaults({ providers: ['fal'], callbacks: 'off' });
-  const taskId = await e.createTask('fal-result-gone', { ...FAL, prompt: 'a fox whose result expires [sim:result_ttl=1]' });
-  await e.waitForStatus(taskId, 'FAILED', 60_000);
-  const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-  assert.equal(attempt?.last_error, FAL_RESULT_GONE);
-  const ledger = await e.ledgerOf(taskId);
-  assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
+  assert.equal(await falFailedByPolling('fal-result-gone', 'a fox whose result expires [sim:result_ttl=1]'), FAL_RESULT_GONE);
 });
 
 test('Runway: a combination it does not document is refused at create with a 400 naming the field, before any credit is reserved', async () => {
