@@ -1,15 +1,17 @@
 // CANCEL_REQUESTED: ask the provider to cancel, best effort. The terminal state still comes
 // from the provider (callback or poll) through the state machine: a success that races the
-// cancel wins and is rescued and charged (docs/billing.md).
+// cancel wins and is rescued and charged (docs/billing.md). A cancel that can never be taken is
+// bounded like a failed read (activities/provider-reads.ts).
 import { Context } from '@temporalio/activity';
 import { eq } from 'drizzle-orm';
 import { generationTask, taskAttempt } from '../db/schema';
 import { fenced, providerFor, type TaskActivityDeps } from './deps';
+import { classifyReadFailure, pastMaxRun, recordReadFailure } from './provider-reads';
 
 export function createCancelActivities(deps: TaskActivityDeps) {
   return {
     async requestProviderCancel(taskId: string): Promise<{ sent: boolean }> {
-      return fenced(deps, async () => {
+      return fenced(deps, async (token) => {
         const [row] = await deps.db
           .select({ task: generationTask, attempt: taskAttempt })
           .from(generationTask)
@@ -19,7 +21,19 @@ export function createCancelActivities(deps: TaskActivityDeps) {
         const adapter = providerFor(deps, row.attempt.provider);
         // Some providers cannot cancel (Kling): the job runs to its end and the state machine decides.
         if (adapter.capabilities.canCancel === false) return { sent: false };
-        await adapter.cancel(row.attempt.provider_job_id, Context.current().cancellationSignal, { model: row.attempt.provider_model });
+        // Past the provider's maximum run time there is nothing left to cancel; the poll parks the task.
+        if (pastMaxRun(deps, adapter, row.attempt, deps.clock.now())) return { sent: false };
+        const signal = Context.current().cancellationSignal;
+        try {
+          await adapter.cancel(row.attempt.provider_job_id, signal, { model: row.attempt.provider_model });
+        } catch (err) {
+          // Transient trouble is retried (bounded by the maximum run time above). A cancel the
+          // provider will never take (job gone, request refused) is counted like a failed read,
+          // and the poll that follows decides (activities/provider-reads.ts).
+          if (signal.aborted || classifyReadFailure(err).kind === 'transient') throw err;
+          await recordReadFailure(deps, token, taskId, row.attempt, err);
+          return { sent: false };
+        }
         return { sent: true };
       });
     },

@@ -75,6 +75,10 @@ export interface TaskActivityDeps {
     readonly unknownProofDelayMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */
     readonly unknownOutcomeDeadlineMs: number;
+    /** Consecutive 404/410/lasting-4xx reads of a known job before MANUAL_REVIEW (activities/provider-reads.ts). */
+    readonly readFailureLimit: number;
+    /** Per-provider maximum run time over the adapter's capabilities.maxRunMs. */
+    readonly maxRunMs: Readonly<Record<string, number>>;
     readonly outputAllowPrivate: boolean;
     readonly outputMaxBytes: number;
     /** A rescue failing this close to the provider URL's expiry marks the task OUTPUT_AT_RISK. */

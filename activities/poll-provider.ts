@@ -16,10 +16,11 @@ import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import { withinRetention } from '../providers/result-retention';
-import type { LookupResult, ProviderJob } from '../providers/types';
+import type { LookupResult, ProviderAdapter, ProviderJob, ProviderJobState } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createPollDemand, pollRateFor } from './poll-demand';
+import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
 
 export interface PollResult {
@@ -28,12 +29,15 @@ export interface PollResult {
    * not-found: an unknown-outcome job is not visible yet; absent: proved never created, the
    * task is back in DISPATCHING; overdue: not found past the deadline (escalate); parked: the
    * lookup was ambiguous and the task is in MANUAL_REVIEW with the candidates;
-   * nothing-to-poll: the attempt has nothing to ask about.
+   * nothing-to-poll: the attempt has nothing to ask about; read-failed: the known job could not be
+   * read (counted); escalated: the known job is gone, refused or past its maximum run time, and
+   * the task is in MANUAL_REVIEW (activities/provider-reads.ts).
    */
-  readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'parked' | 'nothing-to-poll';
+  readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'parked' | 'nothing-to-poll' | 'read-failed' | 'escalated';
 }
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
+const FINISHED_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];
 
 /** The job a cancel removed at the provider: cancelled, as we asked. */
 const goneAfterCancel = (jobId: string): ProviderJob => ({
@@ -89,7 +93,10 @@ export function createPollActivities(deps: TaskActivityDeps) {
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
       if (!task) throw notFound(`task ${taskId}`);
-      if (task.active_attempt_id !== attemptId) return;
+      // Only while the outcome is still unknown: a callback may have bound the job meanwhile.
+      if (task.active_attempt_id !== attemptId || task.status !== 'SUBMIT_UNKNOWN') return;
+      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+      if (!attempt || attempt.provider_job_id) return;
       await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
         sourceEvent: 'reconcile.ambiguous',
         actor: 'workflow',
@@ -97,6 +104,31 @@ export function createPollActivities(deps: TaskActivityDeps) {
         detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
       });
     });
+  }
+
+  /**
+   * After a read of a known job: past the provider's maximum run time, a job still in flight (or
+   * unreadable) parks the task; a failed read is counted (parking at the limit); a good read
+   * clears the count. Returns the poll's result when the read ends the poll here.
+   */
+  async function boundKnownJobRead(
+    token: FenceToken,
+    taskId: string,
+    attempt: AttemptRow,
+    adapter: ProviderAdapter,
+    job: ProviderJob | null,
+    readFailed: { err: unknown } | null,
+    now: Date,
+  ): Promise<'escalated' | 'read-failed' | null> {
+    const overrun = !job || !FINISHED_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
+    if (overrun && (await escalateAttempt(deps, token, taskId, attempt.attempt_id, overrun))) return 'escalated';
+    if (!readFailed) {
+      await clearReadFailures(deps, token, attempt);
+      return null;
+    }
+    const escalated = await recordReadFailure(deps, token, taskId, attempt, readFailed.err);
+    Context.current().log.warn('provider read failed', { taskId, error: classifyReadFailure(readFailed.err).message, escalated });
+    return escalated ? 'escalated' : 'read-failed';
   }
 
   return {
@@ -119,6 +151,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
         let job: ProviderJob | null;
         let lookup: LookupResult | null = null;
         let lookupFailed: string | null = null;
+        let readFailed: { err: unknown } | null = null;
         if (attempt.provider_job_id) {
           // An idempotent read: hedged once when slower than this provider's p95.
           const jobId = attempt.provider_job_id;
@@ -126,13 +159,19 @@ export function createPollActivities(deps: TaskActivityDeps) {
           const started = Date.now();
           try {
             job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
+            window.record(Date.now() - started);
           } catch (err) {
-            // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
-            // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
-            if (row.task.status !== 'CANCEL_REQUESTED' || (err as Error).name !== 'ProviderNotFound') throw err;
-            job = goneAfterCancel(jobId);
+            if (signal.aborted) throw err;
+            if (row.task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
+              // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
+              // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
+              job = goneAfterCancel(jobId);
+            } else {
+              // Counted and bounded below (activities/provider-reads.ts), never retried forever.
+              job = null;
+              readFailed = { err };
+            }
           }
-          window.record(Date.now() - started);
         } else {
           try {
             lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, signal));
@@ -158,6 +197,10 @@ export function createPollActivities(deps: TaskActivityDeps) {
           .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
           .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
 
+        if (attempt.provider_job_id) {
+          const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
+          if (parked) return { result: parked };
+        }
         if (!job) {
           if (lookup?.kind === 'ambiguous') {
             await parkAmbiguous(token, taskId, attempt.attempt_id, lookup);

@@ -20,12 +20,19 @@ import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 /** Attempt states that hold a job at the provider (or may): what the bulkhead counts. */
 export const IN_FLIGHT_SUBMIT_STATES = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
 const inFlightStates = sql.raw(IN_FLIGHT_SUBMIT_STATES.map((s) => `'${s}'`).join(', '));
+/** Task states whose attempts hold no slot: finished, or parked for a person (docs/decisions/0012). */
+const SLOT_FREE_TASK_STATES = sql.raw(['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'].map((s) => `'${s}'`).join(', '));
 /**
- * An attempt `a` that holds one of its provider's slots: in flight by its state, unless the
- * provider already reported the job finished and that report waits in the inbox. Such a job no
- * longer runs at the provider; our own rescue and media steps are not its concurrency.
+ * An attempt `a` that holds one of its provider's slots: in flight by its state, of a task we are
+ * still driving, unless the provider already reported the job finished and that report waits in
+ * the inbox. Such a job no longer runs at the provider; our own rescue and media steps are not its
+ * concurrency. A task in MANUAL_REVIEW gives its slot back: it got there because its job is gone,
+ * ran past the provider's maximum run time, or stayed unknown past its deadline, and counting it
+ * would let parked tasks block the provider for everyone.
  */
-const holdsSlot = sql`a.submit_state IN (${inFlightStates}) AND NOT EXISTS (
+const holdsSlot = sql`a.submit_state IN (${inFlightStates})
+  AND EXISTS (SELECT 1 FROM generation_task t WHERE t.task_id = a.task_id AND t.status NOT IN (${SLOT_FREE_TASK_STATES}))
+  AND NOT EXISTS (
   SELECT 1 FROM callback_inbox i
   WHERE i.task_id = a.task_id AND i.attempt_id = a.attempt_id AND i.processed_at IS NULL
     AND i.event_type IN ('succeeded', 'failed', 'canceled', 'aborted'))`;

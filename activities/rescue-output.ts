@@ -4,6 +4,7 @@
 // download.
 import { createHash } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
@@ -55,12 +56,23 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         done(null, chunk);
       },
     });
-    const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).pipe(meter);
     const partial = `${key}.partial`;
-    await deps.storage.upload(partial, body, {
-      contentType: 'video/mp4',
-      onProgress: (bytes) => ctx.heartbeat({ phase: 'uploading', bytes }),
-    });
+    // pipeline, never .pipe(): a reset or an aborted body (activity cancelled) rejects here, a
+    // retryable activity failure, instead of an unhandled 'error' event that ends the process.
+    // A failed upload destroys the meter, which ends the download too.
+    const copied = pipeline(Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), meter);
+    const stored = deps.storage
+      .upload(partial, meter, { contentType: 'video/mp4', onProgress: (bytes) => ctx.heartbeat({ phase: 'uploading', bytes }) })
+      .catch((err: unknown) => {
+        meter.destroy();
+        throw err;
+      });
+    const [copy, upload] = await Promise.allSettled([copied, stored]);
+    // The download's own error (a reset, the size limit) says more than what it caused in the
+    // upload; after a failed upload the download only reports the premature close.
+    const closedByUpload = copy.status === 'rejected' && (copy.reason as { code?: string }).code === 'ERR_STREAM_PREMATURE_CLOSE';
+    if (copy.status === 'rejected' && !(closedByUpload && upload.status === 'rejected')) throw copy.reason;
+    if (upload.status === 'rejected') throw upload.reason;
     if (declared > 0 && size !== declared) throw new Error(`output truncated: ${size} of ${declared} bytes`);
     const sha256 = hash.digest('hex');
     await deps.storage.publish(partial, key, { contentType: 'video/mp4', sha256 });

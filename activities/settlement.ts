@@ -3,7 +3,8 @@
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
 import { settleReservation } from '../db/ledger';
-import type { generationTask } from '../db/schema';
+import { and, eq, notInArray, sql } from 'drizzle-orm';
+import { taskAttempt, type generationTask } from '../db/schema';
 import { casTaskStatus } from '../db/tasks';
 import type { TaskStatus } from '../domain/states';
 
@@ -26,7 +27,13 @@ export function failedUncharged(sourceEvent: string, failureCode: string, failur
   return { to: 'FAILED', charge: '0', sourceEvent, actor: 'workflow', failureCode, failureMessage, ...(attemptId ? { attemptId } : {}) };
 }
 
-/** CAS the locked task to a terminal state and close its reservation. False when the CAS lost. */
+/** Attempt states that are an end in themselves; any other attempt of a finished task is closed. */
+const FINISHED_ATTEMPT_STATES = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'REJECTED'];
+
+/**
+ * CAS the locked task to a terminal state, close its active attempt (so it holds no provider slot,
+ * activities/provider-guard.ts) and close its reservation. False when the CAS lost.
+ */
 export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args: FinishArgs): Promise<boolean> {
   const version = await casTaskStatus(tx, token, {
     taskId: task.task_id,
@@ -44,6 +51,12 @@ export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args:
     },
   });
   if (version === null) return false;
+  if (task.active_attempt_id) {
+    await tx
+      .update(taskAttempt)
+      .set({ submit_state: args.to, status_version: sql`${taskAttempt.status_version} + 1` })
+      .where(and(eq(taskAttempt.attempt_id, task.active_attempt_id), notInArray(taskAttempt.submit_state, FINISHED_ATTEMPT_STATES)));
+  }
   await settleReservation(tx, token, {
     tenantId: task.tenant_id,
     taskId: task.task_id,

@@ -3,7 +3,7 @@
 // means an earlier execution died mid-call, so its outcome is unknown and the provider is
 // never called again for it.
 import { Context } from '@temporalio/activity';
-import { and, eq, sql } from 'drizzle-orm';
+import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { assertModeAllows } from '../db/modes';
@@ -32,6 +32,13 @@ interface Admitted {
   readonly attemptNo: number;
 }
 
+/**
+ * Whether an attempt's outcome may move its task: only while it is the task's active attempt and
+ * its own conditional update matched (a stale execution whose attempt moved on changes nothing).
+ */
+const drivesTask = (task: TaskRow, attemptId: string, moved: readonly unknown[]): boolean =>
+  moved.length > 0 && task.active_attempt_id === attemptId;
+
 export interface SubmitResult {
   readonly facts: TaskFacts;
   /** After a retryable rejection: wait this long before preparing the next attempt. */
@@ -48,8 +55,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
   const now = () => deps.clock.now();
   const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
 
+  /** SUBMITTING → SUBMIT_UNKNOWN; the task follows only when this attempt is active and its CAS took effect. */
   async function markUnknown(tx: Tx, token: FenceToken, task: TaskRow, attempt: AttemptRow, reason: string) {
-    await tx
+    const moved = await tx
       .update(taskAttempt)
       .set({
         submit_state: 'SUBMIT_UNKNOWN',
@@ -58,7 +66,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         last_error: reason.slice(0, 2000),
         status_version: sql`${taskAttempt.status_version} + 1`,
       })
-      .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMITTING')));
+      .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMITTING')))
+      .returning({ id: taskAttempt.attempt_id });
+    if (!drivesTask(task, attempt.attempt_id, moved)) return;
     await applyTaskEvent(tx, token, task, { type: 'SUBMIT_OUTCOME_UNKNOWN' }, {
       sourceEvent: 'submit.unknown',
       actor: 'workflow',
@@ -143,17 +153,23 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       switch (outcome.kind) {
         case 'accepted': {
           const { job } = outcome;
-          await tx
+          const bound = {
+            provider_job_id: sql`coalesce(${taskAttempt.provider_job_id}, ${job.jobId})`,
+            submit_finished_at: now(),
+            provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
+            status_version: sql`${taskAttempt.status_version} + 1`,
+          };
+          const moved = await tx
             .update(taskAttempt)
-            .set({
-              provider_job_id: sql`coalesce(${taskAttempt.provider_job_id}, ${job.jobId})`,
-              submit_state: sql`case when ${taskAttempt.submit_state} in ('SUBMITTING', 'SUBMIT_UNKNOWN') then 'SUBMITTED' else ${taskAttempt.submit_state} end`,
-              submit_finished_at: now(),
-              next_poll_at: pollAt(),
-              provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
-              status_version: sql`${taskAttempt.status_version} + 1`,
-            })
-            .where(eq(taskAttempt.attempt_id, attemptId));
+            .set({ ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() })
+            .where(and(eq(taskAttempt.attempt_id, attemptId), inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMIT_UNKNOWN'])))
+            .returning({ id: taskAttempt.attempt_id });
+          if (moved.length === 0) {
+            // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
+            // evidence on the attempt, never as a task event.
+            await tx.update(taskAttempt).set(bound).where(eq(taskAttempt.attempt_id, attemptId));
+          }
+          if (!drivesTask(task, attemptId, moved)) return null;
           const d = decide(from, { type: 'SUBMIT_ACCEPTED' });
           if (d.kind === 'move') {
             await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.accepted', detail: { provider_job_id: job.jobId } });
@@ -164,7 +180,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           await markUnknown(tx, token, task, attempt, outcome.reason);
           return null;
         case 'rejected': {
-          await tx
+          const moved = await tx
             .update(taskAttempt)
             .set({
               submit_state: 'REJECTED',
@@ -172,7 +188,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
               last_error: outcome.reason.slice(0, 2000),
               status_version: sql`${taskAttempt.status_version} + 1`,
             })
-            .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')));
+            .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')))
+            .returning({ id: taskAttempt.attempt_id });
+          if (!drivesTask(task, attemptId, moved)) return null;
           const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
           const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
           if (d.kind !== 'move') return null;

@@ -1,7 +1,7 @@
 // The API process: `npm run api`.
 import { loadConfigOrExit } from '../config/env';
 import { buildDatabase } from '../config/services';
-import { createLogger } from '../observability/logger';
+import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { createMetrics } from '../observability/metrics';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
@@ -11,6 +11,7 @@ import { buildApiContext } from './context';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
+exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
 const ctx = buildApiContext(config, {

@@ -139,6 +139,18 @@ export const envSchema = z.object({
   UNKNOWN_PROOF_DELAY_MS: ms.default(2 * 60 * 1000),
   /** An unknown submit outcome that reconciliation has not resolved by then goes to MANUAL_REVIEW. */
   UNKNOWN_OUTCOME_DEADLINE_MS: ms.default(30 * 60 * 1000),
+  /**
+   * Consecutive reads of a known job (status, cancel) answered 404/410 or another lasting 4xx
+   * before the task goes to MANUAL_REVIEW with the evidence (docs/decisions/0012).
+   */
+  PROVIDER_READ_FAILURE_LIMIT: z.coerce.number().int().min(1).max(1_000).default(5),
+  /**
+   * A provider's maximum run time over its adapter's (capabilities.maxRunMs), ms: "replicate=7200000".
+   * A job still in flight (or unreadable) that long after the submit goes to MANUAL_REVIEW.
+   */
+  PROVIDER_MAX_RUN_MS: csv
+    .pipe(z.array(z.string().regex(/^[a-z0-9-]+=\d+$/, 'entries are provider=milliseconds, e.g. replicate=7200000')))
+    .default([]),
 
   /** Outbox relay cadence and batch size. */
   OUTBOX_RELAY_INTERVAL_MS: ms.default(1_000),

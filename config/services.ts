@@ -50,14 +50,18 @@ export function buildProviders(config: Config): Record<string, ProviderAdapter> 
   };
 }
 
-/** POLL_QUEUE_RATES as provider → requests per second (activities/poll-demand.ts pollRateFor). */
-export function pollQueueRates(config: Config): Record<string, number> {
-  return Object.fromEntries(
-    config.POLL_QUEUE_RATES.map((entry) => {
-      const [provider = '', rate = ''] = entry.split('=');
-      return [provider, Number(rate)];
+/** `provider=number` entries (POLL_QUEUE_RATES, PROVIDER_MAX_RUN_MS) as provider → number. */
+const perProvider = (entries: readonly string[]): Record<string, number> =>
+  Object.fromEntries(
+    entries.map((entry) => {
+      const [provider = '', value = ''] = entry.split('=');
+      return [provider, Number(value)];
     }),
   );
+
+/** POLL_QUEUE_RATES as provider → requests per second (activities/poll-demand.ts pollRateFor). */
+export function pollQueueRates(config: Config): Record<string, number> {
+  return perProvider(config.POLL_QUEUE_RATES);
 }
 
 export function buildDatabase(config: Config, applicationName: string): Database {
@@ -81,6 +85,8 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     },
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
+    readFailureLimit: config.PROVIDER_READ_FAILURE_LIMIT,
+    maxRunMs: perProvider(config.PROVIDER_MAX_RUN_MS),
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,
     outputMaxBytes: config.OUTPUT_MAX_BYTES,
     outputAtRiskMarginMs: config.OUTPUT_AT_RISK_MARGIN_MS,

@@ -139,6 +139,8 @@ export const taskAttempt = pgTable(
     last_error: text('last_error'),
     /** Billable seconds the provider reported (e.g. Replicate metrics.predict_time). */
     provider_metrics: jsonb('provider_metrics'),
+    /** Consecutive failed reads (status, cancel) of the attempt's job; 0 after any good read (activities/provider-reads.ts). */
+    read_failures: integer('read_failures').notNull().default(0),
     status_version: bigint('status_version', { mode: 'number' }).notNull().default(0),
   },
   (t) => [

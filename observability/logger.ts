@@ -16,8 +16,9 @@ const REDACT = [
   '*.password',
 ];
 
-export function createLogger(opts: { name: string; level: string; pretty: boolean }): Logger {
-  return pino({
+/** `stderr`: log there (the ops CLI, whose stdout is its answer). */
+export function createLogger(opts: { name: string; level: string; pretty: boolean; stderr?: boolean }): Logger {
+  const options: pino.LoggerOptions = {
     name: opts.name,
     level: opts.level,
     redact: { paths: REDACT, censor: '[redacted]' },
@@ -26,5 +27,21 @@ export function createLogger(opts: { name: string; level: string; pretty: boolea
     ...(opts.pretty
       ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname,service' } } }
       : {}),
-  });
+  };
+  return opts.stderr && !opts.pretty ? pino(options, pino.destination(2)) : pino(options);
+}
+
+/**
+ * An error nobody handled (an uncaught exception, an unhandled rejection) is logged with what it
+ * was, then the process exits 1: never a silent death, never a process limping on in a state
+ * nobody knows. Call once in each process's main.
+ */
+export function exitOnUnhandledErrors(logger: Logger): void {
+  const fatal = (kind: 'uncaught exception' | 'unhandled rejection') => (err: unknown) => {
+    logger.fatal({ err, kind }, `${kind}: exiting`);
+    logger.flush();
+    process.exit(1);
+  };
+  process.on('uncaughtException', fatal('uncaught exception'));
+  process.on('unhandledRejection', fatal('unhandled rejection'));
 }

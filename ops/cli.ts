@@ -9,6 +9,7 @@ import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
 import { modeForbids } from '../domain/modes';
 import { toMicros } from '../domain/money';
 import { SYSTEM_MODES, type SystemMode } from '../domain/states';
+import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade, type GenerationFacade } from '../temporal/facade';
 import { runFailover } from './failover';
@@ -31,6 +32,8 @@ import { listReviews, resolveReview } from './review';
 import { createTenant, grantTenantCredits } from './tenants';
 
 const config = loadConfigOrExit();
+// Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
+exitOnUnhandledErrors(createLogger({ name: 'ops', level: config.LOG_LEVEL, pretty: false, stderr: true }));
 const fence = { scope: config.FENCE_SCOPE, region: config.REGION };
 const actor = `operator:${config.OPS_OPERATOR ?? os.userInfo().username}`;
 

@@ -73,6 +73,8 @@ export const FAL_CAPABILITIES: ProviderCapabilities = {
   pollOnly: false,
   queuesExcessWork: true,
   canCancel: true,
+  // Not documented: a generous bound on queue plus run time (config PROVIDER_MAX_RUN_MS overrides).
+  maxRunMs: 6 * 3_600_000,
 };
 
 const FAL_STATUS: Record<string, ProviderJobState> = {

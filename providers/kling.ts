@@ -54,6 +54,8 @@ export const KLING_CAPABILITIES: ProviderCapabilities = {
   pollOnly: false,
   queuesExcessWork: false,
   canCancel: false,
+  // Not documented: a generous bound on queue plus run time (PROVIDER_MAX_RUN_MS overrides).
+  maxRunMs: 2 * 3_600_000,
 };
 
 const KLING_STATUS: Record<string, ProviderJobState> = {

@@ -63,6 +63,9 @@ export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
   pollOnly: false,
   queuesExcessWork: false,
   canCancel: true,
+  // Predictions time out after running for 30 minutes (replicate.com/docs/topics/predictions/lifecycle);
+  // the rest is room for the queue and cold boots.
+  maxRunMs: 2 * 3_600_000,
 };
 
 const REPLICATE_STATUS: Record<string, ProviderJobState> = {

@@ -49,6 +49,8 @@ export const RUNWAY_CAPABILITIES: ProviderCapabilities = {
   pollOnly: true,
   queuesExcessWork: true,
   canCancel: true,
+  // Not documented: THROTTLED tasks may wait long for the account's slots (PROVIDER_MAX_RUN_MS overrides).
+  maxRunMs: 6 * 3_600_000,
 };
 
 const RUNWAY_STATUS: Record<string, ProviderJobState> = {

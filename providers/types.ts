@@ -59,6 +59,12 @@ export interface ProviderCapabilities {
   readonly queuesExcessWork?: boolean;
   /** False when the provider has no cancel API (Kling): cancel() is then a no-op and the job runs to its end. */
   readonly canCancel?: boolean;
+  /**
+   * The longest a job can be queued or running at the provider. A job still reported in flight
+   * (or unreadable) this long after our submit is not coming back: the task goes to MANUAL_REVIEW
+   * with the evidence (activities/provider-reads.ts). Absent: no bound.
+   */
+  readonly maxRunMs?: number;
 }
 
 /**

@@ -8,7 +8,7 @@ import { Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
-import { createLogger } from '../observability/logger';
+import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
 import { createMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
 import { pollFloors } from '../activities/poll-demand';
@@ -24,6 +24,7 @@ import { tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
+exitOnUnhandledErrors(logger);
 // Signals are ours: the process outlives its Temporal worker while the region is fenced off.
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
 

@@ -19,6 +19,13 @@ export const SUBMIT_FAULTS = [
 ] as const;
 export type SubmitFault = (typeof SUBMIT_FAULTS)[number];
 
+export const OUTPUT_FAULTS = [
+  'ok',
+  /** Answer 200 with the full Content-Length, send about half of the file, then reset the connection. */
+  'reset_mid_body',
+] as const;
+export type OutputFault = (typeof OUTPUT_FAULTS)[number];
+
 export const SIM_PROVIDERS = ['replicate', 'fal', 'runway', 'kling'] as const;
 export type SimProvider = (typeof SIM_PROVIDERS)[number];
 
@@ -40,6 +47,12 @@ export const faultConfigSchema = z.strictObject({
   retry_after_s: z.number().int().min(0).optional(),
   /** Apply the submit fault to the next N submits only, then behave as 'ok'. */
   submit_fault_count: z.number().int().min(0).optional(),
+  /** GET of an output file (any protocol): what a rescue download meets. */
+  output: z.enum(OUTPUT_FAULTS).optional(),
+  /** Apply the output fault to this share of output reads only (0..1, default 1). */
+  output_fault_rate: z.number().min(0).max(1).optional(),
+  /** Apply the output fault to the next N output reads only, then serve them whole. */
+  output_fault_count: z.number().int().min(0).optional(),
   /** GET /v1/predictions/:id */
   status: z.enum(['ok', 'error_5xx']).optional(),
   /** GET /v1/predictions (listing) */
@@ -53,19 +66,55 @@ export const faultConfigSchema = z.strictObject({
 });
 export type FaultConfig = z.infer<typeof faultConfigSchema>;
 
+/** A fault that applies to a share of requests (rate) and to the next N of them (count), per provider. */
+class Knob<F extends string> {
+  private left: number | null = null;
+  constructor(
+    private readonly fault: () => F | 'ok',
+    private readonly rate: () => number | undefined,
+  ) {}
+
+  reset(count: number | undefined): void {
+    this.left = count ?? null;
+  }
+
+  get remaining(): number | null {
+    return this.left;
+  }
+
+  take(selected: boolean, random: () => number): F | 'ok' {
+    const f = this.fault();
+    if (f === 'ok' || !selected) return 'ok';
+    const rate = this.rate();
+    if (rate !== undefined && random() >= rate) return 'ok';
+    if (this.left === null) return f;
+    if (this.left <= 0) return 'ok';
+    this.left -= 1;
+    return f;
+  }
+}
+
 export class Faults {
   private config: FaultConfig = {};
-  private submitFaultsLeft: number | null = null;
+  private readonly submitKnob = new Knob<SubmitFault>(() => this.config.submit ?? 'ok', () => this.config.submit_fault_rate);
+  private readonly outputKnob = new Knob<OutputFault>(() => this.config.output ?? 'ok', () => this.config.output_fault_rate);
   /** Every submit that asked for its fault (i.e. every submit received), with what it was answered. */
   readonly submits = new SubmitLog();
 
   get current(): FaultConfig {
-    return { ...this.config, ...(this.submitFaultsLeft !== null ? { submit_fault_count: this.submitFaultsLeft } : {}) };
+    const submitLeft = this.submitKnob.remaining;
+    const outputLeft = this.outputKnob.remaining;
+    return {
+      ...this.config,
+      ...(submitLeft !== null ? { submit_fault_count: submitLeft } : {}),
+      ...(outputLeft !== null ? { output_fault_count: outputLeft } : {}),
+    };
   }
 
   replace(config: FaultConfig): void {
     this.config = { ...config };
-    this.submitFaultsLeft = config.submit_fault_count ?? null;
+    this.submitKnob.reset(config.submit_fault_count);
+    this.outputKnob.reset(config.output_fault_count);
   }
 
   reset(): void {
@@ -78,24 +127,22 @@ export class Faults {
     return c.providers && !c.providers.includes(provider) ? {} : c;
   }
 
+  private selects(provider: SimProvider): boolean {
+    return !this.config.providers || this.config.providers.includes(provider);
+  }
+
   /**
    * The submit fault for this request; consumes one of submit_fault_count. Counts the request in
    * `submits` (with its correlation token when the protocol passes one).
    */
   takeSubmitFault(provider: SimProvider = 'replicate', random: () => number = Math.random, token?: string | null): SubmitFault {
-    const fault = this.pickSubmitFault(provider, random);
+    const fault = this.submitKnob.take(this.selects(provider), random);
     this.submits.record(provider, token, fault);
     return fault;
   }
 
-  private pickSubmitFault(provider: SimProvider, random: () => number): SubmitFault {
-    const f = this.config.submit ?? 'ok';
-    if (f === 'ok') return f;
-    if (this.config.providers && !this.config.providers.includes(provider)) return 'ok';
-    if (this.config.submit_fault_rate !== undefined && random() >= this.config.submit_fault_rate) return 'ok';
-    if (this.submitFaultsLeft === null) return f;
-    if (this.submitFaultsLeft <= 0) return 'ok';
-    this.submitFaultsLeft -= 1;
-    return f;
+  /** The output fault for one read of an output file; consumes one of output_fault_count. */
+  takeOutputFault(provider: SimProvider, random: () => number = Math.random): OutputFault {
+    return this.outputKnob.take(this.selects(provider), random);
   }
 }

@@ -8,7 +8,7 @@ import type { NextFunction, Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { Faults } from './faults';
 import type { WebhookSender } from './webhooks';
-import { clampDuration, DEFAULT_DURATION_S, type MediaLibrary, type UrlSigner } from './media';
+import { clampDuration, DEFAULT_DURATION_S, sendOutputFile, type MediaLibrary, type UrlSigner } from './media';
 
 export type SimPhase = 'queued' | 'pending' | 'running' | 'succeeded' | 'failed' | 'canceled';
 export const TERMINAL_PHASES: readonly SimPhase[] = ['succeeded', 'failed', 'canceled'];
@@ -193,10 +193,7 @@ export class JobStore {
       return;
     }
     try {
-      const file = await this.opts.media.sample(job.durationS ?? DEFAULT_DURATION_S);
-      res.sendFile(file, { headers: { 'Content-Type': 'video/mp4' }, cacheControl: false, dotfiles: 'allow' }, (err) => {
-        if (err && !res.headersSent) next(err);
-      });
+      await sendOutputFile(res, next, await this.opts.media.sample(job.durationS ?? DEFAULT_DURATION_S));
     } catch (err) {
       next(err);
     }

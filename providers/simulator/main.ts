@@ -1,11 +1,12 @@
 // Entry point: `npm run simulator`. Replicate protocol under /replicate, admin under /_sim.
 import path from 'node:path';
 import { loadConfigOrExit } from '../../config/env';
-import { createLogger } from '../../observability/logger';
+import { createLogger, exitOnUnhandledErrors } from '../../observability/logger';
 import { createSimulator } from './server';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'provider-simulator', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
+exitOnUnhandledErrors(logger);
 
 const port = config.SIMULATOR_PORT;
 const sim = createSimulator({

@@ -2,8 +2,9 @@
 // and the signed, expiring URLs the simulator hands out for them.
 import { execFile } from 'node:child_process';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdir, rename, stat, unlink } from 'node:fs/promises';
+import { mkdir, readFile, rename, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import type { NextFunction, Response } from 'express';
 
 export const MIN_DURATION_S = 1;
 export const MAX_DURATION_S = 10;
@@ -93,4 +94,24 @@ export class UrlSigner {
     if (given.length !== want.length || !timingSafeEqual(given, want)) return 'bad-signature';
     return now >= expires ? 'expired' : 'ok';
   }
+}
+
+/** Set by the simulator's output middleware when this read draws the 'reset_mid_body' fault. */
+export const CUT_OUTPUT = 'cutOutput';
+
+/**
+ * Sends an output file: express's send handles Content-Length, ETag, HEAD and single/multi Range
+ * (206/416). A read marked CUT_OUTPUT gets a 200 with the full Content-Length and about half of
+ * the bytes, then a connection reset (fault 'reset_mid_body', docs/providers.md).
+ */
+export async function sendOutputFile(res: Response, next: NextFunction, file: string): Promise<void> {
+  if (res.locals[CUT_OUTPUT] === true) {
+    const bytes = await readFile(file);
+    res.status(200).set({ 'Content-Type': 'video/mp4', 'Content-Length': String(bytes.length) });
+    res.write(bytes.subarray(0, Math.floor(bytes.length / 2)), () => res.socket?.resetAndDestroy());
+    return;
+  }
+  res.sendFile(file, { headers: { 'Content-Type': 'video/mp4' }, cacheControl: false, dotfiles: 'allow' }, (err) => {
+    if (err && !res.headersSent) next(err);
+  });
 }

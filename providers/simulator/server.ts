@@ -10,7 +10,7 @@ import { createFalProtocol, SIM_FAL_DEFAULTS, type FalSimOptions } from './fal';
 import { Faults, faultConfigSchema, type FaultConfig, type SimProvider } from './faults';
 import type { SubmitLogStats, SubmitReceived } from './submit-log';
 import { createKlingProtocol, SIM_KLING_DEFAULTS, type KlingSimOptions } from './kling';
-import { MediaLibrary, UrlSigner, DEFAULT_DURATION_S } from './media';
+import { CUT_OUTPUT, MediaLibrary, UrlSigner, DEFAULT_DURATION_S, sendOutputFile } from './media';
 import { createRunwayProtocol, SIM_RUNWAY_DEFAULTS, type RunwaySimOptions } from './runway';
 import { PredictionStore } from './predictions';
 import { tokenOfUrl } from './submit-faults';
@@ -183,8 +183,12 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   const app = express();
   app.disable('x-powered-by');
   app.use(express.json({ limit: '1mb' }));
-  app.use((req, _res, next) => {
-    if (req.method === 'GET' && /\/files\/[^/]+\/output\.mp4$/.test(req.path)) outputReads += 1;
+  app.use((req, res, next) => {
+    const output = req.method === 'GET' ? /^\/(replicate|fal|runway|kling)\/files\/[^/]+\/output\.mp4$/.exec(req.path) : null;
+    if (output) {
+      outputReads += 1;
+      if (faults.takeOutputFault(output[1] as SimProvider) === 'reset_mid_body') res.locals[CUT_OUTPUT] = true;
+    }
     next();
   });
 
@@ -301,11 +305,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const p = store.get(id);
     if (!p || p.status !== 'succeeded') return problem(res, 404, 'Not found', 'No output');
     try {
-      const file = await media.sample(p.durationS ?? DEFAULT_DURATION_S);
-      // send handles Content-Length, ETag, HEAD and single/multi Range (206/416).
-      res.sendFile(file, { headers: { 'Content-Type': 'video/mp4' }, cacheControl: false, dotfiles: 'allow' }, (err) => {
-        if (err && !res.headersSent) next(err);
-      });
+      await sendOutputFile(res, next, await media.sample(p.durationS ?? DEFAULT_DURATION_S));
     } catch (err) {
       next(err);
     }

@@ -6,11 +6,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
 import { asset, creditLedger, generationTask } from '../../db/schema';
 import type { ObjectStorage } from '../../storage/s3';
-import { startActivityWorld, type ActivityWorld } from '../support/activities';
-import { eventually } from '../support/stack';
+import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 /** While above 0, the media step's presigned GET fails (the storage is unreachable for it). */
@@ -33,26 +31,7 @@ before(async () => {
 });
 after(() => w?.close());
 
-let seq = 0;
-/** A task whose provider job has succeeded and whose inbox is applied: PROVIDER_SUCCEEDED. */
-async function providerSucceeded(): Promise<string> {
-  seq += 1;
-  const created = await createTask(w.tdb.database.db, w.token, {
-    tenantId: w.tenantId,
-    idempotencyKey: `media-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `media ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
-  });
-  const id = created.task.task_id;
-  await w.run('dispatchTask', id);
-  await w.run('prepareAttempt', id);
-  assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
-  await eventually(async () => {
-    await w.run('pollProvider', id);
-    const f = await w.run('applyInbox', id);
-    return f.status === 'PROVIDER_SUCCEEDED' ? f : undefined;
-  }, 20_000, 300);
-  return id;
-}
+const providerSucceeded = () => providerSucceededTask(w, 'media');
 
 const statusOf = async (id: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status;
 const assetsOf = async (id: string) =>

@@ -1,5 +1,5 @@
 // A provider that keeps a completed result only for a while (fal: 6 minutes for a large one,
-// docs/decisions/0012) is polled well inside that window, however slow the configured pace:
+// docs/decisions/0013) is polled well inside that window, however slow the configured pace:
 // the poll activity writes a next_poll_at at most a quarter of the retention away.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';

@@ -1,12 +1,14 @@
 // Activities run one at a time, as a worker would run them (MockActivityEnvironment), against
 // real Postgres and the provider simulator speaking all four protocols. For tests that arrange
 // a step sequence by hand.
+import assert from 'node:assert/strict';
 import { MockActivityEnvironment } from '@temporalio/testing';
+import { createTask } from '../../api/tasks.service';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import type { TaskActivityDeps } from '../../activities/deps';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from './stack';
+import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from './stack';
 
 export interface ActivityWorld {
   readonly sim: RunningSimulator;
@@ -14,6 +16,8 @@ export interface ActivityWorld {
   readonly config: ReturnType<typeof testConfig>;
   readonly tenantId: string;
   readonly token: FenceToken;
+  /** The activities themselves, for a test that runs one in its own environment (to cancel it). */
+  readonly activities: TaskActivities;
   run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]>;
   close(): Promise<void>;
 }
@@ -44,6 +48,7 @@ export async function startActivityWorld(opts: {
     config,
     tenantId,
     token: { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 },
+    activities: acts,
     run(name, ...args) {
       const env = new MockActivityEnvironment();
       return env.run(acts[name] as never, ...(args as unknown as never[])) as never;
@@ -53,4 +58,24 @@ export async function startActivityWorld(opts: {
       await tdb.drop();
     },
   };
+}
+
+let seq = 0;
+/** A Replicate task whose provider job has succeeded and whose inbox is applied: PROVIDER_SUCCEEDED. */
+export async function providerSucceededTask(w: ActivityWorld, label: string): Promise<string> {
+  seq += 1;
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
+    idempotencyKey: `${label}-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `${label} ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const id = created.task.task_id;
+  await w.run('dispatchTask', id);
+  await w.run('prepareAttempt', id);
+  assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
+  await eventually(async () => {
+    await w.run('pollProvider', id);
+    return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+  }, 20_000, 300);
+  return id;
 }

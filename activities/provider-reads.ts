@@ -1,0 +1,97 @@
+// Reads of a known job (status, cancel) that can never succeed, and jobs that stay in flight past
+// their provider's maximum run time, end in MANUAL_REVIEW with the evidence instead of being
+// retried forever while the task holds its reservation and its provider slot
+// (docs/decisions/0012-bounded-provider-reads.md). Failures are counted on the attempt in
+// Postgres, so the bound holds across activity retries, workers and workflow resets.
+import { and, eq, sql } from 'drizzle-orm';
+import { holdFence, type FenceToken } from '../db/fence';
+import { taskAttempt } from '../db/schema';
+import { applyTaskEvent, lockTask } from '../db/tasks';
+import { ProviderHttpError } from '../providers/provider-http';
+import type { ProviderAdapter } from '../providers/types';
+import type { TaskActivityDeps } from './deps';
+
+type AttemptRow = typeof taskAttempt.$inferSelect;
+
+export interface ReadFailure {
+  /**
+   * gone: the provider no longer knows a job it gave us (404/410); refused: another 4xx, which a
+   * retry will not fix; transient: network, 5xx, 429, 408 (bounded by the maximum run time only,
+   * so a provider outage does not park every task).
+   */
+  readonly kind: 'gone' | 'refused' | 'transient';
+  readonly status: number | null;
+  readonly message: string;
+}
+
+export function classifyReadFailure(err: unknown): ReadFailure {
+  const message = err instanceof Error ? err.message : String(err);
+  if (!(err instanceof ProviderHttpError) || err.transient || err.status === null) return { kind: 'transient', status: err instanceof ProviderHttpError ? err.status : null, message };
+  if (err.status === 404 || err.status === 410) return { kind: 'gone', status: err.status, message };
+  return { kind: err.status >= 400 && err.status < 500 ? 'refused' : 'transient', status: err.status, message };
+}
+
+/** The provider's maximum run time: the setting (PROVIDER_MAX_RUN_MS) over the adapter's capability. */
+export const maxRunMsFor = (deps: TaskActivityDeps, adapter: ProviderAdapter): number | null =>
+  deps.settings.maxRunMs[adapter.capabilities.name] ?? adapter.capabilities.maxRunMs ?? null;
+
+/** The evidence that the attempt's job ran past its provider's maximum run time, or null. */
+export function pastMaxRun(deps: TaskActivityDeps, adapter: ProviderAdapter, attempt: AttemptRow, now: Date): Record<string, unknown> | null {
+  const limit = maxRunMsFor(deps, adapter);
+  const since = attempt.submit_started_at ?? attempt.created_at;
+  if (!attempt.provider_job_id || limit === null || now.getTime() - since.getTime() <= limit) return null;
+  return {
+    reason: `the provider still reports job ${attempt.provider_job_id} in flight (or cannot be read) past its maximum run time`,
+    provider_job_id: attempt.provider_job_id,
+    provider_status: attempt.provider_status,
+    submitted_at: since.toISOString(),
+    max_run_ms: limit,
+    last_error: attempt.last_error,
+  };
+}
+
+/** Parks the attempt's task in MANUAL_REVIEW with `detail` as the transition's evidence; true if it moved. */
+export async function escalateAttempt(deps: TaskActivityDeps, token: FenceToken, taskId: string, attemptId: string, detail: Record<string, unknown>): Promise<boolean> {
+  return deps.db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    const task = await lockTask(tx, taskId);
+    if (!task || task.active_attempt_id !== attemptId) return false;
+    const moved = await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, { sourceEvent: 'workflow.escalate', actor: 'workflow', attemptId, detail });
+    return moved !== null;
+  });
+}
+
+/**
+ * Counts one failed read of the attempt's job. A gone or refused read at the limit parks the
+ * task (true); a transient one only counts (the maximum run time bounds it).
+ */
+export async function recordReadFailure(deps: TaskActivityDeps, token: FenceToken, taskId: string, attempt: AttemptRow, err: unknown): Promise<boolean> {
+  const failure = classifyReadFailure(err);
+  const count = await deps.db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    const [row] = await tx
+      .update(taskAttempt)
+      .set({ read_failures: sql`${taskAttempt.read_failures} + 1`, last_error: failure.message.slice(0, 2000) })
+      .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.provider_job_id, attempt.provider_job_id ?? '')))
+      .returning({ n: taskAttempt.read_failures });
+    return row?.n ?? 0;
+  });
+  if (failure.kind === 'transient' || count < deps.settings.readFailureLimit) return false;
+  return escalateAttempt(deps, token, taskId, attempt.attempt_id, {
+    reason: failure.kind === 'gone' ? `the provider no longer knows job ${attempt.provider_job_id}` : `reads of job ${attempt.provider_job_id} are refused`,
+    provider_job_id: attempt.provider_job_id,
+    failure: failure.kind,
+    http_status: failure.status,
+    consecutive_read_failures: count,
+    last_error: failure.message.slice(0, 500),
+  });
+}
+
+/** A good read: the failure count starts again. */
+export async function clearReadFailures(deps: TaskActivityDeps, token: FenceToken, attempt: AttemptRow): Promise<void> {
+  if (attempt.read_failures === 0) return;
+  await deps.db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    await tx.update(taskAttempt).set({ read_failures: 0 }).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+  });
+}

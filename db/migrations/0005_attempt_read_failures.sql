@@ -1,0 +1,1 @@
+ALTER TABLE "task_attempt" ADD COLUMN "read_failures" integer DEFAULT 0 NOT NULL;
