@@ -16,6 +16,7 @@ import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
+import { withinRetention } from '../providers/result-retention';
 import type { LookupResult, ProviderAdapter, ProviderJob, ProviderJobState } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
@@ -38,6 +39,18 @@ export interface PollResult {
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
 const FINISHED_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];
+
+/** The job a cancel removed at the provider: cancelled, as we asked. */
+const goneAfterCancel = (jobId: string): ProviderJob => ({
+  jobId,
+  state: 'canceled',
+  rawStatus: 'NOT_FOUND_AFTER_CANCEL',
+  updatedAt: null,
+  outputUrl: null,
+  error: 'the provider no longer has the job after our cancel',
+  correlationToken: null,
+  metrics: null,
+});
 
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
@@ -154,10 +167,16 @@ export function createPollActivities(deps: TaskActivityDeps) {
             job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
             window.record(Date.now() - started);
           } catch (err) {
-            // Counted and bounded below (activities/provider-reads.ts), never retried forever.
             if (signal.aborted) throw err;
-            job = null;
-            readFailed = { err };
+            if (row.task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
+              // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
+              // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
+              job = goneAfterCancel(jobId);
+            } else {
+              // Counted and bounded below (activities/provider-reads.ts), never retried forever.
+              job = null;
+              readFailed = { err };
+            }
           }
         } else {
           try {
@@ -176,7 +195,9 @@ export function createPollActivities(deps: TaskActivityDeps) {
         const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
         const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
         // Never sooner than the provider's quota lets every waiting job be read in turn.
-        const interval = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
+        // A provider that keeps results only for a while is read inside that window, even over its quota.
+        const paced = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
+        const interval = withinRetention(paced, adapter.capabilities);
         await inFence(deps.db, token, (tx) =>
           tx
             .update(taskAttempt)

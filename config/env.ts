@@ -226,6 +226,8 @@ export const envSchema = z.object({
   SIMULATOR_DATA_DIR: z.string().min(1).default('.data/simulator'),
   /** How long the simulator's output URL stays valid. */
   SIMULATOR_OUTPUT_TTL_MS: ms.default(60 * 60 * 1000),
+  /** How long the simulated fal keeps a completed request's result (fal: 1 h; 6 min at 10 KB or more). */
+  SIMULATOR_FAL_RESULT_RETENTION_MS: ms.default(60 * 60 * 1000),
 
   /** API key of the demo tenant that `npm run dev` seeds (generated when unset). */
   DEMO_API_KEY: z.string().min(24).optional(),

@@ -18,12 +18,13 @@ export interface ProviderFigures {
   readonly succeeded: number;
 }
 
-/** A task request pinned to each provider (its catalog model at a resolution it serves). */
-const PINNED: Record<ProviderName, { model: string; resolution: string }> = {
-  replicate: { model: 'minimax/video-01', resolution: '480p' },
-  kling: { model: 'kling-v2-master', resolution: '720p' },
-  fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p' },
-  runway: { model: 'gen4_turbo', resolution: '720p' },
+/** A task request pinned to each provider: its catalog model at a resolution and duration it takes (domain/catalog.ts). */
+const PINNED: Record<ProviderName, { model: string; resolution: string; duration_seconds: number; input_image_url?: string }> = {
+  replicate: { model: 'minimax/video-01', resolution: '480p', duration_seconds: 1 },
+  kling: { model: 'kling-v2-master', resolution: '720p', duration_seconds: 1 },
+  // fal's Kling text-to-video takes 5 or 10 s; Runway's gen4_turbo is image to video, 2–10 s.
+  fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', duration_seconds: 5 },
+  runway: { model: 'gen4_turbo', resolution: '720p', duration_seconds: 2, input_image_url: 'https://example.com/drill-first-frame.png' },
 };
 
 export interface UnknownOutcomeOptions {
@@ -53,7 +54,7 @@ export interface UnknownOutcomeReport {
 }
 
 /** Tasks round-robin over `providers`, each pinned to its provider's model. */
-const pinnedBody = (providers: readonly ProviderName[]) => (i: number) => ({ ...PINNED[providers[i % providers.length]!], duration_seconds: 1 });
+const pinnedBody = (providers: readonly ProviderName[]) => (i: number) => PINNED[providers[i % providers.length]!];
 
 async function attemptStates(world: DrillWorld, taskIds: string[]) {
   const rows = await world.db.db.select().from(taskAttempt).where(inArray(taskAttempt.task_id, taskIds));

@@ -128,6 +128,11 @@ export class JobStore {
     return true;
   }
 
+  /** Forget a job (a deleted task): later reads answer 404; the token counts keep it. */
+  remove(job: SimJob): void {
+    this.byId.delete(job.id);
+  }
+
   private setPhase(job: SimJob, phase: SimPhase): void {
     job.phase = phase;
     job.updatedAt = new Date();
