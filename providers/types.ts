@@ -43,6 +43,12 @@ export interface ProviderCapabilities {
   /** How long the provider keeps an output URL valid, in ms. */
   readonly outputUrlTtlMs: number;
   readonly canRefreshOutputUrl: boolean;
+  /**
+   * How long a completed job's result can still be read, in ms; absent: as long as the job.
+   * Polls of such a provider come at most RETENTION_POLL_SHARE of it apart
+   * (providers/result-retention.ts), so the first read after completion falls well inside it.
+   */
+  readonly resultRetentionMs?: number;
   /** How far back a list of recent jobs reaches, in ms (for reconciling unknown outcomes); 0 = no listing. */
   readonly listingWindowMs: number;
   // ---- Limits and quirks (optional so older adapters and fakes stay valid; every real adapter sets them) ----
