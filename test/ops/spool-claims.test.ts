@@ -68,6 +68,29 @@ test("a live process's active file is not taken from it while its lease is fresh
   }
 });
 
+test('an owner whose active file was adopted while it stalled writes its next record again: acknowledged means replayed', async () => {
+  const dir = tmpDir();
+  try {
+    const writer = open(dir);
+    await writer.append(rec('before'));
+    // Another process took the file (the writer had stalled past its lease) and may read it at any time.
+    const [active] = (await fs.readdir(dir)).filter((f) => f.startsWith('active-'));
+    await fs.rename(path.join(dir, active!), path.join(dir, active!.replace(/^active-/, 'ready-')));
+    const taken = (await fs.readFile(path.join(dir, active!.replace(/^active-/, 'ready-')), 'utf8')).split('\n').filter(Boolean);
+    await fs.unlink(path.join(dir, active!.replace(/^active-/, 'ready-'))); // replayed and gone
+    assert.equal(taken.length, 1);
+    await writer.append(rec('after'));
+    const seen: string[] = [];
+    await writer.replay(async (r) => {
+      seen.push(r.job.jobId);
+    });
+    assert.deepEqual(seen, ['after'], 'the record acknowledged after the takeover is not lost with the adopted file');
+    writer.close();
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('a line that cannot be applied is set aside as a dead letter (counted, shown, requeueable); the lines and files after it are replayed', async () => {
   const dir = tmpDir();
   try {
