@@ -12,7 +12,7 @@
 //   replaying-<instance>-<…>.ndjson claimed by a replayer (an atomic rename)
 //   dead-<instance>.ndjson          lines that could not be applied, set aside (ops spool status / requeue)
 // Files whose owner's lease is missing or older than leaseMs belong to a dead process: any replayer
-// adopts them (back to ready; docs/decisions/0011). An owner that finds its active file taken from it (it stalled past
+// adopts them (back to ready; docs/decisions/0015). An owner that finds its active file taken from it (it stalled past
 // its lease) writes the record again into a fresh file before acknowledging: at least once.
 import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
