@@ -22,16 +22,26 @@ export interface TenantRateLimiter {
   close(): Promise<void>;
 }
 
-export function createTenantRateLimiter(settings: RateLimitSettings, logger: Logger): TenantRateLimiter {
+/** A limit shared through Redis, with the conservative per-process "insurance" limiter when Redis is unavailable. */
+export interface SharedLimiter {
+  /** Resolves when allowed; rejects with a RateLimiterRes (over the limit) or an Error. */
+  consume(key: string): Promise<RateLimiterRes>;
+  close(): Promise<void>;
+}
+
+export function createSharedLimiter(
+  opts: { readonly keyPrefix: string; readonly points: number; readonly durationSeconds: number; readonly redisUrl: string | null; readonly expectedInstances: number },
+  logger: Logger,
+): SharedLimiter {
   const insurance = new RateLimiterMemory({
-    keyPrefix: 'vidorch:create:local',
-    points: Math.max(1, Math.floor(settings.pointsPerSecond / Math.max(1, settings.expectedInstances))),
-    duration: 1,
+    keyPrefix: `${opts.keyPrefix}:local`,
+    points: Math.max(1, Math.floor(opts.points / Math.max(1, opts.expectedInstances))),
+    duration: opts.durationSeconds,
   });
   let redis: Redis | null = null;
   let limiter: RateLimiterRedis | RateLimiterMemory = insurance;
-  if (settings.redisUrl) {
-    redis = new Redis(settings.redisUrl, {
+  if (opts.redisUrl) {
+    redis = new Redis(opts.redisUrl, {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 1,
       connectTimeout: 1_000,
@@ -39,7 +49,7 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
     });
     let warned = false;
     redis.on('error', (err: Error) => {
-      if (!warned) logger.warn({ err: err.message }, 'rate limiter: Redis unavailable, using the local insurance limiter');
+      if (!warned) logger.warn({ err: err.message, limiter: opts.keyPrefix }, 'rate limiter: Redis unavailable, using the local insurance limiter');
       warned = true;
     });
     redis.on('ready', () => {
@@ -47,19 +57,32 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
     });
     limiter = new RateLimiterRedis({
       storeClient: redis,
-      keyPrefix: 'vidorch:create',
-      points: settings.pointsPerSecond,
-      duration: 1,
+      keyPrefix: opts.keyPrefix,
+      points: opts.points,
+      duration: opts.durationSeconds,
       rejectIfRedisNotReady: true,
       insuranceLimiter: insurance,
     });
   }
   return {
+    consume: (key) => limiter.consume(key, 1),
+    async close() {
+      if (redis) redis.disconnect();
+    },
+  };
+}
+
+export function createTenantRateLimiter(settings: RateLimitSettings, logger: Logger): TenantRateLimiter {
+  const limiter = createSharedLimiter(
+    { keyPrefix: 'vidorch:create', points: settings.pointsPerSecond, durationSeconds: 1, redisUrl: settings.redisUrl, expectedInstances: settings.expectedInstances },
+    logger,
+  );
+  return {
     middleware() {
       return async (req, res, next) => {
         const { tenantId } = tenantOf(req);
         try {
-          const r = await limiter.consume(tenantId, 1);
+          const r = await limiter.consume(tenantId);
           res.setHeader('RateLimit-Remaining', String(r.remainingPoints));
           next();
         } catch (rejection) {
@@ -69,8 +92,6 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
         }
       };
     },
-    async close() {
-      if (redis) redis.disconnect();
-    },
+    close: () => limiter.close(),
   };
 }

@@ -38,9 +38,17 @@ export interface ReplayPass {
   readonly error: string | null;
 }
 
+/** The spool holds its size limit (CALLBACK_SPOOL_MAX_BYTES): the callback is refused, not written. */
+export class SpoolFullError extends Error {
+  constructor(maxBytes: number) {
+    super(`the callback spool is full (${maxBytes} bytes)`);
+    this.name = 'SpoolFullError';
+  }
+}
+
 export interface CallbackSpool {
   readonly dir: string;
-  /** Appends and fsyncs one callback. Resolves only once it is on disk. */
+  /** Appends and fsyncs one callback. Resolves only once it is on disk; SpoolFullError past the size limit. */
   append(rec: Omit<SpooledCallback, 'v' | 'spoolId'>): Promise<void>;
   /** Spooled callbacks not yet replayed (lines in all files). */
   pending(): Promise<number>;
@@ -72,11 +80,14 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-export function createCallbackSpool(opts: { dir: string; logger: Logger }): CallbackSpool {
+export function createCallbackSpool(opts: { dir: string; logger: Logger; maxBytes: number }): CallbackSpool {
   const dir = path.resolve(opts.dir);
   const me = `${process.pid}-${randomBytes(3).toString('hex')}`;
   let active: { file: string; handle: fs.FileHandle } | null = null;
   let seq = 0;
+  // Bytes in the directory as this process last counted them, plus its own appends since;
+  // recounted after each replay pass (other API processes may share the directory).
+  let spooledBytes: number | null = null;
   // Appends and rotation run one at a time, in order.
   let chain: Promise<unknown> = Promise.resolve();
   const serial = <T>(work: () => Promise<T>): Promise<T> => {
@@ -123,6 +134,12 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
     }
   }
 
+  async function countBytes(): Promise<number> {
+    let n = 0;
+    for (const f of await listDir()) n += (await fs.stat(path.join(dir, f)).catch(() => ({ size: 0 }))).size;
+    return n;
+  }
+
   async function replayFile(file: string, ingest: (rec: SpooledCallback) => Promise<void>) {
     const text = await fs.readFile(file, 'utf8');
     let replayed = 0;
@@ -145,15 +162,46 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
     return { replayed, corrupt };
   }
 
+  async function replayReady(ingest: (rec: SpooledCallback) => Promise<void>): Promise<ReplayPass> {
+    let replayed = 0;
+    let corrupt = 0;
+    let files = 0;
+    for (const f of await listDir()) {
+      if (!f.startsWith('ready-')) continue;
+      const claimed = path.join(dir, `replaying-${process.pid}-${f.slice('ready-'.length)}`);
+      try {
+        await fs.rename(path.join(dir, f), claimed);
+      } catch {
+        continue; // another replayer claimed it first
+      }
+      try {
+        const r = await replayFile(claimed, ingest);
+        replayed += r.replayed;
+        corrupt += r.corrupt;
+        files += 1;
+        await fs.unlink(claimed);
+      } catch (err) {
+        // Put it back for the next pass; lines already replayed dedupe in the inbox.
+        await fs.rename(claimed, path.join(dir, f)).catch(() => undefined);
+        return { replayed, corrupt, files, error: (err as Error).message };
+      }
+    }
+    return { replayed, corrupt, files, error: null };
+  }
+
   return {
     dir,
     append(rec) {
       return serial(async () => {
+        const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
+        const before = (spooledBytes ??= await countBytes());
+        const bytes = Buffer.byteLength(line);
+        if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
         const { handle } = await openActive();
         try {
-          const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
           await handle.appendFile(line, 'utf8');
           await handle.datasync();
+          spooledBytes = before + bytes;
         } catch (err) {
           // A write that failed part way (ENOSPC, EIO) may have left half a line. Seal the file,
           // so the next acknowledged append starts a fresh one instead of gluing itself onto the
@@ -176,30 +224,11 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
     async replay(ingest) {
       await serial(seal);
       await adoptOrphans();
-      let replayed = 0;
-      let corrupt = 0;
-      let files = 0;
-      for (const f of await listDir()) {
-        if (!f.startsWith('ready-')) continue;
-        const claimed = path.join(dir, `replaying-${process.pid}-${f.slice('ready-'.length)}`);
-        try {
-          await fs.rename(path.join(dir, f), claimed);
-        } catch {
-          continue; // another replayer claimed it first
-        }
-        try {
-          const r = await replayFile(claimed, ingest);
-          replayed += r.replayed;
-          corrupt += r.corrupt;
-          files += 1;
-          await fs.unlink(claimed);
-        } catch (err) {
-          // Put it back for the next pass; lines already replayed dedupe in the inbox.
-          await fs.rename(claimed, path.join(dir, f)).catch(() => undefined);
-          return { replayed, corrupt, files, error: (err as Error).message };
-        }
+      try {
+        return await replayReady(ingest);
+      } finally {
+        spooledBytes = null;
       }
-      return { replayed, corrupt, files, error: null };
     },
   };
 }

@@ -13,6 +13,7 @@ const sim = createSimulator({
   ...(port !== 0 ? { publicBaseUrl: `http://127.0.0.1:${port}` } : {}),
   apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
   webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+  fal: { userId: config.PROVIDER_FAL_USER_ID },
   generationMs: config.SIMULATOR_GENERATION_MS,
   outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
   dataDir: path.resolve(config.SIMULATOR_DATA_DIR),

@@ -77,6 +77,7 @@ export async function startSimulator(config: Config, opts: { generationMs?: numb
   const sim = createSimulator({
     apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
     webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+    fal: { userId: config.PROVIDER_FAL_USER_ID },
     generationMs: opts.generationMs ?? 300,
     outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
     dataDir: path.join(os.tmpdir(), 'vidorch-test-simulator'),
@@ -128,7 +129,7 @@ export async function startApi(
       new Promise<void>((resolve) => {
         server.closeAllConnections();
         server.close(() => resolve());
-      }).then(() => ctx.rateLimiter.close()),
+      }).then(() => Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close()])).then(() => undefined),
   };
 }
 
