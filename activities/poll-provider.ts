@@ -12,6 +12,7 @@ import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
+import { createCallbackTokens } from '../providers/callback-token';
 import type { ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
@@ -33,6 +34,7 @@ type AttemptRow = typeof taskAttempt.$inferSelect;
 const canProveAbsence = (adapter: ProviderAdapter) => adapter.capabilities.unknownOutcomeTier !== 'none';
 
 export function createPollActivities(deps: TaskActivityDeps) {
+  const tokens = createCallbackTokens(deps.settings.callbackTokenSecret);
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
   const demand = createPollDemand({
@@ -96,7 +98,13 @@ export function createPollActivities(deps: TaskActivityDeps) {
           window.record(Date.now() - started);
         } else {
           try {
-            job = await adapter.findByCorrelationToken(attempt.attempt_id, new Date(submittedAt.getTime() - 60_000), signal);
+            const since = new Date(submittedAt.getTime() - 60_000);
+            job = await adapter.findByCorrelationToken(attempt.attempt_id, since, signal);
+            // A listing matches the token riding on the job: its callback URL's keyed token
+            // (docs/decisions/0011); attempts submitted before it carry the attempt id, tried first.
+            if (!job && adapter.capabilities.unknownOutcomeTier === 'list-by-token') {
+              job = await adapter.findByCorrelationToken(tokens.tokenFor(attempt.attempt_id), since, signal);
+            }
           } catch (err) {
             // A failed lookup proves nothing either way; the deadline still runs.
             job = null;
