@@ -44,6 +44,8 @@ export const faultConfigSchema = z.strictObject({
   status: z.enum(['ok', 'error_5xx']).optional(),
   /** GET /v1/predictions (listing) */
   list: z.enum(['ok', 'error_5xx']).optional(),
+  /** Replicate output files: 'not_media' serves bytes that are no video (the media check must refuse them). */
+  output: z.enum(['ok', 'not_media']).optional(),
 });
 export type FaultConfig = z.infer<typeof faultConfigSchema>;
 

@@ -16,13 +16,31 @@ import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
+import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTenant } from '../../ops/tenants';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
 import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { bundleWorkflows, createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
 
-export const testLogger = createLogger({ name: 'test', level: process.env['LOG_LEVEL'] ?? 'warn', pretty: false });
+const logTaps = new Set<(line: string) => void>();
+/** Calls `tap` with every log line of this process (its own and the Temporal SDK's) until the returned stop is called. */
+export function tapLogs(tap: (line: string) => void): () => void {
+  logTaps.add(tap);
+  return () => logTaps.delete(tap);
+}
+
+export const testLogger = createLogger({
+  name: 'test',
+  level: process.env['LOG_LEVEL'] ?? 'warn',
+  pretty: false,
+  destination: {
+    write(line: string) {
+      process.stdout.write(line);
+      for (const tap of logTaps) tap(line);
+    },
+  },
+});
 
 let runtimeInstalled = false;
 function installRuntime() {
@@ -147,14 +165,20 @@ export interface RunningWorker {
 }
 
 /** The generation worker and its poll workers; `pollProviders` limits which providers get one. */
-export async function startWorker(config: Config, db: Database, opts: { pollProviders?: readonly string[] } = {}): Promise<RunningWorker> {
+export async function startWorker(
+  config: Config,
+  db: Database,
+  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities } = {},
+): Promise<RunningWorker> {
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
+  const deps = buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) });
   const worker = await createGenerationWorkers({
     connection,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
-    deps: buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) }),
+    deps,
+    ...(opts.wrapActivities ? { activities: opts.wrapActivities(createTaskActivities(deps)) } : {}),
     workflowBundle: await workflowBundle(),
     shutdownGraceMs: 2_000,
     ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
