@@ -193,16 +193,18 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger; maxByte
     dir,
     append(rec) {
       return serial(async () => {
-        const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
         const before = (spooledBytes ??= await countBytes());
-        const bytes = Buffer.byteLength(line);
-        if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
         const { handle } = await openActive();
         try {
+          const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
+          const bytes = Buffer.byteLength(line);
+          if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
           await handle.appendFile(line, 'utf8');
           await handle.datasync();
           spooledBytes = before + bytes;
         } catch (err) {
+          // Refused before a byte was written: the file needs no sealing.
+          if (err instanceof SpoolFullError) throw err;
           // A write that failed part way (ENOSPC, EIO) may have left half a line. Seal the file,
           // so the next acknowledged append starts a fresh one instead of gluing itself onto the
           // torn tail, where the replay would have to skip both.
