@@ -6,6 +6,7 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { and, asc, eq } from 'drizzle-orm';
 import { opsAudit, taskAttempt } from '../../db/schema';
+import { createCallbackTokens } from '../../providers/callback-token';
 import { createReplicateAdapter } from '../../providers/replicate';
 import { SA_NEEDS_ATTENTION } from '../../workflows/definitions';
 import { startE2E, type E2E } from '../support/e2e';
@@ -27,7 +28,7 @@ beforeEach(() => {
 
 const attemptsOf = (taskId: string) =>
   e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
-const jobsFor = (attemptId: string) => e.sim.sim.tokenCount(attemptId);
+const jobsFor = (attemptId: string) => e.sim.jobsFor(attemptId);
 
 describe('an unknown outcome is reconciled, never resubmitted', () => {
   test('accept-then-hang: the job the provider created is found by its token and the task succeeds with one provider job', async () => {
@@ -136,11 +137,13 @@ describe('MANUAL_REVIEW and operator Updates', () => {
       webhookSecret: review.config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
       timeoutMs: 2000,
     });
-    const job = await adapter.findByCorrelationToken(attempt!.attempt_id, new Date(Date.now() - 600_000));
+    // The job carries the attempt's callback URL, whose last segment is its keyed token (docs/decisions/0011).
+    const token = createCallbackTokens(review.config.CALLBACK_TOKEN_SECRET).tokenFor(attempt!.attempt_id);
+    const job = await adapter.findByCorrelationToken(token, new Date(Date.now() - 600_000));
     assert.ok(job, 'the operator finds the job at the provider');
     await review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: job.jobId });
     await review.waitForStatus(taskId, 'SUCCEEDED');
-    assert.equal(review.sim.sim.tokenCount(attempt!.attempt_id), 1);
+    assert.equal(review.sim.jobsFor(attempt!.attempt_id), 1);
   });
 
   test('fail: the task fails and its credits are released', async () => {

@@ -18,6 +18,7 @@ import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTenant } from '../../ops/tenants';
+import { createCallbackTokens } from '../../providers/callback-token';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
 import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
@@ -88,6 +89,11 @@ export async function createTestDatabase(config: Config): Promise<TestDatabase> 
 export interface RunningSimulator {
   readonly sim: Simulator;
   readonly baseUrl: string;
+  /**
+   * Jobs the simulator holds for an attempt: by the attempt id (Kling's external_task_id) or by
+   * the keyed token of its callback URL (Replicate and fal carry only the URL).
+   */
+  jobsFor(attemptId: string): number;
   close(): Promise<void>;
 }
 
@@ -103,7 +109,13 @@ export async function startSimulator(config: Config, opts: { generationMs?: numb
     webhookRetry: { attempts: 3, baseDelayMs: 50 },
   });
   const server = await sim.listen(0);
-  return { sim, baseUrl: `http://127.0.0.1:${server.port}`, close: () => server.close() };
+  const tokens = createCallbackTokens(config.CALLBACK_TOKEN_SECRET);
+  return {
+    sim,
+    baseUrl: `http://127.0.0.1:${server.port}`,
+    jobsFor: (attemptId) => sim.tokenCount(attemptId) + sim.tokenCount(tokens.tokenFor(attemptId)),
+    close: () => server.close(),
+  };
 }
 
 export async function temporalClient(config: Config): Promise<{ client: Client; close(): Promise<void> }> {
