@@ -69,7 +69,10 @@ export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promis
   let job = cb.job;
   if (cb.needsRefetch) {
     job = await adapter.getJob(cb.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel });
-    if (!echoesUs(job) || (adapter.capabilities.unknownOutcomeTier === 'lookup-by-key' && job.correlationToken !== attempt.attemptId)) return 'mismatch';
+    // A provider that keeps our key on the job (tier lookup-by-key: Kling's external_task_id)
+    // must show it: a job without it, or with another, is not this attempt's.
+    const keepsOurKey = adapter.capabilities.unknownOutcomeTier === 'lookup-by-key';
+    if (!echoesUs(job) || (keepsOurKey && job.correlationToken !== attempt.attemptId)) return 'mismatch';
   }
   const inboxId = await recordProviderEvent(ctx.db, {
     provider: cb.provider,

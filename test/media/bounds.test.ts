@@ -8,8 +8,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
-import { MAX_HEADER_READS, MAX_TOP_LEVEL_BOXES, probeMp4, type RangeReader } from '../../media/mp4';
+import { MAX_HEADER_READS, MAX_TOP_LEVEL_BOXES, probeMp4 } from '../../media/mp4';
 import { extractThumbnail, inputArgs, InvalidMediaError, probeMedia } from '../../media/probe';
+import { fileReader } from './support';
 
 const run = promisify(execFile);
 let dir: string;
@@ -18,24 +19,13 @@ before(async () => {
 });
 after(() => fs.rm(dir, { recursive: true, force: true }));
 
-function counted(bytes: Buffer): { read: RangeReader; reads: () => number } {
-  let n = 0;
-  return {
-    read: async (offset, length) => {
-      n += 1;
-      return bytes.subarray(offset, offset + length);
-    },
-    reads: () => n,
-  };
-}
-
 const box = (type: string, size: number): Buffer => {
   const b = Buffer.alloc(size);
   b.writeUInt32BE(size, 0);
   b.write(type, 4, 'latin1');
   return b;
 };
-const ftyp = (): Buffer => Buffer.concat([box('ftyp', 16)]);
+const ftyp = (): Buffer => box('ftyp', 16);
 
 test('a file of a million tiny top-level boxes is refused with one read, not walked', async () => {
   const tiny = Buffer.alloc(1_000_000 * 8);
@@ -44,7 +34,7 @@ test('a file of a million tiny top-level boxes is refused with one read, not wal
     tiny.write('free', at + 4, 'latin1');
   }
   const file = Buffer.concat([ftyp(), tiny]);
-  const r = counted(file);
+  const r = fileReader(file);
   await assert.rejects(probeMp4(r.read, file.length), (err: Error) => err instanceof InvalidMediaError && /within the first 64 top-level boxes/.test(err.message));
   assert.equal(r.reads(), 1, 'only the head was read');
   assert.equal(MAX_TOP_LEVEL_BOXES, 64);
@@ -53,7 +43,7 @@ test('a file of a million tiny top-level boxes is refused with one read, not wal
 test('boxes larger than the head: at most MAX_HEADER_READS reads past it, then refused with the reason', async () => {
   const big = Array.from({ length: 40 }, () => box('free', 70 * 1024));
   const file = Buffer.concat([ftyp(), ...big]);
-  const r = counted(file);
+  const r = fileReader(file);
   await assert.rejects(probeMp4(r.read, file.length), (err: Error) => err instanceof InvalidMediaError && /no moov within 8 box reads/.test(err.message));
   assert.ok(r.reads() <= 1 + MAX_HEADER_READS, `${r.reads()} reads`);
 });
