@@ -101,7 +101,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
             const since = new Date(submittedAt.getTime() - 60_000);
             job = await adapter.findByCorrelationToken(attempt.attempt_id, since, signal);
             // A listing matches the token riding on the job: its callback URL's keyed token
-            // (docs/decisions/0011); attempts submitted before it carry the attempt id, tried first.
+            // (docs/decisions/0013); attempts submitted before it carry the attempt id, tried first.
             if (!job && adapter.capabilities.unknownOutcomeTier === 'list-by-token') {
               job = await adapter.findByCorrelationToken(tokens.tokenFor(attempt.attempt_id), since, signal);
             }

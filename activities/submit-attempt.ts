@@ -228,7 +228,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             attemptId: attempt.attempt_id,
             model: attempt.provider_model,
             input: providerInput(task),
-            // A keyed token, not the (public) attempt id: docs/decisions/0011.
+            // A keyed token, not the (public) attempt id: docs/decisions/0013.
             webhookUrl: callbackUrl(deps.settings.publicBaseUrl, attempt.provider, tokens.tokenFor(attempt.attempt_id)),
             signal: ctx.cancellationSignal,
           });

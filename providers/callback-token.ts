@@ -1,6 +1,6 @@
 // The token in a provider's callback URL (/v1/callbacks/<provider>/<token>). The attempt id is
 // the provider idempotency key but it is not secret (an unkeyed hash of the task id, returned by
-// GET /v1/tasks/:id), so the URL carries a keyed token instead (docs/decisions/0011):
+// GET /v1/tasks/:id), so the URL carries a keyed token instead (docs/decisions/0013):
 //   token = base64url( AES-256(k_enc, attempt id bytes) ‖ HMAC-SHA256(k_mac, attempt id)[0..16] )
 // The first block hides the attempt id (one AES block is a keyed permutation of its 16 bytes);
 // the tag authenticates it. The API recovers the attempt id and checks the tag in constant time

@@ -137,7 +137,7 @@ describe('MANUAL_REVIEW and operator Updates', () => {
       webhookSecret: review.config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
       timeoutMs: 2000,
     });
-    // The job carries the attempt's callback URL, whose last segment is its keyed token (docs/decisions/0011).
+    // The job carries the attempt's callback URL, whose last segment is its keyed token (docs/decisions/0013).
     const token = createCallbackTokens(review.config.CALLBACK_TOKEN_SECRET).tokenFor(attempt!.attempt_id);
     const job = await adapter.findByCorrelationToken(token, new Date(Date.now() - 600_000));
     assert.ok(job, 'the operator finds the job at the provider');

@@ -1,6 +1,6 @@
 // Attack: the callback URL used to end in the attempt id, which is no secret (an unkeyed hash of
 // the task id, returned by GET /v1/tasks/:id). Now it ends in a keyed token (HMAC-authenticated,
-// the attempt id hidden; docs/decisions/0011), checked before any I/O: the attempt id URL, a
+// the attempt id hidden; docs/decisions/0013), checked before any I/O: the attempt id URL, a
 // tampered token and a token minted with another key are refused with nothing stored, and a
 // valid token for an attempt we do not have stores nothing either.
 import assert from 'node:assert/strict';
