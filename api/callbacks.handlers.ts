@@ -124,7 +124,8 @@ export function callbackHandlers(ctx: ApiContext) {
   }
 
   async function verify(providerName: string, req: Request): Promise<VerifiedCallback> {
-    const adapter = ctx.providers[providerName];
+    // Own keys only: `constructor`, `__proto__` and friends are not providers.
+    const adapter = Object.hasOwn(ctx.providers, providerName) ? ctx.providers[providerName] : undefined;
     if (!adapter) throw problems.notFound('provider');
     const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     try {
