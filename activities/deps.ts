@@ -53,6 +53,8 @@ export interface TaskActivityDeps {
   readonly settings: {
     /** Base of callback URLs handed to providers. */
     readonly publicBaseUrl: string;
+    /** Key of the callback URL tokens (providers/callback-token.ts). */
+    readonly callbackTokenSecret: string;
     readonly pollInitialMs: number;
     readonly pollMaxMs: number;
     /** While a provider's callbacks are healthy, waiting polls are this many times slower (domain/backoff.ts pollInterval). */

@@ -11,7 +11,7 @@ import { findModel, priceFor, type Resolution } from '../domain/catalog';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
-import { InvalidMediaError, extractThumbnail, probeStored, type MediaInfo } from '../media/probe';
+import { InvalidMediaError, demuxerOf, extractThumbnail, probeStored, type MediaInfo } from '../media/probe';
 import { thumbnailObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from './settlement';
@@ -48,7 +48,7 @@ export function createMediaActivities(deps: TaskActivityDeps) {
           info = probed;
           let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
           if (!thumb) {
-            const jpeg = await extractThumbnail(url, Math.min(THUMBNAIL_AT_SECONDS, info.durationSeconds / 2));
+            const jpeg = await extractThumbnail(url, Math.min(THUMBNAIL_AT_SECONDS, info.durationSeconds / 2), demuxerOf(info.container));
             const sha256 = createHash('sha256').update(jpeg).digest('hex');
             await deps.storage.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
             thumb = { sha256, size: jpeg.length };

@@ -18,6 +18,7 @@ import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { outputObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
+import { createSafeDispatcher, unsafeAddressIn } from '../net/safe-fetch';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
@@ -32,10 +33,15 @@ export interface NextMediaStep {
 }
 
 export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaStep) {
+  // Connects only to public addresses, checked at connect time (net/safe-fetch.ts).
+  const dispatcher = createSafeDispatcher({ allowPrivate: deps.settings.outputAllowPrivate });
   /** Streams url → storage under key; returns sha256 and size. */
   async function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
     const ctx = Context.current();
-    const res = await fetch(url, { signal: ctx.cancellationSignal, redirect: 'error' });
+    const res = await fetch(url, { signal: ctx.cancellationSignal, redirect: 'error', dispatcher }).catch((err: unknown) => {
+      const unsafe = unsafeAddressIn(err);
+      throw unsafe ? new UnsafeUrlError(`output host ${url.hostname}: ${unsafe.message}`) : err;
+    });
     if (res.status === 403 || res.status === 404 || res.status === 410) {
       throw new OutputGoneError(`provider output answered ${res.status}`);
     }
@@ -135,7 +141,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
           if (stored?.sha256) object = { sha256: stored.sha256, size: stored.size, contentType: stored.contentType ?? 'video/mp4' };
           if (!object) {
             if (!attempt.output_url) throw new OutputGoneError('provider reported success without an output URL');
-            const url = await validateOutputUrl(attempt.output_url, {
+            const url = validateOutputUrl(attempt.output_url, {
               allowedHosts: deps.settings.outputHosts[attempt.provider] ?? [],
               allowPrivate: deps.settings.outputAllowPrivate,
             });

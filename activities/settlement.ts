@@ -6,6 +6,7 @@ import { settleReservation } from '../db/ledger';
 import { and, eq, notInArray, sql } from 'drizzle-orm';
 import { taskAttempt, type generationTask } from '../db/schema';
 import { casTaskStatus } from '../db/tasks';
+import { redactText } from '../observability/redact';
 import type { TaskStatus } from '../domain/states';
 
 type TaskRow = typeof generationTask.$inferSelect;
@@ -47,7 +48,8 @@ export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args:
     set: {
       settledAmount: args.charge,
       ...(args.failureCode ? { failureCode: args.failureCode } : {}),
-      ...(args.failureMessage ? { failureMessage: args.failureMessage } : {}),
+      // A failure message often quotes a tool's or provider's error text: never a URL's signature or a key.
+      ...(args.failureMessage ? { failureMessage: redactText(args.failureMessage) } : {}),
     },
   });
   if (version === null) return false;

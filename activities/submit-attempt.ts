@@ -13,6 +13,7 @@ import { fullJitterDelay, nextPollInterval } from '../domain/backoff';
 import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
+import { callbackUrl, createCallbackTokens } from '../providers/callback-token';
 import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
 import { ProviderGuard } from './provider-guard';
@@ -52,6 +53,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     now: () => deps.clock.now().getTime(),
     onStateChange: (provider, from, to) => console.warn(JSON.stringify({ msg: 'circuit breaker state change', provider, from, to })),
   });
+  const tokens = createCallbackTokens(deps.settings.callbackTokenSecret);
   const now = () => deps.clock.now();
   const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
 
@@ -234,7 +236,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             attemptId: attempt.attempt_id,
             model: attempt.provider_model,
             input: providerInput(task.request),
-            webhookUrl: `${deps.settings.publicBaseUrl}/v1/callbacks/${attempt.provider}/${attempt.attempt_id}`,
+            // A keyed token, not the (public) attempt id: docs/decisions/0016.
+            webhookUrl: callbackUrl(deps.settings.publicBaseUrl, attempt.provider, tokens.tokenFor(attempt.attempt_id)),
             signal: ctx.cancellationSignal,
           });
         } catch (err) {

@@ -9,17 +9,17 @@ import type { Request, Response } from 'express';
 import { eq } from 'drizzle-orm';
 import { deserializeJob, recordProviderEvent, serializeJob } from '../db/inbox';
 import { taskAttempt } from '../db/schema';
-import { CallbackVerificationError, verifyProviderCallback, type ProviderJob } from '../providers/types';
+import { ProviderHttpError } from '../providers/provider-http';
+import { CallbackVerificationError, verifyProviderCallback, type ProviderJob, type VerifiedCallback } from '../providers/types';
 import type { ApiContext } from './context';
-import { isDatabaseUnavailable, problems } from './problem';
-import { startSpoolReplayer, type SpooledCallback } from './spool';
+import { HttpProblem, isDatabaseUnavailable, problems, type FieldError } from './problem';
+import { SpoolFullError, startSpoolReplayer, type SpooledCallback } from './spool';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** A callback whose signature was checked, ready for the inbox. */
+/** A callback whose signature and URL token were checked, ready for the inbox. */
 export interface CallbackEvent {
   readonly provider: string;
-  readonly token: string;
+  /** The attempt the URL token stands for (spool records call it `token`). */
+  readonly attemptId: string;
   readonly job: ProviderJob;
   readonly providerEventId: string | null;
   readonly needsRefetch: boolean;
@@ -27,49 +27,74 @@ export interface CallbackEvent {
   readonly receivedRegion: string;
 }
 
-export type IngestOutcome = 'stored' | 'duplicate' | 'unknown_token';
+/** 'unknown_token' and 'mismatch' store nothing (docs/security.md "Callbacks"). */
+export type IngestOutcome = 'stored' | 'duplicate' | 'unknown_token' | 'mismatch';
+
+/** Longest provider field we store; longer is a 400 naming the field (and never a provider read). */
+const FIELD_LIMITS: readonly [string, (v: VerifiedCallback) => string | null, number][] = [
+  ['job id', (v) => v.job.jobId, 256],
+  ['event id', (v) => v.providerEventId, 256],
+  ['status', (v) => v.job.rawStatus, 64],
+  ['correlation token', (v) => v.job.correlationToken, 256],
+  ['output url', (v) => v.job.outputUrl, 8192],
+];
+
+function oversizedFields(v: VerifiedCallback): FieldError[] {
+  return FIELD_LIMITS.filter(([, get, max]) => (get(v)?.length ?? 0) > max).map(([field, , max]) => ({ field, message: `longer than ${max} characters` }));
+}
 
 /**
  * Writes a verified callback to the inbox (the one path for live and spooled callbacks) and
- * wakes its workflow when the row is new. Throws when Postgres is unreachable.
+ * wakes its workflow when the row is new. Nothing is stored for an attempt we do not have, or
+ * for a job that is not the attempt's: a job echoing another correlation token, a job id other
+ * than the one already bound, or (unsigned callbacks) a re-fetched job whose external id is not
+ * our attempt id. Throws when Postgres is unreachable.
  */
 export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promise<IngestOutcome> {
   const adapter = ctx.providers[cb.provider];
   if (!adapter) throw new Error(`no adapter for provider ${cb.provider}`);
-  const [attempt] = UUID.test(cb.token)
-    ? await ctx.db
-        .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model })
-        .from(taskAttempt)
-        .where(eq(taskAttempt.attempt_id, cb.token))
-    : [];
-  const known = attempt && attempt.provider === cb.provider;
+  const [attempt] = await ctx.db
+    .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model, jobId: taskAttempt.provider_job_id })
+    .from(taskAttempt)
+    .where(eq(taskAttempt.attempt_id, cb.attemptId));
+  if (!attempt || attempt.provider !== cb.provider) return 'unknown_token';
+  // Wherever a provider echoes our token (Replicate's webhook URL, Kling's external_task_id), it must be ours.
+  const echoesUs = (job: ProviderJob) =>
+    job.correlationToken === null || job.correlationToken === attempt.attemptId || job.correlationToken === ctx.callbackTokens.tokenFor(attempt.attemptId);
+  if (attempt.jobId && cb.job.jobId !== attempt.jobId) return 'mismatch';
+  if (!echoesUs(cb.job)) return 'mismatch';
   // An unsigned callback (Kling) only tells us which job to look at: read it from the
-  // provider with our credentials rather than trusting the body.
-  const job = cb.needsRefetch && known
-    ? await adapter.getJob(cb.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel })
-    : cb.job;
+  // provider with our credentials rather than trusting the body, and bind it only when the
+  // provider says it carries our attempt id.
+  let job = cb.job;
+  if (cb.needsRefetch) {
+    job = await adapter.getJob(cb.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel });
+    // A provider that keeps our key on the job (tier lookup-by-key: Kling's external_task_id)
+    // must show it: a job without it, or with another, is not this attempt's.
+    const keepsOurKey = adapter.capabilities.unknownOutcomeTier === 'lookup-by-key';
+    if (!echoesUs(job) || (keepsOurKey && job.correlationToken !== attempt.attemptId)) return 'mismatch';
+  }
   const inboxId = await recordProviderEvent(ctx.db, {
     provider: cb.provider,
     job,
     // A re-fetched state has no event id of its own: dedupe it by its content.
     providerEventId: cb.needsRefetch ? null : cb.providerEventId,
     source: 'callback',
-    attemptId: known ? attempt.attemptId : null,
-    taskId: known ? attempt.taskId : null,
+    attemptId: attempt.attemptId,
+    taskId: attempt.taskId,
     receivedRegion: cb.receivedRegion,
     signatureValid: true,
     raw: cb.payload,
-    ...(known ? {} : { processError: 'unknown correlation token' }),
   });
-  if (known && inboxId) ctx.waker.wake(attempt.taskId);
-  return !known ? 'unknown_token' : inboxId ? 'stored' : 'duplicate';
+  if (inboxId) ctx.waker.wake(attempt.taskId);
+  return inboxId ? 'stored' : 'duplicate';
 }
 
 /** Replays one spooled callback into the inbox (used by the spool replayer). */
 export async function replaySpooledCallback(ctx: ApiContext, rec: SpooledCallback): Promise<IngestOutcome> {
   const outcome = await ingestCallback(ctx, {
     provider: rec.provider,
-    token: rec.token,
+    attemptId: rec.token,
     job: deserializeJob(rec.job),
     providerEventId: rec.providerEventId,
     needsRefetch: rec.needsRefetch,
@@ -84,7 +109,7 @@ export function callbackHandlers(ctx: ApiContext) {
   async function spool(res: Response, cb: CallbackEvent, why: SpooledCallback['why']) {
     await ctx.spool.append({
       provider: cb.provider,
-      token: cb.token,
+      token: cb.attemptId,
       receivedAt: new Date().toISOString(),
       receivedRegion: cb.receivedRegion,
       job: serializeJob(cb.job),
@@ -98,49 +123,69 @@ export function callbackHandlers(ctx: ApiContext) {
     res.status(202).json({ received: true, spooled: true });
   }
 
+  async function verify(providerName: string, req: Request): Promise<VerifiedCallback> {
+    // Own keys only: `constructor`, `__proto__` and friends are not providers.
+    const adapter = Object.hasOwn(ctx.providers, providerName) ? ctx.providers[providerName] : undefined;
+    if (!adapter) throw problems.notFound('provider');
+    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    try {
+      return await verifyProviderCallback(adapter, raw, req.headers);
+    } catch (err) {
+      if (!(err instanceof CallbackVerificationError)) throw err;
+      ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome: err.reason === 'keys-unavailable' ? 'keys_unavailable' : 'bad_signature' });
+      ctx.logger.warn({ provider: providerName, reason: err.reason }, 'callback rejected');
+      // We could not check the signature (the provider's keys are unreachable): ask for a redelivery.
+      if (err.reason === 'keys-unavailable') throw problems.unavailable('signing keys unavailable; redeliver later', 30);
+      throw problems.badSignature(err.reason);
+    }
+  }
+
+  async function route(res: Response, cb: CallbackEvent): Promise<void> {
+    const where = await ctx.admission.callbackRoute();
+    try {
+      if (where.route === 'spool') return await spool(res, cb, where.why);
+      let outcome: IngestOutcome;
+      try {
+        outcome = await ingestCallback(ctx, cb);
+      } catch (err) {
+        if (isDatabaseUnavailable(err)) return await spool(res, cb, 'database-unavailable');
+        // The authenticated re-fetch failed (the provider is down, or the job id is not one it knows).
+        if (err instanceof ProviderHttpError) throw problems.unavailable('the provider could not confirm the job; redeliver later', 30);
+        throw err;
+      }
+      ctx.metrics.callbacksReceived.inc({ provider: cb.provider, outcome });
+      if (outcome === 'unknown_token') throw problems.notFound('callback token');
+      if (outcome === 'mismatch') throw new HttpProblem(409, 'callback-mismatch', 'The callback is not about this attempt', 'the job does not carry this callback URL\'s correlation token');
+      res.status(200).json({ received: true, duplicate: outcome === 'duplicate' });
+    } catch (err) {
+      if (err instanceof SpoolFullError) throw problems.unavailable('callbacks cannot be stored now; redeliver later', 60);
+      throw err;
+    }
+  }
+
   return {
     async receive(req: Request, res: Response) {
       const providerName = String(req.params['provider']);
-      const token = String(req.params['token']);
-      // Own keys only: `constructor`, `__proto__` and friends are not providers.
-      const adapter = Object.hasOwn(ctx.providers, providerName) ? ctx.providers[providerName] : undefined;
-      if (!adapter) throw problems.notFound('provider');
-      // Our callback URLs carry the attempt id; anything else is no callback of ours (nothing is written).
-      if (!UUID.test(token)) throw problems.notFound('callback token');
-      const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-      let verified;
-      try {
-        verified = await verifyProviderCallback(adapter, raw, req.headers);
-      } catch (err) {
-        if (err instanceof CallbackVerificationError) {
-          ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome: err.reason === 'keys-unavailable' ? 'keys_unavailable' : 'bad_signature' });
-          ctx.logger.warn({ provider: providerName, reason: err.reason }, 'callback rejected');
-          // We could not check the signature (the provider's keys are unreachable): ask for a redelivery.
-          if (err.reason === 'keys-unavailable') throw problems.unavailable('signing keys unavailable; redeliver later', 30);
-          throw problems.badSignature(err.reason);
-        }
-        throw err;
+      // The token is checked first, in constant time and without I/O: a forged or guessed URL
+      // costs nothing and reaches neither the database nor a provider.
+      const attemptId = ctx.callbackTokens.attemptIdOf(String(req.params['token']));
+      if (!attemptId) {
+        ctx.metrics.callbacksReceived.inc({ provider: 'unknown', outcome: 'bad_token' });
+        throw problems.notFound('callback token');
       }
-      const cb: CallbackEvent = {
+      await ctx.callbackLimiter.admit(req.ip ?? req.socket.remoteAddress ?? 'unknown', attemptId);
+      const verified = await verify(providerName, req);
+      const oversized = oversizedFields(verified);
+      if (oversized.length > 0) throw problems.validation(oversized);
+      await route(res, {
         provider: providerName,
-        token,
+        attemptId,
         job: verified.job,
         providerEventId: verified.providerEventId,
         needsRefetch: Boolean(verified.needsRefetch),
         payload: verified.payload,
         receivedRegion: ctx.settings.region,
-      };
-      const route = await ctx.admission.callbackRoute();
-      if (route.route === 'spool') return spool(res, cb, route.why);
-      let outcome: IngestOutcome;
-      try {
-        outcome = await ingestCallback(ctx, cb);
-      } catch (err) {
-        if (isDatabaseUnavailable(err)) return spool(res, cb, 'database-unavailable');
-        throw err;
-      }
-      ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome });
-      res.status(200).json({ received: true, duplicate: outcome === 'duplicate' });
+      });
     },
   };
 }

@@ -13,6 +13,8 @@ import { isDatabaseUnavailable } from './problem';
 import { createCallbackSpool, spoolDirFor, type CallbackSpool } from './spool';
 import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
 import { createTaskWaker, type TaskWaker } from './wakes';
+import { createCallbackLimiter, type CallbackLimiter } from './callback-limits';
+import { createCallbackTokens, type CallbackTokens } from '../providers/callback-token';
 import { registerWakeMetrics } from '../observability/metrics';
 
 export interface ApiContext {
@@ -23,6 +25,10 @@ export interface ApiContext {
   readonly admission: Admission;
   readonly fastPath: FastPath;
   readonly rateLimiter: TenantRateLimiter;
+  /** Callback limits per source address and per attempt (api/callback-limits.ts). */
+  readonly callbackLimiter: CallbackLimiter;
+  /** The keyed callback URL tokens (providers/callback-token.ts). */
+  readonly callbackTokens: CallbackTokens;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
   /** Wake signals after callbacks, at most one in flight per task (api/wakes.ts). */
@@ -77,12 +83,23 @@ export function buildApiContext(
       },
       parts.logger,
     ),
+    callbackLimiter: createCallbackLimiter(
+      {
+        perTokenPerMinute: config.CALLBACK_RATE_PER_TOKEN_PER_MINUTE,
+        perSourcePerMinute: config.CALLBACK_RATE_PER_SOURCE_PER_MINUTE,
+        redisUrl: config.REDIS_URL || null,
+        expectedInstances: config.API_INSTANCES,
+      },
+      parts.logger,
+    ),
+    callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
     spool: createCallbackSpool({
       dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
       logger: parts.logger,
       leaseMs: config.CALLBACK_SPOOL_LEASE_MS,
+      maxBytes: config.CALLBACK_SPOOL_MAX_BYTES,
       // Postgres unreachable: the line waits for the next pass. Anything else is the line's own fault: set aside.
       isTransient: isDatabaseUnavailable,
       onDeadLetter: (provider) => parts.metrics.callbacksReceived.inc({ provider, outcome: 'spool_dead_lettered' }),

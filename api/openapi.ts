@@ -65,9 +65,13 @@ export function openApiDocument(serverUrl: string) {
       },
       '/v1/callbacks/{provider}/{token}': {
         post: {
-          summary: 'Provider status callback (signed)',
+          summary: 'Provider status callback (signed; the token is the keyed one of the callback URL, docs/security.md)',
           security: [],
-          responses: { '200': { description: 'Stored (or a duplicate)' }, '401': problem, '404': problem, '413': problem },
+          responses: {
+            '200': { description: 'Stored (or a duplicate)' },
+            '202': { description: 'Spooled (the inbox cannot be written now)' },
+            '400': problem, '401': problem, '404': problem, '409': problem, '413': problem, '429': problem, '503': problem,
+          },
         },
       },
       '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': { description: 'alive' } } } },

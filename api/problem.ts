@@ -3,6 +3,7 @@ import type { ErrorRequestHandler, Response } from 'express';
 import { z } from 'zod';
 import { FenceRejectedError } from '../db/fence';
 import type { Logger } from '../observability/logger';
+import { redactText } from '../observability/redact';
 
 export interface FieldError {
   readonly field: string;
@@ -71,8 +72,8 @@ export function sendProblem(res: Response, p: HttpProblem, instance?: string): v
       type: `https://docs.vidorch.dev/problems/${p.code}`,
       title: p.title,
       status: p.status,
-      ...(p.detail ? { detail: p.detail } : {}),
-      ...(p.errors.length ? { errors: p.errors } : {}),
+      ...(p.detail ? { detail: redactText(p.detail) } : {}),
+      ...(p.errors.length ? { errors: p.errors.map((e) => ({ field: e.field, message: redactText(e.message) })) } : {}),
       ...(instance ? { instance } : {}),
     });
 }

@@ -1,6 +1,7 @@
-// Tenant rate limits (seed 000 §19.3.4), one per kind of request (creates, reads, cancels): a
-// shared limit in Redis, and when Redis is unavailable a conservative per-process limit (the
-// "insurance" limiter) rather than none. Over the limit: 429 with Retry-After.
+// Rate limits (docs/design.md §7): per tenant for each kind of request (creates, reads,
+// cancels), and per source and callback URL for callbacks (api/callback-limits.ts). Each is
+// shared in Redis, and when Redis is unavailable a conservative per-process limit (the
+// "insurance" limiter) applies rather than none. Over the limit: 429 with Retry-After.
 import type { NextFunction, Request, Response } from 'express';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
@@ -27,25 +28,52 @@ export interface TenantRateLimiter {
   close(): Promise<void>;
 }
 
-export function createTenantRateLimiter(settings: RateLimitSettings, logger: Logger): TenantRateLimiter {
-  const redis = settings.redisUrl ? connectRedis(settings.redisUrl, logger) : null;
-  const limiterFor = (kind: TenantRequestKind) => {
-    const points = settings.perSecond[kind];
-    const insurance = new RateLimiterMemory({
-      keyPrefix: `vidorch:${kind}:local`,
-      points: Math.max(1, Math.floor(points / Math.max(1, settings.expectedInstances))),
-      duration: 1,
-    });
-    if (!redis) return insurance;
-    return new RateLimiterRedis({
-      storeClient: redis,
-      keyPrefix: `vidorch:${kind}`,
-      points,
-      duration: 1,
-      rejectIfRedisNotReady: true,
-      insuranceLimiter: insurance,
-    });
+/** A limit shared through Redis, with the conservative per-process "insurance" limiter when Redis is unavailable. */
+export interface SharedLimiter {
+  /** Resolves when allowed; rejects with a RateLimiterRes (over the limit) or an Error. */
+  consume(key: string): Promise<RateLimiterRes>;
+}
+
+export interface SharedLimitOptions {
+  readonly keyPrefix: string;
+  readonly points: number;
+  readonly durationSeconds: number;
+  readonly expectedInstances: number;
+}
+
+/** Limiters over one Redis connection (or none: local limits only). */
+export function createLimiterSet(redisUrl: string | null, logger: Logger) {
+  const redis = redisUrl ? connectRedis(redisUrl, logger) : null;
+  return {
+    limiter(opts: SharedLimitOptions): SharedLimiter {
+      const insurance = new RateLimiterMemory({
+        keyPrefix: `${opts.keyPrefix}:local`,
+        points: Math.max(1, Math.floor(opts.points / Math.max(1, opts.expectedInstances))),
+        duration: opts.durationSeconds,
+      });
+      const limiter = redis
+        ? new RateLimiterRedis({
+            storeClient: redis,
+            keyPrefix: opts.keyPrefix,
+            points: opts.points,
+            duration: opts.durationSeconds,
+            rejectIfRedisNotReady: true,
+            insuranceLimiter: insurance,
+          })
+        : insurance;
+      return { consume: (key) => limiter.consume(key, 1) };
+    },
+    close(): Promise<void> {
+      if (redis) redis.disconnect();
+      return Promise.resolve();
+    },
   };
+}
+
+export function createTenantRateLimiter(settings: RateLimitSettings, logger: Logger): TenantRateLimiter {
+  const set = createLimiterSet(settings.redisUrl, logger);
+  const limiterFor = (kind: TenantRequestKind) =>
+    set.limiter({ keyPrefix: `vidorch:${kind}`, points: settings.perSecond[kind], durationSeconds: 1, expectedInstances: settings.expectedInstances });
   const limiters = { create: limiterFor('create'), read: limiterFor('read'), cancel: limiterFor('cancel') };
   return {
     middleware(kind) {
@@ -53,7 +81,7 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
       return async (req, res, next) => {
         const { tenantId } = tenantOf(req);
         try {
-          const r = await limiter.consume(tenantId, 1);
+          const r = await limiter.consume(tenantId);
           res.setHeader('RateLimit-Remaining', String(r.remainingPoints));
           next();
         } catch (rejection) {
@@ -63,9 +91,7 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
         }
       };
     },
-    async close() {
-      if (redis) redis.disconnect();
-    },
+    close: () => set.close(),
   };
 }
 

@@ -64,9 +64,17 @@ export interface SpoolStatus {
   readonly recentDeadLetters: DeadLetter[];
 }
 
+/** The spool holds its size limit (CALLBACK_SPOOL_MAX_BYTES): the callback is refused, not written. */
+export class SpoolFullError extends Error {
+  constructor(maxBytes: number) {
+    super(`the callback spool is full (${maxBytes} bytes)`);
+    this.name = 'SpoolFullError';
+  }
+}
+
 export interface CallbackSpool {
   readonly dir: string;
-  /** Appends and fsyncs one callback. Resolves only once it is on disk. */
+  /** Appends and fsyncs one callback. Resolves only once it is on disk; SpoolFullError past the size limit. */
   append(rec: Omit<SpooledCallback, 'v' | 'spoolId'>): Promise<void>;
   /** Spooled callbacks not yet replayed (lines in all files but dead letters). */
   pending(): Promise<number>;
@@ -86,6 +94,8 @@ export interface CallbackSpoolOptions {
   readonly logger: Logger;
   /** A process whose lease is older than this is dead: its files are adopted (config CALLBACK_SPOOL_LEASE_MS). */
   readonly leaseMs: number;
+  /** The spool's size cap in bytes (config CALLBACK_SPOOL_MAX_BYTES): past it appends are refused. */
+  readonly maxBytes: number;
   /** Whether an ingest failure is passing (retry the line later) rather than the line's own fault. */
   readonly isTransient: (err: unknown) => boolean;
   /** Told of every line set aside (the API counts them: vidorch_callbacks_received_total{outcome="spool_dead_lettered"}). */
@@ -122,6 +132,9 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
   const leaseFile = path.join(dir, `owner-${me}.lease`);
   let active: { file: string; handle: fs.FileHandle } | null = null;
   let seq = 0;
+  // Bytes in the directory as this process last counted them, plus its own appends since;
+  // recounted after each replay pass (other API processes may share the directory).
+  let spooledBytes: number | null = null;
   // Appends and rotation run one at a time, in order.
   let chain: Promise<unknown> = Promise.resolve();
   const serial = <T>(work: () => Promise<T>): Promise<T> => {
@@ -255,15 +268,61 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
     return { replayed, corrupt, deadLettered };
   }
 
+  async function countBytes(): Promise<number> {
+    let n = 0;
+    for (const f of await listDir()) n += (await fs.stat(path.join(dir, f)).catch(() => ({ size: 0 }))).size;
+    return n;
+  }
+
+  async function replayAll(ingest: (rec: SpooledCallback) => Promise<void>): Promise<ReplayPass> {
+    await serial(seal);
+    await adoptOrphans();
+    let replayed = 0;
+    let corrupt = 0;
+    let deadLettered = 0;
+    let files = 0;
+    for (const f of await listDir()) {
+      if (!f.startsWith('ready-')) continue;
+      const claimed = path.join(dir, `replaying-${me}-${f.slice('ready-'.length)}`);
+      try {
+        await fs.rename(path.join(dir, f), claimed);
+      } catch {
+        continue; // another replayer claimed it first
+      }
+      try {
+        const r = await replayFile(claimed, ingest);
+        replayed += r.replayed;
+        corrupt += r.corrupt;
+        deadLettered += r.deadLettered;
+        files += 1;
+        await fs.unlink(claimed);
+      } catch (err) {
+        // Put it back for the next pass; lines already replayed dedupe in the inbox.
+        await fs.rename(claimed, path.join(dir, f)).catch(() => undefined);
+        const partial = (err as { spoolPass?: Omit<ReplayPass, 'files' | 'error'> }).spoolPass;
+        return {
+          replayed: replayed + (partial?.replayed ?? 0), corrupt: corrupt + (partial?.corrupt ?? 0),
+          deadLettered: deadLettered + (partial?.deadLettered ?? 0), files, error: (err as Error).message,
+        };
+      }
+    }
+    return { replayed, corrupt, deadLettered, files, error: null };
+  }
+
   return {
     dir,
     append(rec) {
       return serial(async () => {
+        const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
+        const before = (spooledBytes ??= await countBytes());
+        const bytes = Buffer.byteLength(line);
+        // Refused before a byte is written: the file needs no sealing.
+        if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
         try {
-          const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
           // Twice at most: a file taken from us between our write and our check may have been
           // read before the write; the record goes again into a fresh file (the inbox dedupes).
           if (!(await appendLine(line))) await appendLine(line);
+          spooledBytes = before + bytes;
         } catch (err) {
           // A write that failed part way (ENOSPC, EIO) may have left half a line. Seal the file,
           // so the next acknowledged append starts a fresh one instead of gluing itself onto the
@@ -281,38 +340,11 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
     },
 
     async replay(ingest) {
-      await serial(seal);
-      await adoptOrphans();
-      let replayed = 0;
-      let corrupt = 0;
-      let deadLettered = 0;
-      let files = 0;
-      for (const f of await listDir()) {
-        if (!f.startsWith('ready-')) continue;
-        const claimed = path.join(dir, `replaying-${me}-${f.slice('ready-'.length)}`);
-        try {
-          await fs.rename(path.join(dir, f), claimed);
-        } catch {
-          continue; // another replayer claimed it first
-        }
-        try {
-          const r = await replayFile(claimed, ingest);
-          replayed += r.replayed;
-          corrupt += r.corrupt;
-          deadLettered += r.deadLettered;
-          files += 1;
-          await fs.unlink(claimed);
-        } catch (err) {
-          // Put it back for the next pass; lines already replayed dedupe in the inbox.
-          await fs.rename(claimed, path.join(dir, f)).catch(() => undefined);
-          const partial = (err as { spoolPass?: Omit<ReplayPass, 'files' | 'error'> }).spoolPass;
-          return {
-            replayed: replayed + (partial?.replayed ?? 0), corrupt: corrupt + (partial?.corrupt ?? 0),
-            deadLettered: deadLettered + (partial?.deadLettered ?? 0), files, error: (err as Error).message,
-          };
-        }
+      try {
+        return await replayAll(ingest);
+      } finally {
+        spooledBytes = null;
       }
-      return { replayed, corrupt, deadLettered, files, error: null };
     },
 
     close() {

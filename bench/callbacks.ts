@@ -1,12 +1,13 @@
 // `npm run bench -- callbacks`: signed Replicate-style callbacks (Standard Webhooks, the
 // configured PROVIDER_REPLICATE_WEBHOOK_SECRET) for existing tasks and attempts, through the
-// real endpoint POST /v1/callbacks/replicate/:attemptId of an API process: verify on the raw
+// real endpoint POST /v1/callbacks/replicate/:token of an API process: verify on the raw
 // body, inbox insert, 2xx, then the best-effort wake signal to the task's workflow (Temporal
 // up, workflows started, no worker). About one callback in ten repeats an earlier event
 // (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baseline:
 // pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts.
 import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
+import { createCallbackTokens } from '../providers/callback-token';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createHttpClient } from './lib/http';
 import { closedLoop, type LoadResult } from './lib/load';
@@ -33,6 +34,8 @@ interface Attempt {
   readonly attemptId: string;
   readonly taskId: string;
   readonly jobId: string;
+  /** The callback URL's token (providers/callback-token.ts). */
+  readonly token: string;
 }
 
 interface Row {
@@ -63,6 +66,7 @@ function predictionBody(a: Attempt, seq: number): string {
     created_at: now,
     started_at: now,
     completed_at: null,
+
     urls: { get: `http://127.0.0.1:7081/replicate/v1/predictions/${a.jobId}`, cancel: `http://127.0.0.1:7081/replicate/v1/predictions/${a.jobId}/cancel` },
     metrics: {},
   });
@@ -100,7 +104,8 @@ async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Re
     [taskIds],
   );
   rep.log(`callbacks: ${rows.length} tasks with a SUBMITTED attempt each`);
-  return rows.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, jobId: r.provider_job_id }));
+  const tokens = createCallbackTokens(bw.world.config.CALLBACK_TOKEN_SECRET);
+  return rows.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, jobId: r.provider_job_id, token: tokens.tokenFor(r.attempt_id) }));
 }
 
 export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<void> {
@@ -109,7 +114,9 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
   const statementReport: { clients: number; statements: ReturnType<typeof topStatements> }[] = [];
   try {
     const { world } = bw;
-    const api = await bw.startApi('api', {}, { cpuProfile: o.cpuProfile });
+    // The callback limits would measure themselves: lift them far over the offered load.
+    const unlimited = { CALLBACK_RATE_PER_TOKEN_PER_MINUTE: '100000000', CALLBACK_RATE_PER_SOURCE_PER_MINUTE: '100000000' };
+    const api = await bw.startApi('api', unlimited, { cpuProfile: o.cpuProfile });
     const attempts = await createAttempts(bw, api.url, o.tasks, rep);
     const signer = new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET);
     const prefix = `msg_${randomUUID().slice(0, 8)}`;
@@ -151,7 +158,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
                   ev = { id: `${prefix}_${n}`, attempt, body: predictionBody(attempt, n) };
                 }
                 const now = new Date();
-                const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.attemptId}`, {
+                const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.token}`, {
                   headers: {
                     'content-type': 'application/json',
                     'webhook-id': ev.id,
@@ -244,7 +251,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
 
     const baseline = (c: number) => rows.find((r) => r.clients === c && r.mode.startsWith('pgbench'));
     rep.table(
-      `callbacks: POST /v1/callbacks/replicate/:attemptId, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${attempts.length} attempts, ${Math.round(o.duplicateShare * 100)} % repeats (ratio = rate / pgbench inbox-insert rate at the same client count)`,
+      `callbacks: POST /v1/callbacks/replicate/:token, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${attempts.length} attempts, ${Math.round(o.duplicateShare * 100)} % repeats (ratio = rate / pgbench inbox-insert rate at the same client count)`,
       ['mode', 'clients', 'callbacks/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
       rows.map((r) => [
         r.mode,

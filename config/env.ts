@@ -229,6 +229,17 @@ export const envSchema = z.object({
   /** How long the simulated fal keeps a completed request's result (fal: 1 h; 6 min at 10 KB or more). */
   SIMULATOR_FAL_RESULT_RETENTION_MS: ms.default(60 * 60 * 1000),
 
+  // ---- Callback and fetch hardening (docs/security.md) ----
+  /** Key of the callback URL tokens (providers/callback-token.ts); the dev default is public, production sets its own. */
+  CALLBACK_TOKEN_SECRET: secret(z.string().min(32, 'at least 32 characters'), 'dev-callback-token-secret-not-for-production'),
+  /** The fal account whose webhooks we accept (X-Fal-Webhook-User-Id, part of the signed message). */
+  PROVIDER_FAL_USER_ID: secret(z.string().min(1), 'sim-fal-user'),
+  /** Callbacks per token and per source address per minute (Redis, else each API allows rate / API_INSTANCES). */
+  CALLBACK_RATE_PER_TOKEN_PER_MINUTE: z.coerce.number().int().min(1).default(30),
+  CALLBACK_RATE_PER_SOURCE_PER_MINUTE: z.coerce.number().int().min(1).default(6_000),
+  /** Largest fallback spool (bytes across its files); past it callbacks answer 503 + Retry-After. */
+  CALLBACK_SPOOL_MAX_BYTES: z.coerce.number().int().min(1024).default(256 * 1024 * 1024),
+
   /** API key of the demo tenant that `npm run dev` seeds (generated when unset). */
   DEMO_API_KEY: z.string().min(24).optional(),
 });

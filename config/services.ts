@@ -34,6 +34,7 @@ export function buildProviders(config: Config): Record<string, ProviderAdapter> 
       baseUrl: config.PROVIDER_FAL_BASE_URL,
       apiKey: config.PROVIDER_FAL_API_KEY,
       jwksUrl: config.PROVIDER_FAL_JWKS_URL,
+      expectedUserId: config.PROVIDER_FAL_USER_ID,
       timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
     }),
     runway: createRunwayAdapter({
@@ -71,6 +72,7 @@ export function buildDatabase(config: Config, applicationName: string): Database
 export function activitySettings(config: Config): TaskActivityDeps['settings'] {
   return {
     publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
+    callbackTokenSecret: config.CALLBACK_TOKEN_SECRET,
     pollInitialMs: config.POLL_INITIAL_MS,
     pollMaxMs: config.POLL_MAX_MS,
     pollHealthyFactor: config.POLL_HEALTHY_FACTOR,

@@ -4,7 +4,12 @@
 // on a 2-core machine (docs/performance.md, e2e). Only ISO BMFF (MP4/MOV) is read here, and
 // only what its boxes state plainly. Anything this parser is not sure of (another container, a
 // truncated or oversized `moov`, a box that does not add up) returns null, and ffprobe decides
-// as before (media/probe.ts probeStored): a file is never rejected for being unusual here.
+// as before (media/probe.ts probeStored): a file is never rejected for being unusual here, with
+// one exception, the work bound: the walk to `moov` looks at most MAX_TOP_LEVEL_BOXES boxes and
+// makes at most MAX_HEADER_READS ranged reads past the head. Every writer puts a handful of boxes
+// at the top (ftyp, free, mdat, moov; fragmented files have moov first), so a file past either
+// bound is refused as invalid rather than walked (a file of tiny boxes would be millions of reads)
+// or handed to ffprobe (which would stream all of it).
 import { InvalidMediaError, type MediaInfo } from './probe';
 
 /** Reads `length` bytes at `offset` (fewer at the end of the object). */
@@ -28,6 +33,8 @@ const HEAD_BYTES = 64 * 1024;
 /** A larger `moov` is left to ffprobe (hours of video with every sample table in memory). */
 const MAX_MOOV_BYTES = 16 * 1024 * 1024;
 const ACCEPTED_CODECS = ['h264', 'hevc', 'vp9', 'av1'];
+export const MAX_TOP_LEVEL_BOXES = 64;
+export const MAX_HEADER_READS = 8;
 
 interface Box {
   readonly type: string;
@@ -138,19 +145,25 @@ export function mediaInfoFromMoov(buf: Buffer, headerBytes = 8): MediaInfo {
 }
 
 /**
- * The media facts of an MP4 of `size` bytes, read with at most three ranged reads (the head,
- * a box header, the moov); null when this parser is not sure (not ISO BMFF, no complete moov,
- * sizes that do not add up, an unknown sample entry). Throws InvalidMediaError only for a
- * well-formed file that plainly fails the check (no video track, a codec we do not accept,
- * no duration), which is what ffprobe's answer would be too.
+ * The media facts of an MP4 of `size` bytes, read with a few ranged reads (the head, box headers
+ * past it, the moov; at most MAX_HEADER_READS + 2); null when this parser is not sure (not ISO
+ * BMFF, no complete moov, sizes that do not add up, an unknown sample entry). Throws
+ * InvalidMediaError for a well-formed file that plainly fails the check (no video track, a codec
+ * we do not accept, no duration), which is what ffprobe's answer would be too, and for a file
+ * past the walk's bounds (module comment).
  */
 export async function probeMp4(read: RangeReader, size: number): Promise<MediaInfo | null> {
   try {
     const head = await read(0, Math.min(size, HEAD_BYTES));
     if (head.length < 16 || head.toString('latin1', 4, 8) !== 'ftyp') return null;
     let at = 0;
+    let boxes = 0;
+    let reads = 0;
     while (at + 8 <= size) {
-      const header = at + 16 <= head.length ? head.subarray(at, at + 16) : await read(at, 16);
+      if (++boxes > MAX_TOP_LEVEL_BOXES) throw new InvalidMediaError(`MP4 layout: no moov within the first ${MAX_TOP_LEVEL_BOXES} top-level boxes`);
+      const inHead = at + 16 <= head.length;
+      if (!inHead && ++reads > MAX_HEADER_READS) throw new InvalidMediaError(`MP4 layout: no moov within ${MAX_HEADER_READS} box reads past the first ${HEAD_BYTES} bytes`);
+      const header = inHead ? head.subarray(at, at + 16) : await read(at, 16);
       if (header.length < 8) return null;
       let boxSize = header.readUInt32BE(0);
       const type = header.toString('latin1', 4, 8);

@@ -1,10 +1,15 @@
 // ffprobe / ffmpeg wrappers for the media step. The input is a URL (a presigned S3 GET), so
-// nothing is copied to local disk.
+// nothing is copied to local disk. The bytes are a provider's, so both tools run fenced in:
+// only the protocols the input needs (-protocol_whitelist: https,tls,tcp for a presigned URL;
+// file for a local path), only the demuxers of the containers we accept (-format_whitelist),
+// and a fixed demuxer (-f) once the container is known. No playlist, concat or data: URL inside
+// a file can make them open anything else.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 
 import type { ObjectStorage } from '../storage/s3';
+import { redactText } from '../observability/redact';
 import { probeMp4 } from './mp4';
 
 const run = promisify(execFile);
@@ -42,14 +47,40 @@ export class InvalidMediaError extends Error {
 }
 
 const ACCEPTED_CONTAINERS = ['mov', 'mp4', 'm4a', '3gp', '3g2', 'mj2', 'webm', 'matroska'];
+/** ffmpeg's demuxers for those containers (mov reads every ISO BMFF brand; matroska reads WebM). */
+const DEMUXERS = ['mov', 'matroska'] as const;
+export type Demuxer = (typeof DEMUXERS)[number];
+
+/** The protocols ffprobe/ffmpeg may open for `input`: https (over tls, tcp), plain http (the local S3 server in dev), or a local file. */
+export function inputProtocols(input: string): string {
+  if (/^https:/i.test(input)) return 'https,tls,tcp';
+  if (/^http:/i.test(input)) return 'http,tcp';
+  if (/^[a-z][a-z0-9+.-]*:/i.test(input) && !/^file:/i.test(input)) throw new Error(`media input must be an http(s) URL or a local file`);
+  return 'file';
+}
+
+/** The input options that fence ffprobe/ffmpeg in (module comment). */
+export function inputArgs(input: string, demuxer?: Demuxer): string[] {
+  return [
+    '-protocol_whitelist', inputProtocols(input),
+    '-format_whitelist', DEMUXERS.join(','),
+    ...(demuxer ? ['-f', demuxer] : []),
+    '-i', input,
+  ];
+}
+
+/** The demuxer of a probed container (MediaInfo.container is ffprobe's format name). */
+export function demuxerOf(container: string): Demuxer {
+  return container.split(',').some((c) => c === 'matroska' || c === 'webm') ? 'matroska' : 'mov';
+}
 const ACCEPTED_CODECS = ['h264', 'hevc', 'vp9', 'av1'];
 
-export async function probeMedia(input: string, timeoutMs = 30_000): Promise<MediaInfo> {
+export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: Demuxer): Promise<MediaInfo> {
   let stdout: string;
   try {
     ({ stdout } = await run(
       'ffprobe',
-      ['-v', 'error', '-print_format', 'json', '-show_format', '-show_streams', input],
+      ['-v', 'error', '-print_format', 'json', '-show_format', '-show_streams', ...inputArgs(input, demuxer)],
       { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 },
     ));
   } catch (err) {
@@ -57,7 +88,8 @@ export async function probeMedia(input: string, timeoutMs = 30_000): Promise<Med
     if (e.killed) throw new Error('ffprobe timed out', { cause: err });
     // ffprobe answered: the bytes are not a media file it understands.
     if (typeof e.stderr === 'string' && e.stderr.length > 0) {
-      throw new InvalidMediaError(`ffprobe rejected the file: ${e.stderr.trim().split('\n')[0] ?? ''}`);
+      // Its first line names the input (a presigned URL): redacted, as every error leaving the process.
+      throw new InvalidMediaError(`ffprobe rejected the file: ${redactText(e.stderr.trim().split('\n')[0] ?? '')}`);
     }
     throw err;
   }
@@ -92,11 +124,11 @@ export async function probeStored(storage: Pick<ObjectStorage, 'readRange'>, key
   return info ?? probeMedia(url);
 }
 
-/** One JPEG frame from near the start of the video. */
-export async function extractThumbnail(input: string, atSeconds: number, timeoutMs = 30_000): Promise<Buffer> {
+/** One JPEG frame from near the start of the video (its container known from the probe). */
+export async function extractThumbnail(input: string, atSeconds: number, demuxer: Demuxer, timeoutMs = 30_000): Promise<Buffer> {
   const { stdout } = await run(
     'ffmpeg',
-    ['-v', 'error', '-ss', atSeconds.toFixed(2), '-i', input, '-frames:v', '1', '-vf', 'scale=320:-2', '-f', 'image2pipe', '-vcodec', 'mjpeg', 'pipe:1'],
+    ['-v', 'error', '-ss', atSeconds.toFixed(2), ...inputArgs(input, demuxer), '-frames:v', '1', '-vf', 'scale=320:-2', '-f', 'image2pipe', '-vcodec', 'mjpeg', 'pipe:1'],
     { timeout: timeoutMs, encoding: 'buffer', maxBuffer: 8 * 1024 * 1024 },
   );
   if (stdout.length === 0) throw new InvalidMediaError('ffmpeg produced no thumbnail');

@@ -1,5 +1,6 @@
 // Structured JSON logs (pino). Secrets are redacted by path; callers log ids, never bodies.
 import pino, { type Logger } from 'pino';
+import { redactText } from './redact';
 
 export type { Logger };
 
@@ -16,18 +17,35 @@ const REDACT = [
   '*.password',
 ];
 
-/** `stderr`: log there (the ops CLI, whose stdout is its answer). */
-export function createLogger(opts: { name: string; level: string; pretty: boolean; stderr?: boolean }): Logger {
+/** pino's error serializer, then observability/redact.ts over its text. */
+function errSerializer(err: unknown): unknown {
+  if (typeof err === 'string') return redactText(err);
+  const out = pino.stdSerializers.err(err as Error) as unknown as Record<string, unknown>;
+  if (!out || typeof out !== 'object') return out;
+  for (const k of ['message', 'stack'] as const) if (typeof out[k] === 'string') out[k] = redactText(out[k]);
+  return out;
+}
+
+/** `stderr`: log there (the ops CLI, whose stdout is its answer); `destination`: log there (tests capture lines). */
+export function createLogger(opts: { name: string; level: string; pretty: boolean; stderr?: boolean; destination?: pino.DestinationStream }): Logger {
   const options: pino.LoggerOptions = {
     name: opts.name,
     level: opts.level,
     redact: { paths: REDACT, censor: '[redacted]' },
+    serializers: { err: errSerializer, error: errSerializer },
+    hooks: {
+      // The message text too: callers interpolate errors into it.
+      logMethod(args, method) {
+        method.apply(this, args.map((a) => (typeof a === 'string' ? redactText(a) : a)) as Parameters<typeof method>);
+      },
+    },
     base: { service: opts.name, pid: process.pid },
     timestamp: pino.stdTimeFunctions.isoTime,
     ...(opts.pretty
       ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname,service' } } }
       : {}),
   };
+  if (opts.destination) return pino(options, opts.destination);
   return opts.stderr && !opts.pretty ? pino(options, pino.destination(2)) : pino(options);
 }
 

@@ -34,8 +34,12 @@ export interface FalAdapterOptions {
   readonly jwksUrl: string;
   /** Timeout of one HTTP call. */
   readonly timeoutMs: number;
-  /** Reject webhooks for another fal user id (the X-Fal-Webhook-User-Id header). */
-  readonly expectedUserId?: string;
+  /**
+   * Our fal account's user id. fal signs every customer's webhooks with the same keys (one
+   * JWKS), so a valid signature only proves "from fal"; the signed X-Fal-Webhook-User-Id header
+   * says for whom. Webhooks for any other user are refused.
+   */
+  readonly expectedUserId: string;
   /** JWKS cache TTL (default 24 h) and the minimum interval between refetches on failure (default 60 s). */
   readonly jwksTtlMs?: number;
   readonly jwksMinRefetchIntervalMs?: number;
@@ -304,7 +308,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     if (Math.abs(now() / 1000 - Number(timestamp)) > toleranceS) {
       throw new CallbackVerificationError('webhook timestamp outside the tolerance window', 'stale-timestamp');
     }
-    if (opts.expectedUserId !== undefined && userId !== opts.expectedUserId) {
+    if (userId !== opts.expectedUserId) {
       throw new CallbackVerificationError('webhook is for another fal user', 'bad-signature');
     }
     return { requestId, userId, timestamp, signature };

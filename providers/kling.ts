@@ -261,8 +261,13 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     } catch {
       throw new CallbackVerificationError('callback body is not JSON', 'bad-payload');
     }
-    const p = z.looseObject({ task_id: z.string().min(1) }).safeParse(json);
+    const p = z
+      .looseObject({ task_id: z.string().min(1), task_info: z.looseObject({ external_task_id: z.string().nullish() }).nullish() })
+      .safeParse(json);
     if (!p.success) throw new CallbackVerificationError('callback body has no task_id', 'bad-payload');
+    // The body's external_task_id proves nothing (unsigned), but one that is not ours lets the
+    // API refuse before it spends a provider read; the re-fetched task's own is what binds.
+    const claimed = p.data.task_info?.external_task_id ?? null;
     return {
       providerEventId: null,
       job: {
@@ -272,7 +277,7 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
         updatedAt: null,
         outputUrl: null,
         error: null,
-        correlationToken: null,
+        correlationToken: claimed,
         metrics: null,
       },
       payload: { task_id: p.data.task_id },

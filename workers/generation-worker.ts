@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
+import { redactActivityFailures } from '../observability/redact';
 import { queues } from '../temporal/queues';
 import { tuningOptions, type WorkerTuning } from './tuning';
 import { pollRateFor } from '../activities/poll-demand';
@@ -95,6 +96,8 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
       // (patch 'per-provider-poll-queues') still schedule their polls here.
       activities,
       maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
+      // No presigned URL or key in an activity failure (history) or its log line.
+      interceptors: { activity: [redactActivityFailures] },
       // In-flight activities get this long to finish (or heartbeat out) on shutdown.
       shutdownGraceTime,
       ...(opts.identity ? { identity: opts.identity } : {}),
@@ -107,6 +110,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         namespace: opts.namespace,
         taskQueue: queues.poll(opts.taskQueueBase, provider),
         activities: reads,
+        interceptors: { activity: [redactActivityFailures] },
         // Server-side and global: every worker of this queue, in every process, shares it.
         ...(rate !== undefined ? { maxTaskQueueActivitiesPerSecond: rate } : {}),
         maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,

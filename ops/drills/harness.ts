@@ -11,6 +11,7 @@ import { createApp } from '../../api/app';
 import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
 import { configToEnv, loadConfig, type Config } from '../../config/env';
+import { createCallbackTokens } from '../../providers/callback-token';
 import { createDatabase, type Database } from '../../db/client';
 import { taskAttempt } from '../../db/schema';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
@@ -120,7 +121,7 @@ export async function startDrillWorld(
     const client = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
     const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
     const apiCtx = buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) });
-    cleanups.push(() => apiCtx.rateLimiter.close());
+    cleanups.push(() => apiCtx.rateLimiter.close(), () => apiCtx.callbackLimiter.close());
     // As api/server.ts: callbacks spooled while Postgres was unreachable are replayed.
     const replayer = startCallbackReplayer(apiCtx, config.CALLBACK_SPOOL_REPLAY_MS);
     cleanups.push(() => replayer.stop());
@@ -202,10 +203,13 @@ export async function ledgerImbalance(db: Database): Promise<number> {
 }
 
 /** Provider jobs per task: the simulator's job count for each of the task's attempts, summed. */
-export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'sim'>): Promise<Map<string, number>> {
+export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'sim' | 'config'>): Promise<Map<string, number>> {
   const attempts = await world.db.db.select({ taskId: taskAttempt.task_id, attemptId: taskAttempt.attempt_id }).from(taskAttempt);
+  // A job carries the attempt id (Kling's external_task_id) or its callback URL's keyed token (Replicate, fal).
+  const tokens = createCallbackTokens(world.config.CALLBACK_TOKEN_SECRET);
+  const jobsOf = (attemptId: string) => world.sim.tokenCount(attemptId) + world.sim.tokenCount(tokens.tokenFor(attemptId));
   const jobs = new Map<string, number>();
-  for (const a of attempts) jobs.set(a.taskId, (jobs.get(a.taskId) ?? 0) + world.sim.tokenCount(a.attemptId));
+  for (const a of attempts) jobs.set(a.taskId, (jobs.get(a.taskId) ?? 0) + jobsOf(a.attemptId));
   return jobs;
 }
 

@@ -23,6 +23,8 @@ export const OUTPUT_FAULTS = [
   'ok',
   /** Answer 200 with the full Content-Length, send about half of the file, then reset the connection. */
   'reset_mid_body',
+  /** Replicate output files only: serve bytes that are no video (the media check must refuse them). */
+  'not_media',
 ] as const;
 export type OutputFault = (typeof OUTPUT_FAULTS)[number];
 

@@ -306,6 +306,10 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     if (verdict !== 'ok') return problem(res, 403, 'Forbidden', verdict === 'expired' ? 'URL expired' : 'Bad signature');
     const p = store.get(id);
     if (!p || p.status !== 'succeeded') return problem(res, 404, 'Not found', 'No output');
+    if (faults.for('replicate').output === 'not_media') {
+      res.type('video/mp4').send(Buffer.from('these bytes are not a video (fault knob output=not_media)\n'.repeat(64)));
+      return;
+    }
     try {
       await sendOutputFile(res, next, await media.sample(p.durationS ?? DEFAULT_DURATION_S));
     } catch (err) {

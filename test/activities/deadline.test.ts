@@ -63,7 +63,7 @@ describe('the task deadline', () => {
     assert.equal((await taskOf(id)).failure_code, 'DEADLINE_EXCEEDED');
     const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
     assert.equal(attempt!.submit_state, 'CANCELLED');
-    assert.equal(w.sim.sim.tokenCount(attempt!.attempt_id), 0, 'the provider was never called');
+    assert.equal(w.sim.jobsFor(attempt!.attempt_id), 0, 'the provider was never called');
     assert.deepEqual(await ledgerOf(id), ['RELEASE 1.000000', 'RESERVE 1.000000', 'SETTLE 0.000000']);
   });
 

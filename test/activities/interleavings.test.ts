@@ -102,7 +102,7 @@ describe('submit: the provider is called at most once per attempt', () => {
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
     assert.equal(r.facts.attemptState, 'SUBMIT_UNKNOWN');
-    assert.equal(sim.sim.tokenCount(attemptId), 0, 'the provider was not called by the retry');
+    assert.equal(sim.jobsFor(attemptId), 0, 'the provider was not called by the retry');
   });
 
   test('an execution cancelled mid-call (heartbeat timeout) leaves the attempt SUBMITTING; its retry records unknown without a second call', async () => {
@@ -116,14 +116,14 @@ describe('submit: the provider is called at most once per attempt', () => {
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
     await new Promise((r2) => setTimeout(r2, 1500));
-    assert.equal(sim.sim.tokenCount(attemptId), 1, 'exactly one provider job: the one the cancelled call created');
+    assert.equal(sim.jobsFor(attemptId), 1, 'exactly one provider job: the one the cancelled call created');
   });
 
   test('two workers executing the same submit at once call the provider once and end SUBMITTED', async () => {
     const { taskId, attemptId } = await preparedTask();
     sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 500 });
     await Promise.all([run('submitAttempt', taskId), run('submitAttempt', taskId)]);
-    assert.equal(sim.sim.tokenCount(attemptId), 1);
+    assert.equal(sim.jobsFor(attemptId), 1);
     const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
     assert.equal(attempt?.submit_state, 'SUBMITTED');
     assert.ok(attempt?.provider_job_id);
@@ -136,7 +136,7 @@ describe('submit: the provider is called at most once per attempt', () => {
     assert.equal(t.status, 'SUBMITTING', 'recorded, not yet decided');
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'CANCELLED');
-    assert.equal(sim.sim.tokenCount(attemptId), 0);
+    assert.equal(sim.jobsFor(attemptId), 0);
     const ledger = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
     assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
   });

@@ -69,7 +69,7 @@ test('a Replicate miss proves nothing: with no proof delay the attempt stays SUB
   const { taskId, attemptId } = await unknownTask(acts);
   for (let i = 0; i < 3; i++) assert.equal((await run(acts, 'pollProvider', taskId)).result, 'not-found');
   assert.deepEqual(await stateOf(taskId, attemptId), ['SUBMIT_UNKNOWN', 'SUBMIT_UNKNOWN']);
-  assert.equal(sim.sim.tokenCount(attemptId), 0);
+  assert.equal(sim.jobsFor(attemptId), 0);
 });
 
 test('pollProvider trusts "not-found-proven" only from an adapter that declares an exact lookup', async () => {

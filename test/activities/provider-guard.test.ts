@@ -87,10 +87,10 @@ test('forced open by an operator: no call reaches the provider and the attempt s
   await assert.rejects(run('submitAttempt', taskId), isUnavailable);
   const [a] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
   assert.equal(a?.submit_state, 'PREPARED');
-  assert.equal(sim.sim.tokenCount(attemptId), 0);
+  assert.equal(sim.jobsFor(attemptId), 0);
   await tdb.database.db.update(providerControl).set({ breaker_force: null }).where(eq(providerControl.provider, 'replicate'));
   assert.equal((await run('submitAttempt', taskId)).facts.status, 'SUBMITTED');
-  assert.equal(sim.sim.tokenCount(attemptId), 1);
+  assert.equal(sim.jobsFor(attemptId), 1);
 });
 
 test('the bulkhead holds under 10× overload: with 2 slots, 20 concurrent submits put exactly 2 jobs at the provider', async () => {
@@ -101,7 +101,7 @@ test('the bulkhead holds under 10× overload: with 2 slots, 20 concurrent submit
   const results = await Promise.allSettled(tasks.map((t) => run('submitAttempt', t.taskId)));
   assert.equal(results.filter((r) => r.status === 'fulfilled').length, 2);
   assert.ok(results.filter((r) => r.status === 'rejected').every((r) => isUnavailable((r as PromiseRejectedResult).reason)));
-  const jobs = tasks.reduce((n, t) => n + sim.sim.tokenCount(t.attemptId), 0);
+  const jobs = tasks.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0);
   assert.equal(jobs, 2);
   const inFlight = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   assert.equal(inFlight.length, 2, 'slots counted from facts equal the attempts really in flight');

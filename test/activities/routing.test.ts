@@ -94,8 +94,8 @@ describe('routing attempts through the activities', () => {
     assert.equal(a1!.submit_state, 'REJECTED');
     assert.equal(a2!.provider, 'fal', 'failed over to fal');
     assert.equal(a2!.submit_state, 'SUBMITTED');
-    assert.equal(w.sim.sim.tokenCount(a1!.attempt_id), 0, 'kling created no job');
-    assert.equal(w.sim.sim.tokenCount(a2!.attempt_id), 1, 'one job, at fal');
+    assert.equal(w.sim.jobsFor(a1!.attempt_id), 0, 'kling created no job');
+    assert.equal(w.sim.jobsFor(a2!.attempt_id), 1, 'one job, at fal');
     const task = await taskOf(taskId);
     assert.equal(task.provider, 'fal', 'the task names the provider of its active attempt');
   });

@@ -56,7 +56,7 @@ test('Runway: a cancel racing a success deletes nothing; the output is rescued a
   const rows = await ledgerRows(taskId);
   assert.equal(rows.filter((r) => r.entry_type === 'SETTLE').length, 1);
   assert.ok(Number(rows.find((r) => r.entry_type === 'SETTLE')!.amount) > 0, 'charged as a success');
-  assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
+  assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
 });
 
 test('Runway: a cancel of a running task ends CANCELLED and uncharged, though Runway never answers for the deleted task again', async () => {

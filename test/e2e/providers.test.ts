@@ -32,7 +32,7 @@ for (const c of cases) {
     assert.equal(task.output.media.videoCodec, 'h264');
     const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     assert.equal(attempt?.provider, c.provider);
-    assert.equal(e.sim.sim.tokenCount(attempt!.attempt_id), 1);
+    assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
     const inbox = await e.tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
     const sources = new Set(inbox.map((r) => r.source));
     if (c.expectCallbacks) assert.ok(sources.has('callback'), `callbacks stored: ${[...sources].join(',')}`);
@@ -49,8 +49,8 @@ test('a model family fails over after a proven rejection: kling answers 429, the
     const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     const byNo = attempts.sort((a, b) => a.attempt_no - b.attempt_no);
     assert.deepEqual(byNo.map((a) => [a.provider, a.submit_state]), [['kling', 'REJECTED'], ['fal', 'SUCCEEDED']]);
-    assert.equal(e.sim.sim.tokenCount(byNo[0]!.attempt_id), 0);
-    assert.equal(e.sim.sim.tokenCount(byNo[1]!.attempt_id), 1);
+    assert.equal(e.sim.jobsFor(byNo[0]!.attempt_id), 0);
+    assert.equal(e.sim.jobsFor(byNo[1]!.attempt_id), 1);
   } finally {
     e.sim.sim.clearFaults();
   }

@@ -62,7 +62,7 @@ describe('a parked task keeps applying evidence', () => {
     assert.equal(attempt.provider_job_id, null, 'parked with no job known');
     const task = await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
     assert.equal(task.status, 'SUCCEEDED');
-    assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
+    assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
     const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     assert.equal(attempts.length, 1, 'no second attempt');
     assert.ok(attempts[0]!.provider_job_id, 'the late webhook bound the job');
@@ -82,7 +82,7 @@ describe('a parked task keeps applying evidence', () => {
     const { applied } = await reconcileApply(e.tdb.database.db, e.api.facade, { actor: 'operator:test', reason: 'review sweep' });
     assert.ok(applied.workflowsWoken >= 1);
     await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
-    assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
+    assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
   });
 });
 
@@ -96,7 +96,7 @@ describe('every review action works for every provider', () => {
       const facts = await withinMs(20_000, e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId }));
       assert.equal(facts.status, 'SUBMITTED');
       await e.waitForStatus(taskId, 'SUCCEEDED');
-      assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
+      assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
     });
   }
 

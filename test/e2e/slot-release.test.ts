@@ -82,5 +82,5 @@ test('two reviews resolved "fail" on Runway (2 slots) close their attempts; a th
   const third = await e.createTask('rw-3', runway);
   await e.waitForStatus(third, 'SUCCEEDED', 90_000);
   const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, third));
-  assert.equal(e.sim.sim.tokenCount(attempt!.attempt_id), 1);
+  assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
 });

@@ -29,7 +29,7 @@ beforeEach(() => {
 
 const attemptsOf = (taskId: string) =>
   e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
-const jobsFor = (attemptId: string) => e.sim.sim.tokenCount(attemptId);
+const jobsFor = (attemptId: string) => e.sim.jobsFor(attemptId);
 /** A request with its own prompt: identical inputs in one submit window are ambiguous by design. */
 const request = (prompt: string, over: Record<string, unknown> = {}) => ({ ...defaultRequest, prompt, ...over });
 const KLING = { model: 'kling-v2-master', resolution: '720p' };
@@ -166,7 +166,7 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     const attempts = await review.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     assert.equal(attempts.length, 1, 'no second attempt');
     assert.equal(attempts[0]!.submit_state, 'SUBMIT_UNKNOWN');
-    assert.equal(review.sim.sim.tokenCount(attempts[0]!.attempt_id), 0);
+    assert.equal(review.sim.jobsFor(attempts[0]!.attempt_id), 0);
     await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-alice', reason: 'test cleanup' });
   });
 
@@ -196,7 +196,7 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     assert.ok(found.kind === 'found', 'the operator finds the job at the provider');
     await review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: found.job.jobId });
     await review.waitForStatus(taskId, 'SUCCEEDED');
-    assert.equal(review.sim.sim.tokenCount(attempt!.attempt_id), 1);
+    assert.equal(review.sim.jobsFor(attempt!.attempt_id), 1);
   });
 
   test('fail: the task fails and its credits are released', async () => {

@@ -36,7 +36,7 @@ test('a worker SIGKILLed mid-submit: the retry never calls the provider again, t
     throw new Error(`worker never reached the submit: ${(err as Error).message}\n${lines.slice(-20).join('\n')}`);
   });
   await new Promise((r) => setTimeout(r, 300));
-  assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1, 'the provider has the request');
+  assert.equal(e.sim.jobsFor(attempt.attempt_id), 1, 'the provider has the request');
   await child.stop('SIGKILL', 1000);
   assert.equal(child.exitInfo?.signal, 'SIGKILL');
 
@@ -44,7 +44,7 @@ test('a worker SIGKILLed mid-submit: the retry never calls the provider again, t
   const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
   const path = task.transitions.map((t: { to: string }) => t.to);
   assert.ok(path.includes('SUBMIT_UNKNOWN'), `the retry recorded the unknown outcome: ${path.join(' → ')}`);
-  assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1, 'still exactly one provider job');
+  assert.equal(e.sim.jobsFor(attempt.attempt_id), 1, 'still exactly one provider job');
   const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
   assert.equal(attempts.length, 1);
   const ledger = await e.ledgerOf(taskId);

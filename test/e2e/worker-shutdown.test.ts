@@ -39,5 +39,5 @@ test('SIGTERM during a provider call: the call finishes and is recorded, the wor
 
   e.worker = await startWorker(e.config, e.tdb.database);
   await e.waitForStatus(taskId, 'SUCCEEDED');
-  assert.equal(e.sim.sim.tokenCount(attempt.attempt_id), 1);
+  assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
 });

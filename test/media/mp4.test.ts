@@ -9,8 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
-import { ISO_BMFF_FORMAT_NAME, probeMp4, type RangeReader } from '../../media/mp4';
+import { ISO_BMFF_FORMAT_NAME, probeMp4 } from '../../media/mp4';
 import { InvalidMediaError, probeMedia, probeStored } from '../../media/probe';
+import { fileReader } from './support';
 
 const run = promisify(execFile);
 let dir: string;
@@ -26,17 +27,6 @@ async function make(name: string, args: string[], input = ['-f', 'lavfi', '-i', 
   return file;
 }
 
-/** Ranged reads of a local file, counted. */
-function fileReader(bytes: Buffer): { read: RangeReader; reads: () => number } {
-  let n = 0;
-  return {
-    read: async (offset, length) => {
-      n += 1;
-      return bytes.subarray(offset, offset + length);
-    },
-    reads: () => n,
-  };
-}
 
 async function probeFile(file: string) {
   const bytes = await fs.readFile(file);

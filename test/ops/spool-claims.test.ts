@@ -20,7 +20,7 @@ const rec = (id: string, provider = 'replicate') => ({
 });
 class DatabaseDown extends Error {}
 const open = (dir: string, onDeadLetter?: (provider: string) => void): CallbackSpool =>
-  createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: (err) => err instanceof DatabaseDown, ...(onDeadLetter ? { onDeadLetter } : {}) });
+  createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: (err) => err instanceof DatabaseDown, maxBytes: 1 << 30, ...(onDeadLetter ? { onDeadLetter } : {}) });
 
 /** A process that appended `ids` and died: its lease is no longer renewed and runs out. */
 async function deadWriter(dir: string, ids: string[]): Promise<void> {

@@ -35,7 +35,7 @@ test('every acknowledged append survives a SIGKILL of the writer and is replayed
     // The dead writer's lease runs out; then its files are anyone's to adopt.
     await new Promise((r) => setTimeout(r, LEASE_MS * 1.5));
 
-    const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true });
+    const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true, maxBytes: 1 << 30 });
     const replayed: number[] = [];
     const pass = await spool.replay(async (rec) => {
       replayed.push((rec.payload as { n: number }).n);
@@ -55,7 +55,7 @@ test('every acknowledged append survives a SIGKILL of the writer and is replayed
 
 test('an append that fails part way seals its file, so the next acknowledged append is not glued to a torn line', async () => {
   const dir = path.join(os.tmpdir(), `vidorch-spool-torn-${process.pid}-${randomBytes(3).toString('hex')}`);
-  const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true });
+  const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true, maxBytes: 1 << 30 });
   const base = {
     provider: 'replicate', receivedAt: new Date().toISOString(), receivedRegion: 'region-a', providerEventId: null,
     needsRefetch: false, why: 'database-unavailable' as const,

@@ -272,8 +272,8 @@ export async function startModesStack(
     async close() {
       for (const w of stack.workers) await w.stop().catch(() => undefined);
       await replayer?.stop();
-      // The API context may hold a Redis client (tenant rate limits).
-      await (ctx as { rateLimiter?: { close(): Promise<void> } }).rateLimiter?.close();
+      // The API context holds Redis clients (tenant and callback rate limits).
+      await Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close()]);
       await served.close();
       await closeClient();
       await sim.close();

@@ -28,7 +28,7 @@ test('every request the fal adapter can send matches the documented request shap
     if (url.pathname.endsWith('/status')) return { status: 200, body: { status: 'COMPLETED', logs: null, metrics: {} } };
     return { status: 200, body: { video: { url: 'https://v3.fal.media/files/out.mp4' } } };
   });
-  const adapter = createFalAdapter({ baseUrl: 'https://queue.fal.run', apiKey: 'key-id:key-secret', jwksUrl: 'https://rest.alpha.fal.ai/.well-known/jwks.json', timeoutMs: 1_000, fetch: recordingFetch(calls, fal) });
+  const adapter = createFalAdapter({ baseUrl: 'https://queue.fal.run', apiKey: 'key-id:key-secret', jwksUrl: 'https://rest.alpha.fal.ai/.well-known/jwks.json', expectedUserId: 'fal-user', timeoutMs: 1_000, fetch: recordingFetch(calls, fal) });
   await submitEveryAdmitted(adapter, 'fal');
   assert.ok(calls.every((c) => c.url.searchParams.get('fal_webhook')?.startsWith('https://api.example.com/')), 'the webhook rides as fal_webhook');
   const before = calls.length;

@@ -22,6 +22,8 @@ export const SAFE_PRODUCTION_ENV: Readonly<Record<string, string>> = {
   PROVIDER_FAL_BASE_URL: 'https://queue.fal.run',
   PROVIDER_FAL_API_KEY: 'prod-fal-key-id:prod-fal-key-secret',
   PROVIDER_FAL_JWKS_URL: 'https://rest.alpha.fal.ai/.well-known/jwks.json',
+  PROVIDER_FAL_USER_ID: 'prod-fal-user-id',
+  CALLBACK_TOKEN_SECRET: 'prod-callback-token-secret-0123456789abcdef',
   PROVIDER_RUNWAY_BASE_URL: 'https://api.dev.runwayml.com/v1',
   PROVIDER_RUNWAY_API_SECRET: 'prod-runway-secret-example',
   PROVIDER_KLING_BASE_URL: 'https://api-singapore.klingai.com',

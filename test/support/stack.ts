@@ -17,13 +17,32 @@ import { createLogger } from '../../observability/logger';
 import { startFactSampler } from '../../observability/facts';
 import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
+import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTenant } from '../../ops/tenants';
+import { createCallbackTokens } from '../../providers/callback-token';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
 import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { bundleWorkflows, createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
 
-export const testLogger = createLogger({ name: 'test', level: process.env['LOG_LEVEL'] ?? 'warn', pretty: false });
+const logTaps = new Set<(line: string) => void>();
+/** Calls `tap` with every log line of this process (its own and the Temporal SDK's) until the returned stop is called. */
+export function tapLogs(tap: (line: string) => void): () => void {
+  logTaps.add(tap);
+  return () => logTaps.delete(tap);
+}
+
+export const testLogger = createLogger({
+  name: 'test',
+  level: process.env['LOG_LEVEL'] ?? 'warn',
+  pretty: false,
+  destination: {
+    write(line: string) {
+      process.stdout.write(line);
+      for (const tap of logTaps) tap(line);
+    },
+  },
+});
 
 let runtimeInstalled = false;
 function installRuntime() {
@@ -73,6 +92,11 @@ export async function createTestDatabase(config: Config): Promise<TestDatabase> 
 export interface RunningSimulator {
   readonly sim: Simulator;
   readonly baseUrl: string;
+  /**
+   * Jobs the simulator holds for an attempt: by the attempt id (Kling's external_task_id) or by
+   * the keyed token of its callback URL (Replicate and fal carry only the URL).
+   */
+  jobsFor(attemptId: string): number;
   close(): Promise<void>;
 }
 
@@ -80,6 +104,7 @@ export async function startSimulator(config: Config, opts: { generationMs?: numb
   const sim = createSimulator({
     apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
     webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
+    fal: { userId: config.PROVIDER_FAL_USER_ID },
     generationMs: opts.generationMs ?? 300,
     outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
     dataDir: path.join(os.tmpdir(), 'vidorch-test-simulator'),
@@ -87,7 +112,13 @@ export async function startSimulator(config: Config, opts: { generationMs?: numb
     webhookRetry: { attempts: 3, baseDelayMs: 50 },
   });
   const server = await sim.listen(0);
-  return { sim, baseUrl: `http://127.0.0.1:${server.port}`, close: () => server.close() };
+  const tokens = createCallbackTokens(config.CALLBACK_TOKEN_SECRET);
+  return {
+    sim,
+    baseUrl: `http://127.0.0.1:${server.port}`,
+    jobsFor: (attemptId) => sim.tokenCount(attemptId) + sim.tokenCount(tokens.tokenFor(attemptId)),
+    close: () => server.close(),
+  };
 }
 
 export async function temporalClient(config: Config): Promise<{ client: Client; close(): Promise<void> }> {
@@ -135,7 +166,7 @@ export async function startApi(
     },
     async close() {
       await served.close();
-      await Promise.all([ctx.rateLimiter.close(), facts.stop()]);
+      await Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close(), facts.stop()]);
     },
   };
 }
@@ -154,14 +185,20 @@ export interface RunningWorker {
 }
 
 /** The generation worker and its poll workers; `pollProviders` limits which providers get one. */
-export async function startWorker(config: Config, db: Database, opts: { pollProviders?: readonly string[] } = {}): Promise<RunningWorker> {
+export async function startWorker(
+  config: Config,
+  db: Database,
+  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities } = {},
+): Promise<RunningWorker> {
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
+  const deps = buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) });
   const worker = await createGenerationWorkers({
     connection,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
-    deps: buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) }),
+    deps,
+    ...(opts.wrapActivities ? { activities: opts.wrapActivities(createTaskActivities(deps)) } : {}),
     workflowBundle: await workflowBundle(),
     shutdownGraceMs: 2_000,
     ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),

@@ -34,7 +34,7 @@ test('the inbox is applied across continue-as-new: a task polled over many runs 
   assert.ok(runs >= 3, `the task spanned several runs (${runs})`);
 
   const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-  assert.equal(e.sim.sim.tokenCount(attempt!.attempt_id), 1, 'one provider job');
+  assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1, 'one provider job');
   const inbox = await e.tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
   // Each source stored the success at most once (a callback dedupes on its webhook id, a poll on
   // the job's state); applying it twice is a no-op for the state machine: one transition.

@@ -69,7 +69,7 @@ describe('a reset never repeats a cost-bearing side effect', () => {
         .select()
         .from(taskAttempt)
         .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')));
-      return a && e.sim.sim.tokenCount(attemptId) === 1 ? a : undefined;
+      return a && e.sim.jobsFor(attemptId) === 1 ? a : undefined;
     }, 15_000, 20);
     const oldRun = (await handleOf(taskId).describe()).runId;
 
@@ -205,7 +205,7 @@ describe('a reset re-delivers an operator Update, and that is harmless', () => {
     assert.equal(eventsWhere(history, (ev) => ev.workflowExecutionUpdateAdmittedEventAttributes).length, 1, 'the Update was re-delivered');
     const attempts = await attemptsOf(taskId);
     assert.deepEqual(attempts.map((a) => a.attempt_id).sort(), [attemptIdFor(taskId, 1), attemptIdFor(taskId, 2)].sort());
-    assert.deepEqual(attempts.map((a) => review.sim.sim.tokenCount(a.attempt_id)).sort(), [0, 1], 'no job for the first attempt, one for the second');
+    assert.deepEqual(attempts.map((a) => review.sim.jobsFor(a.attempt_id)).sort(), [0, 1], 'no job for the first attempt, one for the second');
     assert.equal((await auditRows(taskId)).length, 1, 'one audit row');
     const f = await figuresOf(review, taskId);
     assert.deepEqual(f.ledger, { RESERVE: 1, SETTLE: 1, RELEASE: 1 });

@@ -104,7 +104,7 @@ export async function figuresOf(e: E2E, taskId: string): Promise<TaskFigures> {
   const tally = (xs: string[]) => xs.reduce<Record<string, number>>((acc, x) => ({ ...acc, [x]: (acc[x] ?? 0) + 1 }), {});
   return {
     attemptIds: attempts.map((a) => a.attempt_id),
-    providerJobs: attempts.reduce((n, a) => n + e.sim.sim.tokenCount(a.attempt_id), 0),
+    providerJobs: attempts.reduce((n, a) => n + e.sim.jobsFor(a.attempt_id), 0),
     ledger: tally(ledgerRows.map((r) => r.entry_type)),
     assets: tally(assetRows.map((r) => r.kind)),
     objects: (listed.Contents ?? []).map((o) => o.Key!).sort(),
@@ -127,7 +127,7 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
   const [attempt] = attempts;
   assert.equal(attempt!.attempt_id, attemptIdFor(taskId, 1), 'attempt id derived from task id + attempt number');
   assert.equal(attempt!.provider_idempotency_key, attempt!.attempt_id, 'provider idempotency key is the attempt id');
-  assert.equal(e.sim.sim.tokenCount(attempt!.attempt_id), 1, 'one provider job for the correlation token');
+  assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1, 'one provider job for the correlation token');
 
   const f = await figuresOf(e, taskId);
   assert.deepEqual(f.ledger, { RESERVE: 1, SETTLE: 1, RELEASE: 1 }, 'one ledger row per kind');

@@ -1,0 +1,54 @@
+// One redaction for every error text that leaves a process: activity failures (and so workflow
+// history), task failure messages, problem+json bodies and log lines. Presigned URLs carry their
+// signature in the query string (X-Amz-Signature, X-Amz-Credential), tools such as ffprobe start
+// their errors with the URL they were given, and provider errors may echo a key: keep the
+// scheme, host and path of a URL (enough to debug), drop its query, fragment and credentials,
+// and mask bearer / key-like tokens wherever they appear.
+import type { ActivityInterceptorsFactory } from '@temporalio/worker';
+
+const URL_RE = /\b([a-z][a-z0-9+.-]*:\/\/)(?:[^\s/?#@'"<>]*@)?([^\s?#'"<>]*)(?:[?#][^\s'"<>]*)?/gi;
+const TOKEN_PATTERNS: readonly [RegExp, string][] = [
+  [/\b(Bearer|Basic|Key|Token)\s+[A-Za-z0-9._~+/=:-]{6,}/gi, '$1 [redacted]'],
+  [/\bwhsec_[A-Za-z0-9+/=]+/g, 'whsec_[redacted]'],
+  [/\b(r8|sk|pk|rk|key)_[A-Za-z0-9]{8,}/g, '$1_[redacted]'],
+  [/\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g, '[redacted-jwt]'],
+  [/\bAKIA[0-9A-Z]{16}\b/g, '[redacted-access-key]'],
+  [/\b(X-Amz-[A-Za-z-]+|Signature|Credential|token|secret|api[_-]?key|password)=[^&\s'"]+/gi, '$1=[redacted]'],
+];
+
+/** `text` with URL queries and credentials and token-like strings removed. */
+export function redactText(text: string): string {
+  let out = text.replace(URL_RE, (_m, scheme: string, rest: string) => `${scheme}${rest}`);
+  for (const [re, replacement] of TOKEN_PATTERNS) out = out.replace(re, replacement);
+  return out;
+}
+
+/**
+ * Redacts an error's message and stack, and its causes', in place (keeping its class, so
+ * `instanceof` and Temporal's failure types still work); returns it.
+ */
+export function redactError<T>(err: T): T {
+  const seen = new Set<unknown>();
+  for (let e: unknown = err; e instanceof Error && !seen.has(e) && seen.size < 8; e = e.cause) {
+    seen.add(e);
+    e.message = redactText(e.message);
+    if (e.stack) e.stack = redactText(e.stack);
+  }
+  return err;
+}
+
+/**
+ * Worker interceptor: whatever an activity throws is redacted before the SDK turns it into the
+ * failure recorded in workflow history (and logged by the worker).
+ */
+export const redactActivityFailures: ActivityInterceptorsFactory = () => ({
+  inbound: {
+    async execute(input, next) {
+      try {
+        return await next(input);
+      } catch (err) {
+        throw redactError(err);
+      }
+    },
+  },
+});

@@ -1,0 +1,57 @@
+// The token in a provider's callback URL (/v1/callbacks/<provider>/<token>). The attempt id is
+// the provider idempotency key but it is not secret (an unkeyed hash of the task id, returned by
+// GET /v1/tasks/:id), so the URL carries a keyed token instead (docs/decisions/0016):
+//   token = base64url( AES-256(k_enc, attempt id bytes) ‖ HMAC-SHA256(k_mac, attempt id)[0..16] )
+// The first block hides the attempt id (one AES block is a keyed permutation of its 16 bytes);
+// the tag authenticates it. The API recovers the attempt id and checks the tag in constant time
+// before it reads anything, so a guessed or forged token costs one block decryption.
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const TAG_BYTES = 16;
+/** base64url of 32 bytes. */
+const TOKEN = /^[A-Za-z0-9_-]{43}$/;
+
+export interface CallbackTokens {
+  /** The URL token of an attempt (deterministic: a retried submit hands out the same URL). */
+  tokenFor(attemptId: string): string;
+  /** The attempt id a token stands for, or null when the token is not one of ours. */
+  attemptIdOf(token: string): string | null;
+}
+
+const uuidBytes = (id: string): Buffer => Buffer.from(id.replace(/-/g, ''), 'hex');
+const uuidString = (b: Buffer): string => {
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+};
+
+function block(key: Buffer, input: Buffer, encrypt: boolean): Buffer {
+  const c = encrypt ? createCipheriv('aes-256-ecb', key, null) : createDecipheriv('aes-256-ecb', key, null);
+  c.setAutoPadding(false);
+  return Buffer.concat([c.update(input), c.final()]);
+}
+
+export function createCallbackTokens(secret: string): CallbackTokens {
+  const derive = (info: string) => Buffer.from(hkdfSync('sha256', secret, 'vidorch-callback-token', info, 32));
+  const encKey = derive('enc');
+  const macKey = derive('mac');
+  const tag = (attemptId: string) => createHmac('sha256', macKey).update(attemptId.toLowerCase()).digest().subarray(0, TAG_BYTES);
+  return {
+    tokenFor(attemptId) {
+      if (!UUID.test(attemptId)) throw new Error(`attempt id ${attemptId} is not a UUID`);
+      return Buffer.concat([block(encKey, uuidBytes(attemptId), true), tag(attemptId)]).toString('base64url');
+    },
+    attemptIdOf(token) {
+      if (!TOKEN.test(token)) return null;
+      const raw = Buffer.from(token, 'base64url');
+      if (raw.length !== 16 + TAG_BYTES) return null;
+      const attemptId = uuidString(block(encKey, raw.subarray(0, 16), false));
+      return timingSafeEqual(tag(attemptId), raw.subarray(16)) ? attemptId : null;
+    },
+  };
+}
+
+/** The callback URL handed to a provider for an attempt. */
+export function callbackUrl(publicBaseUrl: string, provider: string, token: string): string {
+  return `${publicBaseUrl}/v1/callbacks/${encodeURIComponent(provider)}/${token}`;
+}

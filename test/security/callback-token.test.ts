@@ -1,0 +1,79 @@
+// Attack: the callback URL used to end in the attempt id, which is no secret (an unkeyed hash of
+// the task id, returned by GET /v1/tasks/:id). Now it ends in a keyed token (HMAC-authenticated,
+// the attempt id hidden; docs/decisions/0016), checked before any I/O: the attempt id URL, a
+// tampered token and a token minted with another key are refused with nothing stored, and a
+// valid token for an attempt we do not have stores nothing either.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, test } from 'node:test';
+import { Webhook } from 'standardwebhooks';
+import { createDatabase } from '../../db/client';
+import { createCallbackTokens } from '../../providers/callback-token';
+import { startApi } from '../support/stack';
+import { startCallbackWorld, type CallbackWorld } from './support';
+
+let w: CallbackWorld;
+before(async () => {
+  w = await startCallbackWorld();
+});
+after(() => w?.close());
+
+/** A correctly signed Replicate webhook (the signing secret is not what this attack is about). */
+function replicateWebhook(jobId: string, callbackUrl: string) {
+  const now = new Date();
+  const body = JSON.stringify({
+    id: jobId, version: 'minimax/video-01', input: { prompt: 'x' }, output: 'https://replicate.delivery/attacker.mp4', error: null, logs: '',
+    status: 'succeeded', created_at: now.toISOString(), started_at: now.toISOString(), completed_at: now.toISOString(), webhook: callbackUrl, metrics: {},
+  });
+  const id = `msg_${randomUUID()}`;
+  const signature = new Webhook(w.config.PROVIDER_REPLICATE_WEBHOOK_SECRET).sign(id, now, body);
+  return { body, headers: { 'webhook-id': id, 'webhook-timestamp': String(Math.floor(now.getTime() / 1000)), 'webhook-signature': signature } };
+}
+
+test('callbacks to the attempt id, a tampered token or another key\'s token are refused (404), nothing stored or bound', async () => {
+  const victim = await w.attempt('replicate', { model: 'minimax/video-01' });
+  const other = createCallbackTokens('another-deployment-secret-0123456789abcdef').tokenFor(victim.attemptId);
+  const flipped = `${victim.token.slice(0, 10)}${victim.token[10] === 'A' ? 'B' : 'A'}${victim.token.slice(11)}`;
+  for (const guess of [victim.attemptId, flipped, other]) {
+    const cb = replicateWebhook('attacker-job', `${w.api.baseUrl}/v1/callbacks/replicate/${guess}`);
+    const res = await w.post(`/v1/callbacks/replicate/${guess}`, cb.body, cb.headers);
+    assert.equal(res.status, 404, `${guess}: ${JSON.stringify(res.body)}`);
+  }
+  assert.equal(await w.inboxRows(), 0);
+  assert.equal((await w.attemptRow(victim.attemptId)).provider_job_id, null);
+  // The token is not derived in the open from the attempt id.
+  assert.ok(!victim.token.includes(victim.attemptId.replace(/-/g, '').slice(0, 8)));
+  assert.notEqual(other, victim.token);
+});
+
+test('a forged token is refused before any I/O: with the database unreachable it is still a 404 (not spooled)', async () => {
+  const dead = createDatabase({ url: 'postgres://postgres@127.0.0.1:1/none', max: 1, applicationName: 'dead' });
+  const api = await startApi({ ...w.config, CALLBACK_SPOOL_DIR: `/tmp/vidorch-dead-spool-${process.pid}` }, dead);
+  try {
+    const res = await fetch(`${api.baseUrl}/v1/callbacks/kling/${randomUUID()}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"task_id":"x"}' });
+    assert.equal(res.status, 404);
+  } finally {
+    await api.close();
+    await dead.close();
+  }
+});
+
+test('a valid token of an attempt that does not exist stores nothing (no inbox row for unknown tokens)', async () => {
+  const token = createCallbackTokens(w.config.CALLBACK_TOKEN_SECRET).tokenFor(randomUUID());
+  const cb = replicateWebhook('some-job', `${w.api.baseUrl}/v1/callbacks/replicate/${token}`);
+  const res = await w.post(`/v1/callbacks/replicate/${token}`, cb.body, cb.headers);
+  assert.equal(res.status, 404, JSON.stringify(res.body));
+  assert.equal(await w.inboxRows(), 0);
+});
+
+test('a job echoing another correlation token (Replicate\'s webhook URL) is not bound: 409, nothing stored', async () => {
+  const victim = await w.attempt('replicate', { model: 'minimax/video-01' });
+  const attacker = await w.attempt('replicate', { model: 'minimax/video-01' });
+  const cb = replicateWebhook('attacker-job-2', `${w.api.baseUrl}/v1/callbacks/replicate/${attacker.token}`);
+  const res = await w.post(`/v1/callbacks/replicate/${victim.token}`, cb.body, cb.headers);
+  assert.equal(res.status, 409, JSON.stringify(res.body));
+  assert.equal(await w.inboxRows(), 0);
+  // Its own URL is fine.
+  const own = await w.post(`/v1/callbacks/replicate/${attacker.token}`, cb.body, cb.headers);
+  assert.equal(own.status, 200, JSON.stringify(own.body));
+});

@@ -1,0 +1,77 @@
+// Attack (a leak): ffprobe's error starts with its input, the presigned S3 URL (X-Amz-Signature,
+// X-Amz-Credential), and errors become the task's failure, the activity failure in workflow
+// history and log lines. A provider output that ffprobe rejects runs the whole product here;
+// then an activity failure quoting a presigned URL and a bearer key goes through the real worker.
+// Neither the task, the logs nor the history carries the URL's query or the key.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { ApplicationFailure } from '@temporalio/common';
+import { buildStorage } from '../../config/services';
+import { startE2E, type E2E } from '../support/e2e';
+import { startWorker, tapLogs } from '../support/stack';
+
+let e: E2E;
+const logs: string[] = [];
+let stopTap: () => void = () => undefined;
+let failNextRescue = false;
+/** What the wrapped rescue throws once: what execFile's error for ffprobe on a presigned URL looks like. */
+let leakyMessage = '';
+
+before(async () => {
+  stopTap = tapLogs((line) => logs.push(line));
+  e = await startE2E('redaction', {}, { worker: false });
+  e.worker = await startWorker(e.config, e.tdb.database, {
+    wrapActivities: (a) => ({
+      ...a,
+      async rescueOutput(taskId: string) {
+        if (failNextRescue) {
+          failNextRescue = false;
+          throw ApplicationFailure.create({ type: 'MediaToolFailed', message: leakyMessage, cause: new Error(`upstream said: ${leakyMessage}`) });
+        }
+        return a.rescueOutput(taskId);
+      },
+    }),
+  });
+});
+after(async () => {
+  stopTap();
+  await e?.close();
+});
+
+const SECRETS = /X-Amz-|Signature=|Credential=|r8_[A-Za-z0-9]{8}|whsec_[A-Za-z0-9]/;
+
+async function historyText(taskId: string): Promise<string> {
+  return JSON.stringify((await e.client.workflow.getHandle(e.api.facade.workflowIdFor(taskId)).fetchHistory()).events ?? []);
+}
+
+test('a provider output ffprobe rejects fails the task INVALID_MEDIA without the presigned URL in its failure, the logs or the history', async () => {
+  e.sim.sim.setFaults({ output: 'not_media' });
+  try {
+    const taskId = await e.createTask('redaction-not-media');
+    const task = await e.waitForStatus(taskId, 'FAILED');
+    assert.equal(task.failure.code, 'INVALID_MEDIA');
+    assert.match(task.failure.message, /ffprobe rejected the file/);
+    // The URL is still named (scheme, host, path), only its query is gone.
+    assert.match(task.failure.message, /http:\/\/127\.0\.0\.1:\d+\//);
+    assert.doesNotMatch(task.failure.message, SECRETS);
+    assert.doesNotMatch(await historyText(taskId), SECRETS);
+    assert.doesNotMatch(logs.join(''), SECRETS);
+  } finally {
+    e.sim.sim.clearFaults();
+  }
+});
+
+test('an activity failure quoting a presigned URL and a key reaches history and the worker log redacted', async () => {
+  const presigned = await buildStorage(e.config).presignGet('tenants/t/tasks/x/output.mp4', 900);
+  assert.match(presigned, /X-Amz-Signature=/);
+  leakyMessage = `Command failed: ffprobe -v error -i ${presigned} (Authorization: Bearer r8_abcdefghijklmnop)`;
+  failNextRescue = true;
+  const taskId = await e.createTask('redaction-activity-failure');
+  await e.waitForStatus(taskId, 'SUCCEEDED');
+  assert.equal(failNextRescue, false, 'the rescue failed once');
+  const history = await historyText(taskId);
+  assert.match(history, /Command failed: ffprobe/, 'the failure is in history');
+  assert.doesNotMatch(history, SECRETS);
+  assert.ok(logs.some((l) => l.includes('Command failed: ffprobe')), 'the failure was logged');
+  assert.doesNotMatch(logs.join(''), SECRETS);
+});
