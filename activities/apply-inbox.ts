@@ -53,6 +53,14 @@ export function createInboxActivities(deps: TaskActivityDeps) {
       return task;
     }
     const nextAttemptState = attemptStateFor(attempt.submit_state as AttemptState, job.state);
+    // MANUAL_REVIEW keeps applying evidence, but only news moves it on: a job now known for the
+    // attempt, or a change of the job's state. A repeat of what parked the task (a poll of a
+    // finished job whose output could not be rescued) leaves it with the operator
+    // (docs/runbooks/manual-review.md).
+    if (task.status === 'MANUAL_REVIEW' && attempt.provider_job_id && !nextAttemptState) {
+      processed.set(row.inbox_id, 'nothing new for a task in review');
+      return task;
+    }
     const succeeded = job.state === 'succeeded';
     const ttlMs = providerFor(deps, attempt.provider).capabilities.outputUrlTtlMs;
     await tx

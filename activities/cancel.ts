@@ -4,6 +4,7 @@
 // bounded like a failed read (activities/provider-reads.ts).
 import { Context } from '@temporalio/activity';
 import { eq } from 'drizzle-orm';
+import { holdFence } from '../db/fence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { fenced, providerFor, type TaskActivityDeps } from './deps';
 import { classifyReadFailure, pastMaxRun, recordReadFailure } from './provider-reads';
@@ -24,6 +25,9 @@ export function createCancelActivities(deps: TaskActivityDeps) {
         // Past the provider's maximum run time there is nothing left to cancel; the poll parks the task.
         if (pastMaxRun(deps, adapter, row.attempt, deps.clock.now())) return { sent: false };
         const signal = Context.current().cancellationSignal;
+        // The region may have failed over since the token was read: check it again right before
+        // the call, so a fenced worker never sends a provider call the new region did not decide.
+        await holdFence(deps.db, token);
         try {
           await adapter.cancel(row.attempt.provider_job_id, signal, { model: row.attempt.provider_model });
         } catch (err) {

@@ -9,12 +9,14 @@
 //   not found, unproven           → keep waiting; past the deadline the workflow escalates.
 import { Context } from '@temporalio/activity';
 import { and, eq, sql } from 'drizzle-orm';
-import { holdFence, type FenceToken } from '../db/fence';
+import { holdFence, inFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
+import { jobEvidence } from '../db/job-evidence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
+import { withinRetention } from '../providers/result-retention';
 import type { LookupResult, ProviderAdapter, ProviderJob, ProviderJobState } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
@@ -38,6 +40,18 @@ export interface PollResult {
 type AttemptRow = typeof taskAttempt.$inferSelect;
 const FINISHED_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];
 
+/** The job a cancel removed at the provider: cancelled, as we asked. */
+const goneAfterCancel = (jobId: string): ProviderJob => ({
+  jobId,
+  state: 'canceled',
+  rawStatus: 'NOT_FOUND_AFTER_CANCEL',
+  updatedAt: null,
+  outputUrl: null,
+  error: 'the provider no longer has the job after our cancel',
+  correlationToken: null,
+  metrics: null,
+});
+
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
@@ -54,23 +68,28 @@ export function createPollActivities(deps: TaskActivityDeps) {
     return w;
   };
 
-  async function markProvedAbsent(token: FenceToken, taskId: string, attempt: AttemptRow, reason: string) {
-    await deps.db.transaction(async (tx) => {
+  /** Returns false (and writes nothing) when the task is no longer waiting on this unknown outcome or a job was heard of. */
+  async function markProvedAbsent(token: FenceToken, taskId: string, attempt: AttemptRow, reason: string): Promise<boolean> {
+    return deps.db.transaction(async (tx) => {
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
       if (!task) throw notFound(`task ${taskId}`);
+      // A miss proves nothing against a callback or an earlier hit for this token (db/job-evidence.ts);
+      // and a parked task (MANUAL_REVIEW) is not re-dispatched by a poll: an operator decides.
+      if (task.status !== 'SUBMIT_UNKNOWN' || (await jobEvidence(tx, attempt.attempt_id))) return false;
       const moved = await tx
         .update(taskAttempt)
         .set({ submit_state: 'REJECTED', last_error: reason, submit_finished_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
         .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMIT_UNKNOWN'), sql`${taskAttempt.provider_job_id} IS NULL`))
         .returning({ id: taskAttempt.attempt_id });
-      if (moved.length === 0 || task.active_attempt_id !== attempt.attempt_id) return;
+      if (moved.length === 0 || task.active_attempt_id !== attempt.attempt_id) return false;
       await applyTaskEvent(tx, token, task, { type: 'SUBMIT_PROVED_ABSENT' }, {
         sourceEvent: 'reconcile.proved-absent',
         actor: 'workflow',
         attemptId: attempt.attempt_id,
         detail: { reason },
       });
+      return true;
     });
   }
 
@@ -148,10 +167,16 @@ export function createPollActivities(deps: TaskActivityDeps) {
             job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
             window.record(Date.now() - started);
           } catch (err) {
-            // Counted and bounded below (activities/provider-reads.ts), never retried forever.
             if (signal.aborted) throw err;
-            job = null;
-            readFailed = { err };
+            if (row.task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
+              // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
+              // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
+              job = goneAfterCancel(jobId);
+            } else {
+              // Counted and bounded below (activities/provider-reads.ts), never retried forever.
+              job = null;
+              readFailed = { err };
+            }
           }
         } else {
           try {
@@ -170,11 +195,15 @@ export function createPollActivities(deps: TaskActivityDeps) {
         const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
         const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
         // Never sooner than the provider's quota lets every waiting job be read in turn.
-        const interval = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
-        await deps.db
-          .update(taskAttempt)
-          .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
-          .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+        // A provider that keeps results only for a while is read inside that window, even over its quota.
+        const paced = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
+        const interval = withinRetention(paced, adapter.capabilities);
+        await inFence(deps.db, token, (tx) =>
+          tx
+            .update(taskAttempt)
+            .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
+            .where(eq(taskAttempt.attempt_id, attempt.attempt_id)),
+        );
 
         if (attempt.provider_job_id) {
           const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
@@ -190,14 +219,15 @@ export function createPollActivities(deps: TaskActivityDeps) {
           // has had time to create the job and while it still keeps jobs that old.
           const proof = lookup?.kind === 'not-found-proven' && adapter.capabilities.absenceProof === 'exact-lookup' ? lookup.evidence : null;
           if (proof && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
-            await markProvedAbsent(token, taskId, attempt, `${proof}, ${Math.round(age / 1000)} s after submit`);
-            return { result: 'absent' as const };
+            if (await markProvedAbsent(token, taskId, attempt, `${proof}, ${Math.round(age / 1000)} s after submit`)) {
+              return { result: 'absent' as const };
+            }
           }
           const since = attempt.unknown_since ?? submittedAt;
           const overdue = now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
           return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
         }
-        const inboxId = await recordProviderEvent(deps.db, {
+        const inboxId = await inFence(deps.db, token, (tx) => recordProviderEvent(tx, {
           provider: attempt.provider,
           job,
           providerEventId: null,
@@ -207,7 +237,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
           receivedRegion: deps.fence.region,
           signatureValid: true,
           raw: { polled_at: now.toISOString(), status: job.rawStatus },
-        });
+        }));
         return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
       }));
     },

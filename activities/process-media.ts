@@ -36,6 +36,7 @@ export function createMediaActivities(deps: TaskActivityDeps) {
         const url = await deps.storage.presignGet(video.object_key, 900);
         let info: MediaInfo | null = null;
         let invalid: string | null = null;
+        let thumbnail: { sha256: string; size: number } | null = null;
         const thumbKey = thumbnailObjectKey(task.tenant_id, taskId, video.attempt_id);
         try {
           // The probe reads the MP4's boxes in process when it can (ffprobe otherwise), side by
@@ -52,22 +53,7 @@ export function createMediaActivities(deps: TaskActivityDeps) {
             await deps.storage.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
             thumb = { sha256, size: jpeg.length };
           }
-          await deps.db
-            .insert(asset)
-            .values({
-              asset_id: newId(),
-              tenant_id: task.tenant_id,
-              task_id: taskId,
-              attempt_id: video.attempt_id,
-              kind: 'thumbnail',
-              bucket: deps.storage.bucket,
-              region: deps.storage.region,
-              object_key: thumbKey,
-              sha256: thumb.sha256,
-              size_bytes: thumb.size,
-              content_type: 'image/jpeg',
-            })
-            .onConflictDoNothing();
+          thumbnail = thumb;
         } catch (err) {
           if (!(err instanceof InvalidMediaError)) throw err;
           invalid = err.message;
@@ -82,6 +68,25 @@ export function createMediaActivities(deps: TaskActivityDeps) {
             return;
           }
           await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
+          // The thumbnail's row is a fact like the rest: written under the fence, with the result.
+          if (thumbnail) {
+            await tx
+              .insert(asset)
+              .values({
+                asset_id: newId(),
+                tenant_id: task.tenant_id,
+                task_id: taskId,
+                attempt_id: video.attempt_id,
+                kind: 'thumbnail',
+                bucket: deps.storage.bucket,
+                region: deps.storage.region,
+                object_key: thumbKey,
+                sha256: thumbnail.sha256,
+                size_bytes: thumbnail.size,
+                content_type: 'image/jpeg',
+              })
+              .onConflictDoNothing();
+          }
           await finishTask(tx, token, current, {
             to: 'SUCCEEDED',
             charge: chargeFor(current.request, current.reserved_amount, info),

@@ -3,9 +3,10 @@
 // facts, applied with a CAS and audited in the same transaction.
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
-import { and, eq, sql } from 'drizzle-orm';
+import { and, eq, isNull, ne, or, sql } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
-import { opsAudit, taskAttempt } from '../db/schema';
+import { jobEvidence } from '../db/job-evidence';
+import { generationTask, opsAudit, taskAttempt } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
@@ -19,6 +20,48 @@ import { readTaskFacts } from './task-facts';
 const invalid = (message: string) => ApplicationFailure.create({ type: FailureType.InvalidState, message, nonRetryable: true });
 
 export function createReviewActivities(deps: TaskActivityDeps) {
+  /**
+   * A job an operator binds must exist at the active attempt's provider (read with the JobRef
+   * that provider needs), carry no other attempt's token, and be bound to no other attempt.
+   * Whatever stops the read fails the Update at once with the reason (never a retry loop the
+   * operator cannot see end); the operator tries again.
+   */
+  async function assertJobBindable(taskId: string, providerJobId: string): Promise<void> {
+    const [row] = await deps.db
+      .select({ attempt: taskAttempt })
+      .from(generationTask)
+      .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
+      .where(eq(generationTask.task_id, taskId));
+    if (!row) throw invalid('task has no attempt to bind a job to');
+    const { attempt } = row;
+    if (attempt.provider_job_id && attempt.provider_job_id !== providerJobId) {
+      throw invalid(`attempt already has provider job ${attempt.provider_job_id}`);
+    }
+    const [other] = await deps.db
+      .select({ id: taskAttempt.attempt_id })
+      .from(taskAttempt)
+      .where(and(eq(taskAttempt.provider, attempt.provider), eq(taskAttempt.provider_job_id, providerJobId), ne(taskAttempt.attempt_id, attempt.attempt_id)));
+    if (other) throw invalid(`provider job ${providerJobId} is bound to attempt ${other.id}`);
+    let job;
+    try {
+      job = await providerFor(deps, attempt.provider).getJob(providerJobId, AbortSignal.timeout(deps.settings.providerCallTimeoutMs), {
+        model: attempt.provider_model,
+      });
+    } catch (err) {
+      if (err instanceof ApplicationFailure) throw err;
+      if ((err as Error).name === 'ProviderNotFound') throw invalid(`${attempt.provider} has no job ${providerJobId}`);
+      throw ApplicationFailure.create({
+        type: FailureType.ProviderUnavailable,
+        message: `could not read job ${providerJobId} from ${attempt.provider}: ${(err as Error).message}; try the resolution again`,
+        nonRetryable: true,
+        cause: err as Error,
+      });
+    }
+    if (job.correlationToken && job.correlationToken !== attempt.attempt_id) {
+      throw invalid(`provider job ${providerJobId} carries another attempt's token`);
+    }
+  }
+
   return {
     async escalateTask(taskId: string, reason: string): Promise<TaskFacts> {
       await fenced(deps, (token) =>
@@ -42,16 +85,7 @@ export function createReviewActivities(deps: TaskActivityDeps) {
       const problem = reviewProblem(resolution);
       if (problem) throw invalid(problem);
       await fenced(deps, async (token) => {
-        const pre = await readTaskFacts(deps.db, taskId, deps.clock.now());
-        if (resolution.kind === 'bind-job') {
-          // The job must exist at the provider: binding a typo would wait forever.
-          try {
-            await providerFor(deps, pre.provider).getJob(resolution.providerJobId);
-          } catch (err) {
-            if ((err as Error).name === 'ProviderNotFound') throw invalid(`provider has no job ${resolution.providerJobId}`);
-            throw err;
-          }
-        }
+        if (resolution.kind === 'bind-job') await assertJobBindable(taskId, resolution.providerJobId);
         await deps.db.transaction(async (tx) => {
           await holdFence(tx, token);
           const task = await lockTask(tx, taskId);
@@ -71,13 +105,16 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           } else {
             if (resolution.kind === 'bind-job') {
               if (!attemptId) throw invalid('task has no attempt to bind a job to');
-              await tx
+              const bound = await tx
                 .update(taskAttempt)
                 .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
-                .where(eq(taskAttempt.attempt_id, attemptId));
+                .where(and(eq(taskAttempt.attempt_id, attemptId), or(isNull(taskAttempt.provider_job_id), eq(taskAttempt.provider_job_id, resolution.providerJobId))))
+                .returning({ id: taskAttempt.attempt_id });
+              if (bound.length === 0) throw invalid('the attempt was bound to another job meanwhile');
             } else if (attemptId) {
-              const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
-              if (attempt?.provider_job_id) throw invalid(`attempt has provider job ${attempt.provider_job_id}; it was submitted`);
+              // Refused while anything says a job exists: confirming it would buy a second one.
+              const evidence = await jobEvidence(tx, attemptId);
+              if (evidence) throw invalid(`${evidence.description}; it was submitted (bind the job instead)`);
               await tx
                 .update(taskAttempt)
                 .set({ submit_state: 'REJECTED', last_error: `operator confirmed not submitted: ${resolution.reason}`, status_version: sql`${taskAttempt.status_version} + 1` })

@@ -8,6 +8,7 @@ import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
 import { modeForbids, policyFor, type CallbackRoute, type ModeAction } from '../domain/modes';
+import { reusedFor } from '../observability/reuse';
 import { isDatabaseUnavailable, problems } from './problem';
 
 export interface OutboxWatermark {
@@ -62,31 +63,23 @@ export function createAdmission(
   opts: { watermark?: OutboxWatermark } = {},
 ): Admission {
   const watermark = opts.watermark ?? { count: 10_000, ageMs: 10 * 60_000 };
-  let cachedFence: { at: number; state: FenceState } | null = null;
-  let cachedBacklog: { at: number; backlog: OutboxBacklog } | null = null;
-
-  async function state(): Promise<FenceState> {
-    const now = Date.now();
-    if (cachedFence && now - cachedFence.at < ttlMs) return cachedFence.state;
+  // One read per period however many requests ask at once (a readiness probe flood, a burst of
+  // creates): callers within the period share the read in flight or its result.
+  const state = reusedFor(ttlMs, async (): Promise<FenceState> => {
     const s = await readFence(db, fence.scope);
     if (!s) throw problems.unavailable(`no region fence for scope ${fence.scope}; run migrations`, RETRY_AFTER_MODE_S);
-    cachedFence = { at: now, state: s };
     return s;
-  }
+  });
 
-  async function backlog(): Promise<OutboxBacklog> {
-    const now = Date.now();
-    if (cachedBacklog && now - cachedBacklog.at < ttlMs) return cachedBacklog.backlog;
+  const backlog = reusedFor(ttlMs, async (): Promise<OutboxBacklog> => {
     // Counted up to the watermark only: past it the exact number does not change the answer.
     const { rows } = await db.execute(sql`
       SELECT
         (SELECT count(*)::int FROM (SELECT 1 FROM outbox_event WHERE published_at IS NULL LIMIT ${watermark.count + 1}) x) AS n,
         (SELECT coalesce(extract(epoch FROM now() - min(created_at)) * 1000, 0)::float FROM outbox_event WHERE published_at IS NULL) AS age_ms`);
     const row = rows[0] as { n: number; age_ms: number };
-    const b = { count: row.n, oldestAgeMs: Math.round(row.age_ms) };
-    cachedBacklog = { at: now, backlog: b };
-    return b;
-  }
+    return { count: row.n, oldestAgeMs: Math.round(row.age_ms) };
+  });
 
   function regionProblem(s: FenceState, what: string) {
     return s.activeRegion !== fence.region
@@ -166,6 +159,19 @@ export function createAdmission(
         outbox: b,
       };
     },
+  };
+}
+
+/** The detailed readiness the operator listener serves (never the public port). */
+export function readinessDetail(r: Readiness): Record<string, unknown> {
+  return {
+    region: r.region,
+    active_region: r.activeRegion,
+    mode: r.mode,
+    epoch: r.epoch,
+    admits: r.admits,
+    reasons: r.reasons,
+    outbox: r.outbox ? { backlog: r.outbox.count, oldest_age_seconds: Math.round(r.outbox.oldestAgeMs / 1000) } : null,
   };
 }
 

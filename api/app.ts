@@ -27,28 +27,16 @@ export function createApp(ctx: ApiContext): express.Express {
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
-  // Ready means "admits new tasks here": the mode allows creates, this is the active region, the
-  // outbox is under its watermark and Postgres answers. The body says what is admitted either way.
+  // Ready means "admits new tasks here" (api/admission.ts). The public answer says only that; why,
+  // and the region, epoch, mode and backlog, are on the operator listener's /readyz.
   app.get('/readyz', async (_req, res) => {
     const r = await ctx.admission.readiness();
-    const body = {
-      status: r.ready ? 'ready' : 'not_ready',
-      region: r.region,
-      active_region: r.activeRegion,
-      mode: r.mode,
-      epoch: r.epoch,
-      admits: r.admits,
-      reasons: r.reasons,
-      outbox: r.outbox ? { backlog: r.outbox.count, oldest_age_seconds: Math.round(r.outbox.oldestAgeMs / 1000) } : null,
-    };
     if (!r.ready) res.setHeader('Retry-After', '5');
-    res.status(r.ready ? 200 : 503).json(body);
+    res.status(r.ready ? 200 : 503).json({ status: r.ready ? 'ready' : 'not_ready' });
   });
-  app.get('/metrics', async (_req, res) => {
-    res.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
-  });
-  app.get('/openapi.json', (req, res) => {
-    res.json(openApiDocument(`${req.protocol}://${req.get('host') ?? 'localhost'}`));
+  // The servers named in the document are this deployment's, never the request's Host header.
+  app.get('/openapi.json', (_req, res) => {
+    res.json(openApiDocument(ctx.settings.publicBaseUrl));
   });
 
   const callbacks = callbackHandlers(ctx);
@@ -60,13 +48,18 @@ export function createApp(ctx: ApiContext): express.Express {
 
   const tasks = taskHandlers(ctx);
   const v1 = express.Router();
+  // A body is JSON or refused (415) before it is parsed; requests without a body pass.
+  v1.use((req: Request, _res: Response, next: NextFunction) => {
+    const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+    next(hasBody && !req.is(['application/json', 'application/*+json']) ? problems.unsupportedMediaType(req.get('content-type') ?? 'no Content-Type') : undefined);
+  });
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
   v1.use(readGate(ctx.admission));
   v1.use(requireTenant(ctx.db));
-  v1.post('/tasks', ctx.rateLimiter.middleware(), tasks.create);
-  v1.get('/tasks', tasks.list);
-  v1.get('/tasks/:id', tasks.get);
-  v1.post('/tasks/:id/cancel', tasks.cancel);
+  v1.post('/tasks', ctx.rateLimiter.middleware('create'), tasks.create);
+  v1.get('/tasks', ctx.rateLimiter.middleware('read'), tasks.list);
+  v1.get('/tasks/:id', ctx.rateLimiter.middleware('read'), tasks.get);
+  v1.post('/tasks/:id/cancel', ctx.rateLimiter.middleware('cancel'), tasks.cancel);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

@@ -102,8 +102,11 @@ export function callbackHandlers(ctx: ApiContext) {
     async receive(req: Request, res: Response) {
       const providerName = String(req.params['provider']);
       const token = String(req.params['token']);
-      const adapter = ctx.providers[providerName];
+      // Own keys only: `constructor`, `__proto__` and friends are not providers.
+      const adapter = Object.hasOwn(ctx.providers, providerName) ? ctx.providers[providerName] : undefined;
       if (!adapter) throw problems.notFound('provider');
+      // Our callback URLs carry the attempt id; anything else is no callback of ours (nothing is written).
+      if (!UUID.test(token)) throw problems.notFound('callback token');
       const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
       let verified;
       try {

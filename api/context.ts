@@ -9,6 +9,7 @@ import type { Config } from '../config/env';
 import { buildProviders, buildStorage } from '../config/services';
 import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
+import { isDatabaseUnavailable } from './problem';
 import { createCallbackSpool, spoolDirFor, type CallbackSpool } from './spool';
 import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
 import { createTaskWaker, type TaskWaker } from './wakes';
@@ -35,6 +36,10 @@ export interface ApiContext {
     readonly presignTtlSeconds: number;
     /** A task's deadline when its request names none. */
     readonly defaultDeadlineSeconds: number;
+    /** This deployment's public base URL (the OpenAPI document's server). */
+    readonly publicBaseUrl: string;
+    /** Slow-client guards of the HTTP server (api/listen.ts). */
+    readonly http: { readonly headersTimeoutMs: number; readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
   };
 }
 
@@ -66,7 +71,7 @@ export function buildApiContext(
     waker,
     rateLimiter: createTenantRateLimiter(
       {
-        pointsPerSecond: config.TENANT_CREATE_RATE_PER_SECOND,
+        perSecond: { create: config.TENANT_CREATE_RATE_PER_SECOND, read: config.TENANT_READ_RATE_PER_SECOND, cancel: config.TENANT_CANCEL_RATE_PER_SECOND },
         redisUrl: config.REDIS_URL || null,
         expectedInstances: config.API_INSTANCES,
       },
@@ -74,13 +79,26 @@ export function buildApiContext(
     ),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
-    spool: createCallbackSpool({ dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL), logger: parts.logger }),
+    spool: createCallbackSpool({
+      dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
+      logger: parts.logger,
+      leaseMs: config.CALLBACK_SPOOL_LEASE_MS,
+      // Postgres unreachable: the line waits for the next pass. Anything else is the line's own fault: set aside.
+      isTransient: isDatabaseUnavailable,
+      onDeadLetter: (provider) => parts.metrics.callbacksReceived.inc({ provider, outcome: 'spool_dead_lettered' }),
+    }),
     settings: {
       region: config.REGION,
       fenceScope: config.FENCE_SCOPE,
       bodyLimit: config.API_BODY_LIMIT,
       presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
       defaultDeadlineSeconds: config.TASK_DEADLINE_SECONDS,
+      publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
+      http: {
+        headersTimeoutMs: config.API_HEADERS_TIMEOUT_MS,
+        requestTimeoutMs: config.API_REQUEST_TIMEOUT_MS,
+        keepAliveTimeoutMs: config.API_KEEP_ALIVE_TIMEOUT_MS,
+      },
     },
   };
 }

@@ -71,8 +71,7 @@ export function openApiDocument(serverUrl: string) {
         },
       },
       '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': { description: 'alive' } } } },
-      '/readyz': { get: { summary: 'Can this instance admit new tasks', security: [], responses: { '200': { description: 'ready' }, '503': problem } } },
-      '/metrics': { get: { summary: 'Prometheus metrics', security: [], responses: { '200': { description: 'text exposition' } } } },
+      '/readyz': { get: { summary: 'Can this instance admit new tasks (ready or not; the reasons are on the operator listener)', security: [], responses: { '200': { description: 'ready' }, '503': { description: 'not ready' } } } },
     },
   };
 }

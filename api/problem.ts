@@ -45,6 +45,10 @@ export const problems = {
   unavailable: (detail: string, retryAfterSeconds: number) =>
     new HttpProblem(503, 'unavailable', 'The service cannot take this request now', detail, [], { 'Retry-After': String(retryAfterSeconds) }),
   badSignature: (detail: string) => new HttpProblem(401, 'invalid-signature', 'The callback signature is not valid', detail),
+  unsupportedMediaType: (got: string) =>
+    new HttpProblem(415, 'unsupported-media-type', 'The request body must be application/json', `got ${got.slice(0, 100)}`, [
+      { field: 'header:Content-Type', message: 'must be application/json' },
+    ]),
 };
 
 export function zodFieldErrors(error: z.ZodError, prefix = ''): FieldError[] {
@@ -96,6 +100,14 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     }
     if (bodyErr.type === 'encoding.unsupported' || bodyErr.type === 'charset.unsupported') {
       return sendProblem(res, new HttpProblem(415, 'unsupported-encoding', 'Unsupported body encoding'), req.originalUrl);
+    }
+    if (err instanceof URIError) {
+      // The router could not percent-decode a path parameter (e.g. /v1/tasks/%ff%fe).
+      return sendProblem(res, problems.validation([{ field: 'path', message: 'not valid percent-encoding' }]), undefined);
+    }
+    if (typeof bodyErr.status === 'number' && bodyErr.status >= 400 && bodyErr.status < 500) {
+      // Anything else the HTTP layer refused as the client's fault (http-errors with a 4xx status).
+      return sendProblem(res, new HttpProblem(bodyErr.status, 'bad-request', 'The request is not valid'), undefined);
     }
     if (err instanceof FenceRejectedError) {
       return sendProblem(res, problems.unavailable('the region fence moved (failover or mode change); retry', 1), req.originalUrl);

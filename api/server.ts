@@ -1,33 +1,36 @@
-// The API process: `npm run api`.
+// The API process: `npm run api`. The public port serves /v1, /healthz, a ready-or-not /readyz
+// and /openapi.json; the operator listener (OPS_LISTEN_HOST:OPS_PORT) serves /metrics and the
+// detailed /readyz. Fact gauges are computed by a sampler on a connection of its own.
 import { loadConfigOrExit } from '../config/env';
 import { buildDatabase } from '../config/services';
+import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { createMetrics } from '../observability/metrics';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
-import { createApp } from './app';
 import { startCallbackReplayer } from './callbacks.handlers';
 import { buildApiContext } from './context';
+import { createApiServer, listen, startApiOpsListener } from './listen';
 
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
+const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
 const ctx = buildApiContext(config, {
   db: database.db,
   logger,
-  metrics: createMetrics({ service: 'api', db: database.db }),
+  metrics: createMetrics({ service: 'api', facts: facts.latest, pool: database.pool }),
   facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
 });
-const app = createApp(ctx);
 // Callbacks spooled while Postgres was down (or facts were read-only) go to the inbox once it can be written.
 const replayer = startCallbackReplayer(ctx, config.CALLBACK_SPOOL_REPLAY_MS);
 
-const server = app.listen(config.PORT, () => {
-  logger.info({ port: config.PORT, region: config.REGION }, `API listening on http://127.0.0.1:${config.PORT}`);
-});
-server.keepAliveTimeout = 65_000;
+const ops = await startApiOpsListener(ctx, { host: config.OPS_LISTEN_HOST, port: config.OPS_PORT, bearerToken: config.OPS_BEARER_TOKEN });
+const server = createApiServer(ctx);
+await listen(server, config.PORT);
+logger.info({ port: config.PORT, ops: ops.url, region: config.REGION }, `API listening on http://127.0.0.1:${config.PORT} (operator listener ${ops.url})`);
 
 let stopping = false;
 async function shutdown(signal: string) {
@@ -39,7 +42,7 @@ async function shutdown(signal: string) {
   setTimeout(() => server.closeAllConnections(), 10_000).unref();
   await new Promise<void>((resolve) => server.once('close', () => resolve()));
   await replayer.stop();
-  await Promise.allSettled([temporal.close(), database.close(), ctx.rateLimiter.close()]);
+  await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), database.close(), ctx.rateLimiter.close()]);
   logger.info('API stopped');
   process.exit(0);
 }

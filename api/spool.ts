@@ -4,10 +4,16 @@
 // later feeds every spooled callback through the normal inbox path; the inbox dedupes on
 // (provider, dedupe_key), so replaying a line twice (a crash mid-replay) changes nothing.
 //
-// Files, one directory per database (see spoolDirFor):
-//   active-<pid>-<rand>.ndjson   appended by one live process
-//   ready-<…>.ndjson             sealed, waiting for replay (rotated from active, or left by a dead process)
-//   replaying-<pid>-<…>.ndjson   claimed by a replayer (an atomic rename; a dead claimer's go back to ready)
+// Files, one directory per database (see spoolDirFor). Each process has an instance id (random,
+// never its pid: a container's pid 1 is every process's pid) and keeps a lease on it:
+//   owner-<instance>.lease          touched every leaseMs/3 while the process lives
+//   active-<instance>-<seq>.ndjson  appended by that process
+//   ready-<…>.ndjson                sealed, waiting for replay (rotated from active, or adopted)
+//   replaying-<instance>-<…>.ndjson claimed by a replayer (an atomic rename)
+//   dead-<instance>.ndjson          lines that could not be applied, set aside (ops spool status / requeue)
+// Files whose owner's lease is missing or older than leaseMs belong to a dead process: any replayer
+// adopts them (back to ready). An owner that finds its active file taken from it (it stalled past
+// its lease) writes the record again into a fresh file before acknowledging: at least once.
 import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -33,19 +39,57 @@ export interface SpooledCallback {
 export interface ReplayPass {
   readonly replayed: number;
   readonly corrupt: number;
+  /** Lines that could not be applied and were set aside in a dead-letter file. */
+  readonly deadLettered: number;
   readonly files: number;
-  /** Set when a line could not be replayed (e.g. the database went away again); its file stays. */
+  /** Set when a transient failure (e.g. the database went away again) stopped the pass; its file stays. */
   readonly error: string | null;
+}
+
+export interface DeadLetter {
+  readonly provider: string;
+  readonly token: string;
+  readonly receivedAt: string;
+  readonly error: string;
+  readonly deadAt: string;
+}
+
+export interface SpoolStatus {
+  readonly dir: string;
+  /** Lines waiting for replay, and the files holding them. */
+  readonly pending: number;
+  readonly files: number;
+  readonly deadLetters: number;
+  /** The newest dead letters, newest first (at most 20). */
+  readonly recentDeadLetters: DeadLetter[];
 }
 
 export interface CallbackSpool {
   readonly dir: string;
   /** Appends and fsyncs one callback. Resolves only once it is on disk. */
   append(rec: Omit<SpooledCallback, 'v' | 'spoolId'>): Promise<void>;
-  /** Spooled callbacks not yet replayed (lines in all files). */
+  /** Spooled callbacks not yet replayed (lines in all files but dead letters). */
   pending(): Promise<number>;
-  /** Seals the active file and replays every sealed file, oldest first, through `ingest`. */
+  /**
+   * Seals the active file and replays every sealed file through `ingest` (each in its order; the
+   * inbox orders events by the provider's clock). A line
+   * whose ingest fails with a transient error stops the pass (its file stays for the next one);
+   * any other failure sets the line aside as a dead letter and the pass goes on.
+   */
   replay(ingest: (rec: SpooledCallback) => Promise<void>): Promise<ReplayPass>;
+  /** Stops the lease timer (tests, shutdown); the lease then runs out and the files are adopted. */
+  close(): void;
+}
+
+export interface CallbackSpoolOptions {
+  readonly dir: string;
+  readonly logger: Logger;
+  /** A process whose lease is older than this is dead: its files are adopted (config CALLBACK_SPOOL_LEASE_MS). */
+  readonly leaseMs: number;
+  /** Whether an ingest failure is passing (retry the line later) rather than the line's own fault. */
+  readonly isTransient: (err: unknown) => boolean;
+  /** Told of every line set aside (the API counts them: vidorch_callbacks_received_total{outcome="spool_dead_lettered"}). */
+  readonly onDeadLetter?: (provider: string) => void;
 }
 
 /** The spool directory of one database: spooled callbacks are only ever replayed into the database they were meant for. */
@@ -54,14 +98,9 @@ export function spoolDirFor(baseDir: string, databaseUrl: string): string {
   return path.resolve(baseDir, name.replace(/[^A-Za-z0-9_.-]/g, '_'));
 }
 
-const isAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
+const INSTANCE = /^(?:active|replaying)-([0-9a-f]{16})-/;
+const isDead = (f: string) => f.startsWith('dead-') && f.endsWith('.ndjson');
+const errno = (err: unknown) => (err as NodeJS.ErrnoException).code;
 
 async function fsyncDir(dir: string): Promise<void> {
   const handle = await fs.open(dir, 'r');
@@ -72,9 +111,15 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-export function createCallbackSpool(opts: { dir: string; logger: Logger }): CallbackSpool {
+async function readLines(file: string): Promise<string[]> {
+  const text = await fs.readFile(file, 'utf8').catch((err: unknown) => (errno(err) === 'ENOENT' ? '' : Promise.reject(err)));
+  return text.split('\n').filter((l) => l.trim());
+}
+
+export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
   const dir = path.resolve(opts.dir);
-  const me = `${process.pid}-${randomBytes(3).toString('hex')}`;
+  const me = randomBytes(8).toString('hex');
+  const leaseFile = path.join(dir, `owner-${me}.lease`);
   let active: { file: string; handle: fs.FileHandle } | null = null;
   let seq = 0;
   // Appends and rotation run one at a time, in order.
@@ -85,9 +130,25 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
     return next;
   };
 
+  async function renewLease(): Promise<void> {
+    const now = new Date();
+    try {
+      await fs.utimes(leaseFile, now, now);
+    } catch (err) {
+      if (errno(err) !== 'ENOENT') throw err;
+      await fs.mkdir(dir, { recursive: true });
+      await fs.writeFile(leaseFile, `${process.pid}\n`);
+    }
+  }
+  const leaseTimer = setInterval(() => {
+    renewLease().catch((err: unknown) => opts.logger.warn({ err }, 'spool lease renewal failed'));
+  }, Math.max(50, Math.floor(opts.leaseMs / 3)));
+  leaseTimer.unref();
+
   async function openActive() {
     if (active) return active;
     await fs.mkdir(dir, { recursive: true });
+    await renewLease();
     const file = path.join(dir, `active-${me}-${String(seq++).padStart(6, '0')}.ndjson`);
     const handle = await fs.open(file, 'a');
     // The new name must survive a crash too, not only the bytes.
@@ -101,34 +162,77 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
     const { file, handle } = active;
     active = null;
     await handle.close();
-    await fs.rename(file, path.join(dir, path.basename(file).replace(/^active-/, 'ready-')));
+    await fs.rename(file, path.join(dir, path.basename(file).replace(/^active-/, 'ready-'))).catch((err: unknown) => {
+      if (errno(err) !== 'ENOENT') throw err; // adopted by another process meanwhile: it is ready already
+    });
+  }
+
+  /** Appends one line to the active file; false when the file was taken from us (we stalled past our lease). */
+  async function appendLine(line: string): Promise<boolean> {
+    const { file, handle } = await openActive();
+    await handle.appendFile(line, 'utf8');
+    await handle.datasync();
+    const [onDisk, mine] = await Promise.all([fs.stat(file).catch(() => null), handle.stat()]);
+    if (onDisk?.ino === mine.ino) return true;
+    active = null;
+    await handle.close().catch(() => undefined);
+    return false;
   }
 
   async function listDir(): Promise<string[]> {
     try {
-      return (await fs.readdir(dir)).filter((f) => f.endsWith('.ndjson')).sort();
+      return (await fs.readdir(dir)).sort();
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      if (errno(err) === 'ENOENT') return [];
       throw err;
     }
   }
 
-  /** Files of dead processes (active or half-replayed) become ready again. */
+  /** Instances whose lease is fresh (this one included). */
+  async function liveOwners(files: string[]): Promise<Set<string>> {
+    const live = new Set([me]);
+    for (const f of files) {
+      const m = /^owner-([0-9a-f]{16})\.lease$/.exec(f);
+      if (!m) continue;
+      const st = await fs.stat(path.join(dir, f)).catch(() => null);
+      if (st && Date.now() - st.mtimeMs < opts.leaseMs) live.add(m[1]!);
+      else await fs.unlink(path.join(dir, f)).catch(() => undefined);
+    }
+    return live;
+  }
+
+  /** Files of dead processes (active or half-replayed) become ready again; files in an older naming count as dead. */
   async function adoptOrphans(): Promise<void> {
-    for (const f of await listDir()) {
-      const m = /^(active|replaying)-(\d+)-/.exec(f);
-      if (!m || Number(m[2]) === process.pid || isAlive(Number(m[2]))) continue;
-      const rest = m[1] === 'active' ? f.slice('active-'.length) : f.slice(`replaying-${m[2]}-`.length);
-      await fs.rename(path.join(dir, f), path.join(dir, `ready-${rest.replace(/^ready-/, '')}`)).catch(() => undefined);
+    const files = await listDir();
+    const live = await liveOwners(files);
+    for (const f of files) {
+      if (!/^(active|replaying)-.*\.ndjson$/.test(f)) continue;
+      const owner = INSTANCE.exec(f)?.[1];
+      if (owner && live.has(owner)) continue;
+      const rest = f.replace(/^(active|replaying)-/, '').replace(/^ready-/, '');
+      await fs.rename(path.join(dir, f), path.join(dir, `ready-${rest}`)).catch(() => undefined);
     }
   }
 
+  /** Sets a line aside (fsync'd: it was acknowledged to the provider) with why it could not be applied. */
+  async function deadLetter(rec: SpooledCallback, err: unknown): Promise<void> {
+    const error = String((err as Error)?.message ?? err).slice(0, 500);
+    const handle = await fs.open(path.join(dir, `dead-${me}.ndjson`), 'a');
+    try {
+      await handle.appendFile(`${JSON.stringify({ ...rec, deadLetter: { error, deadAt: new Date().toISOString() } })}\n`, 'utf8');
+      await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+    opts.onDeadLetter?.(rec.provider);
+    opts.logger.warn({ provider: rec.provider, error }, 'spooled callback set aside as a dead letter');
+  }
+
   async function replayFile(file: string, ingest: (rec: SpooledCallback) => Promise<void>) {
-    const text = await fs.readFile(file, 'utf8');
     let replayed = 0;
     let corrupt = 0;
-    for (const line of text.split('\n')) {
-      if (!line.trim()) continue;
+    let deadLettered = 0;
+    for (const line of await readLines(file)) {
       let rec: SpooledCallback;
       try {
         rec = JSON.parse(line) as SpooledCallback;
@@ -139,21 +243,27 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
         opts.logger.warn({ file: path.basename(file) }, 'skipping an unreadable spool line');
         continue;
       }
-      await ingest(rec);
-      replayed += 1;
+      try {
+        await ingest(rec);
+        replayed += 1;
+      } catch (err) {
+        if (opts.isTransient(err)) throw Object.assign(err as Error, { spoolPass: { replayed, corrupt, deadLettered } });
+        await deadLetter(rec, err);
+        deadLettered += 1;
+      }
     }
-    return { replayed, corrupt };
+    return { replayed, corrupt, deadLettered };
   }
 
   return {
     dir,
     append(rec) {
       return serial(async () => {
-        const { handle } = await openActive();
         try {
           const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
-          await handle.appendFile(line, 'utf8');
-          await handle.datasync();
+          // Twice at most: a file taken from us between our write and our check may have been
+          // read before the write; the record goes again into a fresh file (the inbox dedupes).
+          if (!(await appendLine(line))) await appendLine(line);
         } catch (err) {
           // A write that failed part way (ENOSPC, EIO) may have left half a line. Seal the file,
           // so the next acknowledged append starts a fresh one instead of gluing itself onto the
@@ -166,10 +276,7 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
 
     async pending() {
       let n = 0;
-      for (const f of await listDir()) {
-        const text = await fs.readFile(path.join(dir, f), 'utf8').catch(() => '');
-        n += text.split('\n').filter((l) => l.trim()).length;
-      }
+      for (const f of await listDir()) if (f.endsWith('.ndjson') && !isDead(f)) n += (await readLines(path.join(dir, f))).length;
       return n;
     },
 
@@ -178,10 +285,11 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
       await adoptOrphans();
       let replayed = 0;
       let corrupt = 0;
+      let deadLettered = 0;
       let files = 0;
       for (const f of await listDir()) {
         if (!f.startsWith('ready-')) continue;
-        const claimed = path.join(dir, `replaying-${process.pid}-${f.slice('ready-'.length)}`);
+        const claimed = path.join(dir, `replaying-${me}-${f.slice('ready-'.length)}`);
         try {
           await fs.rename(path.join(dir, f), claimed);
         } catch {
@@ -191,17 +299,63 @@ export function createCallbackSpool(opts: { dir: string; logger: Logger }): Call
           const r = await replayFile(claimed, ingest);
           replayed += r.replayed;
           corrupt += r.corrupt;
+          deadLettered += r.deadLettered;
           files += 1;
           await fs.unlink(claimed);
         } catch (err) {
           // Put it back for the next pass; lines already replayed dedupe in the inbox.
           await fs.rename(claimed, path.join(dir, f)).catch(() => undefined);
-          return { replayed, corrupt, files, error: (err as Error).message };
+          const partial = (err as { spoolPass?: Omit<ReplayPass, 'files' | 'error'> }).spoolPass;
+          return {
+            replayed: replayed + (partial?.replayed ?? 0), corrupt: corrupt + (partial?.corrupt ?? 0),
+            deadLettered: deadLettered + (partial?.deadLettered ?? 0), files, error: (err as Error).message,
+          };
         }
       }
-      return { replayed, corrupt, files, error: null };
+      return { replayed, corrupt, deadLettered, files, error: null };
+    },
+
+    close() {
+      clearInterval(leaseTimer);
     },
   };
+}
+
+/** What an operator sees of a spool directory (`ops spool status`); reads files only. */
+export async function spoolStatus(dir: string): Promise<SpoolStatus> {
+  const files = await fs.readdir(dir).catch((err: unknown) => (errno(err) === 'ENOENT' ? [] : Promise.reject(err)));
+  let pending = 0;
+  let queued = 0;
+  const dead: DeadLetter[] = [];
+  for (const f of files.filter((n) => n.endsWith('.ndjson'))) {
+    const lines = await readLines(path.join(dir, f));
+    if (!isDead(f)) {
+      pending += lines.length;
+      if (lines.length) queued += 1;
+      continue;
+    }
+    for (const line of lines) {
+      try {
+        const d = JSON.parse(line) as Partial<SpooledCallback> & { deadLetter: { error: string; deadAt: string } };
+        dead.push({ provider: d.provider ?? '?', token: d.token ?? '?', receivedAt: d.receivedAt ?? '?', error: d.deadLetter.error, deadAt: d.deadLetter.deadAt });
+      } catch {
+        dead.push({ provider: '?', token: '?', receivedAt: '?', error: 'unreadable dead letter', deadAt: '?' });
+      }
+    }
+  }
+  dead.sort((a, b) => b.deadAt.localeCompare(a.deadAt));
+  return { dir, pending, files: queued, deadLetters: dead.length, recentDeadLetters: dead.slice(0, 20) };
+}
+
+/** Puts every dead letter back in the replay queue (`ops spool requeue`, after the cause is fixed); returns how many. */
+export async function requeueDeadLetters(dir: string): Promise<number> {
+  let n = 0;
+  for (const f of (await fs.readdir(dir).catch(() => [] as string[])).filter(isDead)) {
+    const claimed = path.join(dir, `ready-requeued-${Date.now()}-${f.slice('dead-'.length)}`);
+    await fs.rename(path.join(dir, f), claimed);
+    n += (await readLines(claimed)).length;
+  }
+  return n;
 }
 
 /** Replays the spool every `intervalMs` while `canReplay()` says the inbox may be written. */
@@ -218,7 +372,7 @@ export function startSpoolReplayer(opts: {
   const runOnce = async (): Promise<ReplayPass | null> => {
     if (!(await opts.canReplay().catch(() => false))) return null;
     const pass = await opts.spool.replay(opts.ingest);
-    if (pass.replayed || pass.corrupt) opts.logger.info({ ...pass }, 'replayed spooled callbacks into the inbox');
+    if (pass.replayed || pass.corrupt || pass.deadLettered) opts.logger.info({ ...pass }, 'replayed spooled callbacks into the inbox');
     if (pass.error) opts.logger.warn({ error: pass.error }, 'spool replay stopped; will retry');
     return pass;
   };

@@ -9,7 +9,7 @@ import { asset, creditAccount, creditLedger, generationTask, outboxEvent, taskAt
 import { casTaskStatus, lockTask, recordTaskCreated } from '../db/tasks';
 import { finishTask } from '../activities/settlement';
 import { canonicalJson } from '../domain/canonical-json';
-import { findModel, priceFor, primaryRoute } from '../domain/catalog';
+import { findModel, priceFor, primaryRoute, requestRefusal } from '../domain/catalog';
 import { subMoney } from '../domain/money';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
@@ -57,15 +57,10 @@ export async function createTask(
   if (body.provider && !offered.includes(body.provider)) {
     throw problems.validation([{ field: 'provider', message: `model ${body.model} is served by ${offered.join(', ')}` }]);
   }
-  if (body.duration_seconds > entry.maxDurationSeconds) {
-    throw problems.validation([{ field: 'duration_seconds', message: `at most ${entry.maxDurationSeconds} for ${body.model}` }]);
-  }
-  if (!entry.resolutions.includes(body.resolution)) {
-    throw problems.validation([{ field: 'resolution', message: `${body.model} supports ${entry.resolutions.join(', ')}` }]);
-  }
-  if (body.input_image_url && !entry.routes.some((r) => r.supportsImageInput)) {
-    throw problems.validation([{ field: 'input_image_url', message: `${body.model} does not take an input image` }]);
-  }
+  // Every limit of the model's providers (resolution, duration, image, prompt length) before any
+  // credit is reserved: a request no provider can take never becomes a task.
+  const refusal = requestRefusal(entry, body);
+  if (refusal) throw problems.validation([{ field: refusal.field, message: refusal.message }]);
   // Until the router has chosen (at the first attempt), the task names the static first choice.
   const first = primaryRoute(entry);
   const hash = requestHash(body);

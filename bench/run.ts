@@ -9,6 +9,7 @@ import { runCallbackLatency } from './callback-latency';
 import { runCallbacks } from './callbacks';
 import { runDrain } from './drain';
 import { runE2E } from './e2e';
+import { runMetricsLoad } from './metrics-load';
 import { runOpenTasks } from './open-tasks';
 import { runResilience } from './resilience';
 import { createReporter } from './lib/report';
@@ -249,6 +250,17 @@ program
   .option('--json', 'print the figures as one JSON line', false)
   .action(async (o: { outage: number; rate: number; json: boolean }) => {
     await runDrain({ outageSeconds: o.outage, ratePerSecond: o.rate }, createReporter(o.json));
+  });
+
+program
+  .command('metrics-load')
+  .description('metric scrapes on the operator listener while creating tasks, over a ledger of closed tasks: no 503, the API pool never waits')
+  .option('--closed-tasks <n>', 'closed tasks seeded (3 ledger rows each)', positiveInt(5_000_000), 300_000)
+  .option('--scrapers <n>', 'concurrent scrape loops', positiveInt(1000), 40)
+  .option('--creates <n>', 'tasks created, one after another, while they scrape', positiveInt(100_000), 100)
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { closedTasks: number; scrapers: number; creates: number; json: boolean }) => {
+    await runMetricsLoad({ closedTasks: o.closedTasks, scrapers: o.scrapers, creates: o.creates }, createReporter(o.json));
   });
 
 try {

@@ -1,6 +1,10 @@
 // The one place that reads process.env. Every process (API, worker, simulator, CLI, tests)
 // calls loadConfig() once and passes the result down; nothing else touches the environment.
+// Credentials and third-party URLs are declared with config/profile.ts's helpers: their dev
+// values serve development and tests only, and the production profile refuses them.
+import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import { devDefault, outputHosts, productionProblems, profileOf, publicUrl, refusedInProduction, secret, withDevValues } from './profile';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -12,16 +16,33 @@ const csv = z
 
 const port = z.coerce.number().int().min(0).max(65535);
 const ms = z.coerce.number().int().min(0);
+const hosts = (list: string[]) => outputHosts(csv.default(list), list);
 
 export const envSchema = z.object({
   NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
+  /** The deployment profile; production (here or in NODE_ENV) refuses dev values (README "Deploying"). */
+  VIDORCH_ENV: z.enum(['development', 'test', 'production']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** Human-readable logs (pino-pretty) instead of JSON lines. */
   LOG_PRETTY: bool.default(false),
 
   PORT: port.default(3000),
   /** Base URL the outside world uses to reach this API; callback URLs handed to providers start with it. */
-  PUBLIC_BASE_URL: z.url().default('http://127.0.0.1:3000'),
+  PUBLIC_BASE_URL: publicUrl('http://127.0.0.1:3000'),
+  /** Slow-client guards of the API's HTTP server: all headers within, the whole request within, idle keep-alive. */
+  API_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
+  API_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
+  API_KEEP_ALIVE_TIMEOUT_MS: z.coerce.number().int().min(100).default(65_000),
+  /**
+   * The operator listener (API: OPS_PORT; worker: WORKER_METRICS_PORT): /metrics and the detailed
+   * /readyz. Loopback unless set; a bearer token, when set, is required of every request (and in
+   * production whenever the host is not loopback).
+   */
+  OPS_LISTEN_HOST: z.string().min(1).default('127.0.0.1'),
+  OPS_PORT: port.default(9463),
+  OPS_BEARER_TOKEN: z.string().min(16).optional(),
+  /** How often each process recomputes its fact gauges (one bounded pass on its own connection). */
+  METRICS_FACTS_INTERVAL_MS: z.coerce.number().int().min(100).default(15_000),
   /** How long a create may wait for the workflow start before leaving it to the outbox relay. */
   API_FAST_PATH_TIMEOUT_MS: ms.default(1_000),
   /** After a failed fast-path start, skip the fast path this long (Temporal is likely down). */
@@ -32,6 +53,9 @@ export const envSchema = z.object({
   API_FAST_PATH_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(10_000).default(64),
   /** Task creations per tenant per second (shared through Redis). */
   TENANT_CREATE_RATE_PER_SECOND: z.coerce.number().int().min(1).default(50),
+  /** Reads (GET a task, the list) and cancels per tenant per second. */
+  TENANT_READ_RATE_PER_SECOND: z.coerce.number().int().min(1).default(100),
+  TENANT_CANCEL_RATE_PER_SECOND: z.coerce.number().int().min(1).default(10),
   /** Redis for shared rate limits; empty disables it (local limits only). */
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
   /** API processes sharing the limit: when Redis is down each allows rate / this. */
@@ -39,7 +63,7 @@ export const envSchema = z.object({
   /** Largest accepted JSON body for task creation and callbacks. */
   API_BODY_LIMIT: z.string().default('256kb'),
 
-  DATABASE_URL: z.string().min(1).default('postgres://postgres@127.0.0.1:5432/vidorch'),
+  DATABASE_URL: secret(z.string().min(1), 'postgres://postgres@127.0.0.1:5432/vidorch'),
   DATABASE_POOL_MAX: z.coerce.number().int().min(1).max(200).default(10),
 
   /** The region this process runs in; every fact write checks it against region_write_fence. */
@@ -51,38 +75,40 @@ export const envSchema = z.object({
   TEMPORAL_UI_URL: z.url().default('http://127.0.0.1:8233'),
   TEMPORAL_TASK_QUEUE: z.string().min(1).default('generation'),
 
-  S3_ENDPOINT: z.url().default('http://127.0.0.1:7070'),
+  /** May be private (a store inside the network), but production names it. */
+  S3_ENDPOINT: devDefault(z.url(), 'http://127.0.0.1:7070'),
   S3_REGION: z.string().min(1).default('us-east-1'),
-  S3_ACCESS_KEY_ID: z.string().min(1).default('vidorch-dev'),
-  S3_SECRET_ACCESS_KEY: z.string().min(1).default('vidorch-dev-secret'),
+  S3_ACCESS_KEY_ID: secret(z.string().min(1), 'vidorch-dev'),
+  S3_SECRET_ACCESS_KEY: secret(z.string().min(1), 'vidorch-dev-secret'),
   S3_BUCKET_OUTPUTS: z.string().min(3).default('vidorch-outputs'),
   S3_FORCE_PATH_STYLE: bool.default(true),
   /** Lifetime of presigned download URLs returned by GET /v1/tasks/:id. */
   S3_PRESIGN_TTL_SECONDS: z.coerce.number().int().min(60).max(7 * 24 * 3600).default(3600),
 
-  PROVIDER_REPLICATE_BASE_URL: z.url().default('http://127.0.0.1:7081/replicate'),
-  PROVIDER_REPLICATE_API_TOKEN: z.string().min(1).default('r8_dev_simulator_token'),
+  /** Provider APIs, credentials and webhook keys: dev values are the simulator's (`npm run simulator`). */
+  PROVIDER_REPLICATE_BASE_URL: publicUrl('http://127.0.0.1:7081/replicate'),
+  PROVIDER_REPLICATE_API_TOKEN: secret(z.string().min(1), 'r8_dev_simulator_token'),
   /** Standard Webhooks secret ("whsec_" + base64). */
-  PROVIDER_REPLICATE_WEBHOOK_SECRET: z
-    .string()
-    .regex(/^whsec_[A-Za-z0-9+/=]+$/, 'must be "whsec_" followed by base64')
-    .default('whsec_ZGV2LXNpbXVsYXRvci13ZWJob29rLXNlY3JldC0zMmI='),
-  /** Hosts the worker may download provider outputs from (exact host names). */
-  PROVIDER_REPLICATE_OUTPUT_HOSTS: csv.default(['replicate.delivery', '127.0.0.1', 'localhost']),
-  /** fal queue API (defaults: the simulator). */
-  PROVIDER_FAL_BASE_URL: z.url().default('http://127.0.0.1:7081/fal'),
-  PROVIDER_FAL_API_KEY: z.string().min(1).default('sim-fal-key-id:sim-fal-key-secret'),
-  PROVIDER_FAL_JWKS_URL: z.url().default('http://127.0.0.1:7081/fal/.well-known/jwks.json'),
-  PROVIDER_FAL_OUTPUT_HOSTS: csv.default(['v3.fal.media', 'fal.media', '127.0.0.1', 'localhost']),
+  PROVIDER_REPLICATE_WEBHOOK_SECRET: secret(
+    z.string().regex(/^whsec_[A-Za-z0-9+/=]+$/, 'must be "whsec_" followed by base64'),
+    'whsec_ZGV2LXNpbXVsYXRvci13ZWJob29rLXNlY3JldC0zMmI=',
+  ),
+  /** Hosts the worker may download provider outputs from (exact host names; dev and tests add 127.0.0.1 and localhost). */
+  PROVIDER_REPLICATE_OUTPUT_HOSTS: hosts(['replicate.delivery']),
+  /** fal queue API. */
+  PROVIDER_FAL_BASE_URL: publicUrl('http://127.0.0.1:7081/fal'),
+  PROVIDER_FAL_API_KEY: secret(z.string().min(1), 'sim-fal-key-id:sim-fal-key-secret'),
+  PROVIDER_FAL_JWKS_URL: publicUrl('http://127.0.0.1:7081/fal/.well-known/jwks.json'),
+  PROVIDER_FAL_OUTPUT_HOSTS: hosts(['v3.fal.media', 'fal.media']),
   /** Runway tasks API (poll only). */
-  PROVIDER_RUNWAY_BASE_URL: z.url().default('http://127.0.0.1:7081/runway'),
-  PROVIDER_RUNWAY_API_SECRET: z.string().min(1).default('sim-runway-secret-0123456789'),
-  PROVIDER_RUNWAY_OUTPUT_HOSTS: csv.default(['dnznrvs05pmza.cloudfront.net', '127.0.0.1', 'localhost']),
+  PROVIDER_RUNWAY_BASE_URL: publicUrl('http://127.0.0.1:7081/runway'),
+  PROVIDER_RUNWAY_API_SECRET: secret(z.string().min(1), 'sim-runway-secret-0123456789'),
+  PROVIDER_RUNWAY_OUTPUT_HOSTS: hosts(['dnznrvs05pmza.cloudfront.net']),
   /** Kling API (JWT from an access key and a secret key). */
-  PROVIDER_KLING_BASE_URL: z.url().default('http://127.0.0.1:7081/kling'),
-  PROVIDER_KLING_ACCESS_KEY: z.string().min(1).default('sim-kling-access-key'),
-  PROVIDER_KLING_SECRET_KEY: z.string().min(1).default('sim-kling-secret-key-0123456789'),
-  PROVIDER_KLING_OUTPUT_HOSTS: csv.default(['cdn.klingai.com', '127.0.0.1', 'localhost']),
+  PROVIDER_KLING_BASE_URL: publicUrl('http://127.0.0.1:7081/kling'),
+  PROVIDER_KLING_ACCESS_KEY: secret(z.string().min(1), 'sim-kling-access-key'),
+  PROVIDER_KLING_SECRET_KEY: secret(z.string().min(1), 'sim-kling-secret-key-0123456789'),
+  PROVIDER_KLING_OUTPUT_HOSTS: hosts(['cdn.klingai.com']),
   /** Timeout of one provider HTTP call (submit, status, cancel). */
   PROVIDER_HTTP_TIMEOUT_MS: ms.default(10_000),
   /** Bulkhead ramp after a rebuild (worker start, a breaker closing): the in-flight ceiling grows from START_SHARE of the limit (at least MIN_SLOTS) to all of it over RAMP_MS (0: no ramp). */
@@ -93,7 +119,7 @@ export const envSchema = z.object({
   DEGRADED_PROVIDER_FAILURE_RATE: z.coerce.number().gt(0).max(1).default(0.2),
 
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
-  OUTPUT_FETCH_ALLOW_PRIVATE: bool.default(false),
+  OUTPUT_FETCH_ALLOW_PRIVATE: refusedInProduction(bool.default(false), ['true', '1', 'yes'], 'true is refused in production (it allows loopback and private output URLs)'),
   OUTPUT_MAX_BYTES: z.coerce.number().int().min(1).default(2 * 1024 * 1024 * 1024),
   /** A rescue that fails this close to the provider output URL's expiry marks the task OUTPUT_AT_RISK (operators are alerted). */
   OUTPUT_AT_RISK_MARGIN_MS: ms.default(15 * 60 * 1000),
@@ -166,6 +192,8 @@ export const envSchema = z.object({
   CALLBACK_SPOOL_DIR: z.string().min(1).default('.data/spool'),
   /** How often the API replays spooled callbacks into the inbox. */
   CALLBACK_SPOOL_REPLAY_MS: ms.default(2_000),
+  /** A process's spool lease: its files are adopted by another process once it has not renewed it for this long (api/spool.ts). */
+  CALLBACK_SPOOL_LEASE_MS: ms.default(30_000),
 
   /** Fence watcher: LISTEN for fence changes, plus a check this often (a missed NOTIFY costs at most this). */
   FENCE_WATCH_ENABLED: bool.default(true),
@@ -198,6 +226,8 @@ export const envSchema = z.object({
   SIMULATOR_DATA_DIR: z.string().min(1).default('.data/simulator'),
   /** How long the simulator's output URL stays valid. */
   SIMULATOR_OUTPUT_TTL_MS: ms.default(60 * 60 * 1000),
+  /** How long the simulated fal keeps a completed request's result (fal: 1 h; 6 min at 10 KB or more). */
+  SIMULATOR_FAL_RESULT_RETENTION_MS: ms.default(60 * 60 * 1000),
 
   /** API key of the demo tenant that `npm run dev` seeds (generated when unset). */
   DEMO_API_KEY: z.string().min(24).optional(),
@@ -212,15 +242,38 @@ export class ConfigError extends Error {
   }
 }
 
-/** Parses an environment (process.env by default) into a typed Config, or throws ConfigError naming each bad field. */
+/**
+ * Parses an environment (process.env by default) into a typed Config, or throws ConfigError
+ * naming each bad field. Under the production profile (VIDORCH_ENV or NODE_ENV = production)
+ * no dev value fills in, and every unset, dev or unsafe setting is named (config/profile.ts).
+ */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
-  const result = envSchema.safeParse(env);
-  if (!result.success) {
-    throw new ConfigError(
-      result.error.issues.map((i) => ({ field: i.path.join('.'), message: i.message })),
-    );
-  }
+  const production = profileOf(env) === 'production';
+  const refused = production ? [...productionProblems(envSchema.shape, env), ...opsListenerProblems(env)] : [];
+  const result = envSchema.safeParse(production ? env : withDevValues(envSchema.shape, env));
+  const named = new Set(refused.map((p) => p.field));
+  const parsed = result.success ? timeoutProblems(result.data) : result.error.issues.map((i) => ({ field: i.path.join('.'), message: i.message }));
+  const issues = [...refused, ...parsed.filter((i) => !named.has(i.field))];
+  if (issues.length > 0 || !result.success) throw new ConfigError(issues);
   return result.data;
+}
+
+function timeoutProblems(config: Config): { field: string; message: string }[] {
+  return config.API_HEADERS_TIMEOUT_MS > config.API_REQUEST_TIMEOUT_MS
+    ? [{ field: 'API_HEADERS_TIMEOUT_MS', message: 'must not exceed API_REQUEST_TIMEOUT_MS' }]
+    : [];
+}
+
+/** Production: an operator listener off loopback needs its bearer token. */
+function opsListenerProblems(env: Record<string, string | undefined>): { field: string; message: string }[] {
+  const host = envSchema.shape.OPS_LISTEN_HOST.safeParse(env['OPS_LISTEN_HOST']);
+  if (!host.success || env['OPS_BEARER_TOKEN'] || isLoopback(host.data)) return [];
+  return [{ field: 'OPS_BEARER_TOKEN', message: `required in production when OPS_LISTEN_HOST (${host.data}) is not loopback` }];
+}
+
+function isLoopback(host: string): boolean {
+  if (host === 'localhost') return true;
+  return ipaddr.isValid(host) && ipaddr.process(host).range() === 'loopback';
 }
 
 /** For process entry points: parse or print the field errors and exit(2). */

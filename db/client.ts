@@ -8,16 +8,19 @@ export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
 export type DbOrTx = Db | Tx;
 
 export interface Database {
+  /** The connection URL (it may carry a password: never log it). */
+  readonly url: string;
   readonly db: Db;
   readonly pool: pg.Pool;
   close(): Promise<void>;
 }
 
-export function createDatabase(opts: { url: string; max?: number; applicationName?: string }): Database {
+export function createDatabase(opts: { url: string; max?: number; applicationName?: string; statementTimeoutMs?: number }): Database {
   const pool = new pg.Pool({
     connectionString: opts.url,
     max: opts.max ?? 10,
     application_name: opts.applicationName ?? 'vidorch',
+    ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
     // Fail fast when Postgres is down instead of queueing callers forever.
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,
@@ -31,7 +34,7 @@ export function createDatabase(opts: { url: string; max?: number; applicationNam
     client.on('error', () => undefined);
   });
   const db = drizzle(pool, { schema });
-  return { db, pool, close: () => pool.end() };
+  return { url: opts.url, db, pool, close: () => pool.end() };
 }
 
 export { schema };

@@ -3,7 +3,7 @@
 // share lock on the fence row, so a failover (which updates that row) cannot interleave.
 import { eq, sql } from 'drizzle-orm';
 import type { SystemMode } from '../domain/states';
-import type { DbOrTx } from './client';
+import type { Db, DbOrTx, Tx } from './client';
 import { regionWriteFence } from './schema';
 
 export interface FenceToken {
@@ -65,4 +65,12 @@ export async function holdFence(tx: DbOrTx, token: FenceToken): Promise<void> {
   if (!row || row.active_region !== token.region || Number(row.write_epoch) !== token.epoch) {
     throw new FenceRejectedError(token, await readFence(tx, token.scope));
   }
+}
+
+/** Runs `work` in one transaction that holds the fence first: its writes commit under `token` or not at all. */
+export async function inFence<T>(db: Db, token: FenceToken, work: (tx: Tx) => Promise<T>): Promise<T> {
+  return db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    return work(tx);
+  });
 }

@@ -104,6 +104,10 @@ export const generationTask = pgTable(
       .on(t.status, t.updated_at)
       .where(sql`${t.terminal_at} IS NULL`),
     index('idx_task_tenant_created').on(t.tenant_id, t.created_at, t.task_id),
+    /** Terminal tasks of the last hour (the fact gauges, observability/facts.ts). */
+    index('idx_task_terminal_at')
+      .on(t.terminal_at)
+      .where(sql`${t.terminal_at} IS NOT NULL`),
     check('generation_task_status_check', sql`${t.status} IN (${inList(TASK_STATES)})`),
     check('generation_task_reserved_nonneg', sql`${t.reserved_amount} >= 0`),
   ],
@@ -221,6 +225,8 @@ export const callbackInbox = pgTable(
     index('idx_callback_provider_received')
       .on(t.provider, t.received_at)
       .where(sql`${t.source} = 'callback'`),
+    // Evidence of a job for one attempt (db/job-evidence.ts): any row its token reached.
+    index('idx_callback_attempt').on(t.attempt_id),
   ],
 );
 
@@ -262,6 +268,8 @@ export const creditLedger = pgTable(
   (t) => [
     index('idx_ledger_task').on(t.task_id),
     index('idx_ledger_tenant_created').on(t.tenant_id, t.created_at),
+    /** Ledger rows since the fact sampler's previous pass (its incremental balance check). */
+    index('idx_ledger_created').on(t.created_at),
     check('credit_ledger_amount_nonneg', sql`${t.amount} >= 0`),
     check('credit_ledger_entry_type_check', sql`${t.entry_type} IN (${inList(LEDGER_ENTRY_TYPES)})`),
   ],
@@ -336,7 +344,7 @@ export const opsAudit = pgTable(
 /**
  * Addition: one row per region failover, with the fields seed 000 §19.11.5 requires. Written by
  * `ops failover` in the same transaction that bumps the epoch and switches the active region.
- * Append-only like the ledger (docs/decisions/0014-append-only-record.md): the facts learnt
+ * Append-only like the ledger (docs/decisions/0015-append-only-record.md): the facts learnt
  * later (the first successful write, the reconciliation result) are region_failover_event rows.
  */
 export const regionFailover = pgTable(

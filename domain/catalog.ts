@@ -25,6 +25,25 @@ export interface ProviderRoute {
   readonly maxDurationSeconds: number;
   readonly resolutions: readonly Resolution[];
   readonly supportsImageInput: boolean;
+  /** The provider takes this model only with an input image (Runway gen4_turbo: image_to_video only). */
+  readonly requiresImageInput?: boolean;
+  /** The durations the provider takes, when not every whole second up to the maximum (Veo: 4, 6, 8). */
+  readonly durationsSeconds?: readonly number[];
+  /** The longest prompt the provider takes, in UTF-16 code units (Runway: 1000). */
+  readonly maxPromptChars?: number;
+}
+
+/** What a route's limits are checked against: the create request's fields, by their API names. */
+export interface RouteRequest {
+  readonly prompt: string;
+  readonly duration_seconds: number;
+  readonly resolution: Resolution;
+  readonly input_image_url?: string | undefined;
+}
+
+export interface Refusal {
+  readonly field: keyof RouteRequest;
+  readonly message: string;
 }
 
 export interface ModelEntry {
@@ -37,6 +56,8 @@ export interface ModelEntry {
   readonly routes: readonly ProviderRoute[];
 }
 
+type RouteLimits = Partial<Pick<ProviderRoute, 'supportsImageInput' | 'requiresImageInput' | 'durationsSeconds' | 'maxPromptChars'>>;
+
 const pinned = (
   model: string,
   provider: ProviderName,
@@ -44,20 +65,29 @@ const pinned = (
   costPerSecond: string,
   maxDurationSeconds: number,
   resolutions: readonly Resolution[],
+  limits: RouteLimits = {},
 ): ModelEntry => ({
   model,
   pricePerSecond,
   maxDurationSeconds,
   resolutions,
-  routes: [{ provider, model, priority: 0, costPerSecond, maxDurationSeconds, resolutions, supportsImageInput: true }],
+  routes: [{ provider, model, priority: 0, costPerSecond, maxDurationSeconds, resolutions, supportsImageInput: true, ...limits }],
 });
+
+/** fal's Kling text-to-video input: `duration` "5" or "10", no image, no resolution (docs/providers.md "Documented evidence: fal"). */
+const FAL_KLING_TEXT = { durationsSeconds: [5, 10], supportsImageInput: false } as const;
+
+/** Runway's documented limits (docs/providers.md "Documented evidence: Runway"; providers/runway.ts RUNWAY_MODELS). */
+const RUNWAY_2_TO_10 = { durationsSeconds: [2, 3, 4, 5, 6, 7, 8, 9, 10], maxPromptChars: 1000 } as const;
 
 export const MODEL_CATALOG: readonly ModelEntry[] = [
   pinned('minimax/video-01', 'replicate', '0.500000', '0.350000', 10, ['480p', '720p']),
   pinned('kwaivgi/kling-v2.1', 'replicate', '0.900000', '0.630000', 10, ['480p', '720p', '1080p']),
   pinned('luma/ray-2-720p', 'replicate', '0.700000', '0.500000', 9, ['720p']),
-  pinned('fal-ai/kling-video/v2/master/text-to-video', 'fal', '0.850000', '0.600000', 10, ['720p', '1080p']),
-  pinned('gen4_turbo', 'runway', '0.600000', '0.450000', 10, ['720p']),
+  pinned('fal-ai/kling-video/v2/master/text-to-video', 'fal', '0.850000', '0.600000', 10, ['720p'], FAL_KLING_TEXT),
+  pinned('gen4_turbo', 'runway', '0.600000', '0.450000', 10, ['720p'], { ...RUNWAY_2_TO_10, requiresImageInput: true }),
+  pinned('gen4.5', 'runway', '1.000000', '0.750000', 10, ['720p'], RUNWAY_2_TO_10),
+  pinned('veo3.1', 'runway', '1.600000', '1.200000', 8, ['720p', '1080p'], { durationsSeconds: [4, 6, 8], maxPromptChars: 1000 }),
   pinned('kling-v2-master', 'kling', '0.800000', '0.560000', 10, ['720p', '1080p']),
   {
     // One model, three ways to reach it: Kling's own API, fal's queue and Replicate.
@@ -67,7 +97,7 @@ export const MODEL_CATALOG: readonly ModelEntry[] = [
     resolutions: ['720p', '1080p'],
     routes: [
       { provider: 'kling', model: 'kling-v2-master', priority: 0, costPerSecond: '0.560000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: true },
-      { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', priority: 1, costPerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: false },
+      { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', priority: 1, costPerSecond: '0.600000', maxDurationSeconds: 10, resolutions: ['720p'], ...FAL_KLING_TEXT },
       { provider: 'replicate', model: 'kwaivgi/kling-v2.1', priority: 2, costPerSecond: '0.630000', maxDurationSeconds: 10, resolutions: ['720p', '1080p'], supportsImageInput: true },
     ],
   },
@@ -99,9 +129,33 @@ export function routerCatalog(available: readonly string[] = PROVIDERS): Record<
           maxDurationSeconds: r.maxDurationSeconds,
           resolutions: r.resolutions,
           supportsImageInput: r.supportsImageInput,
+          ...(r.durationsSeconds ? { durationsSeconds: r.durationsSeconds } : {}),
+          ...(r.requiresImageInput ? { requiresImageInput: true } : {}),
         })),
     ]),
   );
+}
+
+/** Why `route` cannot take `req`, or null when it can. */
+export function routeRefusal(route: ProviderRoute, req: RouteRequest): Refusal | null {
+  const at = `${route.model} at ${route.provider}`;
+  if (!route.resolutions.includes(req.resolution)) return { field: 'resolution', message: `${at} supports ${route.resolutions.join(', ')}` };
+  const durations = route.durationsSeconds;
+  if (req.duration_seconds > route.maxDurationSeconds || (durations && !durations.includes(req.duration_seconds))) {
+    return { field: 'duration_seconds', message: `${at} takes ${durations ? durations.join(', ') : `at most ${route.maxDurationSeconds}`} seconds` };
+  }
+  if (req.input_image_url && !route.supportsImageInput) return { field: 'input_image_url', message: `${at} does not take an input image` };
+  if (!req.input_image_url && route.requiresImageInput) return { field: 'input_image_url', message: `${at} needs an input image (image to video only)` };
+  if (route.maxPromptChars !== undefined && req.prompt.length > route.maxPromptChars) {
+    return { field: 'prompt', message: `${at} takes at most ${route.maxPromptChars} characters` };
+  }
+  return null;
+}
+
+/** Why no route of `entry` can take `req` (the first route's reason), or null when one can. */
+export function requestRefusal(entry: ModelEntry, req: RouteRequest): Refusal | null {
+  const reasons = entry.routes.map((r) => routeRefusal(r, req));
+  return reasons.some((r) => r === null) ? null : (reasons[0] ?? { field: 'resolution', message: `${entry.model} has no route` });
 }
 
 /** Price of `seconds` of output at `resolution`. */

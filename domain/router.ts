@@ -22,6 +22,9 @@ export interface RouteCandidate {
   readonly maxDurationSeconds: number;
   readonly resolutions: readonly string[];
   readonly supportsImageInput: boolean;
+  /** Only these durations, when the provider takes not every whole second up to the maximum. */
+  readonly durationsSeconds?: readonly number[];
+  readonly requiresImageInput?: boolean;
 }
 
 export interface ProviderHealth {
@@ -107,8 +110,9 @@ export function compatibleCandidates(input: RouteInput, catalog: RouterOptions['
     (c) =>
       !excluded.has(c.provider) &&
       d <= c.maxDurationSeconds &&
+      (!c.durationsSeconds || c.durationsSeconds.includes(d)) &&
       c.resolutions.includes(input.resolution) &&
-      (!input.hasImageInput || c.supportsImageInput),
+      (input.hasImageInput ? c.supportsImageInput : !c.requiresImageInput),
   );
   if (ok.length === 0) return reject('no-compatible-provider', 'no remaining provider supports this combination of features');
   return ok;

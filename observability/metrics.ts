@@ -1,9 +1,9 @@
-// Prometheus metrics (DESIGN.md §9). Counters are incremented where things happen; gauges
-// that describe facts (backlogs, counts by state) are read from Postgres at scrape time, so
-// every process reports the same truth.
-import { sql } from 'drizzle-orm';
+// Prometheus metrics, served on the operator listener (observability/ops-listener.ts). Counters
+// are incremented where things happen; gauges that describe facts (backlogs, counts by state)
+// mirror the fact sampler's last pass (observability/facts.ts), so a scrape never queries.
+import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Db } from '../db/client';
+import type { FactSnapshot } from './facts';
 
 export interface Metrics {
   readonly registry: Registry;
@@ -14,7 +14,13 @@ export interface Metrics {
   readonly outboxPublished: Counter<'path' | 'outcome'>;
 }
 
-export function createMetrics(opts: { service: string; db?: Db }): Metrics {
+export function createMetrics(opts: {
+  service: string;
+  /** The fact sampler's last snapshot (observability/facts.ts). */
+  facts?: () => FactSnapshot | null;
+  /** The process's request pool, reported as vidorch_db_pool_clients. */
+  pool?: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>;
+}): Metrics {
   const registry = new Registry();
   registry.setDefaultLabels({ service: opts.service });
   collectDefaultMetrics({ register: registry });
@@ -52,105 +58,71 @@ export function createMetrics(opts: { service: string; db?: Db }): Metrics {
       registers: [registry],
     }),
   };
-  if (opts.db) registerFactGauges(registry, opts.db);
+  if (opts.facts) registerFactGauges(registry, opts.facts);
+  if (opts.pool) registerPoolGauge(registry, opts.pool);
   return metrics;
 }
 
-function registerFactGauges(registry: Registry, db: Db): void {
-  const read = async <T>(query: ReturnType<typeof sql>): Promise<T[]> => (await db.execute(query)).rows as T[];
-  new Gauge({
-    name: 'vidorch_tasks_by_status',
-    help: 'Tasks by status (non-terminal, plus terminal ones of the last hour)',
-    labelNames: ['status'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      const rows = await read<{ status: string; n: number }>(sql`
-        SELECT status, count(*)::int AS n FROM generation_task
-        WHERE terminal_at IS NULL OR terminal_at > now() - interval '1 hour' GROUP BY status`);
-      for (const r of rows) this.set({ status: r.status }, r.n);
-    },
+function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null): void {
+  // Each gauge mirrors the sampler's last pass (observability/facts.ts); a scrape runs no query.
+  const gauge = (name: string, help: string, labelNames: string[], fill: (g: Gauge, f: FactSnapshot) => void) =>
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect() {
+        const f = facts();
+        this.reset();
+        if (f) fill(this, f);
+      },
+    });
+  gauge('vidorch_tasks_by_status', 'Tasks by status (non-terminal, plus terminal ones of the last hour)', ['status'], (g, f) => {
+    for (const [status, n] of Object.entries(f.tasksByStatus)) g.set({ status }, n);
   });
-  new Gauge({
-    name: 'vidorch_outbox_backlog',
-    help: 'Unpublished outbox rows',
-    registers: [registry],
-    async collect() {
-      const [r] = await read<{ n: number }>(sql`SELECT count(*)::int AS n FROM outbox_event WHERE published_at IS NULL`);
-      this.set(r?.n ?? 0);
-    },
-  });
-  new Gauge({
-    name: 'vidorch_outbox_oldest_age_seconds',
-    help: 'Age of the oldest unpublished outbox row',
-    registers: [registry],
-    async collect() {
-      const [r] = await read<{ age: number | null }>(sql`
-        SELECT extract(epoch FROM now() - min(created_at))::float AS age FROM outbox_event WHERE published_at IS NULL`);
-      this.set(r?.age ?? 0);
-    },
-  });
-  new Gauge({
-    name: 'vidorch_inbox_unprocessed',
-    help: 'Callback inbox rows not yet applied',
-    registers: [registry],
-    async collect() {
-      const [r] = await read<{ n: number }>(sql`SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL`);
-      this.set(r?.n ?? 0);
-    },
-  });
-  // docs/providers.md "Callback lag and poll fallback" defines both.
-  new Gauge({
-    name: 'vidorch_callback_lag_seconds',
-    help: "Seconds from a provider event (the provider's own updated-at) to our receipt of its callback, per provider, over callbacks of the last 5 minutes (quantiles)",
-    labelNames: ['provider', 'quantile'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      const rows = await read<{ provider: string; p50: number; p95: number }>(sql`
-        SELECT provider,
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) AS p50,
-               percentile_cont(0.95) WITHIN GROUP (ORDER BY lag) AS p95
-        FROM (SELECT provider, extract(epoch FROM received_at - provider_updated_at)::float AS lag FROM callback_inbox
-              WHERE source = 'callback' AND received_at > now() - interval '5 minutes' AND provider_updated_at IS NOT NULL) x
-        GROUP BY provider`);
-      for (const r of rows) {
-        this.set({ provider: r.provider, quantile: '0.5' }, r.p50);
-        this.set({ provider: r.provider, quantile: '0.95' }, r.p95);
+  gauge('vidorch_outbox_backlog', 'Unpublished outbox rows', [], (g, f) => g.set(f.outboxBacklog));
+  gauge('vidorch_outbox_oldest_age_seconds', 'Age of the oldest unpublished outbox row', [], (g, f) => g.set(f.outboxOldestAgeSeconds));
+  gauge('vidorch_inbox_unprocessed', 'Callback inbox rows not yet applied', [], (g, f) => g.set(f.inboxUnprocessed));
+  gauge(
+    'vidorch_callback_lag_seconds',
+    "Seconds from a provider event (the provider's own updated-at) to our receipt of its callback, per provider, over callbacks of the last 5 minutes (quantiles)",
+    ['provider', 'quantile'],
+    (g, f) => {
+      for (const r of f.callbackLag) {
+        g.set({ provider: r.provider, quantile: '0.5' }, r.p50);
+        g.set({ provider: r.provider, quantile: '0.95' }, r.p95);
       }
     },
-  });
-  new Gauge({
-    name: 'vidorch_poll_fallback_ratio',
-    help: 'Per provider, the share of attempts whose terminal job state (recorded in the last 15 minutes) a poll or reconciliation lookup recorded before any callback',
-    labelNames: ['provider'],
-    registers: [registry],
-    async collect() {
-      this.reset();
-      const rows = await read<{ provider: string; ratio: number }>(sql`
-        SELECT provider, avg(CASE WHEN source = 'callback' THEN 0 ELSE 1 END)::float AS ratio FROM (
-          SELECT DISTINCT ON (attempt_id) provider, source FROM callback_inbox
-          WHERE event_type IN ('succeeded', 'failed', 'canceled', 'aborted') AND attempt_id IS NOT NULL
-            AND received_at > now() - interval '15 minutes'
-          ORDER BY attempt_id, received_at) first_seen
-        GROUP BY provider`);
-      for (const r of rows) this.set({ provider: r.provider }, r.ratio);
+  );
+  gauge(
+    'vidorch_poll_fallback_ratio',
+    'Per provider, the share of attempts whose terminal job state (recorded in the last 15 minutes) a poll or reconciliation lookup recorded before any callback',
+    ['provider'],
+    (g, f) => {
+      for (const r of f.pollFallback) g.set({ provider: r.provider }, r.ratio);
     },
-  });
+  );
+  gauge(
+    'vidorch_ledger_imbalance',
+    'Closed tasks whose reserve differs from settle + release, among those whose ledger changed since the sampler started (must be 0; `ops reconcile` checks the whole ledger)',
+    [],
+    (g, f) => g.set(f.ledgerImbalance),
+  );
+  gauge('vidorch_facts_sampled_age_seconds', 'Age of the fact gauges: seconds since their last pass ended', [], (g, f) => g.set((Date.now() - f.sampledAt) / 1000));
+  gauge('vidorch_facts_pass_duration_seconds', 'How long the last pass over the fact gauges took', [], (g, f) => g.set(f.durationMs / 1000));
+}
+
+/** The request pool's clients (pg.Pool): a waiting count above 0 means requests queue for a connection. */
+function registerPoolGauge(registry: Registry, pool: Pick<pg.Pool, 'totalCount' | 'idleCount' | 'waitingCount'>): void {
   new Gauge({
-    name: 'vidorch_ledger_imbalance',
-    help: 'Closed tasks whose reserve differs from settle + release (must be 0)',
+    name: 'vidorch_db_pool_clients',
+    help: "This process's request pool: connections open (total), idle, and callers waiting for one",
+    labelNames: ['state'],
     registers: [registry],
-    async collect() {
-      const [r] = await read<{ n: number }>(sql`
-        SELECT count(*)::int AS n FROM (
-          SELECT task_id,
-            sum(CASE WHEN entry_type = 'RESERVE' THEN amount ELSE 0 END) AS reserved,
-            sum(CASE WHEN entry_type IN ('SETTLE', 'RELEASE') THEN amount ELSE 0 END) AS closed,
-            count(*) FILTER (WHERE entry_type IN ('SETTLE', 'RELEASE')) AS closing_rows
-          FROM credit_ledger WHERE task_id IS NOT NULL GROUP BY task_id
-        ) t WHERE closing_rows > 0 AND reserved <> closed`);
-      this.set(r?.n ?? 0);
+    collect() {
+      this.set({ state: 'total' }, pool.totalCount);
+      this.set({ state: 'idle' }, pool.idleCount);
+      this.set({ state: 'waiting' }, pool.waitingCount);
     },
   });
 }

@@ -1,11 +1,13 @@
 // The operator CLI: `npm run ops -- <command>`. Readable output by default, --json for scripts.
 // Every command that changes something is audited (ops_audit: who, what, when, why).
+import fs from 'node:fs';
 import os from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
 import { buildDatabase, buildProviders } from '../config/services';
 import { readFence } from '../db/fence';
 import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
+import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../api/spool';
 import { modeForbids } from '../domain/modes';
 import { toMicros } from '../domain/money';
 import { SYSTEM_MODES, type SystemMode } from '../domain/states';
@@ -15,6 +17,7 @@ import { createGenerationFacade, type GenerationFacade } from '../temporal/facad
 import { runFailover } from './failover';
 import { parseDuration } from './format';
 import { inspectTask } from './inspect';
+import { listKeys, revokeKey, rotateKey } from './keys';
 import {
   printApply,
   printFailover,
@@ -25,11 +28,12 @@ import {
   printProviderStatus,
   printReconcileReport,
   printReviews,
+  printSpoolStatus,
 } from './print';
 import { changeProviderControl, providerStatus, type ProviderControlChange } from './providers';
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
-import { createTenant, grantTenantCredits } from './tenants';
+import { auditOps, createTenant, grantTenantCredits } from './tenants';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
@@ -95,25 +99,39 @@ const program = new Command('ops').description('vidorch operator commands').show
 
 const tenant = program.command('tenant').description('tenants, API keys and credits');
 
+/** An API key from a file, or from stdin with "-": never from argv, where `ps` and shell history see it. */
+function readApiKey(file: string): string {
+  const text = fs.readFileSync(file === '-' ? 0 : file, 'utf8').trim();
+  if (!/^\S{24,512}$/.test(text)) throw new Error('the API key file must hold one key: 24 to 512 characters, no spaces');
+  return text;
+}
+// Refused in the action, not by commander, whose message would echo the key.
+const keyOnArgv = new Option('--api-key <key>').hideHelp();
+
 tenant
   .command('create')
   .description('create a tenant, issue an API key (shown once) and grant opening credits')
   .requiredOption('--name <name>', 'unique tenant name')
   .option('--credits <amount>', 'opening credit grant', credits, '0')
-  .option('--api-key <key>', 'use this API key instead of generating one')
-  .option('--if-missing', 'succeed without changes when the tenant exists', false)
+  .option('--api-key-file <path>', 'use the API key in this file (- reads stdin) instead of generating one')
+  .addOption(keyOnArgv)
+  .option('--if-missing', 'succeed without changes when the tenant exists (a given key is attached to it, audited)', false)
   .option('--json', 'print one JSON line', false)
-  .action(async (o: { name: string; credits: string; apiKey?: string; ifMissing: boolean; json: boolean }) => {
-    const result = await withDb((d) =>
-      createTenant(d.db, { name: o.name, credits: o.credits, ifMissing: o.ifMissing, actor, fence, ...(o.apiKey ? { apiKey: o.apiKey } : {}) }),
-    );
+  .action(async (o: { name: string; credits: string; apiKey?: string; apiKeyFile?: string; ifMissing: boolean; json: boolean }) => {
+    if (o.apiKey !== undefined) {
+      throw new Error('keys on the command line are visible to other users (ps, shell history); use --api-key-file <path>, or --api-key-file - to read stdin');
+    }
+    const apiKey = o.apiKeyFile ? readApiKey(o.apiKeyFile) : undefined;
+    const result = await withDb((d) => createTenant(d.db, { name: o.name, credits: o.credits, ifMissing: o.ifMissing, actor, fence, ...(apiKey ? { apiKey } : {}) }));
+    // A key is printed only when this run generated it; a given key stays where it came from.
+    const shown = { tenant_id: result.tenant_id, created: result.created, key_id: result.key_id, api_key: result.key_generated ? result.api_key : null };
     if (o.json) {
-      console.log(JSON.stringify(result));
+      console.log(JSON.stringify(shown));
     } else if (result.created) {
-      console.log(`created tenant ${o.name} (${result.tenant_id}) with ${o.credits} credits`);
-      console.log(`API key (shown once): ${result.api_key}`);
+      console.log(`created tenant ${o.name} (${result.tenant_id}) with ${o.credits} credits; key ${result.key_id}`);
+      if (shown.api_key) console.log(`API key (shown once): ${shown.api_key}`);
     } else {
-      console.log(`tenant ${o.name} exists (${result.tenant_id}); nothing changed`);
+      console.log(`tenant ${o.name} exists (${result.tenant_id}); ${result.key_id ? `it holds the given key ${result.key_id}` : 'nothing changed'}`);
     }
   });
 
@@ -127,6 +145,48 @@ tenant
   .action(async (o: { name: string; credits: string; reason: string; json: boolean }) => {
     const result = await withDb((d) => grantTenantCredits(d.db, { ...o, actor, fence }));
     console.log(o.json ? JSON.stringify(result) : `granted ${result.granted} credits to ${o.name} (${result.tenant_id})`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// API keys
+
+const key = program.command('key').description("a tenant's API keys (ids and prefixes only; a key is shown once, when issued)");
+
+key
+  .command('list')
+  .description("the tenant's keys: id, prefix, created, revoked")
+  .requiredOption('--tenant <name>', 'tenant name')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { tenant: string; json: boolean }) => {
+    const result = await withDb((d) => listKeys(d.db, o.tenant));
+    print(o.json, result, () =>
+      [`keys of ${o.tenant} (${result.tenant_id})`, ...result.keys.map((k) => `  ${k.key_id}  ${k.key_prefix}…  created ${k.created_at.toISOString()}  ${k.revoked_at ? `revoked ${k.revoked_at.toISOString()}` : 'active'}`)].join('\n'),
+    );
+  });
+
+key
+  .command('rotate')
+  .description('issue a new key (shown once) and revoke the old one, at once or after a grace period')
+  .requiredOption('--tenant <name>', 'tenant name')
+  .requiredOption('--key-id <id>', 'the key to replace (ops key list)')
+  .option('--grace <duration>', 'the old key keeps working this long, e.g. 0, 10m, 24h', duration, 0)
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { tenant: string; keyId: string; grace: number; reason: string; json: boolean }) => {
+    const r = await withDb((d) => rotateKey(d.db, { tenant: o.tenant, keyId: o.keyId, graceSeconds: o.grace, reason: o.reason, actor, fence }));
+    print(o.json, r, () => `key ${r.key_id} issued; ${r.old_key_id} revoked at ${r.old_revoked_at.toISOString()}; audit ${r.audit_id}\nAPI key (shown once): ${r.api_key}`);
+  });
+
+key
+  .command('revoke')
+  .description('revoke a key now: requests with it answer 401')
+  .requiredOption('--tenant <name>', 'tenant name')
+  .requiredOption('--key-id <id>', 'the key to revoke (ops key list)')
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { tenant: string; keyId: string; reason: string; json: boolean }) => {
+    const r = await withDb((d) => revokeKey(d.db, { tenant: o.tenant, keyId: o.keyId, reason: o.reason, actor, fence }));
+    print(o.json, r, () => `key ${r.key_id} revoked at ${r.revoked_at.toISOString()}; audit ${r.audit_id}`);
   });
 
 // ---------------------------------------------------------------------------------------------
@@ -330,6 +390,29 @@ review
     if (paused) throw new Error(`${paused}; resolve after \`mode set\``);
     const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
     print(o.json, facts, () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})`);
+  });
+
+const spool = program.command('spool').description("this host's callback spool (callbacks acknowledged while the inbox could not be written)");
+const spoolDir = spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL);
+
+spool
+  .command('status')
+  .description('callbacks waiting for replay, and the dead letters (lines that could not be applied)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const st = await spoolStatus(spoolDir);
+    print(o.json, st, () => printSpoolStatus(st));
+  });
+
+spool
+  .command('requeue')
+  .description('put every dead letter back in the replay queue (after its cause is fixed; the inbox dedupes)')
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { reason: string; json: boolean }) => {
+    const requeued = await requeueDeadLetters(spoolDir);
+    await withDb((d) => auditOps(d.db, fence, { actor, action: 'spool.requeue', targetType: 'spool', targetId: spoolDir, reason: o.reason, detail: { requeued } }));
+    print(o.json, { dir: spoolDir, requeued }, () => `requeued ${requeued} dead letter(s) from ${spoolDir}`);
   });
 
 try {

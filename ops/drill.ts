@@ -5,6 +5,7 @@ import { runFailoverDrill } from './drills/failover';
 import { runPostgresOutageDrill } from './drills/postgres-outage';
 import { runTemporalOutageDrill } from './drills/temporal-outage';
 import { PROVIDERS, type ProviderName } from '../domain/catalog';
+import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
 import { runUnknownOutcomeDrill } from './drills/unknown-outcome';
 
 const int = (v: string) => {
@@ -76,6 +77,31 @@ program
       ['submits in flight when the worker was killed', r.phases['in_flight_at_kill'] ?? 0, ''],
       ...perProvider,
     ], r.maxProviderJobsPerTask <= 1 && r.ledgerImbalance === 0 && r.lost === 0);
+  });
+
+program
+  .command('review-late-webhooks')
+  .description('tasks parked in MANUAL_REVIEW (unknown outcome past its deadline, webhooks held back) get their webhooks late: each converges with its one job')
+  .option('--tasks <n>', 'tasks to run', int, 30)
+  .option('--webhook-delay <seconds>', 'how long the webhooks are held back', positive, 30)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { tasks: number; webhookDelay: number; json: boolean }) => {
+    if (o.tasks > 50) throw new InvalidArgumentError('--tasks: at most 50 (Replicate\'s in-flight limit: every parked task holds a slot)');
+    const r = await runReviewLateWebhooksDrill({ tasks: o.tasks, webhookDelaySeconds: o.webhookDelay, log });
+    const ok = r.parkedInReview === r.tasks && r.succeeded === r.tasks && r.maxProviderJobsPerTask <= 1 && r.ledgerImbalance === 0 && r.lost === 0;
+    report(r, o.json, 'review-late-webhooks drill', () => [
+      ['tasks accepted', r.tasks, ''],
+      ['parked in MANUAL_REVIEW before the webhooks came', r.parkedInReview, 'must be all'],
+      ['time to park them all (s)', r.parkSeconds.toFixed(1), ''],
+      ['succeeded after their late webhooks', r.succeeded, 'must be all'],
+      ['still in review', r.stillInReview, 'must be 0'],
+      ['other end states', JSON.stringify(r.other), ''],
+      ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
+      ['attempts per task (max)', r.attemptsPerTaskMax, ''],
+      ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
+      ['lost', r.lost, 'must be 0'],
+      ['converged after the last one parked (s)', r.convergeSecondsAfterPark.toFixed(1), ''],
+    ], ok);
   });
 
 program

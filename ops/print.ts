@@ -1,4 +1,5 @@
 // Readable renderings of the ops reports (the CLI prints these unless --json).
+import type { SpoolStatus } from '../api/spool';
 import type { FenceState } from '../db/fence';
 import type { FailoverRecord } from '../db/modes';
 import { MODE_POLICIES, type ModePolicy } from '../domain/modes';
@@ -189,4 +190,14 @@ export function printProviderStatus(rows: readonly ProviderStatus[]): string {
     '  in flight and waiting are attempt facts (waiting = PREPARED, e.g. refused by the breaker or the bulkhead);',
     "  breaker state and each worker's refusals are on its /metrics: vidorch_breaker_state, vidorch_provider_refusals_total.",
   ].join('\n');
+}
+
+export function printSpoolStatus(st: SpoolStatus): string {
+  const lines = [
+    `spool ${st.dir}`,
+    `  waiting for replay   ${st.pending} callback(s) in ${st.files} file(s)`,
+    `  dead letters         ${st.deadLetters}${st.deadLetters ? ' (fix the cause, then `ops spool requeue --reason …`)' : ''}`,
+  ];
+  for (const d of st.recentDeadLetters) lines.push(`    ${d.deadAt}  ${d.provider}  token ${d.token}  ${d.error}`);
+  return lines.join('\n');
 }

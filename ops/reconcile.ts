@@ -169,6 +169,8 @@ export interface ApplyResult {
 /**
  * Acts on the recovery sets through the facade: publishes the unpublished outbox (starts the
  * workflows), and for every task in the other sets makes sure its workflow runs and wakes it.
+ * Tasks in MANUAL_REVIEW are woken too: a woken review applies what reached the inbox (a late
+ * callback) and may move on; it never resolves itself.
  */
 export async function reconcileApply(
   db: Db,
@@ -200,8 +202,9 @@ export async function reconcileApply(
   const { rows: tasks } = await db.execute(sql`
     SELECT DISTINCT t.task_id, t.tenant_id, t.provider FROM generation_task t
     LEFT JOIN task_attempt a ON a.attempt_id = t.active_attempt_id
-    WHERE t.terminal_at IS NULL AND t.status <> 'MANUAL_REVIEW' AND (
-         EXISTS (SELECT 1 FROM callback_inbox i WHERE i.task_id = t.task_id AND i.processed_at IS NULL)
+    WHERE t.terminal_at IS NULL AND (
+         t.status = 'MANUAL_REVIEW'
+      OR EXISTS (SELECT 1 FROM callback_inbox i WHERE i.task_id = t.task_id AND i.processed_at IS NULL)
       OR a.submit_state = 'SUBMIT_UNKNOWN'
       OR (t.status IN ('SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED') AND t.updated_at < now() - make_interval(secs => ${options.longRunningSeconds}))
       OR (t.status IN ('PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'OUTPUT_AT_RISK') AND a.output_deadline_at < now() + make_interval(secs => ${options.outputRiskSeconds}))

@@ -1,11 +1,11 @@
 // Tenant administration used by the ops CLI (and by tests): create a tenant with an API key
 // and an opening grant, all in one transaction, audited.
 import { randomUUID } from 'node:crypto';
-import type { Db } from '../db/client';
+import type { Db, DbOrTx } from '../db/client';
 import { acquireFence, holdFence } from '../db/fence';
 import { grantCredits } from '../db/ledger';
 import { opsAudit } from '../db/schema';
-import { findTenantByName, insertTenant, issueApiKey } from '../db/tenants';
+import { ApiKeyConflictError, findTenantByName, hashApiKey, insertTenant, issueApiKey } from '../db/tenants';
 import { normalize } from '../domain/money';
 
 /** Which fence to write under: the process's region and scope. */
@@ -16,45 +16,81 @@ export interface FenceScope {
 
 export interface CreatedTenant {
   readonly tenant_id: string;
-  /** Shown once; null when the tenant existed and no key was given. */
+  /** The key in use: generated (shown once) or the one given; null when the tenant existed and no key was given. */
   readonly api_key: string | null;
+  readonly key_id: string | null;
+  /** Whether this run generated the key (only then does the CLI print it). */
+  readonly key_generated: boolean;
   readonly created: boolean;
 }
 
+/** One ops_audit row (who, what, when, why); API keys appear as key id and sha256 only. */
+export async function audit(tx: DbOrTx, row: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> }): Promise<string> {
+  const auditId = randomUUID();
+  await tx.insert(opsAudit).values({
+    audit_id: auditId,
+    actor: row.actor,
+    action: row.action,
+    target_type: row.targetType,
+    target_id: row.targetId,
+    reason: row.reason,
+    detail: row.detail,
+  });
+  return auditId;
+}
+
+/**
+ * Creates a tenant with an API key and its opening grant (or, with ifMissing, makes sure an
+ * existing tenant holds the given key). A given key that belongs to another tenant is refused,
+ * nothing is written but the refusal's audit row, and ApiKeyConflictError is thrown.
+ */
 export async function createTenant(
   db: Db,
   args: { name: string; credits: string; apiKey?: string; ifMissing: boolean; actor: string; fence: FenceScope },
 ): Promise<CreatedTenant> {
   const credits = normalize(args.credits);
   const { token } = await acquireFence(db, args.fence.scope, args.fence.region);
-  return db.transaction(async (tx) => {
-    await holdFence(tx, token);
-    const existing = await findTenantByName(tx, args.name);
-    if (existing) {
-      if (!args.ifMissing) throw new Error(`tenant ${args.name} exists`);
-      // Make sure a given key works (e.g. DEMO_API_KEY), without minting a new one.
-      const key = args.apiKey ? await issueApiKey(tx, existing.tenantId, args.apiKey) : null;
-      return { tenant_id: existing.tenantId, api_key: key, created: false };
-    }
-    const tenantId = await insertTenant(tx, args.name);
-    const key = await issueApiKey(tx, tenantId, args.apiKey);
-    await grantCredits(tx, token, {
-      tenantId,
-      amount: credits,
-      businessKey: `tenant:${tenantId}:opening-grant`,
-      note: 'opening grant',
+  try {
+    return await db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const existing = await findTenantByName(tx, args.name);
+      if (existing) {
+        if (!args.ifMissing) throw new Error(`tenant ${args.name} exists`);
+        if (!args.apiKey) return { tenant_id: existing.tenantId, api_key: null, key_id: null, key_generated: false, created: false };
+        // Make sure the given key works (e.g. DEMO_API_KEY), without minting a new one.
+        const key = await issueApiKey(tx, existing.tenantId, args.apiKey);
+        if (key.issued) {
+          await audit(tx, { actor: args.actor, action: 'key.issue', targetType: 'tenant', targetId: existing.tenantId, reason: `tenant create --if-missing ${args.name}`, detail: { key_id: key.keyId, key_hash: key.keyHash } });
+        }
+        return { tenant_id: existing.tenantId, api_key: key.key, key_id: key.keyId, key_generated: false, created: false };
+      }
+      const tenantId = await insertTenant(tx, args.name);
+      const key = await issueApiKey(tx, tenantId, args.apiKey);
+      await grantCredits(tx, token, {
+        tenantId,
+        amount: credits,
+        businessKey: `tenant:${tenantId}:opening-grant`,
+        note: 'opening grant',
+      });
+      await audit(tx, { actor: args.actor, action: 'tenant.create', targetType: 'tenant', targetId: tenantId, reason: `create tenant ${args.name}`, detail: { credits, key_id: key.keyId, key_hash: key.keyHash } });
+      return { tenant_id: tenantId, api_key: key.key, key_id: key.keyId, key_generated: !args.apiKey, created: true };
     });
-    await tx.insert(opsAudit).values({
-      audit_id: randomUUID(),
-      actor: args.actor,
-      action: 'tenant.create',
-      target_type: 'tenant',
-      target_id: tenantId,
-      reason: `create tenant ${args.name}`,
-      detail: { credits },
+  } catch (err) {
+    if (!(err instanceof ApiKeyConflictError)) throw err;
+    // The transaction rolled back; the refusal itself is recorded.
+    await db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      await audit(tx, {
+        actor: args.actor,
+        action: 'tenant.create.refused',
+        targetType: 'tenant-name',
+        targetId: args.name,
+        reason: 'the given API key is issued to another tenant',
+        detail: { key_id: err.keyId, key_hash: hashApiKey(args.apiKey ?? ''), owner_tenant_id: err.ownerTenantId },
+      });
     });
-    return { tenant_id: tenantId, api_key: key, created: true };
-  });
+    throw new Error(`${err.message} (the refusal is audited)`, { cause: err });
+  }
 }
 
 export async function grantTenantCredits(
@@ -67,22 +103,28 @@ export async function grantTenantCredits(
     await holdFence(tx, token);
     const t = await findTenantByName(tx, args.name);
     if (!t) throw new Error(`no tenant named ${args.name}`);
-    const auditId = randomUUID();
+    const auditId = await audit(tx, { actor: args.actor, action: 'tenant.grant', targetType: 'tenant', targetId: t.tenantId, reason: args.reason, detail: { credits } });
     await grantCredits(tx, token, {
       tenantId: t.tenantId,
       amount: credits,
       businessKey: `grant:${auditId}`,
       note: args.reason,
     });
-    await tx.insert(opsAudit).values({
-      audit_id: auditId,
-      actor: args.actor,
-      action: 'tenant.grant',
-      target_type: 'tenant',
-      target_id: t.tenantId,
-      reason: args.reason,
-      detail: { credits },
-    });
     return { tenant_id: t.tenantId, granted: credits };
+  });
+}
+
+/** One ops_audit row, under the fence, for an operator action that has no table of its own (e.g. `spool requeue`). */
+export async function auditOps(
+  db: Db,
+  fence: FenceScope,
+  a: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> },
+): Promise<void> {
+  const { token } = await acquireFence(db, fence.scope, fence.region);
+  await db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    await tx.insert(opsAudit).values({
+      audit_id: randomUUID(), actor: a.actor, action: a.action, target_type: a.targetType, target_id: a.targetId, reason: a.reason, detail: a.detail,
+    });
   });
 }

@@ -4,11 +4,14 @@
 // fal has no client idempotency key and no listing of our requests: our attempt id rides as the
 // last path segment of the webhook URL, so a late completion webhook still finds its attempt, but
 // nothing can be looked up actively (tier 'none'). Status and result are addressed by the app id
-// (the model id without its sub-path), so getJob/cancel need `ref.model`.
+// (the model id without its sub-path), so getJob/cancel need `ref.model`. The status answer only
+// says where a request is; how it ended comes from the result fetch, which fal answers only for
+// a while after completion (capabilities.resultRetentionMs paces the polls inside it).
 import { z } from 'zod';
 import type { ProviderJobState } from '../domain/states';
 import { FAL_HEADERS, FalJwks, falSignedMessage, verifyFalSignature } from './fal-webhooks';
-import { createProviderHttp, headerValue, numericMetrics, ProviderHttpError } from './provider-http';
+import { createProviderHttp, headerValue, numericMetrics, ProviderHttpError, type HttpAnswer } from './provider-http';
+import './result-retention';
 import { lastPathSegment } from './replicate';
 import {
   CallbackVerificationError,
@@ -44,6 +47,11 @@ export interface FalAdapterOptions {
   readonly now?: () => number;
 }
 
+/** "If the result is 10 KB or larger, fal keeps it for 6 minutes" (else 1 hour). */
+export const FAL_LARGE_RESULT_RETENTION_MS = 6 * 60_000;
+/** What a result fetch past the retention answers: the request's outcome is lost with it. */
+export const FAL_RESULT_GONE = 'fal no longer keeps the result (kept 1 h after completion, 6 min at 10 KB or more)';
+
 export const FAL_CAPABILITIES: ProviderCapabilities = {
   name: 'fal',
   // No idempotency key, no listing by our token: an unknown submit waits for the webhook
@@ -58,6 +66,8 @@ export const FAL_CAPABILITIES: ProviderCapabilities = {
   outputUrlTtlMs: 24 * 3_600_000,
   canRefreshOutputUrl: false,
   listingWindowMs: 0,
+  // A result is kept 1 h after completion, 6 min when it is 10 KB or more: plan for the shorter.
+  resultRetentionMs: FAL_LARGE_RESULT_RETENTION_MS,
   requestsPerSecond: 10,
   maxConcurrency: 10,
   pollOnly: false,
@@ -80,15 +90,34 @@ const submitAnswerSchema = z.looseObject({
   queue_position: z.number().nullish(),
 });
 
+/** The status answer: where the request is, never how it ended (that is the result's answer). */
 export const falStatusSchema = z.looseObject({
   status: z.enum(['IN_QUEUE', 'IN_PROGRESS', 'COMPLETED']),
   queue_position: z.number().nullish(),
   response_url: z.string().nullish(),
-  /** Set on COMPLETED when the request failed or was cancelled. */
-  error: z.string().nullish(),
-  error_type: z.string().nullish(),
   metrics: z.record(z.string(), z.unknown()).nullish(),
 });
+
+/** A failed request's answer: `detail` (a string, or the model's typed errors) and, for request errors, `error_type`. */
+const falErrorSchema = z.looseObject({
+  detail: z.union([z.string(), z.array(z.looseObject({ msg: z.string().optional() }))]).optional(),
+  error_type: z.string().optional(),
+});
+
+/** The error a result fetch answered, and whether it is the request's outcome (else: retry the read). */
+function falResultError(a: HttpAnswer): { final: boolean; errorType: string | null; detail: string } {
+  let body: z.infer<typeof falErrorSchema> = {};
+  try {
+    body = falErrorSchema.catch({}).parse(JSON.parse(a.text ?? ''));
+  } catch {
+    // not JSON: no detail
+  }
+  const detail = typeof body.detail === 'string' ? body.detail : (body.detail ?? []).map((d) => d.msg ?? 'error').join('; ');
+  const errorType = a.headers.get('x-fal-error-type') ?? body.error_type ?? null;
+  // A 4xx (but auth, 408, 429) is the model's answer; a 5xx is one only when fal names the request's error type.
+  const clientError = a.status >= 400 && a.status < 500 && ![401, 403, 408, 429].includes(a.status);
+  return { final: clientError || errorType !== null, errorType, detail: detail || `HTTP ${a.status}` };
+}
 
 export const falWebhookSchema = z.looseObject({
   request_id: z.string().min(1),
@@ -98,6 +127,33 @@ export const falWebhookSchema = z.looseObject({
   error: z.string().nullish(),
   payload_error: z.string().nullish(),
 });
+
+/**
+ * The fal endpoints we send and their documented input (@fal-ai/client types/endpoints.d.ts:
+ * Kling text-to-video takes `prompt`, `duration` "5" | "10", `aspect_ratio`, `negative_prompt`,
+ * `cfg_scale`; no image, no resolution). docs/providers.md "Documented evidence: fal".
+ */
+export const FAL_KLING_TEXT_MODELS = ['fal-ai/kling-video/v2/master/text-to-video', 'fal-ai/kling-video/v2.1/master/text-to-video'] as const;
+/** The input we send them: typed so that test/providers/sdk-types.ts checks it against the SDK's input types. */
+export interface FalKlingTextInput {
+  prompt: string;
+  duration: '5' | '10';
+  aspect_ratio: '16:9';
+}
+/** Why a request cannot go to fal, named by our API's field. */
+export interface FalRefusal {
+  readonly field: 'model' | 'duration_seconds' | 'input_image_url';
+  readonly message: string;
+}
+
+/** Our task input ({prompt, duration, resolution, first_frame_image?}) → the model's documented input, or why it cannot be sent. */
+export function falInput(model: string, input: Record<string, unknown>): { readonly input: FalKlingTextInput } | { readonly refused: FalRefusal } {
+  if (!(FAL_KLING_TEXT_MODELS as readonly string[]).includes(model)) return { refused: { field: 'model', message: `${model} is not a fal endpoint we send (${FAL_KLING_TEXT_MODELS.join(', ')})` } };
+  if (typeof input['first_frame_image'] === 'string') return { refused: { field: 'input_image_url', message: `${model} is text to video: it takes no image` } };
+  const duration = String(input['duration']);
+  if (duration !== '5' && duration !== '10') return { refused: { field: 'duration_seconds', message: `${model} takes 5 or 10 seconds` } };
+  return { input: { prompt: String(input['prompt'] ?? ''), duration, aspect_ratio: '16:9' } };
+}
 
 /** The app id addressing status/result/cancel: the model id without its sub-path ("owner/app"). */
 export function falAppId(model: string): string {
@@ -174,13 +230,10 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
   const requestUrl = (app: string, id: string): string => `${base}/${app}/requests/${encodeURIComponent(id)}`;
 
   async function submit(req: SubmitRequest): Promise<SubmitOutcome> {
-    let body: string;
-    try {
-      body = JSON.stringify(req.input);
-      falAppId(req.model);
-    } catch (err) {
-      return http.rejected(false, null, `request not sendable: ${(err as Error).message}`);
-    }
+    const mapped = falInput(req.model, req.input);
+    // Refused before sending: the API refuses the same combinations at create (domain/catalog.ts).
+    if ('refused' in mapped) return http.rejected(false, null, `${mapped.refused.field}: ${mapped.refused.message}`);
+    const body = JSON.stringify(mapped.input);
     const url = `${base}/${req.model.replace(/^\/+/, '')}?fal_webhook=${encodeURIComponent(req.webhookUrl)}`;
     const answer = await http.send(url, { method: 'POST', headers: headers(true), body }, req.signal);
     if ('kind' in answer) return answer;
@@ -200,14 +253,30 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     const s = p.data;
     const metrics = numericMetrics(s.metrics);
     if (s.status !== 'COMPLETED') return job(jobId, FAL_STATUS[s.status] as ProviderJobState, s.status, { metrics });
-    if (s.error) {
-      const state = isCancel(s.error_type, s.error) ? 'canceled' : 'failed';
-      return job(jobId, state, 'COMPLETED', { error: http.clip(s.error), metrics });
+    return readResult(app, jobId, metrics, signal);
+  }
+
+  /** COMPLETED: the result fetch says how it ended (output, the model's error, or gone past the retention). */
+  async function readResult(app: string, jobId: string, metrics: Record<string, number> | null, signal?: AbortSignal): Promise<ProviderJob> {
+    const what = `result ${jobId}`;
+    const a = await http.send(requestUrl(app, jobId), { method: 'GET', headers: headers(false) }, signal);
+    if ('kind' in a) throw new ProviderHttpError(`fal ${what}: ${a.kind === 'accepted' ? 'no answer' : a.reason}`, null, true);
+    if (a.status === 404) return job(jobId, 'failed', 'COMPLETED', { error: FAL_RESULT_GONE, metrics });
+    if (a.status >= 200 && a.status <= 299) {
+      let result: unknown;
+      try {
+        result = JSON.parse(a.text ?? '');
+      } catch {
+        throw http.malformed(what, 'the result is not JSON');
+      }
+      const outputUrl = falOutputUrl(result);
+      if (!outputUrl) throw http.malformed(what, 'no video URL in the result');
+      return job(jobId, 'succeeded', 'COMPLETED', { outputUrl, metrics });
     }
-    const result = await http.read(requestUrl(app, jobId), { method: 'GET', headers: headers(false) }, `result ${jobId}`, signal);
-    const outputUrl = falOutputUrl(result);
-    if (!outputUrl) throw http.malformed(`result ${jobId}`, 'no video URL in the result');
-    return job(jobId, 'succeeded', 'COMPLETED', { outputUrl, metrics });
+    const e = falResultError(a);
+    if (!e.final) throw new ProviderHttpError(http.redact(`fal ${what}: HTTP ${a.status}: ${http.clip(e.detail)}`), a.status, true);
+    const state = isCancel(e.errorType, e.detail) ? 'canceled' : 'failed';
+    return job(jobId, state, 'COMPLETED', { error: http.clip(`${e.errorType ?? `HTTP ${a.status}`}: ${e.detail}`), metrics });
   }
 
   async function cancel(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<void> {
@@ -216,8 +285,9 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     try {
       await http.read(`${requestUrl(app, jobId)}/cancel`, { method: 'PUT', headers: headers(false) }, what, signal);
     } catch (err) {
-      // 400 ALREADY_COMPLETED: nothing left to cancel; the job's own state says how it ended.
-      if (err instanceof ProviderHttpError && err.status === 400 && /ALREADY_COMPLETED/.test(err.message)) return;
+      // 400 ALREADY_COMPLETED or 404 NOT_FOUND: nothing left to cancel; the job's own state (or
+      // its absence, read while CANCEL_REQUESTED) says how it ended.
+      if (err instanceof ProviderHttpError && ((err.status === 400 && /ALREADY_COMPLETED/.test(err.message)) || err.status === 404)) return;
       throw err;
     }
   }

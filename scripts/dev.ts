@@ -4,7 +4,8 @@
 //   S3 (versitygw)                   S3_ENDPOINT                          127.0.0.1:7070
 //   provider simulator               SIMULATOR_PORT                       127.0.0.1:7081
 //   API                              PORT                                 127.0.0.1:3000
-//   worker (metrics)                 WORKER_METRICS_PORT                  127.0.0.1:9464
+//   API operator listener            OPS_PORT                             127.0.0.1:9463
+//   worker operator listener         WORKER_METRICS_PORT                  127.0.0.1:9464
 //
 // Ports and credentials come from the same variables as config/env.ts (and its defaults).
 // State lives in .data/dev/ (VIDORCH_DEV_DIR overrides): temporal.db keeps workflows across
@@ -83,6 +84,7 @@ const ports = {
   simulator: config.SIMULATOR_PORT,
   api: config.PORT,
   metrics: config.WORKER_METRICS_PORT,
+  apiOps: config.OPS_PORT,
 };
 const externalProvider = Boolean(process.env.PROVIDER_REPLICATE_BASE_URL);
 const urls = {
@@ -91,6 +93,7 @@ const urls = {
   s3: `http://127.0.0.1:${ports.s3}`,
   simulator: `http://127.0.0.1:${ports.simulator}`,
   metrics: `http://127.0.0.1:${ports.metrics}/metrics`,
+  apiMetrics: `http://127.0.0.1:${ports.apiOps}/metrics`,
   replicate: externalProvider ? config.PROVIDER_REPLICATE_BASE_URL : `http://127.0.0.1:${ports.simulator}/replicate`,
 };
 
@@ -153,6 +156,7 @@ async function main(): Promise<void> {
     ['S3 (S3_ENDPOINT)', ports.s3],
     ['API (PORT)', ports.api],
     ['worker metrics (WORKER_METRICS_PORT)', ports.metrics],
+    ['API operator listener (OPS_PORT)', ports.apiOps],
   ];
   if (!externalProvider) wanted.push(['simulator (SIMULATOR_PORT)', ports.simulator]);
   for (const [what, port] of wanted) {
@@ -200,6 +204,7 @@ async function main(): Promise<void> {
     PUBLIC_BASE_URL: process.env.PUBLIC_BASE_URL || urls.api,
     SIMULATOR_PORT: String(ports.simulator),
     WORKER_METRICS_PORT: String(ports.metrics),
+    OPS_PORT: String(ports.apiOps),
     PROVIDER_REPLICATE_BASE_URL: urls.replicate,
     OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
     LOG_PRETTY: 'true',
@@ -219,12 +224,15 @@ async function main(): Promise<void> {
 
   let demo: { key: string; tenantId?: string; note?: string } = { key: demoApiKey() };
   if (present(ENTRY.cli)) {
+    // The key goes by a file (0600), never on the command line.
+    const keyFile = path.join(DEV_DIR, `.demo-api-key.${process.pid}`);
+    fs.writeFileSync(keyFile, `${demo.key}\n`, { mode: 0o600 });
     const r = await runNodeScript(
       ENTRY.cli,
-      ['tenant', 'create', '--name', 'demo', '--credits', '1000', '--if-missing', '--json', '--api-key', demo.key],
+      ['tenant', 'create', '--name', 'demo', '--credits', '1000', '--if-missing', '--json', '--api-key-file', keyFile],
       { ...childEnv, LOG_PRETTY: 'false' },
       { timeoutMs: 60_000 },
-    );
+    ).finally(() => fs.rmSync(keyFile, { force: true }));
     if (r.code !== 0) {
       throw new Error(`seeding the demo tenant failed (${ENTRY.cli} exit ${r.code}):\n${(r.stderr || r.stdout).trim()}`);
     }
@@ -262,6 +270,7 @@ function banner(demo: { key: string; tenantId?: string; note?: string }, missing
     ` Temporal gRPC    127.0.0.1:${ports.temporal}  namespace ${config.TEMPORAL_NAMESPACE}`,
     ` S3               ${urls.s3}  bucket ${config.S3_BUCKET_OUTPUTS}  (key ${config.S3_ACCESS_KEY_ID})`,
     ` Simulator        ${externalProvider ? `(external) ${urls.replicate}` : `${urls.simulator}  (replicate API ${urls.replicate})${procs.simulator ? '' : '   (not running)'}`}`,
+    ` API metrics      ${urls.apiMetrics}  (and the detailed /readyz)`,
     ` Worker metrics   ${urls.metrics}${procs.worker ? '' : '   (not running)'}`,
     ` Data             ${path.relative(REPO_ROOT, DEV_DIR)}/`,
     '',

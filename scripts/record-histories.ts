@@ -102,6 +102,16 @@ const SCENARIOS: Record<ScenarioName, Scenario> = {
       return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED')).status };
     },
   },
+  'review-late-webhook': {
+    env: { PROVIDER_HTTP_TIMEOUT_MS: '700', UNKNOWN_PROOF_DELAY_MS: '1000', UNKNOWN_OUTCOME_DEADLINE_MS: '1500' },
+    async run(e) {
+      // The lookups fail and the webhooks come late: the task parks, then the webhook moves it on.
+      e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, list: 'error_5xx', callback_delay_ms: 4000 });
+      const taskId = await e.createTask('rec-review-late');
+      await e.waitForStatus(taskId, 'MANUAL_REVIEW');
+      return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED', 60_000)).status };
+    },
+  },
 };
 
 function say(msg: string): void {

@@ -1,14 +1,16 @@
 // The worker process: `npm run worker`. Runs generation workflows and activities, the outbox
-// relay, and a /metrics endpoint — but only while its REGION is the active region: a fence
+// relay, and an operator listener (OPS_LISTEN_HOST:WORKER_METRICS_PORT: /metrics and a detailed
+// /readyz) — the workflows and the relay only while its REGION is the active region: a fence
 // watcher (workers/fence-watcher.ts) stops polling and the relay when the region is fenced off,
 // keeps the process alive, and starts them again when the region is active. SIGINT/SIGTERM:
 // stop polling, let in-flight activities finish within the grace time, then exit.
-import http from 'node:http';
 import { Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
+import { startOpsListener } from '../observability/ops-listener';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
 import { createMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
 import { pollFloors } from '../activities/poll-demand';
@@ -29,8 +31,16 @@ exitOnUnhandledErrors(logger);
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
 
 const database = buildDatabase(config, 'vidorch-worker');
-const metrics = createMetrics({ service: 'worker', db: database.db });
-registerResilienceGauges(metrics.registry, resilienceSnapshots, () => inFlightByProvider(database.db));
+// The fact gauges, with the jobs in flight per provider, on a connection of their own.
+const facts = startFactSampler({
+  databaseUrl: config.DATABASE_URL,
+  intervalMs: config.METRICS_FACTS_INTERVAL_MS,
+  logger,
+  applicationName: 'vidorch-worker-facts',
+  inFlight: inFlightByProvider,
+});
+const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: database.pool });
+registerResilienceGauges(metrics.registry, resilienceSnapshots, async () => facts.latest()?.inFlight ?? {});
 registerRoutingMetrics(metrics.registry, routeDecisionCounts);
 registerPollDemandGauge(metrics.registry, () => pollFloors);
 const polling = new Gauge({
@@ -39,18 +49,24 @@ const polling = new Gauge({
   labelNames: ['region'],
   registers: [metrics.registry],
 });
-const metricsServer = http.createServer((req, res) => {
-  if (req.url !== '/metrics') {
-    res.writeHead(404).end();
-    return;
-  }
-  metrics.registry
-    .metrics()
-    .then((body) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(body))
-    .catch(() => res.writeHead(500).end());
+// Ready while it polls its task queue; the detail says why not (standing by for its region).
+// Listening from the start, so a worker waiting for Temporal is visible as not ready.
+let pollingState = 'starting';
+let currentFence: () => { activeRegion: string; mode: string; epoch: number } | null = () => null;
+const ops = await startOpsListener({
+  host: config.OPS_LISTEN_HOST,
+  port: config.WORKER_METRICS_PORT,
+  bearerToken: config.OPS_BEARER_TOKEN,
+  registry: metrics.registry,
+  logger,
+  readiness: async () => {
+    const fence = currentFence();
+    return {
+      ready: pollingState === 'running',
+      detail: { region: config.REGION, active_region: fence?.activeRegion ?? null, mode: fence?.mode ?? null, epoch: fence?.epoch ?? null, polling: pollingState },
+    };
+  },
 });
-metricsServer.listen(config.WORKER_METRICS_PORT, '127.0.0.1');
-
 const started = Date.now();
 const fenceLogger = logger.child({ component: 'fence-watcher' });
 // FENCE_WATCH_ENABLED=false: a worker that never hears of a failover (drills run one as the
@@ -71,6 +87,7 @@ const alwaysActive: FenceWatcher = {
   stop: async () => undefined,
 };
 const regionView = watcher ?? alwaysActive;
+currentFence = () => regionView.current();
 
 const connection = await connectWorkerWithRetry(config.TEMPORAL_ADDRESS, logger);
 const deps = {
@@ -111,6 +128,7 @@ const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: confi
 async function startRelay(): Promise<RegionService> {
   return startOutboxRelay({
     db: database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
     facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
     logger: logger.child({ component: 'outbox-relay' }),
     batchSize: config.OUTBOX_RELAY_BATCH,
@@ -125,7 +143,10 @@ const workerSupervisor = superviseRegion({
   watcher: regionView,
   start: startWorker,
   logger: fenceLogger,
-  onState: (s) => polling.set({ region: config.REGION }, s === 'running' ? 1 : 0),
+  onState: (s) => {
+    pollingState = s;
+    polling.set({ region: config.REGION }, s === 'running' ? 1 : 0);
+  },
 });
 const relaySupervisor = superviseRegion({ name: 'outbox-relay', region: config.REGION, watcher: regionView, start: startRelay, logger: fenceLogger });
 if (regionView.current()?.activeRegion !== config.REGION) {
@@ -139,8 +160,7 @@ async function shutdown(signal: string) {
   logger.info({ signal }, 'worker stopping');
   await Promise.all([workerSupervisor.stop(), relaySupervisor.stop()]);
   await watcher?.stop();
-  metricsServer.close();
-  await Promise.allSettled([temporal.close(), connection.close(), database.close()]);
+  await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), connection.close(), database.close()]);
   logger.info('worker stopped');
   process.exit(0);
 }

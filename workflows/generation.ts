@@ -20,7 +20,7 @@ import type { TaskActivities } from '../activities';
 import { queues } from '../temporal/queues';
 import { FailureType, NON_RETRYABLE_FAILURES } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
-import { isTerminal, type TaskStatus } from '../domain/states';
+import { isTerminal, type AttemptState, type TaskStatus } from '../domain/states';
 import {
   SA_ATTEMPT_STATE,
   SA_NEEDS_ATTENTION,
@@ -73,6 +73,10 @@ const DEFAULT_POLL_MS = 5_000;
 const STEPS_PER_RUN = 50;
 const LEGACY_STEPS_PER_RUN = 500;
 const WAITING: readonly TaskStatus[] = ['SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED', 'SUBMIT_UNKNOWN'];
+/** Attempt states with a job or a lookup to ask the provider about. */
+const OPEN_ATTEMPT: readonly AttemptState[] = ['SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
+/** A task in MANUAL_REVIEW polls its provider this often (callbacks wake it at once). */
+const REVIEW_POLL_MS = 15 * 60_000;
 
 export async function generationWorkflow(input: GenerationInput): Promise<GenerationResult> {
   const { taskId } = input;
@@ -153,6 +157,24 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     return facts.applyInbox(taskId);
   }
 
+  /**
+   * MANUAL_REVIEW keeps applying provider evidence (DESIGN.md §5): a late callback wakes us and is
+   * applied like any other; while the attempt has a job or a lookup to ask, the provider is also
+   * polled now and then. A job found binds the attempt and the task moves on; an operator's
+   * resolution wakes us too.
+   */
+  async function awaitEvidenceInReview(f: TaskFacts): Promise<TaskFacts> {
+    woken = false;
+    const applied = await facts.applyInbox(taskId);
+    if (applied.statusVersion !== f.statusVersion || applied.status !== 'MANUAL_REVIEW') return applied;
+    if (applied.attemptState !== null && OPEN_ATTEMPT.includes(applied.attemptState)) {
+      if (!(await condition(() => woken, REVIEW_POLL_MS))) await readsOn(applied).pollProvider(taskId);
+    } else {
+      await condition(() => woken);
+    }
+    return facts.applyInbox(taskId);
+  }
+
   let cancelSentAtVersion = -1;
   async function step(f: TaskFacts): Promise<TaskFacts> {
     switch (f.status) {
@@ -182,6 +204,8 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       case 'PROCESSING_MEDIA':
         return media.processMedia(taskId);
       case 'MANUAL_REVIEW':
+        // Patched: older runs only waited for an operator (docs/workflow-versioning.md).
+        if (patched('review-applies-inbox')) return awaitEvidenceInReview(f);
         // An operator resolves it; their action wakes us and we re-read the facts.
         woken = false;
         await condition(() => woken);

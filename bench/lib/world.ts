@@ -113,10 +113,13 @@ export async function startBenchWorld(
         {
           ...baseEnv(),
           PORT: String(port),
+          OPS_PORT: String(await freePort()),
           PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
-          // The benchmarks measure capacity, not the per-tenant create limit: lift it, and keep
-          // it process-local (no Redis round trip). Override through `env` to measure it.
+          // The benchmarks measure capacity, not the per-tenant limits: lift them, and keep
+          // them process-local (no Redis round trip). Override through `env` to measure them.
           TENANT_CREATE_RATE_PER_SECOND: '1000000',
+          TENANT_READ_RATE_PER_SECOND: '1000000',
+          TENANT_CANCEL_RATE_PER_SECOND: '1000000',
           REDIS_URL: '',
           ...countEnv(countFile, profileDir ?? undefined),
           ...env,

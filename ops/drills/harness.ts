@@ -17,7 +17,7 @@ import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
-import { REPO_ROOT, fileLogger, freePort, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, sleep, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { createTenant } from '../tenants';
 
@@ -68,7 +68,7 @@ export async function startDrillWorld(
     let temporal: TemporalProcess | null = await startTemporal(temporalOptions);
     cleanups.push(() => temporal?.stop() ?? Promise.resolve());
     // Drills create at volume from one tenant: the tenant rate limit is not what they test.
-    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
+    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', TENANT_READ_RATE_PER_SECOND: '100000', TENANT_CANCEL_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
     const base = loadConfig({ ...process.env, ...overrides });
     const s3 = await startS3({
       port: await freePort(),
@@ -207,4 +207,41 @@ export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'sim'>)
   const jobs = new Map<string, number>();
   for (const a of attempts) jobs.set(a.taskId, (jobs.get(a.taskId) ?? 0) + world.sim.tokenCount(a.attemptId));
   return jobs;
+}
+
+const DRILL_TASK = { model: 'minimax/video-01', duration_seconds: 1, resolution: '480p' };
+
+/** Creates `n` tasks through the API, `concurrency` at a time; `body` may vary with the task's index. Returns their ids. */
+export async function createTasks(
+  world: DrillWorld,
+  prefix: string,
+  n: number,
+  concurrency = 16,
+  body: Record<string, unknown> | ((i: number) => Record<string, unknown>) = DRILL_TASK,
+): Promise<string[]> {
+  const ids: string[] = [];
+  let next = 0;
+  async function lane() {
+    while (next < n) {
+      const i = next++;
+      const res = await fetch(`${world.apiUrl}/v1/tasks`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ ...(typeof body === 'function' ? body(i) : body), prompt: `drill ${prefix} ${i}` }),
+      });
+      if (res.status !== 202) throw new Error(`create ${prefix}-${i} answered ${res.status}: ${await res.text()}`);
+      ids.push(((await res.json()) as { task_id: string }).task_id);
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, lane));
+  return ids;
+}
+
+/** Resolves once `check` holds; throws after `timeoutMs`. */
+export async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`drill: condition not met in ${timeoutMs} ms`);
+    await sleep(250);
+  }
 }

@@ -8,7 +8,7 @@ import { eq, inArray } from 'drizzle-orm';
 import type { ProviderName } from '../../domain/catalog';
 import { generationTask, taskAttempt } from '../../db/schema';
 import { sleep } from '../../scripts/stack';
-import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
+import { convergence, createTasks, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 
 /** What one provider's tasks came to. */
 export interface ProviderFigures {
@@ -18,12 +18,13 @@ export interface ProviderFigures {
   readonly succeeded: number;
 }
 
-/** A task request pinned to each provider (its catalog model at a resolution it serves). */
-const PINNED: Record<ProviderName, { model: string; resolution: string }> = {
-  replicate: { model: 'minimax/video-01', resolution: '480p' },
-  kling: { model: 'kling-v2-master', resolution: '720p' },
-  fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p' },
-  runway: { model: 'gen4_turbo', resolution: '720p' },
+/** A task request pinned to each provider: its catalog model at a resolution and duration it takes (domain/catalog.ts). */
+const PINNED: Record<ProviderName, { model: string; resolution: string; duration_seconds: number; input_image_url?: string }> = {
+  replicate: { model: 'minimax/video-01', resolution: '480p', duration_seconds: 1 },
+  kling: { model: 'kling-v2-master', resolution: '720p', duration_seconds: 1 },
+  // fal's Kling text-to-video takes 5 or 10 s; Runway's gen4_turbo is image to video, 2–10 s.
+  fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', duration_seconds: 5 },
+  runway: { model: 'gen4_turbo', resolution: '720p', duration_seconds: 2, input_image_url: 'https://example.com/drill-first-frame.png' },
 };
 
 export interface UnknownOutcomeOptions {
@@ -52,24 +53,8 @@ export interface UnknownOutcomeReport {
   readonly byProvider: Partial<Record<ProviderName, ProviderFigures>>;
 }
 
-async function createTasks(world: DrillWorld, prefix: string, n: number, providers: readonly ProviderName[], concurrency = 16): Promise<string[]> {
-  const ids: string[] = [];
-  let next = 0;
-  async function lane() {
-    while (next < n) {
-      const i = next++;
-      const res = await fetch(`${world.apiUrl}/v1/tasks`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ ...PINNED[providers[i % providers.length]!], prompt: `drill ${prefix} ${i}`, duration_seconds: 1 }),
-      });
-      if (res.status !== 202) throw new Error(`create ${prefix}-${i} answered ${res.status}: ${await res.text()}`);
-      ids.push(((await res.json()) as { task_id: string }).task_id);
-    }
-  }
-  await Promise.all(Array.from({ length: concurrency }, lane));
-  return ids;
-}
+/** Tasks round-robin over `providers`, each pinned to its provider's model. */
+const pinnedBody = (providers: readonly ProviderName[]) => (i: number) => PINNED[providers[i % providers.length]!];
 
 async function attemptStates(world: DrillWorld, taskIds: string[]) {
   const rows = await world.db.db.select().from(taskAttempt).where(inArray(taskAttempt.task_id, taskIds));
@@ -121,7 +106,7 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
 
     log(`phase 1: accept-then-hang for ${n1} submits`);
     world.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: n1, ...drop });
-    const phase1 = await createTasks(world, 'hang', n1, providers);
+    const phase1 = await createTasks(world, 'hang', n1, 16, pinnedBody(providers));
     await waitFor(async () => {
       const { rows, count } = await attemptStates(world, phase1);
       return rows.length >= n1 && count('PREPARED') + count('SUBMITTING') === 0;
@@ -130,7 +115,7 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
 
     log(`phase 2: ${n2} slow submits, then SIGKILL worker-a mid-call`);
     world.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3000, submit_fault_count: n2, ...drop });
-    const phase2 = await createTasks(world, 'crash', n2, providers);
+    const phase2 = await createTasks(world, 'crash', n2, 16, pinnedBody(providers));
     // Each provider's bulkhead admits its own share: wait for some in flight on every provider.
     const inFlight = Math.max(1, Math.floor(Math.min(n2, 10) / providers.length));
     await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= inFlight, 60_000);
@@ -141,7 +126,7 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
 
     log(`phase 3: ${n3} tasks with callbacks lost`);
     world.sim.setFaults({ callbacks: 'off' });
-    const phase3 = await createTasks(world, 'nocallback', n3, providers);
+    const phase3 = await createTasks(world, 'nocallback', n3, 16, pinnedBody(providers));
     const all = [...phase1, ...phase2, ...phase3];
 
     const deadline = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
@@ -179,13 +164,5 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
     };
   } finally {
     await world.close();
-  }
-}
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`drill: condition not met in ${timeoutMs} ms`);
-    await sleep(250);
   }
 }

@@ -1,6 +1,7 @@
 // fal's queue protocol under /fal: POST /{model_id}?fal_webhook=… → request_id and URLs;
-// GET /{app}/requests/{id}/status (IN_QUEUE with queue_position → IN_PROGRESS → COMPLETED),
-// GET /{app}/requests/{id} (result), PUT …/cancel. Over the account's concurrency the work
+// GET /{app}/requests/{id}/status (IN_QUEUE with queue_position → IN_PROGRESS → COMPLETED; the
+// status never says how the request ended), GET /{app}/requests/{id} (the result, or the error
+// the model returned; kept for resultRetentionMs after completion, then 404), PUT …/cancel. Over the account's concurrency the work
 // waits IN_QUEUE (fal queues instead of answering 429). One completion webhook per request,
 // signed with ED25519 the way fal signs; the JWKS is served at /fal/.well-known/jwks.json and
 // POST /_sim/fal/rotate-key replaces the key.
@@ -8,16 +9,27 @@ import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } fr
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { WebhookSender } from './webhooks';
-import { JobStore, type ProtocolDeps, type SimJob } from './jobs';
+import { JobStore, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
 import { runSubmit, tokenOfUrl } from './submit-faults';
 
-export const SIM_FAL_DEFAULTS = { apiKey: 'sim-fal-key-id:sim-fal-key-secret', userId: 'sim-fal-user', concurrency: 2 } as const;
+export const SIM_FAL_DEFAULTS = {
+  apiKey: 'sim-fal-key-id:sim-fal-key-secret',
+  userId: 'sim-fal-user',
+  concurrency: 2,
+  resultRetentionMs: 3_600_000,
+} as const;
+
+/** "If the result is 10 KB or larger, fal keeps it for 6 minutes." */
+const LARGE_RESULT_BYTES = 10 * 1024;
+const LARGE_RESULT_RETENTION_MS = 6 * 60_000;
 
 export interface FalSimOptions {
   readonly apiKey: string;
   readonly userId: string;
   /** Requests running at once; the rest wait IN_QUEUE. */
   readonly concurrency: number;
+  /** How long a completed request's result can be fetched (fal: 1 hour; at most 6 minutes for a result of 10 KB or more). */
+  readonly resultRetentionMs: number;
 }
 
 interface SigningKey {
@@ -39,6 +51,27 @@ function signFal(key: KeyObject, requestId: string, userId: string, ts: string, 
 }
 
 const appOf = (model: string): string => model.split('/').slice(0, 2).join('/');
+
+/**
+ * Inputs as fal documents them for the endpoints the simulator checks (@fal-ai/client
+ * types/endpoints.d.ts, Kling text-to-video); other endpoints take any JSON object. Extra keys
+ * pass, as fal's pydantic models let them.
+ */
+const klingTextInput = z.looseObject({
+  prompt: z.string(),
+  duration: z.enum(['5', '10']).optional(),
+  aspect_ratio: z.enum(['16:9', '9:16', '1:1']).optional(),
+  negative_prompt: z.string().optional(),
+  cfg_scale: z.number().optional(),
+});
+const INPUTS: Record<string, z.ZodType<Record<string, unknown>>> = {
+  'fal-ai/kling-video/v2/master/text-to-video': klingTextInput,
+  'fal-ai/kling-video/v2.1/master/text-to-video': klingTextInput,
+};
+const anyInput = z.record(z.string(), z.unknown());
+
+/** A model validation error as fal answers it: 422 with `detail`, an array of typed errors. */
+const validationDetail = (issues: z.core.$ZodIssue[]) => issues.map((i) => ({ loc: ['body', ...i.path.map(String)], msg: i.message, type: 'value_error' }));
 
 export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
   let key = newKey();
@@ -94,21 +127,32 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
     });
   }
 
-  function statusJson(job: SimJob): Record<string, unknown> {
-    const base = { ...urls(job), logs: null };
+  /** fal's status answer: the queue fields, queue_position while queued, logs and metrics; never the outcome. */
+  function statusJson(job: SimJob, logs: boolean): Record<string, unknown> {
+    const base = { request_id: job.id, ...urls(job) };
     switch (job.phase) {
       case 'queued':
       case 'pending':
         return { status: 'IN_QUEUE', queue_position: store.queuePosition(job), ...base };
       case 'running':
-        return { status: 'IN_PROGRESS', ...base };
+        return { status: 'IN_PROGRESS', ...base, logs: logs ? [] : null };
       default: {
-        const metrics = job.startedAt && job.completedAt ? { inference_time: (job.completedAt.getTime() - job.startedAt.getTime()) / 1000 } : {};
-        if (job.phase === 'succeeded') return { status: 'COMPLETED', ...base, metrics };
-        const cancelled = job.phase === 'canceled';
-        return { status: 'COMPLETED', ...base, metrics, error: job.error, error_type: cancelled ? 'request_cancelled' : 'runner_error' };
+        const inference = job.startedAt && job.completedAt ? (job.completedAt.getTime() - job.startedAt.getTime()) / 1000 : null;
+        return { status: 'COMPLETED', ...base, logs: logs ? [] : null, metrics: { inference_time: inference } };
       }
     }
+  }
+
+  /**
+   * Whether the result is still kept: resultRetentionMs after completion (1 hour), at most 6
+   * minutes for a large result. The test knob `[sim:result_ttl=N]` in a prompt keeps it N ms.
+   */
+  function resultKept(job: SimJob): boolean {
+    const bytes = Buffer.byteLength(JSON.stringify(job.phase === 'succeeded' ? resultPayload(job) : { detail: job.error }));
+    const knob = /\[sim:result_ttl=(\d+)\]/.exec(String(job.input['prompt'] ?? ''));
+    const window = knob ? Number(knob[1]) : o.resultRetentionMs;
+    const keepMs = bytes >= LARGE_RESULT_BYTES ? Math.min(window, LARGE_RESULT_RETENTION_MS) : window;
+    return job.completedAt !== null && Date.now() - job.completedAt.getTime() < keepMs;
   }
 
   const r = express.Router();
@@ -131,16 +175,21 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
   r.get('/:owner/:app/requests/:id/status', (req, res) => {
     if (deps.faults.for('fal').status === 'error_5xx') return void res.status(500).json({ detail: 'simulated failure' });
     const job = find(req, res);
-    if (job) res.json(statusJson(job));
+    // 202 while the request is queued or in progress, 200 once it is complete.
+    if (job) res.status(TERMINAL_PHASES.includes(job.phase) ? 200 : 202).json(statusJson(job, req.query['logs'] === '1'));
   });
   r.get('/:owner/:app/requests/:id', (req, res) => {
     if (deps.faults.for('fal').status === 'error_5xx') return void res.status(500).json({ detail: 'simulated failure' });
     const job = find(req, res);
     if (!job) return;
+    res.set('x-fal-request-id', job.id);
+    if (!TERMINAL_PHASES.includes(job.phase)) return void res.status(400).json({ detail: 'Request is still in progress' });
+    if (!resultKept(job)) return void res.status(404).json({ detail: 'Request not found' });
     if (job.phase === 'succeeded') return void res.json(resultPayload(job));
-    if (job.phase === 'failed') return void res.status(422).json({ detail: job.error });
-    if (job.phase === 'canceled') return void res.status(400).json({ detail: job.error });
-    res.status(400).json({ detail: 'Request is still in progress' });
+    // "If the model returned an error, this operation returns the same error": a model error
+    // is a 422 with a `detail` array of typed errors.
+    if (job.phase === 'failed') return void res.status(422).json({ detail: [{ loc: ['body'], msg: job.error, type: 'value_error' }] });
+    res.status(400).json({ detail: job.error });
   });
   r.put('/:owner/:app/requests/:id/cancel', (req, res) => {
     const job = find(req, res);
@@ -150,13 +199,14 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
   });
   r.post('/*model', (req, res) => {
     const model = (req.params as { model: string[] }).model.join('/');
-    const input = z.record(z.string(), z.unknown()).safeParse(req.body);
     const webhook = typeof req.query['fal_webhook'] === 'string' ? req.query['fal_webhook'] : null;
-    if (!input.success || model.split('/').length < 2) return void res.status(422).json({ detail: 'invalid input or model id' });
+    if (model.split('/').length < 2) return void res.status(404).json({ detail: 'Application not found' });
+    const input = (INPUTS[model] ?? anyInput).safeParse(req.body);
+    if (!input.success) return void res.status(422).json({ detail: validationDetail(input.error.issues) });
     const config = deps.faults.for('fal');
     runSubmit(req, res, deps.faults.takeSubmitFault('fal', undefined, tokenOfUrl(webhook)), config, deps.pendingAnswers, {
-      create: () => store.create({ model, input: input.data, token: tokenOfUrl(webhook), webhook }),
-      answer: (job) => void res.json({ request_id: job.id, gateway_request_id: job.id, ...urls(job), queue_position: store.queuePosition(job) }),
+      create: () => store.create({ model, input: { ...input.data, duration: Number(input.data['duration'] ?? 5) }, token: tokenOfUrl(webhook), webhook }),
+      answer: (job) => void res.json({ status: 'IN_QUEUE', request_id: job.id, ...urls(job), queue_position: store.queuePosition(job) }),
       errorBeforeAccept: () => void res.status(500).json({ detail: 'simulated failure' }),
       errorAfterAccept: () => void res.status(502).json({ detail: 'simulated failure after accepting' }),
       rateLimited: () => void res.status(429).json({ detail: 'Too many requests' }),

@@ -69,6 +69,11 @@ export class JobStore {
     return this.byId.get(id);
   }
 
+  /** Ids of the jobs created with this correlation token. */
+  idsFor(token: string): string[] {
+    return [...this.byId.values()].filter((j) => j.token === token).map((j) => j.id);
+  }
+
   /** Newest first. */
   list(): SimJob[] {
     return [...this.byId.values()].sort((a, b) => b.seq - a.seq);
@@ -121,6 +126,11 @@ export class JobStore {
     if (TERMINAL_PHASES.includes(job.phase)) return false;
     this.finish(job, 'canceled', 'Request was cancelled by the user');
     return true;
+  }
+
+  /** Forget a job (a deleted task): later reads answer 404; the token counts keep it. */
+  remove(job: SimJob): void {
+    this.byId.delete(job.id);
   }
 
   private setPhase(job: SimJob, phase: SimPhase): void {

@@ -17,6 +17,7 @@ const sim = createSimulator({
   generationMs: config.SIMULATOR_GENERATION_MS,
   outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
   dataDir: path.resolve(config.SIMULATOR_DATA_DIR),
+  fal: { resultRetentionMs: config.SIMULATOR_FAL_RESULT_RETENTION_MS },
   logger,
 });
 

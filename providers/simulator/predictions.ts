@@ -89,6 +89,11 @@ export class PredictionStore {
     return this.byId.get(id);
   }
 
+  /** Ids of the predictions created with this correlation token. */
+  idsFor(token: string): string[] {
+    return [...this.byId.values()].filter((p) => p.token === token).map((p) => p.id);
+  }
+
   create(req: CreatePrediction): SimPrediction {
     const genRaw = req.input['sim_generation_ms'];
     const generationMs = typeof genRaw === 'number' && genRaw >= 0 ? genRaw : this.opts.generationMs;

@@ -1,11 +1,12 @@
 // Runway's tasks protocol under /runway: POST /v1/image_to_video | /v1/text_to_video → {id};
 // GET /v1/tasks/{id} (THROTTLED while over the account's concurrency → PENDING → RUNNING →
-// SUCCEEDED | FAILED | CANCELLED); DELETE /v1/tasks/{id}. Bearer auth and a required
+// SUCCEEDED | FAILED | CANCELLED); DELETE /v1/tasks/{id} cancels a running task or deletes a
+// finished one (its output too); either way the task is gone. Bearer auth and a required
 // X-Runway-Version. No webhooks. Runway carries no token of ours, so the simulator counts
 // submits by the X-Request-Id header the adapter sends for tracing.
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
-import { JobStore, type ProtocolDeps, type SimJob } from './jobs';
+import { JobStore, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
 import { runSubmit } from './submit-faults';
 
 export const SIM_RUNWAY_DEFAULTS = { apiSecret: 'sim-runway-secret-0123456789', concurrency: 2, version: '2024-11-06' } as const;
@@ -15,15 +16,34 @@ export interface RunwaySimOptions {
   readonly concurrency: number;
 }
 
-const common = {
-  model: z.string().min(1),
-  promptText: z.string().max(1000).optional(),
-  ratio: z.string().regex(/^\d+:\d+$/),
-  duration: z.number().int().min(1).max(10).optional(),
-  seed: z.number().int().optional(),
-};
-const imageBody = z.object({ ...common, promptImage: z.string().min(1) });
-const textBody = z.object({ ...common, promptText: z.string().min(1).max(1000) });
+// Request bodies as Runway documents them for the models the simulator serves (@runwayml/sdk
+// image-to-video / text-to-video request types; docs/providers.md). Written from the docs,
+// independently of the adapter's matrix, so a shared mistake cannot hide.
+const promptText = z.string().min(1).max(1000);
+const promptImage = z.union([z.string().min(1), z.array(z.strictObject({ uri: z.string().min(1), position: z.literal('first') })).min(1)]);
+const twoToTen = z.int().min(2).max(10);
+const veoDuration = z.union([z.literal(4), z.literal(6), z.literal(8)]);
+const seed = z.int().min(0).max(4_294_967_295).optional();
+const moderation = z.strictObject({ publicFigureThreshold: z.enum(['auto', 'low']).optional() }).optional();
+const gen4Ratios = z.enum(['1280:720', '720:1280', '1104:832', '832:1104', '960:960', '1584:672']);
+const veoRatios = z.enum(['1280:720', '720:1280', '1080:1920', '1920:1080']);
+const veo = (model: 'veo3.1' | 'veo3.1_fast') => ({ model: z.literal(model), ratio: veoRatios, duration: veoDuration.optional(), seed, audio: z.boolean().optional(), negativePrompt: z.string().optional() });
+
+const imageBody = z.discriminatedUnion('model', [
+  z.strictObject({ model: z.literal('gen4_turbo'), promptImage, ratio: gen4Ratios, promptText: promptText.optional(), duration: twoToTen.optional(), seed, contentModeration: moderation }),
+  z.strictObject({ model: z.literal('gen4.5'), promptImage, promptText, ratio: gen4Ratios, duration: twoToTen, seed, contentModeration: moderation }),
+  z.strictObject({ ...veo('veo3.1'), promptImage, promptText: promptText.optional() }),
+  z.strictObject({ ...veo('veo3.1_fast'), promptImage, promptText: promptText.optional() }),
+]);
+const textBody = z.discriminatedUnion('model', [
+  z.strictObject({ model: z.literal('gen4.5'), promptText, ratio: z.enum(['1280:720', '720:1280']), duration: twoToTen, seed, contentModeration: moderation }),
+  z.strictObject({ ...veo('veo3.1'), promptText }),
+  z.strictObject({ ...veo('veo3.1_fast'), promptText }),
+]);
+type RunwayBody = z.infer<typeof imageBody> | z.infer<typeof textBody>;
+
+/** Estimated and final cost in credits (the task answers carry them): a flat rate per second here. */
+const credits = (job: SimJob): { credits: number } => ({ credits: 5 * job.durationS });
 
 const STATUS: Record<SimJob['phase'], string> = {
   queued: 'THROTTLED',
@@ -50,6 +70,7 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     id: job.id,
     status: STATUS[job.phase],
     createdAt: job.createdAt.toISOString(),
+    ...(TERMINAL_PHASES.includes(job.phase) ? { cost: job.phase === 'succeeded' ? credits(job) : { credits: 0 } } : { estimatedCost: credits(job) }),
     ...(job.phase === 'running' ? { progress: 0.5 } : {}),
     ...(job.phase === 'succeeded' ? { output: [job.output] } : {}),
     ...(job.phase === 'failed' ? { failure: job.error, failureCode: 'INTERNAL.BAD_OUTPUT' } : {}),
@@ -68,17 +89,17 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
   const submit = (schema: typeof imageBody | typeof textBody) => (req: Request, res: Response) => {
     const parsed = schema.safeParse(req.body);
     if (!parsed.success) return void res.status(400).json({ error: 'Validation of body failed', issues: parsed.error.issues });
-    const body = parsed.data as z.infer<typeof imageBody> | z.infer<typeof textBody>;
+    const body: RunwayBody = parsed.data;
     const config = deps.faults.for('runway');
     runSubmit(req, res, deps.faults.takeSubmitFault('runway', undefined, req.get('x-request-id') ?? null), config, deps.pendingAnswers, {
       create: () =>
         store.create({
           model: body.model,
-          input: { prompt: body.promptText ?? '', duration: body.duration ?? 5 },
+          input: { prompt: body.promptText ?? '', duration: body.duration ?? 10 },
           token: req.get('x-request-id') ?? null,
           webhook: null,
         }),
-      answer: (job) => void res.json({ id: job.id }),
+      answer: (job) => void res.json({ id: job.id, estimatedCost: credits(job) }),
       errorBeforeAccept: () => void res.status(500).json({ error: 'An unexpected error occurred' }),
       errorAfterAccept: () => void res.status(502).json({ error: 'Bad gateway' }),
       rateLimited: () => void res.status(429).json({ error: 'You have exceeded the rate limit for this endpoint' }),
@@ -93,10 +114,14 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     if (!job) return void res.status(404).json({ error: 'Task not found' });
     res.json(taskJson(job));
   });
+  // "Tasks that are running, pending, or throttled can be canceled … Invoking this method for
+  // other tasks will delete them … Aborted and deleted tasks will not be able to be fetched
+  // again": either way the task answers 404 from now on, and a finished one loses its output.
   r.delete('/v1/tasks/:id', (req, res) => {
     const job = store.get(req.params.id);
     if (!job) return void res.status(404).json({ error: 'Task not found' });
-    store.cancel(job); // a finished task is deleted by Runway; here it simply stays readable
+    store.cancel(job);
+    store.remove(job);
     res.status(204).end();
   });
 

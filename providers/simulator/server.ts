@@ -63,6 +63,8 @@ export interface Simulator {
   listen(port: number, host?: string): Promise<RunningSimulator>;
   stats(): SimulatorStats;
   tokenCount(token: string): number;
+  /** The ids of the jobs a correlation token created, any protocol: what an operator finds in the provider's console. */
+  jobIdsFor(token: string): string[];
   /** Replace the fault config (same as POST /_sim/faults). */
   setFaults(config: FaultConfig): void;
   clearFaults(): void;
@@ -364,6 +366,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     listen,
     stats,
     tokenCount,
+    jobIdsFor: (token: string) => [store, ...jobStores].flatMap((s) => s.idsFor(token)),
     setFaults: (c) => faults.replace(faultConfigSchema.parse(c)),
     clearFaults: () => faults.reset(),
     reset,

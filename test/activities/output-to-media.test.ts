@@ -8,23 +8,17 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { asset, creditLedger, generationTask } from '../../db/schema';
 import type { ObjectStorage } from '../../storage/s3';
-import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
+import { providerSucceededTask, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
+import { eventually } from '../support/stack';
 
 let w: ActivityWorld;
 /** While above 0, the media step's presigned GET fails (the storage is unreachable for it). */
-let presignFailures = 0;
+const presignFailures = { left: 0 };
 before(async () => {
   w = await startActivityWorld({
     generationMs: 100,
     deps: (d) => {
-      const storage: ObjectStorage = Object.create(d.storage) as ObjectStorage;
-      storage.presignGet = async (key, ttl) => {
-        if (presignFailures > 0) {
-          presignFailures -= 1;
-          throw new Error('storage unreachable (test)');
-        }
-        return d.storage.presignGet(key, ttl);
-      };
+      const storage = withPresignFailures(d.storage, presignFailures);
       return { ...d, storage };
     },
   });
@@ -50,7 +44,7 @@ describe('rescueOutput goes on into the media step', () => {
 
   test('the media part fails: PROCESSING_MEDIA with the video stored; the retry skips the bytes and finishes', async () => {
     const id = await providerSucceeded();
-    presignFailures = 1;
+    presignFailures.left = 1;
     await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
     assert.equal(await statusOf(id), 'PROCESSING_MEDIA');
     assert.deepEqual(await assetsOf(id), ['video']);
@@ -65,7 +59,7 @@ describe('rescueOutput goes on into the media step', () => {
 
   test('a run left in PROCESSING_MEDIA finishes with its own processMedia step, once', async () => {
     const id = await providerSucceeded();
-    presignFailures = 1;
+    presignFailures.left = 1;
     await assert.rejects(w.run('rescueOutput', id));
     assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED');
     assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED', 'again: nothing changes');

@@ -26,7 +26,7 @@ async function familyTask(extra: Record<string, unknown> = {}): Promise<string> 
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `route-${seq}-${Date.now()}`,
-    body: { model: 'kling-v2', prompt: `route ${seq}`, duration_seconds: 2, resolution: '720p', priority: 0, ...extra },
+    body: { model: 'kling-v2', prompt: `route ${seq}`, duration_seconds: 5, resolution: '720p', priority: 0, ...extra },
   });
   await run('dispatchTask', created.task.task_id);
   return created.task.task_id;

@@ -258,12 +258,15 @@ describe('reads, list and cancel', () => {
 });
 
 describe('service endpoints', () => {
-  test('healthz, readyz, metrics and openapi answer', async () => {
+  test('healthz, readyz and openapi answer on the public port; metrics and the detailed readyz on the operator listener', async () => {
     assert.equal((await http(api.baseUrl, 'GET', '/healthz')).status, 200);
     const ready = await http(api.baseUrl, 'GET', '/readyz');
     assert.equal(ready.status, 200);
-    assert.equal(ready.body.mode, 'NORMAL');
-    const metrics = await fetch(`${api.baseUrl}/metrics`).then((r) => r.text());
+    assert.deepEqual(ready.body, { status: 'ready' });
+    const detail = await http(api.opsUrl, 'GET', '/readyz');
+    assert.equal(detail.body.mode, 'NORMAL');
+    await api.refreshFacts();
+    const metrics = await fetch(`${api.opsUrl}/metrics`).then((r) => r.text());
     assert.match(metrics, /vidorch_tasks_created_total/);
     assert.match(metrics, /vidorch_outbox_backlog/);
     const doc = await http(api.baseUrl, 'GET', '/openapi.json');

@@ -1,6 +1,6 @@
 // The record cannot be rewritten: credit_ledger, task_transition, ops_audit, region_failover and
 // region_failover_event refuse UPDATE, DELETE and TRUNCATE in the database itself (a trigger,
-// SQLSTATE VR001, docs/decisions/0014-append-only-record.md), whoever connects; INSERT still
+// SQLSTATE VR001, docs/decisions/0015-append-only-record.md), whoever connects; INSERT still
 // works; a failover's later facts are new rows that `ops fence status` shows. Real Postgres.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -17,7 +17,7 @@ import { grantTenantCredits } from '../../ops/tenants';
 import { runNodeScript } from '../../scripts/stack';
 import { createTestDatabase, createTestTenant, testConfig, type TestDatabase } from '../support/stack';
 
-/** The SQLSTATE the append-only trigger raises (db/migrations/0006_append_only_record.sql). */
+/** The SQLSTATE the append-only trigger raises (db/migrations/0008_append_only_record.sql). */
 const REWRITE_REFUSED = 'VR001';
 
 const config = testConfig();

@@ -182,3 +182,14 @@ test('property: whatever the scorer does, the router answers a compatible provid
     }),
   );
 });
+
+test('a route that takes only some durations, or needs an input image, is never chosen for a request outside them', () => {
+  const limited: RouterOptions['catalog'] = {
+    fam: [C('fal', 1, 0.1, { durationsSeconds: [5, 10], supportsImageInput: false }), C('runway', 2, 0.5, { requiresImageInput: true }), C('kling', 3, 0.9)],
+  };
+  const health = { fal: healthy, runway: healthy, kling: healthy };
+  const pick = (over: Partial<RouteInput>) => routed(chooseRoute(input({ modelFamily: 'fam', health, ...over }), opts({ catalog: limited }))).provider;
+  assert.equal(pick({ durationSeconds: 5 }), 'fal', 'the cheapest takes 5 s');
+  assert.equal(pick({ durationSeconds: 4 }), 'kling', 'fal takes no 4 s, runway needs an image');
+  assert.equal(pick({ durationSeconds: 4, hasImageInput: true }), 'runway');
+});

@@ -74,6 +74,27 @@ test("any permutation of a provider's events (with duplicates) ends in the same 
   );
 });
 
+test('a task parked in MANUAL_REVIEW applies late provider evidence: any delivery of a job\'s events ends where an unknown outcome would', () => {
+  fc.assert(
+    fc.property(
+      providerLife.chain((life) =>
+        fc.tuple(fc.constant(life), fc.shuffledSubarray([...life, ...life], { minLength: life.length * 2, maxLength: life.length * 2 })),
+      ),
+      ([life, delivered]) => {
+        let review: TaskStatus = 'MANUAL_REVIEW';
+        let unknown: TaskStatus = 'SUBMIT_UNKNOWN';
+        for (const state of delivered) {
+          review = step(review, { type: 'PROVIDER_STATE', state });
+          unknown = step(unknown, { type: 'PROVIDER_STATE', state });
+        }
+        assert.equal(review, unknown);
+        assert.equal(review, endFor('MANUAL_REVIEW', life[life.length - 1]!));
+      },
+    ),
+    { numRuns: 2000 },
+  );
+});
+
 test("an attempt's state never leaves a finished state, whatever the provider says next", () => {
   fc.assert(
     fc.property(fc.array(fc.constantFrom(...PROVIDER_JOB_STATES), { maxLength: 20 }), (states) => {

@@ -81,6 +81,6 @@ test('failover a → b mid-flight with a zombie region-a worker: every zombie wr
   for (const at of attempts) jobsPerTask.set(at.task_id, (jobsPerTask.get(at.task_id) ?? 0) + s.sim.sim.tokenCount(at.attempt_id));
   assert.deepEqual([...new Set(ids.map((id) => jobsPerTask.get(id)))], [1], 'exactly one provider job per task');
   assert.equal(await ledgerImbalance(s.tdb.database), 0);
-  const ready = await http(s.apiUrl, 'GET', '/readyz');
+  const ready = await http(s.opsUrl, 'GET', '/readyz');
   assert.equal(ready.body.active_region, 'region-b');
 });

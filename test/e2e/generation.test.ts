@@ -129,7 +129,8 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
   });
 
   test('the metrics tell callbacks from polls: callback lag is reported and the poll-fallback ratio is a share, per provider', async () => {
-    const text = await fetch(`${api.baseUrl}/metrics`).then((r) => r.text());
+    await api.refreshFacts();
+    const text = await fetch(`${api.opsUrl}/metrics`).then((r) => r.text());
     const lag = /vidorch_callback_lag_seconds\{provider="replicate",quantile="0.5"[^}]*\} ([0-9.e+-]+)/.exec(text);
     assert.ok(lag, 'callback lag p50 present after callback-driven tasks');
     const ratio = Number(/vidorch_poll_fallback_ratio\{provider="replicate"[^}]*\} ([0-9.e+-]+)/.exec(text)?.[1]);

@@ -69,7 +69,7 @@ describe('Postgres unreachable from the API', () => {
         assert.match(res.body.detail, /database is unreachable/);
         assert.ok(res.headers.get('retry-after'));
       }
-      const ready = await http(s.apiUrl, 'GET', '/readyz');
+      const ready = await http(s.opsUrl, 'GET', '/readyz');
       assert.equal(ready.status, 503);
       assert.ok(ready.body.reasons.some((r: string) => /database is unreachable/.test(r)), JSON.stringify(ready.body));
       assert.equal(ready.body.admits.callback, 'spool');
@@ -112,13 +112,13 @@ describe('Temporal unreachable: creates go to the outbox up to its watermark', (
     assert.equal(over.status, 503, JSON.stringify(over.body));
     assert.match(over.body.detail, /outbox backlog over its watermark/);
     assert.equal(over.headers.get('retry-after'), '30');
-    const ready = await http(s.apiUrl, 'GET', '/readyz');
+    const ready = await http(s.opsUrl, 'GET', '/readyz');
     assert.equal(ready.status, 503);
     assert.equal(ready.body.outbox.backlog, 4);
 
     // Temporal is back: the relay publishes the backlog and admission reopens.
     const facade = createGenerationFacade(async () => s.client, s.config.TEMPORAL_TASK_QUEUE);
-    const relayed = await relayOnce({ db: s.tdb.database.db, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
+    const relayed = await relayOnce({ db: s.tdb.database.db, fence: { scope: s.config.FENCE_SCOPE, region: s.config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
     assert.equal(relayed.published, 4);
     assert.equal((await s.create('wm-after')).status, 202);
     for (const id of ids) await s.client.workflow.getHandle(facade.workflowIdFor(id)).terminate('test cleanup');

@@ -17,7 +17,8 @@ after(async () => {
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const readyz = () => http(s.apiUrl, 'GET', '/readyz');
+/** The detailed readiness, on the API's operator listener. */
+const readyz = () => http(s.opsUrl, 'GET', '/readyz');
 const cancel = (id: string) => http(s.apiUrl, 'POST', `/v1/tasks/${id}/cancel`, { apiKey: s.tenant.apiKey, body: {} });
 const list = () => http(s.apiUrl, 'GET', '/v1/tasks?limit=5', { apiKey: s.tenant.apiKey });
 const attemptsOf = (id: string) => s.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
@@ -42,6 +43,10 @@ function assert503(res: { status: number; headers: Headers; body: any }, mode: s
 async function expectReady(mode: string, ready: boolean) {
   const r = await readyz();
   assert.equal(r.status, ready ? 200 : 503, JSON.stringify(r.body));
+  // The public port answers the same, and says nothing more.
+  const pub = await http(s.apiUrl, 'GET', '/readyz');
+  assert.equal(pub.status, r.status);
+  assert.deepEqual(pub.body, { status: ready ? 'ready' : 'not_ready' });
   assert.equal(r.body.mode, mode);
   assert.equal(r.body.admits.create, ready);
   return r.body;

@@ -58,7 +58,7 @@ test('with Temporal unreachable a create is still accepted, and the relay later 
   assert.equal(pending.length, 6, 'every accepted task waits in the outbox');
 
   const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
-  const relay = { db: tdb.database.db, facade, logger: testLogger, batchSize: 4, intervalMs: 10 };
+  const relay = { db: tdb.database.db, fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade, logger: testLogger, batchSize: 4, intervalMs: 10 };
   // Two relays at once: SKIP LOCKED splits the rows between them.
   const [a, b] = await Promise.all([relayOnce(relay), relayOnce(relay)]);
   const rest = await relayOnce(relay);

@@ -16,14 +16,17 @@ after(async () => {
 });
 
 const cases = [
-  { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', expectCallbacks: true },
-  { provider: 'runway', model: 'gen4_turbo', resolution: '720p', expectCallbacks: false },
+  // fal's Kling text-to-video takes 5 or 10 seconds (docs/providers.md "Documented evidence: fal").
+  { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', expectCallbacks: true, duration: 5 },
+  // gen4_turbo is image to video only (docs/providers.md "Documented evidence: Runway").
+  { provider: 'runway', model: 'gen4_turbo', resolution: '720p', expectCallbacks: false, image: 'https://example.com/first-frame.png' },
   { provider: 'kling', model: 'kling-v2-master', resolution: '720p', expectCallbacks: true },
 ];
 
 for (const c of cases) {
   test(`${c.provider}: a task reaches SUCCEEDED through the provider's own protocol, with one provider job`, async () => {
-    const taskId = await e.createTask(`prov-${c.provider}`, { model: c.model, prompt: `a ${c.provider} fox`, duration_seconds: 2, resolution: c.resolution });
+    const image = 'image' in c ? { input_image_url: c.image } : {};
+    const taskId = await e.createTask(`prov-${c.provider}`, { model: c.model, prompt: `a ${c.provider} fox`, duration_seconds: 'duration' in c ? c.duration : 2, resolution: c.resolution, ...image });
     const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
     assert.equal(task.provider, c.provider);
     assert.equal(task.output.media.videoCodec, 'h264');
@@ -40,7 +43,7 @@ for (const c of cases) {
 test('a model family fails over after a proven rejection: kling answers 429, the task succeeds at fal with one job', async () => {
   e.sim.sim.setFaults({ providers: ['kling'], submit: 'rate_limit', retry_after_s: 1 });
   try {
-    const taskId = await e.createTask('family-failover', { model: 'kling-v2', prompt: 'a fox that changes provider', duration_seconds: 2, resolution: '720p', provider: 'kling' });
+    const taskId = await e.createTask('family-failover', { model: 'kling-v2', prompt: 'a fox that changes provider', duration_seconds: 5, resolution: '720p', provider: 'kling' });
     const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
     assert.equal(task.provider, 'fal');
     const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));

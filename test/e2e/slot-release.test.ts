@@ -67,7 +67,8 @@ test('a job still running past the provider\'s maximum run time ends in MANUAL_R
 });
 
 test('two reviews resolved "fail" on Runway (2 slots) close their attempts; a third Runway task still gets a slot and succeeds', { timeout: 150_000 }, async () => {
-  const runway = { model: 'gen4_turbo', prompt: 'a runway fox', duration_seconds: 2, resolution: '720p' };
+  // gen4_turbo is image to video only (docs/providers.md "Documented evidence: Runway").
+  const runway = { model: 'gen4_turbo', prompt: 'a runway fox', duration_seconds: 2, resolution: '720p', input_image_url: 'https://example.com/first-frame.png' };
   // The provider takes both submits and never answers: unknown outcomes, no lookup at Runway → review.
   e.sim.sim.setFaults({ providers: ['runway'], submit: 'accept_then_hang', submit_fault_count: 2 });
   const parked = [await e.createTask('rw-1', runway), await e.createTask('rw-2', runway)];

@@ -7,9 +7,10 @@ import { after, before, describe, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox } from '../../db/schema';
+import { startFactSampler } from '../../observability/facts';
 import { createMetrics } from '../../observability/metrics';
 import type { ProviderJobState } from '../../providers/types';
-import { createTestDatabase, testConfig, type TestDatabase } from '../support/stack';
+import { createTestDatabase, testConfig, testLogger, type TestDatabase } from '../support/stack';
 
 let tdb: TestDatabase;
 before(async () => {
@@ -73,7 +74,10 @@ describe('provider metrics from inbox facts', () => {
     await event({ provider: 'kling', attemptId: old, state: 'succeeded', source: 'poll', agoS: 3_600, lagS: 100 });
     await event({ provider: 'kling', attemptId: randomUUID(), state: 'succeeded', source: 'callback', agoS: 600, lagS: 100 });
 
-    const text = await createMetrics({ service: 'metrics-test', db: tdb.database.db }).registry.metrics();
+    const sampler = startFactSampler({ databaseUrl: tdb.url, intervalMs: 60_000, logger: testLogger, applicationName: 'metrics-test' });
+    await sampler.refresh();
+    const text = await createMetrics({ service: 'metrics-test', facts: sampler.latest }).registry.metrics();
+    await sampler.stop();
     const lag = samples(text, 'vidorch_callback_lag_seconds');
     const close = (actual: number | undefined, expected: number, what: string) =>
       assert.ok(actual !== undefined && Math.abs(actual - expected) < 0.01, `${what}: ${actual} ≠ ${expected}`);

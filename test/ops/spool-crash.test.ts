@@ -12,13 +12,15 @@ import { createCallbackSpool } from '../../api/spool';
 import { startNodeProcess } from '../../scripts/stack';
 import { testLogger } from '../support/stack';
 
+const LEASE_MS = 400;
+
 test('every acknowledged append survives a SIGKILL of the writer and is replayed once adopted; a torn tail is skipped', async () => {
   const dir = path.join(os.tmpdir(), `vidorch-spool-crash-${process.pid}-${randomBytes(3).toString('hex')}`);
   const acked = new Set<number>();
   let sawEnough!: () => void;
   const enough = new Promise<void>((r) => (sawEnough = r));
   const writer = startNodeProcess('spool-writer', 'test/fixtures/scripts/spool-writer.ts', {}, {
-    args: [dir],
+    args: [dir, String(LEASE_MS)],
     log: (line) => {
       const m = /acked (\d+)/.exec(line);
       if (!m) return;
@@ -30,8 +32,10 @@ test('every acknowledged append survives a SIGKILL of the writer and is replayed
     await Promise.race([enough, writer.exited.then(() => Promise.reject(new Error(`writer exited early: ${writer.recentOutput().join('\n')}`)))]);
     process.kill(writer.pid, 'SIGKILL');
     await writer.exited;
+    // The dead writer's lease runs out; then its files are anyone's to adopt.
+    await new Promise((r) => setTimeout(r, LEASE_MS * 1.5));
 
-    const spool = createCallbackSpool({ dir, logger: testLogger });
+    const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true });
     const replayed: number[] = [];
     const pass = await spool.replay(async (rec) => {
       replayed.push((rec.payload as { n: number }).n);
@@ -51,7 +55,7 @@ test('every acknowledged append survives a SIGKILL of the writer and is replayed
 
 test('an append that fails part way seals its file, so the next acknowledged append is not glued to a torn line', async () => {
   const dir = path.join(os.tmpdir(), `vidorch-spool-torn-${process.pid}-${randomBytes(3).toString('hex')}`);
-  const spool = createCallbackSpool({ dir, logger: testLogger });
+  const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true });
   const base = {
     provider: 'replicate', receivedAt: new Date().toISOString(), receivedRegion: 'region-a', providerEventId: null,
     needsRefetch: false, why: 'database-unavailable' as const,

@@ -19,7 +19,7 @@ const rec = (id: string) => ({
 
 test('spooled callbacks are replayed in order; a failed replay keeps the file and the next pass delivers everything again', async () => {
   const dir = tmpDir();
-  const spool = createCallbackSpool({ dir, logger: testLogger });
+  const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: 30_000, isTransient: () => true });
   try {
     await Promise.all(['a', 'b', 'c'].map((id) => spool.append(rec(id))));
     assert.equal(await spool.pending(), 3);
@@ -52,7 +52,7 @@ test('a torn last line is skipped, and files of a dead process are adopted and r
     // A process that died mid-append: pid 2^22+ is never a live pid here.
     const line = JSON.stringify({ v: 1, spoolId: 'x', ...rec('orphan') });
     await fs.writeFile(path.join(dir, 'active-4194999-abcdef-000000.ndjson'), `${line}\n{"v":1,"provider":"repl`);
-    const spool = createCallbackSpool({ dir, logger: testLogger });
+    const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: 30_000, isTransient: () => true });
     const ids: string[] = [];
     const pass = await spool.replay(async (r) => {
       ids.push(r.job.jobId);

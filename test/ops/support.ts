@@ -10,7 +10,7 @@ import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Runtime } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createApp } from '../../api/app';
+import { serveApi } from '../../api/listen';
 import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
 import type { Config } from '../../config/env';
@@ -176,6 +176,8 @@ export interface ModesStack {
   readonly client: Client;
   readonly ctx: ApiContext;
   readonly apiUrl: string;
+  /** The API's operator listener (the detailed /readyz, /metrics). */
+  readonly opsUrl: string;
   readonly tenant: { tenantId: string; apiKey: string };
   readonly replayer: { stop(): Promise<void>; runOnce(): Promise<unknown> } | null;
   workers: RegionWorker[];
@@ -226,9 +228,8 @@ export async function startModesStack(
     metrics: createMetrics({ service: `api-${name}` }),
     fenceCacheMs: opts.fenceCacheMs ?? 0,
   });
-  const server = createApp(ctx).listen(port, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const served = await serveApi(ctx, { port });
+  const apiUrl = served.url;
   const replayer = opts.replayer === false ? null : startCallbackReplayer(ctx, 200);
   const tenant = await createTestTenant(tdb.database, config, '1000');
   const workers: RegionWorker[] = [];
@@ -241,6 +242,7 @@ export async function startModesStack(
     client,
     ctx,
     apiUrl,
+    opsUrl: served.opsUrl,
     tenant,
     replayer,
     workers,
@@ -272,10 +274,7 @@ export async function startModesStack(
       await replayer?.stop();
       // The API context may hold a Redis client (tenant rate limits).
       await (ctx as { rateLimiter?: { close(): Promise<void> } }).rateLimiter?.close();
-      await new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      });
+      await served.close();
       await closeClient();
       await sim.close();
       await apiDatabase?.close().catch(() => undefined);

@@ -3,13 +3,15 @@
 import { test, before, after, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { createFalAdapter, FAL_CAPABILITIES, falAppId, type FalAdapterOptions } from '../../providers/fal';
+import { createFalAdapter, FAL_CAPABILITIES, FAL_RESULT_GONE, falAppId, falInput, type FalAdapterOptions } from '../../providers/fal';
+import { withinRetention } from '../../providers/result-retention';
 import { SIM_FAL_DEFAULTS } from '../../providers/simulator/fal';
 import { CallbackVerificationError, NO_LOOKUP, verifyProviderCallback, type ProviderAdapter, type ProviderJob } from '../../providers/types';
 import { closeServer, deadPort, listenOn, lookupQuery, newAttempt, startHarness, TERMINAL, waitFor, type Delivery, type Harness } from './harness';
 
 const MODEL = 'fal-ai/kling-video/v2.1/master/text-to-video';
 const REF = { model: MODEL };
+const FAL_INPUT = { prompt: 'x', duration: 5, resolution: '720p' };
 let h: Harness;
 let adapter: ProviderAdapter;
 
@@ -26,7 +28,7 @@ function makeAdapter(over: Partial<FalAdapterOptions> = {}): ProviderAdapter {
 
 async function submitOk(a: ProviderAdapter = adapter, prompt = 'a fox'): Promise<{ job: ProviderJob; attemptId: string }> {
   const att = newAttempt(h.receiverUrl, 'fal');
-  const out = await a.submit({ ...att, model: MODEL, input: { prompt, duration: 1 } });
+  const out = await a.submit({ ...att, model: MODEL, input: { prompt, duration: 5 } });
   assert.equal(out.kind, 'accepted', JSON.stringify(out));
   if (out.kind !== 'accepted') throw new Error('unreachable');
   return { job: out.job, attemptId: att.attemptId };
@@ -74,6 +76,30 @@ test('happy path: accepted IN_QUEUE with our token; status by app id reaches COM
   assert.equal(Buffer.from(await res.arrayBuffer()).subarray(4, 8).toString('latin1'), 'ftyp');
   assert.equal(h.sim.tokenCount(attemptId), 1);
   assert.equal(falAppId(MODEL), 'fal-ai/kling-video');
+});
+
+test('inputs follow the documented Kling text-to-video input: duration "5" | "10", no image; the rest is refused before any call', async () => {
+  assert.deepEqual(falInput(MODEL, { prompt: 'p', duration: 10, resolution: '720p' }), { input: { prompt: 'p', duration: '10', aspect_ratio: '16:9' } });
+  for (const [input, field] of [
+    [{ prompt: 'p', duration: 2 }, 'duration_seconds'],
+    [{ prompt: 'p', duration: 5, first_frame_image: 'https://x/y.png' }, 'input_image_url'],
+  ] as const) {
+    const r = falInput(MODEL, input);
+    assert.equal('refused' in r ? r.refused.field : null, field);
+    const out = await adapter.submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input });
+    assert.deepEqual(out.kind === 'rejected' ? [out.retryable, out.status] : out, [false, null]);
+  }
+  assert.equal(h.sim.stats().jobs_by_provider.fal, 0);
+  // The simulator answers an undocumented input as fal does: 422 with typed errors in `detail`.
+  const res = await fetch(`${h.sim.baseUrl()}/fal/${MODEL}`, {
+    method: 'POST',
+    headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'p', duration: 2 }),
+  });
+  assert.equal(res.status, 422);
+  const detail = ((await res.json()) as { detail: { loc: string[] }[] }).detail;
+  assert.deepEqual(detail.map((d) => d.loc.at(-1)), ['duration']);
+  assert.equal(h.sim.stats().jobs_by_provider.fal, 0);
 });
 
 test('fal queues excess work instead of answering 429: over the concurrency, requests are accepted and wait IN_QUEUE', async () => {
@@ -186,14 +212,57 @@ test('a webhook for another fal user is refused when expectedUserId is set', asy
   assert.equal(await reasonOf(other.verifyCallbackAsync!(d.body, d.headers)), 'bad-signature');
 });
 
-test('[sim:fail] ends COMPLETED with an error: getJob says failed, and so does the ERROR webhook', async () => {
+test('a failure shows only when the result is fetched: the status says COMPLETED, getJob reads the error from the result (and the ERROR webhook agrees)', async () => {
   const { job, attemptId } = await submitOk(adapter, 'please [sim:fail]');
   const done = await untilTerminal(job.jobId);
   assert.equal(done.state, 'failed');
   assert.match(done.error ?? '', /simulated failure/);
+  const status = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, { headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}` } });
+  assert.equal(status.status, 200);
+  const body = (await status.json()) as Record<string, unknown>;
+  assert.equal(body['status'], 'COMPLETED');
+  assert.deepEqual(Object.keys(body).filter((k) => !['status', 'request_id', 'response_url', 'status_url', 'cancel_url', 'logs', 'metrics'].includes(k)), []);
   const d = await webhookOf(attemptId);
   const v = await adapter.verifyCallbackAsync!(d.body, d.headers);
   assert.equal(v.job.state, 'failed');
+});
+
+test('a result read after fal stopped keeping it is failed with the reason, never a read that retries forever', async () => {
+  const { job } = await submitOk(adapter, 'short-lived [sim:result_ttl=50]');
+  await waitFor('completed', async () => {
+    const r = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, { headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}` } });
+    return ((await r.json()) as { status: string }).status === 'COMPLETED' ? true : undefined;
+  });
+  await new Promise((r) => setTimeout(r, 100));
+  const gone = await adapter.getJob(job.jobId, undefined, REF);
+  assert.deepEqual([gone.state, gone.error], ['failed', FAL_RESULT_GONE]);
+});
+
+test('a result answered 5xx is the outcome only when fal names the error type; otherwise the read is retried', async () => {
+  const answers: { status: number; headers: Record<string, string> }[] = [];
+  const fake = createServer((req, res) => {
+    if (req.url?.endsWith('/status')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'COMPLETED', logs: null }));
+    const a = answers.shift()!;
+    res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers }).end(JSON.stringify({ detail: 'Request timed out', error_type: a.headers['x-fal-error-type'] }));
+  });
+  const port = await listenOn(fake);
+  try {
+    const a = makeAdapter({ baseUrl: `http://127.0.0.1:${port}` });
+    answers.push({ status: 503, headers: {} });
+    await assert.rejects(a.getJob('r1', undefined, REF), (e: Error) => e.name === 'Error' && /HTTP 503/.test(e.message));
+    answers.push({ status: 504, headers: { 'x-fal-error-type': 'request_timeout' } });
+    const j = await a.getJob('r1', undefined, REF);
+    assert.deepEqual([j.state, j.error], ['failed', 'request_timeout: Request timed out']);
+  } finally {
+    await closeServer(fake);
+  }
+});
+
+test('the poll schedule reads a fal result well inside its retention: the longest interval is a quarter of 6 minutes', () => {
+  assert.equal(FAL_CAPABILITIES.resultRetentionMs, 6 * 60_000);
+  assert.equal(withinRetention(3 * 60_000, FAL_CAPABILITIES), 90_000);
+  assert.equal(withinRetention(20 * 60_000, FAL_CAPABILITIES), 90_000);
+  assert.equal(withinRetention(5_000, FAL_CAPABILITIES), 5_000);
 });
 
 test('cancel in queue ends canceled (status and webhook); cancel after completion is a no-op', async () => {
@@ -203,6 +272,7 @@ test('cancel in queue ends canceled (status and webhook); cancel after completio
   const d = await webhookOf(attemptId);
   assert.equal((await adapter.verifyCallbackAsync!(d.body, d.headers)).job.state, 'canceled');
   await adapter.cancel(job.jobId, undefined, REF); // ALREADY_COMPLETED
+  await adapter.cancel('00000000-0000-0000-0000-000000000000', undefined, REF); // NOT_FOUND: nothing to cancel
 });
 
 test('getJob: 404 → ProviderNotFound; status 5xx → transient; without the model → ProviderRequestRejected', async () => {
@@ -226,7 +296,7 @@ test('submit faults map to the three outcomes, and the job count per token prove
   for (const c of cases) {
     h.sim.setFaults(c.fault);
     const att = newAttempt(h.receiverUrl, 'fal');
-    const out = await a.submit({ ...att, model: MODEL, input: { prompt: 'x' } });
+    const out = await a.submit({ ...att, model: MODEL, input: FAL_INPUT });
     assert.equal(out.kind, c.kind, `${JSON.stringify(c.fault)} → ${JSON.stringify(out)}`);
     assert.equal(h.sim.tokenCount(att.attemptId), c.jobs, JSON.stringify(c.fault));
     if (out.kind === 'rejected') assert.deepEqual([out.retryable, out.status, out.retryAfterMs], [true, 429, 3_000]);
@@ -237,11 +307,11 @@ test('connection refused → rejected retryable; 401 → rejected final, and the
   const refused = await makeAdapter({ baseUrl: `http://127.0.0.1:${await deadPort()}/fal` }).submit({
     ...newAttempt(h.receiverUrl, 'fal'),
     model: MODEL,
-    input: {},
+    input: FAL_INPUT,
   });
   assert.deepEqual(refused.kind === 'rejected' ? [refused.retryable, refused.status] : refused, [true, null]);
   const wrongKey = 'wrong-fal-key:should-not-leak-123';
-  const out = await makeAdapter({ apiKey: wrongKey }).submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: {} });
+  const out = await makeAdapter({ apiKey: wrongKey }).submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: FAL_INPUT });
   assert.deepEqual(out.kind === 'rejected' ? [out.retryable, out.status] : out, [false, 401]);
   assert.ok(!JSON.stringify(out).includes(wrongKey));
 });
@@ -254,7 +324,7 @@ test('secrets never appear in errors even when a server echoes them back', async
   const port = await listenOn(echo);
   try {
     const a = makeAdapter({ baseUrl: `http://127.0.0.1:${port}` });
-    const out = await a.submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: {} });
+    const out = await a.submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: FAL_INPUT });
     assert.ok(!JSON.stringify(out).includes(SIM_FAL_DEFAULTS.apiKey), JSON.stringify(out));
     await assert.rejects(a.getJob('x', undefined, REF), (e: Error) => !e.message.includes(SIM_FAL_DEFAULTS.apiKey));
   } finally {

@@ -5,8 +5,10 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { providerInput } from '../../activities/provider-input';
+import { MODEL_CATALOG, RESOLUTIONS, routeRefusal, type ProviderRoute } from '../../domain/catalog';
 import { createSimulator, type RunningSimulator, type Simulator, type SimulatorOptions } from '../../providers/simulator/server';
-import type { LookupQuery } from '../../providers/types';
+import type { LookupQuery, ProviderAdapter } from '../../providers/types';
 
 export interface Delivery {
   readonly headers: IncomingHttpHeaders;
@@ -99,4 +101,40 @@ export const TERMINAL = ['succeeded', 'failed', 'canceled', 'aborted'];
 export function lookupQuery(token: string, over: Partial<LookupQuery> & { backMs?: number } = {}): LookupQuery {
   const { backMs = 60_000, ...rest } = over;
   return { token, model: 'acme/video', input: {}, since: new Date(Date.now() - backMs), until: new Date(Date.now() + 60_000), ...rest };
+}
+
+/**
+ * Every task input (as activities/provider-input.ts builds it) that the catalog admits for a
+ * route: each resolution, duration 1..20 s, with and without an image, a short and a longest prompt.
+ */
+export function admittedInputs(route: ProviderRoute): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  for (const resolution of RESOLUTIONS) {
+    for (let seconds = 1; seconds <= 20; seconds++) {
+      for (const image of [undefined, 'https://example.com/first-frame.png']) {
+        for (const prompt of ['a heron', 'x'.repeat(route.maxPromptChars ?? 2000)]) {
+          const request = { prompt, duration_seconds: seconds, resolution, input_image_url: image };
+          if (!routeRefusal(route, request)) out.push(providerInput(request));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/** The catalog's routes at one provider. */
+export const routesOf = (provider: string): ProviderRoute[] => MODEL_CATALOG.flatMap((m) => m.routes).filter((r) => r.provider === provider);
+
+/** Submits, through `adapter`, every input the catalog admits for the provider's routes; each must be accepted. */
+export async function submitEveryAdmitted(adapter: ProviderAdapter, provider: string): Promise<void> {
+  const routes = routesOf(provider);
+  if (routes.length === 0) throw new Error(`no catalog route at ${provider}`);
+  for (const route of routes) {
+    const inputs = admittedInputs(route);
+    if (inputs.length === 0) throw new Error(`${route.model} admits no request`);
+    for (const input of inputs) {
+      const out = await adapter.submit({ ...newAttempt('https://api.example.com', provider), model: route.model, input });
+      if (out.kind !== 'accepted') throw new Error(`${route.model} ${JSON.stringify(input).slice(0, 100)}: ${JSON.stringify(out)}`);
+    }
+  }
 }

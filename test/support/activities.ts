@@ -8,6 +8,7 @@ import { createTaskActivities, type TaskActivities } from '../../activities';
 import type { TaskActivityDeps } from '../../activities/deps';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
+import type { ObjectStorage } from '../../storage/s3';
 import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from './stack';
 
 export interface ActivityWorld {
@@ -78,4 +79,17 @@ export async function providerSucceededTask(w: ActivityWorld, label: string): Pr
     return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
   }, 20_000, 300);
   return id;
+}
+
+/** `storage`, except that its presigned GETs fail while `failures.left` is above 0 (the media step cannot read the stored video). */
+export function withPresignFailures(storage: ObjectStorage, failures: { left: number }): ObjectStorage {
+  const wrapped: ObjectStorage = Object.create(storage) as ObjectStorage;
+  wrapped.presignGet = async (key, ttl) => {
+    if (failures.left > 0) {
+      failures.left -= 1;
+      throw new Error('storage unreachable (test)');
+    }
+    return storage.presignGet(key, ttl);
+  };
+  return wrapped;
 }

@@ -7,13 +7,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
-import { createApp } from '../../api/app';
 import { buildApiContext } from '../../api/context';
+import { serveApi } from '../../api/listen';
 import { loadConfig, type Config } from '../../config/env';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { createDatabase, type Database } from '../../db/client';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
+import { startFactSampler } from '../../observability/facts';
 import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
 import { createTenant } from '../../ops/tenants';
@@ -41,6 +42,8 @@ export function testConfig(overrides: Record<string, string> = {}): Config {
     OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
     // Tests create in bursts; the rate limit has its own test.
     TENANT_CREATE_RATE_PER_SECOND: '100000',
+    TENANT_READ_RATE_PER_SECOND: '100000',
+    TENANT_CANCEL_RATE_PER_SECOND: '100000',
     ...overrides,
   });
 }
@@ -94,7 +97,11 @@ export async function temporalClient(config: Config): Promise<{ client: Client; 
 
 export interface RunningApi {
   readonly baseUrl: string;
+  /** The operator listener: /metrics and the detailed /readyz. */
+  readonly opsUrl: string;
   readonly facade: GenerationFacade;
+  /** Runs a fact-gauge pass now (the sampler's own loop runs every METRICS_FACTS_INTERVAL_MS). */
+  refreshFacts(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -109,26 +116,27 @@ export async function startApi(
       if (!opts.client) throw new Error('no Temporal client for this API');
       return opts.client;
     }, config.TEMPORAL_TASK_QUEUE);
+  const facts = startFactSampler({ databaseUrl: db.url, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger: testLogger, applicationName: 'vidorch-test-facts' });
   const ctx = buildApiContext(config, {
-      db: db.db,
-      facade,
-      logger: testLogger,
-      metrics: createMetrics({ service: 'api-test', db: db.db }),
-      fenceCacheMs: 0,
-      ...(opts.storage ? { storage: opts.storage } : {}),
-  });
-  const app = createApp(ctx);
-  const server = app.listen(opts.port ?? 0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  const { port } = server.address() as AddressInfo;
-  return {
-    baseUrl: `http://127.0.0.1:${port}`,
+    db: db.db,
     facade,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }).then(() => ctx.rateLimiter.close()),
+    logger: testLogger,
+    metrics: createMetrics({ service: 'api-test', facts: facts.latest, pool: db.pool }),
+    fenceCacheMs: 0,
+    ...(opts.storage ? { storage: opts.storage } : {}),
+  });
+  const served = await serveApi(ctx, { port: opts.port ?? 0 });
+  return {
+    baseUrl: served.url,
+    opsUrl: served.opsUrl,
+    facade,
+    refreshFacts: async () => {
+      await facts.refresh();
+    },
+    async close() {
+      await served.close();
+      await Promise.all([ctx.rateLimiter.close(), facts.stop()]);
+    },
   };
 }
 

@@ -1,0 +1,1 @@
+CREATE INDEX "idx_callback_attempt" ON "callback_inbox" USING btree ("attempt_id");

@@ -1,0 +1,2 @@
+CREATE INDEX "idx_ledger_created" ON "credit_ledger" USING btree ("created_at");--> statement-breakpoint
+CREATE INDEX "idx_task_terminal_at" ON "generation_task" USING btree ("terminal_at") WHERE "generation_task"."terminal_at" IS NOT NULL;

@@ -1,0 +1,146 @@
+// Every fact write holds the region fence in its own transaction (DESIGN.md §3, db/fence.ts):
+// a worker whose epoch moved while it was mid-step (a failover bumps it) writes nothing — not
+// the poll's next_poll_at nor its inbox row, not the thumbnail's asset row, not the relay's
+// outbox update — and sends no provider cancel the new epoch did not decide.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { ApplicationFailure } from '@temporalio/common';
+import { and, eq, sql } from 'drizzle-orm';
+import { cancelTask, createTask } from '../../api/tasks.service';
+import { acquireFence } from '../../db/fence';
+import { asset, callbackInbox, outboxEvent, taskAttempt } from '../../db/schema';
+import type { ProviderAdapter } from '../../providers/types';
+import { createGenerationFacade } from '../../temporal/facade';
+import { relayOnce } from '../../workers/outbox-relay';
+import { startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
+import { eventually, temporalClient, testLogger, uniqueQueue } from '../support/stack';
+
+let w: ActivityWorld;
+let cancelCalls = 0;
+/** While above 0, the media step's presigned GET fails: the rescue stops in PROCESSING_MEDIA. */
+const presignFailures = { left: 0 };
+before(async () => {
+  w = await startActivityWorld({
+    generationMs: 100,
+    deps: (d) => {
+      const storage = withPresignFailures(d.storage, presignFailures);
+      const replicate = d.providers['replicate']!;
+      const counted: ProviderAdapter = { ...replicate, cancel: async (...args) => { cancelCalls += 1; return replicate.cancel(...args); } };
+      return { ...d, storage, providers: { ...d.providers, replicate: counted } };
+    },
+  });
+});
+after(() => w?.close());
+
+const db = () => w.tdb.database.db;
+const token = async () => (await acquireFence(db(), w.config.FENCE_SCOPE, w.config.REGION)).token;
+
+/**
+ * Runs `work` while a failover holds the fence row with the epoch already bumped (uncommitted):
+ * `work` read the old epoch at its start; the bump commits once `work` waits on the fence row
+ * (or has finished without touching it). Returns what `work` threw, or null.
+ */
+async function whileEpochMoves(work: () => Promise<unknown>): Promise<unknown> {
+  const client = await w.tdb.database.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT 1 FROM region_write_fence WHERE resource_scope = $1 FOR UPDATE', [w.config.FENCE_SCOPE]);
+    await client.query('UPDATE region_write_fence SET write_epoch = write_epoch + 1 WHERE resource_scope = $1', [w.config.FENCE_SCOPE]);
+    let settled = false;
+    const outcome = work().then(() => null, (err: unknown) => err).finally(() => { settled = true; });
+    await eventually(async () => {
+      if (settled) return true;
+      await client.query('SELECT pg_stat_clear_snapshot()'); // the view is a per-transaction snapshot otherwise
+      const { rows } = await client.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
+      );
+      return (rows[0] as { n: number }).n > 0 ? true : undefined;
+    }, 30_000, 50);
+    await client.query('COMMIT');
+    return await outcome;
+  } finally {
+    client.release();
+  }
+}
+
+const fenceRejected = (err: unknown) => {
+  assert.ok(err instanceof ApplicationFailure || err instanceof Error, `expected a fence rejection, got ${String(err)}`);
+  assert.match(`${(err as ApplicationFailure).type ?? ''} ${(err as Error).name} ${(err as Error).message}`, /FenceRejected|does not own writes/);
+};
+
+let seq = 0;
+async function submittedTask(): Promise<string> {
+  seq += 1;
+  const created = await createTask(db(), await token(), {
+    tenantId: w.tenantId,
+    idempotencyKey: `fence-writes-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `fence ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const id = created.task.task_id;
+  await w.run('dispatchTask', id);
+  await w.run('prepareAttempt', id);
+  assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
+  return id;
+}
+
+describe('a stale-epoch worker writes nothing', () => {
+  test('poll: neither next_poll_at nor the inbox row is written under a moved epoch', async () => {
+    const id = await submittedTask();
+    await new Promise((r) => setTimeout(r, 300)); // the job has finished: a poll would record it
+    const [before] = await db().select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
+    fenceRejected(await whileEpochMoves(() => w.run('pollProvider', id)));
+    const [afterwards] = await db().select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
+    assert.equal(afterwards!.next_poll_at?.getTime(), before!.next_poll_at?.getTime());
+    assert.equal(afterwards!.last_polled_at?.getTime(), before!.last_polled_at?.getTime());
+    const polls = await db().select().from(callbackInbox).where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'poll')));
+    assert.equal(polls.length, 0);
+  });
+
+  test('media: the thumbnail asset row is not written under a moved epoch', async () => {
+    const id = await submittedTask();
+    await eventually(async () => {
+      await w.run('pollProvider', id);
+      return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+    }, 20_000, 300);
+    presignFailures.left = 1;
+    await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
+    fenceRejected(await whileEpochMoves(() => w.run('processMedia', id)));
+    const kinds = (await db().select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind);
+    assert.deepEqual(kinds, ['video'], 'no thumbnail row');
+    assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED', 'the current epoch finishes it');
+  });
+
+  test('cancel: the provider cancel is not sent once the epoch moved after the step began', async () => {
+    const id = await submittedTask();
+    await cancelTask(db(), await token(), w.tenantId, id);
+    cancelCalls = 0;
+    fenceRejected(await whileEpochMoves(() => w.run('requestProviderCancel', id)));
+    assert.equal(cancelCalls, 0);
+    assert.deepEqual(await w.run('requestProviderCancel', id), { sent: true }, 'the current epoch sends it');
+    assert.equal(cancelCalls, 1);
+  });
+
+  test("relay: the outbox row is not marked published under a moved epoch", async () => {
+    const config = { ...w.config, TEMPORAL_TASK_QUEUE: uniqueQueue('fence-relay') };
+    const { client, close } = await temporalClient(config);
+    try {
+      const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
+      await db().execute(sql`UPDATE outbox_event SET published_at = now() WHERE published_at IS NULL`);
+      const created = await createTask(db(), await token(), {
+        tenantId: w.tenantId,
+        idempotencyKey: `fence-relay-${Date.now()}`,
+        body: { model: 'minimax/video-01', prompt: 'relay', duration_seconds: 2, resolution: '480p', priority: 0 },
+      });
+      const id = created.task.task_id;
+      const relay = { db: db(), fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 };
+      fenceRejected(await whileEpochMoves(() => relayOnce(relay)));
+      const [row] = await db().select().from(outboxEvent).where(eq(outboxEvent.aggregate_id, id));
+      assert.equal(row!.published_at, null);
+      assert.equal(row!.publish_attempts, 0);
+      assert.equal((await relayOnce(relay)).published, 1, 'the current epoch publishes it');
+      await client.workflow.getHandle(facade.workflowIdFor(id)).terminate('test cleanup').catch(() => undefined);
+    } finally {
+      await close();
+    }
+  });
+});

@@ -1,0 +1,163 @@
+// Issue 14 item 1: under the production profile no dev value (the simulator's credentials, the
+// repo's webhook secret, loopback URLs) fills in; each missing or unsafe setting is named and
+// the process exits before it listens, polls or touches a database.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { ConfigError, loadConfig } from '../../config/env';
+import { REPO_ROOT, canConnect, freePort, nodeBinary, sleep } from '../../scripts/stack';
+
+/** A complete, safe production environment (values are placeholders, none is a dev value). */
+export const SAFE_PRODUCTION_ENV: Readonly<Record<string, string>> = {
+  VIDORCH_ENV: 'production',
+  PUBLIC_BASE_URL: 'https://api.vidorch.example',
+  DATABASE_URL: 'postgres://vidorch:s3cret@db.internal:5432/vidorch',
+  S3_ENDPOINT: 'https://s3.eu-west-1.amazonaws.com',
+  S3_ACCESS_KEY_ID: 'AKIAEXAMPLEEXAMPLE',
+  S3_SECRET_ACCESS_KEY: 'prod-secret-access-key-example',
+  PROVIDER_REPLICATE_BASE_URL: 'https://api.replicate.com/v1',
+  PROVIDER_REPLICATE_API_TOKEN: 'r8_production_token_example',
+  PROVIDER_REPLICATE_WEBHOOK_SECRET: 'whsec_cHJvZHVjdGlvbi13ZWJob29rLXNlY3JldC1leGFtcGxl',
+  PROVIDER_FAL_BASE_URL: 'https://queue.fal.run',
+  PROVIDER_FAL_API_KEY: 'prod-fal-key-id:prod-fal-key-secret',
+  PROVIDER_FAL_JWKS_URL: 'https://rest.alpha.fal.ai/.well-known/jwks.json',
+  PROVIDER_RUNWAY_BASE_URL: 'https://api.dev.runwayml.com/v1',
+  PROVIDER_RUNWAY_API_SECRET: 'prod-runway-secret-example',
+  PROVIDER_KLING_BASE_URL: 'https://api-singapore.klingai.com',
+  PROVIDER_KLING_ACCESS_KEY: 'prod-kling-access-key',
+  PROVIDER_KLING_SECRET_KEY: 'prod-kling-secret-key-example',
+};
+
+function refusedFields(env: Record<string, string | undefined>): Map<string, string> {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) return new Map(err.issues.map((i) => [i.field, i.message]));
+    throw err;
+  }
+  return new Map();
+}
+
+describe('the production profile (loadConfig)', () => {
+  test('a complete safe set loads, and no dev value fills in anywhere (output hosts are the providers\' own)', () => {
+    const config = loadConfig(SAFE_PRODUCTION_ENV);
+    assert.equal(config.PUBLIC_BASE_URL, 'https://api.vidorch.example');
+    assert.equal(config.OUTPUT_FETCH_ALLOW_PRIVATE, false);
+    assert.deepEqual(config.PROVIDER_REPLICATE_OUTPUT_HOSTS, ['replicate.delivery']);
+    assert.deepEqual(config.PROVIDER_FAL_OUTPUT_HOSTS, ['v3.fal.media', 'fal.media']);
+    assert.equal(config.OPS_LISTEN_HOST, '127.0.0.1');
+    // NODE_ENV=production alone selects the profile too.
+    const { VIDORCH_ENV: _, ...rest } = SAFE_PRODUCTION_ENV;
+    assert.equal(loadConfig({ ...rest, NODE_ENV: 'production' }).PUBLIC_BASE_URL, 'https://api.vidorch.example');
+  });
+
+  test('every secret and third-party URL is required: an empty environment names each of them', () => {
+    const refused = refusedFields({ NODE_ENV: 'production' });
+    for (const field of Object.keys(SAFE_PRODUCTION_ENV).filter((f) => f !== 'VIDORCH_ENV')) {
+      assert.match(refused.get(field) ?? '', /required in production/, field);
+    }
+  });
+
+  test('dev values, loopback/private URLs, http, loopback output hosts and OUTPUT_FETCH_ALLOW_PRIVATE=true are refused, each by name', () => {
+    const refused = refusedFields({
+      ...SAFE_PRODUCTION_ENV,
+      PROVIDER_REPLICATE_WEBHOOK_SECRET: 'whsec_ZGV2LXNpbXVsYXRvci13ZWJob29rLXNlY3JldC0zMmI=', // the repo's
+      S3_SECRET_ACCESS_KEY: 'vidorch-dev-secret',
+      PUBLIC_BASE_URL: 'http://api.vidorch.example',
+      PROVIDER_FAL_JWKS_URL: 'https://127.0.0.1:7081/fal/.well-known/jwks.json',
+      PROVIDER_KLING_BASE_URL: 'https://[::ffff:7f00:1]/kling',
+      PROVIDER_RUNWAY_BASE_URL: 'https://10.1.2.3/v1',
+      PROVIDER_REPLICATE_BASE_URL: 'https://localhost/v1',
+      PROVIDER_KLING_OUTPUT_HOSTS: 'cdn.klingai.com,169.254.169.254',
+      OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+      OPS_LISTEN_HOST: '0.0.0.0',
+    });
+    assert.deepEqual([...refused.keys()].sort(), [
+      'OPS_BEARER_TOKEN',
+      'OUTPUT_FETCH_ALLOW_PRIVATE',
+      'PROVIDER_FAL_JWKS_URL',
+      'PROVIDER_KLING_BASE_URL',
+      'PROVIDER_KLING_OUTPUT_HOSTS',
+      'PROVIDER_REPLICATE_BASE_URL',
+      'PROVIDER_REPLICATE_WEBHOOK_SECRET',
+      'PROVIDER_RUNWAY_BASE_URL',
+      'PUBLIC_BASE_URL',
+      'S3_SECRET_ACCESS_KEY',
+    ]);
+    assert.match(refused.get('PROVIDER_REPLICATE_WEBHOOK_SECRET')!, /dev\/simulator value/);
+    assert.match(refused.get('PUBLIC_BASE_URL')!, /https/);
+    assert.match(refused.get('PROVIDER_KLING_OUTPUT_HOSTS')!, /169\.254\.169\.254/);
+    for (const message of refused.values()) assert.doesNotMatch(message, /vidorch-dev-secret|ZGV2LXNp/, 'no value is echoed');
+  });
+
+  test('development and tests keep the simulator defaults', () => {
+    const dev = loadConfig({});
+    assert.equal(dev.PROVIDER_REPLICATE_API_TOKEN, 'r8_dev_simulator_token');
+    assert.deepEqual(dev.PROVIDER_REPLICATE_OUTPUT_HOSTS, ['replicate.delivery', '127.0.0.1', 'localhost']);
+    assert.equal(loadConfig({ NODE_ENV: 'test' }).S3_ACCESS_KEY_ID, 'vidorch-dev');
+  });
+});
+
+/** Runs an entry point with only `env` (plus PATH/HOME), watching `ports` for a listener until it exits. */
+async function runUnderProfile(script: string, args: string[], env: Record<string, string>, ports: number[]) {
+  const child = spawn(nodeBinary(), ['--import', 'tsx', path.join(REPO_ROOT, script), ...args], {
+    cwd: REPO_ROOT,
+    env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+  child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  let listened = false;
+  let done = false;
+  void exited.then(() => (done = true));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  while (!done) {
+    for (const port of ports) if (await canConnect(port, '127.0.0.1', 200)) listened = true;
+    await sleep(50);
+  }
+  clearTimeout(timer);
+  return { code: await exited, stdout, stderr, listened };
+}
+
+describe('the production profile stops the real processes before they serve', () => {
+  const unsafe = {
+    ...SAFE_PRODUCTION_ENV,
+    PROVIDER_REPLICATE_WEBHOOK_SECRET: '',
+    PROVIDER_FAL_JWKS_URL: 'https://127.0.0.1/jwks.json',
+    OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+  };
+  const expectNamed = (stderr: string) => {
+    for (const field of ['PROVIDER_REPLICATE_WEBHOOK_SECRET', 'PROVIDER_FAL_JWKS_URL', 'OUTPUT_FETCH_ALLOW_PRIVATE']) {
+      assert.match(stderr, new RegExp(`config: ${field}: `), `stderr names ${field}:\n${stderr}`);
+    }
+  };
+
+  test('the API exits non-zero naming each field, and neither its port nor its operator port ever listens', async () => {
+    const [port, opsPort] = [await freePort(), await freePort()];
+    const r = await runUnderProfile('api/server.ts', [], { ...unsafe, PORT: String(port), OPS_PORT: String(opsPort) }, [port, opsPort]);
+    assert.equal(r.code, 2, r.stderr);
+    expectNamed(r.stderr);
+    assert.equal(r.listened, false, 'no listener was opened');
+    assert.doesNotMatch(r.stdout, /listening/);
+  });
+
+  test('the worker exits non-zero naming each field, and its operator port never listens (no Temporal poll starts)', async () => {
+    const opsPort = await freePort();
+    const r = await runUnderProfile('workers/main.ts', [], { ...unsafe, WORKER_METRICS_PORT: String(opsPort), TEMPORAL_ADDRESS: '127.0.0.1:1' }, [opsPort]);
+    assert.equal(r.code, 2, r.stderr);
+    expectNamed(r.stderr);
+    assert.equal(r.listened, false);
+    assert.doesNotMatch(r.stdout, /worker polling|waiting for Temporal/i);
+  });
+
+  test('the ops CLI exits non-zero naming each field before any command runs', async () => {
+    const r = await runUnderProfile('ops/cli.ts', ['mode', 'get', '--json'], unsafe, []);
+    assert.equal(r.code, 2, r.stderr);
+    expectNamed(r.stderr);
+    assert.equal(r.stdout.trim(), '');
+  });
+});
