@@ -344,7 +344,7 @@ export const opsAudit = pgTable(
 /**
  * Addition: one row per region failover, with the fields seed 000 §19.11.5 requires. Written by
  * `ops failover` in the same transaction that bumps the epoch and switches the active region.
- * Append-only like the ledger (docs/decisions/0015-append-only-record.md): the facts learnt
+ * Append-only like the ledger (docs/decisions/0017-append-only-record.md): the facts learnt
  * later (the first successful write, the reconciliation result) are region_failover_event rows.
  */
 export const regionFailover = pgTable(

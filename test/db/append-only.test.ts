@@ -1,6 +1,6 @@
 // The record cannot be rewritten: credit_ledger, task_transition, ops_audit, region_failover and
 // region_failover_event refuse UPDATE, DELETE and TRUNCATE in the database itself (a trigger,
-// SQLSTATE VR001, docs/decisions/0015-append-only-record.md), whoever connects; INSERT still
+// SQLSTATE VR001, docs/decisions/0017-append-only-record.md), whoever connects; INSERT still
 // works; a failover's later facts are new rows that `ops fence status` shows. Real Postgres.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';

@@ -73,7 +73,7 @@ describe('the operator listener', () => {
     const tenant = await createTestTenant(tdb.database, testConfig());
     const db = tdb.database.db;
     const task = '00000000-0000-4000-8000-00000000abcd';
-    // The ledger is append-only (docs/decisions/0015-append-only-record.md): rows cannot be aged
+    // The ledger is append-only (docs/decisions/0017-append-only-record.md): rows cannot be aged
     // by an UPDATE, so they are written 2 days old and a sampler of their own looks back 3 days.
     const entry = (kind: string, amount: string, age: string) => sql`
       INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch, created_at)
