@@ -18,7 +18,7 @@ INSERT INTO "region_failover_event" ("failover_id", "kind", "reconciliation_resu
 	SELECT "failover_id", 'reconciliation', "reconciliation_result" FROM "region_failover" WHERE "reconciliation_result" IS NOT NULL;--> statement-breakpoint
 ALTER TABLE "region_failover" DROP COLUMN "first_successful_write_time";--> statement-breakpoint
 ALTER TABLE "region_failover" DROP COLUMN "reconciliation_result";--> statement-breakpoint
--- Hand-written: the record cannot be rewritten (docs/decisions/0014-append-only-record.md).
+-- Hand-written: the record cannot be rewritten (docs/decisions/0017-append-only-record.md).
 -- UPDATE and DELETE (row triggers) and TRUNCATE (statement triggers) of the record tables are
 -- refused with SQLSTATE VR001; INSERT is untouched. Corrections are new rows (docs/billing.md).
 CREATE FUNCTION "vidorch_refuse_rewrite"() RETURNS trigger LANGUAGE plpgsql AS $$
