@@ -4,12 +4,13 @@
 // transaction and announced with NOTIFY on FENCE_CHANNEL (delivered at commit), which every
 // worker's fence watcher LISTENs to.
 import { randomUUID } from 'node:crypto';
-import { desc, eq, sql } from 'drizzle-orm';
+import { and, desc, eq, getTableColumns, sql } from 'drizzle-orm';
+import { alias } from 'drizzle-orm/pg-core';
 import { modeForbids, type ModeAction } from '../domain/modes';
 import type { SystemMode } from '../domain/states';
 import type { Db, DbOrTx } from './client';
 import type { FenceState } from './fence';
-import { opsAudit, regionFailover, regionWriteFence } from './schema';
+import { opsAudit, regionFailover, regionFailoverEvent, regionWriteFence } from './schema';
 
 /** The LISTEN/NOTIFY channel for fence changes; the payload is the scope's JSON state. */
 export const FENCE_CHANNEL = 'vidorch_fence';
@@ -107,7 +108,36 @@ export async function setMode(db: Db, args: { scope: string; mode: SystemMode; a
   });
 }
 
-export type FailoverRecord = typeof regionFailover.$inferSelect;
+/**
+ * A failover as operators read it: its row plus the facts learnt later (region_failover_event),
+ * null until recorded. The record is append-only (docs/runbooks/failover.md).
+ */
+export type FailoverRecord = typeof regionFailover.$inferSelect & {
+  readonly first_successful_write_time: Date | null;
+  readonly reconciliation_result: unknown;
+};
+
+const firstWrite = alias(regionFailoverEvent, 'first_write');
+const reconciliation = alias(regionFailoverEvent, 'reconciliation');
+
+/** Failover records with their later facts; add `.where(…)` on regionFailover's columns. */
+export function selectFailoverRecords(db: DbOrTx) {
+  return db
+    .select({
+      ...getTableColumns(regionFailover),
+      first_successful_write_time: firstWrite.first_successful_write_time,
+      reconciliation_result: reconciliation.reconciliation_result,
+    })
+    .from(regionFailover)
+    .leftJoin(firstWrite, and(eq(firstWrite.failover_id, regionFailover.failover_id), eq(firstWrite.kind, 'first_write')))
+    .leftJoin(reconciliation, and(eq(reconciliation.failover_id, regionFailover.failover_id), eq(reconciliation.kind, 'reconciliation')))
+    .$dynamic();
+}
+
+async function failoverRecord(db: DbOrTx, failoverId: string): Promise<FailoverRecord | null> {
+  const [rec] = await selectFailoverRecords(db).where(eq(regionFailover.failover_id, failoverId));
+  return rec ?? null;
+}
 
 /**
  * The fencing step of a failover, in one transaction: bump the epoch (every token of the old
@@ -164,7 +194,7 @@ export async function switchActiveRegion(
       detail: { incident_id: args.incidentId, old_region: from.activeRegion, new_region: to.activeRegion, old_epoch: from.epoch, new_epoch: to.epoch },
     });
     await notifyFence(tx, to);
-    return record!;
+    return { ...record!, first_successful_write_time: null, reconciliation_result: null };
   });
 }
 
@@ -186,25 +216,24 @@ export async function firstWriteUnderEpoch(db: DbOrTx, epoch: number): Promise<D
   return first ? new Date(first) : null;
 }
 
-/** Fills first_successful_write_time of a failover once a write under its epoch exists. */
+/**
+ * Records a failover's first successful write (a new event row) once a write under its epoch
+ * exists; the first recorder wins, a later call changes nothing.
+ */
 export async function recordFirstWrite(db: Db, failoverId: string): Promise<FailoverRecord | null> {
-  const [rec] = await db.select().from(regionFailover).where(eq(regionFailover.failover_id, failoverId));
-  if (!rec) return null;
-  if (rec.first_successful_write_time) return rec;
+  const rec = await failoverRecord(db, failoverId);
+  if (!rec || rec.first_successful_write_time) return rec;
   const first = await firstWriteUnderEpoch(db, rec.new_epoch);
   if (!first) return rec;
-  const [updated] = await db
-    .update(regionFailover)
-    .set({ first_successful_write_time: first })
-    .where(eq(regionFailover.failover_id, failoverId))
-    .returning();
-  return updated ?? rec;
+  await db.insert(regionFailoverEvent).values({ failover_id: failoverId, kind: 'first_write', first_successful_write_time: first }).onConflictDoNothing();
+  return failoverRecord(db, failoverId);
 }
 
-export async function setReconciliationResult(db: Db, failoverId: string, result: unknown): Promise<void> {
-  await db.update(regionFailover).set({ reconciliation_result: result }).where(eq(regionFailover.failover_id, failoverId));
+/** Records the failover's reconciliation result (a new event row; once per failover). */
+export async function recordReconciliationResult(db: Db, failoverId: string, result: unknown): Promise<void> {
+  await db.insert(regionFailoverEvent).values({ failover_id: failoverId, kind: 'reconciliation', reconciliation_result: result }).onConflictDoNothing();
 }
 
 export async function recentFailovers(db: DbOrTx, scope: string, limit = 5): Promise<FailoverRecord[]> {
-  return db.select().from(regionFailover).where(eq(regionFailover.resource_scope, scope)).orderBy(desc(regionFailover.traffic_switch_time)).limit(limit);
+  return selectFailoverRecords(db).where(eq(regionFailover.resource_scope, scope)).orderBy(desc(regionFailover.traffic_switch_time)).limit(limit);
 }

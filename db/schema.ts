@@ -12,6 +12,7 @@ import {
   jsonb,
   numeric,
   pgTable,
+  primaryKey,
   text,
   timestamp,
   uniqueIndex,
@@ -342,8 +343,9 @@ export const opsAudit = pgTable(
 
 /**
  * Addition: one row per region failover, with the fields seed 000 §19.11.5 requires. Written by
- * `ops failover` in the same transaction that bumps the epoch and switches the active region;
- * the first successful write and the reconciliation result are filled in afterwards.
+ * `ops failover` in the same transaction that bumps the epoch and switches the active region.
+ * Append-only like the ledger (docs/decisions/0017-append-only-record.md): the facts learnt
+ * later (the first successful write, the reconciliation result) are region_failover_event rows.
  */
 export const regionFailover = pgTable(
   'region_failover',
@@ -364,15 +366,39 @@ export const regionFailover = pgTable(
     started_at: ts('started_at').notNull(),
     /** When the new region became the active one (the epoch bump committed). */
     traffic_switch_time: ts('traffic_switch_time').notNull(),
-    /** The first fact written under the new epoch; null until one is seen. */
-    first_successful_write_time: ts('first_successful_write_time'),
-    reconciliation_result: jsonb('reconciliation_result'),
   },
   (t) => [
     uniqueIndex('region_failover_scope_epoch').on(t.resource_scope, t.new_epoch),
     index('idx_region_failover_incident').on(t.incident_id),
   ],
 );
+
+/**
+ * Addition: a fact about a failover learnt after its switch, at most one of each kind per
+ * failover (the business key): `first_write` carries the first fact written under the new
+ * epoch, `reconciliation` the summary of the reconciliation report. Append-only.
+ */
+export const regionFailoverEvent = pgTable(
+  'region_failover_event',
+  {
+    failover_id: uuid('failover_id')
+      .notNull()
+      .references(() => regionFailover.failover_id),
+    kind: text('kind').$type<FailoverEventKind>().notNull(),
+    first_successful_write_time: ts('first_successful_write_time'),
+    reconciliation_result: jsonb('reconciliation_result'),
+    recorded_at: ts('recorded_at').notNull().defaultNow(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.failover_id, t.kind] }),
+    check(
+      'region_failover_event_kind_check',
+      sql`(${t.kind} = 'first_write' AND ${t.first_successful_write_time} IS NOT NULL AND ${t.reconciliation_result} IS NULL)
+        OR (${t.kind} = 'reconciliation' AND ${t.reconciliation_result} IS NOT NULL AND ${t.first_successful_write_time} IS NULL)`,
+    ),
+  ],
+);
+export type FailoverEventKind = 'first_write' | 'reconciliation';
 
 /**
  * Addition: per-provider operator controls. `breaker_force` overrides the circuit breaker

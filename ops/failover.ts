@@ -7,15 +7,15 @@
 //      record (§19.11.5) and the audit row; every token of the old region is void from here on
 //   5. workers of the new region start polling (their fence watchers), old ones stop
 //   6. wait for the first successful write under the new epoch (the RTO's end)
-//   7. reconciliation report over the recovery sets, stored on the failover record
+//   7. reconciliation report over the recovery sets, recorded as a failover event row
 //   8. the operator reopens gradually with `mode set` (printed, never automatic)
 import type { Db } from '../db/client';
 import { readFence } from '../db/fence';
 import {
   currentWalPosition,
   recordFirstWrite,
+  recordReconciliationResult,
   setMode,
-  setReconciliationResult,
   switchActiveRegion,
   type FailoverRecord,
 } from '../db/modes';
@@ -118,7 +118,7 @@ export async function runFailover(db: Db, args: FailoverArgs): Promise<FailoverR
 
   const report = await reconcileReport(db, args.reconcile ?? DEFAULT_RECONCILE);
   const summary = reconciliationSummary(report);
-  await setReconciliationResult(db, record.failover_id, summary);
+  await recordReconciliationResult(db, record.failover_id, summary);
   step('reconciliation report', summary.clean ? 'clean' : 'items to converge — see below; `ops reconcile --apply` wakes them');
   latest = { ...latest, reconciliation_result: summary };
 

@@ -11,6 +11,7 @@ import { configToEnv } from '../../config/env';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { createTask } from '../../api/tasks.service';
 import { acquireFence } from '../../db/fence';
+import { selectFailoverRecords } from '../../db/modes';
 import { opsAudit, regionFailover } from '../../db/schema';
 import { inspectTask } from '../../ops/inspect';
 import { reconcileApply, reconcileReport } from '../../ops/reconcile';
@@ -171,7 +172,7 @@ test('failover records the seed §19.11.5 fields in order (RECONCILE_ONLY, epoch
     result.steps.map((st: { step: string }) => st.step.split(',')[0]),
     ['incident declared', 'admission → RECONCILE_ONLY', 'replication position recorded', "isolate the old primary and revoke the old region's write credentials", 'write_epoch bumped', 'first successful write under the new epoch', 'reconciliation report'],
   );
-  const [rec] = await db().select().from(regionFailover).where(eq(regionFailover.incident_id, 'INC-42'));
+  const [rec] = await selectFailoverRecords(db()).where(eq(regionFailover.incident_id, 'INC-42'));
   assert.ok(rec);
   assert.equal(rec.operator, 'operator:alice');
   assert.equal(rec.old_region, 'region-a');

@@ -73,16 +73,22 @@ describe('the operator listener', () => {
     const tenant = await createTestTenant(tdb.database, testConfig());
     const db = tdb.database.db;
     const task = '00000000-0000-4000-8000-00000000abcd';
-    const entry = (kind: string, amount: string) => sql`
-      INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch)
-      VALUES (gen_random_uuid(), ${tenant.tenantId}, ${task}, ${`task:${task}:${kind.toLowerCase()}`}, ${kind}, ${amount}, 'region-a', 1)`;
-    await db.execute(entry('RESERVE', '2'));
-    await db.execute(entry('SETTLE', '1'));
-    assert.equal((await facts.refresh()).ledgerImbalance, 1, 'reserve 2 ≠ settle 1 + release 0');
-    // Older than the window now: still counted, because it was found before.
-    await db.execute(sql`UPDATE credit_ledger SET created_at = now() - interval '2 days' WHERE task_id = ${task}`);
-    assert.equal((await facts.refresh()).ledgerImbalance, 1);
-    await db.execute(entry('RELEASE', '1'));
-    assert.equal((await facts.refresh()).ledgerImbalance, 0);
+    // The ledger is append-only (docs/decisions/0017-append-only-record.md): rows cannot be aged
+    // by an UPDATE, so they are written 2 days old and a sampler of their own looks back 3 days.
+    const entry = (kind: string, amount: string, age: string) => sql`
+      INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch, created_at)
+      VALUES (gen_random_uuid(), ${tenant.tenantId}, ${task}, ${`task:${task}:${kind.toLowerCase()}`}, ${kind}, ${amount}, 'region-a', 1, now() - ${age}::interval)`;
+    await db.execute(entry('RESERVE', '2', '2 days'));
+    await db.execute(entry('SETTLE', '1', '2 days'));
+    const ledger = startFactSampler({ databaseUrl: tdb.url, intervalMs: 60_000, logger: testLogger, applicationName: 'facts-ledger-test', ledgerLookbackMs: 3 * 86_400_000 });
+    try {
+      assert.equal((await ledger.refresh()).ledgerImbalance, 1, 'reserve 2 ≠ settle 1 + release 0');
+      // Older than the window of every later pass: still counted, because it was found before.
+      assert.equal((await ledger.refresh()).ledgerImbalance, 1);
+      await db.execute(entry('RELEASE', '1', '0 seconds'));
+      assert.equal((await ledger.refresh()).ledgerImbalance, 0);
+    } finally {
+      await ledger.stop();
+    }
   });
 });
