@@ -313,17 +313,18 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
     dir,
     append(rec) {
       return serial(async () => {
-        const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
-        const before = (spooledBytes ??= await countBytes());
-        const bytes = Buffer.byteLength(line);
-        // Refused before a byte is written: the file needs no sealing.
-        if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
         try {
+          const line = `${JSON.stringify({ v: 1, spoolId: randomUUID(), ...rec })}\n`;
+          const before = (spooledBytes ??= await countBytes());
+          const bytes = Buffer.byteLength(line);
+          if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
           // Twice at most: a file taken from us between our write and our check may have been
           // read before the write; the record goes again into a fresh file (the inbox dedupes).
           if (!(await appendLine(line))) await appendLine(line);
           spooledBytes = before + bytes;
         } catch (err) {
+          // Refused before a byte was written: the file needs no sealing.
+          if (err instanceof SpoolFullError) throw err;
           // A write that failed part way (ENOSPC, EIO) may have left half a line. Seal the file,
           // so the next acknowledged append starts a fresh one instead of gluing itself onto the
           // torn tail, where the replay would have to skip both.

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { sql } from 'drizzle-orm';
+import { createCallbackTokens } from '../../providers/callback-token';
 import { createTestDatabase, createTestTenant, startApi, temporalClient, testConfig, uniqueQueue, type RunningApi, type TestDatabase } from '../support/stack';
 
 const config = testConfig({ TEMPORAL_TASK_QUEUE: uniqueQueue('hostile') });
@@ -29,6 +30,8 @@ const task = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, 
 const json = { 'content-type': 'application/json' };
 const auth = () => ({ authorization: `Bearer ${apiKey}` });
 const uuid = '0190a000-0000-7000-8000-000000000000';
+/** A callback URL token as the API hands them out (keyed: docs/decisions/0016). */
+const token = createCallbackTokens(config.CALLBACK_TOKEN_SECRET).tokenFor(uuid);
 
 interface Case {
   readonly name: string;
@@ -67,7 +70,7 @@ const CASES: readonly Case[] = [
   { name: 'a callback token that is not an attempt id', method: 'POST', path: '/v1/callbacks/replicate/not-a-token', headers: () => json, body: '{}', status: 404 },
   { name: 'an overlong callback token', method: 'POST', path: `/v1/callbacks/replicate/${'t'.repeat(6000)}`, headers: () => json, body: '{}', status: 404 },
   { name: 'bad percent-encoding in a callback token', method: 'POST', path: '/v1/callbacks/fal/%ff%fe', headers: () => json, body: '{}', status: 400 },
-  { name: 'an unsigned callback for a well-formed token', method: 'POST', path: `/v1/callbacks/replicate/${uuid}`, headers: () => json, body: '{}', status: 401 },
+  { name: 'an unsigned callback for a well-formed token', method: 'POST', path: `/v1/callbacks/replicate/${token}`, headers: () => json, body: '{}', status: 401 },
 ];
 
 async function countWrites(): Promise<number> {
