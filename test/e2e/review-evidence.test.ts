@@ -47,7 +47,8 @@ async function parked(provider: SimProvider, key: string, faults: { callback_del
     ...(faults.callback_delay_ms ? { callback_delay_ms: faults.callback_delay_ms } : { callbacks: 'off' as const }),
   });
   const taskId = await e.createTask(`${key}-${Date.now()}`, { model: MODELS[provider], prompt: `review ${key}`, duration_seconds: 2, resolution: provider === 'replicate' ? '480p' : '720p' });
-  await e.waitForStatus(taskId, 'MANUAL_REVIEW');
+  // The operator's Update is validated against the workflow's facts, which follow Postgres.
+  await e.waitForWorkflowStatus(taskId, 'MANUAL_REVIEW');
   return { taskId, attempt: await attemptOf(taskId) };
 }
 
