@@ -11,7 +11,7 @@ import { Context } from '@temporalio/activity';
 import { and, eq, sql } from 'drizzle-orm';
 import { holdFence, inFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
-import { jobEvidence } from '../db/job-evidence';
+import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
@@ -91,7 +91,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
       const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
       if (!attempt || attempt.provider_job_id) return;
       await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
-        sourceEvent: 'reconcile.ambiguous',
+        sourceEvent: AMBIGUOUS_LOOKUP_EVENT,
         actor: 'workflow',
         attemptId,
         detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
