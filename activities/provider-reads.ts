@@ -62,21 +62,24 @@ export async function escalateAttempt(deps: TaskActivityDeps, token: FenceToken,
 }
 
 /**
- * Counts one failed read of the attempt's job. A gone or refused read at the limit parks the
- * task (true); a transient one only counts (the maximum run time bounds it).
+ * Counts one gone or refused read of the attempt's job; at the limit it parks the task (true). A
+ * transient failure is recorded as the last error but not counted (the maximum run time bounds it).
  */
 export async function recordReadFailure(deps: TaskActivityDeps, token: FenceToken, taskId: string, attempt: AttemptRow, err: unknown): Promise<boolean> {
   const failure = classifyReadFailure(err);
+  // Only gone and refused reads count toward the limit: a transient one is bounded by the maximum
+  // run time, so an outage followed by one 404 does not park a healthy job.
+  const counted = failure.kind !== 'transient';
   const count = await deps.db.transaction(async (tx) => {
     await holdFence(tx, token);
     const [row] = await tx
       .update(taskAttempt)
-      .set({ read_failures: sql`${taskAttempt.read_failures} + 1`, last_error: failure.message.slice(0, 2000) })
+      .set({ ...(counted ? { read_failures: sql`${taskAttempt.read_failures} + 1` } : {}), last_error: failure.message.slice(0, 2000) })
       .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.provider_job_id, attempt.provider_job_id ?? '')))
       .returning({ n: taskAttempt.read_failures });
     return row?.n ?? 0;
   });
-  if (failure.kind === 'transient' || count < deps.settings.readFailureLimit) return false;
+  if (!counted || count < deps.settings.readFailureLimit) return false;
   return escalateAttempt(deps, token, taskId, attempt.attempt_id, {
     reason: failure.kind === 'gone' ? `the provider no longer knows job ${attempt.provider_job_id}` : `reads of job ${attempt.provider_job_id} are refused`,
     provider_job_id: attempt.provider_job_id,
