@@ -15,8 +15,9 @@ type AttemptRow = typeof taskAttempt.$inferSelect;
 
 export interface ReadFailure {
   /**
-   * gone: the provider no longer knows a job it gave us (404/410); refused: another 4xx, which a
-   * retry will not fix; transient: network, 5xx, 429, 408 (bounded by the maximum run time only,
+   * gone: the provider no longer knows a job it gave us (404/410); refused: another 4xx, or a
+   * non-transient refusal without an HTTP status (a Kling business code), which a retry will not
+   * fix; transient: network, 5xx, 429, 408 (bounded by the maximum run time only,
    * so a provider outage does not park every task).
    */
   readonly kind: 'gone' | 'refused' | 'transient';
@@ -26,7 +27,10 @@ export interface ReadFailure {
 
 export function classifyReadFailure(err: unknown): ReadFailure {
   const message = err instanceof Error ? err.message : String(err);
-  if (!(err instanceof ProviderHttpError) || err.transient || err.status === null) return { kind: 'transient', status: err instanceof ProviderHttpError ? err.status : null, message };
+  if (!(err instanceof ProviderHttpError) || err.transient) return { kind: 'transient', status: err instanceof ProviderHttpError ? err.status : null, message };
+  // No HTTP status, but the provider said no in its own terms (Kling: HTTP 200 with a business
+  // code that is not a server error): a retry will not fix it.
+  if (err.status === null) return { kind: 'refused', status: null, message };
   if (err.status === 404 || err.status === 410) return { kind: 'gone', status: err.status, message };
   return { kind: err.status >= 400 && err.status < 500 ? 'refused' : 'transient', status: err.status, message };
 }

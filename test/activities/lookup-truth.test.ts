@@ -12,6 +12,7 @@ import { buildActivityDeps, buildProviders, buildStorage } from '../../config/se
 import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, generationTask, taskAttempt } from '../../db/schema';
+import { classifyReadFailure } from '../../activities/provider-reads';
 import { ProviderHttpError } from '../../providers/provider-http';
 import type { ProviderAdapter, ProviderJob } from '../../providers/types';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
@@ -146,4 +147,10 @@ test('a cancel that meets transient trouble is given up ({sent:false}) instead o
   assert.deepEqual(await run(acts, 'requestProviderCancel', taskId), { sent: false });
   assert.equal(calls, 3, 'a few tries, then given up');
   await tdb.database.db.update(generationTask).set({ status: 'FAILED' }).where(eq(generationTask.task_id, taskId));
+});
+
+test('a refusal without an HTTP status (Kling: HTTP 200 with a non-server business code) counts as refused, not transient forever', () => {
+  assert.equal(classifyReadFailure(new ProviderHttpError('kling getJob k-1: code 1201: invalid parameter', null, false)).kind, 'refused');
+  assert.equal(classifyReadFailure(new ProviderHttpError('kling getJob k-1: code 5000: server error', null, true)).kind, 'transient');
+  assert.equal(classifyReadFailure(new ProviderHttpError('kling getJob k-1: not found', 404, false)).kind, 'gone');
 });
