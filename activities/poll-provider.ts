@@ -15,9 +15,11 @@ import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
+import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
-import type { LookupResult, ProviderAdapter, ProviderJob, ProviderJobState } from '../providers/types';
+import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
+import { escalate } from './escalate';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createPollDemand, pollRateFor } from './poll-demand';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
@@ -37,7 +39,6 @@ export interface PollResult {
 }
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
-const FINISHED_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];
 
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
@@ -82,20 +83,16 @@ export function createPollActivities(deps: TaskActivityDeps) {
 
   /** Several provider jobs fit an unknown submit: park the task in MANUAL_REVIEW with them as the evidence. */
   async function parkAmbiguous(token: FenceToken, taskId: string, attemptId: string, lookup: Extract<LookupResult, { kind: 'ambiguous' }>) {
-    await deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const task = await lockTask(tx, taskId);
-      if (!task) throw notFound(`task ${taskId}`);
+    await escalate(deps, token, taskId, {
+      sourceEvent: AMBIGUOUS_LOOKUP_EVENT,
+      attemptId,
+      detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
       // Only while the outcome is still unknown: a callback may have bound the job meanwhile.
-      if (task.active_attempt_id !== attemptId || task.status !== 'SUBMIT_UNKNOWN') return;
-      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
-      if (!attempt || attempt.provider_job_id) return;
-      await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
-        sourceEvent: AMBIGUOUS_LOOKUP_EVENT,
-        actor: 'workflow',
-        attemptId,
-        detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
-      });
+      when: async (tx, task) => {
+        if (task.active_attempt_id !== attemptId || task.status !== 'SUBMIT_UNKNOWN') return false;
+        const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+        return !!attempt && !attempt.provider_job_id;
+      },
     });
   }
 
@@ -113,7 +110,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
     readFailed: { err: unknown } | null,
     now: Date,
   ): Promise<'escalated' | 'read-failed' | null> {
-    const overrun = !job || !FINISHED_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
+    const overrun = !job || !FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
     if (overrun && (await escalateAttempt(deps, token, taskId, attempt.attempt_id, overrun))) return 'escalated';
     if (!readFailed) {
       await clearReadFailures(deps, token, attempt);

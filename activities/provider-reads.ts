@@ -3,13 +3,14 @@
 // retried forever while the task holds its reservation and its provider slot
 // (docs/decisions/0012-bounded-provider-reads.md). Failures are counted on the attempt in
 // Postgres, so the bound holds across activity retries, workers and workflow resets.
-import { and, eq, sql } from 'drizzle-orm';
+import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { holdFence, type FenceToken } from '../db/fence';
-import { taskAttempt } from '../db/schema';
-import { applyTaskEvent, lockTask } from '../db/tasks';
+import { callbackInbox, taskAttempt } from '../db/schema';
+import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { ProviderHttpError } from '../providers/provider-http';
 import type { ProviderAdapter } from '../providers/types';
 import type { TaskActivityDeps } from './deps';
+import { escalate } from './escalate';
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
 
@@ -54,14 +55,28 @@ export function pastMaxRun(deps: TaskActivityDeps, adapter: ProviderAdapter, att
   };
 }
 
-/** Parks the attempt's task in MANUAL_REVIEW with `detail` as the transition's evidence; true if it moved. */
+/** Task states in which a known job is still awaited from the provider: the only ones a bounded read parks. */
+const AWAITING_PROVIDER: readonly string[] = ['SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED', 'SUBMIT_UNKNOWN'];
+
+/**
+ * Parks the attempt's task in MANUAL_REVIEW with `detail` as the transition's evidence; true if it
+ * moved. Only while the task still waits on the provider for this attempt, and not while the
+ * provider's final word for it waits in the inbox (a success already reported is applied, not parked).
+ */
 export async function escalateAttempt(deps: TaskActivityDeps, token: FenceToken, taskId: string, attemptId: string, detail: Record<string, unknown>): Promise<boolean> {
-  return deps.db.transaction(async (tx) => {
-    await holdFence(tx, token);
-    const task = await lockTask(tx, taskId);
-    if (!task || task.active_attempt_id !== attemptId) return false;
-    const moved = await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, { sourceEvent: 'workflow.escalate', actor: 'workflow', attemptId, detail });
-    return moved !== null;
+  return escalate(deps, token, taskId, {
+    sourceEvent: 'workflow.escalate',
+    attemptId,
+    detail,
+    when: async (tx, task) => {
+      if (task.active_attempt_id !== attemptId || !AWAITING_PROVIDER.includes(task.status)) return false;
+      const waiting = await tx
+        .select({ id: callbackInbox.inbox_id })
+        .from(callbackInbox)
+        .where(and(eq(callbackInbox.task_id, taskId), eq(callbackInbox.attempt_id, attemptId), isNull(callbackInbox.processed_at), inArray(callbackInbox.event_type, [...FINISHED_PROVIDER_JOB_STATES])))
+        .limit(1);
+      return waiting.length === 0;
+    },
   });
 }
 

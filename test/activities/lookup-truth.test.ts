@@ -12,7 +12,7 @@ import { buildActivityDeps, buildProviders, buildStorage } from '../../config/se
 import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, generationTask, taskAttempt } from '../../db/schema';
-import { classifyReadFailure } from '../../activities/provider-reads';
+import { classifyReadFailure, escalateAttempt } from '../../activities/provider-reads';
 import { ProviderHttpError } from '../../providers/provider-http';
 import type { ProviderAdapter, ProviderJob } from '../../providers/types';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
@@ -153,4 +153,21 @@ test('a refusal without an HTTP status (Kling: HTTP 200 with a non-server busine
   assert.equal(classifyReadFailure(new ProviderHttpError('kling getJob k-1: code 1201: invalid parameter', null, false)).kind, 'refused');
   assert.equal(classifyReadFailure(new ProviderHttpError('kling getJob k-1: code 5000: server error', null, true)).kind, 'transient');
   assert.equal(classifyReadFailure(new ProviderHttpError('kling getJob k-1: not found', 404, false)).kind, 'gone');
+});
+
+test('a bounded-read park never parks a task whose provider success already waits in the inbox, nor one past the provider', async () => {
+  const acts = activities();
+  const deps = buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
+  const { taskId, attemptId } = await submitted(acts, null);
+  const jobId = (await attempt(attemptId)).provider_job_id!;
+  await recordProviderEvent(tdb.database.db, {
+    provider: 'replicate', job: { ...fakeJob(jobId), state: 'succeeded', rawStatus: 'succeeded', correlationToken: attemptId, outputUrl: `${sim.baseUrl}/replicate/files/x.mp4` },
+    providerEventId: null, source: 'callback', attemptId, taskId, receivedRegion: config.REGION, signatureValid: true, raw: { done: true },
+  });
+  assert.equal(await escalateAttempt(deps, token(), taskId, attemptId, { reason: 'test: past max run' }), false);
+  assert.equal(await statusOf(taskId), 'SUBMITTED');
+  assert.equal((await run(acts, 'applyInbox', taskId)).status, 'PROVIDER_SUCCEEDED');
+  // A stale poll of the job after the success was applied: the task is past the provider.
+  assert.equal(await escalateAttempt(deps, token(), taskId, attemptId, { reason: 'test: stale poll' }), false);
+  assert.equal(await statusOf(taskId), 'PROVIDER_SUCCEEDED');
 });
