@@ -96,7 +96,8 @@ export function createReviewActivities(deps: TaskActivityDeps) {
               if (!attemptId) throw invalid('task has no attempt to bind a job to');
               const bound = await tx
                 .update(taskAttempt)
-                .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
+                // The failed-read count starts again from the operator's bind (docs/decisions/0012).
+                .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', read_failures: 0, next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
                 .where(and(eq(taskAttempt.attempt_id, attemptId), or(isNull(taskAttempt.provider_job_id), eq(taskAttempt.provider_job_id, resolution.providerJobId))))
                 .returning({ id: taskAttempt.attempt_id });
               if (bound.length === 0) throw invalid('the attempt was bound to another job meanwhile');

@@ -171,3 +171,14 @@ test('a bounded-read park never parks a task whose provider success already wait
   assert.equal(await escalateAttempt(deps, token(), taskId, attemptId, { reason: 'test: stale poll' }), false);
   assert.equal(await statusOf(taskId), 'PROVIDER_SUCCEEDED');
 });
+
+test('bind-job starts the failed-read count again, so a task parked at the read limit is not re-parked by its next failed read', async () => {
+  const acts = activities();
+  const { taskId, attemptId } = await submitted(acts, null);
+  const jobId = (await attempt(attemptId)).provider_job_id!;
+  await tdb.database.db.update(taskAttempt).set({ read_failures: 5 }).where(eq(taskAttempt.attempt_id, attemptId));
+  await run(acts, 'escalateTask', taskId, 'test: parked at the read limit');
+  const facts = await run(acts, 'resolveReview', taskId, { kind: 'bind-job', operator: 'ops-eve', reason: 'job is fine in the console', providerJobId: jobId });
+  assert.equal(facts.status, 'SUBMITTED');
+  assert.equal((await attempt(attemptId)).read_failures, 0);
+});
