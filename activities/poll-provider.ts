@@ -158,7 +158,9 @@ export function createPollActivities(deps: TaskActivityDeps) {
           }
         } else {
           try {
-            lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, signal));
+            // Bounded, so a long list walk never outlasts the activity and the deadline check below runs.
+            const budget = AbortSignal.any([signal, AbortSignal.timeout(deps.settings.reconcileLookupBudgetMs)]);
+            lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, budget));
             job = lookup.kind === 'found' ? lookup.job : null;
           } catch (err) {
             // A failed lookup proves nothing either way; the deadline still runs.

@@ -182,3 +182,14 @@ test('bind-job starts the failed-read count again, so a task parked at the read 
   assert.equal(facts.status, 'SUBMITTED');
   assert.equal((await attempt(attemptId)).read_failures, 0);
 });
+
+test('a lookup that never answers is given up after its budget: the poll returns and the deadline check runs', { timeout: 20_000 }, async () => {
+  const stuck: ProviderAdapter = {
+    ...real(),
+    findByCorrelationToken: (q) => new Promise((_, reject) => q.signal?.addEventListener('abort', () => reject(new Error('lookup aborted')), { once: true })),
+  };
+  const budgeted = { ...config, RECONCILE_LOOKUP_BUDGET_MS: 300, UNKNOWN_OUTCOME_DEADLINE_MS: 0 };
+  const acts = createTaskActivities(buildActivityDeps(budgeted, { db: tdb.database, storage: buildStorage(budgeted), providers: { ...buildProviders(budgeted), replicate: stuck } }));
+  const { taskId } = await submitted(activities(), 'error_5xx_before_accept');
+  assert.equal((await run(acts, 'pollProvider', taskId)).result, 'overdue');
+});
