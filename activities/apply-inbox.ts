@@ -1,7 +1,7 @@
 // Applies pending inbox rows (callbacks and polls alike) to the task through the state
 // machine. The task row is locked, so two executions at once serialise and the second finds
 // nothing left to apply.
-import { and, asc, eq, isNull, sql } from 'drizzle-orm';
+import { and, asc, eq, isNull, ne, sql } from 'drizzle-orm';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { deserializeJob, type StoredJob } from '../db/inbox';
@@ -16,6 +16,15 @@ import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 type TaskRow = typeof generationTask.$inferSelect;
+
+async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {
+  const rows = await tx
+    .select({ id: taskAttempt.attempt_id })
+    .from(taskAttempt)
+    .where(and(eq(taskAttempt.provider, provider), eq(taskAttempt.provider_job_id, jobId), ne(taskAttempt.attempt_id, attemptId)))
+    .limit(1);
+  return rows.length > 0;
+}
 type InboxRow = typeof callbackInbox.$inferSelect;
 
 export function createInboxActivities(deps: TaskActivityDeps) {
@@ -45,6 +54,12 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     const job: ProviderJob = deserializeJob((row.payload as { job: StoredJob }).job);
     if (attempt.provider_job_id && attempt.provider_job_id !== job.jobId) {
       processed.set(row.inbox_id, `job ${job.jobId} is not the attempt's job ${attempt.provider_job_id}`);
+      return task;
+    }
+    // A fingerprint match another of our attempts bound meanwhile is that attempt's job: binding it
+    // here would break the (provider, provider_job_id) index and retry forever.
+    if (!attempt.provider_job_id && (await boundElsewhere(tx, attempt.provider, job.jobId, attempt.attempt_id))) {
+      processed.set(row.inbox_id, `job ${job.jobId} is bound to another attempt`);
       return task;
     }
     // Order by the provider's clock: an event older than the last applied one changes nothing.

@@ -2,12 +2,17 @@
 // from the provider (callback or poll) through the state machine: a success that races the
 // cancel wins and is rescued and charged (docs/billing.md). A cancel that can never be taken is
 // bounded like a failed read (activities/provider-reads.ts).
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Context } from '@temporalio/activity';
 import { eq } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { fenced, providerFor, type TaskActivityDeps } from './deps';
 import { classifyReadFailure, pastMaxRun, recordReadFailure } from './provider-reads';
+
+/** Tries of a cancel that meets transient trouble, CANCEL_RETRY_MS × n apart, before it is given up. */
+const CANCEL_TRIES = 3;
+const CANCEL_RETRY_MS = 500;
 
 export function createCancelActivities(deps: TaskActivityDeps) {
   return {
@@ -28,17 +33,28 @@ export function createCancelActivities(deps: TaskActivityDeps) {
         // The region may have failed over since the token was read: check it again right before
         // the call, so a fenced worker never sends a provider call the new region did not decide.
         await holdFence(deps.db, token);
-        try {
-          await adapter.cancel(row.attempt.provider_job_id, signal, { model: row.attempt.provider_model });
-        } catch (err) {
-          // Transient trouble is retried (bounded by the maximum run time above). A cancel the
-          // provider will never take (job gone, request refused) is counted like a failed read,
-          // and the poll that follows decides (activities/provider-reads.ts).
-          if (signal.aborted || classifyReadFailure(err).kind === 'transient') throw err;
-          await recordReadFailure(deps, token, taskId, row.attempt, err);
-          return { sent: false };
+        const jobId = row.attempt.provider_job_id;
+        for (let tried = 1; ; tried++) {
+          try {
+            await adapter.cancel(jobId, signal, { model: row.attempt.provider_model });
+            return { sent: true };
+          } catch (err) {
+            if (signal.aborted) throw err;
+            // Best effort: transient trouble is tried again a few times here, then given up, so
+            // the workflow goes on polling and applying the inbox instead of waiting on the
+            // activity's retries. A cancel the provider will never take (job gone, request
+            // refused) is counted like a failed read, and the poll that follows decides
+            // (activities/provider-reads.ts).
+            const transient = classifyReadFailure(err).kind === 'transient';
+            if (transient && tried < CANCEL_TRIES) {
+              await sleep(CANCEL_RETRY_MS * tried, undefined, { signal });
+              continue;
+            }
+            Context.current().log.warn('provider cancel not sent', { taskId, error: classifyReadFailure(err).message, tries: tried });
+            await recordReadFailure(deps, token, taskId, row.attempt, err);
+            return { sent: false };
+          }
         }
-        return { sent: true };
       });
     },
   };

@@ -77,6 +77,8 @@ export interface TaskActivityDeps {
     readonly unknownProofDelayMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */
     readonly unknownOutcomeDeadlineMs: number;
+    /** One reconciliation lookup gives up after this (a failed lookup: nothing learned; the deadline still runs). */
+    readonly reconcileLookupBudgetMs: number;
     /** Consecutive 404/410/lasting-4xx reads of a known job before MANUAL_REVIEW (activities/provider-reads.ts). */
     readonly readFailureLimit: number;
     /** Per-provider maximum run time over the adapter's capabilities.maxRunMs. */

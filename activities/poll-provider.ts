@@ -11,14 +11,16 @@ import { Context } from '@temporalio/activity';
 import { and, eq, sql } from 'drizzle-orm';
 import { holdFence, inFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
-import { jobEvidence } from '../db/job-evidence';
+import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
+import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import { withinRetention } from '../providers/result-retention';
-import type { LookupResult, ProviderAdapter, ProviderJob, ProviderJobState } from '../providers/types';
+import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
+import { escalate } from './escalate';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createPollDemand, pollRateFor } from './poll-demand';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
@@ -38,7 +40,6 @@ export interface PollResult {
 }
 
 type AttemptRow = typeof taskAttempt.$inferSelect;
-const FINISHED_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];
 
 /** The job a cancel removed at the provider: cancelled, as we asked. */
 const goneAfterCancel = (jobId: string): ProviderJob => ({
@@ -95,20 +96,16 @@ export function createPollActivities(deps: TaskActivityDeps) {
 
   /** Several provider jobs fit an unknown submit: park the task in MANUAL_REVIEW with them as the evidence. */
   async function parkAmbiguous(token: FenceToken, taskId: string, attemptId: string, lookup: Extract<LookupResult, { kind: 'ambiguous' }>) {
-    await deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const task = await lockTask(tx, taskId);
-      if (!task) throw notFound(`task ${taskId}`);
+    await escalate(deps, token, taskId, {
+      sourceEvent: AMBIGUOUS_LOOKUP_EVENT,
+      attemptId,
+      detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
       // Only while the outcome is still unknown: a callback may have bound the job meanwhile.
-      if (task.active_attempt_id !== attemptId || task.status !== 'SUBMIT_UNKNOWN') return;
-      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
-      if (!attempt || attempt.provider_job_id) return;
-      await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
-        sourceEvent: 'reconcile.ambiguous',
-        actor: 'workflow',
-        attemptId,
-        detail: { reason: lookup.evidence.slice(0, 2000), candidate_job_ids: lookup.jobs.slice(0, 50).map((j) => j.jobId) },
-      });
+      when: async (tx, task) => {
+        if (task.active_attempt_id !== attemptId || task.status !== 'SUBMIT_UNKNOWN') return false;
+        const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+        return !!attempt && !attempt.provider_job_id;
+      },
     });
   }
 
@@ -126,7 +123,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
     readFailed: { err: unknown } | null,
     now: Date,
   ): Promise<'escalated' | 'read-failed' | null> {
-    const overrun = !job || !FINISHED_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
+    const overrun = !job || !FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
     if (overrun && (await escalateAttempt(deps, token, taskId, attempt.attempt_id, overrun))) return 'escalated';
     if (!readFailed) {
       await clearReadFailures(deps, token, attempt);
@@ -180,7 +177,9 @@ export function createPollActivities(deps: TaskActivityDeps) {
           }
         } else {
           try {
-            lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, signal));
+            // Bounded, so a long list walk never outlasts the activity and the deadline check below runs.
+            const budget = AbortSignal.any([signal, AbortSignal.timeout(deps.settings.reconcileLookupBudgetMs)]);
+            lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, budget));
             job = lookup.kind === 'found' ? lookup.job : null;
           } catch (err) {
             // A failed lookup proves nothing either way; the deadline still runs.

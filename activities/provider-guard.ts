@@ -11,7 +11,7 @@ import { MODE_SETTING } from '../db/modes';
 import { providerControl } from '../db/schema';
 import { FailureType } from '../domain/errors';
 import { MODE_POLICIES } from '../domain/modes';
-import { SYSTEM_MODES, type SystemMode } from '../domain/states';
+import { FINISHED_PROVIDER_JOB_STATES, SYSTEM_MODES, TERMINAL_TASK_STATES, type SystemMode } from '../domain/states';
 import { allowedSlots, type RampOptions } from '../providers/resilience/bulkhead';
 import { CircuitBreaker, type BreakerForce, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
@@ -21,7 +21,8 @@ import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 export const IN_FLIGHT_SUBMIT_STATES = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
 const inFlightStates = sql.raw(IN_FLIGHT_SUBMIT_STATES.map((s) => `'${s}'`).join(', '));
 /** Task states whose attempts hold no slot: finished, or parked for a person (docs/decisions/0012). */
-const SLOT_FREE_TASK_STATES = sql.raw(['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'].map((s) => `'${s}'`).join(', '));
+const SLOT_FREE_TASK_STATES = sql.raw([...TERMINAL_TASK_STATES, 'MANUAL_REVIEW'].map((s) => `'${s}'`).join(', '));
+const FINISHED_JOB_STATES = sql.raw(FINISHED_PROVIDER_JOB_STATES.map((s) => `'${s}'`).join(', '));
 /**
  * An attempt `a` that holds one of its provider's slots: in flight by its state, of a task we are
  * still driving, unless the provider already reported the job finished and that report waits in
@@ -35,7 +36,7 @@ const holdsSlot = sql`a.submit_state IN (${inFlightStates})
   AND NOT EXISTS (
   SELECT 1 FROM callback_inbox i
   WHERE i.task_id = a.task_id AND i.attempt_id = a.attempt_id AND i.processed_at IS NULL
-    AND i.event_type IN ('succeeded', 'failed', 'canceled', 'aborted'))`;
+    AND i.event_type IN (${FINISHED_JOB_STATES}))`;
 
 /** The settings config/env.ts exposes (config/services.ts `activitySettings`). */
 export interface ProviderGuardSettings {

@@ -6,7 +6,7 @@
 // cannot be told apart ("not found, unproven": the attempt keeps waiting). Several unowned
 // candidates are ambiguous: the task parks. None of it ever buys a second job.
 import { isDeepStrictEqual } from 'node:util';
-import { and, eq, inArray, isNull, lte, ne } from 'drizzle-orm';
+import { and, eq, inArray, isNull, lte, ne, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { generationTask, taskAttempt } from '../db/schema';
 import type { LookupQuery, LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
@@ -38,16 +38,23 @@ export async function lookupUnknownSubmit(db: Db, adapter: ProviderAdapter, atte
   if (r.kind === 'found' && r.by === 'fingerprint') candidates = [r.job];
   else if (r.kind === 'ambiguous') candidates = r.jobs;
   else return r;
+  // Twins are read before the bindings: attempt states only move forward, so a twin that binds
+  // its job after this read is seen bound by ownedByOthers, and one that bound it before is no twin.
+  const twins = await unresolvedTwins(db, attempt, query);
   // A job another of our attempts is bound to was created by that attempt's request, not ours.
   const owned = await ownedByOthers(db, attempt, candidates.map((j) => j.jobId));
   const free = candidates.filter((j) => !owned.has(j.jobId));
   const ids = (jobs: readonly ProviderJob[]) => jobs.map((j) => j.jobId).join(', ');
   const [only] = free;
   if (!only) return { kind: 'not-found-unproven', reason: `every fingerprint match is another attempt's job (${ids(candidates)})` };
-  if (free.length > 1) return { kind: 'ambiguous', jobs: free, evidence: `${free.length} jobs not bound to any attempt carry the exact input and model we sent: ${ids(free)}` };
-  const twins = await unresolvedTwins(db, attempt, query);
+  if (free.length > 1) {
+    // A twin still sending may bind one of them in a moment: not yet a question for an operator.
+    const sending = twins.filter((t) => t.state === 'SUBMITTING').map((t) => t.id);
+    if (sending.length > 0) return { kind: 'not-found-unproven', reason: `${ids(free)} match, but attempt(s) ${sending.join(', ')} are still submitting the same input` };
+    return { kind: 'ambiguous', jobs: free, evidence: `${free.length} jobs not bound to any attempt carry the exact input and model we sent: ${ids(free)}` };
+  }
   if (twins.length > 0) {
-    return { kind: 'not-found-unproven', reason: `${only.jobId} matches, but attempt(s) ${twins.join(', ')} sent the same input in the window and are unresolved` };
+    return { kind: 'not-found-unproven', reason: `${only.jobId} matches, but attempt(s) ${twins.map((t) => t.id).join(', ')} sent the same input in the window and are unresolved` };
   }
   return { kind: 'found', job: { ...only, correlationToken: attempt.attempt_id }, by: 'fingerprint' };
 }
@@ -60,10 +67,20 @@ async function ownedByOthers(db: Db, attempt: AttemptRow, jobIds: readonly strin
   return new Set(rows.map((r) => r.jobId).filter((id): id is string => id !== null));
 }
 
-/** Our other attempts, not bound to a job, whose submit may have sent the same fingerprint in the window. */
-async function unresolvedTwins(db: Db, attempt: AttemptRow, q: LookupQuery): Promise<string[]> {
+/**
+ * Our other attempts, not bound to a job, whose submit may have sent the same fingerprint in the
+ * window: a twin sent between its submit start and the moment its outcome became unknown (or its
+ * submit finished; still sending: open-ended), widened by the skew, and that span must meet [since, until].
+ */
+async function unresolvedTwins(db: Db, attempt: AttemptRow, q: LookupQuery): Promise<{ id: string; state: string }[]> {
   const rows = await db
-    .select({ id: taskAttempt.attempt_id, request: generationTask.request, finished: taskAttempt.submit_finished_at })
+    .select({
+      id: taskAttempt.attempt_id,
+      state: taskAttempt.submit_state,
+      request: generationTask.request,
+      started: taskAttempt.submit_started_at,
+      ended: sql<Date | null>`coalesce(${taskAttempt.unknown_since}, ${taskAttempt.submit_finished_at})`.mapWith(taskAttempt.unknown_since),
+    })
     .from(taskAttempt)
     .innerJoin(generationTask, eq(generationTask.task_id, taskAttempt.task_id))
     .where(
@@ -73,8 +90,10 @@ async function unresolvedTwins(db: Db, attempt: AttemptRow, q: LookupQuery): Pro
         isNull(taskAttempt.provider_job_id),
         ne(taskAttempt.attempt_id, attempt.attempt_id),
         eq(taskAttempt.provider_model, attempt.provider_model),
-        lte(taskAttempt.submit_started_at, q.until),
+        lte(taskAttempt.submit_started_at, new Date(q.until.getTime() + SUBMIT_WINDOW_SKEW_MS)),
       ),
     );
-  return rows.filter((t) => (t.finished === null || t.finished >= q.since) && isDeepStrictEqual(providerInput(t.request), q.input)).map((t) => t.id);
+  return rows
+    .filter((t) => (t.ended === null || t.ended.getTime() + SUBMIT_WINDOW_SKEW_MS >= q.since.getTime()) && isDeepStrictEqual(providerInput(t.request), q.input))
+    .map((t) => ({ id: t.id, state: t.state }));
 }

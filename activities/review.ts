@@ -14,6 +14,7 @@ import { reviewProblem, type ReviewResolution } from '../domain/review';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
+import { escalate } from './escalate';
 import { finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
@@ -64,19 +65,7 @@ export function createReviewActivities(deps: TaskActivityDeps) {
 
   return {
     async escalateTask(taskId: string, reason: string): Promise<TaskFacts> {
-      await fenced(deps, (token) =>
-        deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          const task = await lockTask(tx, taskId);
-          if (!task) throw notFound(`task ${taskId}`);
-          await applyTaskEvent(tx, token, task, { type: 'ESCALATE' }, {
-            sourceEvent: 'workflow.escalate',
-            actor: 'workflow',
-            attemptId: task.active_attempt_id,
-            detail: { reason: reason.slice(0, 2000) },
-          });
-        }),
-      );
+      await fenced(deps, (token) => escalate(deps, token, taskId, { sourceEvent: 'workflow.escalate', detail: { reason: reason.slice(0, 2000) } }));
       return readTaskFacts(deps.db, taskId, deps.clock.now());
     },
 
@@ -107,7 +96,8 @@ export function createReviewActivities(deps: TaskActivityDeps) {
               if (!attemptId) throw invalid('task has no attempt to bind a job to');
               const bound = await tx
                 .update(taskAttempt)
-                .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
+                // The failed-read count starts again from the operator's bind (docs/decisions/0012).
+                .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', read_failures: 0, next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
                 .where(and(eq(taskAttempt.attempt_id, attemptId), or(isNull(taskAttempt.provider_job_id), eq(taskAttempt.provider_job_id, resolution.providerJobId))))
                 .returning({ id: taskAttempt.attempt_id });
               if (bound.length === 0) throw invalid('the attempt was bound to another job meanwhile');

@@ -166,6 +166,11 @@ export const envSchema = z.object({
   /** An unknown submit outcome that reconciliation has not resolved by then goes to MANUAL_REVIEW. */
   UNKNOWN_OUTCOME_DEADLINE_MS: ms.default(30 * 60 * 1000),
   /**
+   * One reconciliation lookup (a Replicate list walk of up to 20 pages) gives up after this, well
+   * inside the poll activity's 5-minute timeout, so the poll still answers (and the deadline runs).
+   */
+  RECONCILE_LOOKUP_BUDGET_MS: z.coerce.number().int().min(100).max(240_000).default(60_000),
+  /**
    * Consecutive reads of a known job (status, cancel) answered 404/410 or another lasting 4xx
    * before the task goes to MANUAL_REVIEW with the evidence (docs/decisions/0012).
    */

@@ -87,6 +87,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     },
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
+    reconcileLookupBudgetMs: config.RECONCILE_LOOKUP_BUDGET_MS,
     readFailureLimit: config.PROVIDER_READ_FAILURE_LIMIT,
     maxRunMs: perProvider(config.PROVIDER_MAX_RUN_MS),
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,

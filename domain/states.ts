@@ -53,3 +53,5 @@ export type LedgerEntryType = (typeof LEDGER_ENTRY_TYPES)[number];
 /** Provider job states normalised across providers. */
 export const PROVIDER_JOB_STATES = ['queued', 'running', 'succeeded', 'failed', 'canceled', 'aborted'] as const;
 export type ProviderJobState = (typeof PROVIDER_JOB_STATES)[number];
+/** Provider job states after which the job no longer runs at the provider. */
+export const FINISHED_PROVIDER_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];

@@ -192,6 +192,12 @@ export function replicateTarget(model: string): { path: string; version: string 
  */
 export function nextPageUrl(next: string, base: string): string | null {
   const b = new URL(base);
+  // A path-absolute `next` ("/v1/predictions?cursor=…") is relative to the API root, which is our
+  // configured base (it may carry a path, e.g. a proxy's prefix): keep that path.
+  if (next.startsWith('/') && !next.startsWith('//')) {
+    const basePath = b.pathname.replace(/\/+$/, '');
+    return `${b.origin}${basePath && !next.startsWith(`${basePath}/`) ? basePath : ''}${next}`;
+  }
   let n: URL;
   try {
     n = new URL(next, `${base}/`);

@@ -35,14 +35,20 @@ async function attemptOf(taskId: string) {
   return attempt!;
 }
 
-/** A task on `provider` whose submit hung after the job was created, parked in MANUAL_REVIEW. */
+/**
+ * A task on `provider` whose submit hung after the job was created, parked in MANUAL_REVIEW: the
+ * lookup fails until the unknown-outcome deadline. Replicate is looked up by its listing; Kling by
+ * a get of the external id (docs/providers.md "Proof of absence"), so its status reads fail too.
+ */
 async function parked(provider: SimProvider, key: string, faults: { callback_delay_ms?: number } = {}) {
   e.sim.sim.setFaults({
     providers: [provider], submit: 'accept_then_hang', submit_fault_count: 1, list: 'error_5xx',
+    ...(provider === 'kling' ? { status: 'error_5xx' as const } : {}),
     ...(faults.callback_delay_ms ? { callback_delay_ms: faults.callback_delay_ms } : { callbacks: 'off' as const }),
   });
   const taskId = await e.createTask(`${key}-${Date.now()}`, { model: MODELS[provider], prompt: `review ${key}`, duration_seconds: 2, resolution: provider === 'replicate' ? '480p' : '720p' });
-  await e.waitForStatus(taskId, 'MANUAL_REVIEW');
+  // The operator's Update is validated against the workflow's facts, which follow Postgres.
+  await e.waitForWorkflowStatus(taskId, 'MANUAL_REVIEW');
   return { taskId, attempt: await attemptOf(taskId) };
 }
 

@@ -84,7 +84,11 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
         .where(and(eq(taskTransition.task_id, taskId), eq(taskTransition.source_event, 'reconcile.ambiguous')));
       assert.equal((parked?.detail as { candidate_job_ids: string[] } | undefined)?.candidate_job_ids.length, 2);
     }
-    for (const taskId of ids) await e.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-test', reason: 'test cleanup' });
+    for (const taskId of ids) {
+      // The Update's validator reads the workflow's facts, which follow Postgres once the step returns.
+      await e.waitForWorkflowStatus(taskId, 'MANUAL_REVIEW');
+      await e.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-test', reason: 'test cleanup' });
+    }
   });
 
   test('Kling accept-then-hang with callbacks lost: found by the get-by-external-id, one job', async () => {

@@ -479,6 +479,13 @@ test('the list `next` is followed by host, not scheme: another scheme on our hos
   assert.equal(nextPageUrl('https://api.replicate.com.evil.example/v1/predictions?cursor=abc', 'https://api.replicate.com'), null);
 });
 
+test('a relative list `next` keeps the configured base path', () => {
+  assert.equal(nextPageUrl('/v1/predictions?cursor=abc', 'https://proxy.example/replicate'), 'https://proxy.example/replicate/v1/predictions?cursor=abc');
+  assert.equal(nextPageUrl('/replicate/v1/predictions?cursor=abc', 'https://proxy.example/replicate'), 'https://proxy.example/replicate/v1/predictions?cursor=abc');
+  assert.equal(nextPageUrl('/v1/predictions?cursor=abc', 'https://api.replicate.com'), 'https://api.replicate.com/v1/predictions?cursor=abc');
+  assert.equal(nextPageUrl('//evil.example/v1/predictions', 'https://proxy.example/replicate'), null);
+});
+
 test("callbacks 'off' sends no webhook at all (polling-only)", async () => {
   sim.setFaults({ callbacks: 'off' });
   const { job, attemptId } = await submitOk();

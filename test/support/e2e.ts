@@ -40,6 +40,12 @@ export interface E2E {
   createTask(key: string, body?: Record<string, unknown>): Promise<string>;
   getTask(taskId: string): Promise<any>;
   waitForStatus(taskId: string, status: string, timeoutMs?: number): Promise<any>;
+  /**
+   * Waits until the task's workflow itself reports the status (its facts query): Postgres moves
+   * first (an activity commits), the workflow's facts follow when its step returns, and an
+   * Update's validator reads the workflow's facts.
+   */
+  waitForWorkflowStatus(taskId: string, status: string, timeoutMs?: number): Promise<void>;
   ledgerOf(taskId: string): Promise<Record<string, string>>;
   close(): Promise<void>;
 }
@@ -100,6 +106,10 @@ export async function startE2E(
         }
         return body.status === status ? body : undefined;
       }, timeoutMs, 200);
+    },
+    async waitForWorkflowStatus(taskId, status, timeoutMs = 60_000) {
+      await e2e.waitForStatus(taskId, status, timeoutMs);
+      await eventually(async () => ((await api.facade.queryFacts(taskId))?.status === status ? true : undefined), timeoutMs, 200);
     },
     async ledgerOf(taskId) {
       const rows = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
