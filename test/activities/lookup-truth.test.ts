@@ -117,7 +117,7 @@ test('a twin left unresolved since yesterday does not block a later lookup of th
   assert.equal((await run(acts, 'pollProvider', taskId)).result, 'recorded');
   await run(acts, 'applyInbox', taskId);
   assert.ok((await attempt(attemptId)).provider_job_id, 'the fingerprint match bound the job');
-  assert.equal(sim.sim.tokenCount(attemptId), 1);
+  assert.equal(sim.jobsFor(attemptId), 1);
   assert.equal((await attempt(old.attemptId)).provider_job_id, null);
 });
 

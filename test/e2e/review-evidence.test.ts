@@ -23,11 +23,12 @@ after(async () => {
 });
 beforeEach(() => e.sim.sim.clearFaults());
 
-const MODELS: Record<SimProvider, string> = {
-  replicate: 'minimax/video-01',
-  fal: 'fal-ai/kling-video/v2/master/text-to-video',
-  runway: 'gen4_turbo',
-  kling: 'kling-v2-master',
+/** A request each provider documents (fal's Kling takes 5 or 10 s; gen4_turbo is image to video). */
+const REQUESTS: Record<SimProvider, Record<string, unknown>> = {
+  replicate: { model: 'minimax/video-01', duration_seconds: 2, resolution: '480p' },
+  fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', duration_seconds: 5, resolution: '720p' },
+  runway: { model: 'gen4_turbo', duration_seconds: 2, resolution: '720p', input_image_url: 'https://example.com/first-frame.png' },
+  kling: { model: 'kling-v2-master', duration_seconds: 2, resolution: '720p' },
 };
 
 async function attemptOf(taskId: string) {
@@ -46,7 +47,7 @@ async function parked(provider: SimProvider, key: string, faults: { callback_del
     ...(provider === 'kling' ? { status: 'error_5xx' as const } : {}),
     ...(faults.callback_delay_ms ? { callback_delay_ms: faults.callback_delay_ms } : { callbacks: 'off' as const }),
   });
-  const taskId = await e.createTask(`${key}-${Date.now()}`, { model: MODELS[provider], prompt: `review ${key}`, duration_seconds: 2, resolution: provider === 'replicate' ? '480p' : '720p' });
+  const taskId = await e.createTask(`${key}-${Date.now()}`, { ...REQUESTS[provider], prompt: `review ${key}` });
   // The operator's Update is validated against the workflow's facts, which follow Postgres.
   await e.waitForWorkflowStatus(taskId, 'MANUAL_REVIEW');
   return { taskId, attempt: await attemptOf(taskId) };
@@ -79,7 +80,7 @@ describe('a parked task keeps applying evidence', () => {
     e.sim.sim.clearFaults();
     // The job's final state reached the inbox, but nothing woke the workflow (an API that died
     // between the insert and the signal).
-    const [jobId] = e.sim.sim.jobIdsFor(attempt.attempt_id);
+    const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
     const job = await buildProviders(e.config)['replicate']!.getJob(jobId!);
     await recordProviderEvent(e.tdb.database.db, {
       provider: 'replicate', job, providerEventId: null, source: 'callback', attemptId: attempt.attempt_id, taskId,
@@ -97,7 +98,7 @@ describe('every review action works for every provider', () => {
     test(`bind-job on ${provider}: the operator's job id binds the attempt and the task succeeds with one job`, async () => {
       const { taskId, attempt } = await parked(provider, `bind-${provider}`);
       e.sim.sim.clearFaults();
-      const [jobId] = e.sim.sim.jobIdsFor(attempt.attempt_id);
+      const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
       assert.ok(jobId, 'the operator finds the job in the provider console');
       const facts = await withinMs(20_000, e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId }));
       assert.equal(facts.status, 'SUBMITTED');
@@ -108,7 +109,7 @@ describe('every review action works for every provider', () => {
 
   test('a bind-job whose provider read fails is refused at once with the reason, not retried forever', async () => {
     const { taskId, attempt } = await parked('fal', 'bind-read-fails');
-    const [jobId] = e.sim.sim.jobIdsFor(attempt.attempt_id);
+    const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
     e.sim.sim.setFaults({ providers: ['fal'], status: 'error_5xx' });
     await assert.rejects(
       withinMs(20_000, e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId! })),

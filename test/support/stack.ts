@@ -97,6 +97,8 @@ export interface RunningSimulator {
    * the keyed token of its callback URL (Replicate and fal carry only the URL).
    */
   jobsFor(attemptId: string): number;
+  /** The ids of those jobs (what an operator finds in the provider's console). */
+  jobIdsFor(attemptId: string): string[];
   close(): Promise<void>;
 }
 
@@ -117,6 +119,7 @@ export async function startSimulator(config: Config, opts: { generationMs?: numb
     sim,
     baseUrl: `http://127.0.0.1:${server.port}`,
     jobsFor: (attemptId) => sim.tokenCount(attemptId) + sim.tokenCount(tokens.tokenFor(attemptId)),
+    jobIdsFor: (attemptId) => [...sim.jobIdsFor(attemptId), ...sim.jobIdsFor(tokens.tokenFor(attemptId))],
     close: () => server.close(),
   };
 }
