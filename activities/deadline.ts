@@ -1,4 +1,4 @@
-// The task's one deadline (DESIGN.md §6), set at the API edge and stored on the task: every step
+// The task's one deadline (docs/design.md §6), set at the API edge and stored on the task: every step
 // that would start provider work checks what is left of it instead of starting a fresh timeout.
 // Once a provider has accepted a job the deadline no longer applies: the job is paid for, so it
 // runs to its end and its output is rescued. docs/timeouts.md.

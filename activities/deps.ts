@@ -20,7 +20,7 @@ export interface Clock {
 export const systemClock: Clock = { now: () => new Date() };
 
 /**
- * The provider submit switch (seed 000 §19.7.10): this process's own, in-memory view of whether
+ * The provider submit switch (docs/design.md §7): this process's own, in-memory view of whether
  * it may start provider jobs, kept by the worker's fence watcher. The fence row decides in the
  * claim transaction anyway; the switch stops a fenced process before it gets that far, and
  * between the claim and the call.

@@ -1,6 +1,6 @@
 // The poll fallback: read the job from the provider and write what it says into the inbox,
 // the same path a callback takes. An attempt whose submit outcome is unknown is looked for by
-// our key or the fingerprint of what we sent instead (DESIGN.md §5 "Unknown outcome",
+// our key or the fingerprint of what we sent instead (docs/design.md §5 "Unknown outcome",
 // docs/providers.md "Proof of absence"), never resubmitted:
 //   found                         → the event is recorded; applying it binds the job;
 //   ambiguous                     → several jobs fit: the task parks in MANUAL_REVIEW with them;

@@ -1,9 +1,9 @@
-// Call-side resilience at the one place a provider job can be created (seed 001): the
+// Call-side resilience at the one place a provider job can be created (docs/design.md §6): the
 // operator's switch, a per-process circuit breaker, a retry budget, and a bulkhead whose
 // in-flight count is read from attempt facts under the provider's control row lock — so it
 // holds across every worker process and is rebuilt from facts after any restart. After such a
 // rebuild (this guard's start, or the provider's breaker closing again) the bulkhead's ceiling
-// ramps up from a floor instead of letting the whole limit through at once (seed 000 §19.7.6).
+// ramps up from a floor instead of letting the whole limit through at once (docs/design.md §6).
 import { ApplicationFailure } from '@temporalio/common';
 import { sql } from 'drizzle-orm';
 import type { DbOrTx } from '../db/client';
@@ -226,7 +226,7 @@ export class ProviderGuard {
     }
     const ticket = decision.ticket;
     // A later attempt is a retry: it spends the provider's retry budget, so a storm of proven
-    // rejections cannot multiply the load (seed 001). Out of budget, it waits rather than fails.
+    // rejections cannot multiply the load (docs/design.md §6). Out of budget, it waits rather than fails.
     if (attemptNo > 1 && !s.budget.tryRetry()) {
       breaker.release(ticket);
       throw this.refuse(s, 'retry_budget', 'spent', `${provider} retry budget spent`, 5_000);

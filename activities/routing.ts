@@ -1,4 +1,4 @@
-// Which provider attempt N of a task goes to (seed 003, DESIGN.md §5–§6). The first attempt is
+// Which provider attempt N of a task goes to (docs/design.md §5–§6). The first attempt is
 // routed by score (domain/router.ts) from this process's view of provider health; a later
 // attempt may fail over to another provider only after the earlier ones were provably rejected,
 // and an attempt whose outcome was ever unknown pins the task to its provider for good. The

@@ -1,4 +1,4 @@
-// SUBMITTING: call the provider at most once per attempt (DESIGN.md §5 "Submit").
+// SUBMITTING: call the provider at most once per attempt (docs/design.md §5 "Submit").
 // PREPARED → SUBMITTING is committed before the call; an attempt found in SUBMITTING on entry
 // means an earlier execution died mid-call, so its outcome is unknown and the provider is
 // never called again for it.

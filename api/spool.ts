@@ -1,4 +1,4 @@
-// The callback fallback spool (DESIGN.md §5 "Callbacks", seed 000 "灾备 Inbox"): when the inbox
+// The callback fallback spool (docs/design.md §5 "Callbacks"): when the inbox
 // cannot be written — Postgres unreachable, or a mode that makes facts read-only — a verified
 // callback is appended to a local file and fsync'd before the provider gets its 2xx. A replayer
 // later feeds every spooled callback through the normal inbox path; the inbox dedupes on

@@ -198,7 +198,7 @@ export async function listTasks(db: Db, tenantId: string, q: { status?: TaskStat
 }
 
 /**
- * Cancel (DESIGN.md §5): before acceptance the task is cancelled here and its credits
+ * Cancel (docs/design.md §5): before acceptance the task is cancelled here and its credits
  * released; once submitted, a provider cancel is requested and the state machine decides the
  * end. While the submit outcome is unknown the request is recorded and honoured later.
  */

@@ -1,4 +1,4 @@
-// `npm run bench -- drain`: the seed's capacity model (seed 000 §19.9) checked on a real
+// `npm run bench -- drain`: the capacity model (docs/design.md §10) checked on a real
 // backlog. It runs the temporal-outage drill (ops/drills/temporal-outage.ts: creates at a fixed
 // rate λ, the Temporal server stopped and restarted with its state, the outbox relay and the
 // workers draining the backlog) and prints each drain time beside B / (μ − λ), with μ the best

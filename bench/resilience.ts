@@ -1,4 +1,4 @@
-// `npm run bench -- resilience`: seed 001's experiment against the simulator. The provider
+// `npm run bench -- resilience`: the retry-storm experiment against the simulator. The provider
 // refuses a share of submits with a proven rejection (429 without Retry-After: nothing was
 // created, the task may try a new attempt) — 70 %, then 95 % — while N tasks per phase are
 // created at once and real worker processes drive them; then the simulator heals (faults

@@ -122,7 +122,7 @@ program
 
 program
   .command('resilience')
-  .description("seed 001: 70 % then 95 % of submits refused (429), N tasks at once, then healed; retry amplification vs the budget's bound, breaker, bulkhead")
+  .description("retry storm: 70 % then 95 % of submits refused (429), N tasks at once, then healed; retry amplification vs the budget's bound, breaker, bulkhead")
   .option('--tasks <n>', 'tasks created at once in each failure phase', positiveInt(5000), 200)
   .option('--failure <list>', 'percent of submits refused, one phase each, comma-separated', intList(100), [70, 95])
   .option('--phase-seconds <s>', 'seconds per failure phase', positiveInt(1800), 60)
@@ -244,7 +244,7 @@ program
 
 program
   .command('drain')
-  .description("the seed's capacity model: Temporal stopped under load, drain time beside B/(μ−λ) with the measured μ and λ")
+  .description("the capacity model: Temporal stopped under load, drain time beside B/(μ−λ) with the measured μ and λ")
   .option('--outage <seconds>', 'how long Temporal stays down', positiveInt(600), 60)
   .option('--rate <per-second>', 'creates per second (λ; keep it under what the machine drains)', positiveInt(100), 2)
   .option('--json', 'print the figures as one JSON line', false)

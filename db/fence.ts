@@ -1,4 +1,4 @@
-// Region write fence (seed 000 §19.5.5). A process reads the fence once per unit of work and
+// Region write fence (docs/design.md §7). A process reads the fence once per unit of work and
 // carries the token into every write; the write's SQL re-checks region and epoch under a
 // share lock on the fence row, so a failover (which updates that row) cannot interleave.
 import { eq, sql } from 'drizzle-orm';

@@ -21,7 +21,7 @@ export interface ProviderEventInput {
 }
 
 /**
- * Seed 000 §19.5.4: the provider's event id when stable, else a hash of
+ * The dedupe key: the provider's event id when stable, else a hash of
  * provider + job + normalised status + provider time + payload.
  */
 export function dedupeKeyFor(e: Pick<ProviderEventInput, 'provider' | 'job' | 'providerEventId' | 'raw'>): string {

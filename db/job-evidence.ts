@@ -1,4 +1,4 @@
-// Evidence that a provider job exists for an attempt (DESIGN.md §5 "Unknown outcome"): a bound
+// Evidence that a provider job exists for an attempt (docs/design.md §5 "Unknown outcome"): a bound
 // provider_job_id, or any inbox row its correlation token reached (a callback, a poll, a lookup
 // hit recorded by reconciliation), processed or not, or the candidates of an ambiguous lookup. Whatever decides "this attempt never
 // created a job" — an operator's "not-submitted", a proof of absence — asks here first and is

@@ -1,4 +1,4 @@
-// System mode and active region, as stored in region_write_fence (seed 000 §19.5.5). Changing
+// System mode and active region, as stored in region_write_fence (docs/design.md §7). Changing
 // either locks the fence row FOR UPDATE, so it waits for every fact transaction that holds the
 // row FOR SHARE (holdFence) and none can straddle the change; it is audited in the same
 // transaction and announced with NOTIFY on FENCE_CHANNEL (delivered at commit), which every
@@ -142,7 +142,7 @@ async function failoverRecord(db: DbOrTx, failoverId: string): Promise<FailoverR
 /**
  * The fencing step of a failover, in one transaction: bump the epoch (every token of the old
  * holders is void from this commit on), make `toRegion` the active one, write the failover
- * record (seed 000 §19.11.5) and the audit row, announce it.
+ * record (docs/design.md §7) and the audit row, announce it.
  */
 export async function switchActiveRegion(
   db: Db,

@@ -1,4 +1,4 @@
-// The fact source. Table and column names follow seed 000 §19.5 so that its SQL reads
+// The fact source. Table and column names follow the source design's data model so that its SQL reads
 // straight onto this schema; additions are marked. Money is NUMERIC(18,6) and travels as a
 // decimal string (drizzle's default for numeric), never as a float.
 import { sql } from 'drizzle-orm';
@@ -48,7 +48,7 @@ export const apiKey = pgTable(
   (t) => [index('idx_api_key_tenant').on(t.tenant_id)],
 );
 
-/** Seed 000 §19.5.5. One row per resource scope; every fact write checks region and epoch here. */
+/** docs/design.md §4. One row per resource scope; every fact write checks region and epoch here. */
 export const regionWriteFence = pgTable(
   'region_write_fence',
   {
@@ -61,7 +61,7 @@ export const regionWriteFence = pgTable(
   (t) => [check('region_write_fence_mode_check', sql`${t.mode} IN (${inList(SYSTEM_MODES)})`)],
 );
 
-/** Seed 000 §19.5.1, plus the request, its hash, routing and settlement columns. */
+/** docs/design.md §4, plus the request, its hash, routing and settlement columns. */
 export const generationTask = pgTable(
   'generation_task',
   {
@@ -113,7 +113,7 @@ export const generationTask = pgTable(
   ],
 );
 
-/** Seed 000 §19.5.2. attempt_id is the provider idempotency key and the correlation token. */
+/** docs/design.md §4. attempt_id is the provider idempotency key and the correlation token. */
 export const taskAttempt = pgTable(
   'task_attempt',
   {
@@ -163,7 +163,7 @@ export const taskAttempt = pgTable(
   ],
 );
 
-/** Seed 000 §19.5.3. */
+/** docs/design.md §4. */
 export const outboxEvent = pgTable(
   'outbox_event',
   {
@@ -189,7 +189,7 @@ export const outboxEvent = pgTable(
   ],
 );
 
-/** Seed 000 §19.5.4, plus the task/attempt the event was matched to and where it came from. */
+/** docs/design.md §4, plus the task/attempt the event was matched to and where it came from. */
 export const callbackInbox = pgTable(
   'callback_inbox',
   {
@@ -342,7 +342,7 @@ export const opsAudit = pgTable(
 );
 
 /**
- * Addition: one row per region failover, with the fields seed 000 §19.11.5 requires. Written by
+ * Addition: one row per region failover, with the fields docs/design.md §7 requires. Written by
  * `ops failover` in the same transaction that bumps the epoch and switches the active region.
  * Append-only like the ledger (docs/decisions/0017-append-only-record.md): the facts learnt
  * later (the first successful write, the reconciliation result) are region_failover_event rows.

@@ -1,4 +1,4 @@
-// Compare-and-set on a task's status (DESIGN.md §3): the only way a task changes state.
+// Compare-and-set on a task's status (docs/design.md §3): the only way a task changes state.
 // Each successful CAS writes one task_transition row in the same transaction.
 import { randomUUID } from 'node:crypto';
 import { and, eq, lte, sql } from 'drizzle-orm';
@@ -66,7 +66,7 @@ export async function casTaskStatus(tx: DbOrTx, token: FenceToken, input: TaskTr
         eq(generationTask.task_id, input.taskId),
         eq(generationTask.status, input.from),
         eq(generationTask.status_version, input.expectedVersion),
-        // A stale epoch never overwrites a newer one (seed 000 §19.5.1).
+        // A stale epoch never overwrites a newer one (docs/design.md §3).
         lte(generationTask.write_epoch, token.epoch),
       ),
     )

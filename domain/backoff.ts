@@ -34,7 +34,7 @@ export interface PollPace {
 }
 
 /**
- * The interval until the next poll, by phase (DESIGN.md §5 "Polling and reconciliation"): the
+ * The interval until the next poll, by phase (docs/design.md §5 "Polling"): the
  * previous interval doubled, at least `initialMs`, at most `maxMs`, with ±20 % jitter. While
  * the provider's callbacks are healthy a `waiting` poll is only the safety net under a callback
  * that will most likely come first, so its interval and cap are `healthyFactor` times longer;

@@ -1,4 +1,4 @@
-// What each system mode allows (DESIGN.md §7, seed 000 §19.5.5 and §19.10.2). One table, read
+// What each system mode allows (docs/design.md §7, docs/modes.md). One table, read
 // by the API's admission, by the activities (fenced steps and the submit gate), by the ops CLI
 // and by the test that keeps docs/modes.md in step with it. Pure: no I/O.
 import type { SystemMode } from './states';

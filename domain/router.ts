@@ -1,4 +1,4 @@
-// Choosing a provider for a task (seed 003): validate the request against the model family's
+// Choosing a provider for a task (docs/design.md §6): validate the request against the model family's
 // candidates, score the compatible providers by health, cost and tenant preference within a
 // strict time budget, and fall back to a deterministic static route whenever the scorer is
 // late, throws, or answers nothing usable. The answer says which path produced it so a metric
@@ -206,7 +206,7 @@ export type FailoverVerdict =
   | { readonly allowed: false; readonly reason: 'no-attempt' | 'outcome-unknown' | 'job-exists' | 'not-rejected' | 'attempts-exhausted' };
 
 /**
- * Whether the task may be routed to another provider (DESIGN.md §5): only after the latest
+ * Whether the task may be routed to another provider (docs/design.md §5): only after the latest
  * attempt was provably rejected, never while any attempt's outcome is unknown (SUBMITTING or
  * SUBMIT_UNKNOWN: a job may exist and would be paid twice), and never once a job exists.
  * `exclude` lists the providers that already rejected the task.

@@ -1,4 +1,4 @@
-// The task state machine (DESIGN.md §4, seed 000 §19.8.2): one pure table used by every
+// The task state machine (docs/design.md §4, docs/design.md §4): one pure table used by every
 // activity and by the tests. The database's CAS on status_version decides who wins a race;
 // this module decides what a winner may write.
 import type { AttemptState, ProviderJobState, TaskStatus } from './states';

@@ -244,7 +244,7 @@ program
 
 program
   .command('failover')
-  .description('switch the active region (seed 000 §19.17.2): RECONCILE_ONLY, epoch bump, new region, audit record, reconciliation report')
+  .description('switch the active region (docs/runbooks/failover.md): RECONCILE_ONLY, epoch bump, new region, audit record, reconciliation report')
   .requiredOption('--to <region>', 'the region to make active')
   .requiredOption('--incident <id>', 'incident id (recorded)')
   .requiredOption('--accepted-rpo <duration>', 'data loss the incident commander accepted, e.g. 0, 30s, 5m', duration)

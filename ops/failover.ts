@@ -1,10 +1,10 @@
 // `ops failover --to <region> --incident <id> --accepted-rpo <duration>`: the region switch of
-// seed 000 §19.17.2, in its order, as far as this system can drive it:
+// docs/runbooks/failover.md, in its order, as far as this system can drive it:
 //   1. new tasks → RECONCILE_ONLY (no new cost from here on; accepted tasks keep converging)
 //   2. record the replication position (pg_current_wal_lsn of the fact source)
 //   3. (operator, outside this tool) isolate the old primary, revoke the old region's credentials
 //   4. bump write_epoch and make <region> the active one — one transaction, with the failover
-//      record (§19.11.5) and the audit row; every token of the old region is void from here on
+//      record (docs/design.md §7) and the audit row; every token of the old region is void from here on
 //   5. workers of the new region start polling (their fence watchers), old ones stop
 //   6. wait for the first successful write under the new epoch (the RTO's end)
 //   7. reconciliation report over the recovery sets, recorded as a failover event row

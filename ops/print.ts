@@ -103,7 +103,7 @@ export function printApply(a: ApplyResult): string {
 export function printFailover(r: FailoverResult, withSteps = true): string {
   return [
     ...(withSteps ? ['runbook', table(r.steps.map((s) => ({ at: s.at.slice(11, 23), step: s.step, detail: s.detail ?? '' })), ['at', 'step', 'detail']), ''] : []),
-    'failover record (seed 000 §19.11.5)',
+    'failover record (docs/design.md §7)',
     printFailoverRecord(r.record, r.rtoSeconds),
     '',
     'reconciliation report',

@@ -1,7 +1,7 @@
-// `ops reconcile`: the recovery sets of seed 000 §19.17.2 — unpublished outbox, unprocessed
+// `ops reconcile`: the recovery sets of docs/runbooks/failover.md — unpublished outbox, unprocessed
 // inbox, SUBMIT_UNKNOWN attempts, long RUNNING provider jobs, outputs about to expire, credits
 // reserved but not settled — counted (dry run) or acted on (apply). Applying only re-collects
-// evidence through the workflows (DESIGN.md §8): it starts a task's workflow when none runs
+// evidence through the workflows (docs/design.md §8): it starts a task's workflow when none runs
 // and wakes it so it re-reads its facts. It never writes a task state or a ledger entry itself.
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';

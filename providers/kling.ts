@@ -289,7 +289,7 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     capabilities,
     submit,
     getJob,
-    // Kling has no cancel API: the job runs to its end and the state machine decides (DESIGN.md §5 Cancel).
+    // Kling has no cancel API: the job runs to its end and the state machine decides (docs/design.md §5 Cancel).
     cancel: () => Promise.resolve(),
     findByCorrelationToken,
     verifyCallback,

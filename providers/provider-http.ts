@@ -1,5 +1,5 @@
 // HTTP plumbing shared by the fal, Runway and Kling adapters: one timeout per call (joined with
-// the caller's signal), secrets redacted from every message, and the seed-001 classification of
+// the caller's signal), secrets redacted from every message, and the sent / may-have-been-sent classification (docs/design.md §6) of
 // a submit answer into exactly one of accepted / rejected / unknown.
 import { classifyNetworkError, parseRetryAfter } from './http-errors';
 import { ProviderHttpError } from './replicate';

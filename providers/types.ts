@@ -4,7 +4,7 @@ import type { ProviderJobState } from '../domain/states';
 
 export type { ProviderJobState };
 
-/** How an unknown submit outcome can be resolved (DESIGN.md §5 "Unknown outcome"). */
+/** How an unknown submit outcome can be resolved (docs/design.md §5 "Unknown outcome"). */
 export type UnknownOutcomeTier =
   /** The provider keeps our key and answers a get by it; look the job up by it. */
   | 'lookup-by-key'

@@ -135,7 +135,7 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
   };
 }
 
-/** Deterministic object keys (DESIGN.md §5): a retry or a second worker writes the same key. */
+/** Deterministic object keys (docs/design.md §5): a retry or a second worker writes the same key. */
 export const outputObjectKey = (tenantId: string, taskId: string, attemptId: string, ext: string): string =>
   `tenants/${tenantId}/tasks/${taskId}/attempts/${attemptId}/output.${ext}`;
 export const thumbnailObjectKey = (tenantId: string, taskId: string, attemptId: string): string =>

@@ -5,7 +5,7 @@ export const queues = {
   generation: (base: string) => base,
   /**
    * One provider's reads (polls and reconciliation lookups). Its worker sets the queue's global
-   * dispatch rate to the provider's query quota (DESIGN.md §5 "Polling and reconciliation").
+   * dispatch rate to the provider's query quota (docs/design.md §5 "Polling").
    */
   poll: (base: string, provider: string) => `${base}-poll-${provider}`,
 } as const;

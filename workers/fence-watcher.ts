@@ -1,5 +1,5 @@
-// The worker's view of the region fence (seed 000 §19.7.10: "MQ consumer region switch",
-// "provider adapter submit switch"). A dedicated connection LISTENs on FENCE_CHANNEL, which
+// The worker's view of the region fence (docs/design.md §7: consumers and
+// the provider submit switch follow the active region). A dedicated connection LISTENs on FENCE_CHANNEL, which
 // `ops mode set` and `ops failover` NOTIFY in their transactions, and a periodic re-read covers
 // a missed notification or a lost connection. Region-bound services (the Temporal worker, the
 // outbox relay) run only while this process's REGION is the active one: they are stopped when

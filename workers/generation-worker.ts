@@ -2,7 +2,7 @@
 // tests and the scripts, so all of them run the same thing: one worker on the generation queue
 // (workflows and every task activity) and one per configured provider on that provider's poll
 // queue (provider reads only), whose global dispatch rate is the provider's query quota
-// (DESIGN.md §5 "Polling and reconciliation"; docs/providers.md "Poll queues").
+// (docs/design.md §5 "Polling"; docs/providers.md "Poll queues").
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';

@@ -4,7 +4,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { TaskFacts } from '../domain/facts';
 import type { ReviewResolution } from '../domain/review';
 
-/** A wake-up, never data: the workflow re-reads Postgres when it arrives (DESIGN.md §3). */
+/** A wake-up, never data: the workflow re-reads Postgres when it arrives (docs/design.md §3). */
 export const wakeSignal = defineSignal('wake');
 /** The facts the workflow last read from Postgres (ids and states only). */
 export const factsQuery = defineQuery<TaskFacts | null>('facts');

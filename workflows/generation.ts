@@ -1,4 +1,4 @@
-// One generation task = one workflow. The workflow drives; Postgres decides (DESIGN.md §3):
+// One generation task = one workflow. The workflow drives; Postgres decides (docs/design.md §3):
 // every step is an idempotent activity that re-reads the facts and CASes them, and the next
 // step is chosen from the facts it returns. A reset, a retry or a re-delivered signal at any
 // point re-reads Postgres and carries on from there.
@@ -158,7 +158,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   }
 
   /**
-   * MANUAL_REVIEW keeps applying provider evidence (DESIGN.md §5): a late callback wakes us and is
+   * MANUAL_REVIEW keeps applying provider evidence (docs/design.md §5): a late callback wakes us and is
    * applied like any other; while the attempt has a job or a lookup to ask, the provider is also
    * polled now and then. A job found binds the attempt and the task moves on; an operator's
    * resolution wakes us too.

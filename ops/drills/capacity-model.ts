@@ -1,4 +1,4 @@
-// The seed's capacity model (seed 000 §19.9): a backlog B served at rate μ while work keeps
+// The capacity model (docs/design.md §10): a backlog B served at rate μ while work keeps
 // arriving at rate λ drains in B / (μ − λ), and never when μ ≤ λ. Pure: the temporal-outage
 // drill and the drain benchmark feed it samples they measured.
 

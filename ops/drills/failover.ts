@@ -1,4 +1,4 @@
-// Drill: region failover mid-flight (seed 000 §19.17.2). Two worker groups on one Postgres
+// Drill: region failover mid-flight (docs/runbooks/failover.md). Two worker groups on one Postgres
 // and one Temporal task queue — REGION=region-a (one that watches the fence, one zombie that
 // never hears of the failover) and REGION=region-b (standing by) — run N tasks created at a
 // steady rate so that, when `ops failover --to region-b` runs, they are spread over their

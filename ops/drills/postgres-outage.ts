@@ -1,5 +1,5 @@
-// Drill: Postgres stops for 30 s under load and comes back (seed 000 §19.10.1 "PostgreSQL 主库
-// 故障"). The drill runs its own throwaway cluster (private-postgres.ts), never the machine's.
+// Drill: Postgres stops for 30 s under load and comes back (docs/design.md §7: the fact
+// database lost). The drill runs its own throwaway cluster (private-postgres.ts), never the machine's.
 // Figures: creates answered 503 — never 500 — while it is down; callbacks received meanwhile
 // spooled and replayed; no accepted task lost; one provider job per task; ledger balanced.
 import path from 'node:path';

@@ -2,7 +2,7 @@
 // provider created the job (an unknown outcome), the listing lookups fail and the webhooks are
 // held back past the unknown-outcome deadline (set short here), so every task parks in review.
 // Then the webhooks arrive. Each task must apply its late webhook, bind its one job and
-// converge SUCCEEDED: no second job, nothing lost, the ledger balanced (DESIGN.md §5).
+// converge SUCCEEDED: no second job, nothing lost, the ledger balanced (docs/design.md §5).
 import { sql } from 'drizzle-orm';
 import { sleep } from '../../scripts/stack';
 import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';

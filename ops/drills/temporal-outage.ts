@@ -1,7 +1,7 @@
 // Drill: the Temporal server stops for 60 s under load and comes back with its state (a dev
 // server with a database file). Creates keep being accepted into the outbox meanwhile; after the
 // restart the relay and the workers drain the backlog. The drain time is printed next to the
-// seed's prediction B / (μ − λ) (seed 000 §19.9), with μ the best rate sustained over 10 s of the
+// model's prediction B / (μ − λ) (docs/design.md §10), with μ the best rate sustained over 10 s of the
 // drain and λ the arrival rate, for both the outbox (workflow starts) and the tasks themselves.
 // (The outbox relay's per-row backoff, up to ~1 min, bounds its drain more than μ does.)
 import { sql } from 'drizzle-orm';

@@ -1,4 +1,4 @@
-// When to retry a call that was rejected before acceptance (seed 001 §4.2): full-jitter
+// When to retry a call that was rejected before acceptance (docs/design.md §6): full-jitter
 // exponential backoff, never sooner than the provider's Retry-After, and never past the
 // deadline set at the edge (a retry that cannot finish in time is not worth starting).
 import { fullJitterDelay, type RandomSource } from '../../domain/backoff';

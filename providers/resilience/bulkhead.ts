@@ -1,7 +1,7 @@
 // A bulkhead per provider (and per provider account): a global in-flight ceiling counted from
 // attempt facts (SUBMITTING / SUBMITTED / RUNNING in Postgres), so it survives restarts and a
 // lost cache is rebuilt from the facts. After a rebuild the ceiling ramps up slowly instead of
-// jumping to the limit (seed 000 §19.7.6: never refill a semaphore at once — the provider's real
+// jumping to the limit (docs/design.md §6: never refill a semaphore at once — the provider's real
 // concurrency may already be in use by attempts we cannot see yet).
 //
 // Across processes the count-and-claim must be atomic: the caller runs `acquire` while holding a

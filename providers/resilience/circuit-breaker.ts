@@ -1,4 +1,4 @@
-// A three-state circuit breaker per provider (seed 001 §5): closed → open when the failure rate
+// A three-state circuit breaker per provider (docs/design.md §6): closed → open when the failure rate
 // over a sliding window passes a threshold (with a minimum of requests); open → half-open after
 // a cool-down; half-open lets a few probes through at once and closes after enough consecutive
 // successes, or re-opens on a failure. After closing it recovers gradually: the share of calls

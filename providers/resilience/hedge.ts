@@ -1,4 +1,4 @@
-// Hedged reads (seed 001): for an idempotent read only, when the first request is slower than
+// Hedged reads (docs/design.md §6): for an idempotent read only, when the first request is slower than
 // the provider's observed p95, send one more and take whichever answers first. Never more than
 // one hedge, never for a request that creates anything.
 

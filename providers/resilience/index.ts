@@ -1,4 +1,4 @@
-// Call-side resilience per provider (seed 001): breaker, retry budget, backoff, bulkhead.
+// Call-side resilience per provider (docs/design.md §6): breaker, retry budget, backoff, bulkhead.
 export * from './backoff';
 export * from './bulkhead';
 export * from './circuit-breaker';

@@ -1,4 +1,4 @@
-// A retry budget (seed 001 §4.3): retries may be at most `ratio` of the first attempts seen in a
+// A retry budget (docs/design.md §6): retries may be at most `ratio` of the first attempts seen in a
 // sliding window, plus a small floor so a quiet provider can still retry at all. Unlike a
 // per-call retry count, it bounds amplification when the provider fails for everyone:
 // calls ≤ requests · (1 + ratio) + minRetriesPerSecond · window.

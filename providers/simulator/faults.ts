@@ -34,7 +34,7 @@ export type SimProvider = (typeof SIM_PROVIDERS)[number];
 export const faultConfigSchema = z.strictObject({
   /** Apply the faults below only to these providers (default: all). */
   providers: z.array(z.enum(SIM_PROVIDERS)).optional(),
-  /** Apply the submit fault to this share of submits only (0..1, default 1): seed 001's "70 % failure". */
+  /** Apply the submit fault to this share of submits only (0..1, default 1): the "70 % failure" retry-storm experiment. */
   submit_fault_rate: z.number().min(0).max(1).optional(),
   callbacks: z.enum(['on', 'off']).optional(),
   /** Send each webhook event this many extra times, with the same webhook-id. */

@@ -1,5 +1,5 @@
 // The task's one deadline, set at the API edge and checked by every step that would start
-// provider work (DESIGN.md §6, docs/timeouts.md): past it, or too close to it for a provider
+// provider work (docs/design.md §6, docs/timeouts.md): past it, or too close to it for a provider
 // call to finish, the task fails with its whole reservation released and no provider is called.
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';

@@ -1,4 +1,4 @@
-// Every fact write holds the region fence in its own transaction (DESIGN.md §3, db/fence.ts):
+// Every fact write holds the region fence in its own transaction (docs/design.md §3, db/fence.ts):
 // a worker whose epoch moved while it was mid-step (a failover bumps it) writes nothing — not
 // the poll's next_poll_at nor its inbox row, not the thumbnail's asset row, not the relay's
 // outbox update — and sends no provider cancel the new epoch did not decide.

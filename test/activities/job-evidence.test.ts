@@ -1,4 +1,4 @@
-// Evidence of a job decides against "never created" (db/job-evidence.ts, DESIGN.md §5): a proof
+// Evidence of a job decides against "never created" (db/job-evidence.ts, docs/design.md §5): a proof
 // of absence and an operator's "not-submitted" are refused while the inbox holds anything that
 // carries the attempt's token, so a second paid job never follows a job we have heard of. A task
 // parked in MANUAL_REVIEW still applies what arrives: a job found binds the attempt.

@@ -1,4 +1,4 @@
-// Routing a task's attempts across providers (seed 003, DESIGN.md §5–§6), as the activities do
+// Routing a task's attempts across providers (docs/design.md §5–§6), as the activities do
 // it against real Postgres and the simulator: the first attempt goes where the score says, a
 // proven rejection fails over to another compatible provider, and an attempt whose outcome was
 // ever unknown pins the task to its provider.

@@ -1,4 +1,4 @@
-// The router (seed 003): validated inputs, a scored choice within a strict budget, and a
+// The router (docs/design.md §6): validated inputs, a scored choice within a strict budget, and a
 // deterministic static route whenever scoring is late, throws or answers garbage.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 // Polls run on a per-provider task queue whose global rate is the provider's query quota
-// (DESIGN.md §5 "Polling and reconciliation"; docs/providers.md "Poll queues"). Real Temporal,
+// (docs/design.md §5 "Polling"; docs/providers.md "Poll queues"). Real Temporal,
 // Postgres, S3 and the simulator, with callbacks off so only polls move the tasks.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

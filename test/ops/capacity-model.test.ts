@@ -1,4 +1,4 @@
-// The seed's capacity model as the drain benchmark and the temporal-outage drill use it:
+// The capacity model as the drain benchmark and the temporal-outage drill use it:
 // B / (μ − λ), μ the best rate over a window of the drain, never a drain when μ ≤ λ.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 // The ops CLI against a test database and the run's Temporal: mode get/set, fence status,
-// failover (the seed's §19.11.5 record), reconcile dry-run/apply, task inspect, review
+// failover (the failover audit record, docs/design.md §7), reconcile dry-run/apply, task inspect, review
 // list/resolve. Most run through `node --import tsx ops/cli.ts` as an operator would; every
 // change leaves an ops_audit row saying who, what and why.
 import assert from 'node:assert/strict';
@@ -164,7 +164,7 @@ test('review list shows a MANUAL_REVIEW task with its reason; review resolve --f
   assert.notEqual(none.code, 0, 'a resolution needs a kind');
 });
 
-test('failover records the seed §19.11.5 fields in order (RECONCILE_ONLY, epoch bump, new region), prints the reopen prompt, and fence status fills in the first write', async () => {
+test('failover records the failover audit fields in order (RECONCILE_ONLY, epoch bump, new region), prints the reopen prompt, and fence status fills in the first write', async () => {
   const out = await ops('failover', '--to', 'region-b', '--incident', 'INC-42', '--accepted-rpo', '5m', '--await-write', '1s', '--json');
   assert.equal(out.code, 0, out.stderr);
   const result = out.json();

@@ -1,4 +1,4 @@
-// Call-side resilience primitives (seed 001): breaker transitions, retry-budget amplification,
+// Call-side resilience primitives (docs/design.md §6): breaker transitions, retry-budget amplification,
 // backoff with Retry-After and deadlines, and the bulkhead under overload and after a rebuild.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -235,7 +235,7 @@ test('bulkhead holds under 10× overload: never more in flight than the limit, c
   assert.equal(bh.rejected, 100 - admitted);
 });
 
-test('bulkhead after a rebuild ramps up slowly instead of refilling at once (seed 000 §19.7.6)', async () => {
+test('bulkhead after a rebuild ramps up slowly instead of refilling at once (docs/design.md §6)', async () => {
   assert.equal(allowedSlots(10, null, 0), 10);
   assert.equal(allowedSlots(10, 0, 0, { startShare: 0.2, durationMs: 60_000 }), 2);
   assert.equal(allowedSlots(10, 0, 30_000, { startShare: 0.2, durationMs: 60_000 }), 6);

@@ -1,4 +1,4 @@
-// Operators reset stuck workflows from the Temporal UI or CLI; DESIGN.md §3 says that must be
+// Operators reset stuck workflows from the Temporal UI or CLI; docs/design.md §3 says that must be
 // safe because every step re-reads Postgres and changes it with a compare-and-set. These tests
 // reset real workflows with the real `temporal workflow reset` binary at every stage of a task
 // (provider call in flight, running at the provider, output rescued, settled) and to every kind
