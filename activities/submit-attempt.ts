@@ -170,6 +170,11 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
             // evidence on the attempt, never as a task event.
             await tx.update(taskAttempt).set(bound).where(eq(taskAttempt.attempt_id, attemptId));
+            // An attempt proved absent that turns out to have a job: the proof was wrong and the
+            // provider may bill a second job for this task. Say so loudly; an operator decides.
+            if (attempt.submit_state === 'REJECTED') {
+              Context.current().log.error('a provider accepted a job for an attempt proved absent: possible duplicate cost', { taskId, attemptId, provider: attempt.provider, providerJobId: job.jobId });
+            }
           }
           if (!drivesTask(task, attemptId, moved)) return null;
           const d = decide(from, { type: 'SUBMIT_ACCEPTED' });
