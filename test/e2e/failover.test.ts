@@ -37,8 +37,10 @@ test('failover a → b mid-flight with a zombie region-a worker: every zombie wr
     ids.push(await s.createTask(`failover-${i}`));
     await new Promise((r) => setTimeout(r, 150));
   }
-  // Mid-flight: some tasks at the provider, some not yet submitted.
-  await eventually(async () => ((await convergence(s.tdb.database)).byStatus['RUNNING'] ? true : undefined), 20_000, 50);
+  // Mid-flight: some tasks at the provider (SUBMITTED or RUNNING: a callback or poll may take a
+  // job past RUNNING between two looks), some not yet submitted.
+  const atProvider = (byStatus: Record<string, number>) => (byStatus['SUBMITTED'] ?? 0) + (byStatus['RUNNING'] ?? 0);
+  await eventually(async () => (atProvider((await convergence(s.tdb.database)).byStatus) > 0 ? true : undefined), 20_000, 50);
   const statesAtFailover = (await convergence(s.tdb.database)).byStatus;
   const zombieBefore = { ...zombie.stats.failures };
 
