@@ -210,6 +210,12 @@ export const envSchema = z.object({
   OPS_OPERATOR: z.string().min(2).optional(),
 
   WORKER_METRICS_PORT: port.default(9464),
+  /**
+   * The Temporal SDK's own Prometheus exporter (worker slots, pollers, schedule-to-start, sticky
+   * cache), bound to 127.0.0.1 on this port (0: a free one) and served inside the worker's
+   * /metrics beside ours, so one scrape sees both.
+   */
+  WORKER_SDK_METRICS_PORT: port.default(0),
   WORKER_MAX_CONCURRENT_ACTIVITIES: z.coerce.number().int().min(1).default(50),
   WORKER_SHUTDOWN_GRACE_MS: ms.default(30_000),
   /**

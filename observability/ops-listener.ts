@@ -21,6 +21,11 @@ export interface OpsListenerOptions {
   readonly registry: Registry;
   readonly readiness: () => Promise<OpsReadiness>;
   readonly logger: Logger;
+  /**
+   * More exposition text served after the registry's (the worker: the Temporal SDK's own
+   * exporter). Its names must not collide with the registry's; a failure serves ours alone.
+   */
+  readonly extraExposition?: () => Promise<string>;
 }
 
 export interface OpsListener {
@@ -40,7 +45,16 @@ function authorized(req: http.IncomingMessage, token: string | undefined): boole
 const RENDER_REUSE_MS = 1_000;
 
 export async function startOpsListener(opts: OpsListenerOptions): Promise<OpsListener> {
-  const exposition = reusedFor(RENDER_REUSE_MS, () => opts.registry.metrics());
+  const extra = opts.extraExposition;
+  const exposition = reusedFor(RENDER_REUSE_MS, async () => {
+    const ours = await opts.registry.metrics();
+    if (!extra) return ours;
+    const theirs = await extra().catch((err: unknown) => {
+      opts.logger.warn({ err: (err as Error).message }, 'operator listener: extra metrics unavailable');
+      return '';
+    });
+    return theirs ? `${ours.trimEnd()}\n${theirs}` : ours;
+  });
   const send = (res: http.ServerResponse, status: number, type: string, body: string) =>
     res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store' }).end(body);
   const server = http.createServer((req, res) => {

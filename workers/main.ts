@@ -4,13 +4,14 @@
 // watcher (workers/fence-watcher.ts) stops polling and the relay when the region is fenced off,
 // keeps the process alive, and starts them again when the region is active. SIGINT/SIGTERM:
 // stop polling, let in-flight activities finish within the grace time, then exit.
-import { Runtime, type WorkflowBundle } from '@temporalio/worker';
+import type { WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
 import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
+import { installRuntimeWithSdkMetrics } from '../observability/sdk-metrics';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
 import { createMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
 import { pollFloors } from '../activities/poll-demand';
@@ -27,8 +28,7 @@ import { tuningFromConfig } from './tuning';
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 exitOnUnhandledErrors(logger);
-// Signals are ours: the process outlives its Temporal worker while the region is fenced off.
-Runtime.install({ logger: temporalLogger(logger), shutdownSignals: [] });
+const sdkMetrics = await installRuntimeWithSdkMetrics({ logger: temporalLogger(logger), port: config.WORKER_SDK_METRICS_PORT });
 
 const database = buildDatabase(config, 'vidorch-worker');
 // The fact gauges, with the jobs in flight per provider, on a connection of their own.
@@ -52,18 +52,28 @@ const polling = new Gauge({
 // Ready while it polls its task queue; the detail says why not (standing by for its region).
 // Listening from the start, so a worker waiting for Temporal is visible as not ready.
 let pollingState = 'starting';
+let stopping = false;
 let currentFence: () => { activeRegion: string; mode: string; epoch: number } | null = () => null;
 const ops = await startOpsListener({
   host: config.OPS_LISTEN_HOST,
   port: config.WORKER_METRICS_PORT,
   bearerToken: config.OPS_BEARER_TOKEN,
   registry: metrics.registry,
+  extraExposition: () => sdkMetrics.scrape(),
   logger,
   readiness: async () => {
     const fence = currentFence();
     return {
-      ready: pollingState === 'running',
-      detail: { region: config.REGION, active_region: fence?.activeRegion ?? null, mode: fence?.mode ?? null, epoch: fence?.epoch ?? null, polling: pollingState },
+      // Not ready from the first moment of a shutdown, before the drain begins, so a load
+      // balancer or an orchestrator stops counting on this worker while it finishes its calls.
+      ready: pollingState === 'running' && !stopping,
+      detail: {
+        region: config.REGION,
+        active_region: fence?.activeRegion ?? null,
+        mode: fence?.mode ?? null,
+        epoch: fence?.epoch ?? null,
+        polling: stopping ? 'draining' : pollingState,
+      },
     };
   },
 });
@@ -153,7 +163,6 @@ if (regionView.current()?.activeRegion !== config.REGION) {
   logger.warn({ region: config.REGION, activeRegion: regionView.current()?.activeRegion ?? null }, 'region not active: standing by');
 }
 
-let stopping = false;
 async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;

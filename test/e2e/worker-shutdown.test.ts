@@ -19,9 +19,11 @@ after(async () => {
   await e?.close();
 });
 
-test('SIGTERM during a provider call: the call finishes and is recorded, the worker exits 0, the task succeeds', async () => {
+test('SIGTERM during a provider call: readiness fails at once, the call finishes and is recorded, the worker exits 0, the task succeeds', async () => {
   const lines: string[] = [];
-  const env = { ...configToEnv(e.config), DATABASE_URL: e.tdb.url, WORKER_METRICS_PORT: String(await freePort()), LOG_LEVEL: 'info' };
+  const opsPort = await freePort();
+  const env = { ...configToEnv(e.config), DATABASE_URL: e.tdb.url, WORKER_METRICS_PORT: String(opsPort), LOG_LEVEL: 'info' };
+  const ops = (path: string) => fetch(`http://127.0.0.1:${opsPort}${path}`, { signal: AbortSignal.timeout(2_000) });
   child = startNodeProcess('draining-worker', 'workers/main.ts', env, { log: (l) => lines.push(l) });
   e.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 2500, submit_fault_count: 1 });
   const taskId = await e.createTask('drain-1');
@@ -30,7 +32,21 @@ test('SIGTERM during a provider call: the call finishes and is recorded, the wor
     return a?.submit_state === 'SUBMITTING' ? a : undefined;
   }, 60_000, 50);
 
+  // One scrape shows ours and the Temporal SDK's own worker metrics.
+  const exposition = await (await ops('/metrics')).text();
+  assert.match(exposition, /^vidorch_worker_polling\{/m);
+  assert.match(exposition, /^temporal_\w+/m, 'the SDK Core exporter is served beside our metrics');
+  assert.equal((await ops('/readyz')).status, 200);
+
   const stopping = child.stop('SIGTERM', 20_000);
+  // Not ready from the start of the shutdown, while the in-flight call still drains.
+  const draining = await eventually(async () => {
+    const res = await ops('/readyz').catch(() => null);
+    return res?.status === 503 ? ((await res.json()) as { polling: string }) : undefined;
+  }, 5_000, 25);
+  assert.equal(draining.polling, 'draining');
+  const [inFlight] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+  assert.equal(inFlight?.submit_state, 'SUBMITTING', 'readiness failed before the drain finished the call');
   await stopping;
   assert.equal(child.exitInfo?.code, 0, `worker exit: ${JSON.stringify(child.exitInfo)}\n${lines.slice(-10).join('\n')}`);
   const [after] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
