@@ -3,7 +3,7 @@
 #   1. node_modules matching package-lock.json (stamp file with the lock's sha256)
 #   2. Temporal CLI (dev server)            -> TEMPORAL_CLI_PATH
 #   3. versitygw (S3-compatible server)     -> VERSITYGW_PATH
-#   4. ffmpeg / ffprobe
+#   4. ffmpeg / ffprobe; promtool (from Debian's prometheus package, only the one binary)
 #   5. PostgreSQL reachable at DATABASE_URL, then db/migrate.ts
 #   6. resolved tool paths written to .data/tools.env (read by scripts/stack.ts)
 # Every step prints how long it took; a second run does no work and takes a few seconds.
@@ -178,6 +178,30 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
+# promtool checks the alert rules (deploy/prometheus, test/observability/alert-rules.test.ts).
+# Only the binary is taken from Debian's package (apt-get download + dpkg-deb -x): installing
+# the package would also install and start a Prometheus server.
+step "promtool"
+PROMTOOL="$(command -v promtool || true)"
+if [ -z "$PROMTOOL" ] && [ -x "$CACHE_BIN/promtool" ]; then PROMTOOL="$CACHE_BIN/promtool"; fi
+if [ -n "$PROMTOOL" ]; then
+  step_done "$PROMTOOL"
+elif command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then
+  work="$(mktemp -d)"
+  (cd "$work" && apt-get download prometheus </dev/null >/dev/null 2>&1) \
+    || { apt-get update </dev/null >/dev/null 2>&1 && (cd "$work" && apt-get download prometheus </dev/null >/dev/null 2>&1); } \
+    || die "apt-get download prometheus failed (promtool comes from Debian's prometheus package)"
+  dpkg-deb -x "$work"/prometheus_*.deb "$work/x" || die "dpkg-deb could not unpack the prometheus package"
+  mkdir -p "$CACHE_BIN"
+  install -m 0755 "$work/x/usr/bin/promtool" "$CACHE_BIN/promtool"
+  rm -rf "$work"
+  PROMTOOL="$CACHE_BIN/promtool"
+  step_done "$PROMTOOL ($("$PROMTOOL" --version 2>&1 | head -n1))"
+else
+  die "promtool is missing and apt-get is not available; install Prometheus's promtool and rerun"
+fi
+
+# ---------------------------------------------------------------------------------------------
 step "postgres"
 command -v pg_isready >/dev/null 2>&1 || die "pg_isready not found (install postgresql-client)"
 SAFE_DB_URL="$(printf '%s' "$DATABASE_URL" | sed -E 's#(://[^:/@]+):[^@]*@#\1:***@#')"
@@ -200,6 +224,7 @@ tmp="$(mktemp "$TOOLS_ENV.XXXXXX")"
   echo "# written by scripts/setup.sh; read by scripts/stack.ts"
   echo "TEMPORAL_CLI_PATH=$TEMPORAL"
   echo "VERSITYGW_PATH=$VERSITYGW"
+  echo "PROMTOOL_PATH=$PROMTOOL"
 } >"$tmp"
 mv -f "$tmp" "$TOOLS_ENV"
 step_done "$ROOT/$TOOLS_ENV"

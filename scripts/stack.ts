@@ -87,7 +87,7 @@ export interface S3Process extends ManagedProcess {
  * environment when set, else from .data/tools.env (written by scripts/setup.sh).
  * Throws with a hint to run `npm run setup` when a path is unknown or not executable.
  */
-export function readToolPaths(): { temporal: string; versitygw: string } {
+export function readToolPaths(): { temporal: string; versitygw: string; promtool: string } {
   const fromFile = fs.existsSync(TOOLS_ENV_FILE) ? parseEnvFile(fs.readFileSync(TOOLS_ENV_FILE, 'utf8')) : {};
   const pick = (key: string): string => {
     const value = process.env[key] || fromFile[key];
@@ -101,7 +101,7 @@ export function readToolPaths(): { temporal: string; versitygw: string } {
     }
     return value;
   };
-  return { temporal: pick('TEMPORAL_CLI_PATH'), versitygw: pick('VERSITYGW_PATH') };
+  return { temporal: pick('TEMPORAL_CLI_PATH'), versitygw: pick('VERSITYGW_PATH'), promtool: pick('PROMTOOL_PATH') };
 }
 
 /** Parses KEY=VALUE lines (blank lines and # comments ignored; no quoting or expansion). */
