@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { SpanKind, type Span } from '@opentelemetry/api';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
@@ -16,6 +17,7 @@ import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
+import { inSpan } from '../observability/trace-context';
 import { outputObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createSafeDispatcher, unsafeAddressIn } from '../net/safe-fetch';
@@ -35,13 +37,21 @@ export interface NextMediaStep {
 export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaStep) {
   // Connects only to public addresses, checked at connect time (net/safe-fetch.ts).
   const dispatcher = createSafeDispatcher({ allowPrivate: deps.settings.outputAllowPrivate });
-  /** Streams url → storage under key; returns sha256 and size. */
-  async function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
+  /**
+   * Streams url → storage under key; returns sha256 and size. One client span for the whole
+   * transfer (the S3 upload and publish are its children): the host and the status, never the
+   * URL, whose query is the provider's signature (docs/observability.md).
+   */
+  function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
+    return inSpan('GET output', { 'http.request.method': 'GET', 'url.template': '(provider output URL)', 'server.address': url.host }, (span) => transfer(url, key, span), SpanKind.CLIENT);
+  }
+  async function transfer(url: URL, key: string, span: Span): Promise<{ sha256: string; size: number; contentType: string }> {
     const ctx = Context.current();
     const res = await fetch(url, { signal: ctx.cancellationSignal, redirect: 'error', dispatcher }).catch((err: unknown) => {
       const unsafe = unsafeAddressIn(err);
       throw unsafe ? new UnsafeUrlError(`output host ${url.hostname}: ${unsafe.message}`) : err;
     });
+    span.setAttribute('http.response.status_code', res.status);
     if (res.status === 403 || res.status === 404 || res.status === 410) {
       throw new OutputGoneError(`provider output answered ${res.status}`);
     }

@@ -7,12 +7,14 @@ import { requireTenant } from './auth';
 import { callbackHandlers } from './callbacks.handlers';
 import { openApiDocument } from './openapi';
 import { errorHandler, problems, sendProblem } from './problem';
+import { requestSpans } from './request-span';
 import { taskHandlers } from './tasks.handlers';
 
 export function createApp(ctx: ApiContext): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
+  app.use(requestSpans());
 
   app.use((req: Request, res: Response, next: NextFunction) => {
     const end = ctx.metrics.httpDuration.startTimer({ method: req.method });

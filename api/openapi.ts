@@ -14,6 +14,7 @@ const problem = {
           status: { type: 'integer' },
           detail: { type: 'string' },
           errors: { type: 'array', items: { type: 'object', properties: { field: { type: 'string' }, message: { type: 'string' } } } },
+          trace_id: { type: 'string', description: 'The trace of this request (present when tracing is on; docs/observability.md)' },
         },
       },
     },

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { FenceRejectedError } from '../db/fence';
 import type { Logger } from '../observability/logger';
 import { redactText } from '../observability/redact';
+import { activeTraceId } from '../observability/trace-context';
 
 export interface FieldError {
   readonly field: string;
@@ -65,6 +66,8 @@ export function zodFieldErrors(error: z.ZodError, prefix = ''): FieldError[] {
 
 export function sendProblem(res: Response, p: HttpProblem, instance?: string): void {
   for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);
+  // The request span's trace id (tracing on), so a client's report leads to the trace.
+  const traceId = activeTraceId();
   res
     .status(p.status)
     .type('application/problem+json')
@@ -75,6 +78,7 @@ export function sendProblem(res: Response, p: HttpProblem, instance?: string): v
       ...(p.detail ? { detail: redactText(p.detail) } : {}),
       ...(p.errors.length ? { errors: p.errors.map((e) => ({ field: e.field, message: redactText(e.message) })) } : {}),
       ...(instance ? { instance } : {}),
+      ...(traceId ? { trace_id: traceId } : {}),
     });
 }
 

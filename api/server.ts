@@ -6,6 +6,7 @@ import { buildDatabase } from '../config/services';
 import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { createMetrics } from '../observability/metrics';
+import { installTracing, tracingOptions } from '../observability/tracing';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { startCallbackReplayer } from './callbacks.handlers';
@@ -13,11 +14,13 @@ import { buildApiContext } from './context';
 import { createApiServer, listen, startApiOpsListener } from './listen';
 
 const config = loadConfigOrExit();
+// First, so every span made below has a provider (a no-op one when tracing is off).
+const tracing = installTracing(tracingOptions(config, 'vidorch-api'));
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
 const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });
-const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const ctx = buildApiContext(config, {
   db: database.db,
   logger,
@@ -43,6 +46,7 @@ async function shutdown(signal: string) {
   await new Promise<void>((resolve) => server.once('close', () => resolve()));
   await replayer.stop();
   await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), database.close(), ctx.rateLimiter.close(), ctx.callbackLimiter.close()]);
+  await tracing.shutdown();
   logger.info('API stopped');
   process.exit(0);
 }

@@ -26,6 +26,17 @@ export const envSchema = z.object({
   /** Human-readable logs (pino-pretty) instead of JSON lines. */
   LOG_PRETTY: bool.default(false),
 
+  // ---- Traces (docs/observability.md): off unless an endpoint is set ----
+  /** OTLP/HTTP base URL of a collector (e.g. http://otel-collector:4318; `/v1/traces` is appended). Unset: no tracing. */
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.url({ protocol: /^https?$/ }).optional(),
+  /** Headers of every export, `name=value` comma-separated (OTel's format; values may be percent-encoded): a collector's auth. */
+  OTEL_EXPORTER_OTLP_HEADERS: z
+    .string()
+    .regex(/^\s*[^=,\s]+\s*=[^,]*(?:,\s*[^=,\s]+\s*=[^,]*)*$/, 'expected name=value pairs separated by commas')
+    .optional(),
+  /** Share of new traces kept, 0–1 (a kept parent keeps its children). */
+  OTEL_TRACES_SAMPLE_RATIO: z.coerce.number().min(0).max(1).default(1),
+
   PORT: port.default(3000),
   /** Base URL the outside world uses to reach this API; callback URLs handed to providers start with it. */
   PUBLIC_BASE_URL: publicUrl('http://127.0.0.1:3000'),

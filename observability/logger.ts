@@ -1,6 +1,7 @@
 // Structured JSON logs (pino). Secrets are redacted by path; callers log ids, never bodies.
 import pino, { type Logger } from 'pino';
 import { redactText } from './redact';
+import { traceFields } from './trace-context';
 
 export type { Logger };
 
@@ -40,6 +41,8 @@ export function createLogger(opts: { name: string; level: string; pretty: boolea
       },
     },
     base: { service: opts.name, pid: process.pid },
+    // The active span's trace_id and span_id (none outside a span, or with tracing off).
+    mixin: traceFields,
     timestamp: pino.stdTimeFunctions.isoTime,
     ...(opts.pretty
       ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname,service' } } }

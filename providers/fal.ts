@@ -239,7 +239,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     if ('refused' in mapped) return http.rejected(false, null, `${mapped.refused.field}: ${mapped.refused.message}`);
     const body = JSON.stringify(mapped.input);
     const url = `${base}/${req.model.replace(/^\/+/, '')}?fal_webhook=${encodeURIComponent(req.webhookUrl)}`;
-    const answer = await http.send(url, { method: 'POST', headers: headers(true), body }, req.signal);
+    const answer = await http.send(url, { method: 'POST', route: '/{model}', headers: headers(true), body }, req.signal);
     if ('kind' in answer) return answer;
     return http.classifySubmit(answer, (json) => {
       const p = submitAnswerSchema.safeParse(json);
@@ -251,7 +251,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
   async function getJob(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<ProviderJob> {
     const what = `getJob ${jobId}`;
     const app = appFor(ref, what);
-    const raw = await http.read(`${requestUrl(app, jobId)}/status`, { method: 'GET', headers: headers(false) }, what, signal);
+    const raw = await http.read(`${requestUrl(app, jobId)}/status`, { method: 'GET', route: '/{app}/requests/{id}/status', headers: headers(false) }, what, signal);
     const p = falStatusSchema.safeParse(raw);
     if (!p.success) throw http.malformed(what, p.error.message);
     const s = p.data;
@@ -263,7 +263,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
   /** COMPLETED: the result fetch says how it ended (output, the model's error, or gone past the retention). */
   async function readResult(app: string, jobId: string, metrics: Record<string, number> | null, signal?: AbortSignal): Promise<ProviderJob> {
     const what = `result ${jobId}`;
-    const a = await http.send(requestUrl(app, jobId), { method: 'GET', headers: headers(false) }, signal);
+    const a = await http.send(requestUrl(app, jobId), { method: 'GET', route: '/{app}/requests/{id}', headers: headers(false) }, signal);
     if ('kind' in a) throw new ProviderHttpError(`fal ${what}: ${a.kind === 'accepted' ? 'no answer' : a.reason}`, null, true);
     if (a.status === 404) return job(jobId, 'failed', 'COMPLETED', { error: FAL_RESULT_GONE, metrics });
     if (a.status >= 200 && a.status <= 299) {
@@ -287,7 +287,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     const what = `cancel ${jobId}`;
     const app = appFor(ref, what);
     try {
-      await http.read(`${requestUrl(app, jobId)}/cancel`, { method: 'PUT', headers: headers(false) }, what, signal);
+      await http.read(`${requestUrl(app, jobId)}/cancel`, { method: 'PUT', route: '/{app}/requests/{id}/cancel', headers: headers(false) }, what, signal);
     } catch (err) {
       // 400 ALREADY_COMPLETED or 404 NOT_FOUND: nothing left to cancel; the job's own state (or
       // its absence, read while CANCEL_REQUESTED) says how it ended.

@@ -202,7 +202,7 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     } catch (err) {
       return http.rejected(false, null, `request body not serialisable: ${(err as Error).message}`);
     }
-    const answer = await http.send(collection, { method: 'POST', headers: headers(true), body }, req.signal);
+    const answer = await http.send(collection, { method: 'POST', route: '/v1/videos/text2video', headers: headers(true), body }, req.signal);
     if ('kind' in answer) return answer;
     // A refusal in Kling's envelope (any HTTP status except a 5xx, which never proves absence).
     if (answer.status < 500) {
@@ -220,14 +220,14 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
 
   async function getJob(jobId: string, signal?: AbortSignal): Promise<ProviderJob> {
     const what = `getJob ${jobId}`;
-    const body = await http.read(`${collection}/${encodeURIComponent(jobId)}`, { method: 'GET', headers: headers(false) }, what, signal);
+    const body = await http.read(`${collection}/${encodeURIComponent(jobId)}`, { method: 'GET', route: '/v1/videos/text2video/{id}', headers: headers(false) }, what, signal);
     return klingTaskToJob(taskOf(body, what));
   }
 
   /** The task our key names, by the documented get-by-external-id; only 404 + code 1203 proves absence. */
   async function findByCorrelationToken(q: LookupQuery): Promise<LookupResult> {
     const what = `lookup external_task_id ${q.token}`;
-    const answer = await http.send(`${collection}/${encodeURIComponent(q.token)}`, { method: 'GET', headers: headers(false) }, q.signal);
+    const answer = await http.send(`${collection}/${encodeURIComponent(q.token)}`, { method: 'GET', route: '/v1/videos/text2video/{external_task_id}', headers: headers(false) }, q.signal);
     if ('kind' in answer) throw new ProviderHttpError(http.redact(`kling ${what}: ${'reason' in answer ? answer.reason : answer.kind}`), null, true);
     let env: z.infer<typeof envelopeSchema> | null = null;
     try {

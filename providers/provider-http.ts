@@ -2,6 +2,7 @@
 // the caller's signal), secrets redacted from every message, and the sent / may-have-been-sent classification (docs/design.md §6) of
 // a submit answer into exactly one of accepted / rejected / unknown.
 import { classifyNetworkError, parseRetryAfter } from './http-errors';
+import { providerSpan, recordNoAnswer, recordStatus } from './http-span';
 import { ProviderHttpError } from './replicate';
 import type { ProviderJob, SubmitOutcome } from './types';
 
@@ -27,6 +28,8 @@ export interface HttpAnswer {
 
 export interface RequestInit2 {
   readonly method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  /** The path as a template (`/v1/tasks/{id}`): the name of the call's span, never its URL. */
+  readonly route: string;
   readonly headers: Record<string, string>;
   readonly body?: string;
 }
@@ -76,18 +79,22 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
    */
   async function send(url: string, init: RequestInit2, caller?: AbortSignal): Promise<HttpAnswer | SubmitOutcome> {
     if (caller?.aborted) return rejected(true, null, 'aborted by caller before sending');
-    let res: Response;
-    try {
-      res = await doFetch(url, { ...init, signal: signalFor(caller), redirect: 'manual' });
-    } catch (err) {
-      const c = classifyNetworkError(err, caller);
-      return c.sent ? unknown(c.reason) : rejected(!c.fatal, null, c.reason);
-    }
-    try {
-      return { status: res.status, text: await res.text(), readError: null, headers: res.headers };
-    } catch (err) {
-      return { status: res.status, text: null, readError: classifyNetworkError(err, caller).reason, headers: res.headers };
-    }
+    return providerSpan(opts.name, init.method, init.route, url, async (span) => {
+      let res: Response;
+      try {
+        res = await doFetch(url, { method: init.method, headers: init.headers, body: init.body, signal: signalFor(caller), redirect: 'manual' });
+      } catch (err) {
+        const c = classifyNetworkError(err, caller);
+        recordNoAnswer(span, c.sent);
+        return c.sent ? unknown(c.reason) : rejected(!c.fatal, null, c.reason);
+      }
+      recordStatus(span, res.status);
+      try {
+        return { status: res.status, text: await res.text(), readError: null, headers: res.headers };
+      } catch (err) {
+        return { status: res.status, text: null, readError: classifyNetworkError(err, caller).reason, headers: res.headers };
+      }
+    });
   }
 
   /**
@@ -122,15 +129,16 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
    * 5xx/429/408/network → transient), returns the parsed JSON body (null for an empty body).
    */
   async function read(url: string, init: RequestInit2, what: string, caller?: AbortSignal): Promise<unknown> {
-    let res: Response;
-    let text: string;
-    try {
-      res = await doFetch(url, { ...init, signal: signalFor(caller), redirect: 'manual' });
-      text = await res.text();
-    } catch (err) {
-      const c = classifyNetworkError(err, caller);
-      throw new ProviderHttpError(redact(`${opts.name} ${what}: ${c.reason}`), null, !c.fatal);
-    }
+    const { res, text } = await providerSpan(opts.name, init.method, init.route, url, async (span) => {
+      try {
+        const r = await doFetch(url, { method: init.method, headers: init.headers, body: init.body, signal: signalFor(caller), redirect: 'manual' });
+        recordStatus(span, r.status);
+        return { res: r, text: await r.text() };
+      } catch (err) {
+        const c = classifyNetworkError(err, caller);
+        throw new ProviderHttpError(redact(`${opts.name} ${what}: ${c.reason}`), null, !c.fatal);
+      }
+    });
     if (res.status === 404) throw new ProviderHttpError(redact(`${opts.name} ${what}: not found`), 404, false);
     if (res.status < 200 || res.status > 299) {
       const transient = res.status >= 500 || res.status === 429 || res.status === 408;

@@ -21,6 +21,7 @@ import {
   type VerifiedCallback,
 } from './types';
 import { classifyNetworkError, parseRetryAfter, type NetworkErrorClass } from './http-errors';
+import { providerSpan, recordNoAnswer, recordStatus } from './http-span';
 
 export interface ReplicateAdapterOptions {
   /** e.g. https://api.replicate.com or http://127.0.0.1:7081/replicate (no trailing /v1). */
@@ -278,17 +279,18 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     return clip(text.trim());
   };
 
-  /** A GET/POST for read-like calls: throws ProviderHttpError, returns the parsed JSON body. */
-  async function call(method: 'GET' | 'POST', url: string, what: string, caller?: AbortSignal): Promise<unknown> {
-    let res: Response;
-    let text: string;
-    try {
-      res = await doFetch(url, { method, headers: headers(false), signal: signalFor(caller), redirect: 'manual' });
-      text = await res.text();
-    } catch (err) {
-      const c = classifyNetworkError(err, caller);
-      throw new ProviderHttpError(`replicate ${what}: ${c.reason}`, null, !c.fatal);
-    }
+  /** A GET/POST for read-like calls: throws ProviderHttpError, returns the parsed JSON body. `route`: the span's path template. */
+  async function call(method: 'GET' | 'POST', url: string, route: string, what: string, caller?: AbortSignal): Promise<unknown> {
+    const { res, text } = await providerSpan('replicate', method, route, url, async (span) => {
+      try {
+        const r = await doFetch(url, { method, headers: headers(false), signal: signalFor(caller), redirect: 'manual' });
+        recordStatus(span, r.status);
+        return { res: r, text: await r.text() };
+      } catch (err) {
+        const c = classifyNetworkError(err, caller);
+        throw new ProviderHttpError(`replicate ${what}: ${c.reason}`, null, !c.fatal);
+      }
+    });
     if (res.status === 404) throw new ProviderHttpError(`replicate ${what}: not found`, 404, false);
     if (res.status < 200 || res.status > 299) {
       const transient = res.status >= 500 || res.status === 429 || res.status === 408;
@@ -330,27 +332,26 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
       return rejected(false, null, `request body not serialisable: ${(err as Error).message}`);
     }
 
-    let res: Response;
-    try {
-      res = await doFetch(`${base}${target.path}`, {
-        method: 'POST',
-        headers: headers(true),
-        body,
-        signal: signalFor(req.signal),
-        redirect: 'manual',
-      });
-    } catch (err) {
-      const c: NetworkErrorClass = classifyNetworkError(err, req.signal);
-      return c.sent ? unknown(c.reason) : rejected(!c.fatal, null, c.reason);
-    }
-
-    let text: string | null = null;
-    let readError: string | null = null;
-    try {
-      text = await res.text();
-    } catch (err) {
-      readError = classifyNetworkError(err, req.signal).reason;
-    }
+    // The official-model path names the model: its span takes the template.
+    const route = target.version === null ? '/v1/models/{owner}/{name}/predictions' : '/v1/predictions';
+    const sent = await providerSpan('replicate', 'POST', route, `${base}${target.path}`, async (span) => {
+      let r: Response;
+      try {
+        r = await doFetch(`${base}${target.path}`, { method: 'POST', headers: headers(true), body, signal: signalFor(req.signal), redirect: 'manual' });
+      } catch (err) {
+        const c: NetworkErrorClass = classifyNetworkError(err, req.signal);
+        recordNoAnswer(span, c.sent);
+        return c.sent ? unknown(c.reason) : rejected(!c.fatal, null, c.reason);
+      }
+      recordStatus(span, r.status);
+      try {
+        return { res: r, text: await r.text(), readError: null };
+      } catch (err) {
+        return { res: r, text: null, readError: classifyNetworkError(err, req.signal).reason };
+      }
+    });
+    if ('kind' in sent) return sent;
+    const { res, text, readError } = sent;
     const status = res.status;
 
     if (status >= 200 && status <= 299) {
@@ -379,11 +380,11 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
 
   async function getJob(jobId: string, signal?: AbortSignal): Promise<ProviderJob> {
     const what = `getJob ${jobId}`;
-    return parseJob(await call('GET', predictionUrl(jobId), what, signal), what);
+    return parseJob(await call('GET', predictionUrl(jobId), '/v1/predictions/{id}', what, signal), what);
   }
 
   async function cancel(jobId: string, signal?: AbortSignal): Promise<void> {
-    await call('POST', `${predictionUrl(jobId)}/cancel`, `cancel ${jobId}`, signal);
+    await call('POST', `${predictionUrl(jobId)}/cancel`, '/v1/predictions/{id}/cancel', `cancel ${jobId}`, signal);
   }
 
   /**
@@ -401,7 +402,7 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     let page = 0;
     while (url !== null) {
       if (++page > maxPages) throw new ProviderHttpError(`replicate list: window not covered after ${maxPages} pages`, null, true);
-      const parsed = listPageSchema.safeParse(await call('GET', url, `list page ${page}`, q.signal));
+      const parsed = listPageSchema.safeParse(await call('GET', url, '/v1/predictions', `list page ${page}`, q.signal));
       if (!parsed.success) throw new ProviderHttpError(`replicate list: malformed page ${page}: ${clip(parsed.error.message)}`, null, true);
       let reachedSince = false;
       for (const p of parsed.data.results) {

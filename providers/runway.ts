@@ -179,7 +179,7 @@ export function createRunwayAdapter(opts: RunwayAdapterOptions): ProviderAdapter
     const text = JSON.stringify(body);
     // X-Request-Id: our attempt id, for tracing only (Runway keeps no key of ours).
     const hdrs = { ...headers(true), 'x-request-id': req.attemptId };
-    const answer = await http.send(`${base}${path}`, { method: 'POST', headers: hdrs, body: text }, req.signal);
+    const answer = await http.send(`${base}${path}`, { method: 'POST', route: path, headers: hdrs, body: text }, req.signal);
     if ('kind' in answer) return answer;
     return http.classifySubmit(answer, (json) => {
       const p = createAnswerSchema.safeParse(json);
@@ -190,7 +190,7 @@ export function createRunwayAdapter(opts: RunwayAdapterOptions): ProviderAdapter
   }
 
   async function readTask(jobId: string, what: string, signal?: AbortSignal): Promise<RunwayTask> {
-    const raw = await http.read(taskUrl(jobId), { method: 'GET', headers: headers(false) }, what, signal);
+    const raw = await http.read(taskUrl(jobId), { method: 'GET', route: '/v1/tasks/{id}', headers: headers(false) }, what, signal);
     const p = runwayTaskSchema.safeParse(raw);
     if (!p.success) throw http.malformed(what, p.error.message);
     return p.data;
@@ -209,7 +209,7 @@ export function createRunwayAdapter(opts: RunwayAdapterOptions): ProviderAdapter
     try {
       const task = await readTask(jobId, `cancel ${jobId} (read first)`, signal);
       if (!CANCELLABLE.has(task.status)) return;
-      await http.read(taskUrl(jobId), { method: 'DELETE', headers: headers(false) }, `cancel ${jobId}`, signal);
+      await http.read(taskUrl(jobId), { method: 'DELETE', route: '/v1/tasks/{id}', headers: headers(false) }, `cancel ${jobId}`, signal);
     } catch (err) {
       // Already aborted or deleted: nothing left to cancel (the poll reads the absence as cancelled).
       if (err instanceof ProviderHttpError && err.status === 404) return;

@@ -13,6 +13,8 @@ import {
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
+import { SpanKind, type Span } from '@opentelemetry/api';
+import { inSpan } from '../observability/trace-context';
 
 export interface StorageConfig {
   readonly endpoint: string;
@@ -50,6 +52,28 @@ const isNotFound = (err: unknown): boolean =>
   err instanceof NotFound ||
   (err instanceof S3ServiceException && (err.$metadata.httpStatusCode === 404 || err.name === 'NoSuchKey'));
 
+/**
+ * A client span per S3 operation (docs/observability.md): the operation, the bucket and the
+ * object key (ids only: docs/design.md §5), the HTTP status of a failure. Presigning is local
+ * signing, not a call, and gets no span: a presigned URL is a credential.
+ */
+function s3Span<T>(operation: string, bucket: string, key: string, fn: (span: Span) => Promise<T>): Promise<T> {
+  return inSpan(
+    `S3.${operation}`,
+    { 'rpc.system': 'aws-api', 'rpc.service': 'S3', 'rpc.method': operation, 'aws.s3.bucket': bucket, 'aws.s3.key': key },
+    async (span: Span) => {
+      try {
+        return await fn(span);
+      } catch (err) {
+        const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+        if (status !== undefined) span.setAttribute('http.response.status_code', status);
+        throw err;
+      }
+    },
+    SpanKind.CLIENT,
+  );
+}
+
 export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
   const client = new S3Client({
     endpoint: cfg.endpoint,
@@ -65,18 +89,22 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
     bucket,
     region: cfg.region,
     client,
-    async head(key) {
-      try {
-        const out = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
-        return {
-          size: out.ContentLength ?? 0,
-          contentType: out.ContentType ?? null,
-          sha256: out.Metadata?.['sha256'] ?? null,
-        };
-      } catch (err) {
-        if (isNotFound(err)) return null;
-        throw err;
-      }
+    head(key) {
+      // A miss is an answer (the object is not there yet), not a failed operation.
+      return s3Span('HeadObject', bucket, key, async (span) => {
+        try {
+          const out = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+          return {
+            size: out.ContentLength ?? 0,
+            contentType: out.ContentType ?? null,
+            sha256: out.Metadata?.['sha256'] ?? null,
+          };
+        } catch (err) {
+          if (!isNotFound(err)) throw err;
+          span.setAttribute('http.response.status_code', 404);
+          return null;
+        }
+      });
     },
     async upload(key, body, opts) {
       const upload = new Upload({
@@ -90,10 +118,10 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
         const report = opts.onProgress;
         upload.on('httpUploadProgress', (p) => report(p.loaded ?? 0));
       }
-      await upload.done();
+      await s3Span('Upload', bucket, key, () => upload.done());
     },
     async put(key, body, opts) {
-      await client.send(
+      await s3Span('PutObject', bucket, key, () => client.send(
         new PutObjectCommand({
           Bucket: bucket,
           Key: key,
@@ -101,10 +129,10 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
           ContentType: opts.contentType,
           Metadata: { sha256: opts.sha256 },
         }),
-      );
+      ));
     },
     async publish(fromKey, toKey, opts) {
-      await client.send(
+      await s3Span('CopyObject', bucket, toKey, () => client.send(
         new CopyObjectCommand({
           Bucket: bucket,
           Key: toKey,
@@ -113,23 +141,22 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
           ContentType: opts.contentType,
           Metadata: { sha256: opts.sha256 },
         }),
-      );
+      ));
     },
     async delete(key) {
-      await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+      await s3Span('DeleteObject', bucket, key, () => client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })));
     },
     presignGet(key, ttlSeconds) {
       return getSignedUrl(client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: ttlSeconds });
     },
     async read(key) {
-      const out = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
-      const bytes = await out.Body?.transformToByteArray();
+      const bytes = await s3Span('GetObject', bucket, key, async () => (await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToByteArray());
       return Buffer.from(bytes ?? []);
     },
     async readRange(key, offset, length) {
       if (length <= 0) return Buffer.alloc(0);
-      const out = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: `bytes=${offset}-${offset + length - 1}` }));
-      const bytes = await out.Body?.transformToByteArray();
+      const range = `bytes=${offset}-${offset + length - 1}`;
+      const bytes = await s3Span('GetObject', bucket, key, async () => (await client.send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: range }))).Body?.transformToByteArray());
       return Buffer.from(bytes ?? []);
     },
   };

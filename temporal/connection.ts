@@ -1,14 +1,16 @@
 // Temporal client connection, built the same way by the API, the worker's relay and the CLI.
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, type WorkflowClientInterceptor } from '@temporalio/client';
 
 export interface TemporalSettings {
   readonly address: string;
   readonly namespace: string;
+  /** Workflow client interceptors (observability/tracing.ts: a start joins the caller's trace). */
+  readonly interceptors?: readonly WorkflowClientInterceptor[];
 }
 
 export async function connectClient(settings: TemporalSettings): Promise<{ client: Client; close(): Promise<void> }> {
   const connection = await Connection.connect({ address: settings.address, connectTimeout: '5s' });
-  const client = new Client({ connection, namespace: settings.namespace });
+  const client = new Client({ connection, namespace: settings.namespace, interceptors: { workflow: [...(settings.interceptors ?? [])] } });
   return { client, close: () => connection.close() };
 }
 

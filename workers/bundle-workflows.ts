@@ -4,10 +4,10 @@
 import fs from 'node:fs/promises';
 import { bundleWorkflows } from './generation-worker';
 
-const out = process.argv[2];
-if (!out) {
-  process.stderr.write('usage: bundle-workflows.ts <output file>\n');
+const [out, flag] = process.argv.slice(2);
+if (!out || (flag !== undefined && flag !== '--tracing')) {
+  process.stderr.write('usage: bundle-workflows.ts <output file> [--tracing]\n');
   process.exit(2);
 }
-const { code } = await bundleWorkflows();
+const { code } = await bundleWorkflows({ tracing: flag === '--tracing' });
 await fs.writeFile(out, code);

@@ -10,18 +10,34 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
 import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import { redactActivityFailures } from '../observability/redact';
+import type { WorkerTracing } from '../observability/tracing';
 import { queues } from '../temporal/queues';
 import { tuningOptions, type WorkerTuning } from './tuning';
 import { pollRateFor } from '../activities/poll-demand';
 
 export const WORKFLOWS_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workflows', 'index.ts');
 
-/** Bundles the workflow code once (webpack); pass the result to every worker of a process. */
-export function bundleWorkflows(): Promise<WorkflowBundle> {
-  return bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietBundlerLogger });
+/**
+ * The OpenTelemetry workflow interceptors (a span per workflow run and per scheduled activity,
+ * joined to the start's trace). They add no command and no yield point, so a history replays
+ * with or without them (test/workflows/replay.test.ts replays every fixture with both bundles).
+ */
+export const TRACING_WORKFLOW_INTERCEPTORS = createRequire(import.meta.url).resolve('@temporalio/interceptors-opentelemetry/lib/workflow-interceptors');
+
+/**
+ * Bundles the workflow code once (webpack); pass the result to every worker of a process.
+ * `tracing`: with the workflow interceptors; only for a worker given `tracing` (tracing on).
+ */
+export function bundleWorkflows(opts: { tracing?: boolean } = {}): Promise<WorkflowBundle> {
+  return bundleWorkflowCode({
+    workflowsPath: WORKFLOWS_PATH,
+    logger: quietBundlerLogger,
+    ...(opts.tracing ? { workflowInterceptorModules: [TRACING_WORKFLOW_INTERCEPTORS] } : {}),
+  });
 }
 
 const BUNDLE_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'bundle-workflows.ts');
@@ -31,11 +47,11 @@ const BUNDLE_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'b
  * process's Node and loader flags: a worker that bundles in-process keeps webpack's ~100 MB
  * for its whole life (docs/performance.md).
  */
-export async function bundleWorkflowsInChild(): Promise<WorkflowBundle> {
+export async function bundleWorkflowsInChild(opts: { tracing?: boolean } = {}): Promise<WorkflowBundle> {
   const out = path.join(os.tmpdir(), `vidorch-workflows-${process.pid}-${randomBytes(4).toString('hex')}.js`);
   const flags = process.execArgv.filter((a) => !a.startsWith('--inspect') && !a.startsWith('--cpu-prof'));
   try {
-    await execFileAsync(process.execPath, [...flags, BUNDLE_SCRIPT, out], { maxBuffer: 16 * 1024 * 1024 });
+    await execFileAsync(process.execPath, [...flags, BUNDLE_SCRIPT, out, ...(opts.tracing ? ['--tracing'] : [])], { maxBuffer: 16 * 1024 * 1024 });
     return { code: await fs.readFile(out, 'utf8') };
   } finally {
     await fs.rm(out, { force: true });
@@ -64,6 +80,8 @@ export interface GenerationWorkerOptions {
   readonly tuning?: WorkerTuning;
   /** Providers that get a poll worker; default every configured provider (deps.providers). */
   readonly pollProviders?: readonly string[];
+  /** Tracing on (observability/tracing.ts): activity spans and the workflow span sink; the bundle must be `bundleWorkflows({ tracing: true })`. */
+  readonly tracing?: WorkerTracing | null;
 }
 
 /** The generation worker and the poll workers, run and stopped together. */
@@ -85,6 +103,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   const reads = Object.fromEntries(PROVIDER_READ_ACTIVITIES.map((name) => [name, activities[name]]));
   const providers = opts.pollProviders ?? Object.keys(opts.deps.providers);
   const pollRates = new Map(providers.map((p) => [p, pollRateFor(opts.deps, p)] as const));
+  const activitySpans = opts.tracing?.activityInterceptors ?? [];
   // Created at once: a standby worker must poll within a second or two of its region becoming active.
   const [generation, ...pollWorkers] = await Promise.all([
     Worker.create({
@@ -96,8 +115,10 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
       // (patch 'per-provider-poll-queues') still schedule their polls here.
       activities,
       maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
-      // No presigned URL or key in an activity failure (history) or its log line.
-      interceptors: { activity: [redactActivityFailures] },
+      // No presigned URL or key in an activity failure (history), its log line or its span
+      // (the span's interceptor is outside the redaction, so it records the redacted error).
+      interceptors: { activity: [...activitySpans, redactActivityFailures] },
+      ...(opts.tracing ? { sinks: opts.tracing.sinks } : {}),
       // In-flight activities get this long to finish (or heartbeat out) on shutdown.
       shutdownGraceTime,
       ...(opts.identity ? { identity: opts.identity } : {}),
@@ -110,7 +131,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         namespace: opts.namespace,
         taskQueue: queues.poll(opts.taskQueueBase, provider),
         activities: reads,
-        interceptors: { activity: [redactActivityFailures] },
+        interceptors: { activity: [...activitySpans, redactActivityFailures] },
         // Server-side and global: every worker of this queue, in every process, shares it.
         ...(rate !== undefined ? { maxTaskQueueActivitiesPerSecond: rate } : {}),
         maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,

@@ -17,6 +17,7 @@ import { createMetrics, registerPollDemandGauge, registerResilienceGauges, regis
 import { pollFloors } from '../activities/poll-demand';
 import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
+import { installTracing, tracingOptions } from '../observability/tracing';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
@@ -26,6 +27,7 @@ import { startOutboxRelay } from './outbox-relay';
 import { tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
+const tracing = installTracing(tracingOptions(config, 'vidorch-worker'));
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 exitOnUnhandledErrors(logger);
 const sdkMetrics = await installRuntimeWithSdkMetrics({ logger: temporalLogger(logger), port: config.WORKER_SDK_METRICS_PORT });
@@ -107,7 +109,7 @@ const deps = {
 };
 // Bundled up front, so a standby worker starts polling within a second of its region becoming
 // active; in a child process, so webpack's memory does not stay with the worker (~90 MB).
-const bundle: WorkflowBundle = await bundleWorkflowsInChild();
+const bundle: WorkflowBundle = await bundleWorkflowsInChild({ tracing: tracing.enabled });
 
 async function startWorker(): Promise<RegionService> {
   const worker = await createGenerationWorkers({
@@ -119,6 +121,7 @@ async function startWorker(): Promise<RegionService> {
     maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
     shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
     tuning: tuningFromConfig(config),
+    tracing: tracing.worker,
   });
   const service = runAsRegionService(worker);
   logger.info(
@@ -134,7 +137,7 @@ async function startWorker(): Promise<RegionService> {
   };
 }
 
-const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 async function startRelay(): Promise<RegionService> {
   return startOutboxRelay({
     db: database.db,
@@ -170,6 +173,7 @@ async function shutdown(signal: string) {
   await Promise.all([workerSupervisor.stop(), relaySupervisor.stop()]);
   await watcher?.stop();
   await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), connection.close(), database.close()]);
+  await tracing.shutdown();
   logger.info('worker stopped');
   process.exit(0);
 }

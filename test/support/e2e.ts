@@ -6,6 +6,7 @@ import type { Client } from '@temporalio/client';
 import { eq } from 'drizzle-orm';
 import { createTask as createTaskRow } from '../../api/tasks.service';
 import type { Config } from '../../config/env';
+import type { Tracing } from '../../observability/tracing';
 import { creditLedger } from '../../db/schema';
 import {
   createTestDatabase,
@@ -60,7 +61,7 @@ export const defaultRequest = {
 export async function startE2E(
   name: string,
   overrides: Record<string, string> = {},
-  opts: { generationMs?: number; worker?: boolean } = {},
+  opts: { generationMs?: number; worker?: boolean; tracing?: Tracing } = {},
 ): Promise<E2E> {
   const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 400 });
   const port = await freePort();
@@ -77,9 +78,9 @@ export async function startE2E(
     ...overrides,
   });
   const tdb = await createTestDatabase(config);
-  const { client, close: closeClient } = await temporalClient(config);
+  const { client, close: closeClient } = await temporalClient(config, opts.tracing);
   const api = await startApi(config, tdb.database, { client, port });
-  const worker = opts.worker === false ? null : await startWorker(config, tdb.database);
+  const worker = opts.worker === false ? null : await startWorker(config, tdb.database, opts.tracing ? { tracing: opts.tracing } : {});
   const tenant = await createTestTenant(tdb.database, config, '1000');
 
   const e2e: E2E = {

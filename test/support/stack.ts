@@ -17,6 +17,7 @@ import { createLogger } from '../../observability/logger';
 import { startFactSampler } from '../../observability/facts';
 import { createMetrics } from '../../observability/metrics';
 import { temporalLogger } from '../../observability/temporal-logger';
+import type { Tracing } from '../../observability/tracing';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTenant } from '../../ops/tenants';
 import { createCallbackTokens } from '../../providers/callback-token';
@@ -124,9 +125,11 @@ export async function startSimulator(config: Config, opts: { generationMs?: numb
   };
 }
 
-export async function temporalClient(config: Config): Promise<{ client: Client; close(): Promise<void> }> {
+/** `tracing`: the client's interceptors come from it (observability/tracing.ts). */
+export async function temporalClient(config: Config, tracing?: Tracing): Promise<{ client: Client; close(): Promise<void> }> {
   const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
-  return { client: new Client({ connection, namespace: config.TEMPORAL_NAMESPACE }), close: () => connection.close() };
+  const interceptors = { workflow: tracing?.clientInterceptors ?? [] };
+  return { client: new Client({ connection, namespace: config.TEMPORAL_NAMESPACE, interceptors }), close: () => connection.close() };
 }
 
 export interface RunningApi {
@@ -174,11 +177,12 @@ export async function startApi(
   };
 }
 
-let bundle: Promise<WorkflowBundle> | null = null;
-/** The workflow bundle, built once per test file. */
-export function workflowBundle(): Promise<WorkflowBundle> {
-  bundle ??= bundleWorkflows();
-  return bundle;
+const bundles = new Map<boolean, Promise<WorkflowBundle>>();
+/** The workflow bundle (with the tracing interceptors or without), built once per test file. */
+export function workflowBundle(opts: { tracing?: boolean } = {}): Promise<WorkflowBundle> {
+  const tracing = opts.tracing ?? false;
+  if (!bundles.has(tracing)) bundles.set(tracing, bundleWorkflows({ tracing }));
+  return bundles.get(tracing)!;
 }
 
 export interface RunningWorker {
@@ -191,7 +195,7 @@ export interface RunningWorker {
 export async function startWorker(
   config: Config,
   db: Database,
-  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities } = {},
+  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities; tracing?: Tracing } = {},
 ): Promise<RunningWorker> {
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
@@ -202,7 +206,8 @@ export async function startWorker(
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,
     ...(opts.wrapActivities ? { activities: opts.wrapActivities(createTaskActivities(deps)) } : {}),
-    workflowBundle: await workflowBundle(),
+    workflowBundle: await workflowBundle({ tracing: opts.tracing?.enabled ?? false }),
+    tracing: opts.tracing?.worker ?? null,
     shutdownGraceMs: 2_000,
     ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
   });

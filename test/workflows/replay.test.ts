@@ -14,6 +14,8 @@ import { ReplayError, Runtime, Worker, bundleWorkflowCode, type WorkflowBundle }
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { temporalLogger } from '../../observability/temporal-logger';
 import { bundleWorkflows } from '../../workers/generation-worker';
+import { installTracing } from '../../observability/tracing';
+import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
 import { testLogger } from '../support/stack';
 import { historyFromJson } from './history-json';
 import { HISTORIES_DIR, RECORDED_SCENARIOS, fixturePath, scheduledActivities } from './support';
@@ -34,9 +36,14 @@ const historyOf = (name: string): History => histories.get(name)!;
 Runtime.install({ logger: temporalLogger(testLogger), shutdownSignals: [] });
 
 let current: WorkflowBundle;
+let traced: WorkflowBundle;
 let broken: WorkflowBundle;
 before(async () => {
-  [current, broken] = await Promise.all([bundleWorkflows(), bundleWorkflowCode({ workflowsPath: BROKEN_WORKFLOWS, logger: quiet })]);
+  [current, traced, broken] = await Promise.all([
+    bundleWorkflows(),
+    bundleWorkflows({ tracing: true }),
+    bundleWorkflowCode({ workflowsPath: BROKEN_WORKFLOWS, logger: quiet }),
+  ]);
 });
 after(() => {
   histories.clear();
@@ -81,6 +88,24 @@ describe('recorded histories replay against the current workflow code', () => {
       }
     });
   }
+});
+
+describe('the tracing workflow interceptors change no command (observability/tracing.ts)', () => {
+  test('every fixture, recorded without them, replays with them in the bundle', async () => {
+    assert.ok('code' in traced && traced.code.includes('OpenTelemetryInboundInterceptor'), 'the traced bundle holds the interceptors');
+    const spans = new InMemorySpanExporter();
+    const tracing = installTracing({ serviceName: 'replay', exporter: spans });
+    try {
+      const input = fixtures.map((name) => ({ workflowId: `traced:${name}`, history: historyOf(name) }));
+      for await (const r of Worker.runReplayHistories({ workflowBundle: traced, replayName: 'traced', sinks: tracing.worker!.sinks }, input)) {
+        assert.equal(r.error, undefined, `${r.workflowId}: ${describeError(r.error)}`);
+      }
+      // A replay is not a run: its spans are not exported again.
+      assert.deepEqual(spans.getFinishedSpans().map((s) => s.name), []);
+    } finally {
+      await tracing.shutdown();
+    }
+  });
 });
 
 describe('the replay check can fail', () => {

@@ -1,0 +1,106 @@
+// Tracing is off by default and, when configured, exports OTLP/HTTP to the configured endpoint
+// with the configured headers (docs/observability.md). A process of its own (node:test runs
+// each file in one), so no other file's provider is registered here.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, test } from 'node:test';
+import { trace } from '@opentelemetry/api';
+import { ConfigError } from '../../config/env';
+import { createLogger } from '../../observability/logger';
+import { activeTraceId, tracer } from '../../observability/trace-context';
+import { installTracing, parseOtlpHeaders, tracingOptions } from '../../observability/tracing';
+import { testConfig } from '../support/stack';
+
+/** A stand-in OTLP/HTTP collector: records every request. */
+async function collector(): Promise<{ url: string; requests: { path: string; headers: http.IncomingHttpHeaders; body: string }[]; close(): Promise<void> }> {
+  const requests: { path: string; headers: http.IncomingHttpHeaders; body: string }[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      requests.push({ path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+const lines: string[] = [];
+const logger = createLogger({ name: 'tracing-config', level: 'info', pretty: false, destination: { write: (l: string) => void lines.push(l) } });
+
+describe('tracing off (no OTEL_EXPORTER_OTLP_ENDPOINT): nothing is created, nothing is exported', () => {
+  test('no exporter, no interceptors, no worker sinks; spans are non-recording and carry no trace id', () => {
+    const config = testConfig();
+    assert.equal(config.OTEL_EXPORTER_OTLP_ENDPOINT, undefined);
+    const tracing = installTracing(tracingOptions(config, 'vidorch-api'));
+    assert.equal(tracing.enabled, false);
+    assert.equal(tracing.exporter, null);
+    assert.deepEqual(tracing.clientInterceptors, []);
+    assert.equal(tracing.worker, null);
+    tracer().startActiveSpan('off', (span) => {
+      assert.equal(span.isRecording(), false);
+      assert.equal(activeTraceId(), undefined);
+      logger.info('inside a span with tracing off');
+      span.end();
+    });
+    const line = JSON.parse(lines.at(-1)!) as Record<string, unknown>;
+    assert.equal(line['trace_id'], undefined);
+    // No provider was registered: the global one is still the API's no-op proxy delegate.
+    assert.equal(trace.getTracerProvider().getTracer('x').startSpan('y').isRecording(), false);
+  });
+});
+
+describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
+  test('spans reach <endpoint>/v1/traces with the configured headers and the service name; shutdown flushes', async () => {
+    const c = await collector();
+    try {
+      const config = testConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: `${c.url}/`, OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20collector-token, x-tenant = ops' });
+      const tracing = installTracing(tracingOptions(config, 'vidorch-worker'));
+      assert.equal(tracing.enabled, true);
+      assert.ok(tracing.exporter);
+      assert.equal(tracing.clientInterceptors.length, 1);
+      assert.ok(tracing.worker?.sinks.exporter);
+      let traceId = '';
+      tracer().startActiveSpan('configured', (span) => {
+        traceId = span.spanContext().traceId;
+        assert.equal(activeTraceId(), traceId);
+        span.end();
+      });
+      await tracing.shutdown();
+      assert.equal(c.requests.length, 1, 'one export, at shutdown at the latest');
+      const [r] = c.requests;
+      assert.equal(r!.path, '/v1/traces');
+      assert.equal(r!.headers['authorization'], 'Bearer collector-token');
+      assert.equal(r!.headers['x-tenant'], 'ops');
+      assert.ok(r!.body.includes('vidorch-worker'), 'service.name in the export');
+      assert.ok(r!.body.includes('configured'));
+      assert.ok(r!.body.includes(config.REGION), 'the region resource attribute');
+      // After shutdown the global provider is gone again: back to no-op.
+      assert.equal(tracer().startSpan('after').isRecording(), false);
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('a bad endpoint, header list or ratio is refused by name', () => {
+    const refused = (env: Record<string, string>) => {
+      try {
+        testConfig(env);
+        return [];
+      } catch (err) {
+        assert.ok(err instanceof ConfigError);
+        return err.issues.map((i) => i.field);
+      }
+    };
+    assert.deepEqual(refused({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }), ['OTEL_EXPORTER_OTLP_ENDPOINT']);
+    assert.deepEqual(refused({ OTEL_EXPORTER_OTLP_HEADERS: 'no-equals-sign' }), ['OTEL_EXPORTER_OTLP_HEADERS']);
+    assert.deepEqual(refused({ OTEL_TRACES_SAMPLE_RATIO: '1.5' }), ['OTEL_TRACES_SAMPLE_RATIO']);
+    assert.deepEqual(parseOtlpHeaders('a=1,b=x%3Dy, c = %zz'), { a: '1', b: 'x=y', c: '%zz' });
+  });
+});
