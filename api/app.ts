@@ -7,7 +7,7 @@ import { requireTenant } from './auth';
 import { callbackHandlers } from './callbacks.handlers';
 import { openApiDocument } from './openapi';
 import { errorHandler, problems, sendProblem } from './problem';
-import { requestSpans } from './request-span';
+import { requestSpans, routeOf } from './request-span';
 import { taskHandlers } from './tasks.handlers';
 
 export function createApp(ctx: ApiContext): express.Express {
@@ -19,7 +19,7 @@ export function createApp(ctx: ApiContext): express.Express {
   app.use((req: Request, res: Response, next: NextFunction) => {
     const end = ctx.metrics.httpDuration.startTimer({ method: req.method });
     res.on('finish', () => {
-      const route = req.route?.path ? `${req.baseUrl}${String(req.route.path)}` : 'unmatched';
+      const route = routeOf(req);
       end({ route });
       ctx.metrics.httpRequests.inc({ method: req.method, route, status: String(res.statusCode) });
     });

@@ -10,6 +10,7 @@ import { ConfigError } from '../../config/env';
 import { createLogger } from '../../observability/logger';
 import { activeTraceId, tracer } from '../../observability/trace-context';
 import { installTracing, parseOtlpHeaders, tracingOptions } from '../../observability/tracing';
+import { bundleWorkflowsInChild } from '../../workers/generation-worker';
 import { testConfig } from '../support/stack';
 
 /** A stand-in OTLP/HTTP collector: records every request. */
@@ -102,5 +103,12 @@ describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
     assert.deepEqual(refused({ OTEL_EXPORTER_OTLP_HEADERS: 'no-equals-sign' }), ['OTEL_EXPORTER_OTLP_HEADERS']);
     assert.deepEqual(refused({ OTEL_TRACES_SAMPLE_RATIO: '1.5' }), ['OTEL_TRACES_SAMPLE_RATIO']);
     assert.deepEqual(parseOtlpHeaders('a=1,b=x%3Dy, c = %zz'), { a: '1', b: 'x=y', c: '%zz' });
+  });
+});
+
+describe('the worker process bundles what its tracing needs (workers/main.ts)', () => {
+  test('the bundling child adds the workflow interceptors with --tracing only', async () => {
+    const traced = await bundleWorkflowsInChild({ tracing: true });
+    assert.ok('code' in traced && traced.code.includes('OpenTelemetryInboundInterceptor'));
   });
 });

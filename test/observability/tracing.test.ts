@@ -113,6 +113,20 @@ describe('one task is one trace, from the API request to the provider call and S
     assert.ok(s3.some((s) => s.name === 'S3.Upload' && ancestors(s, trace)[0] === 'GET output'));
   });
 
+  test("a callback is a trace of its own: its request span, the wake signal and the workflow's handling of it", async () => {
+    const callback = await eventually(async () => {
+      for (const cb of serverSpans('/v1/callbacks/:provider/:token', 'POST')) {
+        const t = spans().filter((s) => s.spanContext().traceId === cb.spanContext().traceId);
+        if (t.some((s) => s.name === 'HandleSignal:wake')) return { cb, t };
+      }
+      return undefined;
+    }, 20_000);
+    assert.equal(callback.cb.name, 'POST /v1/callbacks/:provider/:token');
+    assert.equal(callback.cb.parentSpanId, undefined, 'not a child of anything the provider sent');
+    const handled = callback.t.find((s) => s.name === 'HandleSignal:wake')!;
+    assert.deepEqual(ancestors(handled, callback.t), ['SignalWorkflow:wake', 'POST /v1/callbacks/:provider/:token']);
+  });
+
   test('no span holds the API key, a presigned URL, a callback token, a webhook secret or a provider credential', () => {
     const replicateSubmit = sent.find((r) => r.url.includes('/replicate/') && r.body.includes('"webhook"'));
     assert.ok(replicateSubmit, 'the submit request was seen');

@@ -93,6 +93,7 @@ describe('recorded histories replay against the current workflow code', () => {
 describe('the tracing workflow interceptors change no command (observability/tracing.ts)', () => {
   test('every fixture, recorded without them, replays with them in the bundle', async () => {
     assert.ok('code' in traced && traced.code.includes('OpenTelemetryInboundInterceptor'), 'the traced bundle holds the interceptors');
+    assert.ok('code' in current && !current.code.includes('OpenTelemetryInboundInterceptor'), 'the untraced bundle does not');
     const spans = new InMemorySpanExporter();
     const tracing = installTracing({ serviceName: 'replay', exporter: spans });
     try {
