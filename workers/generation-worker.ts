@@ -11,7 +11,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
-import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
+import { bundleWorkflowCode, type ActivityInterceptorsFactory, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import { redactActivityFailures } from '../observability/redact';
 import type { WorkerTracing } from '../observability/tracing';
@@ -62,6 +62,15 @@ const execFileAsync = promisify(execFile);
 const noop = () => undefined;
 const quietBundlerLogger = { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop };
 
+/**
+ * Every worker's activity interceptors, outermost first. No presigned URL or key in an activity
+ * failure (history), its log line or its span: the span's interceptor is outside the redaction,
+ * so the failure it records is the redacted one.
+ */
+export function activityInterceptors(tracing: WorkerTracing | null): ActivityInterceptorsFactory[] {
+  return [...(tracing?.activityInterceptors ?? []), redactActivityFailures];
+}
+
 /** The activities a poll worker runs: the workflow schedules these on a provider's poll queue. */
 export const PROVIDER_READ_ACTIVITIES = ['pollProvider'] as const satisfies readonly (keyof TaskActivities)[];
 
@@ -103,7 +112,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   const reads = Object.fromEntries(PROVIDER_READ_ACTIVITIES.map((name) => [name, activities[name]]));
   const providers = opts.pollProviders ?? Object.keys(opts.deps.providers);
   const pollRates = new Map(providers.map((p) => [p, pollRateFor(opts.deps, p)] as const));
-  const activitySpans = opts.tracing?.activityInterceptors ?? [];
+  const interceptors = activityInterceptors(opts.tracing ?? null);
   // Created at once: a standby worker must poll within a second or two of its region becoming active.
   const [generation, ...pollWorkers] = await Promise.all([
     Worker.create({
@@ -115,9 +124,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
       // (patch 'per-provider-poll-queues') still schedule their polls here.
       activities,
       maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
-      // No presigned URL or key in an activity failure (history), its log line or its span
-      // (the span's interceptor is outside the redaction, so it records the redacted error).
-      interceptors: { activity: [...activitySpans, redactActivityFailures] },
+      interceptors: { activity: interceptors },
       ...(opts.tracing ? { sinks: opts.tracing.sinks } : {}),
       // In-flight activities get this long to finish (or heartbeat out) on shutdown.
       shutdownGraceTime,
@@ -131,7 +138,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         namespace: opts.namespace,
         taskQueue: queues.poll(opts.taskQueueBase, provider),
         activities: reads,
-        interceptors: { activity: [...activitySpans, redactActivityFailures] },
+        interceptors: { activity: interceptors },
         // Server-side and global: every worker of this queue, in every process, shares it.
         ...(rate !== undefined ? { maxTaskQueueActivitiesPerSecond: rate } : {}),
         maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,

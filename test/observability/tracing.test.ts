@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { MockActivityEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
+import { activityInterceptors } from '../../workers/generation-worker';
 import { installTracing, type Tracing } from '../../observability/tracing';
 import { tracer } from '../../observability/trace-context';
 import { eventually, http, tapLogs, testLogger, workflowBundle } from '../support/stack';
@@ -210,5 +212,21 @@ describe('problem+json bodies and log lines carry the trace id', () => {
     } finally {
       stop();
     }
+  });
+});
+
+describe('a failed activity is recorded in its span only as redacted', () => {
+  test("the activity span's exception has no presigned query, no bearer token (the worker's interceptor order)", async () => {
+    const env = new MockActivityEnvironment({ activityType: 'rescueOutput' }, { interceptors: activityInterceptors(tracing.worker) });
+    const leaky = 'GET https://bucket.s3.example/out.mp4?X-Amz-Signature=abcdef0123456789&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP failed; Authorization: Bearer r8_secretsecretsecret';
+    await assert.rejects(env.run(async () => {
+      throw new Error(leaky);
+    }));
+    const span = spans().findLast((s) => s.name === 'RunActivity:rescueOutput' && s.attributes['temporalActivityId'] === env.context.info.activityId)!;
+    assert.ok(span, 'the activity span');
+    assert.equal(span.status.code, SpanStatusCode.ERROR);
+    const recorded = JSON.stringify({ status: span.status, events: span.events });
+    assert.match(recorded, /bucket\.s3\.example\/out\.mp4/, 'the redacted message is there');
+    for (const secret of ['X-Amz-Signature=abcdef', 'abcdef0123456789', 'AKIAABCDEFGHIJKLMNOP', 'r8_secretsecretsecret']) assert.ok(!recorded.includes(secret), secret);
   });
 });
