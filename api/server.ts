@@ -14,9 +14,9 @@ import { buildApiContext } from './context';
 import { createApiServer, listen, startApiOpsListener } from './listen';
 
 const config = loadConfigOrExit();
-// First, so every span made below has a provider (a no-op one when tracing is off).
-const tracing = installTracing(tracingOptions(config, 'vidorch-api'));
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
+// Before anything that makes spans (with tracing off they are no-op spans).
+const tracing = installTracing(tracingOptions(config, 'vidorch-api', logger));
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
 const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });

@@ -10,6 +10,7 @@
 // operations, buckets, ids and status codes; never a URL's query, a header, a body or a key.
 // Outgoing provider calls carry no traceparent (docs/decisions/0032).
 import { context, propagation, trace } from '@opentelemetry/api';
+import { loggingErrorHandler, setGlobalErrorHandler } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { Resource } from '@opentelemetry/resources';
 import {
@@ -31,6 +32,7 @@ import {
 import type { WorkflowClientInterceptor } from '@temporalio/client';
 import type { ActivityInterceptorsFactory, InjectedSinks } from '@temporalio/worker';
 import type { Config } from '../config/env';
+import type { Logger } from './logger';
 
 export interface TracingOptions {
   /** `service.name` of this process: vidorch-api, vidorch-worker. */
@@ -45,6 +47,8 @@ export interface TracingOptions {
   readonly attributes?: Readonly<Record<string, string>>;
   /** Tests: spans go here as they end (a SimpleSpanProcessor), e.g. an InMemorySpanExporter. */
   readonly exporter?: SpanExporter;
+  /** A failed export (the collector down): at most one call per minute; the spans are dropped. */
+  readonly onExportError?: (err: unknown) => void;
 }
 
 /** What the worker needs when tracing is on (workers/generation-worker.ts). */
@@ -68,8 +72,9 @@ export interface Tracing {
 }
 
 /** The options config/env.ts's settings give a process. */
-export function tracingOptions(config: Config, serviceName: string): TracingOptions {
+export function tracingOptions(config: Config, serviceName: string, logger?: Logger): TracingOptions {
   return {
+    ...(logger ? { onExportError: (err: unknown) => logger.warn({ err }, 'trace export failed; spans dropped (next report in a minute at the earliest)') } : {}),
     serviceName,
     endpoint: config.OTEL_EXPORTER_OTLP_ENDPOINT,
     headers: parseOtlpHeaders(config.OTEL_EXPORTER_OTLP_HEADERS),
@@ -123,6 +128,16 @@ export function installTracing(opts: TracingOptions): Tracing {
   // Temporal headers only: nothing here instruments fetch or undici, so no HTTP request we send
   // carries a traceparent (docs/decisions/0032).
   provider.register();
+  if (opts.onExportError) {
+    const report = opts.onExportError;
+    let last = -Infinity;
+    // The SDK reports export failures only here (its default handler logs to a silent diag).
+    setGlobalErrorHandler((err) => {
+      if (Date.now() - last < 60_000) return;
+      last = Date.now();
+      report(err);
+    });
+  }
   const activityTracer = provider.getTracer('@temporalio/interceptor-activity');
   const clientTracer = provider.getTracer('@temporalio/interceptor-client');
   return {
@@ -133,8 +148,14 @@ export function installTracing(opts: TracingOptions): Tracing {
       activityInterceptors: [(ctx) => ({ inbound: new OpenTelemetryActivityInboundInterceptor(ctx, { tracer: activityTracer }) })],
       sinks: { exporter: workflowSpanSink(processor, resource) },
     },
+    /** Never rejects: a last export that fails is reported like any other. */
     async shutdown() {
-      await provider.shutdown();
+      try {
+        await provider.shutdown();
+      } catch (err) {
+        opts.onExportError?.(err);
+      }
+      setGlobalErrorHandler(loggingErrorHandler());
       trace.disable();
       context.disable();
       propagation.disable();

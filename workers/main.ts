@@ -27,8 +27,8 @@ import { startOutboxRelay } from './outbox-relay';
 import { tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
-const tracing = installTracing(tracingOptions(config, 'vidorch-worker'));
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
+const tracing = installTracing(tracingOptions(config, 'vidorch-worker', logger));
 exitOnUnhandledErrors(logger);
 const sdkMetrics = await installRuntimeWithSdkMetrics({ logger: temporalLogger(logger), port: config.WORKER_SDK_METRICS_PORT });
 

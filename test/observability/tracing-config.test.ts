@@ -89,6 +89,20 @@ describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
     }
   });
 
+  test('a collector that is down is reported through the logger, and shutdown still resolves', async () => {
+    const down = await collector();
+    await down.close(); // a port nobody listens on now
+    const before = lines.length;
+    const config = testConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: down.url });
+    const tracing = installTracing(tracingOptions(config, 'vidorch-api', logger));
+    tracer().startSpan('lost').end();
+    const started = Date.now();
+    await tracing.shutdown();
+    const reported = lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.ok(reported.some((l) => l['msg'] === 'trace export failed; spans dropped (next report in a minute at the earliest)' && l['level'] === 40), JSON.stringify(reported));
+    assert.ok(Date.now() - started < 15_000);
+  });
+
   test('a bad endpoint, header list or ratio is refused by name', () => {
     const refused = (env: Record<string, string>) => {
       try {
