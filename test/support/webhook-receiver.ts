@@ -25,6 +25,8 @@ export interface WebhookReceiver {
   /** http://127.0.0.1:<port> */
   readonly baseUrl: string;
   readonly received: ReceivedWebhook[];
+  /** The most requests it was answering at once. */
+  maxConcurrent(): number;
   state(): ReceiverState;
   setState(state: ReceiverState): Promise<void>;
   close(): Promise<void>;
@@ -55,7 +57,14 @@ function verifiers(secrets: readonly string[], raw: string, headers: http.Incomi
 export async function startWebhookReceiver(opts: { port: number; secrets: () => readonly string[]; initial?: ReceiverState; delayMs?: number }): Promise<WebhookReceiver> {
   const received: ReceivedWebhook[] = [];
   let state: ReceiverState = opts.initial ?? 'up';
+  let open = 0;
+  let maxOpen = 0;
   const server = http.createServer((req, res) => {
+    open += 1;
+    maxOpen = Math.max(maxOpen, open);
+    res.on('close', () => {
+      open -= 1;
+    });
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -107,6 +116,7 @@ export async function startWebhookReceiver(opts: { port: number; secrets: () => 
       return `http://127.0.0.1:${port}`;
     },
     received,
+    maxConcurrent: () => maxOpen,
     state: () => state,
     async setState(next) {
       if (next === 'down' && state !== 'down') await stop();
