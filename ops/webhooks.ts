@@ -8,6 +8,7 @@ import { inFence, acquireFence } from '../db/fence';
 import { opsAudit, webhookAttempt, webhookDelivery, webhookEvent, type WebhookDeliveryState } from '../db/schema';
 import { findTenantByName } from '../db/tenants';
 import { listEndpoints, openAttention, redeliverAny } from '../db/webhooks';
+import { redactText } from '../observability/redact';
 import { webhookIdOf } from '../workers/webhook-relay';
 
 interface FenceScope {
@@ -33,7 +34,7 @@ export async function tenantWebhooks(db: Db, tenantName: string) {
     tenant_id: tenantId,
     endpoints: endpoints.map((e) => ({
       id: e.endpoint_id,
-      url: e.url,
+      url: redactText(e.url),
       events: e.events ?? 'all',
       enabled: e.enabled,
       failing_since: e.failing_since,

@@ -67,6 +67,8 @@ export function eventBody(d: Pick<ClaimedDelivery, 'event_type' | 'event_created
   });
 }
 
+const BACKLOG_COUNT_EVERY_MS = 1_000;
+
 /** The webhook-id of an event: the same on every attempt and for every target. */
 export const webhookIdOf = (eventId: string): string => `msg_${eventId}`;
 
@@ -76,6 +78,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   const inFlight = new Set<Promise<void>>();
   const leaseMs = s.attemptTimeoutMs + 30_000;
   let last: NotifyBacklog = { count: 0, oldestSeconds: 0, paused: false };
+  let countedAt = 0;
   let tokens = s.ratePerSecond;
   let refilledAt = Date.now();
   let stopped = false;
@@ -128,8 +131,11 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     const fence = await readFence(opts.db, opts.fence.scope);
     if (!fence || fence.activeRegion !== opts.fence.region) return;
     const paused = !policyFor(fence.mode).notify;
-    const backlog = await notifyBacklog(opts.db);
-    last = { ...backlog, paused };
+    // The count scans the pending rows: once a second is enough for a gauge.
+    if (Date.now() - countedAt >= BACKLOG_COUNT_EVERY_MS || paused !== last.paused) {
+      countedAt = Date.now();
+      last = { ...(await notifyBacklog(opts.db)), paused };
+    }
     if (paused) return;
     refill();
     const limit = Math.min(s.maxInFlight - inFlight.size, Math.floor(tokens));
