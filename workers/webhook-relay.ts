@@ -79,6 +79,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   const leaseMs = s.attemptTimeoutMs + 30_000;
   let last: NotifyBacklog = { count: 0, oldestSeconds: 0, paused: false };
   let countedAt = 0;
+  let kick: () => void = () => undefined;
   let tokens = s.ratePerSecond;
   let refilledAt = Date.now();
   let stopped = false;
@@ -145,21 +146,42 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     for (const d of claimed) {
       const p: Promise<void> = deliver(d)
         .catch((err: unknown) => opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again'))
-        .finally(() => inFlight.delete(p));
+        .finally(() => {
+          inFlight.delete(p);
+          kick();
+        });
       inFlight.add(p);
     }
   }
 
-  const tick = () => {
+  // One pass at a time; a kick during a pass runs one more right after it. An attempt that ends
+  // kicks, so a busy endpoint's freed slot is refilled at once rather than at the next tick
+  // (otherwise one endpoint could get at most cap / interval attempts per second).
+  let passing = false;
+  let again = false;
+  const runPass = () => {
+    if (stopped) return;
+    if (passing) {
+      again = true;
+      return;
+    }
+    passing = true;
     running = pass()
-      .then(() => s.intervalMs)
       .catch((err: unknown) => {
         opts.logger.warn({ err }, 'webhook relay pass failed');
-        return s.intervalMs * 5;
       })
-      .then((delay) => {
-        if (!stopped) timer = setTimeout(tick, delay);
+      .finally(() => {
+        passing = false;
+        if (again) {
+          again = false;
+          runPass();
+        }
       });
+  };
+  kick = runPass;
+  const tick = () => {
+    runPass();
+    if (!stopped) timer = setTimeout(tick, s.intervalMs);
   };
   tick();
 
@@ -169,6 +191,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
       stopped = true;
       if (timer) clearTimeout(timer);
       await running;
+      while (passing) await running;
       // Attempts in flight end within their timeout; each records itself.
       await Promise.allSettled([...inFlight]);
       await dispatcher.close();
