@@ -9,6 +9,7 @@ import { openApiDocument } from './openapi';
 import { errorHandler, problems, sendProblem } from './problem';
 import { requestSpans, routeOf } from './request-span';
 import { taskHandlers } from './tasks.handlers';
+import { webhookHandlers } from './webhooks.handlers';
 
 export function createApp(ctx: ApiContext): express.Express {
   const app = express();
@@ -62,6 +63,16 @@ export function createApp(ctx: ApiContext): express.Express {
   v1.get('/tasks', ctx.rateLimiter.middleware('read'), tasks.list);
   v1.get('/tasks/:id', ctx.rateLimiter.middleware('read'), tasks.get);
   v1.post('/tasks/:id/cancel', ctx.rateLimiter.middleware('cancel'), tasks.cancel);
+  const webhooks = webhookHandlers(ctx);
+  const read = ctx.rateLimiter.middleware('read');
+  v1.post('/webhook-endpoints', read, webhooks.create);
+  v1.get('/webhook-endpoints', read, webhooks.list);
+  v1.get('/webhook-endpoints/:id', read, webhooks.get);
+  v1.patch('/webhook-endpoints/:id', read, webhooks.update);
+  v1.delete('/webhook-endpoints/:id', read, webhooks.remove);
+  v1.post('/webhook-endpoints/:id/rotate-secret', read, webhooks.rotateSecret);
+  v1.get('/webhook-endpoints/:id/deliveries', read, webhooks.deliveries);
+  v1.post('/webhook-endpoints/:id/deliveries/:deliveryId/redeliver', read, webhooks.redeliver);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

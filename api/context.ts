@@ -16,6 +16,8 @@ import { createTaskWaker, type TaskWaker } from './wakes';
 import { createCallbackLimiter, type CallbackLimiter } from './callback-limits';
 import { createCallbackTokens, type CallbackTokens } from '../providers/callback-token';
 import { registerWakeMetrics } from '../observability/metrics';
+import { createSecretBox, type SecretBox } from '../db/webhook-secrets';
+import type { WebhookRules } from './webhooks.service';
 
 export interface ApiContext {
   readonly db: Db;
@@ -35,6 +37,8 @@ export interface ApiContext {
   readonly waker: TaskWaker;
   /** Where callbacks go when the inbox cannot be written (api/spool.ts). */
   readonly spool: CallbackSpool;
+  /** Seals and opens webhook signing secrets (db/webhook-secrets.ts). */
+  readonly webhookSecrets: SecretBox;
   readonly settings: {
     readonly region: string;
     readonly fenceScope: string;
@@ -46,6 +50,8 @@ export interface ApiContext {
     readonly publicBaseUrl: string;
     /** Slow-client guards of the HTTP server (api/listen.ts). */
     readonly http: { readonly headersTimeoutMs: number; readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
+    /** Tenant webhook endpoints (api/webhooks.service.ts). */
+    readonly webhooks: WebhookRules;
   };
 }
 
@@ -93,6 +99,7 @@ export function buildApiContext(
       parts.logger,
     ),
     callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET),
+    webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
     spool: createCallbackSpool({
@@ -115,6 +122,11 @@ export function buildApiContext(
         headersTimeoutMs: config.API_HEADERS_TIMEOUT_MS,
         requestTimeoutMs: config.API_REQUEST_TIMEOUT_MS,
         keepAliveTimeoutMs: config.API_KEEP_ALIVE_TIMEOUT_MS,
+      },
+      webhooks: {
+        allowPrivate: config.WEBHOOK_ALLOW_PRIVATE,
+        maxEndpoints: config.WEBHOOK_MAX_ENDPOINTS_PER_TENANT,
+        secretOverlapMs: config.WEBHOOK_SECRET_OVERLAP_MS,
       },
     },
   };

@@ -41,7 +41,13 @@ export function taskHandlers(ctx: ApiContext) {
       const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
       let outcome;
       try {
-        outcome = await createTask(ctx.db, token, { tenantId, idempotencyKey: key.data, body: body.data, defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds });
+        outcome = await createTask(ctx.db, token, {
+          tenantId,
+          idempotencyKey: key.data,
+          body: body.data,
+          defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds,
+          webhookAllowPrivate: ctx.settings.webhooks.allowPrivate,
+        });
       } catch (err) {
         if (err instanceof HttpProblem) {
           ctx.metrics.tasksCreated.inc({ outcome: err.status === 402 ? 'insufficient_credits' : err.status === 422 ? 'conflict' : 'rejected' });

@@ -26,6 +26,11 @@ export const createTaskBody = z
       .refine((m) => Object.keys(m).length <= 20, 'at most 20 keys')
       .optional(),
     project_id: z.uuid().optional().describe('Defaults to the tenant\'s default project'),
+    webhook_url: z
+      .string()
+      .max(2048, 'at most 2048 characters')
+      .optional()
+      .describe('Also send this task\'s events here (https, a public host), signed with the secret of the tenant\'s oldest enabled webhook endpoint (docs/webhooks.md)'),
   })
   .describe('A video generation request');
 export type CreateTaskBody = z.infer<typeof createTaskBody>;

@@ -7,6 +7,8 @@ import { holdFence, type FenceToken } from '../db/fence';
 import { reserveCredits } from '../db/ledger';
 import { asset, creditAccount, creditLedger, generationTask, outboxEvent, taskAttempt, taskTransition } from '../db/schema';
 import { casTaskStatus, lockTask, recordTaskCreated } from '../db/tasks';
+import { taskUrlSigningEndpoint } from '../db/webhooks';
+import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../activities/settlement';
 import { canonicalJson } from '../domain/canonical-json';
 import { findModel, priceFor, primaryRoute, requestRefusal } from '../domain/catalog';
@@ -46,9 +48,10 @@ function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
 export async function createTask(
   db: Db,
   token: FenceToken,
-  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody; defaultDeadlineSeconds?: number },
+  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody; defaultDeadlineSeconds?: number; webhookAllowPrivate?: boolean },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
+  if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, args.webhookAllowPrivate ?? false);
   const entry = findModel(body.model);
   if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
   const offered = entry.routes.map((r) => r.provider);
@@ -120,6 +123,19 @@ export async function createTask(
     const winner = await findByKey(db, tenantId, idempotencyKey);
     if (!winner) throw err;
     return replayOrConflict(winner, hash);
+  }
+}
+
+/**
+ * A task's own webhook_url follows the endpoints' URL rule, and is signed with the secret of the
+ * tenant's oldest enabled endpoint (docs/decisions/0018-tenant-webhooks.md): without one there
+ * is nothing to sign with, so the create is refused.
+ */
+async function checkTaskWebhookUrl(db: Db, tenantId: string, url: string, allowPrivate: boolean): Promise<void> {
+  const problem = webhookUrlProblem(url, allowPrivate);
+  if (problem) throw problems.validation([{ field: 'webhook_url', message: problem }]);
+  if (!(await taskUrlSigningEndpoint(db, tenantId))) {
+    throw problems.validation([{ field: 'webhook_url', message: 'needs an enabled webhook endpoint (its secret signs the task\'s webhooks): POST /v1/webhook-endpoints first' }]);
   }
 }
 

@@ -262,6 +262,38 @@ export const envSchema = z.object({
   /** Largest fallback spool (bytes across its files); past it callbacks answer 503 + Retry-After. */
   CALLBACK_SPOOL_MAX_BYTES: z.coerce.number().int().min(1024).default(256 * 1024 * 1024),
 
+  // ---- Tenant webhooks (docs/webhooks.md, docs/decisions/0018) ----
+  /** Allow http:// and loopback/private webhook URLs (a receiver on this machine; `npm run dev` turns it on). Never in production. */
+  WEBHOOK_ALLOW_PRIVATE: refusedInProduction(bool.default(false), ['true', '1', 'yes'], 'true is refused in production (it allows http and loopback/private webhook URLs)'),
+  /** Key that seals the endpoints' signing secrets at rest (AES-256-GCM of a key derived from it); the dev default is public. */
+  WEBHOOK_SECRET_KEY: secret(z.string().min(32, 'at least 32 characters'), 'dev-webhook-secret-key-not-for-production'),
+  /**
+   * Delay before each delivery attempt, ms, comma-separated: the first is the first attempt's
+   * (0 = at once). Default Svix's: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+   */
+  WEBHOOK_RETRY_SCHEDULE_MS: csv
+    .pipe(z.array(z.string().regex(/^\d+$/, 'entries are milliseconds')).min(1, 'at least one attempt').max(50))
+    .transform((v) => v.map(Number))
+    .default([0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]),
+  /** One delivery attempt (connect, send, answer) gives up after this. */
+  WEBHOOK_ATTEMPT_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(15_000),
+  /** Bytes of a receiver's answer read (and the first 512 kept in the attempt log); the rest is discarded. */
+  WEBHOOK_RESPONSE_MAX_BYTES: z.coerce.number().int().min(0).max(1024 * 1024).default(4_096),
+  /** Attempts in flight at once to one endpoint (across every worker). */
+  WEBHOOK_ENDPOINT_CONCURRENCY: z.coerce.number().int().min(1).max(100).default(4),
+  /** Attempts in flight at once per worker process. */
+  WEBHOOK_RELAY_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(10_000).default(64),
+  /** Attempts started per second per worker process at most (the drain after DEGRADED_NOTIFY lifts, or an outage). */
+  WEBHOOK_RELAY_RATE_PER_SECOND: z.coerce.number().int().min(1).max(100_000).default(50),
+  /** How often the relay looks for due deliveries. */
+  WEBHOOK_RELAY_INTERVAL_MS: z.coerce.number().int().min(10).default(500),
+  /** An endpoint that has failed every attempt for this long is disabled, and the tenant gets a needs-attention record. */
+  WEBHOOK_DISABLE_AFTER_MS: z.coerce.number().int().min(1_000).default(5 * 86_400_000),
+  /** After rotate-secret, the previous secret keeps signing beside the new one for this long. */
+  WEBHOOK_SECRET_OVERLAP_MS: z.coerce.number().int().min(0).max(7 * 86_400_000).default(86_400_000),
+  /** Endpoints per tenant. */
+  WEBHOOK_MAX_ENDPOINTS_PER_TENANT: z.coerce.number().int().min(1).max(1_000).default(20),
+
   /** API key of the demo tenant that `npm run dev` seeds (generated when unset). */
   DEMO_API_KEY: z.string().min(24).optional(),
 });

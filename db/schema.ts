@@ -421,3 +421,157 @@ export const providerControl = pgTable(
     check('provider_control_max_in_flight_check', sql`${t.max_in_flight} IS NULL OR ${t.max_in_flight} >= 0`),
   ],
 );
+
+// ---- Tenant webhooks (docs/webhooks.md, docs/decisions/0018) ----
+
+/** The events a tenant can subscribe to; the order is the documentation's. */
+export const WEBHOOK_EVENT_TYPES = ['task.succeeded', 'task.failed', 'task.cancelled', 'task.needs_attention', 'task.output_at_risk'] as const;
+export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+export const WEBHOOK_DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'cancelled'] as const;
+export type WebhookDeliveryState = (typeof WEBHOOK_DELIVERY_STATES)[number];
+
+/** Addition: a tenant's webhook endpoint. Deleted endpoints keep their row (the delivery log refers to them). */
+export const webhookEndpoint = pgTable(
+  'webhook_endpoint',
+  {
+    endpoint_id: uuid('endpoint_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    url: text('url').notNull(),
+    description: text('description'),
+    /** Subscribed event types; null = every type. */
+    events: text('events').array().$type<WebhookEventType[]>(),
+    enabled: boolean('enabled').notNull().default(true),
+    created_at: ts('created_at').notNull().defaultNow(),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+    deleted_at: ts('deleted_at'),
+    /** The first failed attempt since the last success; cleared by a success. */
+    failing_since: ts('failing_since'),
+    disabled_at: ts('disabled_at'),
+    disabled_reason: text('disabled_reason'),
+  },
+  (t) => [index('idx_webhook_endpoint_tenant').on(t.tenant_id, t.created_at).where(sql`${t.deleted_at} IS NULL`)],
+);
+
+/**
+ * Addition: an endpoint's signing secrets, sealed (AES-256-GCM under WEBHOOK_SECRET_KEY). Every
+ * row whose expires_at is null or in the future signs; rotate-secret adds one and gives the
+ * others an expiry (the overlap).
+ */
+export const webhookEndpointSecret = pgTable(
+  'webhook_endpoint_secret',
+  {
+    secret_id: uuid('secret_id').primaryKey(),
+    endpoint_id: uuid('endpoint_id')
+      .notNull()
+      .references(() => webhookEndpoint.endpoint_id),
+    sealed: text('sealed').notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+    expires_at: ts('expires_at'),
+  },
+  (t) => [index('idx_webhook_secret_endpoint').on(t.endpoint_id)],
+);
+
+/**
+ * Addition: one row per task transition that tenants hear about, written by the trigger
+ * `task_transition_webhook_event` in the transaction of the transition itself (no event without
+ * its transition, no transition without its event). `data` is the payload's data, frozen then.
+ */
+export const webhookEvent = pgTable(
+  'webhook_event',
+  {
+    event_id: uuid('event_id').primaryKey(),
+    tenant_id: uuid('tenant_id').notNull(),
+    task_id: uuid('task_id')
+      .notNull()
+      .references(() => generationTask.task_id),
+    event_type: text('event_type').$type<WebhookEventType>().notNull(),
+    status: text('status').notNull(),
+    status_version: bigint('status_version', { mode: 'number' }).notNull(),
+    data: jsonb('data').$type<Record<string, unknown>>().notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+  },
+  (t) => [
+    uniqueIndex('webhook_event_task_version').on(t.task_id, t.status_version),
+    check('webhook_event_type_check', sql`${t.event_type} IN (${inList(WEBHOOK_EVENT_TYPES)})`),
+  ],
+);
+
+/**
+ * Addition: one event to one target (an endpoint, or the task's own webhook_url), fanned out by
+ * the same trigger. The relay claims due rows (workers/webhook-relay.ts); `target_key` is what
+ * the per-endpoint concurrency cap counts by.
+ */
+export const webhookDelivery = pgTable(
+  'webhook_delivery',
+  {
+    delivery_id: uuid('delivery_id').primaryKey(),
+    event_id: uuid('event_id')
+      .notNull()
+      .references(() => webhookEvent.event_id),
+    tenant_id: uuid('tenant_id').notNull(),
+    /** Null for a task's own webhook_url. */
+    endpoint_id: uuid('endpoint_id').references(() => webhookEndpoint.endpoint_id),
+    /** The task's webhook_url (endpoint deliveries go to the endpoint's current URL). */
+    url: text('url'),
+    /** 'endpoint:<id>' or 'task-url:<origin>'. */
+    target_key: text('target_key').notNull(),
+    state: text('state').$type<WebhookDeliveryState>().notNull().default('pending'),
+    /** Attempts made (the next attempt's number is this + 1). */
+    attempt_count: integer('attempt_count').notNull().default(0),
+    /** Position in the retry schedule; a manual redeliver starts it again. */
+    schedule_step: integer('schedule_step').notNull().default(0),
+    next_attempt_at: ts('next_attempt_at').notNull().defaultNow(),
+    /** A relay is sending it until then (a crashed relay's claim expires). */
+    lease_until: ts('lease_until'),
+    last_error: text('last_error'),
+    created_at: ts('created_at').notNull().defaultNow(),
+    delivered_at: ts('delivered_at'),
+  },
+  (t) => [
+    index('idx_webhook_delivery_due').on(t.next_attempt_at).where(sql`${t.state} = 'pending'`),
+    index('idx_webhook_delivery_target_pending').on(t.target_key).where(sql`${t.state} = 'pending'`),
+    index('idx_webhook_delivery_endpoint').on(t.endpoint_id, t.created_at),
+    index('idx_webhook_delivery_event').on(t.event_id),
+    check('webhook_delivery_state_check', sql`${t.state} IN (${inList(WEBHOOK_DELIVERY_STATES)})`),
+  ],
+);
+
+/** Addition: every delivery attempt: what was answered, how long it took, what went wrong. */
+export const webhookAttempt = pgTable(
+  'webhook_attempt',
+  {
+    attempt_id: bigserial('attempt_id', { mode: 'number' }).primaryKey(),
+    delivery_id: uuid('delivery_id')
+      .notNull()
+      .references(() => webhookDelivery.delivery_id),
+    attempt_no: integer('attempt_no').notNull(),
+    url: text('url').notNull(),
+    started_at: ts('started_at').notNull(),
+    latency_ms: integer('latency_ms').notNull(),
+    succeeded: boolean('succeeded').notNull(),
+    response_status: integer('response_status'),
+    /** The first bytes of the receiver's answer (WEBHOOK_RESPONSE_MAX_BYTES read, 512 kept). */
+    response_excerpt: text('response_excerpt'),
+    error: text('error'),
+  },
+  (t) => [uniqueIndex('webhook_attempt_delivery_no').on(t.delivery_id, t.attempt_no)],
+);
+
+/** Addition: something a tenant must act on (an endpoint disabled after days of failure). */
+export const tenantAttention = pgTable(
+  'tenant_attention',
+  {
+    attention_id: uuid('attention_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    kind: text('kind').notNull(),
+    subject_id: text('subject_id').notNull(),
+    detail: jsonb('detail').$type<Record<string, unknown>>(),
+    created_at: ts('created_at').notNull().defaultNow(),
+    resolved_at: ts('resolved_at'),
+  },
+  (t) => [index('idx_tenant_attention_open').on(t.tenant_id, t.created_at).where(sql`${t.resolved_at} IS NULL`)],
+);

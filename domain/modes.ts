@@ -26,26 +26,34 @@ export interface ModePolicy {
    * (activities/provider-guard.ts).
    */
   readonly providers: ProviderGate;
+  /**
+   * Tenant webhook deliveries are sent. Off from DEGRADED_NOTIFY down: events are still recorded
+   * with their transitions and kept, counted (vidorch_notify_backlog), and sent once a mode
+   * allows it again (workers/webhook-relay.ts).
+   */
+  readonly notify: boolean;
 }
 
 export type ProviderGate = 'breaker' | 'healthy';
 
-const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker' };
+const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker', notify: true };
+/** Every mode below NORMAL pushes nothing (docs/design.md §7: realtime progress is shed first). */
+const quiet: ModePolicy = { ...open, notify: false };
 
 export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
   NORMAL: open,
-  // We send no push progress yet (no SSE or webhooks to clients): nothing of ours changes.
-  DEGRADED_NOTIFY: open,
+  // No push to tenants: webhook deliveries wait (kept and counted); everything else as NORMAL.
+  DEGRADED_NOTIFY: quiet,
   // Unhealthy providers closed: a stricter breaker, no probes of a tripped provider.
-  DEGRADED_PROVIDER: { ...open, providers: 'healthy' },
+  DEGRADED_PROVIDER: { ...quiet, providers: 'healthy' },
   // Accept and persist; no new provider cost. Accepted tasks wait in DISPATCHING.
-  QUEUE_ONLY: { ...open, submit: false },
+  QUEUE_ONLY: { ...quiet, submit: false },
   // No new cost at all; converge what was accepted: polls, callbacks, rescue, settlement.
-  RECONCILE_ONLY: { ...open, create: false, submit: false },
+  RECONCILE_ONLY: { ...quiet, create: false, submit: false },
   // Only viewing. Callbacks are kept in the spool, not lost.
-  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker' },
+  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false },
   // The fact source cannot be read safely: stop serving, keep callbacks in the spool.
-  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker' },
+  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false },
 };
 
 export const policyFor = (mode: SystemMode): ModePolicy => MODE_POLICIES[mode];
@@ -61,6 +69,7 @@ export function modeForbids(mode: SystemMode, action: ModeAction): string | null
     cancel: 'cancels are paused',
     factWrites: 'task facts are read-only',
     submit: 'no new provider jobs are started',
+    notify: 'webhook deliveries are paused (kept, and sent when the mode allows)',
   };
   return `system mode is ${mode}: ${what[action]}`;
 }

@@ -268,3 +268,45 @@ export function registerWakeMetrics(registry: Registry, stats: () => { sent: num
     },
   });
 }
+
+/**
+ * Tenant webhooks (workers/webhook-relay.ts): the notify backlog (deliveries kept for targets
+ * that take them; it grows while DEGRADED_NOTIFY or a lower mode pauses deliveries), its oldest
+ * age, whether the mode pauses them, and attempts by what followed them.
+ */
+export function registerNotifyMetrics(
+  registry: Registry,
+  backlog: () => { count: number; oldestSeconds: number; paused: boolean } | null,
+): { attempts: Counter<'outcome'> } {
+  new Gauge({
+    name: 'vidorch_notify_backlog',
+    help: 'Webhook deliveries waiting to be sent (pending, to enabled endpoints), as the relay last counted',
+    registers: [registry],
+    collect() {
+      this.set(backlog()?.count ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_notify_backlog_oldest_seconds',
+    help: 'Age of the oldest webhook delivery waiting to be sent',
+    registers: [registry],
+    collect() {
+      this.set(backlog()?.oldestSeconds ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_notify_paused',
+    help: '1 while the system mode holds webhook deliveries back (DEGRADED_NOTIFY and below), else 0',
+    registers: [registry],
+    collect() {
+      this.set(backlog()?.paused ? 1 : 0);
+    },
+  });
+  const attempts = new Counter({
+    name: 'vidorch_webhook_attempts_total',
+    help: 'Webhook delivery attempts by what followed: delivered, retry (scheduled again) or failed (schedule used up)',
+    labelNames: ['outcome'] as const,
+    registers: [registry],
+  });
+  return { attempts };
+}

@@ -15,7 +15,7 @@ import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade, type GenerationFacade } from '../temporal/facade';
 import { runFailover } from './failover';
-import { parseDuration } from './format';
+import { parseDuration, table } from './format';
 import { inspectTask } from './inspect';
 import { listKeys, revokeKey, rotateKey } from './keys';
 import {
@@ -34,6 +34,8 @@ import { changeProviderControl, providerStatus, type ProviderControlChange } fro
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
 import { auditOps, createTenant, grantTenantCredits } from './tenants';
+import { redeliverWebhook, tenantWebhooks, webhookDeliveries } from './webhooks';
+import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
@@ -390,6 +392,65 @@ review
     if (paused) throw new Error(`${paused}; resolve after \`mode set\``);
     const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
     print(o.json, facts, () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// tenant webhooks (docs/webhooks.md)
+
+const deliveryState = (value: string): WebhookDeliveryState => {
+  if (!(WEBHOOK_DELIVERY_STATES as readonly string[]).includes(value)) throw new InvalidArgumentError(`one of ${WEBHOOK_DELIVERY_STATES.join(', ')}`);
+  return value as WebhookDeliveryState;
+};
+const limit = (value: string): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 1000) throw new InvalidArgumentError('a whole number from 1 to 1000');
+  return n;
+};
+
+const webhook = program.command('webhook').description("a tenant's webhook endpoints and deliveries (secrets are never shown)");
+
+webhook
+  .command('list')
+  .description("the tenant's endpoints: URL, events, enabled, failing since, deliveries pending/delivered/failed; open needs-attention records")
+  .requiredOption('--tenant <name>', 'tenant name')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { tenant: string; json: boolean }) => {
+    const r = await withDb((d) => tenantWebhooks(d.db, o.tenant));
+    print(o.json, r, () =>
+      [
+        `webhook endpoints of ${o.tenant} (${r.tenant_id})`,
+        table(r.endpoints, ['id', 'url', 'events', 'enabled', 'failing_since', 'pending', 'delivered', 'failed', 'disabled_reason']),
+        `  tasks' own webhook_url: ${r.task_urls.pending} pending, ${r.task_urls.delivered} delivered, ${r.task_urls.failed} failed`,
+        ...(r.attention.length ? ['needs attention:', ...r.attention.map((a) => `  ${a.created_at.toISOString()}  ${a.kind}  ${a.subject_id}`)] : []),
+      ].join('\n'),
+    );
+  });
+
+webhook
+  .command('deliveries')
+  .description('the delivery log, newest first: state, attempts, the last answer (status, latency, error)')
+  .requiredOption('--tenant <name>', 'tenant name')
+  .option('--endpoint <id>', 'only this endpoint')
+  .option('--task <id>', 'only this task')
+  .option('--state <state>', `only ${WEBHOOK_DELIVERY_STATES.join(' | ')}`, deliveryState)
+  .option('--limit <n>', 'at most this many', limit, 50)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { tenant: string; endpoint?: string; task?: string; state?: WebhookDeliveryState; limit: number; json: boolean }) => {
+    const rows = await withDb((d) =>
+      webhookDeliveries(d.db, { tenantName: o.tenant, limit: o.limit, ...(o.endpoint ? { endpointId: o.endpoint } : {}), ...(o.task ? { taskId: o.task } : {}), ...(o.state ? { state: o.state } : {}) }),
+    );
+    print(o.json, rows, () => table(rows, ['delivery_id', 'event_type', 'task_id', 'state', 'attempts', 'last_status', 'last_latency_ms', 'last_error', 'target']));
+  });
+
+webhook
+  .command('redeliver')
+  .description('send a delivery again now (same event, same webhook-id), its retry schedule started over')
+  .argument('<delivery-id>', 'from ops webhook deliveries')
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (deliveryId: string, o: { reason: string; json: boolean }) => {
+    const r = await withDb((d) => redeliverWebhook(d.db, { deliveryId, reason: o.reason, actor, fence }));
+    print(o.json, r, () => `delivery ${r.delivery_id} is due now; audit ${r.audit_id}`);
   });
 
 const spool = program.command('spool').description("this host's callback spool (callbacks acknowledged while the inbox could not be written)");

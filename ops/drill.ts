@@ -7,6 +7,7 @@ import { runTemporalOutageDrill } from './drills/temporal-outage';
 import { PROVIDERS, type ProviderName } from '../domain/catalog';
 import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
 import { runUnknownOutcomeDrill } from './drills/unknown-outcome';
+import { runWebhooksDrill } from './drills/webhooks';
 
 const int = (v: string) => {
   const n = Number(v);
@@ -186,6 +187,34 @@ program
       ...drain('outbox (workflow starts)', r.outbox),
       ...drain('tasks', r.tasks),
       ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
+    ], ok);
+  });
+
+program
+  .command('webhooks')
+  .description('tenant webhooks: N tasks, two workers, the receiver down for a window then answering 500, then 200: every terminal event delivered, verified, lost = 0')
+  .option('--tasks <n>', 'tasks to run', int, 200)
+  .option('--down <seconds>', 'how long the receiver refuses connections', positive, 15)
+  .option('--failing <seconds>', 'how long it then answers 500', positive, 10)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { tasks: number; down: number; failing: number; json: boolean }) => {
+    const r = await runWebhooksDrill({ tasks: o.tasks, downSeconds: o.down, failingSeconds: o.failing, log });
+    const ok = r.lost === 0 && r.unverified === 0 && r.mismatchedDuplicates === 0 && r.logMismatch === 0 && r.delivered === r.terminalEvents && r.terminalEvents === r.tasks;
+    report(r, o.json, `webhooks drill (receiver ${r.downSeconds} s down, ${r.failingSeconds} s answering 500)`, () => [
+      ['tasks', r.tasks, ''],
+      ['tasks by status', JSON.stringify(r.byStatus), ''],
+      ['terminal events', r.terminalEvents, 'one per task'],
+      ['delivered (answered 200)', r.delivered, 'all of them'],
+      ['lost', r.lost, 'must be 0'],
+      ['requests received', r.requestsReceived, ''],
+      ['duplicates (same webhook-id)', r.duplicates, 'retries after 500s'],
+      ['duplicates after a 200', r.duplicatesAfterSuccess, 'at-least-once'],
+      ['one id, two different events', r.mismatchedDuplicates, 'must be 0'],
+      ['unverified requests', r.unverified, 'must be 0'],
+      ['attempts logged / without an answer', `${r.attempts} / ${r.attemptsWithoutAnswer}`, 'down = no answer'],
+      ['answered 500', r.answered500, ''],
+      ['log vs receiver mismatch', r.logMismatch, 'must be 0'],
+      ['delay event → first 200, p50 / max (s)', `${r.p50DelaySeconds.toFixed(1)} / ${r.maxDelaySeconds.toFixed(1)}`, ''],
     ], ok);
   });
 

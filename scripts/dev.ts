@@ -207,6 +207,8 @@ async function main(): Promise<void> {
     OPS_PORT: String(ports.apiOps),
     PROVIDER_REPLICATE_BASE_URL: urls.replicate,
     OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+    // A webhook receiver on this machine (http, loopback) works out of the box (docs/webhooks.md).
+    WEBHOOK_ALLOW_PRIVATE: 'true',
     LOG_PRETTY: 'true',
     // pino-pretty writes to a pipe here; keep its colors when we are on a terminal.
     ...(process.stdout.isTTY && !process.env.NO_COLOR && !process.env.FORCE_COLOR ? { FORCE_COLOR: '1' } : {}),

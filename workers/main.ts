@@ -1,6 +1,7 @@
 // The worker process: `npm run worker`. Runs generation workflows and activities, the outbox
-// relay, and an operator listener (OPS_LISTEN_HOST:WORKER_METRICS_PORT: /metrics and a detailed
-// /readyz) — the workflows and the relay only while its REGION is the active region: a fence
+// relay, the webhook relay (workers/webhook-relay.ts), and an operator listener
+// (OPS_LISTEN_HOST:WORKER_METRICS_PORT: /metrics and a detailed /readyz) — the workflows and
+// the relays only while its REGION is the active region: a fence
 // watcher (workers/fence-watcher.ts) stops polling and the relay when the region is fenced off,
 // keeps the process alive, and starts them again when the region is active. SIGINT/SIGTERM:
 // stop polling, let in-flight activities finish within the grace time, then exit.
@@ -13,7 +14,7 @@ import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
 import { installRuntimeWithSdkMetrics } from '../observability/sdk-metrics';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
-import { createMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
+import { createMetrics, registerNotifyMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
 import { pollFloors } from '../activities/poll-demand';
 import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
@@ -24,6 +25,8 @@ import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseReg
 import { connectWorkerWithRetry } from './connect';
 import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
+import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
+import { createSecretBox } from '../db/webhook-secrets';
 import { tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
@@ -150,6 +153,28 @@ async function startRelay(): Promise<RegionService> {
   });
 }
 
+// Tenant webhooks: only the active region's relay sends (docs/webhooks.md).
+let webhookRelay: WebhookRelay | null = null;
+const notify = registerNotifyMetrics(metrics.registry, () => webhookRelay?.backlog() ?? null);
+async function startWebhooks(): Promise<RegionService> {
+  const relay = startWebhookRelay({
+    db: database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    secrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
+    publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
+    logger: logger.child({ component: 'webhook-relay' }),
+    settings: webhookRelaySettings(config),
+    onAttempt: (outcome) => notify.attempts.inc({ outcome }),
+  });
+  webhookRelay = relay;
+  return {
+    async stop() {
+      await relay.stop();
+      if (webhookRelay === relay) webhookRelay = null;
+    },
+  };
+}
+
 const workerSupervisor = superviseRegion({
   name: 'temporal-worker',
   region: config.REGION,
@@ -162,6 +187,7 @@ const workerSupervisor = superviseRegion({
   },
 });
 const relaySupervisor = superviseRegion({ name: 'outbox-relay', region: config.REGION, watcher: regionView, start: startRelay, logger: fenceLogger });
+const webhookSupervisor = superviseRegion({ name: 'webhook-relay', region: config.REGION, watcher: regionView, start: startWebhooks, logger: fenceLogger });
 if (regionView.current()?.activeRegion !== config.REGION) {
   logger.warn({ region: config.REGION, activeRegion: regionView.current()?.activeRegion ?? null }, 'region not active: standing by');
 }
@@ -170,7 +196,7 @@ async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;
   logger.info({ signal }, 'worker stopping');
-  await Promise.all([workerSupervisor.stop(), relaySupervisor.stop()]);
+  await Promise.all([workerSupervisor.stop(), relaySupervisor.stop(), webhookSupervisor.stop()]);
   await watcher?.stop();
   await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), connection.close(), database.close()]);
   await tracing.shutdown();

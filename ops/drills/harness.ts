@@ -109,6 +109,7 @@ export async function startDrillWorld(
       PROVIDER_KLING_BASE_URL: `http://127.0.0.1:${simServer.port}/kling`,
       PUBLIC_BASE_URL: `http://127.0.0.1:${apiPort}`,
       OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+      WEBHOOK_ALLOW_PRIVATE: 'true',
     });
     log(`database ${dbUrl.pathname.slice(1)}`);
     await migrateDatabase({ url: config.DATABASE_URL, region: config.REGION, fenceScope: config.FENCE_SCOPE });

@@ -25,6 +25,8 @@ import { createSimulator, type Simulator } from '../../providers/simulator/serve
 import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { bundleWorkflows, createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
+import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from '../../workers/webhook-relay';
+import { createSecretBox } from '../../db/webhook-secrets';
 
 const logTaps = new Set<(line: string) => void>();
 /** Calls `tap` with every log line of this process (its own and the Temporal SDK's) until the returned stop is called. */
@@ -60,6 +62,8 @@ export function testConfig(overrides: Record<string, string> = {}): Config {
     ...process.env,
     NODE_ENV: 'test',
     OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
+    // Test receivers listen on loopback over http.
+    WEBHOOK_ALLOW_PRIVATE: 'true',
     // Tests create in bursts; the rate limit has its own test.
     TENANT_CREATE_RATE_PER_SECOND: '100000',
     TENANT_READ_RATE_PER_SECOND: '100000',
@@ -188,6 +192,8 @@ export function workflowBundle(opts: { tracing?: boolean } = {}): Promise<Workfl
 export interface RunningWorker {
   /** The generation worker and one poll worker per provider (workers/generation-worker.ts). */
   readonly worker: GenerationWorkers;
+  /** The webhook relay, as workers/main.ts runs it (null with `webhooks: false`). */
+  readonly webhookRelay: WebhookRelay | null;
   stop(): Promise<void>;
 }
 
@@ -195,7 +201,7 @@ export interface RunningWorker {
 export async function startWorker(
   config: Config,
   db: Database,
-  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities; tracing?: Tracing } = {},
+  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities; tracing?: Tracing; webhooks?: boolean } = {},
 ): Promise<RunningWorker> {
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
@@ -212,11 +218,23 @@ export async function startWorker(
     ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
   });
   const running = worker.run();
+  const webhookRelay =
+    opts.webhooks === false
+      ? null
+      : startWebhookRelay({
+          db: db.db,
+          fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+          secrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
+          publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
+          logger: testLogger,
+          settings: webhookRelaySettings(config),
+        });
   return {
     worker,
+    webhookRelay,
     async stop() {
       worker.shutdown();
-      await running;
+      await Promise.all([running, webhookRelay?.stop()]);
       await connection.close();
     },
   };

@@ -1,0 +1,103 @@
+// One webhook delivery attempt (docs/webhooks.md): a Standard Webhooks request signed with every
+// secret that signs for the endpoint now (several during a rotation's overlap), sent through the
+// SSRF guard (net/safe-fetch.ts: public addresses only, checked at connect), no redirects
+// followed, the whole attempt bounded by a timeout and the answer read only up to a limit.
+import { Webhook } from 'standardwebhooks';
+import type { Agent } from 'undici';
+import { redactText } from '../observability/redact';
+import { unsafeAddressIn } from './safe-fetch';
+import { webhookUrlProblem } from './webhook-url';
+
+export interface WebhookRequest {
+  readonly url: string;
+  /** The message id: the same on every attempt of one event (receivers dedupe on it). */
+  readonly webhookId: string;
+  readonly timestamp: Date;
+  readonly body: string;
+  /** Plain "whsec_…" secrets; each adds one signature. */
+  readonly secrets: readonly string[];
+}
+
+export interface SendOptions {
+  readonly dispatcher: Agent;
+  readonly allowPrivate: boolean;
+  readonly timeoutMs: number;
+  readonly maxResponseBytes: number;
+}
+
+export interface AttemptOutcome {
+  readonly ok: boolean;
+  readonly status: number | null;
+  readonly latencyMs: number;
+  readonly error: string | null;
+  readonly excerpt: string | null;
+}
+
+const EXCERPT_CHARS = 512;
+
+/** The `webhook-signature` header: one "v1,<base64>" per secret, space-separated. */
+export function signatureHeader(secrets: readonly string[], webhookId: string, timestamp: Date, body: string): string {
+  return secrets.map((s) => new Webhook(s).sign(webhookId, timestamp, body)).join(' ');
+}
+
+export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promise<AttemptOutcome> {
+  const started = performance.now();
+  const done = (o: Omit<AttemptOutcome, 'latencyMs'>): AttemptOutcome => ({ ...o, latencyMs: Math.round(performance.now() - started) });
+  const refused = webhookUrlProblem(req.url, opts.allowPrivate);
+  if (refused) return done({ ok: false, status: null, error: `url ${refused}`, excerpt: null });
+  if (req.secrets.length === 0) return done({ ok: false, status: null, error: 'no signing secret (the tenant has no enabled webhook endpoint)', excerpt: null });
+  const signal = AbortSignal.timeout(opts.timeoutMs);
+  try {
+    const res = await fetch(req.url, {
+      method: 'POST',
+      body: req.body,
+      redirect: 'manual',
+      signal,
+      dispatcher: opts.dispatcher,
+      headers: {
+        'content-type': 'application/json',
+        'user-agent': 'vidorch-webhooks/1',
+        'webhook-id': req.webhookId,
+        'webhook-timestamp': String(Math.floor(req.timestamp.getTime() / 1000)),
+        'webhook-signature': signatureHeader(req.secrets, req.webhookId, req.timestamp, req.body),
+      },
+    } as RequestInit);
+    const excerpt = await readBounded(res, opts.maxResponseBytes);
+    const ok = res.status >= 200 && res.status < 300;
+    const error = ok ? null : res.status >= 300 && res.status < 400 ? `answered ${res.status} (redirects are not followed)` : `answered ${res.status}`;
+    return done({ ok, status: res.status, error, excerpt });
+  } catch (err) {
+    return done({ ok: false, status: null, error: describe(err, signal), excerpt: null });
+  }
+}
+
+/** Reads at most `max` bytes of the answer, then drops the connection's remaining body. */
+async function readBounded(res: Response, max: number): Promise<string | null> {
+  if (!res.body) return null;
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < max) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.byteLength;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  if (size === 0) return null;
+  const text = Buffer.concat(chunks).subarray(0, max).toString('utf8');
+  return redactText(text.slice(0, EXCERPT_CHARS));
+}
+
+function describe(err: unknown, signal: AbortSignal): string {
+  if (signal.aborted) return 'timed out';
+  const unsafe = unsafeAddressIn(err);
+  if (unsafe) return `refused: ${unsafe.message}`;
+  for (let e = err as { code?: unknown; message?: string; cause?: unknown } | null, depth = 0; e && depth < 5; e = e.cause as typeof e, depth += 1) {
+    if (typeof e.code === 'string') return redactText(`${e.code}${e.message ? `: ${e.message}` : ''}`).slice(0, 300);
+  }
+  return redactText(String((err as Error)?.message ?? err)).slice(0, 300);
+}

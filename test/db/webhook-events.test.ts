@@ -1,0 +1,116 @@
+// A transition and its webhook event are one write (docs/decisions/0018-tenant-webhooks.md):
+// the trigger on task_transition records the event and its deliveries in the transition's own
+// transaction, so a failing event write rolls the transition back, and every transition to a
+// status tenants hear about has exactly one event. Also the secret box and the schedule.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { eq, sql } from 'drizzle-orm';
+import { cancelTask, createTask } from '../../api/tasks.service';
+import { holdFence } from '../../db/fence';
+import { generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
+import { casTaskStatus } from '../../db/tasks';
+import { createSecretBox } from '../../db/webhook-secrets';
+import { insertEndpoint } from '../../db/webhooks';
+import { ALLOWED_TRANSITIONS } from '../../domain/task-machine';
+import type { TaskStatus } from '../../domain/states';
+import { afterFailure, delayBeforeStep, shouldDisable } from '../../domain/webhook-schedule';
+import { createTestDatabase, createTestTenant, testConfig, type TestDatabase } from '../support/stack';
+
+const config = testConfig();
+let tdb: TestDatabase;
+let tenantId = '';
+const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };
+const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p' as const, priority: 0 };
+
+before(async () => {
+  tdb = await createTestDatabase(config);
+  ({ tenantId } = await createTestTenant(tdb.database, config, '100'));
+  await insertEndpoint(tdb.database.db, { tenantId, url: 'https://hooks.example.com/a', description: null, events: null });
+  await insertEndpoint(tdb.database.db, { tenantId, url: 'https://hooks.example.com/failed-only', description: null, events: ['task.failed'] });
+});
+after(async () => {
+  await tdb?.drop();
+});
+
+const db = () => tdb.database.db;
+const newTask = async (key: string) => (await createTask(db(), token, { tenantId, idempotencyKey: key, body })).task.task_id;
+const eventsOf = (taskId: string) => db().select().from(webhookEvent).where(eq(webhookEvent.task_id, taskId));
+const deliveriesOf = (eventId: string) => db().select().from(webhookDelivery).where(eq(webhookDelivery.event_id, eventId));
+
+test('a cancel records its task.cancelled event and one delivery per subscribed endpoint, in the same transaction', async () => {
+  const id = await newTask('atom-1');
+  assert.deepEqual(await eventsOf(id), [], 'QUEUED makes no event');
+  const task = await cancelTask(db(), token, tenantId, id);
+  const [ev, ...more] = await eventsOf(id);
+  assert.equal(more.length, 0);
+  assert.equal(ev!.event_type, 'task.cancelled');
+  assert.equal(ev!.status_version, task.status_version);
+  assert.equal(ev!.data['status'], 'CANCELLED');
+  assert.equal(ev!.data['task_id'], id);
+  const ds = await deliveriesOf(ev!.event_id);
+  assert.equal(ds.length, 1, 'the failed-only endpoint is not subscribed to task.cancelled');
+  assert.equal(ds[0]!.state, 'pending');
+});
+
+test('a failing event write rolls the transition back: no transition without its event', async () => {
+  const id = await newTask('atom-2');
+  await db().execute(sql`ALTER TABLE webhook_delivery ADD CONSTRAINT sabotage CHECK (false) NOT VALID`);
+  try {
+    await assert.rejects(cancelTask(db(), token, tenantId, id), (err: Error) => /sabotage/.test(String((err.cause as Error | undefined)?.message)));
+  } finally {
+    await db().execute(sql`ALTER TABLE webhook_delivery DROP CONSTRAINT sabotage`);
+  }
+  const [task] = await db().select().from(generationTask).where(eq(generationTask.task_id, id));
+  assert.equal(task!.status, 'QUEUED');
+  assert.equal(task!.status_version, 0);
+  const transitions = await db().select().from(taskTransition).where(eq(taskTransition.task_id, id));
+  assert.deepEqual(transitions.map((t) => t.to_status), ['QUEUED']);
+  assert.deepEqual(await eventsOf(id), []);
+});
+
+test('every status tenants hear about makes exactly one event of its type; the others none', async () => {
+  const walk: TaskStatus[] = ['QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'RUNNING', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'OUTPUT_AT_RISK', 'MANUAL_REVIEW', 'FAILED'];
+  const id = await newTask('atom-3');
+  for (let i = 1; i < walk.length; i += 1) {
+    const [from, to] = [walk[i - 1]!, walk[i]!];
+    assert.ok(ALLOWED_TRANSITIONS[from].includes(to), `${from} → ${to} is a transition`);
+    await db().transaction(async (tx) => {
+      await holdFence(tx, token);
+      assert.equal(await casTaskStatus(tx, token, { taskId: id, from, expectedVersion: i - 1, to, sourceEvent: 'test', actor: 'test' }), i);
+    });
+  }
+  const events = (await eventsOf(id)).sort((a, b) => a.status_version - b.status_version);
+  assert.deepEqual(
+    events.map((e) => [e.status, e.event_type, e.status_version]),
+    [
+      ['OUTPUT_AT_RISK', 'task.output_at_risk', 7],
+      ['MANUAL_REVIEW', 'task.needs_attention', 8],
+      ['FAILED', 'task.failed', 9],
+    ],
+  );
+  // The failed-only endpoint got task.failed; the all-events endpoint got all three.
+  const counts = await Promise.all(events.map(async (e) => (await deliveriesOf(e.event_id)).length));
+  assert.deepEqual(counts, [1, 1, 2]);
+});
+
+test('sealed signing secrets open only for their own endpoint and only with the key', () => {
+  const box = createSecretBox('k'.repeat(40));
+  const sealed = box.seal('endpoint-a', 'whsec_abc');
+  assert.ok(!sealed.includes('whsec_abc'));
+  assert.equal(box.open('endpoint-a', sealed), 'whsec_abc');
+  assert.throws(() => box.open('endpoint-b', sealed));
+  assert.throws(() => createSecretBox('j'.repeat(40)).open('endpoint-a', sealed));
+});
+
+test('the retry schedule: delays by step, exhausted after the last; disable after the failure window', () => {
+  const svix = [0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+  assert.equal(delayBeforeStep(svix, 0), 0);
+  assert.deepEqual(afterFailure(svix, 0), { kind: 'retry', step: 1, delayMs: 5_000 });
+  assert.deepEqual(afterFailure(svix, 6), { kind: 'retry', step: 7, delayMs: 36_000_000 });
+  assert.deepEqual(afterFailure(svix, 7), { kind: 'exhausted' });
+  assert.equal(delayBeforeStep(svix, -1), null);
+  const t0 = new Date('2026-01-01T00:00:00Z');
+  assert.equal(shouldDisable(null, t0, 1_000), false);
+  assert.equal(shouldDisable(t0, new Date(t0.getTime() + 999), 1_000), false);
+  assert.equal(shouldDisable(t0, new Date(t0.getTime() + 1_000), 1_000), true);
+});

@@ -1,0 +1,117 @@
+// The webhook relay under bad receivers (docs/webhooks.md "Delivery"): two relays side by side
+// (two workers) never send one delivery twice at once and keep an endpoint's concurrency cap
+// between them; a receiver that hangs past the attempt timeout costs only its own endpoint's
+// slots, so another tenant's deliveries go out meanwhile; an endpoint that fails for longer than
+// WEBHOOK_DISABLE_AFTER_MS is disabled, with a needs-attention record for its tenant.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { and, eq } from 'drizzle-orm';
+import { cancelTask, createTask } from '../../api/tasks.service';
+import { addSigningSecret, createSecretBox } from '../../db/webhook-secrets';
+import { insertEndpoint } from '../../db/webhooks';
+import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint } from '../../db/schema';
+import { startWebhookRelay, type WebhookRelay } from '../../workers/webhook-relay';
+import { createTestDatabase, createTestTenant, eventually, testConfig, testLogger, type TestDatabase } from '../support/stack';
+import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
+
+const config = testConfig();
+const box = createSecretBox(config.WEBHOOK_SECRET_KEY);
+const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };
+const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p' as const, priority: 0 };
+const CAP = 2;
+const EVENTS = 10;
+let tdb: TestDatabase;
+const receivers: WebhookReceiver[] = [];
+const relays: WebhookRelay[] = [];
+
+before(async () => {
+  tdb = await createTestDatabase(config);
+});
+after(async () => {
+  await Promise.all(relays.map((r) => r.stop()));
+  await Promise.all(receivers.map((r) => r.close()));
+  await tdb?.drop();
+});
+
+/** A tenant with one endpoint at `receiver`, and `n` cancelled tasks (one task.cancelled event each). */
+async function tenantWithEvents(name: string, receiver: WebhookReceiver, secrets: string[], n: number) {
+  const db = tdb.database.db;
+  const { tenantId } = await createTestTenant(tdb.database, config, '100');
+  const endpoint = await insertEndpoint(db, { tenantId, url: `${receiver.baseUrl}/${name}`, description: null, events: null });
+  secrets.push(await addSigningSecret(db, box, endpoint.endpoint_id));
+  for (let i = 0; i < n; i += 1) {
+    const { task } = await createTask(db, token, { tenantId, idempotencyKey: `${name}-${i}`, body });
+    if (task) await cancelTask(db, token, tenantId, task.task_id);
+  }
+  return { tenantId, endpointId: endpoint.endpoint_id };
+}
+
+const relay = () =>
+  startWebhookRelay({
+    db: tdb.database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    secrets: box,
+    publicBaseUrl: 'https://api.example.com',
+    logger: testLogger,
+    settings: {
+      schedule: [0, ...Array.from({ length: 30 }, () => 200)],
+      attemptTimeoutMs: 4_000,
+      responseMaxBytes: 1_024,
+      perEndpoint: CAP,
+      maxInFlight: 64,
+      ratePerSecond: 1_000,
+      intervalMs: 50,
+      disableAfterMs: 1_000,
+      allowPrivate: true,
+    },
+  });
+
+test('two relays: a hung receiver holds only its own slots (at most the cap, across both), others are delivered once each meanwhile; a failing endpoint is disabled with a needs-attention record', async () => {
+  const slowSecrets: string[] = [];
+  const fastSecrets: string[] = [];
+  const failingSecrets: string[] = [];
+  const slow = await startWebhookReceiver({ port: 0, secrets: () => slowSecrets, delayMs: 6_000 });
+  const fast = await startWebhookReceiver({ port: 0, secrets: () => fastSecrets });
+  const failing = await startWebhookReceiver({ port: 0, secrets: () => failingSecrets, initial: 'failing' });
+  receivers.push(slow, fast, failing);
+  const a = await tenantWithEvents('slow', slow, slowSecrets, EVENTS);
+  await tenantWithEvents('fast', fast, fastSecrets, EVENTS);
+  const c = await tenantWithEvents('failing', failing, failingSecrets, 3);
+
+  const started = Date.now();
+  relays.push(relay(), relay());
+  // The fast tenant is served while the slow receiver hangs every attempt past its timeout.
+  await eventually(async () => (new Set(fast.received.map((r) => r.webhookId)).size === EVENTS ? true : undefined), 10_000, 50);
+  const fastDone = Date.now() - started;
+  assert.ok(fastDone < 4_000, `the fast endpoint's ${EVENTS} deliveries took ${fastDone} ms beside a hung one`);
+  assert.equal(fast.received.length, EVENTS, 'each delivered once: two relays never both sent one');
+  assert.ok(fast.received.every((r) => r.verifiedBy.length === 1));
+
+  // The hung receiver: its attempts time out, never more than CAP at once across both relays.
+  await eventually(async () => {
+    const rows = await tdb.database.db
+      .select()
+      .from(webhookAttempt)
+      .innerJoin(webhookDelivery, eq(webhookDelivery.delivery_id, webhookAttempt.delivery_id))
+      .where(eq(webhookDelivery.endpoint_id, a.endpointId));
+    return rows.length >= CAP ? rows : undefined;
+  }, 15_000, 100).then((rows) => assert.ok(rows.every((r) => r.webhook_attempt.error === 'timed out'), 'logged as timed out'));
+  assert.ok(slow.maxConcurrent() <= CAP, `at most ${CAP} in flight to one endpoint (saw ${slow.maxConcurrent()})`);
+  assert.ok(slow.maxConcurrent() >= 1);
+
+  // The failing endpoint: disabled once it has failed for WEBHOOK_DISABLE_AFTER_MS, and told.
+  const disabled = await eventually(async () => {
+    const [ep] = await tdb.database.db.select().from(webhookEndpoint).where(eq(webhookEndpoint.endpoint_id, c.endpointId));
+    return ep && !ep.enabled ? ep : undefined;
+  }, 15_000, 100);
+  assert.match(disabled.disabled_reason ?? '', /every delivery attempt failed since/);
+  const attention = await tdb.database.db
+    .select()
+    .from(tenantAttention)
+    .where(and(eq(tenantAttention.tenant_id, c.tenantId), eq(tenantAttention.subject_id, c.endpointId)));
+  assert.equal(attention.length, 1);
+  assert.equal(attention[0]!.kind, 'webhook_endpoint_disabled');
+  const heard = failing.received.length;
+  await new Promise((r) => setTimeout(r, 600));
+  assert.equal(failing.received.length, heard, 'a disabled endpoint gets nothing more');
+});

@@ -1,0 +1,103 @@
+// One webhook attempt's bounds (net/webhook-send.ts, docs/security.md "Tenant webhook URLs"): an
+// endless answer is read only up to the limit; a redirect is not followed; a name that resolves
+// to a private address is refused at connect; the timeout ends a hung receiver; every secret
+// given signs.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, test } from 'node:test';
+import { Webhook } from 'standardwebhooks';
+import { createSafeDispatcher } from '../../net/safe-fetch';
+import { sendWebhook } from '../../net/webhook-send';
+
+let server: http.Server;
+let base = '';
+const hits: string[] = [];
+const a = 'whsec_' + Buffer.from('a'.repeat(32)).toString('base64');
+const b = 'whsec_' + Buffer.from('b'.repeat(32)).toString('base64');
+
+before(async () => {
+  server = http.createServer((req, res) => {
+    hits.push(req.url ?? '');
+    if (req.url === '/endless') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      const chunk = 'x'.repeat(64 * 1024);
+      const pump = () => {
+        while (res.write(chunk));
+        res.once('drain', pump);
+      };
+      res.on('close', () => res.removeAllListeners('drain'));
+      pump();
+      return;
+    }
+    if (req.url === '/redirect') return void res.writeHead(302, { location: `${base}/target` }).end();
+    if (req.url === '/hang') return; // never answers
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => res.writeHead(204).end());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+after(async () => {
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+});
+
+const request = (path: string, secrets = [a]) => ({ url: `${base}${path}`, webhookId: 'msg_test', timestamp: new Date(), body: '{"type":"task.succeeded"}', secrets });
+const loose = { dispatcher: createSafeDispatcher({ allowPrivate: true }), allowPrivate: true, timeoutMs: 3_000, maxResponseBytes: 4_096 };
+
+test('an endless answer is read only up to WEBHOOK_RESPONSE_MAX_BYTES: the attempt ends at once, 512 characters kept', async () => {
+  const started = Date.now();
+  const r = await sendWebhook(request('/endless'), loose);
+  assert.equal(r.ok, true);
+  assert.equal(r.status, 200);
+  assert.ok((r.excerpt ?? '').length <= 512);
+  assert.ok(Date.now() - started < 2_000, 'not read to the timeout');
+});
+
+test('a redirect is a failed attempt and is not followed', async () => {
+  hits.length = 0;
+  const r = await sendWebhook(request('/redirect'), loose);
+  assert.equal(r.ok, false);
+  assert.equal(r.status, 302);
+  assert.match(r.error ?? '', /redirects are not followed/);
+  assert.deepEqual(hits, ['/redirect']);
+});
+
+test('a hung receiver ends at the attempt timeout', async () => {
+  const r = await sendWebhook(request('/hang'), { ...loose, timeoutMs: 300 });
+  assert.equal(r.ok, false);
+  assert.equal(r.error, 'timed out');
+  assert.ok(r.latencyMs >= 300 && r.latencyMs < 2_000);
+});
+
+test('under the production rule a name resolving to loopback is refused at connect, and http is refused before it', async () => {
+  const toLoopback = createSafeDispatcher({ allowPrivate: false, resolve: (_h, _o, cb) => cb(null, [{ address: '127.0.0.1', family: 4 }]) });
+  const r = await sendWebhook({ ...request('/'), url: 'https://hooks.example.com/x' }, { ...loose, dispatcher: toLoopback, allowPrivate: false });
+  assert.equal(r.ok, false);
+  assert.match(r.error ?? '', /refused: .*non-public address 127\.0\.0\.1/);
+  const plain = await sendWebhook(request('/'), { ...loose, allowPrivate: false });
+  assert.match(plain.error ?? '', /url must be an https URL/);
+});
+
+test('every secret signs: two signatures, each verifies alone', async () => {
+  const seen: http.IncomingHttpHeaders[] = [];
+  const s2 = http.createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume().on('end', () => res.writeHead(200).end());
+  });
+  await new Promise<void>((r) => s2.listen(0, '127.0.0.1', () => r()));
+  try {
+    const req = { ...request('/', [a, b]), url: `http://127.0.0.1:${(s2.address() as AddressInfo).port}/` };
+    assert.equal((await sendWebhook(req, loose)).ok, true);
+    const h = seen[0]!;
+    assert.equal(String(h['webhook-signature']).split(' ').length, 2);
+    for (const secret of [a, b]) {
+      new Webhook(secret).verify(req.body, { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) });
+    }
+  } finally {
+    s2.closeAllConnections();
+    await new Promise((r) => s2.close(r));
+  }
+});

@@ -1,0 +1,225 @@
+// The webhook relay (docs/webhooks.md, docs/decisions/0018-tenant-webhooks.md): sends the
+// deliveries that task transitions recorded (the trigger on task_transition), apart from the
+// task's own progress: a slow or dead receiver costs only its own endpoint's slots.
+//
+// Each pass: read the fence (region active? mode lets notifications out?), count the backlog,
+// then claim due deliveries (db/webhooks.ts claimDueDeliveries: FOR UPDATE SKIP LOCKED, a lease,
+// at most WEBHOOK_ENDPOINT_CONCURRENCY in flight per endpoint across every relay) within this
+// process's in-flight cap and rate, and send each one on its own (not awaited by the pass), so
+// the next pass claims for other endpoints while a slow one times out. Every attempt is
+// recorded with what follows it (the Svix-like schedule, domain/webhook-schedule.ts).
+import type { Agent } from 'undici';
+import type { Db } from '../db/client';
+import { readFence } from '../db/fence';
+import { signingSecrets, type SecretBox } from '../db/webhook-secrets';
+import { claimDueDeliveries, notifyBacklog, recordAttempt, taskUrlSigningEndpoint, type AttemptNext, type ClaimedDelivery } from '../db/webhooks';
+import { policyFor } from '../domain/modes';
+import { afterFailure } from '../domain/webhook-schedule';
+import type { Logger } from '../observability/logger';
+import { createSafeDispatcher } from '../net/safe-fetch';
+import { sendWebhook, type AttemptOutcome } from '../net/webhook-send';
+
+export interface WebhookRelaySettings {
+  /** Delay before each attempt (WEBHOOK_RETRY_SCHEDULE_MS). */
+  readonly schedule: readonly number[];
+  readonly attemptTimeoutMs: number;
+  readonly responseMaxBytes: number;
+  readonly perEndpoint: number;
+  readonly maxInFlight: number;
+  readonly ratePerSecond: number;
+  readonly intervalMs: number;
+  readonly disableAfterMs: number;
+  /** WEBHOOK_ALLOW_PRIVATE: http and loopback/private receivers (dev and tests only). */
+  readonly allowPrivate: boolean;
+}
+
+export interface WebhookRelayOptions {
+  readonly db: Db;
+  readonly fence: { readonly scope: string; readonly region: string };
+  readonly secrets: SecretBox;
+  /** Links in payloads point here (PUBLIC_BASE_URL). */
+  readonly publicBaseUrl: string;
+  readonly logger: Logger;
+  readonly settings: WebhookRelaySettings;
+  readonly onAttempt?: (outcome: 'delivered' | 'retry' | 'failed') => void;
+}
+
+export interface NotifyBacklog {
+  readonly count: number;
+  readonly oldestSeconds: number;
+  /** True while the mode holds deliveries back. */
+  readonly paused: boolean;
+}
+
+export interface WebhookRelay {
+  /** The backlog as the last pass counted it. */
+  backlog(): NotifyBacklog;
+  stop(): Promise<void>;
+}
+
+/** The JSON body of an event: Standard Webhooks' type / timestamp / data, with a link to the task. */
+export function eventBody(d: Pick<ClaimedDelivery, 'event_type' | 'event_created_at' | 'data'>, publicBaseUrl: string): string {
+  const taskId = String(d.data['task_id']);
+  return JSON.stringify({
+    type: d.event_type,
+    timestamp: d.event_created_at.toISOString(),
+    data: { ...d.data, links: { task: `${publicBaseUrl}/v1/tasks/${taskId}` } },
+  });
+}
+
+const BACKLOG_COUNT_EVERY_MS = 1_000;
+
+/** The webhook-id of an event: the same on every attempt and for every target. */
+export const webhookIdOf = (eventId: string): string => `msg_${eventId}`;
+
+export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
+  const s = opts.settings;
+  const dispatcher: Agent = createSafeDispatcher({ allowPrivate: s.allowPrivate });
+  const inFlight = new Set<Promise<void>>();
+  const leaseMs = s.attemptTimeoutMs + 30_000;
+  let last: NotifyBacklog = { count: 0, oldestSeconds: 0, paused: false };
+  let countedAt = 0;
+  let kick: () => void = () => undefined;
+  let tokens = s.ratePerSecond;
+  let refilledAt = Date.now();
+  let stopped = false;
+  let timer: NodeJS.Timeout | null = null;
+  let running: Promise<void> = Promise.resolve();
+
+  const refill = () => {
+    const now = Date.now();
+    tokens = Math.min(s.ratePerSecond, tokens + ((now - refilledAt) / 1000) * s.ratePerSecond);
+    refilledAt = now;
+  };
+
+  async function secretsFor(d: ClaimedDelivery): Promise<string[]> {
+    const endpointId = d.endpoint_id ?? (await taskUrlSigningEndpoint(opts.db, d.tenant_id));
+    return endpointId ? signingSecrets(opts.db, opts.secrets, endpointId) : [];
+  }
+
+  async function deliver(d: ClaimedDelivery): Promise<void> {
+    const startedAt = new Date();
+    let outcome: AttemptOutcome;
+    try {
+      outcome = await sendWebhook(
+        { url: d.url, webhookId: webhookIdOf(d.event_id), timestamp: startedAt, body: eventBody(d, opts.publicBaseUrl), secrets: await secretsFor(d) },
+        { dispatcher, allowPrivate: s.allowPrivate, timeoutMs: s.attemptTimeoutMs, maxResponseBytes: s.responseMaxBytes },
+      );
+    } catch (err) {
+      // Reading the secrets failed (Postgres): no attempt was made; the lease expires and it is tried again.
+      opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt not made');
+      return;
+    }
+    const next: AttemptNext = outcome.ok
+      ? { kind: 'delivered' }
+      : (() => {
+          const f = afterFailure(s.schedule, d.schedule_step);
+          return f.kind === 'exhausted' ? { kind: 'failed' as const } : f;
+        })();
+    const { disabledEndpoint } = await recordAttempt(
+      opts.db,
+      d,
+      { url: d.url, startedAt, ok: outcome.ok, status: outcome.status, latencyMs: outcome.latencyMs, error: outcome.error, excerpt: outcome.excerpt },
+      next,
+      { disableAfterMs: s.disableAfterMs },
+    );
+    opts.onAttempt?.(next.kind);
+    if (disabledEndpoint) opts.logger.warn({ endpointId: d.endpoint_id, tenantId: d.tenant_id }, 'webhook endpoint disabled after failing too long');
+    if (next.kind === 'failed') opts.logger.warn({ deliveryId: d.delivery_id, tenantId: d.tenant_id, error: outcome.error }, 'webhook delivery failed for good');
+  }
+
+  async function pass(): Promise<void> {
+    const fence = await readFence(opts.db, opts.fence.scope);
+    if (!fence || fence.activeRegion !== opts.fence.region) return;
+    const paused = !policyFor(fence.mode).notify;
+    // The count scans the pending rows: once a second is enough for a gauge.
+    if (Date.now() - countedAt >= BACKLOG_COUNT_EVERY_MS || paused !== last.paused) {
+      countedAt = Date.now();
+      last = { ...(await notifyBacklog(opts.db)), paused };
+    }
+    if (paused) return;
+    refill();
+    const limit = Math.min(s.maxInFlight - inFlight.size, Math.floor(tokens));
+    if (limit <= 0) return;
+    const claimed = await claimDueDeliveries(opts.db, { limit, perTarget: s.perEndpoint, leaseMs });
+    tokens -= claimed.length;
+    for (const d of claimed) {
+      const p: Promise<void> = deliver(d)
+        .catch((err: unknown) => opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again'))
+        .finally(() => {
+          inFlight.delete(p);
+          kick();
+        });
+      inFlight.add(p);
+    }
+  }
+
+  // One pass at a time; a kick during a pass runs one more right after it. An attempt that ends
+  // kicks, so a busy endpoint's freed slot is refilled at once rather than at the next tick
+  // (otherwise one endpoint could get at most cap / interval attempts per second).
+  let passing = false;
+  let again = false;
+  const runPass = () => {
+    if (stopped) return;
+    if (passing) {
+      again = true;
+      return;
+    }
+    passing = true;
+    running = pass()
+      .catch((err: unknown) => {
+        opts.logger.warn({ err }, 'webhook relay pass failed');
+      })
+      .finally(() => {
+        passing = false;
+        if (again) {
+          again = false;
+          runPass();
+        }
+      });
+  };
+  kick = runPass;
+  const tick = () => {
+    runPass();
+    if (!stopped) timer = setTimeout(tick, s.intervalMs);
+  };
+  tick();
+
+  return {
+    backlog: () => last,
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await running;
+      while (passing) await running;
+      // Attempts in flight end within their timeout; each records itself.
+      await Promise.allSettled([...inFlight]);
+      await dispatcher.close();
+    },
+  };
+}
+
+/** The relay's settings from config (workers/main.ts and the test worker). */
+export function webhookRelaySettings(config: {
+  WEBHOOK_RETRY_SCHEDULE_MS: number[];
+  WEBHOOK_ATTEMPT_TIMEOUT_MS: number;
+  WEBHOOK_RESPONSE_MAX_BYTES: number;
+  WEBHOOK_ENDPOINT_CONCURRENCY: number;
+  WEBHOOK_RELAY_MAX_IN_FLIGHT: number;
+  WEBHOOK_RELAY_RATE_PER_SECOND: number;
+  WEBHOOK_RELAY_INTERVAL_MS: number;
+  WEBHOOK_DISABLE_AFTER_MS: number;
+  WEBHOOK_ALLOW_PRIVATE: boolean;
+}): WebhookRelaySettings {
+  return {
+    schedule: config.WEBHOOK_RETRY_SCHEDULE_MS,
+    attemptTimeoutMs: config.WEBHOOK_ATTEMPT_TIMEOUT_MS,
+    responseMaxBytes: config.WEBHOOK_RESPONSE_MAX_BYTES,
+    perEndpoint: config.WEBHOOK_ENDPOINT_CONCURRENCY,
+    maxInFlight: config.WEBHOOK_RELAY_MAX_IN_FLIGHT,
+    ratePerSecond: config.WEBHOOK_RELAY_RATE_PER_SECOND,
+    intervalMs: config.WEBHOOK_RELAY_INTERVAL_MS,
+    disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
+    allowPrivate: config.WEBHOOK_ALLOW_PRIVATE,
+  };
+}
