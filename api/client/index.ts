@@ -22,8 +22,10 @@ export interface VidorchClientOptions {
   readonly baseUrl: string;
   /** A tenant's API key, sent as `Authorization: Bearer …` (omit it for the public routes). */
   readonly apiKey?: string;
-  /** The transport (default: the global fetch); benchmarks pass one over a bounded keep-alive pool. */
+  /** The transport (default: the global fetch); benchmarks pass one over a bounded keep-alive pool (bench/lib/http.ts). */
   readonly fetch?: (request: Request) => Promise<Response>;
+  /** The Request class openapi-fetch builds requests with (default: the global one), for such a transport. */
+  readonly Request?: typeof Request;
 }
 
 export function createVidorchClient(opts: VidorchClientOptions): VidorchClient {
@@ -31,5 +33,6 @@ export function createVidorchClient(opts: VidorchClientOptions): VidorchClient {
     baseUrl: opts.baseUrl.replace(/\/+$/, ''),
     ...(opts.apiKey ? { headers: { authorization: `Bearer ${opts.apiKey}` } } : {}),
     ...(opts.fetch ? { fetch: opts.fetch } : {}),
+    ...(opts.Request ? { Request: opts.Request } : {}),
   });
 }
