@@ -103,5 +103,10 @@ function clientTypeChecks(c: VidorchClient = createVidorchClient({ baseUrl: 'htt
     body: { model: 'm', prompt: 'p', duration_seconds: 2, resolution: '4k' },
   });
   void c.GET('/v1/tasks/{id}', { params: { path: { id: 'x' } } });
+  return async () => {
+    const { data, error } = await c.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': 'k' } }, body: { model: 'm', prompt: 'p', duration_seconds: 2, resolution: '480p' } });
+    if (error) return error.title satisfies string; // a Problem
+    return data.task_id satisfies string;
+  };
 }
 void clientTypeChecks;
