@@ -58,6 +58,16 @@ export interface WebhookContract {
   readonly responses: Readonly<Record<number, ResponseContract>>;
 }
 
+/**
+ * The headers every Standard Webhooks delivery carries (standardwebhooks.com): the id stays the
+ * same across retries of one event, the signature covers `id.timestamp.body`.
+ */
+export const standardWebhookHeaders = z.object({
+  'webhook-id': z.string().describe('The event\'s id: the same on every retry of it (dedupe on it)'),
+  'webhook-timestamp': z.string().regex(/^[0-9]+$/).describe('Unix seconds when this attempt was signed'),
+  'webhook-signature': z.string().describe('Space-separated `v1,<base64 HMAC-SHA256>` signatures (several while a secret rotates)'),
+});
+
 /** Keeps the literal types of a contract (its schemas) for the handler that parses with them. */
 export const defineRoute = <const C extends RouteContract>(c: C): C => c;
 export const defineWebhook = <const W extends WebhookContract>(w: W): W => w;

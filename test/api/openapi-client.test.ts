@@ -10,7 +10,7 @@ import express from 'express';
 import openapiTS, { astToString, type OpenAPI3 } from 'openapi-typescript';
 import { z } from 'zod';
 import { createVidorchClient, type VidorchClient } from '../../api/client';
-import { defineRoute, defineWebhook, mountRoute, openApiDocument, sse, sseEvent } from '../../api/contract';
+import { defineRoute, defineWebhook, mountRoute, openApiDocument, sse, sseEvent, standardWebhookHeaders } from '../../api/contract';
 import { problemAnswers } from '../../api/problem';
 import { CONTRACT_FILES, renderContractFiles } from '../../scripts/openapi-files';
 import { contractValidator, type OpenApiDoc } from '../support/contract';
@@ -37,7 +37,7 @@ const tickWebhook = defineWebhook({
   event: 'example.tick',
   operationId: 'onExampleTick',
   summary: 'A tick happened',
-  headers: z.object({ 'webhook-id': z.string(), 'webhook-timestamp': z.string(), 'webhook-signature': z.string() }),
+  headers: standardWebhookHeaders,
   body: z.object({ type: z.literal('example.tick'), data: tick }),
   responses: { 200: { description: 'Received' } },
 });

@@ -186,6 +186,8 @@ export interface ModesStack {
   create(key: string, body?: Record<string, unknown>): Promise<{ status: number; headers: Headers; body: any }>;
   createTask(key: string): Promise<string>;
   getTask(taskId: string): Promise<Task>;
+  /** POST /v1/tasks/:id/cancel with the typed client: the answer's status, headers and body. */
+  cancel(taskId: string): Promise<{ status: number; headers: Headers; body: any }>;
   waitForStatus(taskId: string, status: string, timeoutMs?: number): Promise<any>;
   close(): Promise<void>;
 }
@@ -260,6 +262,10 @@ export async function startModesStack(
       const res = await stack.create(key);
       assert.equal(res.status, 202, JSON.stringify(res.body));
       return res.body.task_id as string;
+    },
+    async cancel(taskId) {
+      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
+      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
     },
     async getTask(taskId) {
       const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });

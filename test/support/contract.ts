@@ -72,10 +72,16 @@ export interface RealAnswer {
   readonly text: string;
 }
 
-/** Parses a text/event-stream body into events ({ id?, event?, data }, data parsed as JSON). */
+/**
+ * Parses a text/event-stream body into events ({ id?, event?, data }, data parsed as JSON).
+ * Comments (heartbeats) are skipped, and so is a last event not yet ended by a blank line (a
+ * stream read for a while, then aborted).
+ */
 export function parseEventStream(text: string): { id?: string; event?: string; data: unknown }[] {
   const events: { id?: string; event?: string; data: unknown }[] = [];
-  for (const block of text.split(/\r?\n\r?\n/)) {
+  const blocks = text.split(/\r?\n\r?\n/);
+  blocks.pop(); // what follows the last blank line: empty, or an event still being written
+  for (const block of blocks) {
     const fields: Record<string, string[]> = {};
     for (const line of block.split(/\r?\n/)) {
       if (!line || line.startsWith(':')) continue;

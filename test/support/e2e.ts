@@ -44,6 +44,8 @@ export interface E2E {
   getTask(taskId: string): Promise<Task>;
   /** The task once it has `status` (typed loosely: the caller knows which fields that status fills). */
   waitForStatus(taskId: string, status: string, timeoutMs?: number): Promise<any>;
+  /** POST /v1/tasks/:id/cancel: the answer's status and body (the cancel answer or a problem). */
+  cancelTask(taskId: string): Promise<{ status: number; body: unknown }>;
   /**
    * Waits until the task's workflow itself reports the status (its facts query): Postgres moves
    * first (an activity commits), the workflow's facts follow when its step returns, and an
@@ -106,6 +108,10 @@ export async function startE2E(
       const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });
       if (!res.data) throw new Error(`GET /v1/tasks/${taskId} answered ${res.response.status}: ${JSON.stringify(res.error)}`);
       return res.data;
+    },
+    async cancelTask(taskId) {
+      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
+      return { status: res.response.status, body: res.data ?? res.error };
     },
     waitForStatus(taskId, status, timeoutMs = 60_000) {
       return eventually(async () => {
