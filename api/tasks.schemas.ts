@@ -28,7 +28,8 @@ export const createTaskBody = z
       .optional(),
     project_id: z.uuid().optional().describe('Defaults to the tenant\'s default project'),
   })
-  .describe('A video generation request');
+  .describe('A video generation request')
+  .meta({ id: 'CreateTaskRequest' });
 export type CreateTaskBody = z.infer<typeof createTaskBody>;
 
 export const idempotencyKeyHeader = z

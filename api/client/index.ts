@@ -13,7 +13,7 @@ import type { components, operations, paths } from './schema';
 export type { components, operations, paths };
 export type VidorchClient = Client<paths>;
 export type Schemas = components['schemas'];
-export type CreateTaskRequest = NonNullable<operations['createTask']['requestBody']>['content']['application/json'];
+export type CreateTaskRequest = Schemas['CreateTaskRequest'];
 export type Task = Schemas['Task'];
 export type TaskSummary = Schemas['TaskSummary'];
 export type Problem = Schemas['Problem'];

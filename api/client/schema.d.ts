@@ -128,6 +128,34 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description A video generation request */
+        CreateTaskRequest: {
+            /** @description Model from the catalog: a provider's model id (e.g. "minimax/video-01", pinned to its provider) or a model family (e.g. "kling-v2", routed by provider health and cost) */
+            model: string;
+            /**
+             * @description A pinned model: must name its provider. A model family: the preferred provider (health still decides)
+             * @enum {string}
+             */
+            provider?: "replicate" | "fal" | "runway" | "kling";
+            prompt: string;
+            duration_seconds: number;
+            /** @enum {string} */
+            resolution: "480p" | "720p" | "1080p";
+            /** Format: uri */
+            input_image_url?: string;
+            /** @default 0 */
+            priority?: number;
+            /** @description The task must be accepted by a provider within this many seconds of creation, or it fails (DEADLINE_EXCEEDED) and its credits are released. Default: the server's TASK_DEADLINE_SECONDS */
+            deadline_seconds?: number;
+            metadata?: {
+                [key: string]: string;
+            };
+            /**
+             * Format: uuid
+             * @description Defaults to the tenant's default project
+             */
+            project_id?: string;
+        };
         AcceptedTask: {
             /** Format: uuid */
             task_id: string;
@@ -380,33 +408,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description Model from the catalog: a provider's model id (e.g. "minimax/video-01", pinned to its provider) or a model family (e.g. "kling-v2", routed by provider health and cost) */
-                    model: string;
-                    /**
-                     * @description A pinned model: must name its provider. A model family: the preferred provider (health still decides)
-                     * @enum {string}
-                     */
-                    provider?: "replicate" | "fal" | "runway" | "kling";
-                    prompt: string;
-                    duration_seconds: number;
-                    /** @enum {string} */
-                    resolution: "480p" | "720p" | "1080p";
-                    /** Format: uri */
-                    input_image_url?: string;
-                    /** @default 0 */
-                    priority?: number;
-                    /** @description The task must be accepted by a provider within this many seconds of creation, or it fails (DEADLINE_EXCEEDED) and its credits are released. Default: the server's TASK_DEADLINE_SECONDS */
-                    deadline_seconds?: number;
-                    metadata?: {
-                        [key: string]: string;
-                    };
-                    /**
-                     * Format: uuid
-                     * @description Defaults to the tenant's default project
-                     */
-                    project_id?: string;
-                };
+                "application/json": components["schemas"]["CreateTaskRequest"];
             };
         };
         responses: {
