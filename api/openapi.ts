@@ -15,7 +15,11 @@ export const API_ROUTES: readonly RouteContract[] = [
   ...Object.values(systemRoutes),
 ];
 
-/** Events sent to tenants' endpoints (OpenAPI `webhooks`); none yet. */
+/**
+ * Events sent to tenants' endpoints (OpenAPI `webhooks`, docs/api.md): none yet. The tenant
+ * webhook events (task.succeeded, task.failed, …) go here as defineWebhook() contracts with their
+ * payload schemas and standardWebhookHeaders, from the module that builds those payloads.
+ */
 export const API_WEBHOOKS: readonly WebhookContract[] = [];
 
 /** The document of this deployment: its server is `serverUrl` (PUBLIC_BASE_URL). */

@@ -34,6 +34,8 @@ export function expressRoutes(app: Express): RouteKey[] {
           }
         }
       } else if (layer.handle.stack) {
+        // A mounted router: router 2.x keeps its mount path as rawPath (without it every path
+        // under it would lose its prefix, and the comparison with the document fails loudly).
         const mount = typeof layer.rawPath === 'string' && layer.rawPath !== '/' ? layer.rawPath : '';
         walk(layer.handle.stack, `${prefix}${mount}`);
       }
