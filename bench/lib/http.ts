@@ -101,8 +101,8 @@ export interface TaskClient {
 /**
  * The typed API client over this module's bounded keep-alive agent: openapi-fetch builds and
  * reads the requests (paths, headers and bodies typed by the document), node:http carries them.
- * A lighter transport than global fetch (no Request/Response streams per request), so the load
- * generator costs what it did with hand-built requests.
+ * A lighter transport than global fetch (no Request/Response streams per request): about 15 µs
+ * of generator CPU per request over hand-built ones (docs/api.md).
  */
 export function createTaskClient(baseUrl: string, connections: number, opts: { timeoutMs?: number } = {}): TaskClient {
   const http = createHttpClient(baseUrl, connections);
