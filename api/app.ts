@@ -1,15 +1,20 @@
-// The HTTP API. createApp() wires routes to handlers; nothing here talks to Temporal except
-// through the facade.
+// The HTTP API. createApp() mounts each route by its contract (api/*.routes.ts, listed in
+// api/openapi.ts) on its handlers; nothing here talks to Temporal except through the facade.
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { ApiContext } from './context';
 import { readGate } from './admission';
 import { requireTenant } from './auth';
 import { callbackHandlers } from './callbacks.handlers';
-import { openApiDocument } from './openapi';
+import { callbackRoutes } from './callbacks.routes';
+import { mountRoute } from './contract';
+import { apiDocument } from './openapi';
 import { errorHandler, problems, sendProblem } from './problem';
 import { requestSpans, routeOf } from './request-span';
+import { systemRoutes } from './system.routes';
 import { taskHandlers } from './tasks.handlers';
+import { taskRoutes } from './tasks.routes';
 import { webhookHandlers } from './webhooks.handlers';
+import { webhookEndpointRoutes } from './webhooks.routes';
 
 export function createApp(ctx: ApiContext): express.Express {
   const app = express();
@@ -27,27 +32,26 @@ export function createApp(ctx: ApiContext): express.Express {
     next();
   });
 
-  app.get('/healthz', (_req, res) => {
+  mountRoute(app, '', systemRoutes.healthz, (_req, res) => {
     res.json({ status: 'ok' });
   });
   // Ready means "admits new tasks here" (api/admission.ts). The public answer says only that; why,
   // and the region, epoch, mode and backlog, are on the operator listener's /readyz.
-  app.get('/readyz', async (_req, res) => {
+  mountRoute(app, '', systemRoutes.readyz, async (_req, res) => {
     const r = await ctx.admission.readiness();
     if (!r.ready) res.setHeader('Retry-After', '5');
     res.status(r.ready ? 200 : 503).json({ status: r.ready ? 'ready' : 'not_ready' });
   });
   // The servers named in the document are this deployment's, never the request's Host header.
-  app.get('/openapi.json', (_req, res) => {
-    res.json(openApiDocument(ctx.settings.publicBaseUrl));
+  // Rendered once, on the first request.
+  let document: ReturnType<typeof apiDocument> | null = null;
+  mountRoute(app, '', systemRoutes.openapi, (_req, res) => {
+    document ??= apiDocument(ctx.settings.publicBaseUrl);
+    res.json(document);
   });
 
   const callbacks = callbackHandlers(ctx);
-  app.post(
-    '/v1/callbacks/:provider/:token',
-    express.raw({ type: () => true, limit: ctx.settings.bodyLimit }),
-    callbacks.receive,
-  );
+  mountRoute(app, '', callbackRoutes.receive, express.raw({ type: () => true, limit: ctx.settings.bodyLimit }), callbacks.receive);
 
   const tasks = taskHandlers(ctx);
   const v1 = express.Router();
@@ -59,20 +63,21 @@ export function createApp(ctx: ApiContext): express.Express {
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
   v1.use(readGate(ctx.admission));
   v1.use(requireTenant(ctx.db));
-  v1.post('/tasks', ctx.rateLimiter.middleware('create'), tasks.create);
-  v1.get('/tasks', ctx.rateLimiter.middleware('read'), tasks.list);
-  v1.get('/tasks/:id', ctx.rateLimiter.middleware('read'), tasks.get);
-  v1.post('/tasks/:id/cancel', ctx.rateLimiter.middleware('cancel'), tasks.cancel);
+  mountRoute(v1, '/v1', taskRoutes.create, ctx.rateLimiter.middleware('create'), tasks.create);
+  mountRoute(v1, '/v1', taskRoutes.list, ctx.rateLimiter.middleware('read'), tasks.list);
+  mountRoute(v1, '/v1', taskRoutes.get, ctx.rateLimiter.middleware('read'), tasks.get);
+  mountRoute(v1, '/v1', taskRoutes.cancel, ctx.rateLimiter.middleware('cancel'), tasks.cancel);
   const webhooks = webhookHandlers(ctx);
   const read = ctx.rateLimiter.middleware('read');
-  v1.post('/webhook-endpoints', read, webhooks.create);
-  v1.get('/webhook-endpoints', read, webhooks.list);
-  v1.get('/webhook-endpoints/:id', read, webhooks.get);
-  v1.patch('/webhook-endpoints/:id', read, webhooks.update);
-  v1.delete('/webhook-endpoints/:id', read, webhooks.remove);
-  v1.post('/webhook-endpoints/:id/rotate-secret', read, webhooks.rotateSecret);
-  v1.get('/webhook-endpoints/:id/deliveries', read, webhooks.deliveries);
-  v1.post('/webhook-endpoints/:id/deliveries/:deliveryId/redeliver', read, webhooks.redeliver);
+  const w = webhookEndpointRoutes;
+  mountRoute(v1, '/v1', w.create, read, webhooks.create);
+  mountRoute(v1, '/v1', w.list, read, webhooks.list);
+  mountRoute(v1, '/v1', w.get, read, webhooks.get);
+  mountRoute(v1, '/v1', w.update, read, webhooks.update);
+  mountRoute(v1, '/v1', w.remove, read, webhooks.remove);
+  mountRoute(v1, '/v1', w.rotateSecret, read, webhooks.rotateSecret);
+  mountRoute(v1, '/v1', w.deliveries, read, webhooks.deliveries);
+  mountRoute(v1, '/v1', w.redeliver, read, webhooks.redeliver);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

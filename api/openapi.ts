@@ -1,82 +1,26 @@
-// /openapi.json, generated from the same zod schemas that validate requests.
-import { z } from 'zod';
-import { acceptedTask, createTaskBody, listTasksQuery } from './tasks.schemas';
+// The registry: every route the API serves and every webhook it sends, in one list each.
+// createApp() mounts exactly these routes (api/contract.ts mountRoute); /openapi.json, the
+// committed openapi.json and the generated client (api/client/) are rendered from them.
+// docs/api.md says how to add a route, a webhook event or a text/event-stream answer.
+import { callbackRoutes } from './callbacks.routes';
+import { openApiDocument, type RouteContract, type WebhookContract } from './contract';
+import { systemRoutes } from './system.routes';
+import { taskRoutes } from './tasks.routes';
+import { webhookEndpointRoutes, webhookEvents } from './webhooks.routes';
 
-const problem = {
-  description: 'Problem details (RFC 9457)',
-  content: {
-    'application/problem+json': {
-      schema: {
-        type: 'object',
-        properties: {
-          type: { type: 'string' },
-          title: { type: 'string' },
-          status: { type: 'integer' },
-          detail: { type: 'string' },
-          errors: { type: 'array', items: { type: 'object', properties: { field: { type: 'string' }, message: { type: 'string' } } } },
-          trace_id: { type: 'string', description: 'The trace of this request (present when tracing is on; docs/observability.md)' },
-        },
-      },
-    },
-  },
-};
+export const API_VERSION = '0.1.0';
 
-const json = (schema: z.ZodType, io: 'input' | 'output' = 'output') => ({
-  'application/json': { schema: z.toJSONSchema(schema, { io, unrepresentable: 'any' }) },
-});
+export const API_ROUTES: readonly RouteContract[] = [
+  ...Object.values(taskRoutes),
+  ...Object.values(webhookEndpointRoutes),
+  ...Object.values(callbackRoutes),
+  ...Object.values(systemRoutes),
+];
 
-export function openApiDocument(serverUrl: string) {
-  const listQuery = z.toJSONSchema(listTasksQuery, { io: 'input' }) as { properties: Record<string, unknown> };
-  return {
-    openapi: '3.1.0',
-    info: { title: 'vidorch', version: '0.1.0', description: 'Durable orchestrator for AI video generation' },
-    servers: [{ url: serverUrl }],
-    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-    security: [{ bearer: [] }],
-    paths: {
-      '/v1/tasks': {
-        post: {
-          summary: 'Create a generation task',
-          parameters: [{ name: 'Idempotency-Key', in: 'header', required: true, schema: { type: 'string', maxLength: 255 } }],
-          requestBody: { required: true, content: json(createTaskBody, 'input') },
-          responses: {
-            '202': { description: 'Accepted: the task is stored and will converge', content: json(acceptedTask) },
-            '400': problem, '401': problem, '402': problem, '413': problem, '422': problem, '503': problem,
-          },
-        },
-        get: {
-          summary: 'List tasks (newest first)',
-          parameters: Object.entries(listQuery.properties).map(([name, schema]) => ({ name, in: 'query', schema })),
-          responses: { '200': { description: 'A page of tasks' }, '400': problem, '401': problem },
-        },
-      },
-      '/v1/tasks/{id}': {
-        get: {
-          summary: 'A task with its attempts, transitions, ledger entries and output',
-          parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
-          responses: { '200': { description: 'The task' }, '401': problem, '404': problem },
-        },
-      },
-      '/v1/tasks/{id}/cancel': {
-        post: {
-          summary: 'Cancel a task',
-          parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
-          responses: { '202': { description: 'Cancelled, or cancel requested' }, '401': problem, '404': problem, '409': problem },
-        },
-      },
-      '/v1/callbacks/{provider}/{token}': {
-        post: {
-          summary: 'Provider status callback (signed; the token is the keyed one of the callback URL, docs/security.md)',
-          security: [],
-          responses: {
-            '200': { description: 'Stored (or a duplicate)' },
-            '202': { description: 'Spooled (the inbox cannot be written now)' },
-            '400': problem, '401': problem, '404': problem, '409': problem, '413': problem, '429': problem, '503': problem,
-          },
-        },
-      },
-      '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': { description: 'alive' } } } },
-      '/readyz': { get: { summary: 'Can this instance admit new tasks (ready or not; the reasons are on the operator listener)', security: [], responses: { '200': { description: 'ready' }, '503': { description: 'not ready' } } } },
-    },
-  };
+/** Events sent to tenants' endpoints (OpenAPI `webhooks`, docs/webhooks.md). */
+export const API_WEBHOOKS: readonly WebhookContract[] = webhookEvents;
+
+/** The document of this deployment: its server is `serverUrl` (PUBLIC_BASE_URL). */
+export function apiDocument(serverUrl: string) {
+  return openApiDocument({ serverUrl, version: API_VERSION, routes: API_ROUTES, webhooks: API_WEBHOOKS });
 }

@@ -5,6 +5,7 @@ import { FenceRejectedError } from '../db/fence';
 import type { Logger } from '../observability/logger';
 import { redactText } from '../observability/redact';
 import { activeTraceId } from '../observability/trace-context';
+import type { ResponseContract } from './contract';
 
 export interface FieldError {
   readonly field: string;
@@ -53,6 +54,62 @@ export const problems = {
     ]),
 };
 
+/** The body of every error answer (RFC 9457), as sendProblem() writes it. */
+export const problemDocument = z
+  .object({
+    type: z.url().describe('https://docs.vidorch.dev/problems/<code>: the kind of problem, stable'),
+    title: z.string(),
+    status: z.int().min(400).max(599),
+    detail: z.string().optional(),
+    errors: z
+      .array(z.object({ field: z.string().describe('body field path, `query.<name>`, `header:<Name>` or `path`'), message: z.string() }))
+      .optional(),
+    instance: z.string().optional().describe('The request path'),
+    trace_id: z
+      .string()
+      .regex(/^[0-9a-f]{32}$/)
+      .optional()
+      .describe("The request's trace id when tracing is on (docs/observability.md): quote it when reporting a problem"),
+  })
+  .meta({ id: 'Problem' });
+export type ProblemDocument = z.infer<typeof problemDocument>;
+
+const retryAfter = z.string().regex(/^[0-9]+$/).describe('Seconds to wait before retrying');
+
+const PROBLEM_ANSWERS: Record<number, string> = {
+  400: 'The request is not valid: `errors` names each field (body, query, header or path)',
+  401: 'No valid API key',
+  402: 'Not enough credits for this task',
+  404: 'Not found (another tenant\'s resource is not found either)',
+  409: 'The request conflicts with the current state',
+  413: 'The request body is over API_BODY_LIMIT',
+  415: 'The request body is not application/json, or its encoding or charset is not supported',
+  422: 'This Idempotency-Key was used with another request body',
+  429: 'Over the rate limit: retry after Retry-After seconds',
+  500: 'Internal error',
+  503: 'The mode, region or a dependency does not admit this request now: retry after Retry-After seconds',
+};
+
+/**
+ * The problem+json answers with these statuses, for a route contract (api/contract.ts). 429 and
+ * 503 always carry Retry-After; `bearer` routes' 401 carries `WWW-Authenticate: Bearer`.
+ */
+export function problemAnswers(statuses: readonly number[], opts: { bearer?: boolean; describe?: Record<number, string> } = {}): Record<number, ResponseContract> {
+  return Object.fromEntries(
+    statuses.map((status) => {
+      const description = opts.describe?.[status] ?? PROBLEM_ANSWERS[status];
+      if (!description) throw new Error(`no problem answer for ${status}`);
+      const headers =
+        status === 429 || status === 503
+          ? z.object({ 'Retry-After': retryAfter })
+          : status === 401 && opts.bearer
+            ? z.object({ 'WWW-Authenticate': z.literal('Bearer') })
+            : undefined;
+      return [status, { description, content: { mediaType: 'application/problem+json', schema: problemDocument }, ...(headers ? { headers } : {}) }];
+    }),
+  );
+}
+
 export function zodFieldErrors(error: z.ZodError, prefix = ''): FieldError[] {
   return error.issues.map((i) => {
     const path = [prefix, ...i.path.map(String)].filter(Boolean).join('.');
@@ -68,18 +125,16 @@ export function sendProblem(res: Response, p: HttpProblem, instance?: string): v
   for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);
   // The request span's trace id (tracing on), so a client's report leads to the trace.
   const traceId = activeTraceId();
-  res
-    .status(p.status)
-    .type('application/problem+json')
-    .json({
-      type: `https://docs.vidorch.dev/problems/${p.code}`,
-      title: p.title,
-      status: p.status,
-      ...(p.detail ? { detail: redactText(p.detail) } : {}),
-      ...(p.errors.length ? { errors: p.errors.map((e) => ({ field: e.field, message: redactText(e.message) })) } : {}),
-      ...(instance ? { instance } : {}),
-      ...(traceId ? { trace_id: traceId } : {}),
-    });
+  const body: ProblemDocument = {
+    type: `https://docs.vidorch.dev/problems/${p.code}`,
+    title: p.title,
+    status: p.status,
+    ...(p.detail ? { detail: redactText(p.detail) } : {}),
+    ...(p.errors.length ? { errors: p.errors.map((e) => ({ field: e.field, message: redactText(e.message) })) } : {}),
+    ...(instance ? { instance } : {}),
+    ...(traceId ? { trace_id: traceId } : {}),
+  };
+  res.status(p.status).type('application/problem+json').json(body);
 }
 
 /** Postgres could not be reached or refused work: 503 with Retry-After, never a 500. */

@@ -1,13 +1,14 @@
-// HTTP ↔ task service. Validation with zod; every error is a problem+json.
+// HTTP ↔ task service. Requests are parsed with their route contracts' schemas
+// (api/tasks.routes.ts); every error is a problem+json.
 import type { Request, Response } from 'express';
 import { acquireFence, FenceRejectedError } from '../db/fence';
 import type { TaskStatus } from '../domain/states';
 import type { ApiContext } from './context';
 import { tenantOf } from './auth';
 import { HttpProblem, problems, zodFieldErrors } from './problem';
-import { createTaskBody, idempotencyKeyHeader, listTasksQuery, taskIdParam } from './tasks.schemas';
 import { cancelTask, createTask, getTaskDetail, listTasks } from './tasks.service';
 import { presentTask, presentTaskSummary } from './tasks.present';
+import { taskRoutes } from './tasks.routes';
 
 async function fenceToken(ctx: ApiContext) {
   try {
@@ -18,22 +19,23 @@ async function fenceToken(ctx: ApiContext) {
   }
 }
 
-function parseTaskId(req: Request): string {
-  const parsed = taskIdParam.safeParse(req.params['id']);
+function parseTaskId(req: Request, params = taskRoutes.get.request.params): string {
+  const parsed = params.safeParse(req.params);
   // A malformed id names no task of this tenant: 404, like any other unknown id.
   if (!parsed.success) throw problems.notFound('task');
-  return parsed.data;
+  return parsed.data.id;
 }
 
 export function taskHandlers(ctx: ApiContext) {
   return {
     async create(req: Request, res: Response) {
       const { tenantId } = tenantOf(req);
+      const { request } = taskRoutes.create;
       const rawKey = req.get('idempotency-key');
       if (rawKey === undefined) throw problems.missingHeader('Idempotency-Key');
-      const key = idempotencyKeyHeader.safeParse(rawKey);
+      const key = request.headers.shape['Idempotency-Key'].safeParse(rawKey);
       if (!key.success) throw problems.validation(zodFieldErrors(key.error, 'header:Idempotency-Key'));
-      const body = createTaskBody.safeParse(req.body ?? {});
+      const body = request.body.schema.safeParse(req.body ?? {});
       if (!body.success) throw problems.validation(zodFieldErrors(body.error));
       // The admission check's fence state (cached ≤ 1 s) gives the token; the transaction re-checks
       // region and epoch under a share lock, so a stale cache can only cause a 503, never a bad write.
@@ -78,7 +80,7 @@ export function taskHandlers(ctx: ApiContext) {
 
     async list(req: Request, res: Response) {
       const { tenantId } = tenantOf(req);
-      const q = listTasksQuery.safeParse(req.query);
+      const q = taskRoutes.list.request.query.safeParse(req.query);
       if (!q.success) throw problems.validation(zodFieldErrors(q.error, 'query'));
       const page = await listTasks(ctx.db, tenantId, {
         limit: q.data.limit,
@@ -90,7 +92,7 @@ export function taskHandlers(ctx: ApiContext) {
 
     async cancel(req: Request, res: Response) {
       const { tenantId } = tenantOf(req);
-      const taskId = parseTaskId(req);
+      const taskId = parseTaskId(req, taskRoutes.cancel.request.params);
       await ctx.admission.assertCanWrite();
       const token = await fenceToken(ctx);
       const task = await cancelTask(ctx.db, token, tenantId, taskId);

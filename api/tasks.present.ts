@@ -1,15 +1,22 @@
-// Rows → API JSON. Money stays a decimal string; the provider's temporary URL is not exposed.
+// Rows → API JSON, typed by the answers' schemas (api/tasks.schemas.ts, the route contracts).
+// Money stays a decimal string; the provider's temporary URL is not exposed.
+import type { AttemptState, LedgerEntryType, TaskStatus } from '../domain/states';
+import type { MediaInfo } from '../media/probe';
 import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
 import type { generationTask } from '../db/schema';
+import type { TaskDetail, TaskSummary } from './tasks.schemas';
 
 type Detail = NonNullable<Awaited<ReturnType<typeof getTaskDetail>>>;
 type TaskRow = typeof generationTask.$inferSelect;
 
-export function presentTaskSummary(t: TaskRow) {
+// The state columns are text in the schema, each CHECK-constrained to its set (db/schema.ts).
+const taskStatus = (s: string) => s as TaskStatus;
+
+export function presentTaskSummary(t: TaskRow): TaskSummary {
   return {
     task_id: t.task_id,
-    status: t.status,
+    status: taskStatus(t.status),
     /** What the tenant ordered; provider and provider_model say where it runs (or will, once routed). */
     model: (t.request as { model?: string }).model ?? t.provider_model,
     provider: t.provider,
@@ -23,7 +30,7 @@ export function presentTaskSummary(t: TaskRow) {
   };
 }
 
-export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds: number) {
+export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds: number): Promise<TaskDetail> {
   const video = d.assets.find((a) => a.kind === 'video');
   const thumb = d.assets.find((a) => a.kind === 'thumbnail');
   const deliverable = d.task.status === 'SUCCEEDED' && video;
@@ -31,7 +38,7 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
     ...presentTaskSummary(d.task),
     status_version: d.task.status_version,
     project_id: d.task.project_id,
-    request: d.task.request,
+    request: d.task.request as Record<string, unknown>,
     failure: d.task.failure_code ? { code: d.task.failure_code, message: d.task.failure_message } : null,
     cancel_requested: d.task.cancel_requested_at !== null,
     output: deliverable
@@ -42,14 +49,14 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
           sha256: video.sha256,
           size_bytes: video.size_bytes,
           content_type: video.content_type,
-          media: video.media_info,
+          media: (video.media_info as MediaInfo | null) ?? null,
         }
       : null,
     attempts: d.attempts.map((a) => ({
       attempt_id: a.attempt_id,
       attempt_no: a.attempt_no,
       provider: a.provider,
-      submit_state: a.submit_state,
+      submit_state: a.submit_state as AttemptState,
       provider_job_id: a.provider_job_id,
       provider_status: a.provider_status,
       submit_started_at: a.submit_started_at?.toISOString() ?? null,
@@ -58,8 +65,8 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
       last_error: a.last_error,
     })),
     transitions: d.transitions.map((t) => ({
-      from: t.from_status,
-      to: t.to_status,
+      from: t.from_status === null ? null : taskStatus(t.from_status),
+      to: taskStatus(t.to_status),
       version: t.to_version,
       source_event: t.source_event,
       actor: t.actor,
@@ -67,7 +74,7 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
     })),
     ledger: d.ledger.map((e) => ({
       business_key: e.business_key,
-      type: e.entry_type,
+      type: e.entry_type as LedgerEntryType,
       amount: e.amount,
       at: e.created_at.toISOString(),
     })),

@@ -1,7 +1,8 @@
-// The API's wire shapes. zod validates requests; the same schemas feed /openapi.json.
+// The API's wire shapes. zod validates requests; the same schemas, and those of the answers
+// (which the presenter's types follow), are the route contracts of api/tasks.routes.ts.
 import { z } from 'zod';
 import { PROVIDERS, RESOLUTIONS } from '../domain/catalog';
-import { TASK_STATES } from '../domain/states';
+import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, TASK_STATES } from '../domain/states';
 
 export const createTaskBody = z
   .strictObject({
@@ -32,7 +33,8 @@ export const createTaskBody = z
       .optional()
       .describe('Also send this task\'s events here (https, a public host), signed with the secret of the tenant\'s oldest enabled webhook endpoint (docs/webhooks.md)'),
   })
-  .describe('A video generation request');
+  .describe('A video generation request')
+  .meta({ id: 'CreateTaskRequest' });
 export type CreateTaskBody = z.infer<typeof createTaskBody>;
 
 export const idempotencyKeyHeader = z
@@ -42,6 +44,10 @@ export const idempotencyKeyHeader = z
   .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces');
 
 export const taskIdParam = z.uuid();
+export const taskPathParams = z.object({ id: taskIdParam.describe('The task id (a malformed id is a 404, like an unknown one)') });
+export const createTaskHeaders = z.object({
+  'Idempotency-Key': idempotencyKeyHeader.describe('Stripe semantics: the same key and body answer the original 202 (Idempotent-Replayed: true); another body is a 422'),
+});
 
 export const listTasksQuery = z.strictObject({
   status: z.enum(TASK_STATES).optional(),
@@ -49,7 +55,87 @@ export const listTasksQuery = z.strictObject({
   cursor: z.string().max(200).optional(),
 });
 
-export const acceptedTask = z.object({
-  task_id: z.uuid(),
-  status: z.enum(TASK_STATES),
-});
+export const taskStatus = z.enum(TASK_STATES).meta({ id: 'TaskStatus' });
+/** Credits: a decimal string, never a float. */
+const money = z.string().regex(/^[0-9]+(\.[0-9]+)?$/).describe('Credits, a decimal string');
+const timestamp = z.iso.datetime();
+
+export const acceptedTask = z.object({ task_id: z.uuid(), status: taskStatus }).meta({ id: 'AcceptedTask' });
+
+export const taskSummary = z
+  .object({
+    task_id: z.uuid(),
+    status: taskStatus,
+    model: z.string().describe('What the tenant ordered; provider and provider_model say where it runs (or will, once routed)'),
+    provider: z.string(),
+    provider_model: z.string(),
+    reserved_amount: money,
+    settled_amount: money.nullable(),
+    created_at: timestamp,
+    updated_at: timestamp,
+    terminal_at: timestamp.nullable(),
+    deadline_at: timestamp.nullable(),
+  })
+  .meta({ id: 'TaskSummary' });
+export type TaskSummary = z.infer<typeof taskSummary>;
+
+export const taskPage = z
+  .object({ tasks: z.array(taskSummary), next_cursor: z.string().nullable().describe('Pass as `cursor` for the next page; null on the last') })
+  .meta({ id: 'TaskPage' });
+
+const taskOutput = z
+  .object({
+    download_url: z.url().describe('Presigned; valid for expires_in_seconds'),
+    thumbnail_url: z.url().nullable(),
+    expires_in_seconds: z.int(),
+    sha256: z.string(),
+    size_bytes: z.int(),
+    content_type: z.string(),
+    media: z
+      .object({ container: z.string(), videoCodec: z.string(), width: z.number(), height: z.number(), durationSeconds: z.number() })
+      .nullable()
+      .describe('What the media check found'),
+  })
+  .describe('The playable video, once SUCCEEDED');
+
+export const taskDetail = z
+  .object({
+    ...taskSummary.shape,
+    status_version: z.int().describe('Increases with every transition'),
+    project_id: z.uuid(),
+    request: z.record(z.string(), z.unknown()).describe('The request as accepted'),
+    failure: z.object({ code: z.string(), message: z.string().nullable() }).nullable(),
+    cancel_requested: z.boolean(),
+    output: taskOutput.nullable(),
+    attempts: z.array(
+      z.object({
+        attempt_id: z.uuid(),
+        attempt_no: z.int(),
+        provider: z.string(),
+        submit_state: z.enum(ATTEMPT_STATES),
+        provider_job_id: z.string().nullable(),
+        provider_status: z.string().nullable(),
+        submit_started_at: timestamp.nullable(),
+        submit_finished_at: timestamp.nullable(),
+        unknown_since: timestamp.nullable(),
+        last_error: z.string().nullable(),
+      }),
+    ),
+    transitions: z.array(
+      z.object({
+        from: taskStatus.nullable(),
+        to: taskStatus,
+        version: z.int(),
+        source_event: z.string(),
+        actor: z.string(),
+        at: timestamp,
+      }),
+    ),
+    ledger: z.array(z.object({ business_key: z.string(), type: z.enum(LEDGER_ENTRY_TYPES), amount: money, at: timestamp })),
+  })
+  .meta({ id: 'Task' });
+export type TaskDetail = z.infer<typeof taskDetail>;
+
+export const cancelAnswer = z
+  .object({ task_id: z.uuid(), status: taskStatus, cancel_requested: z.boolean().describe('true: the provider job is being cancelled; the status follows') })
+  .meta({ id: 'CancelAnswer' });

@@ -4,7 +4,7 @@
 // client counts on the same database. Figures are ratios against pgbench measured in this run.
 import { sleep } from '../scripts/stack';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
-import { createHttpClient } from './lib/http';
+import { createTaskClient } from './lib/http';
 import { closedLoop, type LoadResult } from './lib/load';
 import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
 import { runPgbench, type PgbenchResult } from './lib/pgbench';
@@ -12,6 +12,7 @@ import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { freePort } from '../scripts/stack';
 import { ratio, round } from './lib/stats';
+import { createTask } from './lib/tasks';
 import { startBenchWorld, type ApiProcess, type BenchTenant, type BenchWorld } from './lib/world';
 
 export interface AdmissionOptions {
@@ -31,7 +32,7 @@ export interface AdmissionOptions {
   readonly cpuProfile: boolean;
 }
 
-const BODY = JSON.stringify({ model: 'minimax/video-01', prompt: 'bench admission', duration_seconds: 1, resolution: '480p' });
+const BODY = { model: 'minimax/video-01', prompt: 'bench admission', duration_seconds: 1, resolution: '480p' } as const;
 
 interface Row {
   readonly mode: string;
@@ -54,7 +55,8 @@ async function apiPhase(
   o: AdmissionOptions,
   rep: Reporter,
 ): Promise<Measured<LoadResult>> {
-  const http = createHttpClient(api.url, clients);
+  const http = createTaskClient(api.url, clients);
+  const clientOf = tenants.map((t) => http.as(t.apiKey));
   const prefix = `${label}-${clients}-${Date.now().toString(36)}`;
   try {
     return await measured(
@@ -70,15 +72,7 @@ async function apiPhase(
           durationMs: o.durationS * 1000,
           progress: rep.log,
           async request(seq) {
-            const tenant = tenants[seq % tenants.length]!;
-            const res = await http.request('POST', '/v1/tasks', {
-              headers: {
-                authorization: `Bearer ${tenant.apiKey}`,
-                'idempotency-key': `${prefix}-${seq}`,
-                'content-type': 'application/json',
-              },
-              body: BODY,
-            });
+            const res = await createTask(clientOf[seq % tenants.length]!, `${prefix}-${seq}`, BODY);
             return { ok: res.status === 202, status: String(res.status) };
           },
         }),

@@ -16,8 +16,8 @@ import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTas
 import type { bareWorkflow, BareShape } from './workflows/bare';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { afterLastSignal, type StepStat } from './lib/history';
-import { createHttpClient } from './lib/http';
-import { waitForTerminal } from './lib/tasks';
+import { createTaskClient } from './lib/http';
+import { createTaskOrThrow, waitForTerminal } from './lib/tasks';
 import { describeCpu, measured } from './lib/measure';
 import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
@@ -54,7 +54,7 @@ interface PhaseResult {
 
 const GOAL_P50_MS = 300;
 const GOAL_P99_MS = 1_000;
-const BODY = (i: number) => JSON.stringify({ model: 'minimax/video-01', prompt: `bench callback-latency ${i}`, duration_seconds: 1, resolution: '480p' });
+const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench callback-latency ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 
 async function breakdown(bw: BenchWorld, workflowIds: string[], sample: number): Promise<Breakdown> {
   const acc: Breakdown = { workflows: 0, totalMs: 0, activities: {}, workflowTasks: { count: 0, queueMs: 0, runMs: 0 } };
@@ -81,7 +81,8 @@ async function breakdown(bw: BenchWorld, workflowIds: string[], sample: number):
 
 /** Creates `n` tasks at `rate` per second; returns their ids (creates that fail stop the run). */
 async function createAtRate(apiUrl: string, apiKey: string, n: number, rate: number, prefix: string, onProgress: (done: number) => void): Promise<string[]> {
-  const http = createHttpClient(apiUrl, 8);
+  const http = createTaskClient(apiUrl, 8, { timeoutMs: 30_000 });
+  const vidorch = http.as(apiKey);
   const ids: string[] = [];
   const t0 = performance.now();
   const pending: Promise<void>[] = [];
@@ -91,16 +92,9 @@ async function createAtRate(apiUrl: string, apiKey: string, n: number, rate: num
       const wait = due - performance.now();
       if (wait > 0) await sleep(wait);
       pending.push(
-        http
-          .request('POST', '/v1/tasks', {
-            headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
-            body: BODY(i),
-            timeoutMs: 30_000,
-          })
-          .then((res) => {
-            if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
-            ids.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
-          }),
+        createTaskOrThrow(vidorch, `${prefix}-${i}`, BODY(i)).then((id) => {
+          ids.push(id);
+        }),
       );
       if ((i + 1) % Math.max(1, Math.round(rate)) === 0) onProgress(i + 1);
     }

@@ -9,7 +9,8 @@ import { randomUUID } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { createCallbackTokens } from '../providers/callback-token';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
-import { createHttpClient } from './lib/http';
+import { createHttpClient, createTaskClient } from './lib/http';
+import { createTaskOrThrow } from './lib/tasks';
 import { closedLoop, type LoadResult } from './lib/load';
 import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
 import { runPgbench, type PgbenchResult } from './lib/pgbench';
@@ -76,7 +77,8 @@ async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Re
   // Real tasks through the API (so their workflows exist and the wake signal has a target),
   // then one SUBMITTED attempt each, written directly.
   const [tenant] = await bw.createTenants(1);
-  const http = createHttpClient(apiUrl, 16);
+  const http = createTaskClient(apiUrl, 16);
+  const vidorch = http.as(tenant!.apiKey);
   const taskIds: string[] = [];
   let next = 0;
   try {
@@ -84,12 +86,7 @@ async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Re
       Array.from({ length: 16 }, async () => {
         while (next < n) {
           const i = next++;
-          const res = await http.request('POST', '/v1/tasks', {
-            headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `cb-setup-${i}`, 'content-type': 'application/json' },
-            body: JSON.stringify({ model: 'minimax/video-01', prompt: `bench callbacks ${i}`, duration_seconds: 1, resolution: '480p' }),
-          });
-          if (res.status !== 202) throw new Error(`setup create answered ${res.status}: ${res.body.toString()}`);
-          taskIds.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
+          taskIds.push(await createTaskOrThrow(vidorch, `cb-setup-${i}`, { model: 'minimax/video-01', prompt: `bench callbacks ${i}`, duration_seconds: 1, resolution: '480p' }));
         }
       }),
     );

@@ -13,13 +13,13 @@ import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
 import { addHistory, emptyStats, type HistoryStats } from './lib/history';
-import { createHttpClient } from './lib/http';
+import { createTaskClient } from './lib/http';
 import { describeCpu, measured, topStatements } from './lib/measure';
 import type { CpuUsage } from './lib/procstat';
 import { processRss } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { ratio, round, sortNumbers, summarize, type LatencySummary } from './lib/stats';
-import { waitForTerminal } from './lib/tasks';
+import { createTaskOrThrow, waitForTerminal } from './lib/tasks';
 import { startBenchWorld, type BenchWorld } from './lib/world';
 
 export interface E2EOptions {
@@ -51,7 +51,7 @@ interface PhaseResult {
   readonly workerRssMb: number | null;
 }
 
-const BODY = (i: number) => JSON.stringify({ model: 'minimax/video-01', prompt: `bench e2e ${i}`, duration_seconds: 1, resolution: '480p' });
+const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench e2e ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 
 async function xactCommits(bw: BenchWorld): Promise<number> {
   const { rows } = await bw.world.db.pool.query<{ n: string }>('SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1', [bw.dbName]);
@@ -70,7 +70,8 @@ async function fetchHistories(bw: BenchWorld, workflowIds: string[], sample: num
 
 async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: string, countFiles: string[], workerPids: number[], apiPid: number) {
   const [tenant] = await bw.createTenants(1);
-  const http = createHttpClient(apiUrl, o.concurrency);
+  const http = createTaskClient(apiUrl, o.concurrency, { timeoutMs: 30_000 });
+  const vidorch = http.as(tenant!.apiKey);
   const prefix = `e2e-${randomUUID().slice(0, 8)}`;
   const taskIds: string[] = [];
   const commits0 = await xactCommits(bw);
@@ -86,13 +87,7 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
         Array.from({ length: o.concurrency }, async () => {
           while (next < o.tasks) {
             const i = next++;
-            const res = await http.request('POST', '/v1/tasks', {
-              headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
-              body: BODY(i),
-              timeoutMs: 30_000,
-            });
-            if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
-            taskIds.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
+            taskIds.push(await createTaskOrThrow(vidorch, `${prefix}-${i}`, BODY(i)));
           }
         }),
       );
@@ -241,14 +236,8 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
     // Calibrate: one real task, its history gives the baseline's shape.
     rep.log('e2e: calibrating with one task');
     const [t] = await bw.createTenants(1);
-    const http = createHttpClient(api.url, 1);
-    const res = await http.request('POST', '/v1/tasks', {
-      headers: { authorization: `Bearer ${t!.apiKey}`, 'idempotency-key': 'calibrate', 'content-type': 'application/json' },
-      body: BODY(0),
-    });
-    http.close();
-    if (res.status !== 202) throw new Error(`calibration create answered ${res.status}: ${res.body.toString()}`);
-    const calId = (JSON.parse(res.body.toString()) as { task_id: string }).task_id;
+    const http = createTaskClient(api.url, 1);
+    const calId = await createTaskOrThrow(http.as(t!.apiKey), 'calibrate', BODY(0)).finally(() => http.close());
     await waitUntil(
       async () => {
         const { rows } = await bw.world.db.pool.query<{ status: string }>('SELECT status FROM generation_task WHERE task_id = $1', [calId]);

@@ -17,7 +17,8 @@ import { createMetrics } from '../observability/metrics';
 import { createTenant } from '../ops/tenants';
 import { createGenerationFacade } from '../temporal/facade';
 import { seedClosedTasks } from './lib/closed-ledger';
-import { assertLoopback, createHttpClient } from './lib/http';
+import { assertLoopback, createHttpClient, createTaskClient } from './lib/http';
+import { createTask } from './lib/tasks';
 import type { Reporter } from './lib/report';
 import { percentile, round, sortNumbers } from './lib/stats';
 
@@ -53,7 +54,7 @@ export interface MetricsLoadResult {
   readonly publicMetricsStatus: number;
 }
 
-const taskBody = JSON.stringify({ model: 'minimax/video-01', prompt: 'metrics under load', duration_seconds: 2, resolution: '480p' });
+const taskBody = { model: 'minimax/video-01', prompt: 'metrics under load', duration_seconds: 2, resolution: '480p' } as const;
 
 export async function metricsLoad(opts: MetricsLoadOptions): Promise<MetricsLoadResult> {
   const log = opts.log ?? (() => undefined);
@@ -92,6 +93,9 @@ export async function metricsLoad(opts: MetricsLoadOptions): Promise<MetricsLoad
     const api = createHttpClient(served.url, 4);
     cleanups.unshift(async () => api.close());
     const publicMetricsStatus = (await api.request('GET', '/metrics')).status;
+    const tasks = createTaskClient(served.url, 4, { timeoutMs: 30_000 });
+    cleanups.unshift(async () => tasks.close());
+    const vidorch = tasks.as(tenant.api_key!);
 
     let poolMaxWaiting = 0;
     let poolSamples = 0;
@@ -102,10 +106,9 @@ export async function metricsLoad(opts: MetricsLoadOptions): Promise<MetricsLoad
     const scrapers = startScrapers(`${served.opsUrl}/metrics`, opts.scrapers);
     const creates: Record<string, number> = {};
     const createMs: number[] = [];
-    const headers = { authorization: `Bearer ${tenant.api_key}`, 'content-type': 'application/json' };
     for (let i = 0; i < opts.creates; i += 1) {
       const t0 = performance.now();
-      const r = await api.request('POST', '/v1/tasks', { headers: { ...headers, 'idempotency-key': `load-${i}` }, body: taskBody, timeoutMs: 30_000 });
+      const r = await createTask(vidorch, `load-${i}`, taskBody);
       createMs.push(performance.now() - t0);
       creates[String(r.status)] = (creates[String(r.status)] ?? 0) + 1;
     }

@@ -15,7 +15,8 @@ import { configToEnv } from '../config/env';
 import { REPLICATE_CAPABILITIES } from '../providers/replicate';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';
 import type { barePollingWorkflow } from './workflows/bare';
-import { createHttpClient } from './lib/http';
+import { createTaskClient } from './lib/http';
+import { createTask } from './lib/tasks';
 import { describeCpu, measured } from './lib/measure';
 import { processRss, type CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
@@ -55,7 +56,7 @@ interface IdleResult {
   readonly windowSeconds: number;
 }
 
-const BODY = (i: number) => JSON.stringify({ model: 'minimax/video-01', prompt: `bench open-tasks ${i}`, duration_seconds: 1, resolution: '480p' });
+const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench open-tasks ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 const mb = (b: number | null) => (b ?? 0) / 2 ** 20;
 
 async function historyLengths(bw: BenchWorld, ids: string[], sample: number): Promise<number[]> {
@@ -125,24 +126,21 @@ async function runReal(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Prom
   const api = await bw.startApi('api', { OUTBOX_WATERMARK_COUNT: String(o.tasks * 10) });
   const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv });
   const [tenant] = await bw.createTenants(1);
-  const http = createHttpClient(api.url, o.createConcurrency);
+  const http = createTaskClient(api.url, o.createConcurrency, { timeoutMs: 60_000 });
+  const vidorch = http.as(tenant!.apiKey);
   const prefix = `open-${randomUUID().slice(0, 8)}`;
   let refusals = 0;
   const create = async (i: number): Promise<string> => {
     // A 503 (a busy shared Postgres, the outbox watermark) is retried with the same key, a bounded number of times.
     for (let attempt = 0; ; attempt++) {
-      const res = await http.request('POST', '/v1/tasks', {
-        headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `${prefix}-${i}`, 'content-type': 'application/json' },
-        body: BODY(i),
-        timeoutMs: 60_000,
-      });
+      const res = await createTask(vidorch, `${prefix}-${i}`, BODY(i));
       if (res.status === 503 && attempt < 20) {
         refusals++;
         await sleep(1_000);
         continue;
       }
-      if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
-      return (JSON.parse(res.body.toString()) as { task_id: string }).task_id;
+      if (res.taskId === null) throw new Error(`create answered ${res.status}: ${res.problem}`);
+      return res.taskId;
     }
   };
   // Warm-up: one task to the provider; the worker's RSS then is the "before" figure.

@@ -15,7 +15,8 @@ import { sleep } from '../scripts/stack';
 import { CircuitBreaker } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { SubmitReceived } from '../providers/simulator/submit-log';
-import { createHttpClient } from './lib/http';
+import { createTaskClient } from './lib/http';
+import { createTaskOrThrow } from './lib/tasks';
 import { tailFile, type LogTail } from './lib/log-tail';
 import { describeCpu } from './lib/measure';
 import { startCpuProbe, type CpuUsage } from './lib/procstat';
@@ -43,8 +44,7 @@ export interface ResilienceOptions {
 
 const PROVIDER = 'replicate';
 const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
-const BODY = (tag: string, i: number) =>
-  JSON.stringify({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' });
+const BODY = (tag: string, i: number) => ({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 
 type Reason = 'circuit open' | 'probes busy' | 'recovering' | 'bulkhead full' | 'retry budget' | 'mode/fence' | 'other';
 const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering', 'bulkhead full', 'retry budget', 'mode/fence', 'other'];
@@ -273,7 +273,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     );
   }
 
-  const http = createHttpClient(world.apiUrl, o.createConcurrency);
+  const http = createTaskClient(world.apiUrl, o.createConcurrency, { timeoutMs: 30_000 });
+  const vidorch = http.as(tenant!.apiKey);
   const runTag = randomUUID().slice(0, 8);
   async function createTasks(tag: string, n: number): Promise<string[]> {
     const ids: string[] = [];
@@ -282,13 +283,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       Array.from({ length: Math.min(o.createConcurrency, n) }, async () => {
         while (next < n) {
           const i = next++;
-          const res = await http.request('POST', '/v1/tasks', {
-            headers: { authorization: `Bearer ${tenant!.apiKey}`, 'idempotency-key': `${runTag}-${tag}-${i}`, 'content-type': 'application/json' },
-            body: BODY(tag, i),
-            timeoutMs: 30_000,
-          });
-          if (res.status !== 202) throw new Error(`create answered ${res.status}: ${res.body.toString().slice(0, 300)}`);
-          ids.push((JSON.parse(res.body.toString()) as { task_id: string }).task_id);
+          ids.push(await createTaskOrThrow(vidorch, `${runTag}-${tag}-${i}`, BODY(tag, i)));
         }
       }),
     );

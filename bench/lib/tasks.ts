@@ -1,7 +1,25 @@
-// Waiting for a benchmark's tasks to finish, with a progress line whenever the count moves.
+// Creating a benchmark's tasks through the typed client (api/client), and waiting for them to
+// finish, with a progress line whenever the count moves.
+import type { CreateTaskRequest, VidorchClient } from '../../api/client';
 import { sleep } from '../../scripts/stack';
 import type { Reporter } from './report';
 import type { BenchWorld } from './world';
+
+export type CreatedTask = { readonly status: 202; readonly taskId: string } | { readonly status: number; readonly taskId: null; readonly problem: string };
+
+/** POST /v1/tasks: 202 and the task id, or the status and the problem's text. */
+export async function createTask(client: VidorchClient, key: string, body: CreateTaskRequest): Promise<CreatedTask> {
+  const { data, error, response } = await client.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': key } }, body });
+  if (response.status === 202 && data) return { status: 202, taskId: data.task_id };
+  return { status: response.status, taskId: null, problem: JSON.stringify(error ?? null).slice(0, 300) };
+}
+
+/** Like createTask(), but anything other than a 202 throws (setup phases: every task must exist). */
+export async function createTaskOrThrow(client: VidorchClient, key: string, body: CreateTaskRequest): Promise<string> {
+  const r = await createTask(client, key, body);
+  if (r.taskId === null) throw new Error(`create answered ${r.status}: ${r.problem}`);
+  return r.taskId;
+}
 
 /**
  * Polls Postgres until every task in `ids` is terminal (or parked in MANUAL_REVIEW), or until

@@ -19,7 +19,7 @@ after(async () => {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The detailed readiness, on the API's operator listener. */
 const readyz = () => http(s.opsUrl, 'GET', '/readyz');
-const cancel = (id: string) => http(s.apiUrl, 'POST', `/v1/tasks/${id}/cancel`, { apiKey: s.tenant.apiKey, body: {} });
+const cancel = (id: string) => s.cancel(id);
 const list = () => http(s.apiUrl, 'GET', '/v1/tasks?limit=5', { apiKey: s.tenant.apiKey });
 const attemptsOf = (id: string) => s.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
 const ledgerOf = async (id: string) =>

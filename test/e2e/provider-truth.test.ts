@@ -48,7 +48,7 @@ test('Runway: a cancel racing a success deletes nothing; the output is rescued a
   const runway = createRunwayAdapter({ baseUrl: `${e.sim.baseUrl}/runway`, apiSecret: SIM_RUNWAY_DEFAULTS.apiSecret, timeoutMs: 2_000 });
   await eventually(async () => ((await runway.getJob(attempt.provider_job_id!)).state === 'succeeded' ? true : undefined), 10_000, 50);
   // Runway finished; we have not polled yet, so the cancel races the success we do not know of.
-  const cancel = await http(e.api.baseUrl, 'POST', `/v1/tasks/${taskId}/cancel`, { apiKey: e.tenant.apiKey, body: {} });
+  const cancel = await e.cancelTask(taskId);
   assert.ok([200, 202].includes(cancel.status), JSON.stringify(cancel.body));
   const task = await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
   assert.ok(task.transitions.some((t: { to: string }) => t.to === 'CANCEL_REQUESTED'), 'the cancel was recorded before the success');
@@ -64,7 +64,7 @@ test('Runway: a cancel of a running task ends CANCELLED and uncharged, though Ru
   const attempt = await attemptOf(taskId);
   const runway = createRunwayAdapter({ baseUrl: `${e.sim.baseUrl}/runway`, apiSecret: SIM_RUNWAY_DEFAULTS.apiSecret, timeoutMs: 2_000 });
   await eventually(async () => ((await runway.getJob(attempt.provider_job_id!)).rawStatus === 'RUNNING' ? true : undefined), 10_000, 50);
-  await http(e.api.baseUrl, 'POST', `/v1/tasks/${taskId}/cancel`, { apiKey: e.tenant.apiKey, body: {} });
+  await e.cancelTask(taskId);
   await e.waitForStatus(taskId, 'CANCELLED', 60_000);
   await assert.rejects(runway.getJob(attempt.provider_job_id!), (err: Error) => err.name === 'ProviderNotFound');
   await assertReleased(taskId);

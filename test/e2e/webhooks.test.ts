@@ -110,6 +110,7 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
   }
   assert.ok(receiver.received.some((r) => r.answered === 500), 'the failing window was hit');
   const succeeded = tasks.find((t) => t.status === 'SUCCEEDED');
+  assert.ok(succeeded?.output, 'a task succeeded with an output');
   const okBody = receiver.received.find((r) => r.body.data.task_id === succeeded.task_id)!;
   assert.equal(okBody.body.data.output.sha256, succeeded.output.sha256, 'the output summary');
   assert.ok(!/X-Amz|download_url|whsec_/i.test(okBody.rawBody), 'no presigned URL or secret in a payload');

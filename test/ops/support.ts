@@ -10,6 +10,7 @@ import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Runtime } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities } from '../../activities';
+import { createVidorchClient, type CreateTaskRequest, type Task } from '../../api/client';
 import { serveApi } from '../../api/listen';
 import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
@@ -28,7 +29,6 @@ import {
   createTestTenant,
   eventually,
   freePort,
-  http,
   startSimulator,
   temporalClient,
   testConfig,
@@ -182,9 +182,12 @@ export interface ModesStack {
   readonly replayer: { stop(): Promise<void>; runOnce(): Promise<unknown> } | null;
   workers: RegionWorker[];
   setMode(mode: SystemMode, reason?: string): Promise<void>;
+  /** POST /v1/tasks with the typed client (api/client): the answer's status, headers and body (the task or a problem). */
   create(key: string, body?: Record<string, unknown>): Promise<{ status: number; headers: Headers; body: any }>;
   createTask(key: string): Promise<string>;
-  getTask(taskId: string): Promise<any>;
+  getTask(taskId: string): Promise<Task>;
+  /** POST /v1/tasks/:id/cancel with the typed client: the answer's status, headers and body. */
+  cancel(taskId: string): Promise<{ status: number; headers: Headers; body: any }>;
   waitForStatus(taskId: string, status: string, timeoutMs?: number): Promise<any>;
   close(): Promise<void>;
 }
@@ -232,6 +235,7 @@ export async function startModesStack(
   const apiUrl = served.url;
   const replayer = opts.replayer === false ? null : startCallbackReplayer(ctx, 200);
   const tenant = await createTestTenant(tdb.database, config, '1000');
+  const vidorch = createVidorchClient({ baseUrl: apiUrl, apiKey: tenant.apiKey });
   const workers: RegionWorker[] = [];
   if (opts.worker !== false) workers.push(await startRegionWorker(config, tdb.database, tdb.url, { region: config.REGION }));
 
@@ -249,16 +253,24 @@ export async function startModesStack(
     async setMode(mode, reason = 'test') {
       await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode, actor: 'test', reason });
     },
-    create: (key, body = taskBody) => http(apiUrl, 'POST', '/v1/tasks', { apiKey: tenant.apiKey, body, headers: { 'idempotency-key': key } }),
+    async create(key, body = taskBody) {
+      // Tests also send bodies the API refuses: the server validates, not the compiler.
+      const res = await vidorch.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': key } }, body: body as CreateTaskRequest });
+      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
+    },
     async createTask(key) {
       const res = await stack.create(key);
       assert.equal(res.status, 202, JSON.stringify(res.body));
       return res.body.task_id as string;
     },
+    async cancel(taskId) {
+      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
+      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
+    },
     async getTask(taskId) {
-      const res = await http(apiUrl, 'GET', `/v1/tasks/${taskId}`, { apiKey: tenant.apiKey });
-      assert.equal(res.status, 200, JSON.stringify(res.body));
-      return res.body;
+      const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });
+      assert.equal(res.response.status, 200, JSON.stringify(res.error));
+      return res.data!;
     },
     waitForStatus(taskId, status, timeoutMs = 60_000) {
       return eventually(async () => {

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import type { Client } from '@temporalio/client';
 import { eq } from 'drizzle-orm';
+import { createVidorchClient, type CreateTaskRequest, type Task, type VidorchClient } from '../../api/client';
 import { createTask as createTaskRow } from '../../api/tasks.service';
 import type { Config } from '../../config/env';
 import type { Tracing } from '../../observability/tracing';
@@ -13,7 +14,6 @@ import {
   createTestTenant,
   eventually,
   freePort,
-  http,
   startApi,
   startSimulator,
   startWorker,
@@ -38,9 +38,15 @@ export interface E2E {
   worker: RunningWorker | null;
   readonly client: Client;
   readonly tenant: { tenantId: string; apiKey: string };
+  /** The typed API client (api/client), as the tenant. */
+  readonly vidorch: VidorchClient;
   createTask(key: string, body?: Record<string, unknown>): Promise<string>;
-  getTask(taskId: string): Promise<any>;
+  /** The task as GET /v1/tasks/:id answers it; throws on any other answer than 200. */
+  getTask(taskId: string): Promise<Task>;
+  /** The task once it has `status` (typed loosely: the caller knows which fields that status fills). */
   waitForStatus(taskId: string, status: string, timeoutMs?: number): Promise<any>;
+  /** POST /v1/tasks/:id/cancel: the answer's status and body (the cancel answer or a problem). */
+  cancelTask(taskId: string): Promise<{ status: number; body: unknown }>;
   /**
    * Waits until the task's workflow itself reports the status (its facts query): Postgres moves
    * first (an activity commits), the workflow's facts follow when its step returns, and an
@@ -82,6 +88,7 @@ export async function startE2E(
   const api = await startApi(config, tdb.database, { client, port });
   const worker = opts.worker === false ? null : await startWorker(config, tdb.database, opts.tracing ? { tracing: opts.tracing } : {});
   const tenant = await createTestTenant(tdb.database, config, '1000');
+  const vidorch = createVidorchClient({ baseUrl: api.baseUrl, apiKey: tenant.apiKey });
 
   const e2e: E2E = {
     config,
@@ -91,13 +98,21 @@ export async function startE2E(
     worker,
     client,
     tenant,
+    vidorch,
     async createTask(key, body = defaultRequest) {
-      const res = await http(api.baseUrl, 'POST', '/v1/tasks', { apiKey: tenant.apiKey, body, headers: { 'idempotency-key': key } });
-      assert.equal(res.status, 202, JSON.stringify(res.body));
-      return res.body.task_id as string;
+      // Tests also send bodies the API refuses: the server validates, not the compiler.
+      const res = await vidorch.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': key } }, body: body as CreateTaskRequest });
+      assert.equal(res.response.status, 202, JSON.stringify(res.error));
+      return res.data!.task_id;
     },
     async getTask(taskId) {
-      return (await http(api.baseUrl, 'GET', `/v1/tasks/${taskId}`, { apiKey: tenant.apiKey })).body;
+      const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });
+      if (!res.data) throw new Error(`GET /v1/tasks/${taskId} answered ${res.response.status}: ${JSON.stringify(res.error)}`);
+      return res.data;
+    },
+    async cancelTask(taskId) {
+      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
+      return { status: res.response.status, body: res.data ?? res.error };
     },
     waitForStatus(taskId, status, timeoutMs = 60_000) {
       return eventually(async () => {
