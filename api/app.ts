@@ -6,6 +6,7 @@ import { readGate } from './admission';
 import { requireTenant } from './auth';
 import { callbackHandlers } from './callbacks.handlers';
 import { openApiDocument } from './openapi';
+import { eventHandlers } from './events.handlers';
 import { errorHandler, problems, sendProblem } from './problem';
 import { taskHandlers } from './tasks.handlers';
 
@@ -47,6 +48,7 @@ export function createApp(ctx: ApiContext): express.Express {
   );
 
   const tasks = taskHandlers(ctx);
+  const events = eventHandlers(ctx);
   const v1 = express.Router();
   // A body is JSON or refused (415) before it is parsed; requests without a body pass.
   v1.use((req: Request, _res: Response, next: NextFunction) => {
@@ -60,6 +62,9 @@ export function createApp(ctx: ApiContext): express.Express {
   v1.get('/tasks', ctx.rateLimiter.middleware('read'), tasks.list);
   v1.get('/tasks/:id', ctx.rateLimiter.middleware('read'), tasks.get);
   v1.post('/tasks/:id/cancel', ctx.rateLimiter.middleware('cancel'), tasks.cancel);
+  // Live events (docs/events.md): text/event-stream, one read of the rate limit per stream opened.
+  v1.get('/tasks/:id/events', ctx.rateLimiter.middleware('read'), events.task);
+  v1.get('/events', ctx.rateLimiter.middleware('read'), events.tenant);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

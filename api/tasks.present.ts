@@ -1,10 +1,34 @@
 // Rows → API JSON. Money stays a decimal string; the provider's temporary URL is not exposed.
 import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
-import type { generationTask } from '../db/schema';
+import type { generationTask, taskAttempt } from '../db/schema';
+import type { TaskProgress } from '../db/task-events';
+import type { ProgressView } from './events.schemas';
 
 type Detail = NonNullable<Awaited<ReturnType<typeof getTaskDetail>>>;
 type TaskRow = typeof generationTask.$inferSelect;
+type AttemptRow = typeof taskAttempt.$inferSelect;
+
+/** The provider's latest progress of an attempt (docs/events.md "Progress"). */
+export function presentProgress(p: TaskProgress): ProgressView {
+  return {
+    attempt_id: p.attemptId,
+    provider: p.provider,
+    provider_status: p.providerStatus,
+    fraction: p.progress?.fraction ?? null,
+    queue_position: p.progress?.queue_position ?? null,
+    logs: p.progress?.logs ?? null,
+    at: p.at?.toISOString() ?? null,
+  };
+}
+
+const attemptProgress = (a: AttemptRow): TaskProgress => ({
+  attemptId: a.attempt_id,
+  provider: a.provider,
+  providerStatus: a.provider_status,
+  progress: a.progress,
+  at: a.progress_at,
+});
 
 export function presentTaskSummary(t: TaskRow) {
   return {
@@ -27,6 +51,7 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
   const video = d.assets.find((a) => a.kind === 'video');
   const thumb = d.assets.find((a) => a.kind === 'thumbnail');
   const deliverable = d.task.status === 'SUCCEEDED' && video;
+  const active = d.attempts.find((a) => a.attempt_id === d.task.active_attempt_id);
   return {
     ...presentTaskSummary(d.task),
     status_version: d.task.status_version,
@@ -34,6 +59,8 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
     request: d.task.request,
     failure: d.task.failure_code ? { code: d.task.failure_code, message: d.task.failure_message } : null,
     cancel_requested: d.task.cancel_requested_at !== null,
+    /** The active attempt's latest provider progress; null when the provider has said none (or the job is finished). */
+    progress: active?.progress ? presentProgress(attemptProgress(active)) : null,
     output: deliverable
       ? {
           download_url: await storage.presignGet(video.object_key, ttlSeconds),
@@ -56,6 +83,7 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
       submit_finished_at: a.submit_finished_at?.toISOString() ?? null,
       unknown_since: a.unknown_since?.toISOString() ?? null,
       last_error: a.last_error,
+      progress: a.progress ? presentProgress(attemptProgress(a)) : null,
     })),
     transitions: d.transitions.map((t) => ({
       from: t.from_status,

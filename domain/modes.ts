@@ -26,31 +26,39 @@ export interface ModePolicy {
    * (activities/provider-guard.ts).
    */
   readonly providers: ProviderGate;
+  /**
+   * Live event streams (docs/events.md) push progress and transitions. False: a stream says
+   * `degraded` with a poll hint and closes; clients poll GET /v1/tasks/:id or reconnect later
+   * with Last-Event-ID, missing nothing (the transitions stay in Postgres).
+   */
+  readonly liveEvents: boolean;
 }
 
 export type ProviderGate = 'breaker' | 'healthy';
 
-const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker' };
+const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker', liveEvents: true };
+/** Every mode from DEGRADED_NOTIFY down sheds pushed progress first (docs/design.md §1's order). */
+const shed = { ...open, liveEvents: false };
 
 export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
   NORMAL: open,
-  // We send no push progress yet (no SSE or webhooks to clients): nothing of ours changes.
-  DEGRADED_NOTIFY: open,
+  // No pushed progress: event streams tell clients to poll. Everything else as NORMAL.
+  DEGRADED_NOTIFY: shed,
   // Unhealthy providers closed: a stricter breaker, no probes of a tripped provider.
-  DEGRADED_PROVIDER: { ...open, providers: 'healthy' },
+  DEGRADED_PROVIDER: { ...shed, providers: 'healthy' },
   // Accept and persist; no new provider cost. Accepted tasks wait in DISPATCHING.
-  QUEUE_ONLY: { ...open, submit: false },
+  QUEUE_ONLY: { ...shed, submit: false },
   // No new cost at all; converge what was accepted: polls, callbacks, rescue, settlement.
-  RECONCILE_ONLY: { ...open, create: false, submit: false },
+  RECONCILE_ONLY: { ...shed, create: false, submit: false },
   // Only viewing. Callbacks are kept in the spool, not lost.
-  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker' },
+  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', liveEvents: false },
   // The fact source cannot be read safely: stop serving, keep callbacks in the spool.
-  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker' },
+  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', liveEvents: false },
 };
 
 export const policyFor = (mode: SystemMode): ModePolicy => MODE_POLICIES[mode];
 
-export type ModeAction = Exclude<keyof ModePolicy, 'callback' | 'providers'>;
+export type ModeAction = Exclude<keyof ModePolicy, 'callback' | 'providers' | 'liveEvents'>;
 
 /** Null when `mode` allows `action`, else a sentence saying why not (for problems and failures). */
 export function modeForbids(mode: SystemMode, action: ModeAction): string | null {
