@@ -69,7 +69,8 @@ async function runsLikeNormal(mode: 'NORMAL' | 'DEGRADED_NOTIFY' | 'DEGRADED_PRO
 
 test('NORMAL: creates, reads, cancels and callbacks are admitted, /readyz is 200, a task runs to SUCCEEDED', () => runsLikeNormal('NORMAL'));
 
-test('DEGRADED_NOTIFY: nothing of ours changes (no push progress exists): a task runs to SUCCEEDED', () => runsLikeNormal('DEGRADED_NOTIFY'));
+// What the mode sheds (live events told to poll) is proved in test/e2e/events.test.ts "DEGRADED_NOTIFY: …".
+test('DEGRADED_NOTIFY: tasks, callbacks and provider calls run as in NORMAL: a task runs to SUCCEEDED', () => runsLikeNormal('DEGRADED_NOTIFY'));
 
 // What the mode closes (a provider whose breaker is not closed, or trips at the lower failure
 // rate) is proved at the claim in test/activities/provider-guard.test.ts "DEGRADED_PROVIDER closes…".

@@ -22,8 +22,8 @@ test('docs/modes.md has exactly one row per system mode, in shedding order', () 
   );
 });
 
-test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, callback, fact steps, submits, /readyz)', () => {
-  for (const [mode, create, read, cancel, callback, facts, submits, readyz] of rows) {
+test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, callback, fact steps, submits, /readyz, live events)', () => {
+  for (const [mode, create, read, cancel, callback, facts, submits, readyz, live] of rows) {
     const p = MODE_POLICIES[mode as keyof typeof MODE_POLICIES];
     const admitted = (cell: string | undefined) => cell === 'yes';
     assert.equal(admitted(create), p.create, `${mode} create`);
@@ -34,6 +34,8 @@ test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, ca
     assert.equal(submits === 'yes' || submits === 'healthy only', p.submit, `${mode} new provider submits`);
     assert.equal(submits === 'healthy only', p.providers === 'healthy', `${mode} which providers take submits`);
     assert.equal(readyz === '200', p.create, `${mode} /readyz`);
+    assert.equal(live === 'live', p.liveEvents, `${mode} live events`);
+    assert.equal(live === '503', !p.read, `${mode} live events refused with reads`);
   }
 });
 
