@@ -89,10 +89,11 @@ test('a task stream cut off mid-way and resumed with Last-Event-ID delivers ever
   try {
     await eventually(async () => (s.transitions().length >= 2 ? true : undefined), 20_000, 20);
     assert.ok(!s.transitions().some((t) => t.data.terminal), 'cut before the end');
+    const lastBeforeCut = s.transitions().at(-1)!.id;
     s.cut();
     // The client comes back with the last id it saw; the server replays from the rows, then goes live.
     await eventually(async () => (s.requests.length >= 2 ? true : undefined), 20_000, 50);
-    assert.equal(s.requests[1]!.lastEventId, s.transitions().at(-1)!.id, 'the reconnect carried Last-Event-ID');
+    assert.equal(s.requests[1]!.lastEventId, lastBeforeCut, 'the reconnect carried Last-Event-ID');
     // After the terminal event the server ends the stream; the client's next reconnect is told 204 and stops.
     await eventually(async () => (s.es.readyState === EventSource.CLOSED ? true : undefined), 60_000, 50);
     assert.equal(s.requests.at(-1)!.status, 204);
@@ -296,5 +297,37 @@ test('DEGRADED_NOTIFY: an open stream is told to poll (degraded, with a retry hi
     assert.ok(s.requests.length >= 3, 'the client reconnected');
   } finally {
     s.es.close();
+  }
+});
+
+test('heartbeats, and shutdown: an open stream gets a heartbeat comment every EVENTS_HEARTBEAT_MS and is ended cleanly when its API process shuts down', async () => {
+  const third = await startApi(e.config, e.tdb.database, { client: e.client });
+  let closed = false;
+  try {
+    const res = await fetch(`${third.baseUrl}/v1/events`, { headers: { authorization: `Bearer ${e.tenant.apiKey}` } });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
+    assert.match(res.headers.get('cache-control') ?? '', /no-cache/);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    const started = Date.now();
+    while (!text.includes(': heartbeat\n\n')) {
+      const { done, value } = await reader.read();
+      assert.ok(!done, 'the stream stays open until the heartbeat');
+      text += decoder.decode(value, { stream: true });
+    }
+    assert.ok(Date.now() - started < 3_000, 'a heartbeat within a few heartbeat periods (500 ms here)');
+    const ended = (async () => {
+      for (;;) {
+        const r = await reader.read().catch(() => ({ done: true, error: true }) as const);
+        if (r.done) return 'error' in r ? 'reset' : 'ended';
+      }
+    })();
+    await third.close();
+    closed = true;
+    assert.equal(await ended, 'ended', 'the server ended the response (not a reset connection)');
+  } finally {
+    if (!closed) await third.close();
   }
 });
