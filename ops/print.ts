@@ -34,6 +34,7 @@ export function printFence(s: FenceState): string {
         ['callbacks go to', p.callback],
         ['workflow fact writes', yes(p.factWrites)],
         ['new provider submits', submits(p)],
+        ['live events (SSE)', p.liveEvents ? 'live' : 'clients told to poll'],
       ],
       '    ',
     ),
@@ -43,9 +44,9 @@ export function printFence(s: FenceState): string {
 export function printModeTable(): string {
   const rows = SYSTEM_MODES.map((m) => {
     const p = MODE_POLICIES[m];
-    return { mode: m, create: yes(p.create), read: yes(p.read), cancel: yes(p.cancel), callback: p.callback, facts: yes(p.factWrites), submit: submits(p) };
+    return { mode: m, create: yes(p.create), read: yes(p.read), cancel: yes(p.cancel), callback: p.callback, facts: yes(p.factWrites), submit: submits(p), live: p.liveEvents ? 'live' : 'poll' };
   });
-  return table(rows, ['mode', 'create', 'read', 'cancel', 'callback', 'facts', 'submit']);
+  return table(rows, ['mode', 'create', 'read', 'cancel', 'callback', 'facts', 'submit', 'live']);
 }
 
 export function printFailoverRecord(r: FailoverRecord, rtoSeconds?: number | null): string {

@@ -4,11 +4,12 @@
 // refusals before a stream starts; and DEGRADED_NOTIFY telling clients to poll.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { EventSource } from 'eventsource';
 import { createTask as createTaskRow } from '../../api/tasks.service';
 import { holdFence } from '../../db/fence';
 import { setMode } from '../../db/modes';
+import { generationTask, taskAttempt } from '../../db/schema';
 import { casTaskStatus } from '../../db/tasks';
 import type { SystemMode } from '../../domain/states';
 import { startE2E, type E2E } from '../support/e2e';
@@ -18,7 +19,8 @@ let e: E2E;
 let second: RunningApi;
 before(async () => {
   // No periodic resync within a test's time: what arrives came by NOTIFY, or by the re-read after a reconnect.
-  e = await startE2E('events', { EVENTS_RESYNC_MS: '600000', EVENTS_HEARTBEAT_MS: '500', EVENTS_PROGRESS_INTERVAL_MS: '200', EVENTS_MAX_STREAMS_PER_TENANT: '3', EVENTS_POLL_AFTER_MS: '700' }, { generationMs: 1_500 });
+  // The slow-client guards at 1 s: a stream lives on past them (only the request must arrive in time).
+  e = await startE2E('events', { API_REQUEST_TIMEOUT_MS: '1000', API_HEADERS_TIMEOUT_MS: '1000', EVENTS_RESYNC_MS: '600000', EVENTS_HEARTBEAT_MS: '500', EVENTS_PROGRESS_INTERVAL_MS: '200', EVENTS_MAX_STREAMS_PER_TENANT: '3', EVENTS_POLL_AFTER_MS: '700' }, { generationMs: 1_500 });
   second = await startApi(e.config, e.tdb.database, { client: e.client });
 });
 after(async () => {
@@ -30,6 +32,8 @@ interface Seen {
   readonly type: string;
   readonly id: string;
   readonly data: any;
+  /** When it arrived (Date.now()). */
+  readonly t: number;
 }
 
 /** An EventSource on `path` with the tenant's key; `cut()` drops the current connection (the client reconnects by itself). */
@@ -70,7 +74,7 @@ function stream(baseUrl: string, path: string, apiKey = e.tenant.apiKey) {
     },
   });
   for (const type of ['transition', 'progress', 'degraded']) {
-    es.addEventListener(type, (m) => seen.push({ type, id: m.lastEventId, data: JSON.parse(m.data) }));
+    es.addEventListener(type, (m) => seen.push({ type, id: m.lastEventId, data: JSON.parse(m.data), t: Date.now() }));
   }
   return {
     es,
@@ -212,6 +216,34 @@ test('provider progress: a Runway task shows the task progress in GET /v1/tasks/
   }
 });
 
+test('progress is rate-limited: twenty changes in 400 ms reach the stream as at most one event per EVENTS_PROGRESS_INTERVAL_MS, ending with the latest value', async () => {
+  // A task no workflow runs, with an attempt the test writes progress to (as apply-inbox does).
+  const token = { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 };
+  const { task } = await createTaskRow(e.tdb.database.db, token, { tenantId: e.tenant.tenantId, idempotencyKey: `sse-rate-${Date.now()}`, body: { model: 'minimax/video-01', prompt: 'rates', duration_seconds: 2, resolution: '480p', priority: 0 } });
+  const attemptId = crypto.randomUUID();
+  const db = e.tdb.database.db;
+  await db.insert(taskAttempt).values({ attempt_id: attemptId, task_id: task.task_id, attempt_no: 1, provider: 'runway', provider_model: 'gen4_turbo', submit_state: 'RUNNING', provider_status: 'RUNNING' });
+  await db.update(generationTask).set({ active_attempt_id: attemptId }).where(eq(generationTask.task_id, task.task_id));
+  const s = stream(e.api.baseUrl, `/v1/tasks/${task.task_id}/events`);
+  try {
+    await eventually(async () => (s.transitions().length === 1 ? true : undefined), 10_000, 10);
+    const started = Date.now();
+    for (let i = 1; i <= 20; i++) {
+      await db.update(taskAttempt).set({ progress: { fraction: i / 20, queue_position: null, logs: null }, progress_at: new Date() }).where(eq(taskAttempt.attempt_id, attemptId));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const last = await eventually(async () => s.seen.filter((x) => x.type === 'progress').find((x) => x.data.fraction === 1), 5_000, 20);
+    const progress = s.seen.filter((x) => x.type === 'progress');
+    const elapsed = last.t - started;
+    assert.ok(progress.length <= Math.ceil(elapsed / 200) + 1, `${progress.length} progress events in ${elapsed} ms`);
+    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]!.t - progress[i - 1]!.t >= 180, `gap ${progress[i]!.t - progress[i - 1]!.t} ms`);
+    assert.equal(progress.at(-1)!.data.fraction, 1, 'the latest value is the last one sent');
+    assert.equal(progress.at(-1)!.data.attempt_id, attemptId);
+  } finally {
+    s.es.close();
+  }
+});
+
 test('refused before the stream starts, as problem+json: another tenant\'s task 404, a bad or future Last-Event-ID 400, a bad filter 400', async () => {
   const taskId = await e.createTask('sse-hostile');
   const other = await createTestTenant(e.tdb.database, e.config, '10');
@@ -318,6 +350,13 @@ test('heartbeats, and shutdown: an open stream gets a heartbeat comment every EV
       text += decoder.decode(value, { stream: true });
     }
     assert.ok(Date.now() - started < 3_000, 'a heartbeat within a few heartbeat periods (500 ms here)');
+    // Past twice API_REQUEST_TIMEOUT_MS (1 s here) the stream is still open and beating.
+    while (Date.now() - started < 2_500) {
+      const { done, value } = await reader.read();
+      assert.ok(!done, 'the stream outlives the request timeout');
+      text += decoder.decode(value, { stream: true });
+    }
+    assert.ok(text.split(': heartbeat\n\n').length - 1 >= 3, text);
     const ended = (async () => {
       for (;;) {
         const r = await reader.read().catch(() => ({ done: true, error: true }) as const);
