@@ -69,7 +69,8 @@ export function buildApiContext(
 ): ApiContext {
   const waker = createTaskWaker((taskId) => parts.facade.wakeTask(taskId));
   registerWakeMetrics(parts.metrics.registry, waker.stats);
-  const admission = createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, parts.fenceCacheMs ?? 1_000, {
+  const fenceCacheMs = parts.fenceCacheMs ?? 1_000;
+  const admission = createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, fenceCacheMs, {
     watermark: { count: config.OUTBOX_WATERMARK_COUNT, ageMs: config.OUTBOX_WATERMARK_AGE_MS },
   });
   const hub = createEventHub({ databaseUrl: parts.databaseUrl ?? config.DATABASE_URL, resyncMs: config.EVENTS_RESYNC_MS, logger: parts.logger });
@@ -86,6 +87,7 @@ export function buildApiContext(
       maxPerTenant: config.EVENTS_MAX_STREAMS_PER_TENANT,
       maxStreams: config.EVENTS_MAX_STREAMS,
       pollAfterMs: config.EVENTS_POLL_AFTER_MS,
+      fenceCacheMs,
     },
   });
   return {

@@ -27,6 +27,8 @@ export interface EventStreamSettings {
   readonly maxPerTenant: number;
   readonly maxStreams: number;
   readonly pollAfterMs: number;
+  /** How old the mode read through `fence()` may be (the admission cache). */
+  readonly fenceCacheMs: number;
   /** How soon a tenant stream reads again when a committed transition waits behind an open transaction. */
   readonly heldBackRetryMs?: number;
 }
@@ -101,10 +103,18 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
         logger.debug({ err, kind }, 'event stream: mode read failed');
       }
     };
+    let fenceTimer: NodeJS.Timeout | null = null;
     const unwatch = watch((wake) => {
       if (w.closed) return;
-      if (wake.kind === 'fence') void checkMode();
-      else onWake(wake);
+      if (wake.kind !== 'fence') return onWake(wake);
+      void checkMode();
+      // The mode is read through the admission cache (≤ 1 s old): look again once it has expired.
+      if (!fenceTimer) {
+        fenceTimer = setTimeout(() => {
+          fenceTimer = null;
+          void checkMode();
+        }, settings.fenceCacheMs + 100);
+      }
     });
     const heartbeat = setInterval(() => {
       w.comment('heartbeat');
@@ -113,6 +123,7 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
     w.onClose(() => {
       writers.delete(w);
       clearInterval(heartbeat);
+      if (fenceTimer) clearTimeout(fenceTimer);
       unwatch();
       onEnd();
     });
