@@ -3,13 +3,17 @@ import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
 import type { generationTask, taskAttempt } from '../db/schema';
 import type { TaskProgress } from '../db/task-events';
+import { redactText } from '../observability/redact';
 import type { ProgressView } from './events.schemas';
 
 type Detail = NonNullable<Awaited<ReturnType<typeof getTaskDetail>>>;
 type TaskRow = typeof generationTask.$inferSelect;
 type AttemptRow = typeof taskAttempt.$inferSelect;
 
-/** The provider's latest progress of an attempt (docs/events.md "Progress"). */
+/**
+ * The provider's latest progress of an attempt (docs/events.md "Progress"). A model's logs are
+ * its own text: URL queries and credential-like strings in them are redacted before they leave.
+ */
 export function presentProgress(p: TaskProgress): ProgressView {
   return {
     attempt_id: p.attemptId,
@@ -17,7 +21,7 @@ export function presentProgress(p: TaskProgress): ProgressView {
     provider_status: p.providerStatus,
     fraction: p.progress?.fraction ?? null,
     queue_position: p.progress?.queue_position ?? null,
-    logs: p.progress?.logs ?? null,
+    logs: p.progress?.logs ? redactText(p.progress.logs) : null,
     at: p.at?.toISOString() ?? null,
   };
 }

@@ -2,6 +2,7 @@
 // Runway's `progress` while RUNNING, Replicate's `logs` while starting or processing.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { presentProgress } from '../../api/tasks.present';
 import { logTail, PROGRESS_LOG_MAX_CHARS, providerProgress } from '../../domain/progress';
 import { predictionToJob, replicatePredictionSchema } from '../../providers/replicate';
 import { runwayTaskSchema, runwayTaskToJob } from '../../providers/runway';
@@ -34,4 +35,16 @@ test('Replicate: `logs` of a processing prediction are its progress; a malformed
   const odd = predictionToJob(replicatePredictionSchema.parse({ id: 'p1', status: 'processing', logs: 42 }));
   assert.equal(odd.progress, null);
   assert.equal(predictionToJob(replicatePredictionSchema.parse({ id: 'p1', status: 'succeeded', logs: 'done' })).progress, null);
+});
+
+test('logs leave the API with URL queries and credential-like strings redacted (GET /v1/tasks/:id and progress events share presentProgress)', () => {
+  const view = presentProgress({
+    attemptId: '00000000-0000-4000-8000-000000000001',
+    provider: 'replicate',
+    providerStatus: 'processing',
+    progress: { fraction: null, queue_position: null, logs: 'fetching https://bucket.s3.amazonaws.com/in.png?X-Amz-Signature=abc123&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP\nstep 1/10' },
+    at: new Date('2026-01-01T00:00:00Z'),
+  });
+  assert.ok(!/X-Amz|AKIA|abc123/.test(view.logs ?? ''), view.logs ?? '');
+  assert.match(view.logs ?? '', /step 1\/10/);
 });
