@@ -87,6 +87,7 @@ export function buildApiContext(
       maxPerTenant: config.EVENTS_MAX_STREAMS_PER_TENANT,
       maxStreams: config.EVENTS_MAX_STREAMS,
       pollAfterMs: config.EVENTS_POLL_AFTER_MS,
+      retryMs: config.EVENTS_RETRY_MS,
       fenceCacheMs,
     },
   });

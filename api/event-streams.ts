@@ -27,6 +27,8 @@ export interface EventStreamSettings {
   readonly maxPerTenant: number;
   readonly maxStreams: number;
   readonly pollAfterMs: number;
+  /** The SSE `retry` every stream starts with. */
+  readonly retryMs: number;
   /** How old the mode read through `fence()` may be (the admission cache). */
   readonly fenceCacheMs: number;
   /** How soon a tenant stream reads again when a committed transition waits behind an open transaction. */

@@ -49,7 +49,7 @@ export function eventHandlers(ctx: ApiContext) {
       }
       if (await sentDegraded(ctx, req, res)) return;
       const release = ctx.events.admit(tenantId);
-      const w = openSse(req, res);
+      const w = openSse(req, res, ctx.events.settings.retryMs);
       w.onClose(release);
       ctx.events.runTaskStream(w, task.taskId, after);
     },
@@ -67,7 +67,7 @@ export function eventHandlers(ctx: ApiContext) {
       if (await sentDegraded(ctx, req, res)) return;
       from ??= await tenantStreamStart(ctx.db);
       const release = ctx.events.admit(tenantId);
-      const w = openSse(req, res);
+      const w = openSse(req, res, ctx.events.settings.retryMs);
       w.onClose(release);
       ctx.events.runTenantStream(w, tenantId, from, q.data.status ?? null);
     },

@@ -22,7 +22,8 @@ export interface SseWriter {
   onClose(fn: () => void): void;
 }
 
-export function openSse(req: Request, res: Response): SseWriter {
+/** Starts the stream; `retryMs` (SSE `retry`) tells the client how long to wait before it reconnects. */
+export function openSse(req: Request, res: Response, retryMs?: number): SseWriter {
   res.status(200);
   res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
   // No proxy or client may cache or transform it, and nginx-style proxies must not buffer it.
@@ -30,6 +31,7 @@ export function openSse(req: Request, res: Response): SseWriter {
   res.setHeader('Connection', 'keep-alive');
   res.setHeader('X-Accel-Buffering', 'no');
   res.flushHeaders();
+  if (retryMs !== undefined) res.write(`retry: ${retryMs}\n\n`);
   // Small events must leave at once.
   req.socket.setNoDelay(true);
   let closed = false;

@@ -72,6 +72,8 @@ export const envSchema = z.object({
   EVENTS_MAX_STREAMS: z.coerce.number().int().min(1).default(2_000),
   /** Every open stream re-reads its transitions this often besides the NOTIFY wake-ups (a safety net). */
   EVENTS_RESYNC_MS: z.coerce.number().int().min(100).default(10_000),
+  /** The reconnection time every stream tells its client at the start (SSE `retry`), after a drop or an API restart. */
+  EVENTS_RETRY_MS: z.coerce.number().int().min(100).default(3_000),
   /** In DEGRADED_NOTIFY and below: how long streams tell clients to wait before polling or reconnecting. */
   EVENTS_POLL_AFTER_MS: z.coerce.number().int().min(100).default(5_000),
 

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { EventSource } from 'eventsource';
+import { DegradedEventData, ProgressEventData, TaskEventData } from '../../api/events.schemas';
 import { createTask as createTaskRow } from '../../api/tasks.service';
 import { holdFence } from '../../db/fence';
 import { setMode } from '../../db/modes';
@@ -20,7 +21,7 @@ let second: RunningApi;
 before(async () => {
   // No periodic resync within a test's time: what arrives came by NOTIFY, or by the re-read after a reconnect.
   // The slow-client guards at 1 s: a stream lives on past them (only the request must arrive in time).
-  e = await startE2E('events', { API_REQUEST_TIMEOUT_MS: '1000', API_HEADERS_TIMEOUT_MS: '1000', EVENTS_RESYNC_MS: '600000', EVENTS_HEARTBEAT_MS: '500', EVENTS_PROGRESS_INTERVAL_MS: '200', EVENTS_MAX_STREAMS_PER_TENANT: '3', EVENTS_POLL_AFTER_MS: '700' }, { generationMs: 1_500 });
+  e = await startE2E('events', { API_REQUEST_TIMEOUT_MS: '1000', API_HEADERS_TIMEOUT_MS: '1000', EVENTS_RESYNC_MS: '600000', EVENTS_HEARTBEAT_MS: '500', EVENTS_PROGRESS_INTERVAL_MS: '200', EVENTS_MAX_STREAMS_PER_TENANT: '3', EVENTS_POLL_AFTER_MS: '700', EVENTS_RETRY_MS: '300' }, { generationMs: 1_500 });
   second = await startApi(e.config, e.tdb.database, { client: e.client });
 });
 after(async () => {
@@ -109,6 +110,8 @@ test('a task stream cut off mid-way and resumed with Last-Event-ID delivers ever
     assert.deepEqual(got.map((t) => t.data.status), task.transitions.map((t: any) => t.to));
     assert.equal(got.at(-1)!.data.terminal, true);
     assert.equal(got.filter((t) => t.data.terminal).length, 1);
+    // The payloads are what api/events.schemas.ts says (strictly: no field it does not name).
+    for (const t of got) TaskEventData.strict().parse(t.data);
   } finally {
     s.es.close();
   }
@@ -205,6 +208,7 @@ test('provider progress: a Runway task shows the task progress in GET /v1/tasks/
     const progress = s.seen.filter((x) => x.type === 'progress');
     assert.ok(progress.length >= 1, 'progress events were streamed');
     for (const p of progress) {
+      ProgressEventData.strict().parse(p.data);
       assert.equal(p.data.task_id, taskId);
       assert.ok(p.data.fraction >= 0 && p.data.fraction <= 1);
     }
@@ -307,6 +311,7 @@ test('DEGRADED_NOTIFY: an open stream is told to poll (degraded, with a retry hi
     await eventually(async () => (s.transitions().length >= 1 ? true : undefined), 20_000, 20);
     await mode('DEGRADED_NOTIFY');
     const degraded = await eventually(async () => s.seen.find((x) => x.type === 'degraded'), 10_000, 20);
+    DegradedEventData.strict().parse(degraded.data);
     assert.deepEqual(degraded.data.mode, 'DEGRADED_NOTIFY');
     assert.equal(degraded.data.poll_after_ms, 700);
     // A new stream (here the tenant's) is answered the same: one degraded event, then the end.
@@ -349,6 +354,7 @@ test('heartbeats, and shutdown: an open stream gets a heartbeat comment every EV
       assert.ok(!done, 'the stream stays open until the heartbeat');
       text += decoder.decode(value, { stream: true });
     }
+    assert.ok(text.startsWith('retry: 300\n\n'), 'the stream starts with its reconnection time (EVENTS_RETRY_MS)');
     assert.ok(Date.now() - started < 3_000, 'a heartbeat within a few heartbeat periods (500 ms here)');
     // Past twice API_REQUEST_TIMEOUT_MS (1 s here) the stream is still open and beating.
     while (Date.now() - started < 2_500) {
