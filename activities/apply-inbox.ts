@@ -8,7 +8,7 @@ import { deserializeJob, type StoredJob } from '../db/inbox';
 import { callbackInbox, generationTask, taskAttempt } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
-import type { AttemptState, TaskStatus } from '../domain/states';
+import { FINISHED_PROVIDER_JOB_STATES, type AttemptState, type TaskStatus } from '../domain/states';
 import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
@@ -77,6 +77,8 @@ export function createInboxActivities(deps: TaskActivityDeps) {
       return task;
     }
     const succeeded = job.state === 'succeeded';
+    // A finished job has no progress left to show; a read that says nothing leaves the last one.
+    const progress = FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? null : job.progress;
     const ttlMs = providerFor(deps, attempt.provider).capabilities.outputUrlTtlMs;
     await tx
       .update(taskAttempt)
@@ -89,6 +91,8 @@ export function createInboxActivities(deps: TaskActivityDeps) {
           ? { output_url: job.outputUrl, output_deadline_at: new Date((job.updatedAt ?? deps.clock.now()).getTime() + ttlMs) }
           : {}),
         ...(job.metrics ? { provider_metrics: job.metrics } : {}),
+        // The latest progress the provider gave; its change wakes the event streams (docs/events.md).
+        ...(progress !== undefined ? { progress, progress_at: deps.clock.now() } : {}),
         ...(job.error ? { last_error: job.error.slice(0, 2000) } : {}),
         status_version: sql`${taskAttempt.status_version} + 1`,
       })

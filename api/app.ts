@@ -8,6 +8,8 @@ import { callbackHandlers } from './callbacks.handlers';
 import { callbackRoutes } from './callbacks.routes';
 import { mountRoute } from './contract';
 import { apiDocument } from './openapi';
+import { eventHandlers } from './events.handlers';
+import { eventRoutes } from './events.routes';
 import { errorHandler, problems, sendProblem } from './problem';
 import { requestSpans, routeOf } from './request-span';
 import { systemRoutes } from './system.routes';
@@ -78,6 +80,10 @@ export function createApp(ctx: ApiContext): express.Express {
   mountRoute(v1, '/v1', w.rotateSecret, read, webhooks.rotateSecret);
   mountRoute(v1, '/v1', w.deliveries, read, webhooks.deliveries);
   mountRoute(v1, '/v1', w.redeliver, read, webhooks.redeliver);
+  // Live events (docs/events.md): text/event-stream, one read of the rate limit per stream opened.
+  const events = eventHandlers(ctx);
+  mountRoute(v1, '/v1', eventRoutes.task, read, events.task);
+  mountRoute(v1, '/v1', eventRoutes.tenant, read, events.tenant);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

@@ -15,9 +15,11 @@ import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
 import { createTaskWaker, type TaskWaker } from './wakes';
 import { createCallbackLimiter, type CallbackLimiter } from './callback-limits';
 import { createCallbackTokens, type CallbackTokens } from '../providers/callback-token';
-import { registerWakeMetrics } from '../observability/metrics';
+import { registerEventMetrics, registerWakeMetrics } from '../observability/metrics';
 import { createSecretBox, type SecretBox } from '../db/webhook-secrets';
 import type { WebhookRules } from './webhooks.service';
+import { createEventHub } from './event-hub';
+import { createEventStreams, type EventStreams } from './event-streams';
 
 export interface ApiContext {
   readonly db: Db;
@@ -39,6 +41,8 @@ export interface ApiContext {
   readonly spool: CallbackSpool;
   /** Seals and opens webhook signing secrets (db/webhook-secrets.ts). */
   readonly webhookSecrets: SecretBox;
+  /** The open live event streams and the one LISTEN connection behind them (api/event-streams.ts). */
+  readonly events: EventStreams;
   readonly settings: {
     readonly region: string;
     readonly fenceScope: string;
@@ -58,18 +62,48 @@ export interface ApiContext {
 /** Builds the API's context from config and its parts (the API process and the tests). */
 export function buildApiContext(
   config: Config,
-  parts: { db: Db; facade: GenerationFacade; logger: Logger; metrics: Metrics; storage?: ObjectStorage; fenceCacheMs?: number },
+  parts: {
+    db: Db;
+    facade: GenerationFacade;
+    logger: Logger;
+    metrics: Metrics;
+    storage?: ObjectStorage;
+    fenceCacheMs?: number;
+    /** The database `db` reaches, for the event LISTEN connection (default DATABASE_URL). */
+    databaseUrl?: string;
+  },
 ): ApiContext {
   const waker = createTaskWaker((taskId) => parts.facade.wakeTask(taskId));
   registerWakeMetrics(parts.metrics.registry, waker.stats);
+  const fenceCacheMs = parts.fenceCacheMs ?? 1_000;
+  const admission = createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, fenceCacheMs, {
+    watermark: { count: config.OUTBOX_WATERMARK_COUNT, ageMs: config.OUTBOX_WATERMARK_AGE_MS },
+  });
+  const hub = createEventHub({ databaseUrl: parts.databaseUrl ?? config.DATABASE_URL, resyncMs: config.EVENTS_RESYNC_MS, logger: parts.logger });
+  const sent = registerEventMetrics(parts.metrics.registry, () => ({ open: events.open(), listening: hub.listening(), connects: hub.connects() }));
+  const events = createEventStreams({
+    db: parts.db,
+    hub,
+    logger: parts.logger,
+    fence: () => admission.state(),
+    onSent: (event) => sent.inc({ event }),
+    settings: {
+      heartbeatMs: config.EVENTS_HEARTBEAT_MS,
+      progressIntervalMs: config.EVENTS_PROGRESS_INTERVAL_MS,
+      maxPerTenant: config.EVENTS_MAX_STREAMS_PER_TENANT,
+      maxStreams: config.EVENTS_MAX_STREAMS,
+      pollAfterMs: config.EVENTS_POLL_AFTER_MS,
+      retryMs: config.EVENTS_RETRY_MS,
+      fenceCacheMs,
+    },
+  });
   return {
+    events,
     db: parts.db,
     logger: parts.logger,
     metrics: parts.metrics,
     facade: parts.facade,
-    admission: createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, parts.fenceCacheMs ?? 1_000, {
-      watermark: { count: config.OUTBOX_WATERMARK_COUNT, ageMs: config.OUTBOX_WATERMARK_AGE_MS },
-    }),
+    admission,
     fastPath: createFastPath({
       db: parts.db,
       facade: parts.facade,

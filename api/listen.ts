@@ -66,6 +66,7 @@ export async function serveApi(
     url: `http://${host}:${port}`,
     opsUrl: ops.url,
     async close() {
+      await ctx.events.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await ops.close();

@@ -3,6 +3,7 @@
 // committed openapi.json and the generated client (api/client/) are rendered from them.
 // docs/api.md says how to add a route, a webhook event or a text/event-stream answer.
 import { callbackRoutes } from './callbacks.routes';
+import { eventRoutes } from './events.routes';
 import { openApiDocument, type RouteContract, type WebhookContract } from './contract';
 import { systemRoutes } from './system.routes';
 import { taskRoutes } from './tasks.routes';
@@ -13,6 +14,7 @@ export const API_VERSION = '0.1.0';
 export const API_ROUTES: readonly RouteContract[] = [
   ...Object.values(taskRoutes),
   ...Object.values(webhookEndpointRoutes),
+  ...Object.values(eventRoutes),
   ...Object.values(callbackRoutes),
   ...Object.values(systemRoutes),
 ];

@@ -23,6 +23,7 @@ const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, intervalMs: c
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const ctx = buildApiContext(config, {
   db: database.db,
+  databaseUrl: database.url,
   logger,
   metrics: createMetrics({ service: 'api', facts: facts.latest, pool: database.pool }),
   facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
@@ -41,6 +42,8 @@ async function shutdown(signal: string) {
   stopping = true;
   logger.info({ signal }, 'API stopping: no new connections, finishing in-flight requests');
   server.close();
+  // Event streams never finish by themselves: end them now (clients reconnect elsewhere with Last-Event-ID).
+  await ctx.events.close();
   server.closeIdleConnections();
   setTimeout(() => server.closeAllConnections(), 10_000).unref();
   await new Promise<void>((resolve) => server.once('close', () => resolve()));

@@ -4,11 +4,39 @@ import type { AttemptState, LedgerEntryType, TaskStatus } from '../domain/states
 import type { MediaInfo } from '../media/probe';
 import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
-import type { generationTask } from '../db/schema';
+import type { generationTask, taskAttempt } from '../db/schema';
+import type { TaskProgress } from '../db/task-events';
+import { redactText } from '../observability/redact';
+import type { ProgressView } from './events.schemas';
 import type { TaskDetail, TaskSummary } from './tasks.schemas';
 
 type Detail = NonNullable<Awaited<ReturnType<typeof getTaskDetail>>>;
 type TaskRow = typeof generationTask.$inferSelect;
+type AttemptRow = typeof taskAttempt.$inferSelect;
+
+/**
+ * The provider's latest progress of an attempt (docs/events.md "Progress"). A model's logs are
+ * its own text: URL queries and credential-like strings in them are redacted before they leave.
+ */
+export function presentProgress(p: TaskProgress): ProgressView {
+  return {
+    attempt_id: p.attemptId,
+    provider: p.provider,
+    provider_status: p.providerStatus,
+    fraction: p.progress?.fraction ?? null,
+    queue_position: p.progress?.queue_position ?? null,
+    logs: p.progress?.logs ? redactText(p.progress.logs) : null,
+    at: p.at?.toISOString() ?? null,
+  };
+}
+
+const attemptProgress = (a: AttemptRow): TaskProgress => ({
+  attemptId: a.attempt_id,
+  provider: a.provider,
+  providerStatus: a.provider_status,
+  progress: a.progress,
+  at: a.progress_at,
+});
 
 // The state columns are text in the schema, each CHECK-constrained to its set (db/schema.ts).
 const taskStatus = (s: string) => s as TaskStatus;
@@ -34,6 +62,7 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
   const video = d.assets.find((a) => a.kind === 'video');
   const thumb = d.assets.find((a) => a.kind === 'thumbnail');
   const deliverable = d.task.status === 'SUCCEEDED' && video;
+  const active = d.attempts.find((a) => a.attempt_id === d.task.active_attempt_id);
   return {
     ...presentTaskSummary(d.task),
     status_version: d.task.status_version,
@@ -41,6 +70,8 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
     request: d.task.request as Record<string, unknown>,
     failure: d.task.failure_code ? { code: d.task.failure_code, message: d.task.failure_message } : null,
     cancel_requested: d.task.cancel_requested_at !== null,
+    /** The active attempt's latest provider progress; null when the provider has said none (or the job is finished). */
+    progress: active?.progress ? presentProgress(attemptProgress(active)) : null,
     output: deliverable
       ? {
           download_url: await storage.presignGet(video.object_key, ttlSeconds),
@@ -63,6 +94,7 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
       submit_finished_at: a.submit_finished_at?.toISOString() ?? null,
       unknown_since: a.unknown_since?.toISOString() ?? null,
       last_error: a.last_error,
+      progress: a.progress ? presentProgress(attemptProgress(a)) : null,
     })),
     transitions: d.transitions.map((t) => ({
       from: t.from_status === null ? null : taskStatus(t.from_status),

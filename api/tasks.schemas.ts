@@ -1,6 +1,7 @@
 // The API's wire shapes. zod validates requests; the same schemas, and those of the answers
 // (which the presenter's types follow), are the route contracts of api/tasks.routes.ts.
 import { z } from 'zod';
+import { ProgressView } from './events.schemas';
 import { PROVIDERS, RESOLUTIONS } from '../domain/catalog';
 import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, TASK_STATES } from '../domain/states';
 
@@ -106,6 +107,7 @@ export const taskDetail = z
     request: z.record(z.string(), z.unknown()).describe('The request as accepted'),
     failure: z.object({ code: z.string(), message: z.string().nullable() }).nullable(),
     cancel_requested: z.boolean(),
+    progress: ProgressView.nullable().describe("The active attempt's latest provider progress (null when the provider said none, or the job is finished)"),
     output: taskOutput.nullable(),
     attempts: z.array(
       z.object({
@@ -119,6 +121,7 @@ export const taskDetail = z
         submit_finished_at: timestamp.nullable(),
         unknown_since: timestamp.nullable(),
         last_error: z.string().nullable(),
+        progress: ProgressView.nullable(),
       }),
     ),
     transitions: z.array(

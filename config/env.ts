@@ -73,6 +73,20 @@ export const envSchema = z.object({
   API_INSTANCES: z.coerce.number().int().min(1).default(1),
   /** Largest accepted JSON body for task creation and callbacks. */
   API_BODY_LIMIT: z.string().default('256kb'),
+  /** Live events (docs/events.md): a comment line on every open stream this often, so proxies keep it open. */
+  EVENTS_HEARTBEAT_MS: z.coerce.number().int().min(100).default(15_000),
+  /** At most one provider progress event per task this often (per API process). */
+  EVENTS_PROGRESS_INTERVAL_MS: ms.default(2_000),
+  /** Open event streams per tenant per API process; one more answers 429. */
+  EVENTS_MAX_STREAMS_PER_TENANT: z.coerce.number().int().min(1).default(20),
+  /** Open event streams per API process; one more answers 503. */
+  EVENTS_MAX_STREAMS: z.coerce.number().int().min(1).default(2_000),
+  /** Every open stream re-reads its transitions this often besides the NOTIFY wake-ups (a safety net). */
+  EVENTS_RESYNC_MS: z.coerce.number().int().min(100).default(10_000),
+  /** The reconnection time every stream tells its client at the start (SSE `retry`), after a drop or an API restart. */
+  EVENTS_RETRY_MS: z.coerce.number().int().min(100).default(3_000),
+  /** In DEGRADED_NOTIFY and below: how long streams tell clients to wait before polling or reconnecting. */
+  EVENTS_POLL_AFTER_MS: z.coerce.number().int().min(100).default(5_000),
 
   DATABASE_URL: secret(z.string().min(1), 'postgres://postgres@127.0.0.1:5432/vidorch'),
   DATABASE_POOL_MAX: z.coerce.number().int().min(1).max(200).default(10),

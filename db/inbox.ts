@@ -3,6 +3,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { callbackInbox } from './schema';
 import type { DbOrTx } from './client';
+import type { ProviderProgress } from '../domain/progress';
 import type { ProviderJob } from '../providers/types';
 
 export interface ProviderEventInput {
@@ -65,6 +66,7 @@ export interface StoredJob {
   error: string | null;
   correlationToken: string | null;
   metrics: Record<string, number> | null;
+  progress?: ProviderProgress | null;
 }
 
 export function serializeJob(job: ProviderJob): StoredJob {

@@ -7,6 +7,7 @@ import {
   bigserial,
   boolean,
   check,
+  customType,
   index,
   integer,
   jsonb,
@@ -18,10 +19,13 @@ import {
   uniqueIndex,
   uuid,
 } from 'drizzle-orm/pg-core';
+import type { ProviderProgress } from '../domain/progress';
 import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES } from '../domain/states';
 
 const money = (name: string) => numeric(name, { precision: 18, scale: 6 });
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+/** Postgres's 64-bit transaction id (pg_current_xact_id()); read as its decimal text. */
+const xid8 = customType<{ data: string; driverData: string }>({ dataType: () => 'xid8' });
 const inList = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`).join(', '));
 
 /** Addition: tenants and their hashed API keys. */
@@ -147,6 +151,10 @@ export const taskAttempt = pgTable(
     /** Consecutive failed reads (status, cancel) of the attempt's job; 0 after any good read (activities/provider-reads.ts). */
     read_failures: integer('read_failures').notNull().default(0),
     status_version: bigint('status_version', { mode: 'number' }).notNull().default(0),
+    /** The provider's latest progress of the job (domain/progress.ts), shown and streamed (docs/events.md). */
+    progress: jsonb('progress').$type<ProviderProgress>(),
+    /** When `progress` was last written. */
+    progress_at: ts('progress_at'),
   },
   (t) => [
     uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
@@ -294,8 +302,16 @@ export const taskTransition = pgTable(
     region: text('region').notNull(),
     write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
     created_at: ts('created_at').notNull().defaultNow(),
+    /**
+     * The writing transaction's id. With transition_id it orders the tenant-wide event stream in
+     * an order no later commit can insert into (docs/decisions/0020-event-stream-resume.md).
+     */
+    xact_id: xid8('xact_id').notNull().default(sql`pg_current_xact_id()`),
   },
-  (t) => [uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version)],
+  (t) => [
+    uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version),
+    index('idx_task_transition_xact').on(t.xact_id, t.transition_id),
+  ],
 );
 
 /** Addition: objects we stored (video, thumbnail). */

@@ -32,17 +32,23 @@ export interface ModePolicy {
    * allows it again (workers/webhook-relay.ts).
    */
   readonly notify: boolean;
+  /**
+   * Live event streams (docs/events.md) push progress and transitions. False: a stream says
+   * `degraded` with a poll hint and closes; clients poll GET /v1/tasks/:id or reconnect later
+   * with Last-Event-ID, missing nothing (the transitions stay in Postgres).
+   */
+  readonly liveEvents: boolean;
 }
 
 export type ProviderGate = 'breaker' | 'healthy';
 
-const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker', notify: true };
-/** Every mode below NORMAL pushes nothing (docs/design.md §7: realtime progress is shed first). */
-const quiet: ModePolicy = { ...open, notify: false };
+const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker', notify: true, liveEvents: true };
+/** Every mode from DEGRADED_NOTIFY down pushes nothing: realtime progress and tenant webhooks are shed first (docs/design.md §7). */
+const quiet: ModePolicy = { ...open, notify: false, liveEvents: false };
 
 export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
   NORMAL: open,
-  // No push to tenants: webhook deliveries wait (kept and counted); everything else as NORMAL.
+  // No push to tenants: webhook deliveries wait (kept and counted), event streams tell clients to poll; everything else as NORMAL.
   DEGRADED_NOTIFY: quiet,
   // Unhealthy providers closed: a stricter breaker, no probes of a tripped provider.
   DEGRADED_PROVIDER: { ...quiet, providers: 'healthy' },
@@ -51,14 +57,14 @@ export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
   // No new cost at all; converge what was accepted: polls, callbacks, rescue, settlement.
   RECONCILE_ONLY: { ...quiet, create: false, submit: false },
   // Only viewing. Callbacks are kept in the spool, not lost.
-  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false },
+  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false, liveEvents: false },
   // The fact source cannot be read safely: stop serving, keep callbacks in the spool.
-  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false },
+  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false, liveEvents: false },
 };
 
 export const policyFor = (mode: SystemMode): ModePolicy => MODE_POLICIES[mode];
 
-export type ModeAction = Exclude<keyof ModePolicy, 'callback' | 'providers'>;
+export type ModeAction = Exclude<keyof ModePolicy, 'callback' | 'providers' | 'liveEvents'>;
 
 /** Null when `mode` allows `action`, else a sentence saying why not (for problems and failures). */
 export function modeForbids(mode: SystemMode, action: ModeAction): string | null {

@@ -310,3 +310,33 @@ export function registerNotifyMetrics(
   });
   return { attempts };
 }
+
+/** Live event streams (api/event-streams.ts): open streams, the LISTEN connection, events sent by type. Returns the sent counter. */
+export function registerEventMetrics(registry: Registry, state: () => { open: number; listening: boolean; connects: number }): Counter<'event'> {
+  new Gauge({
+    name: 'vidorch_event_streams_open',
+    help: 'Open live event streams (SSE) on this API process',
+    registers: [registry],
+    collect() {
+      this.set(state().open);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_event_listener_up',
+    help: '1 while the event LISTEN connection is up (0 before the first stream, or while reconnecting)',
+    registers: [registry],
+    collect() {
+      this.set(state().listening ? 1 : 0);
+    },
+  });
+  new Counter({
+    name: 'vidorch_event_listener_connects_total',
+    help: 'Times the event LISTEN connection was established (more than one: it was lost and re-established)',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(state().connects);
+    },
+  });
+  return new Counter({ name: 'vidorch_events_sent_total', help: 'Live events sent, by SSE event type', labelNames: ['event'], registers: [registry] });
+}

@@ -35,6 +35,7 @@ export function printFence(s: FenceState): string {
         ['workflow fact writes', yes(p.factWrites)],
         ['new provider submits', submits(p)],
         ['webhook deliveries', p.notify ? 'sent' : 'paused (kept)'],
+        ['live events (SSE)', p.liveEvents ? 'live' : 'clients told to poll'],
       ],
       '    ',
     ),
@@ -44,9 +45,19 @@ export function printFence(s: FenceState): string {
 export function printModeTable(): string {
   const rows = SYSTEM_MODES.map((m) => {
     const p = MODE_POLICIES[m];
-    return { mode: m, create: yes(p.create), read: yes(p.read), cancel: yes(p.cancel), callback: p.callback, facts: yes(p.factWrites), submit: submits(p), webhooks: p.notify ? 'send' : 'pause' };
+    return {
+      mode: m,
+      create: yes(p.create),
+      read: yes(p.read),
+      cancel: yes(p.cancel),
+      callback: p.callback,
+      facts: yes(p.factWrites),
+      submit: submits(p),
+      webhooks: p.notify ? 'send' : 'pause',
+      live: p.liveEvents ? 'live' : 'poll',
+    };
   });
-  return table(rows, ['mode', 'create', 'read', 'cancel', 'callback', 'facts', 'submit', 'webhooks']);
+  return table(rows, ['mode', 'create', 'read', 'cancel', 'callback', 'facts', 'submit', 'webhooks', 'live']);
 }
 
 export function printFailoverRecord(r: FailoverRecord, rtoSeconds?: number | null): string {

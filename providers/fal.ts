@@ -8,6 +8,7 @@
 // says where a request is; how it ended comes from the result fetch, which fal answers only for
 // a while after completion (capabilities.resultRetentionMs paces the polls inside it).
 import { z } from 'zod';
+import { providerProgress } from '../domain/progress';
 import type { ProviderJobState } from '../domain/states';
 import { FAL_HEADERS, FalJwks, falSignedMessage, verifyFalSignature } from './fal-webhooks';
 import { createProviderHttp, headerValue, numericMetrics, ProviderHttpError, type HttpAnswer } from './provider-http';
@@ -100,6 +101,8 @@ export const falStatusSchema = z.looseObject({
   queue_position: z.number().nullish(),
   response_url: z.string().nullish(),
   metrics: z.record(z.string(), z.unknown()).nullish(),
+  /** Present when the status is read with `?logs=1`: the model's log lines so far. */
+  logs: z.array(z.looseObject({ message: z.string().optional() })).nullish().catch(null),
 });
 
 /** A failed request's answer: `detail` (a string, or the model's typed errors) and, for request errors, `error_type`. */
@@ -251,12 +254,19 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
   async function getJob(jobId: string, signal?: AbortSignal, ref?: JobRef): Promise<ProviderJob> {
     const what = `getJob ${jobId}`;
     const app = appFor(ref, what);
-    const raw = await http.read(`${requestUrl(app, jobId)}/status`, { method: 'GET', route: '/{app}/requests/{id}/status', headers: headers(false) }, what, signal);
+    // `logs=1`: the status answer then carries the model's logs (docs/events.md "Progress").
+    const raw = await http.read(`${requestUrl(app, jobId)}/status?logs=1`, { method: 'GET', route: '/{app}/requests/{id}/status', headers: headers(false) }, what, signal);
     const p = falStatusSchema.safeParse(raw);
     if (!p.success) throw http.malformed(what, p.error.message);
     const s = p.data;
     const metrics = numericMetrics(s.metrics);
-    if (s.status !== 'COMPLETED') return job(jobId, FAL_STATUS[s.status] as ProviderJobState, s.status, { metrics });
+    if (s.status !== 'COMPLETED') {
+      const progress = providerProgress({
+        queuePosition: s.status === 'IN_QUEUE' ? s.queue_position : null,
+        logs: (s.logs ?? []).map((l) => l.message ?? '').filter((m) => m.length > 0).join('\n'),
+      });
+      return job(jobId, FAL_STATUS[s.status] as ProviderJobState, s.status, { metrics, progress });
+    }
     return readResult(app, jobId, metrics, signal);
   }
 

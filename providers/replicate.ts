@@ -8,6 +8,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { z } from 'zod';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import { providerProgress } from '../domain/progress';
 import type { ProviderJobState } from '../domain/states';
 import {
   CallbackVerificationError,
@@ -98,6 +99,8 @@ export const replicatePredictionSchema = z.looseObject({
   started_at: nullableString,
   completed_at: nullableString,
   metrics: z.record(z.string(), z.unknown()).nullish(),
+  /** The model's output log so far (a string). */
+  logs: nullableString.catch(null),
 });
 export type ReplicatePrediction = z.infer<typeof replicatePredictionSchema>;
 
@@ -163,6 +166,8 @@ export function predictionToJob(p: ReplicatePrediction, token: string | null = n
     error: errorText(p.error),
     correlationToken: token,
     metrics,
+    // Replicate gives no fraction or queue place: its status and logs are the progress.
+    progress: p.status === 'starting' || p.status === 'processing' ? providerProgress({ logs: p.logs }) : null,
   };
 }
 

@@ -5,6 +5,7 @@
 // back (poll only) and has neither an idempotency key nor a listing of our tasks: tier 'none'.
 // THROTTLED means accepted and queued behind the account's concurrency limit.
 import { z } from 'zod';
+import { providerProgress } from '../domain/progress';
 import type { ProviderJobState } from '../domain/states';
 import { createProviderHttp, numericMetrics, ProviderHttpError } from './provider-http';
 import {
@@ -85,6 +86,8 @@ export function runwayTaskToJob(t: RunwayTask): ProviderJob {
     error: t.failure ? `${t.failureCode ? `${t.failureCode}: ` : ''}${t.failure}` : null,
     correlationToken: null,
     metrics: numericMetrics({ progress: t.progress }),
+    // "A float between 0 and 1 indicating the progress of the task", present while RUNNING.
+    progress: t.status === 'RUNNING' ? providerProgress({ fraction: t.progress }) : null,
   };
 }
 

@@ -1,5 +1,6 @@
 // The contract between the orchestrator and a provider adapter. Workflows and activities
 // read capabilities and typed outcomes; they never branch on a provider's name.
+import type { ProviderProgress } from '../domain/progress';
 import type { ProviderJobState } from '../domain/states';
 
 export type { ProviderJobState };
@@ -106,6 +107,11 @@ export interface ProviderJob {
   /** Correlation token we attached at submit, when known (our own submit, or a key the provider echoes back). */
   readonly correlationToken: string | null;
   readonly metrics: Record<string, number> | null;
+  /**
+   * What the provider says about the job's progress, where its API gives it (domain/progress.ts);
+   * absent or null when it says nothing. Stored on the attempt and streamed (docs/events.md).
+   */
+  readonly progress?: ProviderProgress | null;
 }
 
 /** Seed 001 §2: every call that may create a job ends in exactly one of three outcomes. */

@@ -144,6 +144,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A task's transitions and provider progress as they happen (Server-Sent Events)
+         * @description The SSE id of a transition is its status_version: reconnect with Last-Event-ID and nothing is missed or repeated. The stream closes after the terminal transition; a reconnect after it answers 204.
+         */
+        get: operations["streamTaskEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every task's transitions for the tenant as they happen (Server-Sent Events)
+         * @description The SSE id is `<xact>-<transition>`: reconnect with Last-Event-ID and nothing is missed or repeated.
+         */
+        get: operations["streamTenantEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/callbacks/{provider}/{token}": {
         parameters: {
             query?: never;
@@ -426,6 +466,20 @@ export interface components {
                 message: string | null;
             } | null;
             cancel_requested: boolean;
+            /** @description The active attempt's latest provider progress (null when the provider said none, or the job is finished) */
+            progress: {
+                /** Format: uuid */
+                attempt_id: string;
+                provider: string;
+                provider_status: string | null;
+                /** @description Runway: the task's progress */
+                fraction: number | null;
+                /** @description fal: place in the queue, 0 = next */
+                queue_position: number | null;
+                /** @description fal and Replicate: the tail of the model's logs */
+                logs: string | null;
+                at: string | null;
+            } | null;
             output: {
                 /**
                  * Format: uri
@@ -459,6 +513,19 @@ export interface components {
                 submit_finished_at: string | null;
                 unknown_since: string | null;
                 last_error: string | null;
+                progress: {
+                    /** Format: uuid */
+                    attempt_id: string;
+                    provider: string;
+                    provider_status: string | null;
+                    /** @description Runway: the task's progress */
+                    fraction: number | null;
+                    /** @description fal: place in the queue, 0 = next */
+                    queue_position: number | null;
+                    /** @description fal and Replicate: the tail of the model's logs */
+                    logs: string | null;
+                    at: string | null;
+                } | null;
             }[];
             transitions: {
                 from: components["schemas"]["TaskStatus"] | null;
@@ -1807,6 +1874,323 @@ export interface operations {
             /** @description The request conflicts with the current state */
             409: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    streamTaskEvents: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The last status_version this stream sent */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                /** @description The task id (a malformed id is a 404, like an unknown one) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        /** @description The event id (send it back as Last-Event-ID to resume) */
+                        id?: string;
+                        /**
+                         * @description The event type (absent: "message")
+                         * @constant
+                         */
+                        event?: "transition";
+                        /** @description A task changed status */
+                        data: {
+                            /** Format: uuid */
+                            task_id: string;
+                            /** @enum {string} */
+                            status: "QUEUED" | "DISPATCHING" | "SUBMITTING" | "SUBMIT_UNKNOWN" | "SUBMITTED" | "RUNNING" | "CANCEL_REQUESTED" | "PROVIDER_SUCCEEDED" | "FETCHING_OUTPUT" | "OUTPUT_AT_RISK" | "PROCESSING_MEDIA" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "MANUAL_REVIEW";
+                            /** @description null for the creation (version 0) */
+                            previous_status: ("QUEUED" | "DISPATCHING" | "SUBMITTING" | "SUBMIT_UNKNOWN" | "SUBMITTED" | "RUNNING" | "CANCEL_REQUESTED" | "PROVIDER_SUCCEEDED" | "FETCHING_OUTPUT" | "OUTPUT_AT_RISK" | "PROCESSING_MEDIA" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "MANUAL_REVIEW") | null;
+                            /** @description The task's status_version after this transition; on a task stream also the SSE id */
+                            status_version: number;
+                            /** Format: date-time */
+                            at: string;
+                            /** @description What caused it, as GET /v1/tasks/:id lists it in transitions[].source_event */
+                            reason: string;
+                            actor: string;
+                            /** @description SUCCEEDED, FAILED or CANCELLED: the task stream closes after this event */
+                            terminal: boolean;
+                            failure: {
+                                code: string;
+                                message: string | null;
+                            } | null;
+                        };
+                    } | {
+                        /** @description The event id (send it back as Last-Event-ID to resume) */
+                        id?: string;
+                        /**
+                         * @description The event type (absent: "message")
+                         * @constant
+                         */
+                        event?: "progress";
+                        /** @description The provider reported progress */
+                        data: {
+                            /** Format: uuid */
+                            attempt_id: string;
+                            provider: string;
+                            provider_status: string | null;
+                            /** @description Runway: the task's progress */
+                            fraction: number | null;
+                            /** @description fal: place in the queue, 0 = next */
+                            queue_position: number | null;
+                            /** @description fal and Replicate: the tail of the model's logs */
+                            logs: string | null;
+                            at: string | null;
+                            /** Format: uuid */
+                            task_id: string;
+                        };
+                    } | {
+                        /** @description The event id (send it back as Last-Event-ID to resume) */
+                        id?: string;
+                        /**
+                         * @description The event type (absent: "message")
+                         * @constant
+                         */
+                        event?: "degraded";
+                        /** @description Live events are paused; the stream closes after this event */
+                        data: {
+                            /** @enum {string} */
+                            mode: "NORMAL" | "DEGRADED_NOTIFY" | "DEGRADED_PROVIDER" | "QUEUE_ONLY" | "RECONCILE_ONLY" | "READ_ONLY" | "MAINTENANCE";
+                            poll_after_ms: number;
+                            detail: string;
+                        };
+                    };
+                };
+            };
+            /** @description The task is terminal and its stream has sent everything (an EventSource stops) */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found (another tenant's resource is not found either) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    streamTenantEvents: {
+        parameters: {
+            query?: {
+                status?: string;
+            };
+            header?: {
+                /** @description The last id this stream sent */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        /** @description The event id (send it back as Last-Event-ID to resume) */
+                        id?: string;
+                        /**
+                         * @description The event type (absent: "message")
+                         * @constant
+                         */
+                        event?: "transition";
+                        /** @description A task changed status */
+                        data: {
+                            /** Format: uuid */
+                            task_id: string;
+                            /** @enum {string} */
+                            status: "QUEUED" | "DISPATCHING" | "SUBMITTING" | "SUBMIT_UNKNOWN" | "SUBMITTED" | "RUNNING" | "CANCEL_REQUESTED" | "PROVIDER_SUCCEEDED" | "FETCHING_OUTPUT" | "OUTPUT_AT_RISK" | "PROCESSING_MEDIA" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "MANUAL_REVIEW";
+                            /** @description null for the creation (version 0) */
+                            previous_status: ("QUEUED" | "DISPATCHING" | "SUBMITTING" | "SUBMIT_UNKNOWN" | "SUBMITTED" | "RUNNING" | "CANCEL_REQUESTED" | "PROVIDER_SUCCEEDED" | "FETCHING_OUTPUT" | "OUTPUT_AT_RISK" | "PROCESSING_MEDIA" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "MANUAL_REVIEW") | null;
+                            /** @description The task's status_version after this transition; on a task stream also the SSE id */
+                            status_version: number;
+                            /** Format: date-time */
+                            at: string;
+                            /** @description What caused it, as GET /v1/tasks/:id lists it in transitions[].source_event */
+                            reason: string;
+                            actor: string;
+                            /** @description SUCCEEDED, FAILED or CANCELLED: the task stream closes after this event */
+                            terminal: boolean;
+                            failure: {
+                                code: string;
+                                message: string | null;
+                            } | null;
+                        };
+                    } | {
+                        /** @description The event id (send it back as Last-Event-ID to resume) */
+                        id?: string;
+                        /**
+                         * @description The event type (absent: "message")
+                         * @constant
+                         */
+                        event?: "degraded";
+                        /** @description Live events are paused; the stream closes after this event */
+                        data: {
+                            /** @enum {string} */
+                            mode: "NORMAL" | "DEGRADED_NOTIFY" | "DEGRADED_PROVIDER" | "QUEUE_ONLY" | "RECONCILE_ONLY" | "READ_ONLY" | "MAINTENANCE";
+                            poll_after_ms: number;
+                            detail: string;
+                        };
+                    };
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
                     [name: string]: unknown;
                 };
                 content: {

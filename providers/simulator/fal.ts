@@ -9,7 +9,7 @@ import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } fr
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { WebhookSender } from './webhooks';
-import { JobStore, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
+import { JobStore, simLogLines, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
 import { runSubmit, tokenOfUrl } from './submit-faults';
 
 export const SIM_FAL_DEFAULTS = {
@@ -130,15 +130,23 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
   /** fal's status answer: the queue fields, queue_position while queued, logs and metrics; never the outcome. */
   function statusJson(job: SimJob, logs: boolean): Record<string, unknown> {
     const base = { request_id: job.id, ...urls(job) };
+    // fal's log entries: message, level, source, timestamp (only with ?logs=1).
+    const logLines = () =>
+      simLogLines(job.startedAt, job.generationMs, job.completedAt ?? new Date()).map((message) => ({
+        message,
+        level: 'INFO',
+        source: 'user',
+        timestamp: (job.startedAt ?? job.createdAt).toISOString(),
+      }));
     switch (job.phase) {
       case 'queued':
       case 'pending':
         return { status: 'IN_QUEUE', queue_position: store.queuePosition(job), ...base };
       case 'running':
-        return { status: 'IN_PROGRESS', ...base, logs: logs ? [] : null };
+        return { status: 'IN_PROGRESS', ...base, logs: logs ? logLines() : null };
       default: {
         const inference = job.startedAt && job.completedAt ? (job.completedAt.getTime() - job.startedAt.getTime()) / 1000 : null;
-        return { status: 'COMPLETED', ...base, logs: logs ? [] : null, metrics: { inference_time: inference } };
+        return { status: 'COMPLETED', ...base, logs: logs ? logLines() : null, metrics: { inference_time: inference } };
       }
     }
   }

@@ -10,6 +10,23 @@ import type { Faults } from './faults';
 import type { WebhookSender } from './webhooks';
 import { clampDuration, DEFAULT_DURATION_S, sendOutputFile, type MediaLibrary, type UrlSigner } from './media';
 
+/** Steps a simulated generation reports in its logs and progress. */
+export const SIM_STEPS = 10;
+
+/** How far a generation that started at `startedAt` and takes `generationMs` is at `at`: 0..1. */
+export function simFraction(startedAt: Date | null, generationMs: number, at: Date = new Date()): number {
+  if (!startedAt) return 0;
+  if (generationMs <= 0) return 1;
+  return Math.min(1, Math.max(0, (at.getTime() - startedAt.getTime()) / generationMs));
+}
+
+/** The log lines a simulated model has printed by then: one per step done (a tqdm-like counter). */
+export function simLogLines(startedAt: Date | null, generationMs: number, at: Date = new Date()): string[] {
+  if (!startedAt) return [];
+  const done = Math.floor(simFraction(startedAt, generationMs, at) * SIM_STEPS);
+  return ['loading model', ...Array.from({ length: done }, (_, i) => `step ${i + 1}/${SIM_STEPS}`)];
+}
+
 export type SimPhase = 'queued' | 'pending' | 'running' | 'succeeded' | 'failed' | 'canceled';
 export const TERMINAL_PHASES: readonly SimPhase[] = ['succeeded', 'failed', 'canceled'];
 

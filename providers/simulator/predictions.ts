@@ -3,6 +3,7 @@
 // A prediction reads back with the documented fields only (docs/providers.md): no `webhook`.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import { simLogLines } from './jobs';
 import { clampDuration, type MediaLibrary, type UrlSigner } from './media';
 import { WEBHOOK_EVENT_TYPES, WebhookSender, type WebhookEventType } from './webhooks';
 
@@ -28,6 +29,8 @@ export interface SimPrediction {
   /** Last path segment of the webhook URL. */
   readonly token: string | null;
   readonly durationS: number;
+  /** From creation to its end; processing runs for most of it. */
+  readonly generationMs: number;
   readonly timers: NodeJS.Timeout[];
 }
 
@@ -114,6 +117,7 @@ export class PredictionStore {
       error: null,
       token: tokenOf(webhook),
       durationS: clampDuration(req.input['duration']),
+      generationMs,
       timers: [],
     };
     this.byId.set(p.id, p);
@@ -184,7 +188,8 @@ export class PredictionStore {
       model: p.model,
       version: p.version,
       input: p.input,
-      logs: '',
+      // The model's output so far, one line per step (Replicate's `logs` is a string).
+      logs: simLogLines(p.startedAt, Math.max(1, p.generationMs - Math.min(200, p.generationMs / 4)), p.completedAt ?? new Date()).join('\n'),
       output: p.output,
       data_removed: false,
       error: p.error,

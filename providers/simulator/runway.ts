@@ -6,7 +6,7 @@
 // submits by the X-Request-Id header the adapter sends for tracing.
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
-import { JobStore, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
+import { JobStore, simFraction, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
 import { runSubmit } from './submit-faults';
 
 export const SIM_RUNWAY_DEFAULTS = { apiSecret: 'sim-runway-secret-0123456789', concurrency: 2, version: '2024-11-06' } as const;
@@ -71,7 +71,8 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     status: STATUS[job.phase],
     createdAt: job.createdAt.toISOString(),
     ...(TERMINAL_PHASES.includes(job.phase) ? { cost: job.phase === 'succeeded' ? credits(job) : { credits: 0 } } : { estimatedCost: credits(job) }),
-    ...(job.phase === 'running' ? { progress: 0.5 } : {}),
+    // "A float between 0 and 1 indicating the progress of the task", while RUNNING (two decimals, never 1 before SUCCEEDED).
+    ...(job.phase === 'running' ? { progress: Math.min(0.99, Math.round(simFraction(job.startedAt, job.generationMs) * 100) / 100) } : {}),
     ...(job.phase === 'succeeded' ? { output: [job.output] } : {}),
     ...(job.phase === 'failed' ? { failure: job.error, failureCode: 'INTERNAL.BAD_OUTPUT' } : {}),
   });

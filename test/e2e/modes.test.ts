@@ -69,8 +69,9 @@ async function runsLikeNormal(mode: 'NORMAL' | 'DEGRADED_NOTIFY' | 'DEGRADED_PRO
 
 test('NORMAL: creates, reads, cancels and callbacks are admitted, /readyz is 200, a task runs to SUCCEEDED', () => runsLikeNormal('NORMAL'));
 
-// What the mode pauses (webhook deliveries: kept, counted, sent after) is proved in test/e2e/webhooks-notify.test.ts.
-test('DEGRADED_NOTIFY: tasks, callbacks and reads run as in NORMAL: a task runs to SUCCEEDED', () => runsLikeNormal('DEGRADED_NOTIFY'));
+// What the mode sheds is proved elsewhere: webhook deliveries kept, counted and sent after in
+// test/e2e/webhooks-notify.test.ts; live events told to poll in test/e2e/events.test.ts "DEGRADED_NOTIFY: …".
+test('DEGRADED_NOTIFY: tasks, callbacks, reads and provider calls run as in NORMAL: a task runs to SUCCEEDED', () => runsLikeNormal('DEGRADED_NOTIFY'));
 
 // What the mode closes (a provider whose breaker is not closed, or trips at the lower failure
 // rate) is proved at the claim in test/activities/provider-guard.test.ts "DEGRADED_PROVIDER closes…".

@@ -22,8 +22,8 @@ test('docs/modes.md has exactly one row per system mode, in shedding order', () 
   );
 });
 
-test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, callback, fact steps, submits, /readyz, webhooks)', () => {
-  for (const [mode, create, read, cancel, callback, facts, submits, readyz, webhooks] of rows) {
+test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, callback, fact steps, submits, /readyz, webhooks, live events)', () => {
+  for (const [mode, create, read, cancel, callback, facts, submits, readyz, webhooks, live] of rows) {
     const p = MODE_POLICIES[mode as keyof typeof MODE_POLICIES];
     const admitted = (cell: string | undefined) => cell === 'yes';
     assert.equal(admitted(create), p.create, `${mode} create`);
@@ -36,6 +36,8 @@ test('every row of docs/modes.md matches MODE_POLICIES (create, read, cancel, ca
     assert.equal(readyz === '200', p.create, `${mode} /readyz`);
     assert.ok(webhooks === 'send' || webhooks === 'pause', `${mode} webhooks cell is send or pause`);
     assert.equal(webhooks === 'send', p.notify, `${mode} webhooks`);
+    assert.equal(live === 'live', p.liveEvents, `${mode} live events`);
+    assert.equal(live === '503', !p.read, `${mode} live events refused with reads`);
   }
 });
 

@@ -230,6 +230,7 @@ export async function startModesStack(
     logger: testLogger,
     metrics: createMetrics({ service: `api-${name}` }),
     fenceCacheMs: opts.fenceCacheMs ?? 0,
+    databaseUrl: tdb.url,
   });
   const served = await serveApi(ctx, { port });
   const apiUrl = served.url;

@@ -242,7 +242,8 @@ test('a result read after fal stopped keeping it is failed with the reason, neve
 test('a result answered 5xx is the outcome only when fal names the error type; otherwise the read is retried', async () => {
   const answers: { status: number; headers: Record<string, string> }[] = [];
   const fake = createServer((req, res) => {
-    if (req.url?.endsWith('/status')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'COMPLETED', logs: null }));
+    // The status read asks for the logs (?logs=1).
+    if (req.url?.split('?')[0]?.endsWith('/status')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'COMPLETED', logs: null }));
     const a = answers.shift()!;
     res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers }).end(JSON.stringify({ detail: 'Request timed out', error_type: a.headers['x-fal-error-type'] }));
   });
@@ -340,4 +341,27 @@ test('capabilities: tier none (no listing), ED25519 callbacks, queues excess wor
   const { attemptId } = await submitOk();
   assert.equal(FAL_CAPABILITIES.absenceProof, 'none');
   assert.deepEqual(await adapter.findByCorrelationToken(lookupQuery(attemptId, { backMs: Date.now() })), NO_LOOKUP);
+});
+
+test('progress: fal status read with ?logs=1 gives the queue position while IN_QUEUE and the log lines while IN_PROGRESS', async () => {
+  const answers = [
+    { status: 'IN_QUEUE', queue_position: 3 },
+    { status: 'IN_PROGRESS', logs: [{ message: 'loading model', level: 'INFO', source: 'user', timestamp: '2026-01-01T00:00:00Z' }, { message: 'step 1/10' }] },
+  ];
+  const urls: string[] = [];
+  const fake = createServer((req, res) => {
+    urls.push(req.url ?? '');
+    res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify(answers.shift()));
+  });
+  const port = await listenOn(fake);
+  try {
+    const a = makeAdapter({ baseUrl: `http://127.0.0.1:${port}` });
+    const queued = await a.getJob('r1', undefined, REF);
+    assert.deepEqual(queued.progress, { fraction: null, queue_position: 3, logs: null });
+    const running = await a.getJob('r1', undefined, REF);
+    assert.deepEqual(running.progress, { fraction: null, queue_position: null, logs: 'loading model\nstep 1/10' });
+    assert.ok(urls.every((u) => u.endsWith('/status?logs=1')), urls.join(', '));
+  } finally {
+    await closeServer(fake);
+  }
 });

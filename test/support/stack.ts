@@ -164,6 +164,7 @@ export async function startApi(
     logger: testLogger,
     metrics: createMetrics({ service: 'api-test', facts: facts.latest, pool: db.pool }),
     fenceCacheMs: 0,
+    databaseUrl: db.url,
     ...(opts.storage ? { storage: opts.storage } : {}),
   });
   const served = await serveApi(ctx, { port: opts.port ?? 0 });

@@ -1,0 +1,155 @@
+// One LISTEN connection per API process, fanned out in memory to the open event streams
+// (docs/events.md, docs/decisions/0021-event-notify.md). The trigger on task_transition (and on
+// task_attempt.progress) NOTIFYs vidorch_task_events with ids only; the fence channel says the
+// mode may have changed. A NOTIFY only wakes: every stream then re-reads Postgres from its own
+// position, so a NOTIFY lost with a dropped connection loses nothing — on reconnect, and every
+// EVENTS_RESYNC_MS anyway, every stream re-reads. The pattern is workers/fence-watcher.ts's.
+import pg from 'pg';
+import { FENCE_CHANNEL } from '../db/modes';
+import type { Logger } from '../observability/logger';
+
+export const TASK_EVENTS_CHANNEL = 'vidorch_task_events';
+
+/** Why a stream is woken: a transition or progress of its task (or tenant), a resync, or a fence change. */
+export type Wake = { readonly kind: 'transition' | 'progress'; readonly taskId: string } | { readonly kind: 'resync' } | { readonly kind: 'fence' };
+export type WakeListener = (wake: Wake) => void;
+
+export interface EventHub {
+  /** Wakes `listener` for every event of the task, every resync and fence change. Returns the unsubscribe. */
+  watchTask(taskId: string, listener: WakeListener): () => void;
+  /** The same for every task of the tenant. */
+  watchTenant(tenantId: string, listener: WakeListener): () => void;
+  /** True while the LISTEN connection is up. */
+  listening(): boolean;
+  /** Times the LISTEN connection was (re)established. */
+  connects(): number;
+  stop(): Promise<void>;
+}
+
+export interface EventHubOptions {
+  /** For the LISTEN connection (a pooled connection cannot hold a LISTEN). */
+  readonly databaseUrl: string;
+  readonly resyncMs: number;
+  readonly logger: Logger;
+  readonly reconnectMs?: number;
+}
+
+const notice = (payload: string | undefined): { k: string; tenant: string; task: string } | null => {
+  try {
+    const p = JSON.parse(payload ?? '') as { k?: unknown; tenant?: unknown; task?: unknown };
+    return typeof p.task === 'string' && typeof p.tenant === 'string' && typeof p.k === 'string' ? { k: p.k, tenant: p.tenant, task: p.task } : null;
+  } catch {
+    return null;
+  }
+};
+
+/**
+ * The hub connects on its first watcher (an API that never streams holds no connection), and
+ * wakes every watcher with `resync` each time the connection is (re)established: what happened
+ * while it was not listening is read then.
+ */
+export function createEventHub(opts: EventHubOptions): EventHub {
+  const byTask = new Map<string, Set<WakeListener>>();
+  const byTenant = new Map<string, Set<WakeListener>>();
+  let client: pg.Client | null = null;
+  let connecting = false;
+  let started = false;
+  let stopped = false;
+  let connectCount = 0;
+  let reconnectTimer: NodeJS.Timeout | null = null;
+  let resyncTimer: NodeJS.Timeout | null = null;
+
+  const each = (fn: (l: WakeListener) => void) => {
+    for (const set of [...byTask.values(), ...byTenant.values()]) for (const l of [...set]) fn(l);
+  };
+  const wakeAll = (wake: Wake) => each((l) => l(wake));
+
+  function onNotification(msg: pg.Notification) {
+    if (msg.channel === FENCE_CHANNEL) return wakeAll({ kind: 'fence' });
+    const n = notice(msg.payload);
+    if (!n) return;
+    const wake: Wake = { kind: n.k === 'p' ? 'progress' : 'transition', taskId: n.task };
+    for (const l of [...(byTask.get(n.task) ?? [])]) l(wake);
+    for (const l of [...(byTenant.get(n.tenant) ?? [])]) l(wake);
+  }
+
+  async function connect(): Promise<void> {
+    if (stopped || connecting || client) return;
+    connecting = true;
+    const c = new pg.Client({ connectionString: opts.databaseUrl, application_name: 'vidorch-api-events' });
+    const retry = (err?: unknown) => {
+      if (client === c) {
+        client = null;
+        opts.logger.warn({ err }, 'event LISTEN connection lost; reconnecting');
+      }
+      c.removeAllListeners();
+      // A dying connection may still emit (the server's FATAL after 'end'): never unhandled.
+      c.on('error', () => undefined);
+      c.end().catch(() => undefined);
+      if (!stopped && !reconnectTimer) {
+        reconnectTimer = setTimeout(() => {
+          reconnectTimer = null;
+          void connect();
+        }, opts.reconnectMs ?? 1_000);
+      }
+    };
+    c.on('error', retry);
+    c.on('end', () => retry());
+    c.on('notification', onNotification);
+    try {
+      await c.connect();
+      await c.query(`LISTEN ${TASK_EVENTS_CHANNEL}; LISTEN ${FENCE_CHANNEL}`);
+      if (stopped) {
+        await c.end().catch(() => undefined);
+        return;
+      }
+      client = c;
+      connectCount += 1;
+      // Anything written while nobody listened here: every stream reads again.
+      wakeAll({ kind: 'resync' });
+    } catch (err) {
+      opts.logger.debug({ err }, 'event LISTEN connection failed; retrying');
+      retry(err);
+    } finally {
+      connecting = false;
+    }
+  }
+
+  function start() {
+    if (started || stopped) return;
+    started = true;
+    void connect();
+    resyncTimer = setInterval(() => wakeAll({ kind: 'resync' }), opts.resyncMs);
+    resyncTimer.unref();
+  }
+
+  const watch = (map: Map<string, Set<WakeListener>>, key: string, l: WakeListener) => {
+    start();
+    let set = map.get(key);
+    if (!set) map.set(key, (set = new Set()));
+    set.add(l);
+    return () => {
+      set.delete(l);
+      if (set.size === 0 && map.get(key) === set) map.delete(key);
+    };
+  };
+
+  return {
+    watchTask: (taskId, l) => watch(byTask, taskId, l),
+    watchTenant: (tenantId, l) => watch(byTenant, tenantId, l),
+    listening: () => client !== null,
+    connects: () => connectCount,
+    async stop() {
+      stopped = true;
+      if (reconnectTimer) clearTimeout(reconnectTimer);
+      if (resyncTimer) clearInterval(resyncTimer);
+      const c = client;
+      client = null;
+      if (c) {
+        c.removeAllListeners();
+        c.on('error', () => undefined);
+        await c.end().catch(() => undefined);
+      }
+    },
+  };
+}
