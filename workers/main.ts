@@ -102,6 +102,7 @@ const bundle: WorkflowBundle = await bundleWorkflowsInChild();
 async function startWorker(): Promise<RegionService> {
   const worker = await createGenerationWorkers({
     connection,
+    databaseUrl: database.url,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,

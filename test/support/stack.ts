@@ -198,6 +198,7 @@ export async function startWorker(
   const deps = buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) });
   const worker = await createGenerationWorkers({
     connection,
+    databaseUrl: db.url,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,
