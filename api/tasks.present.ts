@@ -34,6 +34,17 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
     request: d.task.request,
     failure: d.task.failure_code ? { code: d.task.failure_code, message: d.task.failure_message } : null,
     cancel_requested: d.task.cancel_requested_at !== null,
+    /** Waiting for a provider slot: the place in the provider's queue (1 = next), how long, and why. */
+    queue: d.queue
+      ? {
+          provider: d.queue.provider,
+          position: d.queue.position,
+          waiting: d.queue.waiting,
+          since: d.queue.since.toISOString(),
+          waited_seconds: Math.max(0, Math.round((Date.now() - d.queue.since.getTime()) / 1000)),
+          reason: d.queue.grantedAt ? 'granted' : (d.queue.reason ?? 'provider_full'),
+        }
+      : null,
     output: deliverable
       ? {
           download_url: await storage.presignGet(video.object_key, ttlSeconds),
