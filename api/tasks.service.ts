@@ -101,7 +101,7 @@ export async function createTask(
         aggregate_type: 'generation_task',
         aggregate_id: taskId,
         event_type: 'GenerationTaskCreated',
-        payload: { task_id: taskId, tenant_id: tenantId, provider: first.provider },
+        payload: { task_id: taskId, tenant_id: tenantId, provider: first.provider, priority: body.priority },
         schema_version: 1,
         home_region: token.region,
         write_epoch: token.epoch,

@@ -88,7 +88,7 @@ async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise
 async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): Promise<T> {
   const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
   try {
-    return await work(createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE));
+    return await work(createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY }));
   } finally {
     await temporal.close();
   }
