@@ -15,7 +15,9 @@ import { generationTask, opsAudit, providerControl, slotWait, taskAttempt, tenan
 import { SLOT_GRANTED_CHANNEL, providerQueue } from '../../db/slot-queue';
 import { changeProviderControl } from '../../ops/providers';
 import { setTenantLimit } from '../../ops/capacity';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+import { startFactSampler } from '../../observability/facts';
+import { createMetrics } from '../../observability/metrics';
+import { createTestDatabase, createTestTenant, startSimulator, testConfig, testLogger, type RunningSimulator, type TestDatabase } from '../support/stack';
 
 let sim: RunningSimulator;
 let tdb: TestDatabase;
@@ -191,6 +193,22 @@ test('a waiting attempt past its deadline fails DEADLINE_EXCEEDED with its credi
   assert.equal(t?.settled_amount, '0.000000');
   assert.equal((await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, late.taskId))).length, 0);
   assert.equal(sim.jobsFor(late.attemptId), 0);
+});
+
+test('waiting attempts are metrics: per provider and tenant, and the oldest wait', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  const ts = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
+  for (const t of ts) await run('submitAttempt', t.taskId);
+  await tdb.database.db.update(slotWait).set({ since: new Date(Date.now() - 90_000) }).where(eq(slotWait.task_id, ts[1]!.taskId));
+  const sampler = startFactSampler({ databaseUrl: tdb.url, intervalMs: 60_000, logger: testLogger, applicationName: 'slot-metrics-test' });
+  await sampler.refresh();
+  const text = await createMetrics({ service: 'slot-metrics-test', facts: sampler.latest }).registry.metrics();
+  await sampler.stop();
+  const shown = text.split('\n').filter((l) => l.startsWith('vidorch_slot')).join('\n');
+  assert.match(shown, new RegExp(`vidorch_slot_waiting\\{provider="replicate",tenant="${tenantA}",service="slot-metrics-test"\\} 2`));
+  assert.match(shown, new RegExp(`vidorch_slot_waiting\\{provider="replicate",tenant="${tenantB}",service="slot-metrics-test"\\} 1`));
+  const oldest = Number(/vidorch_slot_oldest_wait_seconds\{provider="replicate",service="slot-metrics-test"\} ([\d.]+)/.exec(text)?.[1]);
+  assert.ok(oldest >= 90 && oldest < 120, `oldest wait ${oldest} s`);
 });
 
 async function tenantName(tenantId: string): Promise<string> {
