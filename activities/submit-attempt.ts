@@ -23,6 +23,7 @@ import { deadlineExceeded, pastDeadline } from './deadline';
 import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
 import { takeSlot, tenantSlotTerms } from '../db/slot-queue';
+import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
 
 type TaskRow = typeof generationTask.$inferSelect;
@@ -166,6 +167,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         if (slot.kind === 'waiting') {
           onAdmitted(null);
           guard.queued(attempt.provider, admission, attempt.attempt_no);
+          // Never sent, so it may go where there is room now; the next claim takes that slot.
+          const moved = await rerouteWaiting(deps, tx, task, attempt);
+          if (moved) {
+            Context.current().log.info('waiting attempt re-routed to a provider with room', { taskId, attemptId: attempt.attempt_id, from: attempt.provider, to: moved.provider });
+            return { kind: 'rerouted' as const, task };
+          }
           return { kind: 'waiting' as const, task, slot };
         }
       }
@@ -272,6 +279,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           waitMs = waitFor(claimed.task);
           return null;
         }
+        // Re-routed while waiting: the workflow claims again at once, on the new provider.
+        if (claimed.kind === 'rerouted') return null;
         const { task, attempt, ticket } = claimed;
         const adapter = providerFor(deps, attempt.provider);
         // The switch closed after the claim (a failover): never call. The attempt stays

@@ -370,3 +370,23 @@ export async function setTenantCapacity(
   }
   return { before: before ?? null };
 }
+
+/**
+ * Whether `provider` has a free slot nobody waits for (a waiting attempt of another provider may
+ * move there: docs/providers.md "The slot queue"). A read without the provider's lock: the claim
+ * that follows takes the slot under it, or waits in that provider's queue.
+ */
+export async function hasFreeSlot(tx: DbOrTx, provider: string, limit: number): Promise<boolean> {
+  if (!Number.isFinite(limit)) return true;
+  const { rows } = await tx.execute(sql`
+    SELECT (SELECT count(*)::int FROM task_attempt a WHERE a.provider = ${provider} AND ${holdsSlot})
+         + (SELECT count(*)::int FROM slot_wait w WHERE w.provider = ${provider} AND w.granted_at IS NOT NULL) AS taken,
+           EXISTS (SELECT 1 FROM slot_wait w WHERE w.provider = ${provider} AND w.granted_at IS NULL) AS queued`);
+  const r = rows[0] as { taken: number; queued: boolean };
+  return !r.queued && r.taken < limit;
+}
+
+/** Leaves the queue (the attempt moved to another provider before it was sent). */
+export async function leaveQueue(tx: DbOrTx, attemptId: string): Promise<void> {
+  await tx.delete(slotWait).where(eq(slotWait.attempt_id, attemptId));
+}

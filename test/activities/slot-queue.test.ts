@@ -29,7 +29,15 @@ const DEFAULTS = { perProvider: null, total: null, weight: 1 };
 
 before(async () => {
   sim = await startSimulator(testConfig(), { generationMs: 600_000 });
-  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, BULKHEAD_RAMP_MS: '0', SLOT_QUEUE_AGING_MS: '0' });
+  config = testConfig({
+    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
+    PROVIDER_FAL_BASE_URL: `${sim.baseUrl}/fal`,
+    PROVIDER_FAL_JWKS_URL: `${sim.baseUrl}/fal/.well-known/jwks.json`,
+    PROVIDER_RUNWAY_BASE_URL: `${sim.baseUrl}/runway`,
+    PROVIDER_KLING_BASE_URL: `${sim.baseUrl}/kling`,
+    BULKHEAD_RAMP_MS: '0',
+    SLOT_QUEUE_AGING_MS: '0',
+  });
   tdb = await createTestDatabase(config);
   acts = createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
   ({ tenantId: tenantA } = await createTestTenant(tdb.database, config, '100000'));
@@ -210,6 +218,47 @@ test('waiting attempts are metrics: per provider and tenant, and the oldest wait
   const oldest = Number(/vidorch_slot_oldest_wait_seconds\{provider="replicate",service="slot-metrics-test"\} ([\d.]+)/.exec(text)?.[1]);
   assert.ok(oldest >= 90 && oldest < 120, `oldest wait ${oldest} s`);
 });
+
+test('a waiting attempt never sent moves to another provider of its family with room; never after an unknown outcome', async () => {
+  const body = (n: number) => ({ model: 'kling-v2', prompt: `family ${n}`, duration_seconds: 5, resolution: '720p' as const, priority: 0 });
+  const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };
+  const prepare = async (n: number) => {
+    seq += 1;
+    const { task } = await createTask(tdb.database.db, token, { tenantId: tenantA, idempotencyKey: `family-${seq}`, body: body(n) });
+    await run('dispatchTask', task.task_id);
+    const f = await run('prepareAttempt', task.task_id);
+    const [a] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, f.activeAttemptId!));
+    return { taskId: task.task_id, attemptId: a!.attempt_id, provider: a!.provider };
+  };
+  const first = await prepare(1);
+  // Its provider has one slot, which it takes; the other providers of the family have room.
+  await tdb.database.db.insert(providerControl).values({ provider: first.provider, max_in_flight: 1 });
+  const firstSubmit = await run('submitAttempt', first.taskId);
+  const [fa] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, first.attemptId));
+  assert.equal(firstSubmit.facts.status, 'SUBMITTED', `${first.provider}: ${fa?.last_error}`);
+  const second = await prepare(2);
+  const third = await prepare(3);
+  assert.equal(second.provider, first.provider, 'routed to the same provider (its slot is not the router\'s concern)');
+  // The third task had an unknown outcome before (its attempt carries the fact): it must not move.
+  await tdb.database.db.update(taskAttempt).set({ unknown_since: new Date() }).where(eq(taskAttempt.attempt_id, third.attemptId));
+  const moved = await run('submitAttempt', second.taskId);
+  assert.equal(moved.facts.status, 'SUBMITTING');
+  assert.equal(moved.waitMs ?? null, null, 're-routed: claim again at once');
+  const [a2] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, second.attemptId));
+  assert.notEqual(a2?.provider, first.provider, 'moved within the family');
+  assert.equal(await waitRowOf(second.taskId), undefined, 'it left the old queue');
+  const secondSubmit = await run('submitAttempt', second.taskId);
+  const [sa] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, second.attemptId));
+  assert.equal(secondSubmit.facts.status, 'SUBMITTED', `${sa?.provider} ${sa?.provider_model}: ${sa?.last_error}`);
+  assert.equal(sim.jobsFor(second.attemptId), 1);
+  const stayed = await run('submitAttempt', third.taskId);
+  assert.ok((stayed.waitMs ?? 0) > 0, 'the task with an unknown outcome waits for its own provider');
+  const [a3] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, third.attemptId));
+  assert.equal(a3?.provider, first.provider);
+  assert.equal(sim.jobsFor(third.attemptId), 0);
+});
+
+const waitRowOf = async (taskId: string) => (await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, taskId)))[0];
 
 async function tenantName(tenantId: string): Promise<string> {
   const { rows } = await tdb.database.pool.query<{ name: string }>('SELECT name FROM tenant WHERE tenant_id = $1', [tenantId]);
