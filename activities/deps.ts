@@ -13,6 +13,17 @@ import type { ObjectStorage } from '../storage/s3';
 import type { ProviderGuardSettings } from './provider-guard';
 import type { ProviderHealth } from '../domain/router';
 import type { RoutingSettings } from './routing';
+import type { TenantSlotDefaults } from '../db/slot-queue';
+import type { QueuePolicy } from '../domain/slot-queue';
+
+export interface SlotQueueSettings {
+  readonly policy: QueuePolicy;
+  /** A waiting workflow's fallback timer (a lost wake costs at most this). */
+  readonly waitFallbackMs: number;
+  /** An unused grant goes back to the queue after this. */
+  readonly grantTtlMs: number;
+  readonly tenantDefaults: TenantSlotDefaults;
+}
 
 export interface Clock {
   now(): Date;
@@ -73,6 +84,8 @@ export interface TaskActivityDeps {
     readonly providerCallTimeoutMs: number;
     /** Bulkhead ramp and DEGRADED_PROVIDER strictness for the submit claim's ProviderGuard. */
     readonly providerGuard?: ProviderGuardSettings;
+    /** The slot queue in front of each provider's bulkhead (db/slot-queue.ts, docs/providers.md). */
+    readonly slotQueue: SlotQueueSettings;
     /** A reconciliation miss proves absence only this long after the submit began. */
     readonly unknownProofDelayMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */

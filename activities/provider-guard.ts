@@ -11,32 +11,15 @@ import { MODE_SETTING } from '../db/modes';
 import { providerControl } from '../db/schema';
 import { FailureType } from '../domain/errors';
 import { MODE_POLICIES } from '../domain/modes';
-import { FINISHED_PROVIDER_JOB_STATES, SYSTEM_MODES, TERMINAL_TASK_STATES, type SystemMode } from '../domain/states';
+import { holdsSlot } from '../db/slot-queue';
+import { SYSTEM_MODES, type SystemMode } from '../domain/states';
 import { allowedSlots, type RampOptions } from '../providers/resilience/bulkhead';
 import { CircuitBreaker, type BreakerForce, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 
-/** Attempt states that hold a job at the provider (or may): what the bulkhead counts. */
-export const IN_FLIGHT_SUBMIT_STATES = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
-const inFlightStates = sql.raw(IN_FLIGHT_SUBMIT_STATES.map((s) => `'${s}'`).join(', '));
-/** Task states whose attempts hold no slot: finished, or parked for a person (docs/decisions/0012). */
-const SLOT_FREE_TASK_STATES = sql.raw([...TERMINAL_TASK_STATES, 'MANUAL_REVIEW'].map((s) => `'${s}'`).join(', '));
-const FINISHED_JOB_STATES = sql.raw(FINISHED_PROVIDER_JOB_STATES.map((s) => `'${s}'`).join(', '));
-/**
- * An attempt `a` that holds one of its provider's slots: in flight by its state, of a task we are
- * still driving, unless the provider already reported the job finished and that report waits in
- * the inbox. Such a job no longer runs at the provider; our own rescue and media steps are not its
- * concurrency. A task in MANUAL_REVIEW gives its slot back: it got there because its job is gone,
- * ran past the provider's maximum run time, or stayed unknown past its deadline, and counting it
- * would let parked tasks block the provider for everyone.
- */
-const holdsSlot = sql`a.submit_state IN (${inFlightStates})
-  AND EXISTS (SELECT 1 FROM generation_task t WHERE t.task_id = a.task_id AND t.status NOT IN (${SLOT_FREE_TASK_STATES}))
-  AND NOT EXISTS (
-  SELECT 1 FROM callback_inbox i
-  WHERE i.task_id = a.task_id AND i.attempt_id = a.attempt_id AND i.processed_at IS NULL
-    AND i.event_type IN (${FINISHED_JOB_STATES}))`;
+/** Attempt states that hold a job at the provider (or may), and the slot predicate: db/slot-queue.ts. */
+export { IN_FLIGHT_SUBMIT_STATES } from '../db/slot-queue';
 
 /** The settings config/env.ts exposes (config/services.ts `activitySettings`). */
 export interface ProviderGuardSettings {
@@ -78,6 +61,14 @@ const unavailable = (message: string, retryAfterMs: number) =>
 /** Which guard refused a claim, and why (the labels of vidorch_provider_refusals_total). */
 export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget';
 export type RefusalCounts = Readonly<Record<string, number>>;
+
+/** What admit() granted: the breaker's ticket and the bulkhead's limit and ceiling now (Infinity: none). */
+export interface Admission {
+  readonly ticket: BreakerTicket;
+  readonly limit: number;
+  /** The limit, or below it while ramping after a rebuild. */
+  readonly ceiling: number;
+}
 
 /** Every guard of this process, for the worker's /metrics. */
 const liveGuards = new Set<ProviderGuard>();
@@ -204,13 +195,15 @@ export class ProviderGuard {
 
   /**
    * Inside the claim transaction, before PREPARED → SUBMITTING: may this attempt call the
-   * provider now? Throws a retryable ProviderUnavailable (with the delay worth waiting) if not.
-   * The system mode comes from the transaction's MODE_SETTING (left by assertModeAllows).
+   * provider now, as far as the breaker and the retry budget go? Throws a retryable
+   * ProviderUnavailable (with the delay worth waiting) if not. The bulkhead is the slot queue's
+   * (db/slot-queue.ts takeSlot): the answer carries the ceiling it must use. The system mode comes
+   * from the transaction's MODE_SETTING (left by assertModeAllows).
    */
-  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<BreakerTicket> {
+  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<Admission> {
     const s = this.state(provider);
     await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
-    // The in-memory breaker first (cheap), then the bulkhead count under the row lock.
+    // The in-memory breaker first (cheap); the slot count follows under the row lock.
     const { rows } = await tx.execute(sql`
       SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode
       FROM provider_control WHERE provider = ${provider}`);
@@ -232,28 +225,20 @@ export class ProviderGuard {
       throw this.refuse(s, 'retry_budget', 'spent', `${provider} retry budget spent`, 5_000);
     }
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
-    if (Number.isFinite(limit)) {
-      s.lastLimit = limit;
-      await tx.execute(sql`SELECT 1 FROM provider_control WHERE provider = ${provider} FOR UPDATE`);
-      const { rows: counted } = await tx.execute(sql`
-        SELECT count(*)::int AS n FROM task_attempt a WHERE a.provider = ${provider} AND ${holdsSlot}`);
-      const inFlight = (counted[0] as { n: number }).n;
-      const ceiling = this.effectiveLimit(provider, limit);
-      if (inFlight >= ceiling) {
-        breaker.release(ticket);
-        if (attemptNo > 1) s.budget.refund();
-        const ramping = ceiling < limit;
-        throw this.refuse(
-          s,
-          'bulkhead',
-          ramping ? 'ramp' : 'full',
-          `${provider} bulkhead full: ${inFlight} of ${ceiling} jobs in flight${ramping ? ` (ramping up to ${limit} after a rebuild)` : ''}`,
-          2_000,
-        );
-      }
-    }
+    if (Number.isFinite(limit)) s.lastLimit = limit;
     if (attemptNo === 1) s.budget.recordRequest();
-    return ticket;
+    return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit };
+  }
+
+  /**
+   * An admitted attempt found no free slot and waits in the queue: give back what admit() took
+   * (as release()) and count the refusal ("bulkhead/full", or "bulkhead/ramp" below the limit).
+   */
+  queued(provider: string, admission: Admission, attemptNo = 1): void {
+    const s = this.state(provider);
+    this.release(provider, admission.ticket, attemptNo);
+    const key = `bulkhead/${admission.ceiling < admission.limit ? 'ramp' : 'full'}`;
+    s.refusals[key] = (s.refusals[key] ?? 0) + 1;
   }
 
   /**

@@ -22,6 +22,8 @@ import { failedUncharged, finishTask } from './settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
+import { takeSlot, tenantSlotTerms } from '../db/slot-queue';
+import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
 
 type TaskRow = typeof generationTask.$inferSelect;
@@ -44,6 +46,11 @@ export interface SubmitResult {
   readonly facts: TaskFacts;
   /** After a retryable rejection: wait this long before preparing the next attempt. */
   readonly retryInMs: number | null;
+  /**
+   * Waiting for a provider slot: sleep until woken (a grant), at most this long. Absent in results
+   * recorded before the slot queue (docs/workflow-versioning.md).
+   */
+  readonly waitMs?: number | null;
 }
 
 export function createSubmitActivities(deps: TaskActivityDeps) {
@@ -87,14 +94,16 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
   async function claim(token: FenceToken, taskId: string) {
     const held: { admitted: Admitted | null } = { admitted: null };
     try {
-      return await claimTx(token, taskId, (a) => (held.admitted = a));
+      return await claimTx(token, taskId, (a) => {
+        held.admitted = a;
+      });
     } catch (err) {
       if (held.admitted) guard.release(held.admitted.provider, held.admitted.ticket, held.admitted.attemptNo);
       throw err;
     }
   }
 
-  async function claimTx(token: FenceToken, taskId: string, onAdmitted: (a: Admitted) => void) {
+  async function claimTx(token: FenceToken, taskId: string, onAdmitted: (a: Admitted | null) => void) {
     return deps.db.transaction(async (tx) => {
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
@@ -131,14 +140,47 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       }
       // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
       await assertModeAllows(tx, token.scope, 'submit');
-      // The breaker and the bulkhead: an attempt that may not go now stays PREPARED.
-      const ticket = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
+      // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
+      const admission = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
+      const { ticket } = admission;
       onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
+      // The bulkhead: a slot from the queue, or the attempt waits for one as a fact (slot_wait) and
+      // its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
+      if (Number.isFinite(admission.ceiling)) {
+        const q = deps.settings.slotQueue;
+        const terms = await tenantSlotTerms(tx, task.tenant_id, attempt.provider, q.tenantDefaults);
+        const slot = await takeSlot(
+          tx,
+          {
+            attemptId: attempt.attempt_id,
+            taskId,
+            provider: attempt.provider,
+            tenantId: task.tenant_id,
+            priority: task.priority,
+            ceiling: admission.ceiling,
+            policy: q.policy,
+            grantTtlMs: q.grantTtlMs,
+            ...terms,
+          },
+          now(),
+        );
+        if (slot.kind === 'waiting') {
+          onAdmitted(null);
+          guard.queued(attempt.provider, admission, attempt.attempt_no);
+          // Never sent, so it may go where there is room now; the next claim takes that slot.
+          const moved = await rerouteWaiting(deps, tx, task, attempt);
+          if (moved) {
+            Context.current().log.info('waiting attempt re-routed to a provider with room', { taskId, attemptId: attempt.attempt_id, from: attempt.provider, to: moved.provider });
+            return { kind: 'rerouted' as const, task };
+          }
+          return { kind: 'waiting' as const, task, slot };
+        }
+      }
       await tx
         .update(taskAttempt)
         .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })
         .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
-      return { task, attempt, ticket };
+      return { kind: 'claimed' as const, task, attempt, ticket };
     });
   }
 
@@ -212,13 +254,33 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     });
   }
 
+  /** How long a waiting workflow sleeps without a wake: the fallback, or less when its deadline comes first. */
+  function waitFor(task: TaskRow): number {
+    const fallback = deps.settings.slotQueue.waitFallbackMs;
+    if (!task.deadline_at) return fallback;
+    // Wake when a call could no longer finish by the deadline: the claim then fails it (DEADLINE_EXCEEDED).
+    const untilDeadline = task.deadline_at.getTime() - deps.settings.providerCallTimeoutMs - now().getTime() + 50;
+    return Math.max(1_000, Math.min(fallback, untilDeadline));
+  }
+
   return {
-    /** Submits the task's active attempt to its provider, at most once. */
+    /**
+     * Submits the task's active attempt to its provider, at most once. With no free slot the
+     * attempt waits in its provider's queue and the result says how long to sleep (a grant wakes
+     * the workflow sooner).
+     */
     async submitAttempt(taskId: string): Promise<SubmitResult> {
+      let waitMs: number | null = null;
       const retryInMs = await fenced(deps, async (token) => {
         assertSubmitSwitchOpen(deps);
         const claimed = await claim(token, taskId);
         if (!claimed) return null;
+        if (claimed.kind === 'waiting') {
+          waitMs = waitFor(claimed.task);
+          return null;
+        }
+        // Re-routed while waiting: the workflow claims again at once, on the new provider.
+        if (claimed.kind === 'rerouted') return null;
         const { task, attempt, ticket } = claimed;
         const adapter = providerFor(deps, attempt.provider);
         // The switch closed after the claim (a failover): never call. The attempt stays
@@ -261,7 +323,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           throw toActivityFailure(err);
         }
       });
-      return { facts: await readTaskFacts(deps.db, taskId, now()), retryInMs };
+      return { facts: await readTaskFacts(deps.db, taskId, now()), retryInMs, waitMs };
     },
   };
 }

@@ -26,7 +26,7 @@ const ctx = buildApiContext(config, {
   databaseUrl: database.url,
   logger,
   metrics: createMetrics({ service: 'api', facts: facts.latest, pool: database.pool }),
-  facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
+  facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY }),
 });
 // Callbacks spooled while Postgres was down (or facts were read-only) go to the inbox once it can be written.
 const replayer = startCallbackReplayer(ctx, config.CALLBACK_SPOOL_REPLAY_MS);

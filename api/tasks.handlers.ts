@@ -67,7 +67,7 @@ export function taskHandlers(ctx: ApiContext) {
       // Fast path: start the workflow now (awaited within a short budget, or in the background,
       // API_FAST_PATH_MODE). If Temporal is slow or down the task is still accepted; the outbox
       // relay starts it later.
-      await ctx.fastPath.afterCommit({ taskId: task.task_id, tenantId, provider: task.provider }, outcome.outboxEventId);
+      await ctx.fastPath.afterCommit({ taskId: task.task_id, tenantId, provider: task.provider, priority: task.priority }, outcome.outboxEventId);
       res.status(202).location(`/v1/tasks/${task.task_id}`).json({ task_id: task.task_id, status: task.status });
     },
 

@@ -72,6 +72,17 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
     cancel_requested: d.task.cancel_requested_at !== null,
     /** The active attempt's latest provider progress; null when the provider has said none (or the job is finished). */
     progress: active?.progress ? presentProgress(attemptProgress(active)) : null,
+    /** Waiting for a provider slot: the place in the provider's queue (1 = next), how long, and why. */
+    queue: d.queue
+      ? {
+          provider: d.queue.provider,
+          position: d.queue.position,
+          waiting: d.queue.waiting,
+          since: d.queue.since.toISOString(),
+          waited_seconds: Math.max(0, Math.round((Date.now() - d.queue.since.getTime()) / 1000)),
+          reason: d.queue.grantedAt ? 'granted' : (d.queue.reason ?? 'provider_full'),
+        }
+      : null,
     output: deliverable
       ? {
           download_url: await storage.presignGet(video.object_key, ttlSeconds),

@@ -108,6 +108,17 @@ export const taskDetail = z
     failure: z.object({ code: z.string(), message: z.string().nullable() }).nullable(),
     cancel_requested: z.boolean(),
     progress: ProgressView.nullable().describe("The active attempt's latest provider progress (null when the provider said none, or the job is finished)"),
+    queue: z
+      .object({
+        provider: z.string(),
+        position: z.int().min(1).nullable().describe('Place in the provider\'s slot queue, 1 = next (a prediction: priorities, fair shares and aging decide); null once granted'),
+        waiting: z.int().min(0).describe('Attempts waiting for this provider'),
+        since: timestamp,
+        waited_seconds: z.int().min(0),
+        reason: z.string().describe('Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows'),
+      })
+      .nullable()
+      .describe('Waiting for a provider slot (docs/providers.md "The slot queue"); null otherwise'),
     output: taskOutput.nullable(),
     attempts: z.array(
       z.object({

@@ -1,5 +1,6 @@
 // Task admission and reads against the fact source. Creation is one transaction: task row
 // (unique tenant + Idempotency-Key), credit reservation, outbox row, first transition.
+import { taskSlotWait } from '../db/slot-queue';
 import { createHash, randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, lt, or, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
@@ -103,7 +104,7 @@ export async function createTask(
         aggregate_type: 'generation_task',
         aggregate_id: taskId,
         event_type: 'GenerationTaskCreated',
-        payload: { task_id: taskId, tenant_id: tenantId, provider: first.provider },
+        payload: { task_id: taskId, tenant_id: tenantId, provider: first.provider, priority: body.priority },
         schema_version: 1,
         home_region: token.region,
         write_epoch: token.epoch,
@@ -169,7 +170,9 @@ export async function getTaskDetail(db: Db, tenantId: string, taskId: string) {
     db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId)).orderBy(asc(creditLedger.created_at)),
     db.select().from(asset).where(eq(asset.task_id, taskId)),
   ]);
-  return { task, attempts, transitions, ledger, assets };
+  // Only a task about to call its provider can wait for a slot (docs/providers.md "The slot queue").
+  const queue = task.status === 'SUBMITTING' ? await taskSlotWait(db, taskId, new Date()) : null;
+  return { task, attempts, transitions, ledger, assets, queue };
 }
 
 export interface Cursor {

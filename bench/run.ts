@@ -9,6 +9,8 @@ import { runCallbackLatency } from './callback-latency';
 import { runCallbacks } from './callbacks';
 import { runDrain } from './drain';
 import { runE2E } from './e2e';
+import { runFairness } from './fairness';
+import { runTemporalPriority } from './temporal-priority';
 import { runMetricsLoad } from './metrics-load';
 import { runOpenTasks } from './open-tasks';
 import { runResilience } from './resilience';
@@ -65,6 +67,31 @@ program
       );
     },
   );
+
+program
+  .command('fairness')
+  .description("the slot queue under one tenant's burst: fair policy vs FIFO on the same load (B's and C's waits, A's throughput, slot use, claims per submit)")
+  .option('--burst <n>', "tenant A's tasks, created at once", positiveInt(5000), 1000)
+  .option('--small <n>', 'tasks of tenant B, and of tenant C (priority 9)', positiveInt(500), 20)
+  .option('--delay <s>', 'seconds after the burst that B and C create', positiveInt(120), 3)
+  .option('--slots <n>', "the provider's limit", positiveInt(1000), 10)
+  .option('--generation-ms <ms>', 'one job at the simulated provider', positiveInt(600_000), 1_000)
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { burst: number; small: number; delay: number; slots: number; generationMs: number; json: boolean }) => {
+    await runFairness({ burst: o.burst, small: o.small, delayS: o.delay, slots: o.slots, generationMs: o.generationMs }, createReporter(o.json));
+  });
+
+program
+  .command('temporal-priority')
+  .description('whether the Temporal server honours task-queue priority keys: a backlog of low then high probes, drained by one worker')
+  .option('--low <n>', 'low-priority probes queued first', positiveInt(5000), 200)
+  .option('--high <n>', 'high-priority probes queued after them', positiveInt(5000), 20)
+  .option('--dynamic-config <key=value...>', 'dev server dynamic config, e.g. matching.useNewMatcher=true', [])
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { low: number; high: number; dynamicConfig: string[]; json: boolean }) => {
+    const dynamicConfig = Object.fromEntries(o.dynamicConfig.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+    await runTemporalPriority({ low: o.low, high: o.high, dynamicConfig }, createReporter(o.json));
+  });
 
 program
   .command('callbacks')

@@ -142,6 +142,21 @@ export const envSchema = z.object({
   BULKHEAD_RAMP_MIN_SLOTS: z.coerce.number().int().min(1).default(2),
   /** DEGRADED_PROVIDER mode: a provider's breaker trips at this failure rate and sends no probes (docs/modes.md). */
   DEGRADED_PROVIDER_FAILURE_RATE: z.coerce.number().gt(0).max(1).default(0.2),
+  /** The slot queue's order (docs/providers.md "The slot queue"): fair (priority, then weighted share per tenant, then age) or fifo (oldest first). */
+  SLOT_QUEUE_POLICY: z.enum(['fair', 'fifo']).default('fair'),
+  /** A waiting attempt's priority rises by one per this long waited (0: no aging); priority 0 reaches the top after 9×. */
+  SLOT_QUEUE_AGING_MS: ms.default(60_000),
+  /** A waiting workflow re-checks its place after this long if no grant woke it (a lost wake). */
+  SLOT_WAIT_FALLBACK_MS: z.coerce.number().int().min(1_000).default(60_000),
+  /** A grant its workflow has not used by then goes back to the queue (a terminated workflow). */
+  SLOT_GRANT_TTL_MS: z.coerce.number().int().min(1_000).default(300_000),
+  /** Default in-flight cap per tenant per provider, and over all providers (unset: none); `ops tenant limit` overrides. */
+  TENANT_MAX_IN_FLIGHT_PER_PROVIDER: z.coerce.number().int().min(0).optional(),
+  TENANT_MAX_IN_FLIGHT: z.coerce.number().int().min(0).optional(),
+  /** A tenant's default fair-share weight in the slot queue; `ops tenant limit --weight` overrides. */
+  TENANT_SLOT_WEIGHT: z.coerce.number().int().min(1).default(1),
+  /** Pass the task's priority and tenant to Temporal as task-queue priority and fairness keys (docs/decisions/0025). */
+  TEMPORAL_TASK_PRIORITY: bool.default(true),
 
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
   OUTPUT_FETCH_ALLOW_PRIVATE: refusedInProduction(bool.default(false), ['true', '1', 'yes'], 'true is refused in production (it allows loopback and private output URLs)'),

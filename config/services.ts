@@ -85,6 +85,12 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
       bulkheadRamp: { durationMs: config.BULKHEAD_RAMP_MS, startShare: config.BULKHEAD_RAMP_START_SHARE, minSlots: config.BULKHEAD_RAMP_MIN_SLOTS },
       degradedFailureRate: config.DEGRADED_PROVIDER_FAILURE_RATE,
     },
+    slotQueue: {
+      policy: { mode: config.SLOT_QUEUE_POLICY, agingMs: config.SLOT_QUEUE_AGING_MS },
+      waitFallbackMs: config.SLOT_WAIT_FALLBACK_MS,
+      grantTtlMs: config.SLOT_GRANT_TTL_MS,
+      tenantDefaults: { perProvider: config.TENANT_MAX_IN_FLIGHT_PER_PROVIDER ?? null, total: config.TENANT_MAX_IN_FLIGHT ?? null, weight: config.TENANT_SLOT_WEIGHT },
+    },
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
     reconcileLookupBudgetMs: config.RECONCILE_LOOKUP_BUDGET_MS,

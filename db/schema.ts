@@ -428,6 +428,14 @@ export const providerControl = pgTable(
     provider: text('provider').primaryKey(),
     breaker_force: text('breaker_force'),
     max_in_flight: integer('max_in_flight'),
+    /**
+     * Addition (the slot queue, docs/providers.md): the ceiling, fair/FIFO policy and aging step the
+     * last claim used, so a transaction that frees a slot elsewhere (a task finishing) grants it
+     * under the same rules. Written by claims only when they change.
+     */
+    queue_limit: integer('queue_limit'),
+    queue_policy: text('queue_policy').$type<'fair' | 'fifo'>(),
+    queue_aging_ms: integer('queue_aging_ms'),
     reason: text('reason'),
     updated_by: text('updated_by'),
     updated_at: ts('updated_at').notNull().defaultNow(),
@@ -437,6 +445,67 @@ export const providerControl = pgTable(
     check('provider_control_max_in_flight_check', sql`${t.max_in_flight} IS NULL OR ${t.max_in_flight} >= 0`),
   ],
 );
+
+/**
+ * Addition (the slot queue, docs/providers.md "The slot queue"): an attempt waiting for one of its
+ * provider's slots, or granted one it has not used yet. A grant counts as a taken slot until the
+ * attempt's claim deletes the row in the transaction that moves it to SUBMITTING, so a grant
+ * survives worker crashes and workflow resets and is never a second slot.
+ */
+export const slotWait = pgTable(
+  'slot_wait',
+  {
+    attempt_id: uuid('attempt_id')
+      .primaryKey()
+      .references(() => taskAttempt.attempt_id),
+    task_id: uuid('task_id')
+      .notNull()
+      .references(() => generationTask.task_id),
+    provider: text('provider').notNull(),
+    tenant_id: uuid('tenant_id').notNull(),
+    priority: integer('priority').notNull(),
+    since: ts('since').notNull().defaultNow(),
+    /** The tenant's fair-share weight and caps when the row was written (ops tenant limit updates them). */
+    weight: integer('weight').notNull().default(1),
+    tenant_provider_cap: integer('tenant_provider_cap'),
+    tenant_total_cap: integer('tenant_total_cap'),
+    granted_at: ts('granted_at'),
+    /** Why it waited at its last look (domain/slot-queue.ts WaitReason). */
+    reason: text('reason'),
+  },
+  (t) => [
+    index('idx_slot_wait_provider').on(t.provider, t.granted_at),
+    index('idx_slot_wait_task').on(t.task_id),
+    check('slot_wait_priority_check', sql`${t.priority} BETWEEN 0 AND 9`),
+    check('slot_wait_weight_check', sql`${t.weight} >= 1`),
+  ],
+);
+
+/**
+ * Addition: a tenant's in-flight caps and fair-share weight, per provider or for every provider
+ * (`provider = '*'`). Set with `ops tenant limit` (audited); absent rows fall back to config.
+ */
+export const tenantCapacity = pgTable(
+  'tenant_capacity',
+  {
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    provider: text('provider').notNull(),
+    max_in_flight: integer('max_in_flight'),
+    weight: integer('weight'),
+    reason: text('reason'),
+    updated_by: text('updated_by'),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.tenant_id, t.provider] }),
+    check('tenant_capacity_max_in_flight_check', sql`${t.max_in_flight} IS NULL OR ${t.max_in_flight} >= 0`),
+    check('tenant_capacity_weight_check', sql`${t.weight} IS NULL OR ${t.weight} >= 1`),
+  ],
+);
+export type SlotWaitRow = typeof slotWait.$inferSelect;
+export type TenantCapacityRow = typeof tenantCapacity.$inferSelect;
 
 // ---- Tenant webhooks (docs/webhooks.md, docs/decisions/0018) ----
 

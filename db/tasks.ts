@@ -8,6 +8,7 @@ import { canTransition, decide, type TaskEvent } from '../domain/task-machine';
 import type { DbOrTx } from './client';
 import type { FenceToken } from './fence';
 import { generationTask, taskTransition } from './schema';
+import { releaseTaskSlots, transitionFreesSlot } from './slot-queue';
 
 type TaskRow = typeof generationTask.$inferSelect;
 
@@ -86,6 +87,9 @@ export async function casTaskStatus(tx: DbOrTx, token: FenceToken, input: TaskTr
     region: token.region,
     write_epoch: token.epoch,
   });
+  // Out of the slot-holding states: the task's slot (or its place in the queue) goes to the
+  // next waiter in this same transaction (docs/providers.md "The slot queue").
+  if (transitionFreesSlot(input.from, input.to)) await releaseTaskSlots(tx, input.taskId, new Date());
   return row.version;
 }
 

@@ -6,6 +6,7 @@
 // balance, until they balance).
 import { sql } from 'drizzle-orm';
 import { createDatabase, type Db } from '../db/client';
+import { waitingSummary } from '../db/slot-queue';
 import type { Logger } from './logger';
 
 export interface FactSnapshot {
@@ -17,6 +18,8 @@ export interface FactSnapshot {
   readonly pollFallback: readonly { provider: string; ratio: number }[];
   /** Closed tasks whose reserve differs from settle + release, among those checked (must be 0). */
   readonly ledgerImbalance: number;
+  /** Attempts waiting for a provider slot, per provider and tenant, with the oldest wait (db/slot-queue.ts). */
+  readonly slotWaiting: readonly { provider: string; tenantId: string; waiting: number; oldestSeconds: number }[];
   /** Extra facts of the process (the worker's jobs in flight per provider). */
   readonly inFlight: Readonly<Record<string, number>> | null;
   /** When this pass ended (ms since the epoch) and how long it took. */
@@ -119,8 +122,11 @@ async function basicFacts(db: Db) {
         AND received_at > now() - interval '15 minutes'
       ORDER BY attempt_id, received_at) first_seen
     GROUP BY provider`);
+  const now = Date.now();
+  const slotWaiting = (await waitingSummary(db)).map((r) => ({ provider: r.provider, tenantId: r.tenantId, waiting: r.waiting, oldestSeconds: Math.max(0, (now - r.oldestSince.getTime()) / 1000) }));
   return {
     tasksByStatus,
+    slotWaiting,
     outboxBacklog: outbox?.n ?? 0,
     outboxOldestAgeSeconds: outbox?.age ?? 0,
     inboxUnprocessed: inbox?.n ?? 0,

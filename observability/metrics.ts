@@ -80,6 +80,14 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
   gauge('vidorch_tasks_by_status', 'Tasks by status (non-terminal, plus terminal ones of the last hour)', ['status'], (g, f) => {
     for (const [status, n] of Object.entries(f.tasksByStatus)) g.set({ status }, n);
   });
+  gauge('vidorch_slot_waiting', 'Attempts waiting for a provider slot (slot_wait, not yet granted), per provider and tenant', ['provider', 'tenant'], (g, f) => {
+    for (const r of f.slotWaiting) g.set({ provider: r.provider, tenant: r.tenantId }, r.waiting);
+  });
+  gauge('vidorch_slot_oldest_wait_seconds', "Seconds the longest-waiting attempt has waited for a provider's slot, per provider", ['provider'], (g, f) => {
+    const oldest = new Map<string, number>();
+    for (const r of f.slotWaiting) oldest.set(r.provider, Math.max(oldest.get(r.provider) ?? 0, r.oldestSeconds));
+    for (const [provider, s] of oldest) g.set({ provider }, s);
+  });
   gauge('vidorch_outbox_backlog', 'Unpublished outbox rows', [], (g, f) => g.set(f.outboxBacklog));
   gauge('vidorch_outbox_oldest_age_seconds', 'Age of the oldest unpublished outbox row', [], (g, f) => g.set(f.outboxOldestAgeSeconds));
   gauge('vidorch_inbox_unprocessed', 'Callback inbox rows not yet applied', [], (g, f) => g.set(f.inboxUnprocessed));

@@ -25,6 +25,7 @@ import {
   printFence,
   printInspection,
   printModeTable,
+  printProviderQueue,
   printProviderStatus,
   printReconcileReport,
   printReviews,
@@ -36,6 +37,7 @@ import { listReviews, resolveReview } from './review';
 import { auditOps, createTenant, grantTenantCredits } from './tenants';
 import { redeliverWebhook, tenantWebhooks, webhookDeliveries } from './webhooks';
 import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
+import { providerQueueReport, setTenantLimit } from './capacity';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
@@ -88,7 +90,7 @@ async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise
 async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): Promise<T> {
   const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
   try {
-    return await work(createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE));
+    return await work(createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY }));
   } finally {
     await temporal.close();
   }
@@ -100,6 +102,29 @@ const program = new Command('ops').description('vidorch operator commands').show
 // tenants
 
 const tenant = program.command('tenant').description('tenants, API keys and credits');
+
+const weight = (value: string): number => {
+  if (!/^[1-9]\d*$/.test(value)) throw new InvalidArgumentError('a whole number, 1 or more');
+  return Number(value);
+};
+
+tenant
+  .command('limit')
+  .description("cap a tenant's jobs in flight at one provider (--provider) or over all of them, and set its fair-share weight in the slot queue")
+  .requiredOption('--name <name>', 'tenant name')
+  .argument('<n|none>', 'jobs in flight at once (0 stops its new submits), or none for no cap', inFlightLimit)
+  .option('--provider <provider>', 'the provider (default: over every provider)', providerName)
+  .option('--weight <w>', "the tenant's share of a busy provider relative to others (default 1)", weight)
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (n: number | null, o: { name: string; provider?: string; weight?: number; reason: string; json: boolean }) => {
+    const defaults = { perProvider: config.TENANT_MAX_IN_FLIGHT_PER_PROVIDER ?? null, total: config.TENANT_MAX_IN_FLIGHT ?? null, weight: config.TENANT_SLOT_WEIGHT };
+    const result = await withDb((d) =>
+      setTenantLimit(d.db, { name: o.name, provider: o.provider ?? '*', maxInFlight: n, weight: o.weight ?? null, actor, reason: o.reason }, defaults),
+    );
+    const show = (c: { max_in_flight: number | null; weight: number | null }) => `cap ${c.max_in_flight ?? 'none'}, weight ${c.weight ?? 'default'}`;
+    print(o.json, result, () => `${o.name} at ${result.provider === '*' ? 'every provider' : result.provider}: ${show(result.from)} → ${show(result.to)}; audit ${result.auditId}`);
+  });
 
 /** An API key from a file, or from stdin with "-": never from argv, where `ps` and shell history see it. */
 function readApiKey(file: string): string {
@@ -314,6 +339,16 @@ provider
   .requiredOption('--reason <text>', 'why (audited)')
   .option('--json', 'print one JSON line', false)
   .action((p: string, n: number | null, o: { reason: string; json: boolean }) => changeControl(p, { kind: 'limit', maxInFlight: n }, o));
+
+provider
+  .command('queue')
+  .description('who waits for the provider\'s slots, in grant order: position, task, tenant, priority, wait and why (slot_wait facts)')
+  .argument('<provider>', Object.keys(adapterLimits).join(' | '), providerName)
+  .option('--json', 'print one JSON line', false)
+  .action(async (p: string, o: { json: boolean }) => {
+    const report = await withDb((d) => providerQueueReport(d.db, p));
+    print(o.json, report, () => printProviderQueue(report));
+  });
 
 // ---------------------------------------------------------------------------------------------
 // reconcile, inspect, review

@@ -1,4 +1,5 @@
 // Readable renderings of the ops reports (the CLI prints these unless --json).
+import type { ProviderQueueReport } from './capacity';
 import type { SpoolStatus } from '../api/spool';
 import type { FenceState } from '../db/fence';
 import type { FailoverRecord } from '../db/modes';
@@ -212,4 +213,19 @@ export function printSpoolStatus(st: SpoolStatus): string {
   ];
   for (const d of st.recentDeadLetters) lines.push(`    ${d.deadAt}  ${d.provider}  token ${d.token}  ${d.error}`);
   return lines.join('\n');
+}
+
+export function printProviderQueue(r: ProviderQueueReport): string {
+  const shown = r.entries.map((e) => ({
+    position: e.position === null ? 'granted' : String(e.position),
+    task: e.taskId,
+    tenant: e.tenantId,
+    priority: e.priority,
+    waited: formatSeconds(e.waited_seconds),
+    why: e.position === null ? `granted ${e.granted_at ?? ''}` : (e.reason ?? 'provider_full'),
+  }));
+  return [
+    `${r.provider}: ${r.in_flight} of ${r.limit ?? 'unlimited'} slots taken; ${r.waiting} waiting, ${r.granted} granted not yet used; policy ${r.policy}${r.policy === 'fair' ? ` (aging one level per ${formatSeconds(r.aging_seconds)})` : ''}`,
+    shown.length ? table(shown, ['position', 'task', 'tenant', 'priority', 'waited', 'why']) : '  nobody waits',
+  ].join('\n');
 }

@@ -8,6 +8,7 @@ import { sql } from 'drizzle-orm';
 import { IN_FLIGHT_SUBMIT_STATES, inFlightByProvider } from '../activities/provider-guard';
 import type { Db } from '../db/client';
 import { opsAudit, providerControl } from '../db/schema';
+import { grantFreeSlots } from '../db/slot-queue';
 import type { BreakerForce } from '../providers/resilience/circuit-breaker';
 
 export interface ProviderStatus {
@@ -114,6 +115,12 @@ export async function changeProviderControl(
       UPDATE provider_control
       SET breaker_force = ${to.force}, max_in_flight = ${to.max_in_flight}, reason = ${args.reason}, updated_by = ${args.actor}, updated_at = now()
       WHERE provider = ${args.provider}`);
+    if (args.change.kind === 'limit' && to.max_in_flight !== null) {
+      // A raised limit goes to the waiters now, in this transaction (docs/providers.md "The slot
+      // queue"); the next claim brings the ceiling back under the bulkhead's ramp if one runs.
+      await tx.execute(sql`UPDATE provider_control SET queue_limit = ${to.max_in_flight} WHERE provider = ${args.provider}`);
+      await grantFreeSlots(tx, args.provider, new Date());
+    }
     const auditId = randomUUID();
     await tx.insert(opsAudit).values({
       audit_id: auditId,

@@ -15,6 +15,7 @@ import path from 'node:path';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { Worker } from '@temporalio/worker';
 import { loadConfig } from '../config/env';
+import { providerControl } from '../db/schema';
 import { factsQuery } from '../workflows/definitions';
 import { bundleWorkflows } from '../workers/generation-worker';
 import { startE2E, type E2E } from '../test/support/e2e';
@@ -100,6 +101,19 @@ const SCENARIOS: Record<ScenarioName, Scenario> = {
       );
       await e.api.facade.resolveReview(taskId, { kind: 'not-submitted', operator: 'ops-rec', reason: 'provider console shows nothing' });
       return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED')).status };
+    },
+  },
+  'slot-queue-wait': {
+    generationMs: 3_000,
+    env: { BULKHEAD_RAMP_MS: '0' },
+    async run(e) {
+      // One slot at the provider: the first task holds it, the recorded one waits for the grant.
+      await e.tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 }).onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1 } });
+      const holder = await e.createTask('rec-slot-holder');
+      await e.waitForStatus(holder, 'RUNNING');
+      const taskId = await e.createTask('rec-slot-waiter');
+      await eventually(async () => ((await e.getTask(taskId)).queue ? true : undefined));
+      return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED', 60_000)).status };
     },
   },
   'review-late-webhook': {

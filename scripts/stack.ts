@@ -478,6 +478,8 @@ export interface TemporalOptions {
   namespace?: string;
   /** No Web UI. */
   headless?: boolean;
+  /** Dynamic config values (`--dynamic-config-value key=value`), e.g. matching.useNewMatcher. */
+  dynamicConfig?: Readonly<Record<string, string>>;
   log?: LogFn;
   /** Defaults to TEMPORAL_SEARCH_ATTRIBUTES. */
   searchAttributes?: Record<string, TemporalSearchAttributeType>;
@@ -519,6 +521,7 @@ export async function startTemporal(opts: TemporalOptions): Promise<TemporalProc
   if (opts.headless) args.push('--headless');
   else if (opts.uiPort !== undefined) args.push('--ui-port', String(opts.uiPort));
   if (opts.httpPort !== undefined) args.push('--http-port', String(opts.httpPort));
+  for (const [k, v] of Object.entries(opts.dynamicConfig ?? {})) args.push('--dynamic-config-value', `${k}=${v}`);
   if (opts.dbFile) {
     fs.mkdirSync(path.dirname(path.resolve(opts.dbFile)), { recursive: true });
     args.push('--db-filename', path.resolve(opts.dbFile));

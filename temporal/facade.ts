@@ -20,7 +20,21 @@ export interface TaskRef {
   readonly taskId: string;
   readonly tenantId: string;
   readonly provider: string;
+  /** The task's priority, 0–9 (9 first); absent: Temporal's default. */
+  readonly priority?: number;
 }
+
+export interface FacadeOptions {
+  /**
+   * Start workflows with Temporal task-queue priority (from the task's priority) and fairness key
+   * (the tenant), inherited by their activities: a saturated worker then also dispatches in that
+   * order (config TEMPORAL_TASK_PRIORITY; docs/decisions/0025).
+   */
+  readonly taskPriority?: boolean;
+}
+
+/** Our 0–9 (9 first) onto Temporal's default 1–5 priority keys (1 first). */
+export const temporalPriorityKey = (priority: number): number => 5 - Math.floor(Math.min(9, Math.max(0, priority)) / 2);
 
 /** 'started': running now (new or existing run); 'closed': the task's workflow already finished. */
 export type StartResult = 'started' | 'closed';
@@ -37,7 +51,7 @@ export interface GenerationFacade {
   workflowIdFor(taskId: string): string;
 }
 
-export function createGenerationFacade(getClient: () => Promise<Client>, taskQueueBase: string): GenerationFacade {
+export function createGenerationFacade(getClient: () => Promise<Client>, taskQueueBase: string, options: FacadeOptions = {}): GenerationFacade {
   return {
     workflowIdFor: workflowIdForTask,
     async startGeneration(task) {
@@ -50,6 +64,7 @@ export function createGenerationFacade(getClient: () => Promise<Client>, taskQue
           // A running workflow is the one we want; a closed one must never be started again.
           workflowIdConflictPolicy: 'USE_EXISTING',
           workflowIdReusePolicy: 'REJECT_DUPLICATE',
+          ...(options.taskPriority ? { priority: { priorityKey: temporalPriorityKey(task.priority ?? 0), fairnessKey: task.tenantId } } : {}),
           typedSearchAttributes: [
             { key: SA_TASK_STATUS, value: 'QUEUED' },
             { key: SA_TENANT_ID, value: task.tenantId },

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
+import { Client } from '@temporalio/client';
 import { bundleWorkflowCode, type ActivityInterceptorsFactory, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import { redactActivityFailures } from '../observability/redact';
@@ -18,6 +19,9 @@ import type { WorkerTracing } from '../observability/tracing';
 import { queues } from '../temporal/queues';
 import { tuningOptions, type WorkerTuning } from './tuning';
 import { pollRateFor } from '../activities/poll-demand';
+import { createTaskWaker } from '../api/wakes';
+import { createGenerationFacade } from '../temporal/facade';
+import { startSlotGrantWaker, type SlotGrantWaker } from './slot-grant-waker';
 
 export const WORKFLOWS_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workflows', 'index.ts');
 
@@ -79,6 +83,8 @@ export interface GenerationWorkerOptions {
   readonly namespace: string;
   readonly taskQueueBase: string;
   readonly deps: TaskActivityDeps;
+  /** The facts database's URL, for the connection that LISTENs for slot grants (workers/slot-grant-waker.ts). */
+  readonly databaseUrl: string;
   readonly workflowBundle: WorkflowBundle;
   /** Prebuilt activities (tests wrap them to count calls); default createTaskActivities(deps). */
   readonly activities?: TaskActivities;
@@ -149,7 +155,14 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   ]);
   const polls = new Map(providers.map((p, i) => [p, pollWorkers[i]!]));
   const all = [generation, ...polls.values()];
+  // Slot grants wake their workflows through the facade, coalesced per task (api/wakes.ts).
+  const facade = createGenerationFacade(async () => new Client({ connection: opts.connection, namespace: opts.namespace }), opts.taskQueueBase);
+  const waker = createTaskWaker((taskId) => facade.wakeTask(taskId));
+  let grants: SlotGrantWaker | null = null;
   const shutdown = () => {
+    const g = grants;
+    grants = null;
+    void g?.stop();
     for (const w of all) {
       // Only a running worker can be shut down; one already stopping or stopped is left alone.
       if (w.getState() === 'RUNNING') w.shutdown();
@@ -160,6 +173,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
     polls,
     pollRates,
     async run() {
+      grants = await startSlotGrantWaker({ connection: { connectionString: opts.databaseUrl }, wake: (taskId) => waker.wake(taskId) });
       const runs = all.map((w) =>
         w.run().catch((err: unknown) => {
           shutdown();
@@ -167,6 +181,8 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         }),
       );
       const results = await Promise.allSettled(runs);
+      await grants?.stop();
+      grants = null;
       const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
     },

@@ -117,6 +117,7 @@ const bundle: WorkflowBundle = await bundleWorkflowsInChild({ tracing: tracing.e
 async function startWorker(): Promise<RegionService> {
   const worker = await createGenerationWorkers({
     connection,
+    databaseUrl: database.url,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,
@@ -145,7 +146,7 @@ async function startRelay(): Promise<RegionService> {
   return startOutboxRelay({
     db: database.db,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-    facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE),
+    facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY }),
     logger: logger.child({ component: 'outbox-relay' }),
     batchSize: config.OUTBOX_RELAY_BATCH,
     intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,

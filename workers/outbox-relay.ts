@@ -22,7 +22,7 @@ export interface RelayOptions {
 interface OutboxRow {
   event_id: string;
   aggregate_id: string;
-  payload: { tenant_id: string; provider: string };
+  payload: { tenant_id: string; provider: string; priority?: number };
   publish_attempts: number;
 }
 
@@ -57,6 +57,7 @@ export async function relayOnce(opts: RelayOptions): Promise<{ published: number
           taskId: row.aggregate_id,
           tenantId: row.payload.tenant_id,
           provider: row.payload.provider,
+          ...(row.payload.priority !== undefined ? { priority: row.payload.priority } : {}),
         });
         outcomes.push({ row, error: null });
       } catch (err) {

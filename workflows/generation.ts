@@ -183,8 +183,15 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       case 'DISPATCHING':
         return facts.prepareAttempt(taskId);
       case 'SUBMITTING': {
+        // Patched: runs recorded before the slot queue never waited for a grant
+        // (docs/workflow-versioning.md). A grant's wake may arrive while the activity runs, so the
+        // flag is cleared before it, not after.
+        const queued = patched('slot-queue');
+        if (queued) woken = false;
         const r = await submit.submitAttempt(taskId);
         if (r.retryInMs !== null) await sleep(r.retryInMs);
+        // Waiting for a provider slot: the grant (in Postgres) wakes us; the timer covers a lost wake.
+        if (queued && r.waitMs != null) await condition(() => woken, r.waitMs);
         return r.facts;
       }
       case 'CANCEL_REQUESTED':

@@ -480,6 +480,19 @@ export interface components {
                 logs: string | null;
                 at: string | null;
             } | null;
+            /** @description Waiting for a provider slot (docs/providers.md "The slot queue"); null otherwise */
+            queue: {
+                provider: string;
+                /** @description Place in the provider's slot queue, 1 = next (a prediction: priorities, fair shares and aging decide); null once granted */
+                position: number | null;
+                /** @description Attempts waiting for this provider */
+                waiting: number;
+                /** Format: date-time */
+                since: string;
+                waited_seconds: number;
+                /** @description Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows */
+                reason: string;
+            } | null;
             output: {
                 /**
                  * Format: uri

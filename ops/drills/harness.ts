@@ -120,7 +120,7 @@ export async function startDrillWorld(
     const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
     cleanups.push(() => connection.close());
     const client = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
-    const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
+    const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
     const apiCtx = buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) });
     cleanups.push(() => apiCtx.rateLimiter.close(), () => apiCtx.callbackLimiter.close(), () => apiCtx.events.close());
     // As api/server.ts: callbacks spooled while Postgres was unreachable are replayed.

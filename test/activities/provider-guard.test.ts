@@ -14,7 +14,9 @@ import { createTask } from '../../api/tasks.service';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { assertModeAllows, setMode } from '../../db/modes';
-import { providerControl, taskAttempt } from '../../db/schema';
+import type { Tx } from '../../db/client';
+import { providerControl, slotWait, taskAttempt } from '../../db/schema';
+import { takeSlot, type SlotRequest } from '../../db/slot-queue';
 import { REPLICATE_CAPABILITIES } from '../../providers/replicate';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
 
@@ -59,19 +61,39 @@ async function prepared(): Promise<{ taskId: string; attemptId: string }> {
 const isUnavailable = (err: unknown) => err instanceof ApplicationFailure && err.type === 'ProviderUnavailable';
 const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
 /** Jobs left in flight by earlier tests count against the bulkhead: end them. */
-const freeInFlight = () => tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, [...IN_FLIGHT]));
+const freeInFlight = async () => {
+  await tdb.database.db.delete(slotWait);
+  await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, [...IN_FLIGHT]));
+};
+
+class Waiting extends Error {}
+/** What submitAttempt asks the slot queue for this attempt (no tenant caps, FIFO). */
+async function slotRequest(tx: Tx, attemptId: string, ceiling: number): Promise<SlotRequest> {
+  const [a] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+  return {
+    attemptId, taskId: a!.task_id, provider: a!.provider, tenantId, priority: 0, ceiling,
+    policy: { mode: 'fifo', agingMs: 0 }, grantTtlMs: 60_000, weight: 1, tenantProviderCap: null, tenantTotalCap: null,
+  };
+}
 
 /** The claim as submitAttempt makes it: the mode check, the guard, PREPARED → SUBMITTING, in one transaction. */
 async function claimWith(guard: ProviderGuard, attemptId: string): Promise<boolean> {
   try {
     await tdb.database.db.transaction(async (tx) => {
       await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');
-      await guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES);
+      const admission = await guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES);
+      const slot = await takeSlot(tx, await slotRequest(tx, attemptId, admission.ceiling), new Date());
+      if (slot.kind === 'waiting') {
+        guard.queued('replicate', admission);
+        throw new Waiting();
+      }
       await tx.update(taskAttempt).set({ submit_state: 'SUBMITTING' }).where(eq(taskAttempt.attempt_id, attemptId));
     });
     return true;
   } catch (err) {
-    assert.ok(isUnavailable(err), String(err));
+    assert.ok(err instanceof Waiting, String(err));
+    // A waiter's row would count as a grant later: this helper claims or gives up at once.
+    await tdb.database.db.delete(slotWait).where(eq(slotWait.attempt_id, attemptId));
     return false;
   }
 }
@@ -98,13 +120,16 @@ test('the bulkhead holds under 10× overload: with 2 slots, 20 concurrent submit
   // Jobs already in flight from earlier tests count too: free them first.
   await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   const tasks = await Promise.all(Array.from({ length: 20 }, () => prepared()));
-  const results = await Promise.allSettled(tasks.map((t) => run('submitAttempt', t.taskId)));
-  assert.equal(results.filter((r) => r.status === 'fulfilled').length, 2);
-  assert.ok(results.filter((r) => r.status === 'rejected').every((r) => isUnavailable((r as PromiseRejectedResult).reason)));
+  const results = await Promise.all(tasks.map((t) => run('submitAttempt', t.taskId)));
+  assert.equal(results.filter((r) => r.facts.status === 'SUBMITTED').length, 2);
+  const waiting = results.filter((r) => r.facts.status !== 'SUBMITTED');
+  assert.ok(waiting.every((r) => r.facts.status === 'SUBMITTING' && (r.waitMs ?? 0) > 0), 'the others wait in the queue, asleep');
+  assert.equal((await tdb.database.db.select().from(slotWait)).length, 18, 'each waiter is a slot_wait fact');
   const jobs = tasks.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0);
   assert.equal(jobs, 2);
   const inFlight = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   assert.equal(inFlight.length, 2, 'slots counted from facts equal the attempts really in flight');
+  await tdb.database.db.delete(slotWait);
 });
 
 test('a job the provider reported finished frees its slot while the report waits in the inbox', async () => {
@@ -115,7 +140,7 @@ test('a job the provider reported finished frees its slot while the report waits
     .onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1 } });
   const [a, b] = [await prepared(), await prepared()];
   assert.equal((await run('submitAttempt', a.taskId)).facts.status, 'SUBMITTED');
-  await assert.rejects(run('submitAttempt', b.taskId), isUnavailable, 'the one slot is taken');
+  assert.ok(((await run('submitAttempt', b.taskId)).waitMs ?? 0) > 0, 'the one slot is taken: b waits');
   const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, a.attemptId));
   await recordProviderEvent(tdb.database.db, {
     provider: 'replicate',
@@ -131,7 +156,7 @@ test('a job the provider reported finished frees its slot while the report waits
 test('the breaker opens after provider failures and refuses until its cool-down; our own 4xx does not count against the provider', async () => {
   let now = 1_000_000;
   const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000 } });
-  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES));
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 4; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
   await assert.rejects(admit(), isUnavailable);
   now += 10_001;
@@ -144,7 +169,7 @@ test('the breaker opens after provider failures and refuses until its cool-down;
 test('a probe slot taken by a claim that did not stand is given back: the next claim probes instead of waiting', async () => {
   let now = 1_000_000;
   const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000, halfOpenMaxProbes: 1 } });
-  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES));
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 4; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
   now += 10_001;
   const probe = await admit();
@@ -158,7 +183,7 @@ test('a probe slot taken by a claim that did not stand is given back: the next c
 test('the retry budget bounds retry attempts to a share of first attempts; over budget a retry waits instead of calling', async () => {
   const now = 5_000_000;
   const guard = new ProviderGuard({ now: () => now, retryBudget: { ratio: 0.1, minRetriesPerSecond: 0, windowMs: 10_000 } });
-  const admit = (attemptNo: number) => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES, attemptNo));
+  const admit = (attemptNo: number) => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES, attemptNo).then((a) => a.ticket));
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1_000_000 }).onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1_000_000 } });
   for (let i = 0; i < 30; i += 1) guard.report('replicate', await admit(1), { kind: 'accepted', job: { jobId: `j${i}`, state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } });
   let allowed = 0;
@@ -175,7 +200,7 @@ test('the retry budget bounds retry attempts to a share of first attempts; over 
 
 test('breaker state and retry budget are exported as metrics for operators', async () => {
   const guard = new ProviderGuard({ now: () => 9_000_000, breaker: { minimumRequests: 2, failureRateThreshold: 0.5, openMs: 60_000 } });
-  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'metrics-provider', REPLICATE_CAPABILITIES));
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'metrics-provider', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 2; i += 1) guard.report('metrics-provider', await admit(), { kind: 'unknown', reason: 'timeout' });
   const registry = new Registry();
   registerResilienceGauges(registry, resilienceSnapshots, () => inFlightByProvider(tdb.database.db));
@@ -223,7 +248,7 @@ test("when a provider's breaker closes again after being open, the bulkhead ramp
     breaker: { minimumRequests: 2, openMs: 1_000, halfOpenMaxProbes: 1, halfOpenSuccesses: 1, recoveryMs: 0 },
     bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 },
   });
-  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES));
+  const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   now += 60_000; // past the start-up ramp
   assert.equal(guard.effectiveLimit('replicate', 10), 10);
   for (let i = 0; i < 2; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
@@ -247,7 +272,7 @@ test('DEGRADED_PROVIDER closes unhealthy providers at the claim: a lower trip ra
   const admitIn = (provider: string) =>
     tdb.database.db.transaction(async (tx) => {
       await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');
-      return guard.admit(tx, provider, REPLICATE_CAPABILITIES);
+      return (await guard.admit(tx, provider, REPLICATE_CAPABILITIES)).ticket;
     });
   const ok = { kind: 'accepted', job: { jobId: 'j', state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } } as const;
   for (const outcome of [ok, ok, ok, { kind: 'unknown', reason: 'timeout' } as const]) guard.report('flaky', await admitIn('flaky'), outcome);

@@ -122,6 +122,7 @@ export async function startRegionWorker(
   const start = async () => {
     const worker = await createGenerationWorkers({
       connection,
+      databaseUrl: database.url,
       namespace: config.TEMPORAL_NAMESPACE,
       taskQueueBase: config.TEMPORAL_TASK_QUEUE,
       deps,

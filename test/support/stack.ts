@@ -156,7 +156,7 @@ export async function startApi(
     createGenerationFacade(async () => {
       if (!opts.client) throw new Error('no Temporal client for this API');
       return opts.client;
-    }, config.TEMPORAL_TASK_QUEUE);
+    }, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
   const facts = startFactSampler({ databaseUrl: db.url, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger: testLogger, applicationName: 'vidorch-test-facts' });
   const ctx = buildApiContext(config, {
     db: db.db,
@@ -209,6 +209,7 @@ export async function startWorker(
   const deps = buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) });
   const worker = await createGenerationWorkers({
     connection,
+    databaseUrl: db.url,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,

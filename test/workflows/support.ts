@@ -157,6 +157,7 @@ export const RECORDED_SCENARIOS = {
   'rejected-then-retried': { about: '429 with Retry-After: a workflow timer, then attempt 2', activities: ['submitAttempt', 'prepareAttempt', 'processMedia'] },
   'cancel-while-running': { about: 'cancel while RUNNING: provider cancel requested, CANCELLED', activities: ['requestProviderCancel'] },
   'manual-review-resolved': { about: 'deadline → MANUAL_REVIEW; a refused Update, then confirm-not-submitted; attempt 2 succeeds', activities: ['escalateTask', 'resolveReview', 'processMedia'] },
+  'slot-queue-wait': { about: "patch 'slot-queue': the provider's one slot is taken, the task waits for a grant, is woken and succeeds", activities: ['submitAttempt', 'applyInbox', 'rescueOutput'] },
   'review-late-webhook': { about: "deadline → MANUAL_REVIEW, patch 'review-applies-inbox': the late webhook is applied in review, the task succeeds", activities: ['escalateTask', 'applyInbox', 'rescueOutput'] },
 } as const satisfies Record<string, { about: string; activities: readonly string[] }>;
 export type ScenarioName = keyof typeof RECORDED_SCENARIOS;

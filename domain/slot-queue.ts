@@ -1,0 +1,131 @@
+// The admission queue's chooser (docs/providers.md "The slot queue"): which waiting attempts get a
+// provider's free slots. Pure: the caller reads the waiters and the in-flight counts from the facts
+// under the provider's row lock and writes the grants in the same transaction.
+//
+// Fair policy, in order:
+//  1. the highest effective priority first; a waiter's priority rises by one per `agingMs` waited
+//     (capped at MAX_PRIORITY), so a priority-0 waiter reaches the top class after
+//     MAX_PRIORITY × agingMs and is never starved (the bound is in docs/providers.md);
+//  2. within that class, the tenant with the least in-flight work at this provider per unit of
+//     weight (weighted fair share, counted from the facts, so it needs no scheduler state);
+//  3. within the tenant, the oldest waiter.
+// FIFO policy: the oldest waiter, whoever and whatever priority (the baseline the bench compares).
+// Both skip a waiter whose tenant is at its cap (per provider or overall).
+
+export const MAX_PRIORITY = 9;
+
+export type QueuePolicyMode = 'fair' | 'fifo';
+
+export interface QueuePolicy {
+  readonly mode: QueuePolicyMode;
+  /** A waiter's priority rises by one per this many ms waited; 0 turns aging off. */
+  readonly agingMs: number;
+}
+
+export interface Waiter {
+  readonly id: string;
+  readonly tenant: string;
+  /** 0–9 as accepted by POST /v1/tasks. */
+  readonly priority: number;
+  readonly sinceMs: number;
+  /** The tenant's fair-share weight (≥ 1). */
+  readonly weight: number;
+  /** In-flight cap of the tenant at this provider; null: none. */
+  readonly tenantProviderCap: number | null;
+  /** In-flight cap of the tenant across providers; null: none. */
+  readonly tenantTotalCap: number | null;
+}
+
+export interface SlotLoad {
+  /** Slots taken at the provider: attempts holding one plus grants not yet used. */
+  readonly inFlight: number;
+  /** The provider's ceiling. */
+  readonly limit: number;
+  /** Per tenant, slots taken at this provider. */
+  readonly tenantAtProvider: ReadonlyMap<string, number>;
+  /** Per tenant, slots taken at every provider. */
+  readonly tenantTotal: ReadonlyMap<string, number>;
+}
+
+export type WaitReason = 'provider_full' | 'tenant_provider_cap' | 'tenant_total_cap' | 'queued_behind';
+
+export interface Choice {
+  /** Granted waiter ids, in grant order. */
+  readonly granted: readonly string[];
+  /** Why each waiter that was not granted still waits. */
+  readonly waiting: ReadonlyMap<string, WaitReason>;
+}
+
+export function effectivePriority(w: Pick<Waiter, 'priority' | 'sinceMs'>, now: number, agingMs: number): number {
+  const base = Math.min(MAX_PRIORITY, Math.max(0, Math.trunc(w.priority)));
+  if (agingMs <= 0) return base;
+  const aged = Math.floor(Math.max(0, now - w.sinceMs) / agingMs);
+  return Math.min(MAX_PRIORITY, base + aged);
+}
+
+const older = (a: Waiter, b: Waiter): boolean => a.sinceMs < b.sinceMs || (a.sinceMs === b.sinceMs && a.id < b.id);
+
+function capReason(w: Waiter, atProvider: Map<string, number>, total: Map<string, number>): WaitReason | null {
+  if (w.tenantProviderCap !== null && (atProvider.get(w.tenant) ?? 0) >= w.tenantProviderCap) return 'tenant_provider_cap';
+  if (w.tenantTotalCap !== null && (total.get(w.tenant) ?? 0) >= w.tenantTotalCap) return 'tenant_total_cap';
+  return null;
+}
+
+/** The next waiter under `policy` among `open` (none blocked by a cap), or null. */
+function next(open: readonly Waiter[], atProvider: Map<string, number>, policy: QueuePolicy, now: number): Waiter | null {
+  if (open.length === 0) return null;
+  if (policy.mode === 'fifo') return open.reduce((best, w) => (older(w, best) ? w : best));
+  let top = -1;
+  for (const w of open) top = Math.max(top, effectivePriority(w, now, policy.agingMs));
+  // Per tenant in the top class: its oldest waiter.
+  const heads = new Map<string, Waiter>();
+  for (const w of open) {
+    if (effectivePriority(w, now, policy.agingMs) !== top) continue;
+    const head = heads.get(w.tenant);
+    if (!head || older(w, head)) heads.set(w.tenant, w);
+  }
+  let best: Waiter | null = null;
+  let bestShare = Number.POSITIVE_INFINITY;
+  for (const head of heads.values()) {
+    const share = (atProvider.get(head.tenant) ?? 0) / Math.max(1, head.weight);
+    if (share < bestShare || (share === bestShare && best !== null && older(head, best))) {
+      best = head;
+      bestShare = share;
+    }
+  }
+  return best;
+}
+
+/**
+ * Grants free slots to waiters until the provider is full or no waiter may go. `limit: Infinity`
+ * with caps ignored gives the queue order (positions, `ops provider queue`).
+ */
+export function chooseGrants(waiters: readonly Waiter[], load: SlotLoad, policy: QueuePolicy, now: number, opts: { readonly caps?: boolean } = {}): Choice {
+  const caps = opts.caps ?? true;
+  const atProvider = new Map(load.tenantAtProvider);
+  const total = new Map(load.tenantTotal);
+  const pending = new Map(waiters.map((w) => [w.id, w]));
+  const granted: string[] = [];
+  let inFlight = load.inFlight;
+  while (inFlight < load.limit && pending.size > 0) {
+    const open = [...pending.values()].filter((w) => !caps || capReason(w, atProvider, total) === null);
+    const w = next(open, atProvider, policy, now);
+    if (!w) break;
+    pending.delete(w.id);
+    granted.push(w.id);
+    inFlight += 1;
+    atProvider.set(w.tenant, (atProvider.get(w.tenant) ?? 0) + 1);
+    total.set(w.tenant, (total.get(w.tenant) ?? 0) + 1);
+  }
+  const waiting = new Map<string, WaitReason>();
+  for (const w of pending.values()) {
+    const capped = caps ? capReason(w, atProvider, total) : null;
+    waiting.set(w.id, capped ?? (inFlight >= load.limit ? 'provider_full' : 'queued_behind'));
+  }
+  return { granted, waiting };
+}
+
+/** Every waiter in the order it would be granted if slots kept freeing and nobody new arrived (caps aside). */
+export function queueOrder(waiters: readonly Waiter[], load: Omit<SlotLoad, 'inFlight' | 'limit'>, policy: QueuePolicy, now: number): readonly string[] {
+  return chooseGrants(waiters, { ...load, inFlight: 0, limit: Number.POSITIVE_INFINITY }, policy, now, { caps: false }).granted;
+}

@@ -1,0 +1,70 @@
+// Wakes the workflow of each attempt granted a provider slot (docs/providers.md "The slot queue").
+// The grant is written and a NOTIFY queued in the transaction that freed the slot; Postgres
+// delivers the notification only if that transaction commits, so a wake never announces a grant
+// that did not happen. A dedicated connection LISTENs (a pooled one cannot hold a LISTEN) and
+// reconnects after errors; a notification lost meanwhile costs the waiter its fallback timer
+// (SLOT_WAIT_FALLBACK_MS), never its grant, which stays in Postgres.
+import pg from 'pg';
+import { SLOT_GRANTED_CHANNEL } from '../db/slot-queue';
+
+export interface SlotGrantWaker {
+  stop(): Promise<void>;
+}
+
+export interface SlotGrantWakerOptions {
+  /** Connection settings of the LISTEN connection (the activities' pool's own). */
+  readonly connection: pg.ClientConfig;
+  /** Wakes one task's workflow (api/wakes.ts createTaskWaker over the facade: coalesced, best effort). */
+  readonly wake: (taskId: string) => void;
+  readonly reconnectMs?: number;
+}
+
+export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<SlotGrantWaker> {
+  let stopped = false;
+  let listener: pg.Client | null = null;
+  let reconnectTimer: NodeJS.Timeout | null = null;
+
+  async function connect(): Promise<void> {
+    if (stopped) return;
+    const client = new pg.Client({ ...opts.connection, application_name: 'vidorch-slot-grant-waker' });
+    const retry = () => {
+      if (listener === client) listener = null;
+      client.removeAllListeners();
+      client.on('error', () => undefined);
+      client.end().catch(() => undefined);
+      if (!stopped && !reconnectTimer) {
+        reconnectTimer = setTimeout(() => {
+          reconnectTimer = null;
+          void connect();
+        }, opts.reconnectMs ?? 2_000);
+      }
+    };
+    client.on('error', retry);
+    client.on('end', retry);
+    client.on('notification', (n) => {
+      if (n.channel === SLOT_GRANTED_CHANNEL && n.payload) opts.wake(n.payload);
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${SLOT_GRANTED_CHANNEL}`);
+      listener = client;
+    } catch {
+      retry();
+    }
+  }
+
+  await connect();
+  return {
+    async stop() {
+      stopped = true;
+      if (reconnectTimer) clearTimeout(reconnectTimer);
+      const c = listener;
+      listener = null;
+      if (c) {
+        c.removeAllListeners();
+        c.on('error', () => undefined);
+        await c.end().catch(() => undefined);
+      }
+    },
+  };
+}
