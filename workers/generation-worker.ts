@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
+import type { ReconcileActivities } from '../activities/reconcile';
 import { redactActivityFailures } from '../observability/redact';
 import { queues } from '../temporal/queues';
 import { tuningOptions, type WorkerTuning } from './tuning';
@@ -64,6 +65,8 @@ export interface GenerationWorkerOptions {
   readonly tuning?: WorkerTuning;
   /** Providers that get a poll worker; default every configured provider (deps.providers). */
   readonly pollProviders?: readonly string[];
+  /** With these, a worker on the reconcile queue runs the reconciler Schedules' workflows (reconcilers/schedules.ts). */
+  readonly reconcileActivities?: ReconcileActivities;
 }
 
 /** The generation worker and the poll workers, run and stopped together. */
@@ -71,6 +74,8 @@ export interface GenerationWorkers {
   readonly generation: Worker;
   /** Provider → its poll worker. */
   readonly polls: ReadonlyMap<string, Worker>;
+  /** The reconcile-queue worker, when reconcileActivities were given. */
+  readonly reconcile: Worker | null;
   /** The global rate each poll queue was given (undefined: the provider declares no quota). */
   readonly pollRates: ReadonlyMap<string, number | undefined>;
   /** Runs every worker; settles when all have stopped. One failing stops the others, then rejects. */
@@ -120,7 +125,20 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
     }),
   ]);
   const polls = new Map(providers.map((p, i) => [p, pollWorkers[i]!]));
-  const all = [generation, ...polls.values()];
+  const reconcile = opts.reconcileActivities
+    ? await Worker.create({
+        connection: opts.connection,
+        namespace: opts.namespace,
+        taskQueue: queues.reconcile(opts.taskQueueBase),
+        workflowBundle: opts.workflowBundle,
+        activities: opts.reconcileActivities,
+        // Reconcilers run one at a time per worker: each is a sweep, not a hot path.
+        maxConcurrentActivityTaskExecutions: 2,
+        shutdownGraceTime,
+        ...(opts.identity ? { identity: `${opts.identity}-reconcile` } : {}),
+      })
+    : null;
+  const all = [generation, ...polls.values(), ...(reconcile ? [reconcile] : [])];
   const shutdown = () => {
     for (const w of all) {
       // Only a running worker can be shut down; one already stopping or stopped is left alone.
@@ -130,6 +148,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   return {
     generation,
     polls,
+    reconcile,
     pollRates,
     async run() {
       const runs = all.map((w) =>

@@ -7,6 +7,7 @@ import { eq } from 'drizzle-orm';
 import { createTask as createTaskRow } from '../../api/tasks.service';
 import type { Config } from '../../config/env';
 import { creditLedger } from '../../db/schema';
+import type { ReconcileRunMetrics } from '../../observability/metrics';
 import {
   createTestDatabase,
   createTestTenant,
@@ -60,7 +61,7 @@ export const defaultRequest = {
 export async function startE2E(
   name: string,
   overrides: Record<string, string> = {},
-  opts: { generationMs?: number; worker?: boolean } = {},
+  opts: { generationMs?: number; worker?: boolean; reconcile?: { onRun?: (run: ReconcileRunMetrics) => void } } = {},
 ): Promise<E2E> {
   const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 400 });
   const port = await freePort();
@@ -79,7 +80,7 @@ export async function startE2E(
   const tdb = await createTestDatabase(config);
   const { client, close: closeClient } = await temporalClient(config);
   const api = await startApi(config, tdb.database, { client, port });
-  const worker = opts.worker === false ? null : await startWorker(config, tdb.database);
+  const worker = opts.worker === false ? null : await startWorker(config, tdb.database, opts.reconcile ? { reconcile: opts.reconcile } : {});
   const tenant = await createTestTenant(tdb.database, config, '1000');
 
   const e2e: E2E = {
