@@ -4,7 +4,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
-import { buildDatabase, buildProviders } from '../config/services';
+import type { Client } from '@temporalio/client';
+import { buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { RECONCILERS } from '../reconcilers';
+import { printFindings, printReconcilerStatus } from './print-reconcile';
+import { dryRun, ensureSchedules, reconcilerStatus, triggerAndWait } from './reconcilers';
 import { readFence } from '../db/fence';
 import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
 import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../api/spool';
@@ -37,7 +41,8 @@ import { auditOps, createTenant, grantTenantCredits } from './tenants';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
-exitOnUnhandledErrors(createLogger({ name: 'ops', level: config.LOG_LEVEL, pretty: false, stderr: true }));
+const cliLogger = createLogger({ name: 'ops', level: config.LOG_LEVEL, pretty: false, stderr: true });
+exitOnUnhandledErrors(cliLogger);
 const fence = { scope: config.FENCE_SCOPE, region: config.REGION };
 const actor = `operator:${config.OPS_OPERATOR ?? os.userInfo().username}`;
 
@@ -83,6 +88,15 @@ async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise
   }
 }
 
+async function withClient<T>(work: (client: Client) => Promise<T>): Promise<T> {
+  const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+  try {
+    return await work(await temporal.get());
+  } finally {
+    await temporal.close();
+  }
+}
+
 async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): Promise<T> {
   const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
   try {
@@ -92,7 +106,7 @@ async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): 
   }
 }
 
-const program = new Command('ops').description('vidorch operator commands').showHelpAfterError();
+const program = new Command('ops').description('vidorch operator commands').showHelpAfterError().enablePositionalOptions();
 
 // ---------------------------------------------------------------------------------------------
 // tenants
@@ -316,9 +330,11 @@ provider
 // ---------------------------------------------------------------------------------------------
 // reconcile, inspect, review
 
-program
+const reconcile = program
   .command('reconcile')
-  .description('recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits')
+  // Its own --dry-run and the subcommands' (run --dry-run) are told apart by position.
+  .enablePositionalOptions()
+  .description('recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits; status|run|schedules: the scheduled reconcilers')
   .addOption(new Option('--dry-run', 'report only (default)').conflicts('apply'))
   .addOption(new Option('--apply', 'start missing workflows and wake the tasks (never forces an outcome)'))
   .option('--reason <text>', 'why (audited; required with --apply)')
@@ -336,6 +352,48 @@ program
     const reason = o.reason;
     const result = await withDb((d) => withTemporal((facade) => reconcileApply(d.db, facade, { actor, reason, options })));
     print(o.json, result, () => `before\n${printReconcileReport(result.before)}\n\napplied\n${printApply(result.applied)}`);
+  });
+
+reconcile
+  .command('status')
+  .description("each scheduled reconciler: its Schedule (active, paused, interval, next run) and its last run's report")
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const list = await withDb((d) => withClient((client) => reconcilerStatus(d, client, config)));
+    print(o.json, list, () => `reconcilers\n${printReconcilerStatus(list)}${list.filter((s) => s.last && s.last.findings_total > 0).map((s) => `\n\n${printFindings({ ...s.last!, findings: s.last!.findings }, `${s.name} (last run)`)}`).join('')}`);
+  });
+
+reconcile
+  .command('run')
+  .description('trigger a reconciler\'s Schedule now and wait for its report; --dry-run: report what it would do, change nothing')
+  .argument('<name>', RECONCILERS.map((r) => r.name).join(' | '))
+  .option('--dry-run', 'run it here, changing nothing', false)
+  .option('--limit <n>', 'at most this many rows or tasks (dry run)', (v) => Number.parseInt(v, 10), config.RECONCILE_BATCH_LIMIT)
+  .option('--reason <text>', 'why (audited; required unless --dry-run)')
+  .option('--wait <duration>', 'wait this long for the triggered run', duration, 120)
+  .option('--json', 'print one JSON line', false)
+  .action(async (name: string, o: { dryRun: boolean; limit: number; reason?: string; wait: number; json: boolean }) => {
+    if (o.dryRun) {
+      const r = await withDb((d) =>
+        withTemporal((facade) => dryRun(d, config, { facade, storage: buildStorage(config), logger: cliLogger, name, actor, limit: o.limit })),
+      );
+      print(o.json, r, () => printFindings(r.report, `${name} (dry run)`));
+      return;
+    }
+    if (!o.reason) throw new Error('run needs --reason (audited), or --dry-run');
+    const reason = o.reason;
+    const run = await withDb((d) => withClient((client) => triggerAndWait(d, client, config, { name, actor, reason, waitMs: o.wait * 1000 })));
+    if (!run) throw new Error(`triggered; no run of ${name} recorded within ${o.wait} s (is a worker polling its reconcile queue? ops reconcile status)`);
+    print(o.json, run, () => `${printFindings({ ...run, findings: run.findings }, `${name} (run ${run.run_id})`)}${run.error ? `\nerror: ${run.error}` : ''}`);
+  });
+
+reconcile
+  .command('schedules')
+  .description('create the reconciler Schedules, or update their interval (an operator pause is kept); npm run dev and the worker do this')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const ids = await withClient((client) => ensureSchedules(client, config));
+    print(o.json, { schedules: ids }, () => `reconciler Schedules in place: ${ids.join(', ')}`);
   });
 
 program
