@@ -1,5 +1,8 @@
 // Readable output of the reconciler commands (ops/reconcilers.ts) and the bulk review (ops/review-batch.ts).
+import { ACTIONS_FOR, REVIEW_CLASSES } from '../domain/review-class';
 import type { ReconcileReport } from '../reconcilers/types';
+import type { BatchPlan, BatchResult } from './batch';
+import type { ClassifiedReview } from './review-batch';
 import type { ReconcilerStatus } from './reconcilers';
 import { table } from './format';
 
@@ -28,4 +31,35 @@ export function printFindings(r: Pick<ReconcileReport, 'examined' | 'changed' | 
     r.findings.slice(0, 50).map((f) => ({ kind: f.kind, task: f.taskId ?? f.key ?? '', detail: f.detail })),
     ['kind', 'task', 'detail'],
   )}`;
+}
+
+export function printClassified(items: readonly ClassifiedReview[]): string {
+  const counts = REVIEW_CLASSES.map((c) => ({ class: c, tasks: String(items.filter((i) => i.class === c).length), actions: ACTIONS_FOR[c].join(', ') }));
+  return [
+    'MANUAL_REVIEW by cause',
+    table(counts, ['class', 'tasks', 'actions']),
+    '',
+    table(
+      items.map((i) => ({ task: i.taskId, class: i.class, provider: i.provider, attempt: i.attemptState ?? '-', job: i.providerJobId ?? '-', since: i.since.toISOString(), reason: i.reason?.slice(0, 70) ?? '' })),
+      ['task', 'class', 'provider', 'attempt', 'job', 'since', 'reason'],
+    ),
+  ].join('\n');
+}
+
+export function printPlan(plan: BatchPlan, file: string, next: string): string {
+  return [
+    `dry run ${plan.fingerprint}: ${plan.items.length} task(s) for ${JSON.stringify(plan.selector)}`,
+    table(plan.items.map((i) => ({ task: i.taskId, evidence: i.fingerprint, summary: i.summary })), ['task', 'evidence', 'summary']),
+    '',
+    `batch file: ${file}`,
+    `apply with: ${next}`,
+  ].join('\n');
+}
+
+export function printBatchResults(r: { batchId: string; auditId: string; results: readonly BatchResult[] }): string {
+  const n = (o: BatchResult['outcome']) => r.results.filter((x) => x.outcome === o).length;
+  return [
+    `batch ${r.batchId} (audit ${r.auditId}): ${n('done')} done, ${n('refused')} refused, ${n('error')} failed`,
+    table(r.results.map((x) => ({ task: x.taskId, outcome: x.outcome, at: x.at.slice(11, 23), detail: x.detail })), ['task', 'outcome', 'at', 'detail']),
+  ].join('\n');
 }
