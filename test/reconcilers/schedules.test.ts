@@ -150,6 +150,42 @@ describe('the reconciler Schedules', () => {
     assert.ok(!again.findings.some((f) => f.taskId === taskId));
   });
 
+  test('output: rescues nobody runs are started earliest URL expiry first and complete; a second run changes nothing', async () => {
+    const acts = createTaskActivities(buildActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) }));
+    const env = new MockActivityEnvironment();
+    /** A task whose provider succeeded and whose workflow is gone: the steps up to PROVIDER_SUCCEEDED by hand. */
+    const succeededAtProvider = async (key: string) => {
+      const taskId = await committedTask(key);
+      await db().update(outboxEvent).set({ published_at: new Date() }).where(eq(outboxEvent.aggregate_id, taskId));
+      await env.run(acts.dispatchTask, taskId);
+      await env.run(acts.prepareAttempt, taskId);
+      await env.run(acts.submitAttempt, taskId);
+      return taskId;
+    };
+    const later = await succeededAtProvider('output-later');
+    const sooner = await succeededAtProvider('output-sooner');
+    for (const taskId of [later, sooner]) {
+      await eventually(async () => {
+        await env.run(acts.pollProvider, taskId);
+        await env.run(acts.applyInbox, taskId);
+        const [t] = await db().select().from(generationTask).where(eq(generationTask.task_id, taskId));
+        return t!.status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+      }, 20_000, 300);
+    }
+    await db().update(taskAttempt).set({ output_deadline_at: new Date(Date.now() + 50 * 60_000) }).where(eq(taskAttempt.task_id, later));
+    await db().update(taskAttempt).set({ output_deadline_at: new Date(Date.now() + 20 * 60_000) }).where(eq(taskAttempt.task_id, sooner));
+
+    const run = await triggerRun('output');
+    const order = run.findings.filter((f) => f.kind === 'stuck-rescue').map((f) => f.taskId);
+    assert.deepEqual(order, [sooner, later], JSON.stringify(run.findings));
+    assert.equal(run.changed, 2);
+    await e.waitForStatus(sooner, 'SUCCEEDED');
+    await e.waitForStatus(later, 'SUCCEEDED');
+    const again = await triggerRun('output');
+    assert.equal(again.changed, 0);
+    assert.equal(again.findings.length, 0);
+  });
+
   test('callbacks: an inbox row nobody signalled is applied once the Schedule wakes its task; a second run changes nothing', async () => {
     e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off', list: 'error_5xx' });
     const taskId = await e.createTask(`callbacks-unsignalled-${Date.now()}`, { ...defaultRequest, prompt: 'unsignalled inbox' });
