@@ -9,12 +9,12 @@ import { escalate } from '../../activities/escalate';
 import { escalateAttempt } from '../../activities/provider-reads';
 import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
-import { generationTask, opsAudit, taskAttempt } from '../../db/schema';
+import { generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';
 import { checkPlan } from '../../ops/batch';
 import { applyCancelBatch, planCancelBatch } from '../../ops/cancel-batch';
 import { applyReviewBatch, classifyReviews, planReviewBatch } from '../../ops/review-batch';
 import { defaultRequest, startE2E, type E2E } from '../support/e2e';
-import { eventually } from '../support/stack';
+import { createTestTenant, eventually, http } from '../support/stack';
 
 let e: E2E;
 before(async () => {
@@ -123,15 +123,46 @@ describe('bulk review', () => {
   });
 });
 
+describe('bulk replay', () => {
+  test('replay of a code defect re-binds the attempt\'s own job: the task waits on the provider again, no second job', async () => {
+    const plan = await planReviewBatch(db(), { cls: 'code-defect', action: 'replay', limit: 10 });
+    assert.equal(plan.items.length, 1);
+    const taskId = plan.items[0]!.taskId;
+    const attempt = await attemptOf(taskId);
+    const r = await applyReviewBatch(db(), e.api.facade, plan, { operator: 'ops-batch', reason: 'bug fixed in 1.4.2: replay', ratePerSecond: 2 });
+    assert.equal(r.results[0]!.outcome, 'done', JSON.stringify(r.results));
+    assert.match(r.results[0]!.detail, /now SUBMITTED/);
+    const again = await attemptOf(taskId);
+    assert.equal(again.attempt_id, attempt.attempt_id, 'the same attempt');
+    assert.equal(again.provider_job_id, attempt.provider_job_id, 'its own job');
+    assert.equal(e.sim.jobsFor(attempt.attempt_id), 1, 'no second job');
+    const audit = await db().select().from(opsAudit).where(and(eq(opsAudit.action, 'review.bind-job'), eq(opsAudit.target_id, taskId)));
+    assert.equal(audit.length, 1);
+  });
+});
+
 describe('bulk cancel', () => {
   test('a filtered cancel is a dry run, then one audited batch through the cancel path', async () => {
     await assert.rejects(planCancelBatch(db(), {}, 10), /never means every task/);
-    const ids = [await running('cancel-a'), await running('cancel-b')];
-    const plan = await planCancelBatch(db(), { provider: 'replicate', statuses: ['SUBMITTED', 'RUNNING'] }, 100);
+    // Another tenant's running tasks: the filter names it.
+    const other = await createTestTenant(e.tdb.database, e.config, '1000');
+    const [{ name }] = (await db().select({ name: tenant.name }).from(tenant).where(eq(tenant.tenant_id, other.tenantId))) as [{ name: string }];
+    const ids: string[] = [];
+    for (const key of ['cancel-a', 'cancel-b']) {
+      const res = await http(e.api.baseUrl, 'POST', '/v1/tasks', { apiKey: other.apiKey, body: { ...defaultRequest, prompt: key }, headers: { 'idempotency-key': `${key}-${Date.now()}` } });
+      assert.equal(res.status, 202, JSON.stringify(res.body));
+      ids.push(res.body.task_id as string);
+    }
+    for (const id of ids) {
+      await eventually(async () => (['SUBMITTED', 'RUNNING'].includes((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status) ? true : undefined));
+    }
+    const plan = await planCancelBatch(db(), { tenant: name, statuses: ['SUBMITTED', 'RUNNING'] }, 100);
     assert.deepEqual(plan.items.map((i) => i.taskId).sort(), [...ids].sort());
     const r = await applyCancelBatch(db(), e.api.facade, plan, { operator: 'ops-batch', reason: 'provider incident: cancel running jobs', ratePerSecond: 10, fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION } });
     assert.deepEqual(r.results.map((x) => x.outcome), ['done', 'done'], JSON.stringify(r.results));
-    for (const id of ids) await e.waitForStatus(id, 'CANCELLED');
+    for (const id of ids) {
+      await eventually(async () => ((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status === 'CANCELLED' ? true : undefined), 60_000);
+    }
     const batch = await db().select().from(opsAudit).where(and(eq(opsAudit.action, 'task.cancel.batch'), eq(opsAudit.target_id, r.batchId)));
     assert.equal(batch.length, 1);
   });
