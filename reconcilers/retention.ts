@@ -41,8 +41,10 @@ export const retentionReconciler: Reconciler = {
         kind: 'inbox-expired',
         table: 'callback_inbox',
         key: 'inbox_id',
-        select: sql`SELECT i.inbox_id FROM callback_inbox i JOIN generation_task t ON t.task_id = i.task_id
-                    WHERE i.processed_at < now() - make_interval(days => ${r.inboxDays}) AND t.terminal_at IS NOT NULL`,
+        // EXISTS, not a join: FOR UPDATE then locks only the inbox rows, never a task row.
+        select: sql`SELECT i.inbox_id FROM callback_inbox i
+                    WHERE i.processed_at < now() - make_interval(days => ${r.inboxDays})
+                      AND EXISTS (SELECT 1 FROM generation_task t WHERE t.task_id = i.task_id AND t.terminal_at IS NOT NULL)`,
       },
       {
         kind: 'outbox-expired',
