@@ -365,7 +365,8 @@ reconcile
   .description("each scheduled reconciler: its Schedule (active, paused, interval, next run) and its last run's report")
   .option('--json', 'print one JSON line', false)
   .action(async (o: { json: boolean }) => {
-    const list = await withDb((d) => withClient((client) => reconcilerStatus(d, client, config)));
+    const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+    const list = await withDb((d) => reconcilerStatus(d, temporal.get, config)).finally(() => temporal.close());
     print(o.json, list, () => `reconcilers\n${printReconcilerStatus(list)}${list.filter((s) => s.last && s.last.findings_total > 0).map((s) => `\n\n${printFindings({ ...s.last!, findings: s.last!.findings }, `${s.name} (last run)`)}`).join('')}`);
   });
 

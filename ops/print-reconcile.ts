@@ -10,7 +10,7 @@ export function printReconcilerStatus(list: readonly ReconcilerStatus[]): string
   return table(
     list.map((s) => ({
       reconciler: s.name,
-      schedule: s.schedule.note === 'no Schedule' ? 'missing' : s.schedule.paused ? 'PAUSED' : 'active',
+      schedule: s.schedule.note === 'no Schedule' ? 'missing' : s.schedule.note?.startsWith('Temporal unreachable') ? 'unknown (Temporal unreachable)' : s.schedule.paused ? 'PAUSED' : 'active',
       every: s.schedule.intervalMs === null ? '-' : `${Math.round(s.schedule.intervalMs / 1000)} s`,
       next: s.schedule.nextRunAt?.toISOString().slice(11, 19) ?? '-',
       'last run': s.last ? s.last.finished_at.toISOString() : 'never',

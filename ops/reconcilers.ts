@@ -23,9 +23,16 @@ export interface ReconcilerStatus {
   readonly last: ReconcileRunRow | null;
 }
 
-export async function reconcilerStatus(db: Database, client: Client, config: Config): Promise<ReconcilerStatus[]> {
+export async function reconcilerStatus(db: Database, client: () => Promise<Client>, config: Config): Promise<ReconcilerStatus[]> {
   const names = RECONCILERS.map((r) => r.name);
-  const [runs, schedules] = await Promise.all([latestRuns(db.db), describeSchedules(client, config.TEMPORAL_TASK_QUEUE, names)]);
+  const queue = config.TEMPORAL_TASK_QUEUE;
+  // The last runs are in Postgres: shown even while Temporal cannot be reached.
+  const unreachable = (err: unknown): ScheduleState[] =>
+    names.map((name) => ({ name, scheduleId: scheduleIdFor(queue, name), paused: false, note: `Temporal unreachable: ${(err as Error).message}`, intervalMs: null, nextRunAt: null, running: 0 }));
+  const [runs, schedules] = await Promise.all([
+    latestRuns(db.db),
+    client().then((c) => describeSchedules(c, queue, names)).catch(unreachable),
+  ]);
   return names.map((name, i) => ({ name, schedule: schedules[i]!, last: runs.find((r) => r.reconciler === name) ?? null }));
 }
 
