@@ -221,7 +221,8 @@ export async function listTasks(db: Db, tenantId: string, q: { status?: TaskStat
  * released; once submitted, a provider cancel is requested and the state machine decides the
  * end. While the submit outcome is unknown the request is recorded and honoured later.
  */
-export async function cancelTask(db: Db, token: FenceToken, tenantId: string, taskId: string): Promise<TaskRow> {
+/** `actor` is who asked (default the tenant; `ops task cancel` passes its operator). */
+export async function cancelTask(db: Db, token: FenceToken, tenantId: string, taskId: string, actor = `tenant:${tenantId}`): Promise<TaskRow> {
   return db.transaction(async (tx) => {
     await holdFence(tx, token);
     const task = await lockTask(tx, taskId);
@@ -230,7 +231,7 @@ export async function cancelTask(db: Db, token: FenceToken, tenantId: string, ta
     const d = decide(from, { type: 'CANCEL' });
     const now = new Date();
     if (d.kind === 'move' && d.to === 'CANCELLED') {
-      await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'api.cancel', actor: `tenant:${tenantId}` });
+      await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'api.cancel', actor });
     } else if (d.kind === 'move') {
       await casTaskStatus(tx, token, {
         taskId,
@@ -238,7 +239,7 @@ export async function cancelTask(db: Db, token: FenceToken, tenantId: string, ta
         expectedVersion: task.status_version,
         to: d.to,
         sourceEvent: 'api.cancel',
-        actor: `tenant:${tenantId}`,
+        actor,
         attemptId: task.active_attempt_id,
         set: { cancelRequestedAt: task.cancel_requested_at ?? now },
       });

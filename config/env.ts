@@ -240,6 +240,37 @@ export const envSchema = z.object({
   /** A process's spool lease: its files are adopted by another process once it has not renewed it for this long (api/spool.ts). */
   CALLBACK_SPOOL_LEASE_MS: ms.default(30_000),
 
+  // ---- Reconcilers and data lifecycle (docs/runbooks/reconcilers.md) ----
+  /** The worker creates (or updates) the reconciler Schedules at start. */
+  RECONCILE_SCHEDULES_ENABLED: bool.default(true),
+  /** How often each reconciler's Schedule runs it (overlap policy SKIP: a run still going skips the next). */
+  RECONCILE_OUTBOX_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60_000),
+  RECONCILE_PROVIDER_INTERVAL_MS: z.coerce.number().int().min(1_000).default(5 * 60_000),
+  RECONCILE_CALLBACKS_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60_000),
+  RECONCILE_OUTPUT_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60_000),
+  RECONCILE_BILLING_INTERVAL_MS: z.coerce.number().int().min(1_000).default(15 * 60_000),
+  RETENTION_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60 * 60_000),
+  /** The interval of a reconciler with no setting of its own (one added to reconcilers/index.ts). */
+  RECONCILE_DEFAULT_INTERVAL_MS: z.coerce.number().int().min(1_000).default(15 * 60_000),
+  /** At most this many rows or tasks per reconciler run (the rest waits for the next run). */
+  RECONCILE_BATCH_LIMIT: z.coerce.number().int().min(1).max(100_000).default(500),
+  /** A row or task has waited this long on its normal path before a reconciler acts on it (the relay, a wake, a timer). */
+  RECONCILE_GRACE_MS: ms.default(60_000),
+  /** SUBMITTED/RUNNING this long without change counts as long running (the Provider reconciler wakes it). */
+  RECONCILE_LONG_RUNNING_MS: ms.default(30 * 60_000),
+  /** Processed inbox rows of finished tasks are deleted after this many days: longer than any provider redelivers (at least 7). */
+  RETENTION_INBOX_DAYS: z.coerce.number().int().min(7).max(3650).default(14),
+  /** Published outbox rows are deleted after this many hours. */
+  RETENTION_OUTBOX_HOURS: z.coerce.number().int().min(1).max(24 * 3650).default(24),
+  /** Spool dead-letter files untouched this many days are deleted (their callbacks are re-read by polling). */
+  RETENTION_SPOOL_DEAD_LETTER_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
+  /** Reconciler runs that changed nothing are deleted after this many days (runs that changed something are kept: they are the audit). */
+  RETENTION_RECONCILE_RUN_DAYS: z.coerce.number().int().min(1).max(3650).default(7),
+  /** Rows deleted per statement (each its own short transaction). */
+  RETENTION_BATCH: z.coerce.number().int().min(1).max(100_000).default(1_000),
+  /** Closed workflow histories kept by Temporal (set on the dev server by scripts/stack.ts; docs/runbooks/reconcilers.md). */
+  TEMPORAL_NAMESPACE_RETENTION_HOURS: z.coerce.number().int().min(24).max(24 * 3650).default(72),
+
   /** Fence watcher: LISTEN for fence changes, plus a check this often (a missed NOTIFY costs at most this). */
   FENCE_WATCH_ENABLED: bool.default(true),
   FENCE_WATCH_INTERVAL_MS: ms.default(1_000),

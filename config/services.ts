@@ -9,6 +9,12 @@ import { createReplicateAdapter } from '../providers/replicate';
 import { createRunwayAdapter } from '../providers/runway';
 import type { ProviderAdapter } from '../providers/types';
 import { createObjectStorage, type ObjectStorage } from '../storage/s3';
+import type { ReconcileActivityDeps } from '../activities/reconcile';
+import type { Logger } from '../observability/logger';
+import type { ReconcileRunMetrics } from '../observability/metrics';
+import { RECONCILERS } from '../reconcilers';
+import { reconcileSettings } from '../reconcilers/settings';
+import type { GenerationFacade } from '../temporal/facade';
 import type { Config } from './env';
 
 export function buildStorage(config: Config): ObjectStorage {
@@ -120,5 +126,23 @@ export function buildActivityDeps(
     storage: parts.storage,
     settings: activitySettings(config),
     routing: { budgetMs: config.ROUTER_BUDGET_MS, staticRoute: config.ROUTER_STATIC_ROUTE },
+  };
+}
+
+/** The reconciler activity's dependencies (activities/reconcile.ts), for the worker and the tests alike. */
+export function buildReconcileDeps(
+  config: Config,
+  parts: { db: Database; storage: ObjectStorage; facade: GenerationFacade; logger: Logger; onRun?: (run: ReconcileRunMetrics) => void },
+): ReconcileActivityDeps {
+  return {
+    db: parts.db.db,
+    facade: parts.facade,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    storage: parts.storage,
+    settings: reconcileSettings(config),
+    logger: parts.logger,
+    reconcilers: RECONCILERS,
+    limit: config.RECONCILE_BATCH_LIMIT,
+    ...(parts.onRun ? { onRun: parts.onRun } : {}),
   };
 }

@@ -446,6 +446,41 @@ export const providerControl = pgTable(
   ],
 );
 
+/** One finding of a reconciler run (reconcilers/types.ts). */
+export interface ReconcileFindingRow {
+  readonly kind: string;
+  readonly taskId?: string;
+  readonly key?: string;
+  readonly detail: string;
+}
+
+/**
+ * Addition: one row per reconciler run (reconcilers/run.ts): what it examined, what it found and
+ * how much it changed. The audit of the scheduled reconcilers and the source of `ops reconcile`'s
+ * last reports. Runs that changed nothing are pruned by retention after RETENTION_RECONCILE_RUN_DAYS;
+ * runs that changed something are kept.
+ */
+export const reconcileRun = pgTable(
+  'reconcile_run',
+  {
+    run_id: uuid('run_id').primaryKey(),
+    reconciler: text('reconciler').notNull(),
+    /** 'schedule' (its Temporal Schedule), or operator:<name> for a dry run from the CLI. */
+    actor: text('actor').notNull(),
+    dry_run: boolean('dry_run').notNull(),
+    started_at: ts('started_at').notNull(),
+    finished_at: ts('finished_at').notNull(),
+    examined: integer('examined').notNull(),
+    changed: integer('changed').notNull(),
+    findings: jsonb('findings').$type<ReconcileFindingRow[]>().notNull(),
+    /** Findings beyond the stored ones (at most 200 are kept per run). */
+    findings_total: integer('findings_total').notNull(),
+    error: text('error'),
+  },
+  (t) => [index('idx_reconcile_run_latest').on(t.reconciler, t.started_at)],
+);
+export type ReconcileRunRow = typeof reconcileRun.$inferSelect;
+
 /**
  * Addition (the slot queue, docs/providers.md "The slot queue"): an attempt waiting for one of its
  * provider's slots, or granted one it has not used yet. A grant counts as a taken slot until the

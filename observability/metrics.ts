@@ -348,3 +348,39 @@ export function registerEventMetrics(registry: Registry, state: () => { open: nu
   });
   return new Counter({ name: 'vidorch_events_sent_total', help: 'Live events sent, by SSE event type', labelNames: ['event'], registers: [registry] });
 }
+
+/** What the worker's reconciler activity reports after each run (reconcilers/run.ts). */
+export interface ReconcileRunMetrics {
+  readonly reconciler: string;
+  readonly finishedAt: Date;
+  readonly durationMs: number;
+  readonly findings: number;
+  readonly changed: number;
+  readonly failed: boolean;
+}
+
+/**
+ * The scheduled reconcilers' last run, as seen by this worker (a run goes to whichever worker
+ * polls the reconcile queue: across workers take max by (reconciler) of the timestamp).
+ * vidorch_reconcile_last_run_timestamp_seconds going stale means the Schedule is paused or failing.
+ */
+export function registerReconcileMetrics(registry: Registry): (run: ReconcileRunMetrics) => void {
+  const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: ['reconciler'], registers: [registry] });
+  const last = gauge('vidorch_reconcile_last_run_timestamp_seconds', 'When the reconciler last finished a run (unix seconds)');
+  const duration = gauge('vidorch_reconcile_last_run_duration_seconds', "The reconciler's last run duration");
+  const findings = gauge('vidorch_reconcile_last_run_findings', "Findings of the reconciler's last run");
+  const changed = gauge('vidorch_reconcile_last_run_changed', "Facts changed or workflows started/woken by the reconciler's last run");
+  const failed = gauge('vidorch_reconcile_last_run_failed', '1 when the reconciler\'s last run failed, else 0');
+  const runs = new Counter({ name: 'vidorch_reconcile_runs_total', help: 'Reconciler runs by outcome (ok, failed)', labelNames: ['reconciler', 'outcome'], registers: [registry] });
+  return (run) => {
+    const l = { reconciler: run.reconciler };
+    last.set(l, run.finishedAt.getTime() / 1000);
+    duration.set(l, run.durationMs / 1000);
+    failed.set(l, run.failed ? 1 : 0);
+    if (!run.failed) {
+      findings.set(l, run.findings);
+      changed.set(l, run.changed);
+    }
+    runs.inc({ ...l, outcome: run.failed ? 'failed' : 'ok' });
+  };
+}

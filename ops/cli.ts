@@ -2,9 +2,19 @@
 // Every command that changes something is audited (ops_audit: who, what, when, why).
 import fs from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
-import { buildDatabase, buildProviders } from '../config/services';
+import type { Client } from '@temporalio/client';
+import { buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { RECONCILERS } from '../reconcilers';
+import { REVIEW_ACTIONS, REVIEW_CLASSES, type ReviewAction, type ReviewClass } from '../domain/review-class';
+import type { TaskStatus } from '../domain/states';
+import type { BatchPlan } from './batch';
+import { applyCancelBatch, parseStatuses, planCancelBatch } from './cancel-batch';
+import { applyReviewBatch, classifyReviews, planReviewBatch } from './review-batch';
+import { printBatchResults, printClassified, printFindings, printPlan, printReconcilerStatus } from './print-reconcile';
+import { dryRun, ensureSchedules, reconcilerStatus, triggerAndWait } from './reconcilers';
 import { readFence } from '../db/fence';
 import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
 import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../api/spool';
@@ -41,7 +51,8 @@ import { providerQueueReport, setTenantLimit } from './capacity';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
-exitOnUnhandledErrors(createLogger({ name: 'ops', level: config.LOG_LEVEL, pretty: false, stderr: true }));
+const cliLogger = createLogger({ name: 'ops', level: config.LOG_LEVEL, pretty: false, stderr: true });
+exitOnUnhandledErrors(cliLogger);
 const fence = { scope: config.FENCE_SCOPE, region: config.REGION };
 const actor = `operator:${config.OPS_OPERATOR ?? os.userInfo().username}`;
 
@@ -87,6 +98,15 @@ async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise
   }
 }
 
+async function withClient<T>(work: (client: Client) => Promise<T>): Promise<T> {
+  const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+  try {
+    return await work(await temporal.get());
+  } finally {
+    await temporal.close();
+  }
+}
+
 async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): Promise<T> {
   const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
   try {
@@ -96,7 +116,7 @@ async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): 
   }
 }
 
-const program = new Command('ops').description('vidorch operator commands').showHelpAfterError();
+const program = new Command('ops').description('vidorch operator commands').showHelpAfterError().enablePositionalOptions();
 
 // ---------------------------------------------------------------------------------------------
 // tenants
@@ -353,9 +373,11 @@ provider
 // ---------------------------------------------------------------------------------------------
 // reconcile, inspect, review
 
-program
+const reconcile = program
   .command('reconcile')
-  .description('recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits')
+  // Its own --dry-run and the subcommands' (run --dry-run) are told apart by position.
+  .enablePositionalOptions()
+  .description('recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits; status|run|schedules: the scheduled reconcilers')
   .addOption(new Option('--dry-run', 'report only (default)').conflicts('apply'))
   .addOption(new Option('--apply', 'start missing workflows and wake the tasks (never forces an outcome)'))
   .option('--reason <text>', 'why (audited; required with --apply)')
@@ -375,9 +397,52 @@ program
     print(o.json, result, () => `before\n${printReconcileReport(result.before)}\n\napplied\n${printApply(result.applied)}`);
   });
 
-program
-  .command('task')
-  .description('one task')
+reconcile
+  .command('status')
+  .description("each scheduled reconciler: its Schedule (active, paused, interval, next run) and its last run's report")
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+    const list = await withDb((d) => reconcilerStatus(d, temporal.get, config)).finally(() => temporal.close());
+    print(o.json, list, () => `reconcilers\n${printReconcilerStatus(list)}${list.filter((s) => s.last && s.last.findings_total > 0).map((s) => `\n\n${printFindings({ ...s.last!, findings: s.last!.findings }, `${s.name} (last run)`)}`).join('')}`);
+  });
+
+reconcile
+  .command('run')
+  .description('trigger a reconciler\'s Schedule now and wait for its report; --dry-run: report what it would do, change nothing')
+  .argument('<name>', RECONCILERS.map((r) => r.name).join(' | '))
+  .option('--dry-run', 'run it here, changing nothing', false)
+  .option('--limit <n>', 'at most this many rows or tasks (dry run)', (v) => Number.parseInt(v, 10), config.RECONCILE_BATCH_LIMIT)
+  .option('--reason <text>', 'why (audited; required unless --dry-run)')
+  .option('--wait <duration>', 'wait this long for the triggered run', duration, 120)
+  .option('--json', 'print one JSON line', false)
+  .action(async (name: string, o: { dryRun: boolean; limit: number; reason?: string; wait: number; json: boolean }) => {
+    if (o.dryRun) {
+      const r = await withDb((d) =>
+        withTemporal((facade) => dryRun(d, config, { facade, storage: buildStorage(config), logger: cliLogger, name, actor, limit: o.limit })),
+      );
+      print(o.json, r, () => printFindings(r.report, `${name} (dry run)`));
+      return;
+    }
+    if (!o.reason) throw new Error('run needs --reason (audited), or --dry-run');
+    const reason = o.reason;
+    const run = await withDb((d) => withClient((client) => triggerAndWait(d, client, config, { name, actor, reason, waitMs: o.wait * 1000 })));
+    if (!run) throw new Error(`triggered; no run of ${name} recorded within ${o.wait} s (is a worker polling its reconcile queue? ops reconcile status)`);
+    print(o.json, run, () => `${printFindings({ ...run, findings: run.findings }, `${name} (run ${run.run_id})`)}${run.error ? `\nerror: ${run.error}` : ''}`);
+  });
+
+reconcile
+  .command('schedules')
+  .description('create the reconciler Schedules, or update their interval (an operator pause is kept); npm run dev and the worker do this')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { json: boolean }) => {
+    const ids = await withClient((client) => ensureSchedules(client, config));
+    print(o.json, { schedules: ids }, () => `reconciler Schedules in place: ${ids.join(', ')}`);
+  });
+
+const task = program.command('task').description('one task, or a filtered batch of them');
+
+task
   .command('inspect')
   .description('facts, transitions, ledger, inbox, Temporal status and a UI link')
   .argument('<task-id>')
@@ -388,6 +453,36 @@ program
     );
     if (!inspection) throw new Error(`no task ${taskId}`);
     print(o.json, inspection, () => printInspection(inspection));
+  });
+
+task
+  .command('cancel')
+  .description('cancel the open tasks a filter selects, as one audited batch: a dry run first, then --apply --expect <its batch file>')
+  .option('--tenant <name>', 'tenant name')
+  .option('--provider <provider>', 'provider')
+  .option('--status <list>', 'task states, comma separated (e.g. QUEUED,SUBMITTED)', parseStatuses)
+  .option('--older-than <duration>', 'created at least this long ago', duration)
+  .option('--apply', 'apply the dry run in --expect (default: dry run only)', false)
+  .option('--expect <file>', 'the batch file the dry run wrote; tasks that changed since are refused')
+  .option('--out <file>', 'dry run: write the batch file here (default: in the temp directory)')
+  .option('--limit <n>', 'at most this many tasks', (v) => Number.parseInt(v, 10), 500)
+  .option('--rate <n>', 'cancels per second per tenant and provider', Number.parseFloat, 5)
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { tenant?: string; provider?: string; status?: TaskStatus[]; olderThan?: number; apply: boolean; expect?: string; out?: string; limit: number; rate: number; reason: string; json: boolean }) => {
+    if (!o.apply) {
+      const filter = { ...(o.tenant ? { tenant: o.tenant } : {}), ...(o.provider ? { provider: o.provider } : {}), ...(o.status ? { statuses: o.status } : {}), ...(o.olderThan !== undefined ? { olderThanSeconds: o.olderThan } : {}) };
+      const plan = await withDb((d) => planCancelBatch(d.db, filter, o.limit));
+      const file = batchFile(plan, o.out);
+      fs.writeFileSync(file, JSON.stringify(plan, null, 2));
+      print(o.json, { ...plan, file }, () => printPlan(plan, file, `npm run ops -- task cancel --apply --expect ${file} --reason '…'`));
+      return;
+    }
+    if (!o.expect) throw new Error('--apply needs --expect <batch file> from the dry run');
+    const plan = readPlan(o.expect);
+    const operator = actor.replace(/^operator:/, '');
+    const r = await withDb((d) => withTemporal((facade) => applyCancelBatch(d.db, facade, plan, { operator, reason: o.reason, ratePerSecond: rate(o.rate), fence })));
+    print(o.json, r, () => printBatchResults(r));
   });
 
 const review = program.command('review').description('the MANUAL_REVIEW queue');
@@ -403,16 +498,36 @@ review
   });
 
 review
+  .command('classify')
+  .description('the parked tasks by cause (provider defect, unknown outcome, missing data, terminal elsewhere, code defect) and the actions each allows')
+  .addOption(new Option('--class <class>', 'only this class').choices(REVIEW_CLASSES))
+  .option('--limit <n>', 'at most this many', (v) => Number.parseInt(v, 10), 1000)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { class?: ReviewClass; limit: number; json: boolean }) => {
+    const items = (await withDb((d) => classifyReviews(d.db, { limit: o.limit }))).filter((r) => !o.class || r.class === o.class);
+    print(o.json, items, () => printClassified(items));
+  });
+
+review
   .command('resolve')
-  .description('resolve one task through its workflow (validated against the facts, audited)')
-  .argument('<task-id>')
-  .addOption(new Option('--bind-job <job-id>', 'the provider job this attempt created').conflicts(['notSubmitted', 'fail']))
-  .addOption(new Option('--not-submitted', 'the provider never received the attempt: a new attempt follows').conflicts(['fail']))
-  .addOption(new Option('--fail', 'give up: the task fails and its credits are released'))
+  .description('resolve one task through its workflow (validated against the facts, audited); or, with --class and --action, a whole class as one audited batch: a dry run first, then --apply --expect <its batch file>')
+  .argument('[task-id]')
+  .addOption(new Option('--bind-job <job-id>', 'the provider job this attempt created').conflicts(['notSubmitted', 'fail', 'class']))
+  .addOption(new Option('--not-submitted', 'the provider never received the attempt: a new attempt follows').conflicts(['fail', 'class']))
+  .addOption(new Option('--fail', 'give up: the task fails and its credits are released').conflicts(['class']))
+  .addOption(new Option('--class <class>', 'bulk: every parked task of this class (ops review classify)').choices(REVIEW_CLASSES))
+  .addOption(new Option('--action <action>', 'bulk: what to do with each').choices(REVIEW_ACTIONS))
+  .option('--apply', 'bulk: apply the dry run in --expect (default: dry run only)', false)
+  .option('--expect <file>', 'bulk: the batch file the dry run wrote; tasks whose evidence changed since are refused')
+  .option('--out <file>', 'bulk dry run: write the batch file here (default: in the temp directory)')
+  .option('--limit <n>', 'bulk: at most this many tasks', (v) => Number.parseInt(v, 10), 500)
+  .option('--rate <n>', 'bulk: resolutions per second per tenant and provider', Number.parseFloat, 2)
   .requiredOption('--reason <text>', 'why (audited)')
   .option('--json', 'print one JSON line', false)
-  .action(async (taskId: string, o: { bindJob?: string; notSubmitted?: boolean; fail?: boolean; reason: string; json: boolean }) => {
+  .action(async (taskId: string | undefined, o: ResolveOpts) => {
     const operator = actor.replace(/^operator:/, '');
+    if (o.class || o.action || o.apply || o.expect) return resolveBatch(operator, o);
+    if (!taskId) throw new Error('name the task, or a class: --class <class> --action <action>');
     const args = o.bindJob
       ? { kind: 'bind-job' as const, providerJobId: o.bindJob, operator, reason: o.reason }
       : o.notSubmitted
@@ -421,10 +536,7 @@ review
           ? { kind: 'fail' as const, operator, reason: o.reason }
           : null;
     if (!args) throw new Error('say how: --bind-job <job-id>, --not-submitted or --fail');
-    const state = await withDb((d) => readFence(d.db, fence.scope));
-    const paused = state && modeForbids(state.mode, 'factWrites');
-    // The Update would wait (its activity pauses) until the mode allows fact writes again.
-    if (paused) throw new Error(`${paused}; resolve after \`mode set\``);
+    await refuseWhilePaused();
     const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
     print(o.json, facts, () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})`);
   });
@@ -487,6 +599,53 @@ webhook
     const r = await withDb((d) => redeliverWebhook(d.db, { deliveryId, reason: o.reason, actor, fence }));
     print(o.json, r, () => `delivery ${r.delivery_id} is due now; audit ${r.audit_id}`);
   });
+interface ResolveOpts {
+  bindJob?: string;
+  notSubmitted?: boolean;
+  fail?: boolean;
+  class?: ReviewClass;
+  action?: ReviewAction;
+  apply: boolean;
+  expect?: string;
+  out?: string;
+  limit: number;
+  rate: number;
+  reason: string;
+  json: boolean;
+}
+
+// The Update would wait (its activity pauses) until the mode allows fact writes again.
+async function refuseWhilePaused() {
+  const state = await withDb((d) => readFence(d.db, fence.scope));
+  const paused = state && modeForbids(state.mode, 'factWrites');
+  if (paused) throw new Error(`${paused}; resolve after \`mode set\``);
+}
+
+const batchFile = (plan: BatchPlan, out?: string) => out ?? path.join(os.tmpdir(), `vidorch-${plan.kind}-${plan.fingerprint}.json`);
+const readPlan = (file: string): BatchPlan => JSON.parse(fs.readFileSync(file, 'utf8')) as BatchPlan;
+const rate = (n: number) => {
+  if (!(n > 0 && n <= 100)) throw new Error('--rate is actions per second per tenant and provider, above 0 and at most 100');
+  return n;
+};
+
+async function resolveBatch(operator: string, o: ResolveOpts) {
+  if (!o.apply) {
+    if (!o.class || !o.action) throw new Error('a bulk resolution needs --class and --action');
+    const plan = await withDb((d) => planReviewBatch(d.db, { cls: o.class!, action: o.action!, limit: o.limit }));
+    const file = batchFile(plan, o.out);
+    fs.writeFileSync(file, JSON.stringify(plan, null, 2));
+    print(o.json, { ...plan, file }, () => printPlan(plan, file, `npm run ops -- review resolve --apply --expect ${file} --reason '…'`));
+    return;
+  }
+  if (!o.expect) throw new Error('--apply needs --expect <batch file> from the dry run');
+  const plan = readPlan(o.expect);
+  if ((o.class && o.class !== plan.selector['class']) || (o.action && o.action !== plan.selector['action'])) {
+    throw new Error(`the batch file is for --class ${String(plan.selector['class'])} --action ${String(plan.selector['action'])}`);
+  }
+  await refuseWhilePaused();
+  const r = await withDb((d) => withTemporal((facade) => applyReviewBatch(d.db, facade, plan, { operator, reason: o.reason, ratePerSecond: rate(o.rate) })));
+  print(o.json, r, () => printBatchResults(r));
+}
 
 const spool = program.command('spool').description("this host's callback spool (callbacks acknowledged while the inbox could not be written)");
 const spoolDir = spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL);

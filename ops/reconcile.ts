@@ -2,12 +2,14 @@
 // inbox, SUBMIT_UNKNOWN attempts, long RUNNING provider jobs, outputs about to expire, credits
 // reserved but not settled — counted (dry run) or acted on (apply). Applying only re-collects
 // evidence through the workflows (docs/design.md §8): it starts a task's workflow when none runs
-// and wakes it so it re-reads its facts. It never writes a task state or a ledger entry itself.
+// and wakes it so it re-reads its facts (reconcilers/converge.ts, shared with the scheduled
+// reconcilers). It never writes a task state or a ledger entry itself.
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { opsAudit } from '../db/schema';
 import { markOutboxPublished } from '../api/tasks.service';
+import { convergeTask } from '../reconcilers/converge';
 import type { GenerationFacade } from '../temporal/facade';
 
 export interface ReconcileOptions {
@@ -212,15 +214,10 @@ export async function reconcileApply(
     LIMIT ${limit}`);
   for (const t of tasks as { task_id: string; tenant_id: string; provider: string }[]) {
     try {
-      const wf = await facade.describeTask(t.task_id);
-      if (wf === null) {
-        await facade.startGeneration({ taskId: t.task_id, tenantId: t.tenant_id, provider: t.provider });
-        workflowsStarted += 1;
-      } else if (wf.status !== 'RUNNING') {
-        closedWorkflows.push(t.task_id);
-        continue;
-      }
-      if (await facade.wakeTask(t.task_id)) workflowsWoken += 1;
+      const c = await convergeTask(facade, { taskId: t.task_id, tenantId: t.tenant_id, provider: t.provider });
+      if (c === 'started') workflowsStarted += 1;
+      else if (c === 'woken') workflowsWoken += 1;
+      else if (c === 'closed') closedWorkflows.push(t.task_id);
     } catch (err) {
       errors.push({ taskId: t.task_id, error: (err as Error).message });
     }

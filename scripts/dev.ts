@@ -174,6 +174,7 @@ async function main(): Promise<void> {
       dbFile: path.join(DEV_DIR, 'temporal.db'),
       namespace: config.TEMPORAL_NAMESPACE,
       temporalPath: tools.temporal,
+      retentionHours: config.TEMPORAL_NAMESPACE_RETENTION_HOURS,
     }),
     startS3({
       port: ports.s3,
@@ -249,6 +250,11 @@ async function main(): Promise<void> {
     demo.note = `not seeded: ${ENTRY.cli} is missing`;
   }
 
+  // The reconciler Schedules exist before any worker runs (the worker also creates them at start).
+  if (present(ENTRY.cli)) {
+    const r = await runNodeScript(ENTRY.cli, ['reconcile', 'schedules', '--json'], { ...childEnv, LOG_PRETTY: 'false' }, { timeoutMs: 60_000 });
+    if (r.code !== 0) throw new Error(`creating the reconciler Schedules failed (${ENTRY.cli} exit ${r.code}):\n${(r.stderr || r.stdout).trim()}`);
+  }
   if (present(ENTRY.worker)) watch('worker', startWorkerProcess('worker', ENTRY.worker, childEnv));
   if (present(ENTRY.api)) {
     const api = watch('api', startNodeProcess('api', ENTRY.api, childEnv));

@@ -487,6 +487,11 @@ export interface TemporalOptions {
   timeoutMs?: number;
   /** Default: readToolPaths().temporal. */
   temporalPath?: string;
+  /**
+   * Closed-workflow retention set on every namespace at start (`temporal operator namespace update
+   * --retention`); the dev server's own default when omitted. docs/runbooks/reconcilers.md.
+   */
+  retentionHours?: number;
 }
 
 /** Environment for Temporal CLI calls: no TEMPORAL_* variables, which the CLI would read as its own config. */
@@ -553,6 +558,10 @@ export async function startTemporal(opts: TemporalOptions): Promise<TemporalProc
         throw new Error(`${err.message}${last ? `\nlast CLI error: ${last}` : ''}`);
       });
       await ensureSearchAttributes(temporalPath, address, ns, attrs);
+      if (opts.retentionHours !== undefined) {
+        const r = await temporalCli(temporalPath, address, ['operator', 'namespace', 'update', '--namespace', ns, '--retention', `${opts.retentionHours}h`]);
+        if (r.code !== 0) throw new Error(`temporal operator namespace update --retention failed for ${ns}: ${(r.stderr || r.stdout).trim()}`);
+      }
     }
   } catch (err) {
     await proc.stop('SIGKILL', 2_000);

@@ -8,4 +8,6 @@ export const queues = {
    * dispatch rate to the provider's query quota (docs/design.md §5 "Polling").
    */
   poll: (base: string, provider: string) => `${base}-poll-${provider}`,
+  /** The reconciler workflows started by their Schedules, and their one activity (reconcilers/schedules.ts). */
+  reconcile: (base: string) => `${base}-reconcile`,
 } as const;

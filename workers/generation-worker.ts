@@ -14,6 +14,7 @@ import { createRequire } from 'node:module';
 import { Client } from '@temporalio/client';
 import { bundleWorkflowCode, type ActivityInterceptorsFactory, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
+import type { ReconcileActivities } from '../activities/reconcile';
 import { redactActivityFailures } from '../observability/redact';
 import type { WorkerTracing } from '../observability/tracing';
 import { queues } from '../temporal/queues';
@@ -97,6 +98,8 @@ export interface GenerationWorkerOptions {
   readonly pollProviders?: readonly string[];
   /** Tracing on (observability/tracing.ts): activity spans and the workflow span sink; the bundle must be `bundleWorkflows({ tracing: true })`. */
   readonly tracing?: WorkerTracing | null;
+  /** With these, a worker on the reconcile queue runs the reconciler Schedules' workflows (reconcilers/schedules.ts). */
+  readonly reconcileActivities?: ReconcileActivities;
 }
 
 /** The generation worker and the poll workers, run and stopped together. */
@@ -104,6 +107,8 @@ export interface GenerationWorkers {
   readonly generation: Worker;
   /** Provider → its poll worker. */
   readonly polls: ReadonlyMap<string, Worker>;
+  /** The reconcile-queue worker, when reconcileActivities were given. */
+  readonly reconcile: Worker | null;
   /** The global rate each poll queue was given (undefined: the provider declares no quota). */
   readonly pollRates: ReadonlyMap<string, number | undefined>;
   /** Runs every worker; settles when all have stopped. One failing stops the others, then rejects. */
@@ -154,7 +159,20 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
     }),
   ]);
   const polls = new Map(providers.map((p, i) => [p, pollWorkers[i]!]));
-  const all = [generation, ...polls.values()];
+  const reconcile = opts.reconcileActivities
+    ? await Worker.create({
+        connection: opts.connection,
+        namespace: opts.namespace,
+        taskQueue: queues.reconcile(opts.taskQueueBase),
+        workflowBundle: opts.workflowBundle,
+        activities: opts.reconcileActivities,
+        // Reconcilers run one at a time per worker: each is a sweep, not a hot path.
+        maxConcurrentActivityTaskExecutions: 2,
+        shutdownGraceTime,
+        ...(opts.identity ? { identity: `${opts.identity}-reconcile` } : {}),
+      })
+    : null;
+  const all = [generation, ...polls.values(), ...(reconcile ? [reconcile] : [])];
   // Slot grants wake their workflows through the facade, coalesced per task (api/wakes.ts).
   const facade = createGenerationFacade(async () => new Client({ connection: opts.connection, namespace: opts.namespace }), opts.taskQueueBase);
   const waker = createTaskWaker((taskId) => facade.wakeTask(taskId));
@@ -171,6 +189,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   return {
     generation,
     polls,
+    reconcile,
     pollRates,
     async run() {
       grants = await startSlotGrantWaker({ connection: { connectionString: opts.databaseUrl }, wake: (taskId) => waker.wake(taskId) });

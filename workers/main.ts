@@ -1,5 +1,6 @@
-// The worker process: `npm run worker`. Runs generation workflows and activities, the outbox
-// relay, the webhook relay (workers/webhook-relay.ts), and an operator listener
+// The worker process: `npm run worker`. Runs generation workflows and activities, the
+// reconcilers (their Schedules created at start, reconcilers/schedules.ts), the outbox relay,
+// the webhook relay (workers/webhook-relay.ts), and an operator listener
 // (OPS_LISTEN_HOST:WORKER_METRICS_PORT: /metrics and a detailed /readyz) — the workflows and
 // the relays only while its REGION is the active region: a fence
 // watcher (workers/fence-watcher.ts) stops polling and the relay when the region is fenced off,
@@ -8,13 +9,24 @@
 import type { WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
-import { buildActivityDeps, buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { buildActivityDeps, buildDatabase, buildProviders, buildReconcileDeps, buildStorage } from '../config/services';
 import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
 import { installRuntimeWithSdkMetrics } from '../observability/sdk-metrics';
 import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
-import { createMetrics, registerNotifyMetrics, registerPollDemandGauge, registerResilienceGauges, registerRoutingMetrics } from '../observability/metrics';
+import {
+  createMetrics,
+  registerNotifyMetrics,
+  registerPollDemandGauge,
+  registerReconcileMetrics,
+  registerResilienceGauges,
+  registerRoutingMetrics,
+} from '../observability/metrics';
+import { createReconcileActivities } from '../activities/reconcile';
+import { RECONCILERS } from '../reconcilers';
+import { ensureReconcileSchedules } from '../reconcilers/schedules';
+import { reconcileIntervalMs } from '../reconcilers/settings';
 import { pollFloors } from '../activities/poll-demand';
 import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
@@ -48,6 +60,7 @@ const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: da
 registerResilienceGauges(metrics.registry, resilienceSnapshots, async () => facts.latest()?.inFlight ?? {});
 registerRoutingMetrics(metrics.registry, routeDecisionCounts);
 registerPollDemandGauge(metrics.registry, () => pollFloors);
+const recordReconcileRun = registerReconcileMetrics(metrics.registry);
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',
@@ -105,8 +118,9 @@ const regionView = watcher ?? alwaysActive;
 currentFence = () => regionView.current();
 
 const connection = await connectWorkerWithRetry(config.TEMPORAL_ADDRESS, logger);
+const storage = buildStorage(config);
 const deps = {
-  ...buildActivityDeps(config, { db: database, storage: buildStorage(config), providers: buildProviders(config) }),
+  ...buildActivityDeps(config, { db: database, storage, providers: buildProviders(config) }),
   modePauseRetryMs: config.MODE_PAUSE_RETRY_MS,
   ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, config.REGION) } : {}),
 };
@@ -114,8 +128,28 @@ const deps = {
 // active; in a child process, so webpack's memory does not stay with the worker (~90 MB).
 const bundle: WorkflowBundle = await bundleWorkflowsInChild({ tracing: tracing.enabled });
 
+const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
+const facade = createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
+// The reconcilers run here, on the reconcile queue, only while this region is active (docs/runbooks/reconcilers.md).
+const reconcileActivities = createReconcileActivities(
+  buildReconcileDeps(config, { db: database, storage, facade, logger: logger.child({ component: 'reconcile' }), onRun: recordReconcileRun }),
+);
+if (config.RECONCILE_SCHEDULES_ENABLED) {
+  // Idempotent: an existing Schedule gets the configured interval and keeps an operator's pause.
+  const ids = await ensureReconcileSchedules(
+    await temporal.get(),
+    config.TEMPORAL_TASK_QUEUE,
+    RECONCILERS.map((r) => ({ name: r.name, intervalMs: reconcileIntervalMs(config, r.name) })),
+  ).catch((err: unknown) => {
+    logger.error({ err }, 'could not create the reconciler Schedules; they run once a worker or npm run dev creates them');
+    return [];
+  });
+  if (ids.length > 0) logger.info({ schedules: ids }, 'reconciler schedules in place');
+}
+
 async function startWorker(): Promise<RegionService> {
   const worker = await createGenerationWorkers({
+    reconcileActivities,
     connection,
     databaseUrl: database.url,
     namespace: config.TEMPORAL_NAMESPACE,
@@ -141,12 +175,11 @@ async function startWorker(): Promise<RegionService> {
   };
 }
 
-const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 async function startRelay(): Promise<RegionService> {
   return startOutboxRelay({
     db: database.db,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-    facade: createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY }),
+    facade,
     logger: logger.child({ component: 'outbox-relay' }),
     batchSize: config.OUTBOX_RELAY_BATCH,
     intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,

@@ -30,9 +30,13 @@ interface OutboxRow {
  * Publishes one batch; returns how many rows were published. A relay outside the active region
  * publishes nothing; its row updates hold the fence (db/fence.ts), so a relay whose epoch moved
  * during the batch writes nothing (the starts it made are idempotent; the active region's relay
- * marks them).
+ * marks them). The Outbox reconciler (reconcilers/outbox.ts) runs the same pass over rows older
+ * than its grace, backing off or not (`sweep`).
  */
-export async function relayOnce(opts: RelayOptions): Promise<{ published: number; failed: number }> {
+export async function relayOnce(
+  opts: RelayOptions,
+  sweep?: { readonly olderThanSeconds: number },
+): Promise<{ published: number; failed: number }> {
   let token: FenceToken;
   try {
     ({ token } = await acquireFence(opts.db, opts.fence.scope, opts.fence.region));
@@ -45,8 +49,8 @@ export async function relayOnce(opts: RelayOptions): Promise<{ published: number
   await opts.db.transaction(async (tx) => {
     const { rows } = await tx.execute(sql`
       SELECT event_id, aggregate_id, payload, publish_attempts FROM outbox_event
-      WHERE published_at IS NULL AND (next_retry_at IS NULL OR next_retry_at <= now())
-        AND event_type = 'GenerationTaskCreated'
+      WHERE published_at IS NULL AND event_type = 'GenerationTaskCreated'
+        AND ${sweep ? sql`created_at < now() - make_interval(secs => ${sweep.olderThanSeconds})` : sql`(next_retry_at IS NULL OR next_retry_at <= now())`}
       ORDER BY created_at
       LIMIT ${opts.batchSize}
       FOR UPDATE SKIP LOCKED`);

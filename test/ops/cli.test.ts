@@ -210,3 +210,40 @@ test('failover records the failover audit fields in order (RECONCILE_ONLY, epoch
   assert.notEqual(again.code, 0);
   assert.match(again.stderr, /already the active region/);
 });
+
+test('reconcile schedules/status/run: the Schedules are created, listed with their last run, a dry run reports, a trigger is audited; bulk commands start with a dry run', async () => {
+  const made = await ops('reconcile', 'schedules', '--json');
+  assert.equal(made.code, 0, made.stderr);
+  const ids = made.json().schedules as string[];
+  try {
+    assert.ok(ids.includes(`${s.config.TEMPORAL_TASK_QUEUE}-reconcile-billing`), ids.join(' '));
+    const dry = await ops('reconcile', 'run', 'billing', '--dry-run', '--json');
+    assert.equal(dry.code, 0, dry.stderr);
+    assert.equal(dry.json().report.changed, 0);
+    const status = await ops('reconcile', 'status', '--json');
+    assert.equal(status.code, 0, status.stderr);
+    const billing = (status.json() as { name: string; schedule: { paused: boolean; intervalMs: number }; last: unknown }[]).find((r) => r.name === 'billing')!;
+    assert.equal(billing.schedule.paused, false);
+    assert.equal(billing.schedule.intervalMs, s.config.RECONCILE_BILLING_INTERVAL_MS);
+    assert.equal(billing.last, null, 'a dry run is not a last run');
+    // No worker of this stack polls the reconcile queue: the trigger is recorded, the run never comes.
+    const trig = await ops('reconcile', 'run', 'outbox', '--reason', 'cli test', '--wait', '2s');
+    assert.notEqual(trig.code, 0);
+    assert.match(trig.stderr, /no run of outbox recorded/);
+    assert.equal((await audits('reconcile.trigger')).length, 1);
+    const noReason = await ops('reconcile', 'run', 'outbox');
+    assert.match(noReason.stderr, /needs --reason/);
+
+    const classify = await ops('review', 'classify', '--json');
+    assert.equal(classify.code, 0, classify.stderr);
+    const plan = await ops('review', 'resolve', '--class', 'unknown-outcome', '--action', 'fail', '--reason', 'cli dry run', '--json');
+    assert.equal(plan.code, 0, plan.stderr);
+    assert.equal(plan.json().kind, 'review.resolve');
+    const unsuited = await ops('review', 'resolve', '--class', 'missing-data', '--action', 'replay', '--reason', 'cli dry run');
+    assert.match(unsuited.stderr, /does not suit missing-data/);
+    const everything = await ops('task', 'cancel', '--reason', 'no filter');
+    assert.match(everything.stderr, /never means every task/);
+  } finally {
+    for (const id of ids) await s.client.schedule.getHandle(id).delete().catch(() => undefined);
+  }
+});

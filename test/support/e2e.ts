@@ -9,6 +9,7 @@ import { createTask as createTaskRow } from '../../api/tasks.service';
 import type { Config } from '../../config/env';
 import type { Tracing } from '../../observability/tracing';
 import { creditLedger } from '../../db/schema';
+import type { ReconcileRunMetrics } from '../../observability/metrics';
 import {
   createTestDatabase,
   createTestTenant,
@@ -67,7 +68,7 @@ export const defaultRequest = {
 export async function startE2E(
   name: string,
   overrides: Record<string, string> = {},
-  opts: { generationMs?: number; worker?: boolean; tracing?: Tracing } = {},
+  opts: { generationMs?: number; worker?: boolean; tracing?: Tracing; reconcile?: { onRun?: (run: ReconcileRunMetrics) => void } } = {},
 ): Promise<E2E> {
   const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 400 });
   const port = await freePort();
@@ -86,7 +87,10 @@ export async function startE2E(
   const tdb = await createTestDatabase(config);
   const { client, close: closeClient } = await temporalClient(config, opts.tracing);
   const api = await startApi(config, tdb.database, { client, port });
-  const worker = opts.worker === false ? null : await startWorker(config, tdb.database, opts.tracing ? { tracing: opts.tracing } : {});
+  const worker =
+    opts.worker === false
+      ? null
+      : await startWorker(config, tdb.database, { ...(opts.tracing ? { tracing: opts.tracing } : {}), ...(opts.reconcile ? { reconcile: opts.reconcile } : {}) });
   const tenant = await createTestTenant(tdb.database, config, '1000');
   const vidorch = createVidorchClient({ baseUrl: api.baseUrl, apiKey: tenant.apiKey });
 

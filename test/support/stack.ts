@@ -10,7 +10,9 @@ import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/work
 import { buildApiContext } from '../../api/context';
 import { serveApi } from '../../api/listen';
 import { loadConfig, type Config } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { buildActivityDeps, buildProviders, buildReconcileDeps, buildStorage } from '../../config/services';
+import { createReconcileActivities } from '../../activities/reconcile';
+import type { ReconcileRunMetrics } from '../../observability/metrics';
 import { createDatabase, type Database } from '../../db/client';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
@@ -202,12 +204,34 @@ export interface RunningWorker {
 export async function startWorker(
   config: Config,
   db: Database,
-  opts: { pollProviders?: readonly string[]; wrapActivities?: (a: TaskActivities) => TaskActivities; tracing?: Tracing; webhooks?: boolean } = {},
+  opts: {
+    pollProviders?: readonly string[];
+    wrapActivities?: (a: TaskActivities) => TaskActivities;
+    tracing?: Tracing;
+    /** false: no webhook relay (on by default, as workers/main.ts runs it). */
+    webhooks?: boolean;
+    /** Also run the reconcile-queue worker (the reconciler Schedules' workflows), as workers/main.ts does. */
+    reconcile?: { onRun?: (run: ReconcileRunMetrics) => void };
+  } = {},
 ): Promise<RunningWorker> {
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
-  const deps = buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) });
+  const storage = buildStorage(config);
+  const deps = buildActivityDeps(config, { db, storage, providers: buildProviders(config) });
+  const client = opts.reconcile ? await temporalClient(config) : null;
+  const reconcileActivities = client
+    ? createReconcileActivities(
+        buildReconcileDeps(config, {
+          db,
+          storage,
+          facade: createGenerationFacade(async () => client.client, config.TEMPORAL_TASK_QUEUE),
+          logger: testLogger,
+          ...(opts.reconcile?.onRun ? { onRun: opts.reconcile.onRun } : {}),
+        }),
+      )
+    : undefined;
   const worker = await createGenerationWorkers({
+    ...(reconcileActivities ? { reconcileActivities } : {}),
     connection,
     databaseUrl: db.url,
     namespace: config.TEMPORAL_NAMESPACE,
@@ -237,6 +261,7 @@ export async function startWorker(
     async stop() {
       worker.shutdown();
       await Promise.all([running, webhookRelay?.stop()]);
+      await client?.close();
       await connection.close();
     },
   };
