@@ -1,16 +1,14 @@
 // PROVIDER_SUCCEEDED → FETCHING_OUTPUT → PROCESSING_MEDIA: stream the provider's expiring
 // output into our bucket while hashing it, publish it under a deterministic key, record the
-// asset. A retry finds the published object (same key, sha256 in its metadata) and skips the
-// download.
-import { createHash } from 'node:crypto';
-import { Readable, Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+// asset. A retry finds the published object (same key, sha256 in its metadata, in either
+// bucket) and skips the download; an interrupted download resumes where its stored parts end
+// (activities/output-download.ts). When the primary bucket fails, the output goes to the
+// fallback bucket and the task goes on from there (docs/decisions/0029).
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
 import { holdFence, type FenceToken } from '../db/fence';
-import { asset, taskAttempt } from '../db/schema';
+import { asset, taskAttempt, type StorageLocation } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask, newId } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
@@ -18,72 +16,84 @@ import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { outputObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
-import { createSafeDispatcher, unsafeAddressIn } from '../net/safe-fetch';
+import { createSafeDispatcher } from '../net/safe-fetch';
+import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget } from './output-download';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
 
-class OutputGoneError extends Error {}
+/** The output as stored: where, and what the rescue learnt about it. */
+interface RescuedObject {
+  readonly location: StorageLocation;
+  readonly bucket: string;
+  readonly sha256: string;
+  readonly size: number;
+  readonly contentType: string;
+  readonly downloadMs: number | null;
+}
 
 /** The step after a stored output (activities/process-media.ts), run in the same activity. */
 export interface NextMediaStep {
   processMedia(taskId: string): Promise<TaskFacts>;
 }
 
+/** The provider URL without its query and fragment: where the bytes came from, without the signature. */
+export const sourceUrlOf = (raw: string): string => {
+  const u = new URL(raw);
+  return `${u.origin}${u.pathname}`;
+};
+
 export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaStep) {
   // Connects only to public addresses, checked at connect time (net/safe-fetch.ts).
   const dispatcher = createSafeDispatcher({ allowPrivate: deps.settings.outputAllowPrivate });
-  /** Streams url → storage under key; returns sha256 and size. */
-  async function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
+  const downloader = createOutputDownloader(deps);
+  const targets: DownloadTarget[] = [
+    { location: 'primary', storage: deps.storage },
+    ...(deps.fallbackStorage ? [{ location: 'fallback' as const, storage: deps.fallbackStorage }] : []),
+  ];
+  const storageAt = (l: StorageLocation) => targets.find((t) => t.location === l)?.storage ?? null;
+
+  /**
+   * The published object wherever it is, else the bytes downloaded into the first target that
+   * takes them: the primary bucket, or the fallback when the primary fails (docs/decisions/0029).
+   */
+  async function rescueBytes(token: FenceToken, taskId: string, attemptId: string, rawUrl: string | null, key: string, provider: string): Promise<RescuedObject> {
+    const reachable: DownloadTarget[] = [];
+    let lastStorageError: StorageWriteError | null = null;
+    for (const target of targets) {
+      try {
+        const found = await target.storage.head(key);
+        if (found?.sha256) {
+          return { location: target.location, bucket: target.storage.bucket, sha256: found.sha256, size: found.size, contentType: found.contentType ?? 'video/mp4', downloadMs: null };
+        }
+        reachable.push(target);
+      } catch (err) {
+        lastStorageError = new StorageWriteError(target.location, err);
+      }
+    }
+    if (!rawUrl) throw new OutputGoneError('provider reported success without an output URL');
+    const url = validateOutputUrl(rawUrl, {
+      allowedHosts: deps.settings.outputHosts[provider] ?? [],
+      allowPrivate: deps.settings.outputAllowPrivate,
+    });
     const ctx = Context.current();
-    const res = await fetch(url, { signal: ctx.cancellationSignal, redirect: 'error', dispatcher }).catch((err: unknown) => {
-      const unsafe = unsafeAddressIn(err);
-      throw unsafe ? new UnsafeUrlError(`output host ${url.hostname}: ${unsafe.message}`) : err;
-    });
-    if (res.status === 403 || res.status === 404 || res.status === 410) {
-      throw new OutputGoneError(`provider output answered ${res.status}`);
+    for (const target of reachable) {
+      const started = Date.now();
+      try {
+        const object = await downloader.download(
+          { token, taskId, attemptId, url, key, target, dispatcher, signal: ctx.cancellationSignal, heartbeat: (d) => ctx.heartbeat(d) },
+          storageAt,
+        );
+        return { location: target.location, bucket: target.storage.bucket, sha256: object.sha256, size: object.size, contentType: object.contentType, downloadMs: Date.now() - started };
+      } catch (err) {
+        if (!(err instanceof StorageWriteError)) throw err;
+        lastStorageError = err;
+        ctx.log.warn('output storage failed; trying the next target', { taskId, location: target.location, error: err.message });
+      }
     }
-    if (!res.ok || !res.body) throw new Error(`provider output answered ${res.status}`);
-    const declared = Number(res.headers.get('content-length') ?? '0');
-    if (declared > deps.settings.outputMaxBytes) throw new OutputGoneError(`output is ${declared} bytes, over the limit`);
-    const contentType = (res.headers.get('content-type') ?? 'video/mp4').split(';')[0]!.trim();
-    if (!contentType.startsWith('video/') && contentType !== 'application/octet-stream') {
-      throw new OutputGoneError(`output content type ${contentType} is not a video`);
-    }
-    const hash = createHash('sha256');
-    let size = 0;
-    const meter = new Transform({
-      transform(chunk: Buffer, _enc, done) {
-        size += chunk.length;
-        if (size > deps.settings.outputMaxBytes) return done(new OutputGoneError('output exceeds the size limit'));
-        hash.update(chunk);
-        done(null, chunk);
-      },
-    });
-    const partial = `${key}.partial`;
-    // pipeline, never .pipe(): a reset or an aborted body (activity cancelled) rejects here, a
-    // retryable activity failure, instead of an unhandled 'error' event that ends the process.
-    // A failed upload destroys the meter, which ends the download too.
-    const copied = pipeline(Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), meter);
-    const stored = deps.storage
-      .upload(partial, meter, { contentType: 'video/mp4', onProgress: (bytes) => ctx.heartbeat({ phase: 'uploading', bytes }) })
-      .catch((err: unknown) => {
-        meter.destroy();
-        throw err;
-      });
-    const [copy, upload] = await Promise.allSettled([copied, stored]);
-    // The download's own error (a reset, the size limit) says more than what it caused in the
-    // upload; after a failed upload the download only reports the premature close.
-    const closedByUpload = copy.status === 'rejected' && (copy.reason as { code?: string }).code === 'ERR_STREAM_PREMATURE_CLOSE';
-    if (copy.status === 'rejected' && !(closedByUpload && upload.status === 'rejected')) throw copy.reason;
-    if (upload.status === 'rejected') throw upload.reason;
-    if (declared > 0 && size !== declared) throw new Error(`output truncated: ${size} of ${declared} bytes`);
-    const sha256 = hash.digest('hex');
-    await deps.storage.publish(partial, key, { contentType: 'video/mp4', sha256 });
-    await deps.storage.delete(partial).catch(() => undefined);
-    return { sha256, size, contentType: 'video/mp4' };
+    throw lastStorageError ?? new Error('no storage target reachable');
   }
 
   /** FETCHING_OUTPUT → OUTPUT_AT_RISK when the provider URL expires within the margin; true if moved now. */
@@ -133,20 +143,11 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         const { task, attempt } = target;
         const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
 
-        // Step 2: the bytes. Skip when the published object is already there.
-        let object: { sha256: string; size: number; contentType: string } | null = null;
+        // Step 2: the bytes. Skip when the published object is already there (either bucket).
+        let object: RescuedObject | null = null;
         let lostReason: string | null = null;
         try {
-          const stored = await deps.storage.head(key);
-          if (stored?.sha256) object = { sha256: stored.sha256, size: stored.size, contentType: stored.contentType ?? 'video/mp4' };
-          if (!object) {
-            if (!attempt.output_url) throw new OutputGoneError('provider reported success without an output URL');
-            const url = validateOutputUrl(attempt.output_url, {
-              allowedHosts: deps.settings.outputHosts[attempt.provider] ?? [],
-              allowPrivate: deps.settings.outputAllowPrivate,
-            });
-            object = await download(url, key);
-          }
+          object = await rescueBytes(token, taskId, attempt.attempt_id, attempt.output_url, key, attempt.provider);
         } catch (err) {
           if (err instanceof UnsafeUrlError) {
             throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
@@ -177,12 +178,16 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
               task_id: current.task_id,
               attempt_id: attempt.attempt_id,
               kind: 'video',
-              bucket: deps.storage.bucket,
+              bucket: object.bucket,
               region: deps.storage.region,
+              location: object.location,
               object_key: key,
               sha256: object.sha256,
               size_bytes: object.size,
               content_type: object.contentType,
+              source_url: attempt.output_url ? sourceUrlOf(attempt.output_url) : null,
+              downloaded_at: deps.clock.now(),
+              download_ms: object.downloadMs,
             })
             .onConflictDoNothing();
           await casTaskStatus(tx, token, {
@@ -193,7 +198,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
             sourceEvent: 'workflow.output-stored',
             actor: 'workflow',
             attemptId: attempt.attempt_id,
-            detail: { object_key: key, sha256: object.sha256, size_bytes: object.size },
+            detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
           });
         });
       }));

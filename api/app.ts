@@ -60,6 +60,7 @@ export function createApp(ctx: ApiContext): express.Express {
   v1.get('/tasks', ctx.rateLimiter.middleware('read'), tasks.list);
   v1.get('/tasks/:id', ctx.rateLimiter.middleware('read'), tasks.get);
   v1.post('/tasks/:id/cancel', ctx.rateLimiter.middleware('cancel'), tasks.cancel);
+  v1.delete('/tasks/:id/output', ctx.rateLimiter.middleware('cancel'), tasks.deleteOutput);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

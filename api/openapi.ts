@@ -1,6 +1,6 @@
 // /openapi.json, generated from the same zod schemas that validate requests.
 import { z } from 'zod';
-import { acceptedTask, createTaskBody, listTasksQuery } from './tasks.schemas';
+import { acceptedTask, createTaskBody, deletedTaskOutput, listTasksQuery } from './tasks.schemas';
 
 const problem = {
   description: 'Problem details (RFC 9457)',
@@ -61,6 +61,13 @@ export function openApiDocument(serverUrl: string) {
           summary: 'Cancel a task',
           parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
           responses: { '202': { description: 'Cancelled, or cancel requested' }, '401': problem, '404': problem, '409': problem },
+        },
+      },
+      '/v1/tasks/{id}/output': {
+        delete: {
+          summary: "Delete a task's output objects (the task keeps its facts; GET shows output.deleted_at). Repeating it answers the same",
+          parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } }],
+          responses: { '200': { description: 'The objects are removed', content: json(deletedTaskOutput) }, '401': problem, '404': problem, '409': problem, '503': problem },
         },
       },
       '/v1/callbacks/{provider}/{token}': {

@@ -48,3 +48,11 @@ export const acceptedTask = z.object({
   task_id: z.uuid(),
   status: z.enum(TASK_STATES),
 });
+
+/** DELETE /v1/tasks/:id/output: the objects are gone; the task keeps its facts (GET shows output.deleted_at). */
+export const deletedTaskOutput = z.object({
+  task_id: z.uuid(),
+  deleted_at: z.iso.datetime({ offset: true }),
+  /** Objects removed (video, thumbnail). */
+  objects_deleted: z.number().int().min(0),
+});
