@@ -96,6 +96,28 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     throw lastStorageError ?? new Error('no storage target reachable');
   }
 
+  /**
+   * A fresh output URL from a provider that reissues them (capabilities.canRefreshOutputUrl:
+   * Runway answers new signed URLs on every read of the task), recorded on the attempt with its
+   * new deadline. Null when the provider cannot, or its read gave no URL: the stored one stands.
+   */
+  async function refreshOutputUrl(token: FenceToken, attempt: typeof taskAttempt.$inferSelect): Promise<{ url: string; deadline: Date } | null> {
+    const adapter = deps.providers[attempt.provider];
+    if (!adapter?.capabilities.canRefreshOutputUrl || !attempt.provider_job_id) return null;
+    const job = await adapter.getJob(attempt.provider_job_id, AbortSignal.timeout(deps.settings.providerCallTimeoutMs), { model: attempt.provider_model });
+    if (job.state !== 'succeeded' || !job.outputUrl) return null;
+    const deadline = new Date(deps.clock.now().getTime() + adapter.capabilities.outputUrlTtlMs);
+    await deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      await tx.update(taskAttempt).set({ output_url: job.outputUrl, output_deadline_at: deadline }).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+    });
+    Context.current().log.info('output URL refreshed at the provider', { attemptId: attempt.attempt_id, provider: attempt.provider, outputDeadlineAt: deadline.toISOString() });
+    return { url: job.outputUrl, deadline };
+  }
+
+  const nearDeadline = (deadline: Date | null): boolean =>
+    deadline !== null && deps.clock.now().getTime() >= deadline.getTime() - deps.settings.outputAtRiskMarginMs;
+
   /** FETCHING_OUTPUT → OUTPUT_AT_RISK when the provider URL expires within the margin; true if moved now. */
   async function markAtRisk(token: FenceToken, taskId: string, deadline: Date | null, reason: string): Promise<boolean> {
     if (!deadline || deps.clock.now().getTime() < deadline.getTime() - deps.settings.outputAtRiskMarginMs) return false;
@@ -146,8 +168,25 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         // Step 2: the bytes. Skip when the published object is already there (either bucket).
         let object: RescuedObject | null = null;
         let lostReason: string | null = null;
+        let outputUrl = attempt.output_url;
+        let deadline = attempt.output_deadline_at;
+        let refreshed = false;
+        const refresh = async () => {
+          refreshed = true;
+          const fresh = await refreshOutputUrl(token, attempt).catch(() => null);
+          if (fresh) ({ url: outputUrl, deadline } = fresh);
+          return fresh !== null;
+        };
         try {
-          object = await rescueBytes(token, taskId, attempt.attempt_id, attempt.output_url, key, attempt.provider);
+          // Near its expiry, a provider that can reissue the URL is asked to first.
+          if (nearDeadline(deadline)) await refresh();
+          try {
+            object = await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider);
+          } catch (err) {
+            // Refused (expired) but reissuable: once more with a fresh URL.
+            if (!(err instanceof OutputGoneError) || refreshed || !(await refresh())) throw err;
+            object = await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider);
+          }
         } catch (err) {
           if (err instanceof UnsafeUrlError) {
             throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
@@ -155,7 +194,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
           if (!(err instanceof OutputGoneError)) {
             // Storage or network trouble: retried. Near the URL's expiry, say so first (the
             // workflow raises NeedsAttention and comes straight back here).
-            if (await markAtRisk(token, taskId, attempt.output_deadline_at, (err as Error).message)) return;
+            if (await markAtRisk(token, taskId, deadline, (err as Error).message)) return;
             throw err;
           }
           lostReason = err.message;
@@ -185,7 +224,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
               sha256: object.sha256,
               size_bytes: object.size,
               content_type: object.contentType,
-              source_url: attempt.output_url ? sourceUrlOf(attempt.output_url) : null,
+              source_url: outputUrl ? sourceUrlOf(outputUrl) : null,
               downloaded_at: deps.clock.now(),
               download_ms: object.downloadMs,
             })

@@ -4,7 +4,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
-import { buildDatabase, buildProviders } from '../config/services';
+import { buildDatabase, buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
+import { acquireFence } from '../db/fence';
+import { reconcileAssets } from '../storage/asset-reconciler';
+import { expireOutputs } from '../storage/output-lifecycle';
 import { readFence } from '../db/fence';
 import { recentFailovers, recordFirstWrite, setMode } from '../db/modes';
 import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../api/spool';
@@ -336,6 +339,43 @@ program
     const reason = o.reason;
     const result = await withDb((d) => withTemporal((facade) => reconcileApply(d.db, facade, { actor, reason, options })));
     print(o.json, result, () => `before\n${printReconcileReport(result.before)}\n\napplied\n${printApply(result.applied)}`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// stored outputs: the asset reconciler and output retention (docs/decisions/0029)
+
+const storageDeps = (d: ReturnType<typeof buildDatabase>) => ({
+  db: d.db,
+  storage: buildStorage(config),
+  fallbackStorage: buildFallbackStorage(config),
+  token: async () => (await acquireFence(d.db, fence.scope, fence.region)).token,
+});
+const printFindings = (title: string, r: { examined: number; changed: number; findings: Array<{ kind: string; taskId?: string; key?: string; detail: string }> }) =>
+  [`${title}: examined ${r.examined}, changed ${r.changed}, ${r.findings.length} finding(s)`, ...r.findings.map((f) => `  ${f.kind.padEnd(18)} ${f.taskId ?? '-'}  ${f.key ?? ''}  ${f.detail}`)].join('\n');
+
+program
+  .command('assets')
+  .description('asset rows vs objects in storage: copy fallback objects back, report missing, orphaned and checksum mismatches')
+  .option('--apply', 'copy back and remove leftovers of deleted outputs (default: report only)', false)
+  .option('--limit <n>', 'rows and objects examined per check', (v) => Number.parseInt(v, 10), 500)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
+    const report = await withDb((d) => reconcileAssets(storageDeps(d), { dryRun: !o.apply, limit: o.limit }));
+    print(o.json, report, () => printFindings(`asset reconciler (${o.apply ? 'applied' : 'dry run'})`, report));
+  });
+
+program
+  .command('expire-outputs')
+  .description("delete the outputs of tasks past their tenant's output retention (OUTPUT_RETENTION_DAYS by default)")
+  .option('--apply', 'delete them (default: list only)', false)
+  .option('--limit <n>', 'outputs per run', (v) => Number.parseInt(v, 10), 500)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
+    const report = await withDb((d) => {
+      const deps = storageDeps(d);
+      return expireOutputs({ db: d.db, stores: deps, token: deps.token, now: () => new Date(), defaultDays: config.OUTPUT_RETENTION_DAYS }, { dryRun: !o.apply, limit: o.limit });
+    });
+    print(o.json, report, () => printFindings(`output retention (${o.apply ? 'applied' : 'dry run'})`, report));
   });
 
 program

@@ -72,7 +72,8 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     createdAt: job.createdAt.toISOString(),
     ...(TERMINAL_PHASES.includes(job.phase) ? { cost: job.phase === 'succeeded' ? credits(job) : { credits: 0 } } : { estimatedCost: credits(job) }),
     ...(job.phase === 'running' ? { progress: 0.5 } : {}),
-    ...(job.phase === 'succeeded' ? { output: [job.output] } : {}),
+    // Every read signs the URLs afresh, as Runway documents (providers/runway.ts canRefreshOutputUrl).
+    ...(job.phase === 'succeeded' ? { output: [store.freshOutput(job)] } : {}),
     ...(job.phase === 'failed' ? { failure: job.error, failureCode: 'INTERNAL.BAD_OUTPUT' } : {}),
   });
 
