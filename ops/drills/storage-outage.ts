@@ -9,7 +9,7 @@ import { acquireFence } from '../../db/fence';
 import { asset } from '../../db/schema';
 import { sleep } from '../../scripts/stack';
 import { reconcileAssets } from '../../storage/asset-reconciler';
-import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
+import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 
 export interface StorageOutageReport {
   readonly tasks: number;
@@ -20,12 +20,17 @@ export interface StorageOutageReport {
   readonly rescuedToFallback: number;
   readonly rescuedToPrimary: number;
   readonly outputsLost: number;
+  /** Videos copied back; with their thumbnails, copiedBackObjects. */
   readonly copiedBack: number;
+  readonly copiedBackObjects: number;
   readonly leftInFallback: number;
   readonly secondReconcileChanged: number;
   readonly maxProviderJobsPerTask: number;
   readonly ledgerImbalance: number;
+  /** From the stop until every task was terminal. */
   readonly convergeSeconds: number;
+  /** Whether that happened while the primary was still down (on the fallback alone). */
+  readonly convergedWhileDown: boolean;
   readonly copyBackSeconds: number;
 }
 
@@ -47,20 +52,24 @@ export async function runStorageOutageDrill(opts: { tasks: number; outageSeconds
     await world.startWorker('worker-1');
     await world.startWorker('worker-2');
     log(`creating ${opts.tasks} tasks; provider output URLs expire ${opts.outputTtlSeconds} s after completion`);
-    const creating = createTasks(world, 'storage-outage', opts.tasks, 8);
-    await sleep(1_500);
+    const ids = await createTasks(world, 'storage-outage', opts.tasks, 8);
+    // Stop once the first outputs are ready to rescue, so the outage meets the rescue wave.
+    await waitFor(async () => ((await convergence(world.db)).byStatus['PROVIDER_SUCCEEDED'] ?? 0) > 0, 120_000).catch(() => undefined);
     log(`stopping the primary S3 for ${opts.outageSeconds} s`);
     const stoppedAt = Date.now();
     await world.stopS3();
-    const ids = await creating;
 
     let c = await convergence(world.db);
+    // Converged: every task terminal, whether the primary is back yet or not.
+    let convergedAt: number | null = null;
     const outageEnds = stoppedAt + opts.outageSeconds * 1000;
     while (Date.now() < outageEnds) {
-      log(`primary down: ${c.settled}/${ids.length} ${JSON.stringify(c.byStatus)}`);
-      await sleep(3_000);
+      if (convergedAt === null) log(`primary down: ${c.settled}/${ids.length} ${JSON.stringify(c.byStatus)}`);
+      await sleep(1_000);
       c = await convergence(world.db);
+      if (convergedAt === null && c.settled >= ids.length) convergedAt = Date.now();
     }
+    const convergedWhileDown = convergedAt !== null;
     await world.startS3();
     log('primary S3 is back');
     const deadline = Date.now() + 5 * 60_000;
@@ -69,9 +78,10 @@ export async function runStorageOutageDrill(opts: { tasks: number; outageSeconds
       await sleep(2_000);
       c = await convergence(world.db);
     }
-    const convergeSeconds = (Date.now() - stoppedAt) / 1000;
+    const convergeSeconds = ((convergedAt ?? Date.now()) - stoppedAt) / 1000;
     const count = async (location: 'primary' | 'fallback') =>
       (await world.db.db.select({ n: sql<number>`count(*)::int` }).from(asset).where(and(eq(asset.kind, 'video'), eq(asset.location, location), isNull(asset.deleted_at))))[0]?.n ?? 0;
+    // Videos only: a thumbnail sits next to its video.
     const rescuedToFallback = await count('fallback');
     const rescuedToPrimary = await count('primary');
     const { rows } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM generation_task WHERE failure_code = 'OUTPUT_LOST'`);
@@ -85,9 +95,12 @@ export async function runStorageOutageDrill(opts: { tasks: number; outageSeconds
     };
     const copyStarted = Date.now();
     let copiedBack = 0;
+    let copiedBackObjects = 0;
     for (let round = 0; round < 10; round += 1) {
       const r = await reconcileAssets(deps, { dryRun: false, limit: 1000 });
-      copiedBack += r.findings.filter((f) => f.kind === 'copied_back').length;
+      const copied = r.findings.filter((f) => f.kind === 'copied_back');
+      copiedBackObjects += copied.length;
+      copiedBack += copied.filter((f) => f.key?.includes('/output.')).length;
       if ((await count('fallback')) === 0) break;
     }
     const copyBackSeconds = (Date.now() - copyStarted) / 1000;
@@ -103,11 +116,13 @@ export async function runStorageOutageDrill(opts: { tasks: number; outageSeconds
       rescuedToPrimary,
       outputsLost,
       copiedBack,
+      copiedBackObjects,
       leftInFallback: await count('fallback'),
       secondReconcileChanged: second.changed,
       maxProviderJobsPerTask: Math.max(0, ...jobs.values()),
       ledgerImbalance: await ledgerImbalance(world.db),
       convergeSeconds,
+      convergedWhileDown,
       copyBackSeconds,
     };
   } finally {
