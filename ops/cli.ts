@@ -36,7 +36,7 @@ import {
 import { changeProviderControl, providerStatus, type ProviderControlChange } from './providers';
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
-import { auditOps, createTenant, grantTenantCredits } from './tenants';
+import { auditOps, createTenant, grantTenantCredits, setTenantOutputRetention } from './tenants';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
@@ -148,6 +148,23 @@ tenant
   .action(async (o: { name: string; credits: string; reason: string; json: boolean }) => {
     const result = await withDb((d) => grantTenantCredits(d.db, { ...o, actor, fence }));
     console.log(o.json ? JSON.stringify(result) : `granted ${result.granted} credits to ${o.name} (${result.tenant_id})`);
+  });
+
+tenant
+  .command('output-retention')
+  .description("how long the tenant's outputs are kept after the task ends (ops expire-outputs deletes them after)")
+  .requiredOption('--name <name>', 'tenant name')
+  .requiredOption('--days <n|default>', 'days (0 keeps forever), or default for OUTPUT_RETENTION_DAYS', (v) => {
+    if (v === 'default') return null;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('a whole number of days ≥ 0, or default');
+    return n;
+  })
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { name: string; days: number | null; reason: string; json: boolean }) => {
+    const result = await withDb((d) => setTenantOutputRetention(d.db, { ...o, actor, fence }));
+    console.log(o.json ? JSON.stringify(result) : `${o.name}: outputs kept ${result.output_retention_days ?? `${config.OUTPUT_RETENTION_DAYS} (default)`} days`);
   });
 
 // ---------------------------------------------------------------------------------------------

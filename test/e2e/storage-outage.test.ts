@@ -20,6 +20,7 @@ import { acquireFence } from '../../db/fence';
 import { asset, generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';
 import { freePort, startS3, type S3Process } from '../../scripts/stack';
 import { reconcileAssets } from '../../storage/asset-reconciler';
+import { setTenantOutputRetention } from '../../ops/tenants';
 import { expireOutputs } from '../../storage/output-lifecycle';
 import type { ObjectStorage } from '../../storage/s3';
 import { SA_NEEDS_ATTENTION } from '../../workflows/definitions';
@@ -261,7 +262,8 @@ test("output retention: a task past its tenant's output_retention_days loses its
   const [oldTask, newTask] = [await e.createTask('retention-old'), await e.createTask('retention-new')];
   await Promise.all([e.waitForStatus(oldTask, 'SUCCEEDED', 60_000), e.waitForStatus(newTask, 'SUCCEEDED', 60_000)]);
   const db = e.tdb.database.db;
-  await db.update(tenant).set({ output_retention_days: 7 }).where(eq(tenant.tenant_id, e.tenant.tenantId));
+  const [row] = await db.select().from(tenant).where(eq(tenant.tenant_id, e.tenant.tenantId));
+  await setTenantOutputRetention(db, { name: row!.name, days: 7, reason: 'test', actor: 'operator:test', fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION } });
   await db.update(generationTask).set({ terminal_at: new Date(Date.now() - 8 * 86_400_000) }).where(eq(generationTask.task_id, oldTask));
   const deps = { db, stores: { storage: primaryStore, fallbackStorage: fallbackStore }, token: reconcilerDeps().token, now: () => new Date(), defaultDays: 0 };
 
