@@ -279,3 +279,22 @@ test("output retention: a task past its tenant's output_retention_days loses its
   assert.equal(audits[0]?.actor, 'retention');
   assert.equal((await expireOutputs(deps, { dryRun: false, limit: 100 })).changed, 0);
 });
+
+test('DELETE /v1/tasks/:id/output while the primary is down: 503 problem+json with Retry-After, nothing recorded; it succeeds once storage is back', async () => {
+  const taskId = await e.createTask('delete-outage');
+  await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+  await primary!.stop();
+  try {
+    const res = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
+    assert.equal(res.status, 503, JSON.stringify(res.body));
+    assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/);
+    assert.ok(res.headers.get('retry-after'));
+    assert.equal((await videoOf(taskId)).deleted_at, null, 'nothing recorded');
+    assert.equal((await e.getTask(taskId)).output.deleted_at, null);
+  } finally {
+    primary = await startStorage('primary');
+  }
+  const res = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
+  assert.equal(res.status, 200);
+  assert.equal(await primaryStore.head((await videoOf(taskId)).object_key), null);
+});
