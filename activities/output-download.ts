@@ -136,6 +136,26 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
     return hash.digest('hex');
   }
 
+  /** Completes and publishes a checkpoint whose parts hold the whole object; null (checkpoint dropped) if its upload is gone and no complete partial object is left. */
+  async function finishStored(req: DownloadRequest, cp: Checkpoint): Promise<DownloadedObject | null> {
+    const { target, key } = req;
+    try {
+      await onStorage(target.location, () => target.storage.completeUpload(cp.partial_key, cp.upload_id, cp.parts));
+    } catch (err) {
+      if (!(err instanceof UploadGoneError)) throw err;
+      const partial = await onStorage(target.location, () => target.storage.head(cp.partial_key));
+      if (partial?.size !== cp.total_bytes) {
+        await dropCheckpoint(req.token, cp.attempt_id, cp.upload_id);
+        return null;
+      }
+    }
+    const sha256 = await rehash(target, cp.partial_key);
+    await onStorage(target.location, () => target.storage.publish(cp.partial_key, key, { contentType: 'video/mp4', sha256 }));
+    await dropCheckpoint(req.token, cp.attempt_id, cp.upload_id);
+    await target.storage.delete(cp.partial_key).catch(() => undefined);
+    return { sha256, size: cp.bytes_stored, contentType: 'video/mp4', bytesTransferred: 0, resumed: true };
+  }
+
   return {
     /**
      * Streams the output into `target` under `${key}.partial`, then publishes it under `key` with
@@ -148,6 +168,14 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
       let [cp] = await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, req.attemptId));
       if (cp && cp.location !== target.location) {
         await discard(req.token, cp, stores);
+        cp = undefined;
+      }
+
+      // Every byte was stored before (the last attempt stopped after its last part): finish the
+      // upload, or find it finished, without asking the provider again.
+      if (cp && cp.total_bytes !== null && cp.bytes_stored === cp.total_bytes && cp.parts.length > 0) {
+        const done = await finishStored(req, cp);
+        if (done) return done;
         cp = undefined;
       }
 

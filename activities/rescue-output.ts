@@ -62,16 +62,19 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
   async function rescueBytes(token: FenceToken, taskId: string, attemptId: string, rawUrl: string | null, key: string, provider: string): Promise<RescuedObject> {
     const reachable: DownloadTarget[] = [];
     let lastStorageError: StorageWriteError | null = null;
-    for (const target of targets) {
-      try {
-        const found = await target.storage.head(key);
-        if (found?.sha256) {
-          return { location: target.location, bucket: target.storage.bucket, sha256: found.sha256, size: found.size, contentType: found.contentType ?? 'video/mp4', downloadMs: null };
-        }
-        reachable.push(target);
-      } catch (err) {
-        lastStorageError = new StorageWriteError(target.location, err);
+    // Both buckets at once: an unreachable one costs its connect timeout once, not per bucket.
+    const heads = await Promise.allSettled(targets.map((t) => t.storage.head(key)));
+    for (const [i, target] of targets.entries()) {
+      const head = heads[i]!;
+      if (head.status === 'rejected') {
+        lastStorageError = new StorageWriteError(target.location, head.reason);
+        continue;
       }
+      const found = head.value;
+      if (found?.sha256) {
+        return { location: target.location, bucket: target.storage.bucket, sha256: found.sha256, size: found.size, contentType: found.contentType ?? 'video/mp4', downloadMs: null };
+      }
+      reachable.push(target);
     }
     if (!rawUrl) throw new OutputGoneError('provider reported success without an output URL');
     const url = validateOutputUrl(rawUrl, {
