@@ -9,6 +9,7 @@ import { InvalidTransitionError } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
+import type { StorageLocation } from '../db/schema';
 import type { ObjectStorage } from '../storage/s3';
 import type { ProviderGuardSettings } from './provider-guard';
 import type { ProviderHealth } from '../domain/router';
@@ -57,6 +58,8 @@ export interface TaskActivityDeps {
   readonly clock: Clock;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
+  /** The second S3 endpoint a rescue writes to when the primary fails (docs/decisions/0029); null: none. */
+  readonly fallbackStorage?: ObjectStorage | null;
   /** Provider routing (default DEFAULT_ROUTING: 5 ms budget, priority fallback). */
   readonly routing?: RoutingSettings;
   /** Provider health the router reads (default: this process's breakers and submit timings). */
@@ -98,10 +101,19 @@ export interface TaskActivityDeps {
     readonly maxRunMs: Readonly<Record<string, number>>;
     readonly outputAllowPrivate: boolean;
     readonly outputMaxBytes: number;
+    /** Size of each stored part of an output download: the unit a resumed download keeps (S3: at least 5 MiB). */
+    readonly outputPartBytes: number;
     /** A rescue failing this close to the provider URL's expiry marks the task OUTPUT_AT_RISK. */
     readonly outputAtRiskMarginMs: number;
     readonly outputHosts: Readonly<Record<string, readonly string[]>>;
   };
+}
+
+/** The storage holding objects at `location` (an asset row's); a fallback asset without a fallback configured is a plain (retryable) error. */
+export function storageAt(deps: Pick<TaskActivityDeps, 'storage' | 'fallbackStorage'>, location: StorageLocation): ObjectStorage {
+  if (location === 'primary') return deps.storage;
+  if (!deps.fallbackStorage) throw new Error('an asset is in the fallback bucket but S3_FALLBACK_ENDPOINT is not set');
+  return deps.fallbackStorage;
 }
 
 export function providerFor(deps: TaskActivityDeps, name: string): ProviderAdapter {

@@ -13,7 +13,7 @@ import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
 import { InvalidMediaError, demuxerOf, extractThumbnail, probeStored, type MediaInfo } from '../media/probe';
 import { thumbnailObjectKey } from '../storage/s3';
-import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
+import { fenced, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
@@ -33,7 +33,9 @@ export function createMediaActivities(deps: TaskActivityDeps) {
           .where(and(eq(asset.task_id, taskId), eq(asset.kind, 'video')));
         if (!video) throw ApplicationFailure.create({ type: FailureType.InvalidState, message: `task ${taskId} has no video asset`, nonRetryable: true });
 
-        const url = await deps.storage.presignGet(video.object_key, 900);
+        // The video is read where the rescue stored it; the thumbnail goes next to it.
+        const store = storageAt(deps, video.location);
+        const url = await store.presignGet(video.object_key, 900);
         let info: MediaInfo | null = null;
         let invalid: string | null = null;
         let thumbnail: { sha256: string; size: number } | null = null;
@@ -42,15 +44,15 @@ export function createMediaActivities(deps: TaskActivityDeps) {
           // The probe reads the MP4's boxes in process when it can (ffprobe otherwise), side by
           // side with the thumbnail lookup; the frame is taken only from a valid file.
           const [probed, existing] = await Promise.all([
-            probeStored(deps.storage, video.object_key, Number(video.size_bytes), url),
-            deps.storage.head(thumbKey),
+            probeStored(store, video.object_key, Number(video.size_bytes), url),
+            store.head(thumbKey),
           ]);
           info = probed;
           let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
           if (!thumb) {
             const jpeg = await extractThumbnail(url, Math.min(THUMBNAIL_AT_SECONDS, info.durationSeconds / 2), demuxerOf(info.container));
             const sha256 = createHash('sha256').update(jpeg).digest('hex');
-            await deps.storage.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
+            await store.put(thumbKey, jpeg, { contentType: 'image/jpeg', sha256 });
             thumb = { sha256, size: jpeg.length };
           }
           thumbnail = thumb;
@@ -78,8 +80,9 @@ export function createMediaActivities(deps: TaskActivityDeps) {
                 task_id: taskId,
                 attempt_id: video.attempt_id,
                 kind: 'thumbnail',
-                bucket: deps.storage.bucket,
+                bucket: store.bucket,
                 region: deps.storage.region,
+                location: video.location,
                 object_key: thumbKey,
                 sha256: thumbnail.sha256,
                 size_bytes: thumbnail.size,

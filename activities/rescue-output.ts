@@ -1,17 +1,15 @@
 // PROVIDER_SUCCEEDED → FETCHING_OUTPUT → PROCESSING_MEDIA: stream the provider's expiring
 // output into our bucket while hashing it, publish it under a deterministic key, record the
-// asset. A retry finds the published object (same key, sha256 in its metadata) and skips the
-// download.
-import { createHash } from 'node:crypto';
-import { Readable, Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
-import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import { SpanKind, type Span } from '@opentelemetry/api';
+// asset. A retry finds the published object (same key, sha256 in its metadata, in either
+// bucket) and skips the download; an interrupted download resumes where its stored parts end
+// (activities/output-download.ts). When the primary bucket fails, the output goes to the
+// fallback bucket and the task goes on from there (docs/decisions/0029).
+import { SpanKind } from '@opentelemetry/api';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
 import { holdFence, type FenceToken } from '../db/fence';
-import { asset, taskAttempt } from '../db/schema';
+import { asset, taskAttempt, type StorageLocation } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask, newId } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
@@ -20,81 +18,118 @@ import { decide } from '../domain/task-machine';
 import { inSpan } from '../observability/trace-context';
 import { outputObjectKey } from '../storage/s3';
 import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
-import { createSafeDispatcher, unsafeAddressIn } from '../net/safe-fetch';
+import { createSafeDispatcher } from '../net/safe-fetch';
+import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget } from './output-download';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from './settlement';
 import { readTaskFacts } from './task-facts';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
 
-class OutputGoneError extends Error {}
+/** The output as stored: where, and what the rescue learnt about it. */
+interface RescuedObject {
+  readonly location: StorageLocation;
+  readonly bucket: string;
+  readonly sha256: string;
+  readonly size: number;
+  readonly contentType: string;
+  readonly downloadMs: number | null;
+}
 
 /** The step after a stored output (activities/process-media.ts), run in the same activity. */
 export interface NextMediaStep {
   processMedia(taskId: string): Promise<TaskFacts>;
 }
 
+/** The provider URL without its query and fragment: where the bytes came from, without the signature. */
+export const sourceUrlOf = (raw: string): string => {
+  const u = new URL(raw);
+  return `${u.origin}${u.pathname}`;
+};
+
 export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaStep) {
   // Connects only to public addresses, checked at connect time (net/safe-fetch.ts).
   const dispatcher = createSafeDispatcher({ allowPrivate: deps.settings.outputAllowPrivate });
+  const downloader = createOutputDownloader(deps);
+  const targets: DownloadTarget[] = [
+    { location: 'primary', storage: deps.storage },
+    ...(deps.fallbackStorage ? [{ location: 'fallback' as const, storage: deps.fallbackStorage }] : []),
+  ];
+  const storageAt = (l: StorageLocation) => targets.find((t) => t.location === l)?.storage ?? null;
+
   /**
-   * Streams url → storage under key; returns sha256 and size. One client span for the whole
-   * transfer (the S3 upload and publish are its children): the host and the status, never the
-   * URL, whose query is the provider's signature (docs/observability.md).
+   * The published object wherever it is, else the bytes downloaded into the first target that
+   * takes them: the primary bucket, or the fallback when the primary fails (docs/decisions/0029).
    */
-  function download(url: URL, key: string): Promise<{ sha256: string; size: number; contentType: string }> {
-    return inSpan('GET output', { 'http.request.method': 'GET', 'url.template': '(provider output URL)', 'server.address': url.host }, (span) => transfer(url, key, span), SpanKind.CLIENT);
-  }
-  async function transfer(url: URL, key: string, span: Span): Promise<{ sha256: string; size: number; contentType: string }> {
+  async function rescueBytes(token: FenceToken, taskId: string, attemptId: string, rawUrl: string | null, key: string, provider: string): Promise<RescuedObject> {
+    const reachable: DownloadTarget[] = [];
+    let lastStorageError: StorageWriteError | null = null;
+    // Both buckets at once: an unreachable one costs its connect timeout once, not per bucket.
+    const heads = await Promise.allSettled(targets.map((t) => t.storage.head(key)));
+    for (const [i, target] of targets.entries()) {
+      const head = heads[i]!;
+      if (head.status === 'rejected') {
+        lastStorageError = new StorageWriteError(target.location, head.reason);
+        continue;
+      }
+      const found = head.value;
+      if (found?.sha256) {
+        return { location: target.location, bucket: target.storage.bucket, sha256: found.sha256, size: found.size, contentType: found.contentType ?? 'video/mp4', downloadMs: null };
+      }
+      reachable.push(target);
+    }
+    if (!rawUrl) throw new OutputGoneError('provider reported success without an output URL');
+    const url = validateOutputUrl(rawUrl, {
+      allowedHosts: deps.settings.outputHosts[provider] ?? [],
+      allowPrivate: deps.settings.outputAllowPrivate,
+    });
     const ctx = Context.current();
-    const res = await fetch(url, { signal: ctx.cancellationSignal, redirect: 'error', dispatcher }).catch((err: unknown) => {
-      const unsafe = unsafeAddressIn(err);
-      throw unsafe ? new UnsafeUrlError(`output host ${url.hostname}: ${unsafe.message}`) : err;
-    });
-    span.setAttribute('http.response.status_code', res.status);
-    if (res.status === 403 || res.status === 404 || res.status === 410) {
-      throw new OutputGoneError(`provider output answered ${res.status}`);
+    for (const target of reachable) {
+      const started = Date.now();
+      try {
+        // One client span for the whole transfer (its S3 calls are children): the host, never the
+        // URL, whose query is the provider's signature (docs/observability.md).
+        const object = await inSpan(
+          'GET output',
+          { 'http.request.method': 'GET', 'url.template': '(provider output URL)', 'server.address': url.host, 'vidorch.storage_location': target.location },
+          () =>
+            downloader.download(
+              { token, taskId, attemptId, url, key, target, dispatcher, signal: ctx.cancellationSignal, heartbeat: (d) => ctx.heartbeat(d) },
+              storageAt,
+            ),
+          SpanKind.CLIENT,
+        );
+        return { location: target.location, bucket: target.storage.bucket, sha256: object.sha256, size: object.size, contentType: object.contentType, downloadMs: Date.now() - started };
+      } catch (err) {
+        if (!(err instanceof StorageWriteError)) throw err;
+        lastStorageError = err;
+        ctx.log.warn('output storage failed; trying the next target', { taskId, location: target.location, error: err.message });
+      }
     }
-    if (!res.ok || !res.body) throw new Error(`provider output answered ${res.status}`);
-    const declared = Number(res.headers.get('content-length') ?? '0');
-    if (declared > deps.settings.outputMaxBytes) throw new OutputGoneError(`output is ${declared} bytes, over the limit`);
-    const contentType = (res.headers.get('content-type') ?? 'video/mp4').split(';')[0]!.trim();
-    if (!contentType.startsWith('video/') && contentType !== 'application/octet-stream') {
-      throw new OutputGoneError(`output content type ${contentType} is not a video`);
-    }
-    const hash = createHash('sha256');
-    let size = 0;
-    const meter = new Transform({
-      transform(chunk: Buffer, _enc, done) {
-        size += chunk.length;
-        if (size > deps.settings.outputMaxBytes) return done(new OutputGoneError('output exceeds the size limit'));
-        hash.update(chunk);
-        done(null, chunk);
-      },
-    });
-    const partial = `${key}.partial`;
-    // pipeline, never .pipe(): a reset or an aborted body (activity cancelled) rejects here, a
-    // retryable activity failure, instead of an unhandled 'error' event that ends the process.
-    // A failed upload destroys the meter, which ends the download too.
-    const copied = pipeline(Readable.fromWeb(res.body as WebReadableStream<Uint8Array>), meter);
-    const stored = deps.storage
-      .upload(partial, meter, { contentType: 'video/mp4', onProgress: (bytes) => ctx.heartbeat({ phase: 'uploading', bytes }) })
-      .catch((err: unknown) => {
-        meter.destroy();
-        throw err;
-      });
-    const [copy, upload] = await Promise.allSettled([copied, stored]);
-    // The download's own error (a reset, the size limit) says more than what it caused in the
-    // upload; after a failed upload the download only reports the premature close.
-    const closedByUpload = copy.status === 'rejected' && (copy.reason as { code?: string }).code === 'ERR_STREAM_PREMATURE_CLOSE';
-    if (copy.status === 'rejected' && !(closedByUpload && upload.status === 'rejected')) throw copy.reason;
-    if (upload.status === 'rejected') throw upload.reason;
-    if (declared > 0 && size !== declared) throw new Error(`output truncated: ${size} of ${declared} bytes`);
-    const sha256 = hash.digest('hex');
-    await deps.storage.publish(partial, key, { contentType: 'video/mp4', sha256 });
-    await deps.storage.delete(partial).catch(() => undefined);
-    return { sha256, size, contentType: 'video/mp4' };
+    throw lastStorageError ?? new Error('no storage target reachable');
   }
+
+  /**
+   * A fresh output URL from a provider that reissues them (capabilities.canRefreshOutputUrl:
+   * Runway answers new signed URLs on every read of the task), recorded on the attempt with its
+   * new deadline. Null when the provider cannot, or its read gave no URL: the stored one stands.
+   */
+  async function refreshOutputUrl(token: FenceToken, attempt: typeof taskAttempt.$inferSelect): Promise<{ url: string; deadline: Date } | null> {
+    const adapter = deps.providers[attempt.provider];
+    if (!adapter?.capabilities.canRefreshOutputUrl || !attempt.provider_job_id) return null;
+    const job = await adapter.getJob(attempt.provider_job_id, AbortSignal.timeout(deps.settings.providerCallTimeoutMs), { model: attempt.provider_model });
+    if (job.state !== 'succeeded' || !job.outputUrl) return null;
+    const deadline = new Date(deps.clock.now().getTime() + adapter.capabilities.outputUrlTtlMs);
+    await deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      await tx.update(taskAttempt).set({ output_url: job.outputUrl, output_deadline_at: deadline }).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+    });
+    Context.current().log.info('output URL refreshed at the provider', { attemptId: attempt.attempt_id, provider: attempt.provider, outputDeadlineAt: deadline.toISOString() });
+    return { url: job.outputUrl, deadline };
+  }
+
+  const nearDeadline = (deadline: Date | null): boolean =>
+    deadline !== null && deps.clock.now().getTime() >= deadline.getTime() - deps.settings.outputAtRiskMarginMs;
 
   /** FETCHING_OUTPUT → OUTPUT_AT_RISK when the provider URL expires within the margin; true if moved now. */
   async function markAtRisk(token: FenceToken, taskId: string, deadline: Date | null, reason: string): Promise<boolean> {
@@ -143,19 +178,27 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         const { task, attempt } = target;
         const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
 
-        // Step 2: the bytes. Skip when the published object is already there.
-        let object: { sha256: string; size: number; contentType: string } | null = null;
+        // Step 2: the bytes. Skip when the published object is already there (either bucket).
+        let object: RescuedObject | null = null;
         let lostReason: string | null = null;
+        let outputUrl = attempt.output_url;
+        let deadline = attempt.output_deadline_at;
+        let refreshed = false;
+        const refresh = async () => {
+          refreshed = true;
+          const fresh = await refreshOutputUrl(token, attempt).catch(() => null);
+          if (fresh) ({ url: outputUrl, deadline } = fresh);
+          return fresh !== null;
+        };
         try {
-          const stored = await deps.storage.head(key);
-          if (stored?.sha256) object = { sha256: stored.sha256, size: stored.size, contentType: stored.contentType ?? 'video/mp4' };
-          if (!object) {
-            if (!attempt.output_url) throw new OutputGoneError('provider reported success without an output URL');
-            const url = validateOutputUrl(attempt.output_url, {
-              allowedHosts: deps.settings.outputHosts[attempt.provider] ?? [],
-              allowPrivate: deps.settings.outputAllowPrivate,
-            });
-            object = await download(url, key);
+          // Near its expiry, a provider that can reissue the URL is asked to first.
+          if (nearDeadline(deadline)) await refresh();
+          try {
+            object = await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider);
+          } catch (err) {
+            // Refused (expired) but reissuable: once more with a fresh URL.
+            if (!(err instanceof OutputGoneError) || refreshed || !(await refresh())) throw err;
+            object = await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider);
           }
         } catch (err) {
           if (err instanceof UnsafeUrlError) {
@@ -164,7 +207,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
           if (!(err instanceof OutputGoneError)) {
             // Storage or network trouble: retried. Near the URL's expiry, say so first (the
             // workflow raises NeedsAttention and comes straight back here).
-            if (await markAtRisk(token, taskId, attempt.output_deadline_at, (err as Error).message)) return;
+            if (await markAtRisk(token, taskId, deadline, (err as Error).message)) return;
             throw err;
           }
           lostReason = err.message;
@@ -187,12 +230,16 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
               task_id: current.task_id,
               attempt_id: attempt.attempt_id,
               kind: 'video',
-              bucket: deps.storage.bucket,
+              bucket: object.bucket,
               region: deps.storage.region,
+              location: object.location,
               object_key: key,
               sha256: object.sha256,
               size_bytes: object.size,
               content_type: object.contentType,
+              source_url: outputUrl ? sourceUrlOf(outputUrl) : null,
+              downloaded_at: deps.clock.now(),
+              download_ms: object.downloadMs,
             })
             .onConflictDoNothing();
           await casTaskStatus(tx, token, {
@@ -203,7 +250,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
             sourceEvent: 'workflow.output-stored',
             actor: 'workflow',
             attemptId: attempt.attempt_id,
-            detail: { object_key: key, sha256: object.sha256, size_bytes: object.size },
+            detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
           });
         });
       }));

@@ -69,6 +69,7 @@ export function createApp(ctx: ApiContext): express.Express {
   mountRoute(v1, '/v1', taskRoutes.list, ctx.rateLimiter.middleware('read'), tasks.list);
   mountRoute(v1, '/v1', taskRoutes.get, ctx.rateLimiter.middleware('read'), tasks.get);
   mountRoute(v1, '/v1', taskRoutes.cancel, ctx.rateLimiter.middleware('cancel'), tasks.cancel);
+  mountRoute(v1, '/v1', taskRoutes.deleteOutput, ctx.rateLimiter.middleware('cancel'), tasks.deleteOutput);
   const webhooks = webhookHandlers(ctx);
   const read = ctx.rateLimiter.middleware('read');
   const w = webhookEndpointRoutes;

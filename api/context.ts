@@ -6,7 +6,7 @@ import type { ProviderAdapter } from '../providers/types';
 import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
 import type { Config } from '../config/env';
-import { buildProviders, buildStorage } from '../config/services';
+import { buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
 import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
 import { isDatabaseUnavailable } from './problem';
@@ -35,6 +35,8 @@ export interface ApiContext {
   readonly callbackTokens: CallbackTokens;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
+  /** The fallback bucket's storage (docs/decisions/0029), null when none is configured. */
+  readonly fallbackStorage: ObjectStorage | null;
   /** Wake signals after callbacks, at most one in flight per task (api/wakes.ts). */
   readonly waker: TaskWaker;
   /** Where callbacks go when the inbox cannot be written (api/spool.ts). */
@@ -68,6 +70,7 @@ export function buildApiContext(
     logger: Logger;
     metrics: Metrics;
     storage?: ObjectStorage;
+    fallbackStorage?: ObjectStorage | null;
     fenceCacheMs?: number;
     /** The database `db` reaches, for the event LISTEN connection (default DATABASE_URL). */
     databaseUrl?: string;
@@ -136,6 +139,7 @@ export function buildApiContext(
     webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
+    fallbackStorage: parts.fallbackStorage !== undefined ? parts.fallbackStorage : buildFallbackStorage(config),
     spool: createCallbackSpool({
       dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
       logger: parts.logger,

@@ -6,6 +6,9 @@ import type { TaskStatus } from '../domain/states';
 import type { ApiContext } from './context';
 import { tenantOf } from './auth';
 import { HttpProblem, problems, zodFieldErrors } from './problem';
+import { S3ServiceException } from '@aws-sdk/client-s3';
+import { deleteTaskOutput } from '../storage/output-lifecycle';
+import { createTaskBody, deletedTaskOutput, idempotencyKeyHeader, listTasksQuery, taskIdParam } from './tasks.schemas';
 import { cancelTask, createTask, getTaskDetail, listTasks } from './tasks.service';
 import { presentTask, presentTaskSummary } from './tasks.present';
 import { taskRoutes } from './tasks.routes';
@@ -75,7 +78,7 @@ export function taskHandlers(ctx: ApiContext) {
       const { tenantId } = tenantOf(req);
       const detail = await getTaskDetail(ctx.db, tenantId, parseTaskId(req));
       if (!detail) throw problems.notFound('task');
-      res.json(await presentTask(detail, ctx.storage, ctx.settings.presignTtlSeconds));
+      res.json(await presentTask(detail, ctx, ctx.settings.presignTtlSeconds));
     },
 
     async list(req: Request, res: Response) {
@@ -98,6 +101,28 @@ export function taskHandlers(ctx: ApiContext) {
       const task = await cancelTask(ctx.db, token, tenantId, taskId);
       await ctx.facade.wakeTask(taskId);
       res.status(202).json({ task_id: task.task_id, status: task.status, cancel_requested: task.cancel_requested_at !== null });
+    },
+
+    async deleteOutput(req: Request, res: Response) {
+      const { tenantId } = tenantOf(req);
+      const taskId = parseTaskId(req);
+      await ctx.admission.assertCanWrite();
+      const token = await fenceToken(ctx);
+      let outcome;
+      try {
+        outcome = await deleteTaskOutput(ctx.db, ctx, token, { taskId, tenantId, actor: `tenant:${tenantId}`, reason: 'DELETE /v1/tasks/:id/output', now: new Date() });
+      } catch (err) {
+        if (err instanceof FenceRejectedError) throw problems.unavailable(err.message, 30);
+        if (err instanceof S3ServiceException || (err as { code?: string }).code === 'ECONNREFUSED' || (err as Error).name === 'TimeoutError') {
+          // Storage did not take the delete: nothing was recorded; the same request may be retried.
+          ctx.logger.warn({ err, taskId }, 'output delete: storage unavailable');
+          throw problems.unavailable('the output storage is unreachable; retry later', 5);
+        }
+        throw err;
+      }
+      if (outcome.kind === 'no-task') throw problems.notFound('task');
+      if (outcome.kind === 'no-output') throw problems.conflict(outcome.reason);
+      res.status(200).json(deletedTaskOutput.parse({ task_id: taskId, deleted_at: outcome.deletedAt.toISOString(), objects_deleted: outcome.keys.length }));
     },
   };
 }

@@ -2,6 +2,7 @@
 // Money stays a decimal string; the provider's temporary URL is not exposed.
 import type { AttemptState, LedgerEntryType, TaskStatus } from '../domain/states';
 import type { MediaInfo } from '../media/probe';
+import type { OutputStores } from '../storage/output-lifecycle';
 import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
 import type { generationTask, taskAttempt } from '../db/schema';
@@ -58,10 +59,17 @@ export function presentTaskSummary(t: TaskRow): TaskSummary {
   };
 }
 
-export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds: number): Promise<TaskDetail> {
+/** Where an asset's object is now: download URLs always point there (docs/decisions/0029). */
+const storeOf = (stores: OutputStores, location: string): ObjectStorage => {
+  if (location === 'fallback' && stores.fallbackStorage) return stores.fallbackStorage;
+  return stores.storage;
+};
+
+export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: number): Promise<TaskDetail> {
   const video = d.assets.find((a) => a.kind === 'video');
   const thumb = d.assets.find((a) => a.kind === 'thumbnail');
   const deliverable = d.task.status === 'SUCCEEDED' && video;
+  const live = deliverable && !video.deleted_at;
   const active = d.attempts.find((a) => a.attempt_id === d.task.active_attempt_id);
   return {
     ...presentTaskSummary(d.task),
@@ -85,9 +93,11 @@ export async function presentTask(d: Detail, storage: ObjectStorage, ttlSeconds:
       : null,
     output: deliverable
       ? {
-          download_url: await storage.presignGet(video.object_key, ttlSeconds),
-          thumbnail_url: thumb ? await storage.presignGet(thumb.object_key, ttlSeconds) : null,
-          expires_in_seconds: ttlSeconds,
+          // A deleted output keeps its facts (checksum, size, media) and says when it went.
+          download_url: live ? await storeOf(stores, video.location).presignGet(video.object_key, ttlSeconds) : null,
+          thumbnail_url: live && thumb ? await storeOf(stores, thumb.location).presignGet(thumb.object_key, ttlSeconds) : null,
+          expires_in_seconds: live ? ttlSeconds : null,
+          deleted_at: video.deleted_at?.toISOString() ?? null,
           sha256: video.sha256,
           size_bytes: video.size_bytes,
           content_type: video.content_type,

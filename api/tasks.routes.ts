@@ -3,7 +3,7 @@
 import { z } from 'zod';
 import { defineRoute, json } from './contract';
 import { problemAnswers } from './problem';
-import { acceptedTask, cancelAnswer, createTaskBody, createTaskHeaders, listTasksQuery, taskDetail, taskPage, taskPathParams } from './tasks.schemas';
+import { acceptedTask, cancelAnswer, createTaskBody, createTaskHeaders, deletedTaskOutput, listTasksQuery, taskDetail, taskPage, taskPathParams } from './tasks.schemas';
 
 const rateLimitRemaining = z.object({
   'RateLimit-Remaining': z.string().regex(/^[0-9]+$/).optional().describe('Requests of this kind left in the current second'),
@@ -71,5 +71,16 @@ export const taskRoutes = {
       202: { description: 'Cancelled, or cancel requested (the provider job is being cancelled)', content: json(cancelAnswer), headers: rateLimitRemaining },
       ...v1Problems(404, 409),
     },
+  }),
+  deleteOutput: defineRoute({
+    method: 'delete',
+    path: '/v1/tasks/:id/output',
+    operationId: 'deleteTaskOutput',
+    summary: "Delete a task's stored video and thumbnail (the task keeps its facts; GET shows output.deleted_at)",
+    description: 'Removed from whichever bucket holds them, audited; repeating it answers the same. A task without an output is a 409.',
+    tags: ['tasks'],
+    auth: 'bearer',
+    request: { params: taskPathParams },
+    responses: { 200: { description: 'The objects are removed', content: json(deletedTaskOutput), headers: rateLimitRemaining }, ...v1Problems(404, 409) },
   }),
 };

@@ -63,6 +63,15 @@ const timestamp = z.iso.datetime();
 
 export const acceptedTask = z.object({ task_id: z.uuid(), status: taskStatus }).meta({ id: 'AcceptedTask' });
 
+/** DELETE /v1/tasks/:id/output: the objects are gone; the task keeps its facts (GET shows output.deleted_at). */
+export const deletedTaskOutput = z
+  .object({
+    task_id: z.uuid(),
+    deleted_at: z.iso.datetime({ offset: true }),
+    objects_deleted: z.int().min(0).describe('Objects removed (video, thumbnail); 0 when repeated'),
+  })
+  .meta({ id: 'DeletedTaskOutput' });
+
 export const taskSummary = z
   .object({
     task_id: z.uuid(),
@@ -86,9 +95,10 @@ export const taskPage = z
 
 const taskOutput = z
   .object({
-    download_url: z.url().describe('Presigned; valid for expires_in_seconds'),
+    download_url: z.url().nullable().describe('Presigned; valid for expires_in_seconds; null once the output is deleted'),
     thumbnail_url: z.url().nullable(),
-    expires_in_seconds: z.int(),
+    expires_in_seconds: z.int().nullable(),
+    deleted_at: timestamp.nullable().describe('When DELETE /v1/tasks/:id/output removed the objects (or the retention did); the facts stay'),
     sha256: z.string(),
     size_bytes: z.int(),
     content_type: z.string(),

@@ -107,6 +107,15 @@ export const envSchema = z.object({
   S3_SECRET_ACCESS_KEY: secret(z.string().min(1), 'vidorch-dev-secret'),
   S3_BUCKET_OUTPUTS: z.string().min(3).default('vidorch-outputs'),
   S3_FORCE_PATH_STYLE: bool.default(true),
+  /**
+   * The second S3 endpoint a rescue writes to while the primary is unreachable
+   * (docs/decisions/0029); '' turns the fallback off. Dev and tests run a second versitygw.
+   */
+  S3_FALLBACK_ENDPOINT: devDefault(z.union([z.url(), z.literal('')]), 'http://127.0.0.1:7071'),
+  S3_FALLBACK_REGION: z.string().min(1).default('us-east-1'),
+  S3_FALLBACK_ACCESS_KEY_ID: secret(z.string().min(1), 'vidorch-dev'),
+  S3_FALLBACK_SECRET_ACCESS_KEY: secret(z.string().min(1), 'vidorch-dev-secret'),
+  S3_FALLBACK_BUCKET: z.string().min(3).default('vidorch-outputs-fallback'),
   /** Lifetime of presigned download URLs returned by GET /v1/tasks/:id. */
   S3_PRESIGN_TTL_SECONDS: z.coerce.number().int().min(60).max(7 * 24 * 3600).default(3600),
 
@@ -161,6 +170,10 @@ export const envSchema = z.object({
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
   OUTPUT_FETCH_ALLOW_PRIVATE: refusedInProduction(bool.default(false), ['true', '1', 'yes'], 'true is refused in production (it allows loopback and private output URLs)'),
   OUTPUT_MAX_BYTES: z.coerce.number().int().min(1).default(2 * 1024 * 1024 * 1024),
+  /** Part size of an output download: what a resumed download keeps (S3 refuses parts under 5 MiB but the last). */
+  OUTPUT_PART_BYTES: z.coerce.number().int().min(5 * 1024 * 1024).max(512 * 1024 * 1024).default(8 * 1024 * 1024),
+  /** Days an output is kept after its task ends, unless the tenant sets its own (tenant.output_retention_days); 0 keeps forever. */
+  OUTPUT_RETENTION_DAYS: z.coerce.number().int().min(0).default(30),
   /** A rescue that fails this close to the provider output URL's expiry marks the task OUTPUT_AT_RISK (operators are alerted). */
   OUTPUT_AT_RISK_MARGIN_MS: ms.default(15 * 60 * 1000),
 

@@ -28,6 +28,19 @@ export function buildStorage(config: Config): ObjectStorage {
   });
 }
 
+/** The fallback bucket's storage (docs/decisions/0029), or null when S3_FALLBACK_ENDPOINT is ''. */
+export function buildFallbackStorage(config: Config): ObjectStorage | null {
+  if (!config.S3_FALLBACK_ENDPOINT) return null;
+  return createObjectStorage({
+    endpoint: config.S3_FALLBACK_ENDPOINT,
+    region: config.S3_FALLBACK_REGION,
+    accessKeyId: config.S3_FALLBACK_ACCESS_KEY_ID,
+    secretAccessKey: config.S3_FALLBACK_SECRET_ACCESS_KEY,
+    forcePathStyle: config.S3_FORCE_PATH_STYLE,
+    bucket: config.S3_FALLBACK_BUCKET,
+  });
+}
+
 export function buildProviders(config: Config): Record<string, ProviderAdapter> {
   return {
     replicate: createReplicateAdapter({
@@ -104,6 +117,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     maxRunMs: perProvider(config.PROVIDER_MAX_RUN_MS),
     outputAllowPrivate: config.OUTPUT_FETCH_ALLOW_PRIVATE,
     outputMaxBytes: config.OUTPUT_MAX_BYTES,
+    outputPartBytes: config.OUTPUT_PART_BYTES,
     outputAtRiskMarginMs: config.OUTPUT_AT_RISK_MARGIN_MS,
     outputHosts: {
       replicate: config.PROVIDER_REPLICATE_OUTPUT_HOSTS,
@@ -116,7 +130,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
 
 export function buildActivityDeps(
   config: Config,
-  parts: { db: Database; storage: ObjectStorage; providers: Record<string, ProviderAdapter> },
+  parts: { db: Database; storage: ObjectStorage; fallbackStorage?: ObjectStorage | null; providers: Record<string, ProviderAdapter> },
 ): TaskActivityDeps {
   return {
     db: parts.db.db,
@@ -124,6 +138,7 @@ export function buildActivityDeps(
     clock: systemClock,
     providers: parts.providers,
     storage: parts.storage,
+    fallbackStorage: parts.fallbackStorage !== undefined ? parts.fallbackStorage : buildFallbackStorage(config),
     settings: activitySettings(config),
     routing: { budgetMs: config.ROUTER_BUDGET_MS, staticRoute: config.ROUTER_STATIC_ROUTE },
   };
@@ -132,13 +147,14 @@ export function buildActivityDeps(
 /** The reconciler activity's dependencies (activities/reconcile.ts), for the worker and the tests alike. */
 export function buildReconcileDeps(
   config: Config,
-  parts: { db: Database; storage: ObjectStorage; facade: GenerationFacade; logger: Logger; onRun?: (run: ReconcileRunMetrics) => void },
+  parts: { db: Database; storage: ObjectStorage; fallbackStorage?: ObjectStorage | null; facade: GenerationFacade; logger: Logger; onRun?: (run: ReconcileRunMetrics) => void },
 ): ReconcileActivityDeps {
   return {
     db: parts.db.db,
     facade: parts.facade,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
     storage: parts.storage,
+    fallbackStorage: parts.fallbackStorage !== undefined ? parts.fallbackStorage : buildFallbackStorage(config),
     settings: reconcileSettings(config),
     logger: parts.logger,
     reconcilers: RECONCILERS,

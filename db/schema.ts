@@ -32,6 +32,8 @@ const inList = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`
 export const tenant = pgTable('tenant', {
   tenant_id: uuid('tenant_id').primaryKey(),
   name: text('name').notNull().unique(),
+  /** Days a task's output objects are kept after it succeeds (null: config OUTPUT_RETENTION_DAYS). storage/output-expiry.ts. */
+  output_retention_days: integer('output_retention_days'),
   created_at: ts('created_at').notNull().defaultNow(),
 });
 
@@ -332,14 +334,48 @@ export const asset = pgTable(
     size_bytes: bigint('size_bytes', { mode: 'number' }).notNull(),
     content_type: text('content_type').notNull(),
     media_info: jsonb('media_info'),
+    /** Which S3 endpoint holds the object (docs/decisions/0029): the fallback until the asset reconciler copies it back. */
+    location: text('location').$type<StorageLocation>().notNull().default('primary'),
+    /** The provider URL the bytes came from, without its query (signatures stay out of the database). */
+    source_url: text('source_url'),
+    /** When the rescue finished downloading, and how long the download took. */
+    downloaded_at: ts('downloaded_at'),
+    download_ms: integer('download_ms'),
+    /** The objects were removed (DELETE /v1/tasks/:id/output or output retention); the row stays as the record. */
+    deleted_at: ts('deleted_at'),
     created_at: ts('created_at').notNull().defaultNow(),
   },
   (t) => [
     uniqueIndex('asset_bucket_object_key').on(t.bucket, t.object_key),
     uniqueIndex('asset_task_kind').on(t.task_id, t.kind),
     check('asset_kind_check', sql`${t.kind} IN ('video', 'thumbnail')`),
+    check('asset_location_check', sql`${t.location} IN ('primary', 'fallback')`),
+    index('idx_asset_fallback').on(t.created_at).where(sql`${t.location} = 'fallback' AND ${t.deleted_at} IS NULL`),
   ],
 );
+
+export type StorageLocation = 'primary' | 'fallback';
+
+/**
+ * A rescue's resumable download (docs/decisions/0028): the multipart upload it writes and the
+ * parts already stored, so a retry continues with a Range request from `bytes_stored`.
+ * Removed when the object is published.
+ */
+export const outputDownload = pgTable('output_download', {
+  attempt_id: uuid('attempt_id').primaryKey(),
+  task_id: uuid('task_id')
+    .notNull()
+    .references(() => generationTask.task_id),
+  location: text('location').$type<StorageLocation>().notNull(),
+  partial_key: text('partial_key').notNull(),
+  upload_id: text('upload_id').notNull(),
+  parts: jsonb('parts').$type<Array<{ n: number; etag: string; size: number }>>().notNull(),
+  bytes_stored: bigint('bytes_stored', { mode: 'number' }).notNull(),
+  total_bytes: bigint('total_bytes', { mode: 'number' }),
+  /** The source's ETag (or Last-Modified), sent as If-Range so a changed source restarts the download. */
+  source_validator: text('source_validator'),
+  updated_at: ts('updated_at').notNull().defaultNow(),
+});
 
 /** Addition: every operator action (CLI, workflow Update): who, what, when, why. */
 export const opsAudit = pgTable(

@@ -27,6 +27,11 @@ export async function findTenantByName(db: DbOrTx, name: string): Promise<{ tena
   return row ?? null;
 }
 
+/** The tenant's output retention in days (null: config OUTPUT_RETENTION_DAYS; 0: keep forever). storage/output-lifecycle.ts reads it. */
+export async function setOutputRetention(db: DbOrTx, tenantId: string, days: number | null): Promise<void> {
+  await db.update(tenant).set({ output_retention_days: days }).where(eq(tenant.tenant_id, tenantId));
+}
+
 export async function insertTenant(db: DbOrTx, name: string): Promise<string> {
   const tenantId = randomUUID();
   await db.insert(tenant).values({ tenant_id: tenantId, name });

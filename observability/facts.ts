@@ -14,6 +14,8 @@ export interface FactSnapshot {
   readonly outboxBacklog: number;
   readonly outboxOldestAgeSeconds: number;
   readonly inboxUnprocessed: number;
+  /** Live objects in the fallback bucket, waiting for the asset reconciler to copy them back (docs/decisions/0029). */
+  readonly assetsInFallback: number;
   readonly callbackLag: readonly { provider: string; p50: number; p95: number }[];
   readonly pollFallback: readonly { provider: string; ratio: number }[];
   /** Closed tasks whose reserve differs from settle + release, among those checked (must be 0). */
@@ -107,6 +109,8 @@ async function basicFacts(db: Db) {
   const [outbox] = await rows<{ n: number; age: number | null }>(db, sql`
     SELECT count(*)::int AS n, extract(epoch FROM now() - min(created_at))::float AS age FROM outbox_event WHERE published_at IS NULL`);
   const [inbox] = await rows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL`);
+  // The partial index idx_asset_fallback covers exactly these rows.
+  const [fallback] = await rows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM asset WHERE location = 'fallback' AND deleted_at IS NULL`);
   // docs/providers.md "Callback lag and poll fallback" defines both.
   const callbackLag = await rows<{ provider: string; p50: number; p95: number }>(db, sql`
     SELECT provider,
@@ -130,6 +134,7 @@ async function basicFacts(db: Db) {
     outboxBacklog: outbox?.n ?? 0,
     outboxOldestAgeSeconds: outbox?.age ?? 0,
     inboxUnprocessed: inbox?.n ?? 0,
+    assetsInFallback: fallback?.n ?? 0,
     callbackLag,
     pollFallback,
   };

@@ -91,6 +91,7 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
   gauge('vidorch_outbox_backlog', 'Unpublished outbox rows', [], (g, f) => g.set(f.outboxBacklog));
   gauge('vidorch_outbox_oldest_age_seconds', 'Age of the oldest unpublished outbox row', [], (g, f) => g.set(f.outboxOldestAgeSeconds));
   gauge('vidorch_inbox_unprocessed', 'Callback inbox rows not yet applied', [], (g, f) => g.set(f.inboxUnprocessed));
+  gauge('vidorch_assets_in_fallback', 'Stored objects (videos, thumbnails) in the fallback bucket, not yet copied back by the asset reconciler', [], (g, f) => g.set(f.assetsInFallback));
   gauge(
     'vidorch_callback_lag_seconds',
     "Seconds from a provider event (the provider's own updated-at) to our receipt of its callback, per provider, over callbacks of the last 5 minutes (quantiles)",

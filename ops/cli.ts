@@ -6,7 +6,10 @@ import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfigOrExit } from '../config/env';
 import type { Client } from '@temporalio/client';
-import { buildDatabase, buildProviders, buildStorage } from '../config/services';
+import { buildDatabase, buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
+import { acquireFence } from '../db/fence';
+import { reconcileAssets } from '../storage/asset-reconciler';
+import { expireOutputs } from '../storage/output-lifecycle';
 import { RECONCILERS } from '../reconcilers';
 import { REVIEW_ACTIONS, REVIEW_CLASSES, type ReviewAction, type ReviewClass } from '../domain/review-class';
 import type { TaskStatus } from '../domain/states';
@@ -44,7 +47,7 @@ import {
 import { changeProviderControl, providerStatus, type ProviderControlChange } from './providers';
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
-import { auditOps, createTenant, grantTenantCredits } from './tenants';
+import { auditOps, createTenant, grantTenantCredits, setTenantOutputRetention } from './tenants';
 import { redeliverWebhook, tenantWebhooks, webhookDeliveries } from './webhooks';
 import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
 import { providerQueueReport, setTenantLimit } from './capacity';
@@ -192,6 +195,23 @@ tenant
   .action(async (o: { name: string; credits: string; reason: string; json: boolean }) => {
     const result = await withDb((d) => grantTenantCredits(d.db, { ...o, actor, fence }));
     console.log(o.json ? JSON.stringify(result) : `granted ${result.granted} credits to ${o.name} (${result.tenant_id})`);
+  });
+
+tenant
+  .command('output-retention')
+  .description("how long the tenant's outputs are kept after the task ends (ops expire-outputs deletes them after)")
+  .requiredOption('--name <name>', 'tenant name')
+  .requiredOption('--days <n|default>', 'days (0 keeps forever), or default for OUTPUT_RETENTION_DAYS', (v) => {
+    if (v === 'default') return null;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('a whole number of days ≥ 0, or default');
+    return n;
+  })
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { name: string; days: number | null; reason: string; json: boolean }) => {
+    const result = await withDb((d) => setTenantOutputRetention(d.db, { ...o, actor, fence }));
+    console.log(o.json ? JSON.stringify(result) : `${o.name}: outputs kept ${result.output_retention_days ?? `${config.OUTPUT_RETENTION_DAYS} (default)`} days`);
   });
 
 // ---------------------------------------------------------------------------------------------
@@ -438,6 +458,43 @@ reconcile
   .action(async (o: { json: boolean }) => {
     const ids = await withClient((client) => ensureSchedules(client, config));
     print(o.json, { schedules: ids }, () => `reconciler Schedules in place: ${ids.join(', ')}`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// stored outputs: the asset reconciler and output retention (docs/decisions/0029)
+
+const storageDeps = (d: ReturnType<typeof buildDatabase>) => ({
+  db: d.db,
+  storage: buildStorage(config),
+  fallbackStorage: buildFallbackStorage(config),
+  token: async () => (await acquireFence(d.db, fence.scope, fence.region)).token,
+});
+const printStorageReport = (title: string, r: { examined: number; changed: number; findings: Array<{ kind: string; taskId?: string; key?: string; detail: string }> }) =>
+  [`${title}: examined ${r.examined}, changed ${r.changed}, ${r.findings.length} finding(s)`, ...r.findings.map((f) => `  ${f.kind.padEnd(18)} ${f.taskId ?? '-'}  ${f.key ?? ''}  ${f.detail}`)].join('\n');
+
+program
+  .command('assets')
+  .description('asset rows vs objects in storage: copy fallback objects back, report missing, orphaned and checksum mismatches')
+  .option('--apply', 'copy back and remove leftovers of deleted outputs (default: report only)', false)
+  .option('--limit <n>', 'rows and objects examined per check', (v) => Number.parseInt(v, 10), 500)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
+    const report = await withDb((d) => reconcileAssets(storageDeps(d), { dryRun: !o.apply, limit: o.limit }));
+    print(o.json, report, () => printStorageReport(`asset reconciler (${o.apply ? 'applied' : 'dry run'})`, report));
+  });
+
+program
+  .command('expire-outputs')
+  .description("delete the outputs of tasks past their tenant's output retention (OUTPUT_RETENTION_DAYS by default)")
+  .option('--apply', 'delete them (default: list only)', false)
+  .option('--limit <n>', 'outputs per run', (v) => Number.parseInt(v, 10), 500)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
+    const report = await withDb((d) => {
+      const deps = storageDeps(d);
+      return expireOutputs({ db: d.db, stores: deps, token: deps.token, now: () => new Date(), defaultDays: config.OUTPUT_RETENTION_DAYS }, { dryRun: !o.apply, limit: o.limit });
+    });
+    print(o.json, report, () => printStorageReport(`output retention (${o.apply ? 'applied' : 'dry run'})`, report));
   });
 
 const task = program.command('task').description('one task, or a filtered batch of them');

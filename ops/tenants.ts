@@ -5,7 +5,7 @@ import type { Db, DbOrTx } from '../db/client';
 import { acquireFence, holdFence } from '../db/fence';
 import { grantCredits } from '../db/ledger';
 import { opsAudit } from '../db/schema';
-import { ApiKeyConflictError, findTenantByName, hashApiKey, insertTenant, issueApiKey } from '../db/tenants';
+import { ApiKeyConflictError, findTenantByName, hashApiKey, insertTenant, issueApiKey, setOutputRetention } from '../db/tenants';
 import { normalize } from '../domain/money';
 
 /** Which fence to write under: the process's region and scope. */
@@ -111,6 +111,22 @@ export async function grantTenantCredits(
       note: args.reason,
     });
     return { tenant_id: t.tenantId, granted: credits };
+  });
+}
+
+/** Sets how long a tenant's outputs are kept (null: the config default), audited. */
+export async function setTenantOutputRetention(
+  db: Db,
+  args: { name: string; days: number | null; reason: string; actor: string; fence: FenceScope },
+): Promise<{ tenant_id: string; output_retention_days: number | null }> {
+  const { token } = await acquireFence(db, args.fence.scope, args.fence.region);
+  return db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    const t = await findTenantByName(tx, args.name);
+    if (!t) throw new Error(`no tenant named ${args.name}`);
+    await audit(tx, { actor: args.actor, action: 'tenant.output-retention', targetType: 'tenant', targetId: t.tenantId, reason: args.reason, detail: { output_retention_days: args.days } });
+    await setOutputRetention(tx, t.tenantId, args.days);
+    return { tenant_id: t.tenantId, output_retention_days: args.days };
   });
 }
 

@@ -1,6 +1,7 @@
 // The scheduled reconcilers (docs/design.md §8, docs/runbooks/reconcilers.md). Each runs as a
 // Temporal Schedule (reconcilers/schedules.ts); adding one is one line here plus its interval
 // in reconcilers/settings.ts.
+import { assetsReconciler, outputRetentionReconciler } from './assets';
 import { billingReconciler } from './billing';
 import { callbacksReconciler } from './callbacks';
 import { outboxReconciler } from './outbox';
@@ -16,6 +17,8 @@ export const RECONCILERS: readonly Reconciler[] = [
   outputReconciler,
   billingReconciler,
   retentionReconciler,
+  assetsReconciler,
+  outputRetentionReconciler,
 ];
 
 export function reconcilerNamed(name: string, list: readonly Reconciler[] = RECONCILERS): Reconciler {

@@ -15,6 +15,7 @@ export function reconcileSettings(config: Config): ReconcileSettings {
       batch: config.RETENTION_BATCH,
     },
     spoolDir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
+    outputRetentionDays: config.OUTPUT_RETENTION_DAYS,
   };
 }
 

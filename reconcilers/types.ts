@@ -49,6 +49,8 @@ export interface ReconcileSettings {
   };
   /** This host's callback spool directory (api/spool.ts spoolDirFor). */
   readonly spoolDir: string;
+  /** A tenant's output retention when it has none of its own (OUTPUT_RETENTION_DAYS; 0 keeps forever). */
+  readonly outputRetentionDays: number;
 }
 
 export interface ReconcileDeps {
@@ -57,6 +59,8 @@ export interface ReconcileDeps {
   /** The region fence every fact write holds (db/fence.ts). */
   readonly fence: { readonly scope: string; readonly region: string };
   readonly storage: ObjectStorage;
+  /** The fallback bucket's storage (S3_FALLBACK_*), null when there is none (docs/decisions/0029). */
+  readonly fallbackStorage: ObjectStorage | null;
   readonly settings: ReconcileSettings;
   readonly logger: Logger;
 }

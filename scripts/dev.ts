@@ -2,6 +2,7 @@
 //
 //   Temporal dev server (+ Web UI)   TEMPORAL_ADDRESS / TEMPORAL_UI_URL   127.0.0.1:7233 / :8233
 //   S3 (versitygw)                   S3_ENDPOINT                          127.0.0.1:7070
+//   fallback S3 (a second versitygw) S3_FALLBACK_ENDPOINT                 127.0.0.1:7071
 //   provider simulator               SIMULATOR_PORT                       127.0.0.1:7081
 //   API                              PORT                                 127.0.0.1:3000
 //   API operator listener            OPS_PORT                             127.0.0.1:9463
@@ -9,7 +10,7 @@
 //
 // Ports and credentials come from the same variables as config/env.ts (and its defaults).
 // State lives in .data/dev/ (VIDORCH_DEV_DIR overrides): temporal.db keeps workflows across
-// restarts, s3/ holds the objects, demo-api-key the demo tenant's key.
+// restarts, s3/ and s3-fallback/ hold the objects, demo-api-key the demo tenant's key.
 // Ctrl-C / SIGTERM stops API, worker, simulator, then S3 and Temporal. If any process dies on
 // its own, everything is stopped and the exit code is 1.
 import { randomBytes } from 'node:crypto';
@@ -81,6 +82,7 @@ const ports = {
   temporal: portOf(config.TEMPORAL_ADDRESS, 7233),
   ui: portOf(config.TEMPORAL_UI_URL, 8233),
   s3: portOf(config.S3_ENDPOINT, 7070),
+  s3Fallback: config.S3_FALLBACK_ENDPOINT ? portOf(config.S3_FALLBACK_ENDPOINT, 7071) : null,
   simulator: config.SIMULATOR_PORT,
   api: config.PORT,
   metrics: config.WORKER_METRICS_PORT,
@@ -91,6 +93,7 @@ const urls = {
   api: `http://127.0.0.1:${ports.api}`,
   temporalUi: `http://127.0.0.1:${ports.ui}`,
   s3: `http://127.0.0.1:${ports.s3}`,
+  s3Fallback: ports.s3Fallback ? `http://127.0.0.1:${ports.s3Fallback}` : '',
   simulator: `http://127.0.0.1:${ports.simulator}`,
   metrics: `http://127.0.0.1:${ports.metrics}/metrics`,
   apiMetrics: `http://127.0.0.1:${ports.apiOps}/metrics`,
@@ -99,7 +102,7 @@ const urls = {
 
 // --- lifecycle ------------------------------------------------------------------------------
 
-const procs: { temporal?: ManagedProcess; s3?: ManagedProcess; simulator?: ManagedProcess; api?: ManagedProcess; worker?: ManagedProcess } = {};
+const procs: { temporal?: ManagedProcess; s3?: ManagedProcess; s3Fallback?: ManagedProcess; simulator?: ManagedProcess; api?: ManagedProcess; worker?: ManagedProcess } = {};
 let shuttingDown: Promise<never> | undefined;
 
 function shutdown(code: number, reason?: string): Promise<never> {
@@ -110,7 +113,7 @@ function shutdown(code: number, reason?: string): Promise<never> {
     await procs.api?.stop('SIGTERM', 10_000);
     await procs.worker?.stop('SIGTERM', grace);
     await procs.simulator?.stop('SIGTERM', 5_000);
-    await Promise.all([procs.s3?.stop('SIGTERM', 10_000), procs.temporal?.stop('SIGTERM', 10_000)]);
+    await Promise.all([procs.s3?.stop('SIGTERM', 10_000), procs.s3Fallback?.stop('SIGTERM', 10_000), procs.temporal?.stop('SIGTERM', 10_000)]);
     say('stopped');
     process.exit(code);
   })();
@@ -154,6 +157,7 @@ async function main(): Promise<void> {
     ['Temporal gRPC (TEMPORAL_ADDRESS)', ports.temporal],
     ['Temporal UI (TEMPORAL_UI_URL)', ports.ui],
     ['S3 (S3_ENDPOINT)', ports.s3],
+    ...(ports.s3Fallback ? ([['fallback S3 (S3_FALLBACK_ENDPOINT)', ports.s3Fallback]] as [string, number][]) : []),
     ['API (PORT)', ports.api],
     ['worker metrics (WORKER_METRICS_PORT)', ports.metrics],
     ['API operator listener (OPS_PORT)', ports.apiOps],
@@ -167,7 +171,7 @@ async function main(): Promise<void> {
 
   say(`starting Temporal (${config.TEMPORAL_ADDRESS}) and S3 (${urls.s3}); data in ${path.relative(REPO_ROOT, DEV_DIR)}/`);
   const t0 = Date.now();
-  const [temporal, s3] = await Promise.allSettled([
+  const [temporal, s3, s3Fallback] = await Promise.allSettled([
     startTemporal({
       port: ports.temporal,
       uiPort: ports.ui,
@@ -185,11 +189,24 @@ async function main(): Promise<void> {
       buckets: [config.S3_BUCKET_OUTPUTS],
       versitygwPath: tools.versitygw,
     }),
+    ports.s3Fallback
+      ? startS3({
+          port: ports.s3Fallback,
+          dataDir: path.join(DEV_DIR, 's3-fallback'),
+          accessKey: config.S3_FALLBACK_ACCESS_KEY_ID,
+          secretKey: config.S3_FALLBACK_SECRET_ACCESS_KEY,
+          region: config.S3_FALLBACK_REGION,
+          buckets: [config.S3_FALLBACK_BUCKET],
+          versitygwPath: tools.versitygw,
+        })
+      : Promise.resolve(null),
   ]);
   if (temporal.status === 'fulfilled') watch('temporal', temporal.value);
   if (s3.status === 'fulfilled') watch('s3', s3.value);
+  if (s3Fallback.status === 'fulfilled' && s3Fallback.value) watch('s3Fallback', s3Fallback.value);
   if (temporal.status === 'rejected') throw temporal.reason;
   if (s3.status === 'rejected') throw s3.reason;
+  if (s3Fallback.status === 'rejected') throw s3Fallback.reason;
   say(`Temporal and S3 up in ${formatMs(Date.now() - t0)}`);
 
   const childEnv: NodeJS.ProcessEnv = {
@@ -201,6 +218,11 @@ async function main(): Promise<void> {
     S3_ACCESS_KEY_ID: config.S3_ACCESS_KEY_ID,
     S3_SECRET_ACCESS_KEY: config.S3_SECRET_ACCESS_KEY,
     S3_BUCKET_OUTPUTS: config.S3_BUCKET_OUTPUTS,
+    S3_FALLBACK_ENDPOINT: urls.s3Fallback,
+    S3_FALLBACK_REGION: config.S3_FALLBACK_REGION,
+    S3_FALLBACK_ACCESS_KEY_ID: config.S3_FALLBACK_ACCESS_KEY_ID,
+    S3_FALLBACK_SECRET_ACCESS_KEY: config.S3_FALLBACK_SECRET_ACCESS_KEY,
+    S3_FALLBACK_BUCKET: config.S3_FALLBACK_BUCKET,
     PORT: String(ports.api),
     PUBLIC_BASE_URL: process.env.PUBLIC_BASE_URL || urls.api,
     SIMULATOR_PORT: String(ports.simulator),
@@ -277,6 +299,7 @@ function banner(demo: { key: string; tenantId?: string; note?: string }, missing
     ` Temporal UI      ${urls.temporalUi}`,
     ` Temporal gRPC    127.0.0.1:${ports.temporal}  namespace ${config.TEMPORAL_NAMESPACE}`,
     ` S3               ${urls.s3}  bucket ${config.S3_BUCKET_OUTPUTS}  (key ${config.S3_ACCESS_KEY_ID})`,
+    ` Fallback S3      ${urls.s3Fallback ? `${urls.s3Fallback}  bucket ${config.S3_FALLBACK_BUCKET}` : '(off: S3_FALLBACK_ENDPOINT is empty)'}`,
     ` Simulator        ${externalProvider ? `(external) ${urls.replicate}` : `${urls.simulator}  (replicate API ${urls.replicate})${procs.simulator ? '' : '   (not running)'}`}`,
     ` API metrics      ${urls.apiMetrics}  (and the detailed /readyz)`,
     ` Worker metrics   ${urls.metrics}${procs.worker ? '' : '   (not running)'}`,

@@ -28,7 +28,9 @@ const started = Date.now();
 const TEST_DIR = path.join(REPO_ROOT, 'test');
 const RUNS_DIR = path.join(REPO_ROOT, '.data', 'test');
 const RUN_DIR = path.join(RUNS_DIR, String(process.pid));
-const BUCKETS = ['vidorch-outputs', 'vidorch-outputs-fallback'];
+const BUCKETS = ['vidorch-outputs'];
+/** The second S3 server (the fallback endpoint of docs/decisions/0029), with its own bucket. */
+const FALLBACK_BUCKETS = ['vidorch-outputs-fallback'];
 
 function say(msg: string): void {
   process.stdout.write(`test: ${msg}\n`);
@@ -121,8 +123,10 @@ async function main(): Promise<number> {
     const temporalPort = await freePort();
     let s3Port = await freePort();
     while (s3Port === temporalPort) s3Port = await freePort();
+    let fallbackPort = await freePort();
+    while (fallbackPort === temporalPort || fallbackPort === s3Port) fallbackPort = await freePort();
     const stackStart = Date.now();
-    const [temporalResult, s3Result] = await Promise.allSettled([
+    const [temporalResult, s3Result, fallbackResult] = await Promise.allSettled([
       startTemporal({ port: temporalPort, headless: true, log: temporalLog, temporalPath: tools.temporal }),
       startS3({
         port: s3Port,
@@ -133,13 +137,24 @@ async function main(): Promise<number> {
         log: s3Log,
         versitygwPath: tools.versitygw,
       }),
+      startS3({
+        port: fallbackPort,
+        dataDir: path.join(RUN_DIR, 's3-fallback'),
+        accessKey: config.S3_FALLBACK_ACCESS_KEY_ID,
+        secretKey: config.S3_FALLBACK_SECRET_ACCESS_KEY,
+        buckets: FALLBACK_BUCKETS,
+        log: s3Log,
+        versitygwPath: tools.versitygw,
+      }),
     ]);
-    for (const r of [temporalResult, s3Result]) if (r.status === 'fulfilled') services.push(r.value);
+    for (const r of [temporalResult, s3Result, fallbackResult]) if (r.status === 'fulfilled') services.push(r.value);
     if (temporalResult.status === 'rejected') throw temporalResult.reason;
     if (s3Result.status === 'rejected') throw s3Result.reason;
+    if (fallbackResult.status === 'rejected') throw fallbackResult.reason;
+    const fallback = fallbackResult.value;
     const temporal = temporalResult.value;
     const s3 = s3Result.value;
-    say(`stack up in ${formatMs(Date.now() - stackStart)}: temporal ${temporal.address}, s3 ${s3.endpoint}`);
+    say(`stack up in ${formatMs(Date.now() - stackStart)}: temporal ${temporal.address}, s3 ${s3.endpoint}, fallback s3 ${fallback.endpoint}`);
     if (interrupted) return 130;
 
     const env: NodeJS.ProcessEnv = {
@@ -149,6 +164,9 @@ async function main(): Promise<number> {
       S3_ENDPOINT: s3.endpoint,
       S3_ACCESS_KEY_ID: config.S3_ACCESS_KEY_ID,
       S3_SECRET_ACCESS_KEY: config.S3_SECRET_ACCESS_KEY,
+      S3_FALLBACK_ENDPOINT: fallback.endpoint,
+      S3_FALLBACK_ACCESS_KEY_ID: config.S3_FALLBACK_ACCESS_KEY_ID,
+      S3_FALLBACK_SECRET_ACCESS_KEY: config.S3_FALLBACK_SECRET_ACCESS_KEY,
       DATABASE_URL: process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/vidorch_test',
       NODE_ENV: 'test',
       LOG_LEVEL: process.env.LOG_LEVEL || 'warn',

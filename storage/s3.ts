@@ -1,17 +1,22 @@
 // Object storage for rescued outputs. A real S3-compatible server in dev and tests (versitygw),
 // any S3 in production.
+import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
   CopyObjectCommand,
+  CreateMultipartUploadCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
+  ListObjectsV2Command,
   NotFound,
   PutObjectCommand,
   S3Client,
   S3ServiceException,
+  UploadPartCommand,
 } from '@aws-sdk/client-s3';
-import { Upload } from '@aws-sdk/lib-storage';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { SpanKind, type Span } from '@opentelemetry/api';
 import { inSpan } from '../observability/trace-context';
@@ -31,12 +36,32 @@ export interface StoredObject {
   readonly sha256: string | null;
 }
 
+/** A part of a multipart upload already stored (its number, ETag and size). */
+export interface StoredPart {
+  readonly n: number;
+  readonly etag: string;
+  readonly size: number;
+}
+
+/** The multipart upload an id names is gone (completed, aborted, expired): start a new one. */
+export class UploadGoneError extends Error {}
+
 export interface ObjectStorage {
   readonly bucket: string;
   readonly region: string;
+  /** Creates a multipart upload for `key`; returns its upload id. */
+  createUpload(key: string, opts: { contentType: string; sha256?: string }): Promise<string>;
+  /** Stores one part (S3: at least 5 MiB except the last). */
+  uploadPart(key: string, uploadId: string, n: number, body: Buffer): Promise<StoredPart>;
+  completeUpload(key: string, uploadId: string, parts: readonly StoredPart[]): Promise<void>;
+  abortUpload(key: string, uploadId: string): Promise<void>;
+  /** The object as a stream (re-hashing what is stored). */
+  readStream(key: string): Promise<Readable>;
+  /** Keys under `prefix`, a page at a time (`after`: the last key of the previous page). */
+  list(prefix: string, opts: { after?: string; limit: number }): Promise<Array<{ key: string; size: number }>>;
+  /** Streams `key` of `from` (another endpoint) into `key` here as a multipart upload, published only if its sha256 is `sha256`. */
+  copyFrom(from: ObjectStorage, key: string, opts: { contentType: string; sha256: string }): Promise<'copied' | 'checksum-mismatch'>;
   head(key: string): Promise<StoredObject | null>;
-  /** Multipart upload of a stream; resolves when the object is complete. */
-  upload(key: string, body: Readable, opts: { contentType: string; onProgress?: (bytes: number) => void }): Promise<void>;
   put(key: string, body: Buffer, opts: { contentType: string; sha256: string }): Promise<void>;
   /** Server-side copy that also sets the object's metadata (publishes a verified object under its final key). */
   publish(fromKey: string, toKey: string, opts: { contentType: string; sha256: string }): Promise<void>;
@@ -47,6 +72,12 @@ export interface ObjectStorage {
   readRange(key: string, offset: number, length: number): Promise<Buffer>;
   readonly client: S3Client;
 }
+
+/** Part size of a copy between endpoints (S3: at least 5 MiB but the last). */
+const COPY_PART_BYTES = 8 * 1024 * 1024;
+
+const isUploadGone = (err: unknown): boolean =>
+  err instanceof S3ServiceException && (err.name === 'NoSuchUpload' || err.$metadata.httpStatusCode === 404);
 
 const isNotFound = (err: unknown): boolean =>
   err instanceof NotFound ||
@@ -83,9 +114,12 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
     // versitygw and most S3-compatible servers do not implement the newer default checksums.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
+    // An unreachable endpoint fails fast, so a rescue turns to the fallback bucket in time.
+    requestHandler: { connectionTimeout: 3_000, requestTimeout: 60_000 },
+    maxAttempts: 2,
   });
   const bucket = cfg.bucket;
-  return {
+  const storage: ObjectStorage = {
     bucket,
     region: cfg.region,
     client,
@@ -106,19 +140,91 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
         }
       });
     },
-    async upload(key, body, opts) {
-      const upload = new Upload({
-        client,
-        params: { Bucket: bucket, Key: key, Body: body, ContentType: opts.contentType },
-        partSize: 8 * 1024 * 1024,
-        queueSize: 2,
-        leavePartsOnError: false,
-      });
-      if (opts.onProgress) {
-        const report = opts.onProgress;
-        upload.on('httpUploadProgress', (p) => report(p.loaded ?? 0));
+    async createUpload(key, opts) {
+      const out = await s3Span('CreateMultipartUpload', bucket, key, () =>
+        client.send(
+          new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: opts.contentType, ...(opts.sha256 ? { Metadata: { sha256: opts.sha256 } } : {}) }),
+        ),
+      );
+      if (!out.UploadId) throw new Error(`no upload id for ${key}`);
+      return out.UploadId;
+    },
+    async uploadPart(key, uploadId, n, body) {
+      try {
+        const out = await s3Span('UploadPart', bucket, key, () => client.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body })));
+        return { n, etag: out.ETag ?? '', size: body.length };
+      } catch (err) {
+        if (isUploadGone(err)) throw new UploadGoneError(`upload of ${key} is gone`, { cause: err });
+        throw err;
       }
-      await s3Span('Upload', bucket, key, () => upload.done());
+    },
+    async completeUpload(key, uploadId, parts) {
+      try {
+        await s3Span('CompleteMultipartUpload', bucket, key, () =>
+          client.send(
+            new CompleteMultipartUploadCommand({
+              Bucket: bucket,
+              Key: key,
+              UploadId: uploadId,
+              MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.n, ETag: p.etag })) },
+            }),
+          ),
+        );
+      } catch (err) {
+        if (isUploadGone(err)) throw new UploadGoneError(`upload of ${key} is gone`, { cause: err });
+        throw err;
+      }
+    },
+    async abortUpload(key, uploadId) {
+      try {
+        await s3Span('AbortMultipartUpload', bucket, key, () => client.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId: uploadId })));
+      } catch (err) {
+        if (!isUploadGone(err)) throw err;
+      }
+    },
+    async readStream(key) {
+      const out = await s3Span('GetObject', bucket, key, () => client.send(new GetObjectCommand({ Bucket: bucket, Key: key })));
+      if (!out.Body) throw new Error(`object ${key} has no body`);
+      return out.Body as Readable;
+    },
+    async list(prefix, opts) {
+      const out = await s3Span('ListObjectsV2', bucket, prefix, () =>
+        client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, MaxKeys: opts.limit, ...(opts.after ? { StartAfter: opts.after } : {}) })),
+      );
+      return (out.Contents ?? []).map((o) => ({ key: o.Key ?? '', size: o.Size ?? 0 }));
+    },
+    async copyFrom(from, key, opts) {
+      // The sha256 goes on the upload up front and the upload is completed only if the bytes
+      // match it, so no object with a wrong checksum ever appears under the key.
+      const uploadId = await storage.createUpload(key, opts);
+      try {
+        const hash = createHash('sha256');
+        const parts: StoredPart[] = [];
+        let pending: Buffer[] = [];
+        let pendingBytes = 0;
+        const flush = async (body: Buffer) => parts.push(await storage.uploadPart(key, uploadId, parts.length + 1, body));
+        for await (const chunk of await from.readStream(key)) {
+          const buf = chunk as Buffer;
+          hash.update(buf);
+          pending.push(buf);
+          pendingBytes += buf.length;
+          if (pendingBytes >= COPY_PART_BYTES) {
+            await flush(Buffer.concat(pending));
+            pending = [];
+            pendingBytes = 0;
+          }
+        }
+        if (pendingBytes > 0 || parts.length === 0) await flush(Buffer.concat(pending));
+        if (hash.digest('hex') !== opts.sha256) {
+          await storage.abortUpload(key, uploadId);
+          return 'checksum-mismatch';
+        }
+        await storage.completeUpload(key, uploadId, parts);
+        return 'copied';
+      } catch (err) {
+        await storage.abortUpload(key, uploadId).catch(() => undefined);
+        throw err;
+      }
     },
     async put(key, body, opts) {
       await s3Span('PutObject', bucket, key, () => client.send(
@@ -160,6 +266,7 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
       return Buffer.from(bytes ?? []);
     },
   };
+  return storage;
 }
 
 /** Deterministic object keys (docs/design.md §5): a retry or a second worker writes the same key. */

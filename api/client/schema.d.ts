@@ -56,6 +56,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/output": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a task's stored video and thumbnail (the task keeps its facts; GET shows output.deleted_at)
+         * @description Removed from whichever bucket holds them, audited; repeating it answers the same. A task without an output is a 409.
+         */
+        delete: operations["deleteTaskOutput"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhook-endpoints": {
         parameters: {
             query?: never;
@@ -494,13 +514,12 @@ export interface components {
                 reason: string;
             } | null;
             output: {
-                /**
-                 * Format: uri
-                 * @description Presigned; valid for expires_in_seconds
-                 */
-                download_url: string;
+                /** @description Presigned; valid for expires_in_seconds; null once the output is deleted */
+                download_url: string | null;
                 thumbnail_url: string | null;
-                expires_in_seconds: number;
+                expires_in_seconds: number | null;
+                /** @description When DELETE /v1/tasks/:id/output removed the objects (or the retention did); the facts stay */
+                deleted_at: string | null;
                 sha256: string;
                 size_bytes: number;
                 content_type: string;
@@ -565,6 +584,14 @@ export interface components {
             status: components["schemas"]["TaskStatus"];
             /** @description true: the provider job is being cancelled; the status follows */
             cancel_requested: boolean;
+        };
+        DeletedTaskOutput: {
+            /** Format: uuid */
+            task_id: string;
+            /** Format: date-time */
+            deleted_at: string;
+            /** @description Objects removed (video, thumbnail); 0 when repeated */
+            objects_deleted: number;
         };
     };
     responses: never;
@@ -911,6 +938,117 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CancelAnswer"];
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found (another tenant's resource is not found either) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteTaskOutput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The task id (a malformed id is a 404, like an unknown one) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The objects are removed */
+            200: {
+                headers: {
+                    /** @description Requests of this kind left in the current second */
+                    "RateLimit-Remaining"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedTaskOutput"];
                 };
             };
             /** @description The request is not valid: `errors` names each field (body, query, header or path) */

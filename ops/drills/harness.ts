@@ -18,7 +18,7 @@ import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
-import { REPO_ROOT, fileLogger, freePort, sleep, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, sleep, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type S3Process, type TemporalProcess } from '../../scripts/stack';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { createTenant } from '../tenants';
 
@@ -35,6 +35,9 @@ export interface DrillWorld {
   readonly dataDir: string;
   /** The in-process API's context (its spool, admission). */
   readonly api: ApiContext;
+  /** Stops the primary S3 server (its data stays); startS3() brings it back on the same port. */
+  stopS3(): Promise<void>;
+  startS3(): Promise<void>;
   /** Stops the Temporal dev server (with temporalDbFile, startTemporal() brings it back with its state). */
   stopTemporal(): Promise<void>;
   startTemporal(): Promise<void>;
@@ -71,15 +74,27 @@ export async function startDrillWorld(
     // Drills create at volume from one tenant: the tenant rate limit is not what they test.
     overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', TENANT_READ_RATE_PER_SECOND: '100000', TENANT_CANCEL_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
     const base = loadConfig({ ...process.env, ...overrides });
-    const s3 = await startS3({
+    const s3Options = {
       port: await freePort(),
       dataDir: path.join(dataDir, 's3'),
       accessKey: base.S3_ACCESS_KEY_ID,
       secretKey: base.S3_SECRET_ACCESS_KEY,
       buckets: [base.S3_BUCKET_OUTPUTS],
       log: quiet,
+    };
+    let s3: S3Process | null = await startS3(s3Options);
+    cleanups.push(() => s3?.stop() ?? Promise.resolve());
+    // The fallback bucket's endpoint (docs/decisions/0029): a second S3 server.
+    const s3Fallback = await startS3({
+      port: await freePort(),
+      dataDir: path.join(dataDir, 's3-fallback'),
+      accessKey: base.S3_FALLBACK_ACCESS_KEY_ID,
+      secretKey: base.S3_FALLBACK_SECRET_ACCESS_KEY,
+      buckets: [base.S3_FALLBACK_BUCKET],
+      log: quiet,
     });
-    cleanups.push(() => s3.stop());
+    cleanups.push(() => s3Fallback.stop());
+    const s3Endpoint = s3.endpoint;
 
     const logger = createLogger({ name: `drill-${name}`, level: 'error', pretty: false });
     const sim = createSimulator({
@@ -101,7 +116,8 @@ export async function startDrillWorld(
       ...overrides,
       DATABASE_URL: dbUrl.toString(),
       TEMPORAL_ADDRESS: temporal.address,
-      S3_ENDPOINT: s3.endpoint,
+      S3_ENDPOINT: s3Endpoint,
+      S3_FALLBACK_ENDPOINT: s3Fallback.endpoint,
       PROVIDER_REPLICATE_BASE_URL: `http://127.0.0.1:${simServer.port}/replicate`,
       PROVIDER_FAL_BASE_URL: `http://127.0.0.1:${simServer.port}/fal`,
       PROVIDER_FAL_JWKS_URL: `http://127.0.0.1:${simServer.port}/fal/.well-known/jwks.json`,
@@ -139,6 +155,13 @@ export async function startDrillWorld(
     const workers = new Map<string, ManagedProcess>();
     const world: DrillWorld = {
       config, db, sim, apiUrl, apiKey: tenant.api_key!, facade, client, workers, dataDir, api: apiCtx,
+      async stopS3() {
+        await s3?.stop('SIGTERM', 10_000);
+        s3 = null;
+      },
+      async startS3() {
+        s3 ??= await startS3(s3Options);
+      },
       async stopTemporal() {
         await temporal?.stop('SIGTERM', 10_000);
         temporal = null;

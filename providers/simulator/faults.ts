@@ -57,6 +57,11 @@ export const faultConfigSchema = z.strictObject({
   output_fault_count: z.number().int().min(0).optional(),
   /** GET /v1/predictions/:id */
   status: z.enum(['ok', 'error_5xx']).optional(),
+  /**
+   * Serve output files this many bytes larger: the sample MP4 followed by an ISO BMFF 'free' box
+   * (ignored by players and probes). A large output for resumed-download tests and drills.
+   */
+  output_pad_bytes: z.number().int().min(0).max(256 * 1024 * 1024).optional(),
   /** GET /v1/predictions (listing) */
   list: z.enum(['ok', 'error_5xx']).optional(),
   /**

@@ -197,6 +197,16 @@ export class JobStore {
     this.admit();
   }
 
+  /**
+   * The output URL signed afresh, valid outputTtlMs from now: what a provider that reissues
+   * output URLs on every read answers (Runway: "fetch the task again to get fresh URLs").
+   */
+  freshOutput(job: SimJob): string | null {
+    if (job.phase !== 'succeeded') return null;
+    const expires = Date.now() + this.opts.outputTtlMs;
+    return `${this.opts.baseUrl()}/${this.opts.prefix}/files/${job.id}/output.mp4?expires=${expires}&sig=${this.opts.signer.sign(this.signKey(job.id), expires)}`;
+  }
+
   private signKey(id: string): string {
     return `${this.opts.prefix}/${id}`;
   }

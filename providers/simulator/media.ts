@@ -2,7 +2,9 @@
 // and the signed, expiring URLs the simulator hands out for them.
 import { execFile } from 'node:child_process';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
 import path from 'node:path';
 import type { NextFunction, Response } from 'express';
 
@@ -27,23 +29,53 @@ function run(cmd: string, args: string[]): Promise<void> {
 }
 
 export class MediaLibrary {
-  private readonly pending = new Map<number, Promise<string>>();
+  private readonly pending = new Map<string, Promise<string>>();
 
+  /** `padBytes`: how much larger output files are served (fault knob output_pad_bytes). */
   constructor(
     private readonly dataDir: string,
     private readonly ffmpegPath = 'ffmpeg',
+    private readonly padBytes: () => number = () => 0,
   ) {}
 
-  /** Path of the sample for this duration, generating it once (concurrent callers share the work). */
+  /** Path of the sample for this duration (padded per padBytes), made once (concurrent callers share the work). */
   sample(durationS: number): Promise<string> {
     const d = clampDuration(durationS);
-    let p = this.pending.get(d);
+    const pad = this.padBytes();
+    return pad > 0 ? this.once(`${d}+${pad}`, async () => this.pad(await this.once(String(d), () => this.generate(d)), pad)) : this.once(String(d), () => this.generate(d));
+  }
+
+  private once(key: string, make: () => Promise<string>): Promise<string> {
+    let p = this.pending.get(key);
     if (!p) {
-      p = this.generate(d);
-      this.pending.set(d, p);
-      p.catch(() => this.pending.delete(d));
+      p = make();
+      this.pending.set(key, p);
+      p.catch(() => this.pending.delete(key));
     }
     return p;
+  }
+
+  /** The sample followed by a top-level 'free' box whose payload is `pad - 8` zero bytes. */
+  private async pad(file: string, pad: number): Promise<string> {
+    const out = file.replace(/\.mp4$/, `-pad${pad}.mp4`);
+    try {
+      if ((await stat(out)).size > 0) return out;
+    } catch {
+      // not made yet
+    }
+    const tmp = `${out}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+    const header = Buffer.alloc(8);
+    header.writeUInt32BE(Math.max(8, pad), 0);
+    header.write('free', 4, 'latin1');
+    async function* bytes() {
+      yield* createReadStream(file);
+      yield header;
+      const zeros = Buffer.alloc(64 * 1024);
+      for (let left = Math.max(0, pad - 8); left > 0; left -= zeros.length) yield left >= zeros.length ? zeros : zeros.subarray(0, left);
+    }
+    await pipeline(bytes(), createWriteStream(tmp));
+    await rename(tmp, out);
+    return out;
   }
 
   private async generate(d: number): Promise<string> {

@@ -73,7 +73,8 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     ...(TERMINAL_PHASES.includes(job.phase) ? { cost: job.phase === 'succeeded' ? credits(job) : { credits: 0 } } : { estimatedCost: credits(job) }),
     // "A float between 0 and 1 indicating the progress of the task", while RUNNING (two decimals, never 1 before SUCCEEDED).
     ...(job.phase === 'running' ? { progress: Math.min(0.99, Math.round(simFraction(job.startedAt, job.generationMs) * 100) / 100) } : {}),
-    ...(job.phase === 'succeeded' ? { output: [job.output] } : {}),
+    // Every read signs the URLs afresh, as Runway documents (providers/runway.ts canRefreshOutputUrl).
+    ...(job.phase === 'succeeded' ? { output: [store.freshOutput(job)] } : {}),
     ...(job.phase === 'failed' ? { failure: job.error, failureCode: 'INTERNAL.BAD_OUTPUT' } : {}),
   });
 

@@ -51,6 +51,10 @@ export interface SimulatorStats extends SubmitLogStats {
   readonly status_reads: number;
   /** GETs of an output file (any protocol, Range requests included): what a rescue downloads. */
   readonly output_reads: number;
+  /** Of those, the ones with a Range header (a resumed download). */
+  readonly output_range_reads: number;
+  /** Body bytes sent for output files (what a CDN would bill): a resumed download sends only the rest. */
+  readonly output_bytes: number;
 }
 
 export interface RunningSimulator {
@@ -114,7 +118,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   let publicBase = opts.publicBaseUrl?.replace(/\/+$/, '') ?? '';
   const baseUrl = (): string => publicBase;
   const faults = new Faults();
-  const media = new MediaLibrary(opts.dataDir, opts.ffmpegPath);
+  const media = new MediaLibrary(opts.dataDir, opts.ffmpegPath, () => faults.current.output_pad_bytes ?? 0);
   const signer = new UrlSigner();
   const webhooks = new WebhookSender({
     secret: opts.webhookSecret,
@@ -153,6 +157,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
 
   let statusReads = 0;
   let outputReads = 0;
+  let outputRangeReads = 0;
+  let outputBytes = 0;
   const tokenCount = (token: string): number =>
     (store.byToken.get(token) ?? 0) + jobStores.reduce((n, s) => n + (s.byToken.get(token) ?? 0), 0);
   const stats = (): SimulatorStats => {
@@ -167,6 +173,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       webhook_attempts: webhooks.attempts,
       status_reads: statusReads,
       output_reads: outputReads,
+      output_range_reads: outputRangeReads,
+      output_bytes: outputBytes,
       // Submit requests received, refused ones included (submit-log.ts).
       ...faults.submits.stats(),
     };
@@ -180,6 +188,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     faults.submits.clear();
     statusReads = 0;
     outputReads = 0;
+    outputRangeReads = 0;
+    outputBytes = 0;
   };
 
   const app = express();
@@ -189,6 +199,22 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const output = req.method === 'GET' ? /^\/(replicate|fal|runway|kling)\/files\/[^/]+\/output\.mp4$/.exec(req.path) : null;
     if (output) {
       outputReads += 1;
+      if (req.headers.range) outputRangeReads += 1;
+      // Count the body bytes as they are written (express's sendFile pipes into res.write).
+      const write = res.write.bind(res) as (...args: unknown[]) => boolean;
+      const count = (chunk: unknown) => {
+        if (typeof chunk === 'string') outputBytes += Buffer.byteLength(chunk);
+        else if (chunk instanceof Uint8Array) outputBytes += chunk.length;
+      };
+      res.write = ((chunk: unknown, ...rest: unknown[]) => {
+        count(chunk);
+        return write(chunk, ...rest);
+      }) as typeof res.write;
+      const end = res.end.bind(res) as (...args: unknown[]) => typeof res;
+      res.end = ((chunk?: unknown, ...rest: unknown[]) => {
+        if (typeof chunk !== 'function') count(chunk);
+        return end(chunk, ...rest);
+      }) as typeof res.end;
       if (faults.takeOutputFault(output[1] as SimProvider) === 'reset_mid_body') res.locals[CUT_OUTPUT] = true;
     }
     next();

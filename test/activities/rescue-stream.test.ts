@@ -4,13 +4,16 @@
 // Postgres, S3 server and simulator (MockActivityEnvironment); the simulator's
 // 'reset_mid_body' output fault cuts the download (docs/providers.md).
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, afterEach, before, beforeEach, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
-import { asset, generationTask, taskAttempt } from '../../db/schema';
+import { buildStorage } from '../../config/services';
+import { asset, generationTask, outputDownload, taskAttempt } from '../../db/schema';
+import { outputObjectKey } from '../../storage/s3';
 import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 import { eventually } from '../support/stack';
 
@@ -85,4 +88,28 @@ test('a rescue cancelled mid-body (heartbeat timeout, worker shutdown) fails wit
   await new Promise((r) => setTimeout(r, 200));
   assert.deepEqual(uncaught, [], 'no unhandled error: a worker would still be running');
   assert.equal(await statusOf(id), 'FETCHING_OUTPUT', 'the retry will fetch again');
+});
+
+test('an attempt that stored every part but stopped before publishing finishes from its stored parts: no download, the sha256 of the whole object', { timeout: 60_000 }, async () => {
+  const id = await providerSucceeded();
+  const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
+  const bytes = Buffer.from(await (await fetch(attempt!.output_url!)).arrayBuffer());
+  // What the previous attempt left: an upload holding all the bytes, not completed, and its checkpoint.
+  const storage = buildStorage(w.config);
+  const key = outputObjectKey(w.tenantId, id, attempt!.attempt_id, 'mp4');
+  const uploadId = await storage.createUpload(`${key}.partial`, { contentType: 'video/mp4' });
+  const part = await storage.uploadPart(`${key}.partial`, uploadId, 1, bytes);
+  await w.tdb.database.db.insert(outputDownload).values({
+    attempt_id: attempt!.attempt_id, task_id: id, location: 'primary', partial_key: `${key}.partial`, upload_id: uploadId,
+    parts: [part], bytes_stored: bytes.length, total_bytes: bytes.length, source_validator: null,
+  });
+  const reads = w.sim.sim.stats().output_reads;
+
+  const facts = await w.run('rescueOutput', id);
+  assert.equal(facts.status, 'SUCCEEDED');
+  assert.equal(w.sim.sim.stats().output_reads, reads, 'the provider was not asked again');
+  const [video] = await videosOf(id);
+  assert.equal(video!.sha256, createHash('sha256').update(bytes).digest('hex'));
+  assert.deepEqual(await w.tdb.database.db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt!.attempt_id)), [], 'the checkpoint is gone');
+  assert.equal(await storage.head(`${key}.partial`), null, 'the partial object is removed');
 });

@@ -1,54 +1,301 @@
-// A storage outage while outputs wait to be rescued: the provider's URL keeps expiring, so the
-// task is marked OUTPUT_AT_RISK (NeedsAttention) instead of silently retrying, the rescue keeps
-// trying, and once storage is back the output is stored byte for byte and the task succeeds.
+// Storage outages while outputs wait to be rescued (docs/decisions/0028, 0029), against two
+// real S3 servers of this file's own (primary and fallback) and the simulator's expiring URLs:
+// - both buckets down: OUTPUT_AT_RISK with NeedsAttention, then SUCCEEDED byte for byte when
+//   the primary returns;
+// - a download cut at half resumes with Range from its stored parts;
+// - the primary down: the output lands in the fallback bucket, the task SUCCEEDS and its download
+//   URL works; the asset reconciler copies it back once the primary returns;
+// - the asset reconciler reports an orphaned and a missing object;
+// - a URL the provider refuses while storage was down: FAILED OUTPUT_LOST, the reservation released;
+// - DELETE /v1/tasks/:id/output, with the hostile cases.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { and, eq } from 'drizzle-orm';
+import { createTask as createTaskRow } from '../../api/tasks.service';
+import { buildFallbackStorage, buildStorage } from '../../config/services';
+import { acquireFence } from '../../db/fence';
+import { asset, generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';
 import { freePort, startS3, type S3Process } from '../../scripts/stack';
+import { reconcileAssets } from '../../storage/asset-reconciler';
+import { setTenantOutputRetention } from '../../ops/tenants';
+import { expireOutputs } from '../../storage/output-lifecycle';
+import type { ObjectStorage } from '../../storage/s3';
 import { SA_NEEDS_ATTENTION } from '../../workflows/definitions';
-import { startE2E, type E2E } from '../support/e2e';
-import { eventually, testConfig } from '../support/stack';
+import { defaultRequest, startE2E, type E2E } from '../support/e2e';
+import { createTestTenant, eventually, http, testConfig } from '../support/stack';
 
+const MiB = 1024 * 1024;
 let e: E2E;
-let s3: S3Process | null = null;
-let s3Port: number;
+let primary: S3Process | null = null;
+let fallback: S3Process | null = null;
+let ports: { primary: number; fallback: number };
+let primaryStore: ObjectStorage;
+let fallbackStore: ObjectStorage;
 const dataDir = path.join(os.tmpdir(), `vidorch-s3-outage-${process.pid}`);
 const base = testConfig();
-const startStorage = () =>
+const startStorage = (which: 'primary' | 'fallback') =>
   startS3({
-    port: s3Port,
-    dataDir,
-    accessKey: base.S3_ACCESS_KEY_ID,
-    secretKey: base.S3_SECRET_ACCESS_KEY,
-    buckets: [base.S3_BUCKET_OUTPUTS],
+    port: ports[which],
+    dataDir: path.join(dataDir, which),
+    accessKey: which === 'primary' ? base.S3_ACCESS_KEY_ID : base.S3_FALLBACK_ACCESS_KEY_ID,
+    secretKey: which === 'primary' ? base.S3_SECRET_ACCESS_KEY : base.S3_FALLBACK_SECRET_ACCESS_KEY,
+    buckets: [which === 'primary' ? base.S3_BUCKET_OUTPUTS : base.S3_FALLBACK_BUCKET],
     log: () => undefined,
   });
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const fetchBytes = async (url: string) => Buffer.from(await (await fetch(url)).arrayBuffer());
+const reconcilerDeps = () => ({
+  db: e.tdb.database.db,
+  storage: primaryStore,
+  fallbackStorage: fallbackStore,
+  token: async () => (await acquireFence(e.tdb.database.db, e.config.FENCE_SCOPE, e.config.REGION)).token,
+});
+const videoOf = async (taskId: string) => (await e.tdb.database.db.select().from(asset).where(and(eq(asset.task_id, taskId), eq(asset.kind, 'video'))))[0]!;
 
 before(async () => {
-  s3Port = await freePort();
-  s3 = await startStorage();
+  ports = { primary: await freePort(), fallback: await freePort() };
+  [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
   // Any failed rescue counts as "near the deadline", so the outage shows at once.
-  e = await startE2E('s3-outage', { S3_ENDPOINT: s3.endpoint, OUTPUT_AT_RISK_MARGIN_MS: String(24 * 3600 * 1000) });
+  e = await startE2E('s3-outage', {
+    S3_ENDPOINT: primary.endpoint,
+    S3_FALLBACK_ENDPOINT: fallback.endpoint,
+    OUTPUT_AT_RISK_MARGIN_MS: String(24 * 3600 * 1000),
+    OUTPUT_PART_BYTES: String(5 * MiB),
+  });
+  primaryStore = buildStorage(e.config);
+  fallbackStore = buildFallbackStorage(e.config)!;
 });
 after(async () => {
   await e?.close();
-  await s3?.stop();
+  await primary?.stop();
+  await fallback?.stop();
 });
 
-test('storage down during rescue: OUTPUT_AT_RISK with NeedsAttention, then SUCCEEDED with the right bytes when storage returns', async () => {
-  await s3!.stop();
+test('both buckets down during rescue: OUTPUT_AT_RISK with NeedsAttention, then SUCCEEDED with the right bytes when the primary returns', async () => {
+  await Promise.all([primary!.stop(), fallback!.stop()]);
   const taskId = await e.createTask('outage-1');
   await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
   const handle = e.client.workflow.getHandle(e.api.facade.workflowIdFor(taskId));
   await eventually(async () => ((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION) === true ? true : undefined), 15_000);
 
-  s3 = await startStorage();
+  primary = await startStorage('primary');
   const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
-  const bytes = Buffer.from(await (await fetch(task.output.download_url)).arrayBuffer());
-  assert.equal(createHash('sha256').update(bytes).digest('hex'), task.output.sha256);
+  assert.equal(sha(await fetchBytes(task.output.download_url)), task.output.sha256);
   const path = task.transitions.map((t: { to: string }) => t.to);
   assert.deepEqual(path.slice(path.indexOf('FETCHING_OUTPUT'), path.indexOf('FETCHING_OUTPUT') + 3), ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK', 'PROCESSING_MEDIA']);
   assert.equal((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION), false);
+  assert.equal((await videoOf(taskId)).location, 'primary');
+  fallback = await startStorage('fallback');
+});
+
+test('a download cut at half resumes with Range from its stored parts: about half the bytes again, the same sha256', { timeout: 120_000 }, async () => {
+  const pad = 40 * MiB;
+  e.sim.sim.setFaults({ output: 'reset_mid_body', output_fault_count: 1, output_pad_bytes: pad });
+  const before = e.sim.sim.stats();
+  try {
+    const taskId = await e.createTask('resume-1');
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+    const after = e.sim.sim.stats();
+    const size = Number(task.output.size_bytes);
+    assert.ok(size > pad, `the padded output is served (${size} bytes)`);
+    const served = after.output_bytes - before.output_bytes;
+    assert.equal(after.output_reads - before.output_reads, 2, 'one cut read, one resumed read');
+    assert.equal(after.output_range_reads - before.output_range_reads, 1, 'the second read asked for a Range');
+    // Half was sent before the cut. Starting over would send the whole file again (1.5 × in
+    // all); the resumed read sends only what is not stored yet (at least one 5 MiB part is).
+    assert.ok(served <= 1.5 * size - 5 * MiB, `served ${served} bytes for a ${size}-byte output: the stored parts were not fetched again`);
+    assert.ok(served >= size, `served ${served} ≥ ${size}`);
+    const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    const source = await fetchBytes(attempt!.output_url!);
+    assert.equal(task.output.sha256, sha(source), 'the recorded sha256 covers the whole object');
+    assert.equal(sha(await fetchBytes(task.output.download_url)), sha(source), 'the stored bytes are the source bytes');
+  } finally {
+    e.sim.sim.setFaults({});
+  }
+});
+
+test('primary down: the rescue lands in the fallback bucket, SUCCEEDED, download URL works; the asset reconciler copies it back, a second run changes nothing', { timeout: 120_000 }, async () => {
+  await primary!.stop();
+  let taskId: string;
+  try {
+    taskId = await e.createTask('fallback-1');
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+    const row = await videoOf(taskId);
+    assert.equal(row.location, 'fallback');
+    assert.equal(row.bucket, e.config.S3_FALLBACK_BUCKET);
+    assert.ok(row.downloaded_at && row.download_ms !== null, 'download time recorded');
+    assert.ok(row.source_url && !row.source_url.includes('?'), `source URL kept without its query: ${row.source_url}`);
+    assert.ok(task.output.download_url.startsWith(fallback!.endpoint), 'the download URL points at the fallback endpoint');
+    assert.equal(sha(await fetchBytes(task.output.download_url)), row.sha256);
+  } finally {
+    primary = await startStorage('primary');
+  }
+
+  const first = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
+  const copied = first.findings.filter((f) => f.kind === 'copied_back' && f.taskId === taskId);
+  assert.equal(copied.length, 2, `video and thumbnail copied back: ${JSON.stringify(first.findings)}`);
+  const row = await videoOf(taskId);
+  assert.equal(row.location, 'primary');
+  assert.equal((await primaryStore.head(row.object_key))?.sha256, row.sha256);
+  assert.equal(await fallbackStore.head(row.object_key), null, 'the fallback copy is removed');
+  const task = await e.getTask(taskId);
+  const url = task.output?.download_url;
+  assert.ok(url?.startsWith(primary!.endpoint), `the download URL points at the primary: ${url}`);
+  assert.equal(sha(await fetchBytes(url!)), row.sha256);
+  const audits = await e.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'asset.copy-back')));
+  assert.equal(audits.length, 2);
+
+  const second = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
+  assert.equal(second.changed, 0, JSON.stringify(second.findings));
+  assert.deepEqual(second.findings, []);
+});
+
+test('the asset reconciler finds an orphaned object and a missing one, and a dry run changes nothing', async () => {
+  const taskId = await e.createTask('reconcile-1');
+  await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+  const video = await videoOf(taskId);
+  const orphanKey = `tenants/${e.tenant.tenantId}/tasks/${randomUUID()}/attempts/${randomUUID()}/output.mp4`;
+  await primaryStore.put(orphanKey, Buffer.from('no row knows me'), { contentType: 'video/mp4', sha256: sha(Buffer.from('no row knows me')) });
+  await primaryStore.delete(video.object_key);
+
+  const report = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 500 });
+  assert.deepEqual(report.findings.filter((f) => f.kind === 'orphaned').map((f) => f.key), [orphanKey]);
+  assert.deepEqual(report.findings.filter((f) => f.kind === 'missing').map((f) => [f.taskId, f.key]), [[taskId, video.object_key]]);
+  assert.equal(report.changed, 0);
+  assert.notEqual(await primaryStore.head(orphanKey), null, 'the orphan is reported, not removed');
+  await primaryStore.delete(orphanKey);
+});
+
+test('a provider URL refused (expired) after storage was down: FAILED OUTPUT_LOST, the reservation released, nothing charged', { timeout: 120_000 }, async () => {
+  await Promise.all([primary!.stop(), fallback!.stop()]);
+  let taskId: string;
+  try {
+    taskId = await e.createTask('lost-1');
+    await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
+    // What an expired signed URL answers: 403. (The simulator checks expiry and signature alike.)
+    const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    const url = new URL(attempt!.output_url!);
+    url.searchParams.set('expires', String(Date.now() - 1000));
+    await e.tdb.database.db.update(taskAttempt).set({ output_url: url.toString() }).where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
+    // A rescue already running holds the old URL: let it fail on the stopped storage first.
+    await new Promise((r) => setTimeout(r, 4_000));
+  } finally {
+    [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
+  }
+  const task = await e.waitForStatus(taskId, 'FAILED', 90_000);
+  assert.equal(task.failure.code, 'OUTPUT_LOST');
+  assert.equal(task.output, null);
+  const ledger = await e.ledgerOf(taskId);
+  assert.equal(ledger['RELEASE'], ledger['RESERVE'], `the reservation is released: ${JSON.stringify(ledger)}`);
+  assert.equal(Number(ledger['SETTLE'] ?? 0), 0, 'nothing charged');
+});
+
+test('a provider that reissues output URLs (Runway) is asked for a fresh one when the stored URL is refused: SUCCEEDED, not lost', { timeout: 120_000 }, async () => {
+  await Promise.all([primary!.stop(), fallback!.stop()]);
+  let taskId: string;
+  try {
+    taskId = await e.createTask('refresh-1', { model: 'gen4.5', prompt: 'a red fox', duration_seconds: 5, resolution: '720p' });
+    await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
+    const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    assert.equal(attempt!.provider, 'runway');
+    const url = new URL(attempt!.output_url!);
+    url.searchParams.set('expires', String(Date.now() - 1000));
+    await e.tdb.database.db.update(taskAttempt).set({ output_url: url.toString() }).where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
+    await new Promise((r) => setTimeout(r, 4_000));
+  } finally {
+    [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
+  }
+  const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+  const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+  assert.ok(attempt!.output_deadline_at! > new Date(), 'the attempt carries the reissued URL\'s deadline');
+  assert.equal(sha(await fetchBytes(task.output.download_url)), task.output.sha256);
+});
+
+test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts; another tenant 404, no output 409, repeat answers the same', async () => {
+  const taskId = await e.createTask('delete-1');
+  const done = await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+  const keys = (await e.tdb.database.db.select().from(asset).where(eq(asset.task_id, taskId))).map((a) => a.object_key);
+  assert.equal(keys.length, 2);
+
+  const other = await createTestTenant(e.tdb.database, e.config, '10');
+  const foreign = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: other.apiKey });
+  assert.equal(foreign.status, 404);
+  for (const k of keys) assert.notEqual(await primaryStore.head(k), null, "another tenant's DELETE removed nothing");
+  assert.equal((await http(e.api.baseUrl, 'DELETE', `/v1/tasks/not-a-uuid/output`, { apiKey: e.tenant.apiKey })).status, 404);
+
+  const res = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.equal(res.body.objects_deleted, 2);
+  for (const k of keys) assert.equal(await primaryStore.head(k), null, `${k} removed`);
+  const after = await e.getTask(taskId);
+  assert.equal(after.status, 'SUCCEEDED');
+  assert.equal(after.output?.deleted_at, res.body.deleted_at);
+  assert.equal(after.output?.download_url, null);
+  assert.equal(after.output?.sha256, done.output.sha256, 'the facts stay');
+  assert.deepEqual(after.ledger, done.ledger);
+  const again = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
+  assert.equal(again.status, 200);
+  assert.equal(again.body.deleted_at, res.body.deleted_at);
+  const audits = await e.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'output.delete')));
+  assert.equal(audits.length, 1);
+  assert.equal(audits[0]!.actor, `tenant:${e.tenant.tenantId}`);
+
+  // A task that has not produced an output: 409 problem+json, nothing written.
+  const queued = await createTaskRow(e.tdb.database.db, { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 }, {
+    tenantId: e.tenant.tenantId,
+    idempotencyKey: `no-output-${Date.now()}`,
+    body: { ...defaultRequest, resolution: '480p', priority: 0 },
+  });
+  const conflict = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${queued.task.task_id}/output`, { apiKey: e.tenant.apiKey });
+  assert.equal(conflict.status, 409);
+  assert.match(conflict.headers.get('content-type') ?? '', /application\/problem\+json/);
+  assert.match(conflict.body.detail, /only a SUCCEEDED task has an output/);
+
+  // The asset reconciler does not call the deleted output missing.
+  const report = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 500 });
+  assert.deepEqual(report.findings.filter((f) => f.taskId === taskId), []);
+});
+
+test("output retention: a task past its tenant's output_retention_days loses its objects (audited), one inside it keeps them, a second run changes nothing", async () => {
+  const [oldTask, newTask] = [await e.createTask('retention-old'), await e.createTask('retention-new')];
+  await Promise.all([e.waitForStatus(oldTask, 'SUCCEEDED', 60_000), e.waitForStatus(newTask, 'SUCCEEDED', 60_000)]);
+  const db = e.tdb.database.db;
+  const [row] = await db.select().from(tenant).where(eq(tenant.tenant_id, e.tenant.tenantId));
+  await setTenantOutputRetention(db, { name: row!.name, days: 7, reason: 'test', actor: 'operator:test', fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION } });
+  await db.update(generationTask).set({ terminal_at: new Date(Date.now() - 8 * 86_400_000) }).where(eq(generationTask.task_id, oldTask));
+  const deps = { db, stores: { storage: primaryStore, fallbackStorage: fallbackStore }, token: reconcilerDeps().token, now: () => new Date(), defaultDays: 0 };
+
+  const dry = await expireOutputs(deps, { dryRun: true, limit: 100 });
+  assert.deepEqual(dry.findings.map((f) => f.taskId), [oldTask]);
+  assert.equal(dry.changed, 0);
+  const applied = await expireOutputs(deps, { dryRun: false, limit: 100 });
+  assert.equal(applied.changed, 1);
+  assert.equal(await primaryStore.head((await videoOf(oldTask)).object_key), null);
+  assert.notEqual(await primaryStore.head((await videoOf(newTask)).object_key), null, 'inside its retention: kept');
+  assert.ok((await e.getTask(oldTask)).output?.deleted_at);
+  const audits = await db.select().from(opsAudit).where(and(eq(opsAudit.target_id, oldTask), eq(opsAudit.action, 'output.delete')));
+  assert.equal(audits[0]?.actor, 'retention');
+  assert.equal((await expireOutputs(deps, { dryRun: false, limit: 100 })).changed, 0);
+});
+
+test('DELETE /v1/tasks/:id/output while the primary is down: 503 problem+json with Retry-After, nothing recorded; it succeeds once storage is back', async () => {
+  const taskId = await e.createTask('delete-outage');
+  await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+  await primary!.stop();
+  try {
+    const res = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
+    assert.equal(res.status, 503, JSON.stringify(res.body));
+    assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/);
+    assert.ok(res.headers.get('retry-after'));
+    assert.equal((await videoOf(taskId)).deleted_at, null, 'nothing recorded');
+    assert.equal((await e.getTask(taskId)).output?.deleted_at, null);
+  } finally {
+    primary = await startStorage('primary');
+  }
+  const res = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
+  assert.equal(res.status, 200);
+  assert.equal(await primaryStore.head((await videoOf(taskId)).object_key), null);
 });

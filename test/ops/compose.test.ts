@@ -35,7 +35,7 @@ const hostPort = (s: Service, containerPort: number): string => {
 };
 
 test('the services it names, on built images with pinned tags', () => {
-  for (const name of ['postgres', 'temporal-schema', 'temporal', 'temporal-namespace', 'temporal-ui', 'redis', 's3', 's3-buckets']) {
+  for (const name of ['postgres', 'temporal-schema', 'temporal', 'temporal-namespace', 'temporal-ui', 'redis', 's3', 's3-fallback', 's3-buckets']) {
     assert.ok(services[name], `service ${name}`);
   }
   for (const [name, s] of Object.entries(services)) {
@@ -67,6 +67,7 @@ test('ports are the dev defaults of the configuration, bound to loopback', () =>
   assert.equal(hostPort(services.temporal!, 7233), `127.0.0.1:${dev.TEMPORAL_ADDRESS.split(':')[1]}:7233`);
   assert.equal(hostPort(services['temporal-ui']!, 8080), `127.0.0.1:${port(dev.TEMPORAL_UI_URL)}:8080`);
   assert.equal(hostPort(services.s3!, 7070), `127.0.0.1:${port(dev.S3_ENDPOINT)}:7070`);
+  assert.equal(hostPort(services['s3-fallback']!, 7071), `127.0.0.1:${port(dev.S3_FALLBACK_ENDPOINT)}:7071`);
   assert.equal(hostPort(services.redis!, 6379), `127.0.0.1:${port(dev.REDIS_URL)}:6379`);
   for (const [name, s] of Object.entries(services)) {
     for (const p of s.ports ?? []) assert.ok(p.startsWith('127.0.0.1:'), `${name}: ${p} is loopback only`);
@@ -81,5 +82,6 @@ test('search attributes, namespace and buckets match the code', () => {
   assert.equal(ns.NAMESPACE_RETENTION, `${dev.TEMPORAL_NAMESPACE_RETENTION_HOURS}h`, 'the retention npm run dev sets');
   const buckets = services['s3-buckets']!.environment!.BUCKETS!.split(/\s+/);
   assert.ok(buckets.includes(dev.S3_BUCKET_OUTPUTS), `bucket ${dev.S3_BUCKET_OUTPUTS}`);
+  assert.equal(services['s3-buckets']!.environment!.FALLBACK_BUCKET, dev.S3_FALLBACK_BUCKET);
   assert.equal(services.s3!.environment!.ROOT_ACCESS_KEY, dev.S3_ACCESS_KEY_ID);
 });

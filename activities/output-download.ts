@@ -1,0 +1,293 @@
+// A resumable output download (docs/decisions/0028): the provider's bytes go into an S3
+// multipart upload one part at a time, and after every stored part the upload id, the parts
+// and the byte offset are written to output_download. A retry (or a new run of the rescue
+// after OUTPUT_AT_RISK) continues the same upload with `Range: bytes=<offset>-`, so what is
+// already stored is neither downloaded nor uploaded again.
+//
+// The sha256 covers the whole object: a download that starts at byte 0 hashes as it streams; a
+// resumed one re-hashes the completed object from storage (Node's hash state cannot be saved,
+// and reading our own bucket is cheaper and never expires, unlike the provider's URL).
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { trace } from '@opentelemetry/api';
+import { and, eq } from 'drizzle-orm';
+import type { Dispatcher } from 'undici';
+import { holdFence, type FenceToken } from '../db/fence';
+import { outputDownload, type StorageLocation } from '../db/schema';
+import { unsafeAddressIn } from '../net/safe-fetch';
+import { UploadGoneError, type ObjectStorage, type StoredPart } from '../storage/s3';
+import type { TaskActivityDeps } from './deps';
+import { UnsafeUrlError } from './output-url';
+
+/** The provider no longer has the output (or never had a usable one): nothing to retry. */
+export class OutputGoneError extends Error {}
+
+/** Our storage failed (not the provider): the rescue may turn to the fallback bucket. */
+export class StorageWriteError extends Error {
+  constructor(
+    readonly location: StorageLocation,
+    cause: unknown,
+  ) {
+    super(`${location} storage: ${(cause as Error).message ?? String(cause)}`, { cause });
+    this.name = 'StorageWriteError';
+  }
+}
+
+export interface DownloadTarget {
+  readonly location: StorageLocation;
+  readonly storage: ObjectStorage;
+}
+
+export interface DownloadedObject {
+  readonly sha256: string;
+  readonly size: number;
+  readonly contentType: string;
+  /** Bytes of the provider's response this call read (less than size after a resume). */
+  readonly bytesTransferred: number;
+  readonly resumed: boolean;
+}
+
+export interface DownloadRequest {
+  readonly token: FenceToken;
+  readonly taskId: string;
+  readonly attemptId: string;
+  readonly url: URL;
+  readonly key: string;
+  readonly target: DownloadTarget;
+  readonly dispatcher: Dispatcher;
+  readonly signal: AbortSignal;
+  readonly heartbeat: (details: { phase: string; bytes: number }) => void;
+}
+
+const GONE = new Set([403, 404, 410]);
+
+/** Runs a storage call, turning its failure into StorageWriteError (UploadGoneError passes through). */
+async function onStorage<T>(location: StorageLocation, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    if (err instanceof UploadGoneError) throw err;
+    throw new StorageWriteError(location, err);
+  }
+}
+
+/** `bytes <start>-<end>/<total>` → start and total (total null for `*`). */
+function parseContentRange(header: string | null): { start: number; total: number | null } | null {
+  const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(header?.trim() ?? '');
+  if (!m) return null;
+  return { start: Number(m[1]), total: m[3] === '*' ? null : Number(m[3]) };
+}
+
+export function createOutputDownloader(deps: TaskActivityDeps) {
+  const { db } = deps;
+  const partBytes = deps.settings.outputPartBytes;
+  const maxBytes = deps.settings.outputMaxBytes;
+
+  type Checkpoint = typeof outputDownload.$inferSelect;
+
+  const writeCheckpoint = (token: FenceToken, row: Checkpoint) =>
+    db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      await tx
+        .insert(outputDownload)
+        .values(row)
+        .onConflictDoUpdate({
+          target: outputDownload.attempt_id,
+          set: {
+            location: row.location,
+            partial_key: row.partial_key,
+            upload_id: row.upload_id,
+            parts: row.parts,
+            bytes_stored: row.bytes_stored,
+            total_bytes: row.total_bytes,
+            source_validator: row.source_validator,
+            updated_at: new Date(),
+          },
+        });
+    });
+  const dropCheckpoint = (token: FenceToken, attemptId: string, uploadId: string) =>
+    db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      await tx.delete(outputDownload).where(and(eq(outputDownload.attempt_id, attemptId), eq(outputDownload.upload_id, uploadId)));
+    });
+
+  /** Aborts a checkpoint's upload (best effort: its storage may be the one that is down) and forgets it. */
+  async function discard(token: FenceToken, cp: Checkpoint, stores: (l: StorageLocation) => ObjectStorage | null): Promise<void> {
+    await stores(cp.location)?.abortUpload(cp.partial_key, cp.upload_id).catch(() => undefined);
+    await dropCheckpoint(token, cp.attempt_id, cp.upload_id);
+  }
+
+  async function fetchFrom(req: DownloadRequest, offset: number, validator: string | null): Promise<Response> {
+    const headers: Record<string, string> = {};
+    if (offset > 0) {
+      headers['range'] = `bytes=${offset}-`;
+      if (validator) headers['if-range'] = validator;
+    }
+    const res = await fetch(req.url, { signal: req.signal, redirect: 'error', dispatcher: req.dispatcher, headers } as RequestInit).catch((err: unknown) => {
+      const unsafe = unsafeAddressIn(err);
+      throw unsafe ? new UnsafeUrlError(`output host ${req.url.hostname}: ${unsafe.message}`) : err;
+    });
+    // The transfer's span (activities/rescue-output.ts) carries the status, never the URL.
+    trace.getActiveSpan()?.setAttribute('http.response.status_code', res.status);
+    return res;
+  }
+
+  async function rehash(target: DownloadTarget, key: string): Promise<string> {
+    const hash = createHash('sha256');
+    const body = await onStorage(target.location, () => target.storage.readStream(key));
+    for await (const chunk of body) hash.update(chunk as Buffer);
+    return hash.digest('hex');
+  }
+
+  /** Completes and publishes a checkpoint whose parts hold the whole object; null (checkpoint dropped) if its upload is gone and no complete partial object is left. */
+  async function finishStored(req: DownloadRequest, cp: Checkpoint): Promise<DownloadedObject | null> {
+    const { target, key } = req;
+    try {
+      await onStorage(target.location, () => target.storage.completeUpload(cp.partial_key, cp.upload_id, cp.parts));
+    } catch (err) {
+      if (!(err instanceof UploadGoneError)) throw err;
+      const partial = await onStorage(target.location, () => target.storage.head(cp.partial_key));
+      if (partial?.size !== cp.total_bytes) {
+        await dropCheckpoint(req.token, cp.attempt_id, cp.upload_id);
+        return null;
+      }
+    }
+    const sha256 = await rehash(target, cp.partial_key);
+    await onStorage(target.location, () => target.storage.publish(cp.partial_key, key, { contentType: 'video/mp4', sha256 }));
+    await dropCheckpoint(req.token, cp.attempt_id, cp.upload_id);
+    await target.storage.delete(cp.partial_key).catch(() => undefined);
+    return { sha256, size: cp.bytes_stored, contentType: 'video/mp4', bytesTransferred: 0, resumed: true };
+  }
+
+  return {
+    /**
+     * Streams the output into `target` under `${key}.partial`, then publishes it under `key` with
+     * its sha256 in the object's metadata. `stores` resolves a checkpoint's location (another
+     * target's stale upload is aborted there).
+     */
+    async download(req: DownloadRequest, stores: (l: StorageLocation) => ObjectStorage | null): Promise<DownloadedObject> {
+      const { target, key } = req;
+      const partial = `${key}.partial`;
+      let [cp] = await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, req.attemptId));
+      if (cp && cp.location !== target.location) {
+        await discard(req.token, cp, stores);
+        cp = undefined;
+      }
+
+      // Every byte was stored before (the last attempt stopped after its last part): finish the
+      // upload, or find it finished, without asking the provider again.
+      if (cp && cp.total_bytes !== null && cp.bytes_stored === cp.total_bytes && cp.parts.length > 0) {
+        const done = await finishStored(req, cp);
+        if (done) return done;
+        cp = undefined;
+      }
+
+      let res = await fetchFrom(req, cp?.bytes_stored ?? 0, cp?.source_validator ?? null);
+      if (res.status === 416 && cp) {
+        // The source is shorter than what we stored: it changed. Start over.
+        await res.body?.cancel();
+        await discard(req.token, cp, stores);
+        cp = undefined;
+        res = await fetchFrom(req, 0, null);
+      }
+      if (GONE.has(res.status)) {
+        await res.body?.cancel();
+        throw new OutputGoneError(`provider output answered ${res.status}`);
+      }
+      if (!res.ok || !res.body) throw new Error(`provider output answered ${res.status}`);
+      const contentType = (res.headers.get('content-type') ?? 'video/mp4').split(';')[0]!.trim();
+      if (!contentType.startsWith('video/') && contentType !== 'application/octet-stream') {
+        await res.body.cancel();
+        throw new OutputGoneError(`output content type ${contentType} is not a video`);
+      }
+
+      let resumed = false;
+      let total: number | null = null;
+      if (res.status === 206 && cp) {
+        const range = parseContentRange(res.headers.get('content-range'));
+        if (!range || range.start !== cp.bytes_stored) {
+          await res.body.cancel();
+          await discard(req.token, cp, stores);
+          throw new Error(`provider answered range ${res.headers.get('content-range') ?? '(none)'} for offset ${cp.bytes_stored}: starting over`);
+        }
+        resumed = true;
+        total = range.total;
+      } else {
+        // A whole body: a first download, or the source changed (If-Range) and it starts over.
+        if (cp) await discard(req.token, cp, stores);
+        const declared = res.headers.get('content-length');
+        total = declared === null ? null : Number(declared);
+        const uploadId = await onStorage(target.location, () => target.storage.createUpload(partial, { contentType: 'video/mp4' }));
+        cp = {
+          attempt_id: req.attemptId,
+          task_id: req.taskId,
+          location: target.location,
+          partial_key: partial,
+          upload_id: uploadId,
+          parts: [],
+          bytes_stored: 0,
+          total_bytes: total,
+          source_validator: res.headers.get('etag') ?? res.headers.get('last-modified'),
+          updated_at: new Date(),
+        };
+        await writeCheckpoint(req.token, cp);
+      }
+      if (total !== null && total > maxBytes) {
+        await res.body.cancel();
+        throw new OutputGoneError(`output is ${total} bytes, over the limit`);
+      }
+
+      const checkpoint: Checkpoint = cp!;
+      const parts: StoredPart[] = [...checkpoint.parts];
+      let stored = checkpoint.bytes_stored;
+      let transferred = 0;
+      const hash = resumed ? null : createHash('sha256');
+      let pending: Buffer[] = [];
+      let pendingBytes = 0;
+      const storePart = async (body: Buffer) => {
+        try {
+          const part = await onStorage(target.location, () => target.storage.uploadPart(partial, checkpoint.upload_id, parts.length + 1, body));
+          parts.push(part);
+        } catch (err) {
+          if (err instanceof UploadGoneError) await dropCheckpoint(req.token, req.attemptId, checkpoint.upload_id);
+          throw err;
+        }
+        stored += body.length;
+        await writeCheckpoint(req.token, { ...checkpoint, parts: [...parts], bytes_stored: stored, total_bytes: total });
+        req.heartbeat({ phase: 'uploading', bytes: stored });
+      };
+
+      // for await pulls the body only as fast as parts are stored (backpressure). A reset or an
+      // aborted body (activity cancelled) rejects here: a retryable failure, resumed next time.
+      for await (const chunk of Readable.fromWeb(res.body as WebReadableStream<Uint8Array>)) {
+        const buf = chunk as Buffer;
+        transferred += buf.length;
+        if (stored + pendingBytes + buf.length > maxBytes) throw new OutputGoneError('output exceeds the size limit');
+        hash?.update(buf);
+        pending.push(buf);
+        pendingBytes += buf.length;
+        while (pendingBytes >= partBytes) {
+          const all = Buffer.concat(pending);
+          await storePart(all.subarray(0, partBytes));
+          pending = [all.subarray(partBytes)];
+          pendingBytes = all.length - partBytes;
+        }
+      }
+      if (pendingBytes > 0 || parts.length === 0) await storePart(Buffer.concat(pending));
+      const size = stored;
+      if (total !== null && size !== total) throw new Error(`output truncated: ${size} of ${total} bytes`);
+      try {
+        await onStorage(target.location, () => target.storage.completeUpload(partial, checkpoint.upload_id, parts));
+      } catch (err) {
+        if (err instanceof UploadGoneError) await dropCheckpoint(req.token, req.attemptId, checkpoint.upload_id);
+        throw err;
+      }
+      const sha256 = hash ? hash.digest('hex') : await rehash(target, partial);
+      await onStorage(target.location, () => target.storage.publish(partial, key, { contentType: 'video/mp4', sha256 }));
+      await dropCheckpoint(req.token, req.attemptId, checkpoint.upload_id);
+      await target.storage.delete(partial).catch(() => undefined);
+      return { sha256, size, contentType: 'video/mp4', bytesTransferred: transferred, resumed };
+    },
+  };
+}

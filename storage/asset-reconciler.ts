@@ -1,0 +1,183 @@
+// The asset reconciler (docs/design.md §5, docs/decisions/0029): asset rows against the objects
+// in storage. It
+//   1. copies outputs rescued to the fallback bucket back to the primary (verified by sha256)
+//      and moves the row's location there, then removes the fallback copy;
+//   2. checks live rows against their objects: missing, or a sha256 in the object's metadata
+//      that is not the row's (checksum mismatch) — reported, never "repaired" by guessing;
+//   3. lists both buckets for objects no row accounts for: orphaned. An orphan whose asset was
+//      deleted (a DELETE whose object removal failed part way) is removed; other orphans are
+//      reported for an operator.
+// Safe next to everything else: every change is a compare-and-set on the row under the fence,
+// and what it copied is undone when the row changed under it.
+import { randomUUID } from 'node:crypto';
+import { and, asc, eq, inArray, isNull } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { holdFence, type FenceToken } from '../db/fence';
+import { asset, generationTask, opsAudit, outputDownload, type StorageLocation } from '../db/schema';
+import type { ReconcileFinding } from '../reconcilers/types';
+import type { ObjectStorage } from './s3';
+
+/** The reconcilers' report (reconcilers/types.ts), built up as the checks run. */
+interface ReconcileReport {
+  examined: number;
+  findings: ReconcileFinding[];
+  changed: number;
+}
+
+export interface AssetReconcilerDeps {
+  readonly db: Db;
+  readonly storage: ObjectStorage;
+  readonly fallbackStorage: ObjectStorage | null;
+  readonly token: () => Promise<FenceToken>;
+}
+
+const TASK_OF_KEY = /^tenants\/[^/]+\/tasks\/([0-9a-f-]{36})\//i;
+
+export async function reconcileAssets(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limit: number }): Promise<ReconcileReport> {
+  const report: ReconcileReport = { examined: 0, findings: [], changed: 0 };
+  await copyBack(deps, opts, report);
+  await checkRows(deps, opts, report);
+  for (const [location, store] of stores(deps)) await findOrphans(deps, location, store, opts, report);
+  return report;
+}
+
+const stores = (deps: AssetReconcilerDeps): Array<[StorageLocation, ObjectStorage]> => [
+  ['primary', deps.storage],
+  ...(deps.fallbackStorage ? [['fallback', deps.fallbackStorage] as [StorageLocation, ObjectStorage]] : []),
+];
+
+async function copyBack(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limit: number }, report: ReconcileReport): Promise<void> {
+  const fallback = deps.fallbackStorage;
+  if (!fallback) return;
+  const rows = await deps.db
+    .select()
+    .from(asset)
+    .where(and(eq(asset.location, 'fallback'), isNull(asset.deleted_at)))
+    .orderBy(asc(asset.created_at))
+    .limit(opts.limit);
+  for (const row of rows) {
+    report.examined += 1;
+    const base = { taskId: row.task_id, key: row.object_key };
+    if (opts.dryRun) {
+      report.findings.push({ kind: 'in_fallback', ...base, detail: `${row.kind} in the fallback bucket ${row.bucket}; would copy back` });
+      continue;
+    }
+    let outcome: 'copied' | 'checksum-mismatch';
+    try {
+      const there = await deps.storage.head(row.object_key);
+      // Copied before (the row update failed): the object is verified by its metadata.
+      outcome = there?.sha256 === row.sha256 ? 'copied' : await deps.storage.copyFrom(fallback, row.object_key, { contentType: row.content_type, sha256: row.sha256 });
+    } catch (err) {
+      report.findings.push({ kind: 'copy_back_failed', ...base, detail: (err as Error).message });
+      continue;
+    }
+    if (outcome === 'checksum-mismatch') {
+      report.findings.push({ kind: 'checksum_mismatch', ...base, detail: 'the fallback copy does not hash to the row\'s sha256; left in place' });
+      continue;
+    }
+    const moved = await deps.db.transaction(async (tx) => {
+      await holdFence(tx, await deps.token());
+      const updated = await tx
+        .update(asset)
+        .set({ location: 'primary', bucket: deps.storage.bucket })
+        .where(and(eq(asset.asset_id, row.asset_id), eq(asset.location, 'fallback'), isNull(asset.deleted_at)))
+        .returning({ id: asset.asset_id });
+      if (updated.length === 0) return false;
+      await tx.insert(opsAudit).values({
+        audit_id: randomUUID(),
+        actor: 'reconciler:assets',
+        action: 'asset.copy-back',
+        target_type: 'task',
+        target_id: row.task_id,
+        reason: 'primary bucket reachable again',
+        detail: { asset_id: row.asset_id, object_key: row.object_key, from_bucket: row.bucket, to_bucket: deps.storage.bucket, sha256: row.sha256 },
+      });
+      return true;
+    });
+    if (!moved) {
+      // Deleted (or moved by another run) meanwhile: take back what this run copied.
+      const [now] = await deps.db.select().from(asset).where(eq(asset.asset_id, row.asset_id));
+      if (now?.deleted_at) await deps.storage.delete(row.object_key);
+      continue;
+    }
+    await fallback.delete(row.object_key).catch(() => undefined);
+    report.changed += 1;
+    report.findings.push({ kind: 'copied_back', ...base, detail: `${row.kind} copied to ${deps.storage.bucket}` });
+  }
+}
+
+async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number }, report: ReconcileReport): Promise<void> {
+  const rows = await deps.db.select().from(asset).where(isNull(asset.deleted_at)).orderBy(asc(asset.created_at)).limit(opts.limit);
+  for (const row of rows) {
+    report.examined += 1;
+    const store = row.location === 'fallback' ? deps.fallbackStorage : deps.storage;
+    const base = { taskId: row.task_id, key: row.object_key };
+    if (!store) {
+      report.findings.push({ kind: 'missing', ...base, detail: 'in the fallback bucket, but no fallback is configured' });
+      continue;
+    }
+    let head;
+    try {
+      head = await store.head(row.object_key);
+    } catch (err) {
+      report.findings.push({ kind: 'unreachable', ...base, detail: `${row.location} storage: ${(err as Error).message}` });
+      continue;
+    }
+    if (!head) report.findings.push({ kind: 'missing', ...base, detail: `${row.kind} not in ${row.location} bucket ${store.bucket}` });
+    else if (head.sha256 !== row.sha256) report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object sha256 ${head.sha256 ?? '(none)'} is not the row's ${row.sha256}` });
+    else if (head.size !== Number(row.size_bytes)) report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object is ${head.size} bytes, the row says ${row.size_bytes}` });
+  }
+}
+
+async function findOrphans(
+  deps: AssetReconcilerDeps,
+  location: StorageLocation,
+  store: ObjectStorage,
+  opts: { dryRun: boolean; limit: number },
+  report: ReconcileReport,
+): Promise<void> {
+  let objects;
+  try {
+    objects = await store.list('tenants/', { limit: opts.limit });
+  } catch (err) {
+    report.findings.push({ kind: 'unreachable', detail: `${location} storage: ${(err as Error).message}` });
+    return;
+  }
+  if (objects.length === 0) return;
+  report.examined += objects.length;
+  const keys = objects.map((o) => o.key);
+  const rows = await deps.db.select().from(asset).where(inArray(asset.object_key, keys));
+  const live = new Map(rows.map((r) => [r.object_key, r]));
+  const taskIds = [...new Set(keys.map((k) => TASK_OF_KEY.exec(k)?.[1]).filter((t): t is string => Boolean(t)))];
+  const tasks = taskIds.length ? await deps.db.select({ id: generationTask.task_id, terminal: generationTask.terminal_at }).from(generationTask).where(inArray(generationTask.task_id, taskIds)) : [];
+  const running = new Set(tasks.filter((t) => t.terminal === null).map((t) => t.id));
+  const downloads = taskIds.length ? await deps.db.select({ key: outputDownload.partial_key }).from(outputDownload).where(inArray(outputDownload.task_id, taskIds)) : [];
+  const inFlight = new Set(downloads.map((d) => d.key));
+  for (const o of objects) {
+    const row = live.get(o.key);
+    const taskId = TASK_OF_KEY.exec(o.key)?.[1];
+    // A rescue or media step in flight writes before its row: not an orphan yet.
+    if (inFlight.has(o.key) || (taskId && running.has(taskId))) continue;
+    if (row && !row.deleted_at && row.location === location) continue;
+    if (row && !row.deleted_at) {
+      // The row lives in the other bucket: a copy left behind. A fallback copy of an object
+      // copied back (its removal failed) goes; anything else waits for an operator.
+      const stale = location === 'fallback' && row.location === 'primary';
+      report.findings.push({ kind: 'orphaned', ...(taskId ? { taskId } : {}), key: o.key, detail: `a stale copy in the ${location} bucket; the row says ${row.location}${stale ? (opts.dryRun ? '; would remove' : '; removed') : ''}` });
+      if (stale && !opts.dryRun) {
+        await store.delete(o.key);
+        report.changed += 1;
+      }
+      continue;
+    }
+    if (row?.deleted_at) {
+      report.findings.push({ kind: 'orphaned', ...(taskId ? { taskId } : {}), key: o.key, detail: `the output was deleted at ${row.deleted_at.toISOString()}; ${opts.dryRun ? 'would remove' : 'removed'}` });
+      if (!opts.dryRun) {
+        await store.delete(o.key);
+        report.changed += 1;
+      }
+      continue;
+    }
+    report.findings.push({ kind: 'orphaned', ...(taskId ? { taskId } : {}), key: o.key, detail: `${o.size} bytes in the ${location} bucket with no asset row` });
+  }
+}

@@ -1,0 +1,129 @@
+// An output's end of life: DELETE /v1/tasks/:id/output and the retention job remove a task's
+// objects (video and thumbnail) from wherever they are, then mark the asset rows deleted. The
+// rows, the task, its transitions and its ledger stay: they are the record (docs/design.md §5).
+import { randomUUID } from 'node:crypto';
+import { and, eq, isNull, sql } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { holdFence, type FenceToken } from '../db/fence';
+import { asset, generationTask, opsAudit, tenant } from '../db/schema';
+import type { ObjectStorage } from './s3';
+import type { ReconcileFinding, ReconcileReport } from '../reconcilers/types';
+
+export interface OutputStores {
+  readonly storage: ObjectStorage;
+  readonly fallbackStorage?: ObjectStorage | null;
+}
+
+export type DeleteOutcome =
+  | { readonly kind: 'deleted'; readonly deletedAt: Date; readonly keys: string[] }
+  /** Deleted before (a repeated DELETE): the same answer, the objects removed again if any came back. */
+  | { readonly kind: 'already-deleted'; readonly deletedAt: Date; readonly keys: string[] }
+  | { readonly kind: 'no-task' }
+  /** The task has no output to delete: it did not succeed, or has not finished. */
+  | { readonly kind: 'no-output'; readonly reason: string };
+
+/** Stores the object may be in: its row's location first, then the other (a copy-back in flight). */
+const storesFor = (stores: OutputStores, location: string): ObjectStorage[] => {
+  const all = [stores.storage, ...(stores.fallbackStorage ? [stores.fallbackStorage] : [])];
+  return location === 'fallback' ? all.reverse() : all;
+};
+
+/**
+ * Removes a task's output objects and marks its assets deleted, audited. `tenantId` scopes the
+ * lookup (another tenant's task is 'no-task'); null is the retention job's all-tenant access.
+ * Objects go first: if that fails nothing is written and the caller may retry; a repeated call
+ * is idempotent.
+ */
+export async function deleteTaskOutput(
+  db: Db,
+  stores: OutputStores,
+  token: FenceToken,
+  args: { taskId: string; tenantId: string | null; actor: string; reason: string; now: Date },
+): Promise<DeleteOutcome> {
+  const [task] = await db
+    .select()
+    .from(generationTask)
+    .where(args.tenantId ? and(eq(generationTask.task_id, args.taskId), eq(generationTask.tenant_id, args.tenantId)) : eq(generationTask.task_id, args.taskId));
+  if (!task) return { kind: 'no-task' };
+  const assets = await db.select().from(asset).where(eq(asset.task_id, task.task_id));
+  const video = assets.find((a) => a.kind === 'video');
+  if (task.status !== 'SUCCEEDED' || !video) {
+    return { kind: 'no-output', reason: task.status === 'SUCCEEDED' ? 'the task has no stored output' : `the task is ${task.status}; only a SUCCEEDED task has an output` };
+  }
+  const keys = assets.map((a) => a.object_key);
+  for (const a of assets) {
+    const [home, ...others] = storesFor(stores, a.location);
+    // The row's own store must take the delete; the other one is tidied if it answers.
+    await home!.delete(a.object_key);
+    for (const other of others) await other.delete(a.object_key).catch(() => undefined);
+  }
+  if (video.deleted_at) return { kind: 'already-deleted', deletedAt: video.deleted_at, keys };
+
+  const deletedAt = await db.transaction(async (tx) => {
+    await holdFence(tx, token);
+    const marked = await tx
+      .update(asset)
+      .set({ deleted_at: args.now })
+      .where(and(eq(asset.task_id, task.task_id), isNull(asset.deleted_at)))
+      .returning({ id: asset.asset_id });
+    if (marked.length === 0) return null;
+    await tx.insert(opsAudit).values({
+      audit_id: randomUUID(),
+      actor: args.actor,
+      action: 'output.delete',
+      target_type: 'task',
+      target_id: task.task_id,
+      reason: args.reason,
+      detail: { tenant_id: task.tenant_id, object_keys: keys, locations: assets.map((a) => a.location) },
+    });
+    return args.now;
+  });
+  if (!deletedAt) {
+    const [again] = await db.select().from(asset).where(and(eq(asset.task_id, task.task_id), eq(asset.kind, 'video')));
+    return { kind: 'already-deleted', deletedAt: again?.deleted_at ?? args.now, keys };
+  }
+  return { kind: 'deleted', deletedAt, keys };
+}
+
+/**
+ * Output retention: the outputs of tasks that ended more than their tenant's
+ * output_retention_days ago (else `defaultDays`; 0 keeps forever) are deleted, oldest first,
+ * at most `limit` per run. A dry run lists them.
+ */
+export async function expireOutputs(
+  deps: { db: Db; stores: OutputStores; token: () => Promise<FenceToken>; now: () => Date; defaultDays: number },
+  opts: { dryRun: boolean; limit: number },
+): Promise<ReconcileReport> {
+  const now = deps.now();
+  const days = sql<number>`coalesce(${tenant.output_retention_days}, ${deps.defaultDays})`;
+  const due = await deps.db
+    .select({ taskId: generationTask.task_id, key: asset.object_key, terminalAt: generationTask.terminal_at, days })
+    .from(asset)
+    .innerJoin(generationTask, eq(generationTask.task_id, asset.task_id))
+    .innerJoin(tenant, eq(tenant.tenant_id, generationTask.tenant_id))
+    .where(
+      and(
+        eq(asset.kind, 'video'),
+        isNull(asset.deleted_at),
+        eq(generationTask.status, 'SUCCEEDED'),
+        sql`${days} > 0`,
+        sql`${generationTask.terminal_at} < ${now.toISOString()}::timestamptz - make_interval(days => ${days})`,
+      ),
+    )
+    .orderBy(generationTask.terminal_at)
+    .limit(opts.limit);
+  const report: { examined: number; findings: ReconcileFinding[]; changed: number } = { examined: due.length, findings: [], changed: 0 };
+  for (const row of due) {
+    report.findings.push({ kind: 'output_expired', taskId: row.taskId, key: row.key, detail: `ended ${row.terminalAt?.toISOString()}, kept ${row.days} days` });
+    if (opts.dryRun) continue;
+    const outcome = await deleteTaskOutput(deps.db, deps.stores, await deps.token(), {
+      taskId: row.taskId,
+      tenantId: null,
+      actor: 'retention',
+      reason: `output retention (${row.days} days)`,
+      now,
+    });
+    if (outcome.kind === 'deleted') report.changed += 1;
+  }
+  return report;
+}
