@@ -1,0 +1,79 @@
+// DATABASE_FAILOVER_HOSTS (docs/decisions/0030): the pool keeps only a read-write server. With a
+// dead host first and a streaming standby before the primary, connections land on the primary;
+// once the primary is gone and the standby promoted, they land on the new primary, and the pool
+// never hands out a connection to a server in recovery. Real private clusters (pg_basebackup -R).
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { loadConfig } from '../../config/env';
+import { failoverHosts } from '../../config/services';
+import { createDatabase, type Database } from '../../db/client';
+import { startPrivatePostgres, startStandby, type PrivatePostgres } from '../../ops/drills/private-postgres';
+import { REPO_ROOT, freePort } from '../../scripts/stack';
+
+const root = path.join(REPO_ROOT, '.data', 'test', `failover_hosts_${randomBytes(3).toString('hex')}`);
+let primary: PrivatePostgres;
+let standby: PrivatePostgres;
+let database: Database;
+
+const serverPort = async () => (await database.pool.query<{ port: number }>('SELECT inet_server_port() AS port')).rows[0]!.port;
+
+before(async () => {
+  primary = await startPrivatePostgres(path.join(root, 'primary'));
+  standby = await startStandby(path.join(root, 'standby'), primary, 'standby1');
+  const dead = await freePort();
+  // As the processes build it: DATABASE_URL's host, then DATABASE_FAILOVER_HOSTS in order.
+  const config = loadConfig({
+    DATABASE_URL: `postgres://postgres@127.0.0.1:${dead}/postgres`,
+    DATABASE_FAILOVER_HOSTS: `127.0.0.1:${standby.port},127.0.0.1:${primary.port}`,
+  });
+  database = createDatabase({ url: config.DATABASE_URL, max: 4, failoverHosts: failoverHosts(config) });
+});
+
+after(async () => {
+  await database?.close();
+  await standby?.destroy();
+  await primary?.destroy();
+});
+
+/** Runs `work` until it succeeds, counting the failures (each one a connection the pool refused to keep). */
+async function untilAnswered<T>(work: () => Promise<T>, limit = 50): Promise<{ value: T; failures: Error[] }> {
+  const failures: Error[] = [];
+  for (;;) {
+    try {
+      return { value: await work(), failures };
+    } catch (err) {
+      failures.push(err as Error);
+      if (failures.length >= limit) throw err;
+    }
+  }
+}
+
+test('connections skip a dead host and a standby and land on the read-write primary', async () => {
+  const { value, failures } = await untilAnswered(serverPort);
+  assert.equal(value, primary.port);
+  // One refused connection for the dead host, one for the standby (it answered in recovery).
+  assert.equal(failures.length, 2);
+  assert.match(failures[1]!.message, /in recovery/);
+  // The pool stays on the primary: a burst of queries all answer from it.
+  const ports = await Promise.all(Array.from({ length: 8 }, serverPort));
+  assert.deepEqual(new Set(ports), new Set([primary.port]));
+});
+
+test('after the primary stops and the standby is promoted, the same pool writes on the new primary', async () => {
+  await database.pool.query('CREATE TABLE IF NOT EXISTS failover_probe (n int)');
+  await primary.crash();
+  // Before the promotion no candidate is read-write: every attempt fails, none reaches the standby for writing.
+  const before = await database.pool.query('INSERT INTO failover_probe VALUES (1)').then(() => 'written', (err: Error) => err.message);
+  assert.notEqual(before, 'written');
+  await standby.promote();
+  const { value } = await untilAnswered(async () => {
+    await database.pool.query('INSERT INTO failover_probe VALUES (2)');
+    return serverPort();
+  });
+  assert.equal(value, standby.port);
+  // The table created on the old primary was streamed to the standby before the stop.
+  const { rows } = await database.pool.query<{ n: number }>('SELECT n FROM failover_probe ORDER BY n');
+  assert.deepEqual(rows.map((r) => r.n), [2]);
+});
