@@ -23,6 +23,8 @@ export interface DatabaseHost {
 
 /** A connection reached a server that is not read-write (a standby still in recovery). */
 export class StandbyServerError extends Error {
+  /** SQLSTATE 08001 (unable to establish a connection), as libpq fails a read-write target: callers treat it as the database unavailable (503, retry). */
+  readonly code = '08001';
   constructor(readonly server: DatabaseHost) {
     super(`${server.host}:${server.port} is in recovery (a standby), not the read-write primary`);
     this.name = 'StandbyServerError';

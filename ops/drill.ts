@@ -3,6 +3,7 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { runFailoverDrill } from './drills/failover';
 import { runPostgresOutageDrill } from './drills/postgres-outage';
+import { runPgSwitchoverDrill } from './drills/pg-switchover';
 import { runTemporalOutageDrill } from './drills/temporal-outage';
 import { PROVIDERS, type ProviderName } from '../domain/catalog';
 import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
@@ -156,6 +157,44 @@ program
       ['provider jobs per task (max)', r.maxProviderJobsPerTask, 'must be 1'],
       ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
       ['converged after restart (s)', r.convergeSecondsAfterRestart.toFixed(1), ''],
+    ], ok);
+  });
+
+program
+  .command('pg-switchover')
+  .description('the facts database fails over to its streaming standby under load (primary stopped, standby promoted): RTO, 503 never 500, nothing lost, no duplicate job')
+  .option('--rate <per-second>', 'creates per second', positive, 5)
+  .option('--load <seconds>', 'load before the stop, and again after the promotion', positive, 15)
+  .option('--promote-after <seconds>', 'detection delay: the primary stays down this long before the standby is promoted', positive, 5)
+  .option('--async', 'an asynchronous standby (measures the loss instead of RPO = 0)', false)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { rate: number; load: number; promoteAfter: number; async: boolean; json: boolean }) => {
+    const r = await runPgSwitchoverDrill({ ratePerSecond: o.rate, loadSeconds: o.load, promoteAfterSeconds: o.promoteAfter, synchronous: !o.async, log });
+    const ok =
+      r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.rtoSeconds !== null && r.tasksWithDuplicateJobs === 0 &&
+      r.ledgerImbalance === 0 && r.tenantsOutOfBalance === 0 && r.openReservationsOnTerminalTasks === 0 && r.outboxUnpublishedAtEnd === 0 &&
+      (!r.synchronous || (r.outboxRowsMissing === 0 && r.inboxRowsMissing === 0));
+    report(r, o.json, `pg-switchover drill (${r.synchronous ? 'synchronous standby: RPO 0 for commits' : 'asynchronous standby'})`, () => [
+      ...phases(r.load),
+      ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
+      ['creates answered 503 during the switch', r.creates503DuringSwitch, ''],
+      ['primary stopped → promote command (s)', r.promoteAfterSeconds, 'detection delay'],
+      ['pg_ctl promote took (s)', r.promoteCommandSeconds.toFixed(2), ''],
+      ['RTO: primary stopped → first create accepted (s)', r.rtoSeconds === null ? null : r.rtoSeconds.toFixed(2), ''],
+      ['tasks accepted (202)', r.accepted, ''],
+      ['accepted but missing on the new primary (lost)', r.missing, 'must be 0'],
+      ['outbox rows of the old primary missing on the new', r.outboxRowsMissing, r.synchronous ? 'must be 0' : 'async: the loss'],
+      ['inbox rows of the old primary missing on the new', r.inboxRowsMissing, r.synchronous ? 'must be 0' : 'async: the loss'],
+      ['outbox rows unpublished at the end', r.outboxUnpublishedAtEnd, 'must be 0'],
+      ['callbacks spooled during the switch (peak)', r.spooledPeak, ''],
+      ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ['provider jobs per task (max)', r.maxProviderJobsPerTask, ''],
+      ['tasks with a duplicate provider job', r.tasksWithDuplicateJobs, 'must be 0'],
+      ['ledger imbalance (tasks)', r.ledgerImbalance, 'must be 0'],
+      ['tenants whose account ≠ their ledger', r.tenantsOutOfBalance, 'must be 0'],
+      ['open reservations on terminal tasks', r.openReservationsOnTerminalTasks, 'must be 0'],
+      ['converged after the promotion (s)', r.convergeSecondsAfterPromote.toFixed(1), ''],
     ], ok);
   });
 

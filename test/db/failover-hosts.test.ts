@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { isDatabaseUnavailable } from '../../api/problem';
 import { loadConfig } from '../../config/env';
 import { failoverHosts } from '../../config/services';
 import { createDatabase, type Database } from '../../db/client';
@@ -56,6 +57,8 @@ test('connections skip a dead host and a standby and land on the read-write prim
   // One refused connection for the dead host, one for the standby (it answered in recovery).
   assert.equal(failures.length, 2);
   assert.match(failures[1]!.message, /in recovery/);
+  // What the API answers 503 for (api/problem.ts isDatabaseUnavailable), never 500.
+  assert.ok(isDatabaseUnavailable(failures[1]));
   // The pool stays on the primary: a burst of queries all answer from it.
   const ports = await Promise.all(Array.from({ length: 8 }, serverPort));
   assert.deepEqual(new Set(ports), new Set([primary.port]));
