@@ -4,6 +4,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { runFailoverDrill } from './drills/failover';
 import { runPostgresOutageDrill } from './drills/postgres-outage';
 import { runPgSwitchoverDrill } from './drills/pg-switchover';
+import { runPitrDrill } from './drills/pitr';
 import { runTemporalOutageDrill } from './drills/temporal-outage';
 import { PROVIDERS, type ProviderName } from '../domain/catalog';
 import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
@@ -196,6 +197,63 @@ program
       ['open reservations on terminal tasks', r.openReservationsOnTerminalTasks, 'must be 0'],
       ['converged after the promotion (s)', r.convergeSecondsAfterPromote.toFixed(1), ''],
     ], ok);
+  });
+
+program
+  .command('pitr')
+  .description('WAL archive and base backup; a wrong mass update and deleted keys under load; a restore to the moment before in an isolated cluster; diff and repair: RPO, restore time')
+  .option('--rate <per-second>', 'creates per second', positive, 4)
+  .option('--load <seconds>', 'load after the base backup, and again after the mistake', positive, 15)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { rate: number; load: number; json: boolean }) => {
+    const r = await runPitrDrill({ ratePerSecond: o.rate, loadSeconds: o.load, log });
+    const d = r.diff;
+    const ok =
+      r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.mistake.tasksRewritten > 0 &&
+      d.tasks.rewritten.length === r.mistake.tasksRewritten && d.deleted_api_keys.length === r.mistake.apiKeysDeleted &&
+      r.repair.tasks_repaired.length + r.repair.tasks_changed_meanwhile.length === d.tasks.rewritten.length && r.repair.skipped === 0 &&
+      r.leftAfterRepair === 0 && d.ledger.missing_in_live === 0 && r.keyRefusedAfterMistake === 401 && r.keyAnswersAfterRepair === 200 &&
+      r.tasksWithDuplicateJobs === 0 && r.ledgerImbalance === 0 && r.tenantsOutOfBalance === 0 && r.openReservationsOnTerminalTasks === 0;
+    const statuses = [...new Set([...Object.keys(d.tasks_by_status.restored), ...Object.keys(d.tasks_by_status.live)])].sort();
+    report(r, o.json, 'pitr drill', () => [
+      ...phases(r.load),
+      ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
+      ['base backup (s)', r.baseBackupSeconds.toFixed(1), ''],
+      ['WAL segments archived', r.walSegmentsArchived, ''],
+      ['recovery target (the moment before)', r.recoveryTarget, ''],
+      ['the mistake committed', r.mistakeAt, ''],
+      ['RPO: mistake − recovery target (s)', r.rpoSeconds.toFixed(3), ''],
+      ['restore time: copy + WAL replay + promote (s)', r.restoreSeconds.toFixed(1), ''],
+      ['restored copy replayed through', d.restored_through, ''],
+      ['the mistake: tasks SUCCEEDED → FAILED', r.mistake.tasksRewritten, ''],
+      ['the mistake: API keys deleted', r.mistake.apiKeysDeleted, ''],
+      ...statuses.map((s): Row => [`tasks ${s}: restored / damaged`, `${d.tasks_by_status.restored[s] ?? 0} / ${d.tasks_by_status.live[s] ?? 0}`, '']),
+      ['diff: rewritten outside the CAS', d.tasks.rewritten.length, 'must equal the mistake'],
+      ['diff: progressed since the target (kept)', d.tasks.progressed, ''],
+      ['diff: created since the target (kept)', d.tasks.only_live, ''],
+      ['diff: deleted API keys', d.deleted_api_keys.length, 'must equal the mistake'],
+      ['diff: ledger rows of the copy missing live', d.ledger.missing_in_live, 'must be 0'],
+      ['diff: ledger rows written since the target', d.ledger.only_live, ''],
+      ['repair: tasks restored (CAS, transition row)', r.repair.tasks_repaired.length, ''],
+      ['repair: tasks changed meanwhile (left alone)', r.repair.tasks_changed_meanwhile.length, ''],
+      ['repair: left to the operator', r.repair.skipped, 'must be 0'],
+      ['repair: API keys re-inserted', r.repair.api_keys_restored.length, ''],
+      ['second diff: still to repair', r.leftAfterRepair, 'must be 0'],
+      ["deleted tenant's key: after the mistake / after repair", `${r.keyRefusedAfterMistake} / ${r.keyAnswersAfterRepair}`, 'must be 401 / 200'],
+      ['tasks accepted (202)', r.accepted, ''],
+      ['accepted but missing', r.missing, 'must be 0'],
+      ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ['tasks with a duplicate provider job', r.tasksWithDuplicateJobs, 'must be 0'],
+      ['ledger imbalance (tasks)', r.ledgerImbalance, 'must be 0'],
+      ['tenants whose account ≠ their ledger', r.tenantsOutOfBalance, 'must be 0'],
+      ['open reservations on terminal tasks', r.openReservationsOnTerminalTasks, 'must be 0'],
+    ], ok, () => {
+      console.log('\nledger totals per tenant (restored / damaged)');
+      for (const t of [...new Set([...Object.keys(d.ledger.restored), ...Object.keys(d.ledger.live)])]) {
+        console.log(`  ${t}  ${JSON.stringify(d.ledger.restored[t] ?? {})}  /  ${JSON.stringify(d.ledger.live[t] ?? {})}`);
+      }
+    });
   });
 
 program

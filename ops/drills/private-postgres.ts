@@ -25,8 +25,8 @@ const exec = (tool: string, args: string[]) => {
   const bin = path.join(binDir(), tool);
   return asRoot() ? run('runuser', ['-u', 'postgres', '--', bin, ...args]) : run(bin, args);
 };
-/** A folder the server's OS user owns. */
-async function ownedDir(dir: string): Promise<void> {
+/** A folder the server's OS user owns (its data, a WAL archive). */
+export async function ownedDir(dir: string): Promise<void> {
   fs.mkdirSync(dir, { recursive: true });
   if (asRoot()) await run('chown', ['-R', 'postgres', dir]);
 }
