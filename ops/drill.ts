@@ -202,43 +202,46 @@ program
 program
   .command('pitr')
   .description('WAL archive and base backup; a wrong mass update and deleted keys under load; a restore to the moment before in an isolated cluster; diff and repair: RPO, restore time')
-  .option('--rate <per-second>', 'creates per second', positive, 4)
-  .option('--load <seconds>', 'load after the base backup, and again after the mistake', positive, 15)
+  .option('--rate <per-second>', 'creates per second', positive, 3)
+  .option('--load <seconds>', 'load after the base backup, and again after the mistake', positive, 10)
   .option('--json', 'print the report as one JSON line', false)
   .action(async (o: { rate: number; load: number; json: boolean }) => {
     const r = await runPitrDrill({ ratePerSecond: o.rate, loadSeconds: o.load, log });
-    const d = r.diff;
+    const first = r.rounds[0]!;
+    const last = r.rounds[r.rounds.length - 1]!;
+    const sum = (f: (x: (typeof r.rounds)[number]) => number) => r.rounds.reduce((n, x) => n + f(x), 0);
     const ok =
       r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.mistake.tasksRewritten > 0 &&
-      d.tasks.rewritten.length === r.mistake.tasksRewritten && d.deleted_api_keys.length === r.mistake.apiKeysDeleted &&
-      r.repair.tasks_repaired.length + r.repair.tasks_changed_meanwhile.length === d.tasks.rewritten.length && r.repair.skipped === 0 &&
-      r.leftAfterRepair === 0 && d.ledger.missing_in_live === 0 && r.keyRefusedAfterMistake === 401 && r.keyAnswersAfterRepair === 200 &&
+      sum((x) => x.repair.tasks_repaired.length) === r.mistake.tasksRewritten && sum((x) => x.repair.api_keys_restored.length) === r.mistake.apiKeysDeleted &&
+      last.repair.skipped === 0 && last.leftAfterRepair === 0 && r.rounds.every((x) => x.diff.ledger.missing_in_live === 0) &&
+      r.keyRefusedAfterMistake === 401 && r.keyAnswersAfterRepair === 200 &&
       r.tasksWithDuplicateJobs === 0 && r.ledgerImbalance === 0 && r.tenantsOutOfBalance === 0 && r.openReservationsOnTerminalTasks === 0;
+    const d = first.diff;
     const statuses = [...new Set([...Object.keys(d.tasks_by_status.restored), ...Object.keys(d.tasks_by_status.live)])].sort();
+    const roundRows = r.rounds.flatMap((x, i): Row[] => [
+      [`round ${i + 1}: recovery target`, x.target, ''],
+      [`round ${i + 1}: restore time: copy + WAL replay + promote (s)`, x.restoreSeconds.toFixed(1), ''],
+      [`round ${i + 1}: restored copy replayed through`, x.diff.restored_through, ''],
+      [`round ${i + 1}: diff: rewritten outside the CAS / off their record`, `${x.diff.tasks.rewritten.length} / ${x.diff.tasks.off_record.length}`, ''],
+      [`round ${i + 1}: diff: progressed / created since the target (kept)`, `${x.diff.tasks.progressed} / ${x.diff.tasks.only_live}`, ''],
+      [`round ${i + 1}: diff: deleted API keys`, x.diff.deleted_api_keys.length, ''],
+      [`round ${i + 1}: diff: ledger rows of the copy missing live / written since`, `${x.diff.ledger.missing_in_live} / ${x.diff.ledger.only_live}`, 'missing must be 0'],
+      [`round ${i + 1}: repaired tasks (CAS + transition) / keys`, `${x.repair.tasks_repaired.length} / ${x.repair.api_keys_restored.length}`, ''],
+      [`round ${i + 1}: changed meanwhile / out of this copy's reach`, `${x.repair.tasks_changed_meanwhile.length} / ${x.repair.skipped}`, i === r.rounds.length - 1 ? 'reach must be 0' : 'next round'],
+      [`round ${i + 1}: a diff after the repair still finds`, x.leftAfterRepair, i === r.rounds.length - 1 ? 'must be 0' : ''],
+    ]);
     report(r, o.json, 'pitr drill', () => [
       ...phases(r.load),
       ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
       ['base backup (s)', r.baseBackupSeconds.toFixed(1), ''],
       ['WAL segments archived', r.walSegmentsArchived, ''],
-      ['recovery target (the moment before)', r.recoveryTarget, ''],
+      ['the moment before (recorded)', r.recoveryTarget, ''],
       ['the mistake committed', r.mistakeAt, ''],
-      ['RPO: mistake − recovery target (s)', r.rpoSeconds.toFixed(3), ''],
-      ['restore time: copy + WAL replay + promote (s)', r.restoreSeconds.toFixed(1), ''],
-      ['restored copy replayed through', d.restored_through, ''],
+      ['RPO: mistake − recovery target (s)', r.rpoSeconds.toFixed(3), 'round 1'],
       ['the mistake: tasks SUCCEEDED → FAILED', r.mistake.tasksRewritten, ''],
       ['the mistake: API keys deleted', r.mistake.apiKeysDeleted, ''],
-      ...statuses.map((s): Row => [`tasks ${s}: restored / damaged`, `${d.tasks_by_status.restored[s] ?? 0} / ${d.tasks_by_status.live[s] ?? 0}`, '']),
-      ['diff: rewritten outside the CAS', d.tasks.rewritten.length, 'must equal the mistake'],
-      ['diff: progressed since the target (kept)', d.tasks.progressed, ''],
-      ['diff: created since the target (kept)', d.tasks.only_live, ''],
-      ['diff: deleted API keys', d.deleted_api_keys.length, 'must equal the mistake'],
-      ['diff: ledger rows of the copy missing live', d.ledger.missing_in_live, 'must be 0'],
-      ['diff: ledger rows written since the target', d.ledger.only_live, ''],
-      ['repair: tasks restored (CAS, transition row)', r.repair.tasks_repaired.length, ''],
-      ['repair: tasks changed meanwhile (left alone)', r.repair.tasks_changed_meanwhile.length, ''],
-      ['repair: left to the operator', r.repair.skipped, 'must be 0'],
-      ['repair: API keys re-inserted', r.repair.api_keys_restored.length, ''],
-      ['second diff: still to repair', r.leftAfterRepair, 'must be 0'],
+      ...statuses.map((s): Row => [`tasks ${s}: restored (round 1) / damaged`, `${d.tasks_by_status.restored[s] ?? 0} / ${d.tasks_by_status.live[s] ?? 0}`, '']),
+      ...roundRows,
       ["deleted tenant's key: after the mistake / after repair", `${r.keyRefusedAfterMistake} / ${r.keyAnswersAfterRepair}`, 'must be 401 / 200'],
       ['tasks accepted (202)', r.accepted, ''],
       ['accepted but missing', r.missing, 'must be 0'],
@@ -249,7 +252,7 @@ program
       ['tenants whose account ≠ their ledger', r.tenantsOutOfBalance, 'must be 0'],
       ['open reservations on terminal tasks', r.openReservationsOnTerminalTasks, 'must be 0'],
     ], ok, () => {
-      console.log('\nledger totals per tenant (restored / damaged)');
+      console.log('\nledger totals per tenant, round 1 (restored / damaged)');
       for (const t of [...new Set([...Object.keys(d.ledger.restored), ...Object.keys(d.ledger.live)])]) {
         console.log(`  ${t}  ${JSON.stringify(d.ledger.restored[t] ?? {})}  /  ${JSON.stringify(d.ledger.live[t] ?? {})}`);
       }

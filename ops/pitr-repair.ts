@@ -33,6 +33,12 @@ export function planPitrRepair(diff: PitrDiff): PitrRepairPlan {
     }
     else tasks.push(t);
   }
+  const rewritten = new Set(diff.tasks.rewritten.map((t) => t.task_id));
+  for (const t of diff.tasks.off_record) {
+    if (!rewritten.has(t.task_id)) {
+      skipped.push({ task_id: t.task_id, why: `${t.status} at version ${t.status_version}, its record says ${t.recorded_status ?? 'nothing'}; it changed after the restore point: restore a copy nearer the mistake` });
+    }
+  }
   return { tasks, skipped, api_keys: diff.deleted_api_keys, restored_through: diff.restored_through };
 }
 

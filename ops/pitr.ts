@@ -60,6 +60,13 @@ export interface PitrDiff {
     readonly regressed: string[];
     /** Same version, other state: written outside the CAS (the mistake). */
     readonly rewritten: RewrittenTask[];
+    /**
+     * Live tasks whose status is not what their own task_transition row at their version says,
+     * whatever the copy holds: also written outside the CAS. Those not in `rewritten` changed
+     * between the restore point and the mistake, so this copy cannot repair them: restore one
+     * nearer the mistake (docs/runbooks/pitr.md, recovery_target_xid).
+     */
+    readonly off_record: { task_id: string; status: string; status_version: number; recorded_status: string | null }[];
   };
   readonly ledger: {
     /** tenant → entry type → sum, in each database. */
@@ -172,7 +179,14 @@ export async function pitrDiff(live: Db, restored: Db): Promise<PitrDiff> {
   await assertRestoredCopy(live, restored);
   // Business keys compare byte-wise on both sides (COLLATE "C"), as the merge does.
   const key = (r: { business_key: string }) => r.business_key;
-  const tasks = { compared: 0, only_live: 0, only_restored: [] as string[], progressed: 0, regressed: [] as string[], rewritten: [] as RewrittenTask[] };
+  const { rows: offRecord } = await live.execute(sql`
+    SELECT t.task_id::text, t.status, t.status_version::int, tr.to_status AS recorded_status
+    FROM generation_task t LEFT JOIN task_transition tr ON tr.task_id = t.task_id AND tr.to_version = t.status_version
+    WHERE tr.to_status IS DISTINCT FROM t.status ORDER BY t.task_id`);
+  const tasks = {
+    compared: 0, only_live: 0, only_restored: [] as string[], progressed: 0, regressed: [] as string[], rewritten: [] as RewrittenTask[],
+    off_record: offRecord as PitrDiff['tasks']['off_record'],
+  };
   for await (const [l, r] of mergeByKey(taskPages(live), taskPages(restored), (t) => t.task_id)) {
     if (l && !r) tasks.only_live += 1;
     else if (!l && r) tasks.only_restored.push(r.task_id);

@@ -73,13 +73,18 @@ export async function startStandby(dir: string, primary: PrivatePostgres, name: 
 
 /**
  * A point-in-time restore into an isolated cluster: the base backup copied, recovery.signal, WAL
- * read from `archiveDir` up to `targetTime` (inclusive) and then promoted. Its own archiving is off,
+ * read from `archiveDir` up to the target and then promoted. Its own archiving is off,
  * so the restored timeline never writes into the live cluster's archive. Resolves once it is
  * read-write.
  */
 export async function restorePointInTime(
   dir: string,
-  opts: { baseBackupDir: string; archiveDir: string; targetTime: string },
+  opts: {
+    baseBackupDir: string;
+    archiveDir: string;
+    /** A commit time (inclusive), or a transaction id to stop just before (the mistake's own). */
+    target: { readonly time: string } | { readonly beforeXid: string };
+  },
 ): Promise<PrivatePostgres> {
   await ownedDir(dir);
   const data = path.join(dir, 'data');
@@ -90,8 +95,9 @@ export async function restorePointInTime(
   const restored = await startCluster(dir, {
     settings: {
       restore_command: `cp ${opts.archiveDir}/%f %p`,
-      recovery_target_time: opts.targetTime,
-      recovery_target_inclusive: 'true',
+      ...('time' in opts.target
+        ? { recovery_target_time: opts.target.time, recovery_target_inclusive: 'true' }
+        : { recovery_target_xid: opts.target.beforeXid, recovery_target_inclusive: 'false' }),
       recovery_target_action: 'promote',
       archive_mode: 'off',
     },
