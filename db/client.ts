@@ -90,6 +90,14 @@ export function databaseCandidates(url: string, failoverHosts: readonly Database
   return [{ host: u.hostname, port: Number(u.port || 5432) }, ...failoverHosts];
 }
 
+/**
+ * The connection class for a single connection outside the pool (a LISTEN): pg.Client, or with
+ * failover hosts the read-write-only class the pool uses (its own candidate cursor).
+ */
+export function connectionClass(url: string, failoverHosts: readonly DatabaseHost[] = []): typeof pg.Client {
+  return failoverHosts.length > 0 ? failoverClientClass(databaseCandidates(url, failoverHosts)) : pg.Client;
+}
+
 export function createDatabase(opts: {
   url: string;
   max?: number;
@@ -98,7 +106,7 @@ export function createDatabase(opts: {
   /** Further servers tried after the URL's host; each connection must be read-write (docs/decisions/0030). */
   failoverHosts?: readonly DatabaseHost[];
 }): Database {
-  const failover = opts.failoverHosts?.length ? { Client: failoverClientClass(databaseCandidates(opts.url, opts.failoverHosts)) } : {};
+  const failover = opts.failoverHosts?.length ? { Client: connectionClass(opts.url, opts.failoverHosts) } : {};
   const pool = new pg.Pool({
     connectionString: opts.url,
     max: opts.max ?? 10,

@@ -31,7 +31,7 @@ const liveUrl = urlFor(`vidorch_t_pitr_live_${suffix}`);
 const restoredUrl = urlFor(`vidorch_t_pitr_restored_${suffix}`);
 let live: Database;
 let restored: Database;
-const task: Record<'succeeded' | 'submitted' | 'queued' | 'created_after', string> = { succeeded: '', submitted: '', queued: '', created_after: '' };
+const task: Record<'succeeded' | 'submitted' | 'queued' | 'created_after' | 'late', string> = { succeeded: '', submitted: '', queued: '', created_after: '', late: '' };
 let otherKey = '';
 
 const PATH: TaskStatus[] = ['QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'RUNNING', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'PROCESSING_MEDIA', 'SUCCEEDED'];
@@ -67,6 +67,7 @@ before(async () => {
   task.succeeded = await newTask(tenant.tenantId, 'a');
   task.submitted = await newTask(tenant.tenantId, 'b');
   task.queued = await newTask(tenant.tenantId, 'c');
+  task.late = await newTask(tenant.tenantId, 'e');
   await walk(task.succeeded, 'QUEUED', 'SUCCEEDED');
   await walk(task.submitted, 'QUEUED', 'SUBMITTED');
   // The moment before: a copy of the live database as it is now.
@@ -78,8 +79,10 @@ before(async () => {
   restored = createDatabase({ url: restoredUrl, max: 2 });
   // Since: legitimate progress and a new task, then the mistake.
   await walk(task.submitted, 'SUBMITTED', 'RUNNING');
+  // Succeeds between the restore point and the mistake, which then hits it too.
+  await walk(task.late, 'QUEUED', 'SUCCEEDED');
   task.created_after = await newTask(tenant.tenantId, 'd');
-  await live.db.execute(sql`UPDATE generation_task SET status = 'FAILED', failure_code = 'operator_cleanup' WHERE task_id IN (${task.succeeded}::uuid, ${task.queued}::uuid)`);
+  await live.db.execute(sql`UPDATE generation_task SET status = 'FAILED', failure_code = 'operator_cleanup' WHERE task_id IN (${task.succeeded}::uuid, ${task.queued}::uuid, ${task.late}::uuid)`);
   await live.db.execute(sql`DELETE FROM api_key WHERE tenant_id = ${other.tenantId}::uuid`);
 });
 
@@ -99,13 +102,15 @@ test('the diff names the tasks rewritten outside the CAS and the deleted key, an
   assert.deepEqual(a.live, { status: 'FAILED', failure_code: 'operator_cleanup' });
   assert.deepEqual(a.restored, { status: 'SUCCEEDED', failure_code: null });
   assert.equal(a.recorded_status, 'SUCCEEDED');
-  assert.equal(diff.tasks.progressed, 1);
+  assert.equal(diff.tasks.progressed, 2);
+  // Its own record says what each was; the late one is off its record but not in this copy's reach.
+  assert.deepEqual(diff.tasks.off_record.map((t) => t.task_id).sort(), [task.succeeded, task.queued, task.late].sort());
   assert.equal(diff.tasks.only_live, 1);
   assert.deepEqual(diff.tasks.only_restored, []);
   assert.equal(diff.deleted_api_keys.length, 1);
   assert.equal(diff.ledger.missing_in_live, 0);
   assert.equal(diff.ledger.only_live, 1, "the new task's RESERVE");
-  assert.equal(diff.tasks_by_status.live['FAILED'], 2);
+  assert.equal(diff.tasks_by_status.live['FAILED'], 3);
   assert.equal(diff.tasks_by_status.restored['FAILED'], undefined);
 });
 
@@ -113,10 +118,16 @@ test('the live database itself is refused as the restored copy', async () => {
   await assert.rejects(pitrDiff(live.db, live.db), NotARestoredCopyError);
 });
 
+test('a task rewritten after it changed since the restore point is left to the operator, named', () => {
+  const plan = planPitrRepair(diff);
+  assert.deepEqual(plan.skipped.map((s) => s.task_id), [task.late]);
+  assert.match(plan.skipped[0]!.why, /restore a copy nearer the mistake/);
+});
+
 test('a rewritten task whose own record disagrees with the restored copy is left to the operator', () => {
   const plan = planPitrRepair({ ...diff, tasks: { ...diff.tasks, rewritten: diff.tasks.rewritten.map((t) => ({ ...t, recorded_status: 'RUNNING' })) } });
   assert.equal(plan.tasks.length, 0);
-  assert.equal(plan.skipped.length, 2);
+  assert.equal(plan.skipped.length, 3);
 });
 
 test('the repair is refused outside the active region', async () => {
