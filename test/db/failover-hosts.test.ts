@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { sql } from 'drizzle-orm';
 import { isDatabaseUnavailable } from '../../api/problem';
 import { loadConfig } from '../../config/env';
 import { failoverHosts } from '../../config/services';
@@ -99,7 +100,26 @@ test('the fence watcher LISTENs on the primary through the same candidates', asy
 
 test('after the primary stops and the standby is promoted, the same pool writes on the new primary', async () => {
   await database.pool.query('CREATE TABLE IF NOT EXISTS failover_probe (n int)');
+  // A transaction open across the crash: whatever surfaces (the ROLLBACK on the dead client)
+  // is "the database is unavailable" (503), never an unclassified error (500).
+  let crashed!: () => void;
+  let opened!: () => void;
+  const crash = new Promise<void>((resolve) => (crashed = resolve));
+  const open = new Promise<void>((resolve) => (opened = resolve));
+  const outcome = database.db
+    .transaction(async (tx) => {
+      await tx.execute(sql`INSERT INTO failover_probe VALUES (0)`);
+      opened();
+      await crash;
+      await tx.execute(sql`INSERT INTO failover_probe VALUES (0)`);
+    })
+    .then(() => null, (err: unknown) => err);
+  await open;
   await primary.crash();
+  crashed();
+  const err = await outcome;
+  assert.ok(err instanceof Error, 'the transaction failed');
+  assert.ok(isDatabaseUnavailable(err), `classified as unavailable: ${err.message}`);
   // Before the promotion no candidate is read-write: every attempt fails, none reaches the standby for writing.
   const before = await database.pool.query('INSERT INTO failover_probe VALUES (1)').then(() => 'written', (err: Error) => err.message);
   assert.notEqual(before, 'written');
