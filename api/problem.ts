@@ -143,7 +143,9 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   // drizzle wraps the driver's error (DrizzleQueryError → cause): look down the cause chain.
   for (let e = err as { code?: unknown; message?: string; cause?: unknown } | null, depth = 0; e && depth < 5; e = e.cause as typeof e, depth += 1) {
     if (typeof e.code === 'string' && codes.includes(e.code)) return true;
-    if (/timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED/i.test(e.message ?? '')) return true;
+    // "not queryable": a transaction whose server crashed mid-way; drizzle's ROLLBACK then fails
+    // on the dead client and that error replaces the original one.
+    if (/timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|connection error and is not queryable/i.test(e.message ?? '')) return true;
   }
   return false;
 }

@@ -2,7 +2,7 @@
 // and /openapi.json; the operator listener (OPS_LISTEN_HOST:OPS_PORT) serves /metrics and the
 // detailed /readyz. Fact gauges are computed by a sampler on a connection of its own.
 import { loadConfigOrExit } from '../config/env';
-import { buildDatabase } from '../config/services';
+import { buildDatabase, failoverHosts } from '../config/services';
 import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { createMetrics } from '../observability/metrics';
@@ -19,7 +19,7 @@ const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: conf
 const tracing = installTracing(tracingOptions(config, 'vidorch-api', logger));
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
-const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });
+const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, failoverHosts: failoverHosts(config), intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const ctx = buildApiContext(config, {
   db: database.db,

@@ -90,6 +90,14 @@ export const envSchema = z.object({
 
   DATABASE_URL: secret(z.string().min(1), 'postgres://postgres@127.0.0.1:5432/vidorch'),
   DATABASE_POOL_MAX: z.coerce.number().int().min(1).max(200).default(10),
+  /**
+   * Standbys that may be promoted (host:port, in order): the pool tries DATABASE_URL's host, then
+   * these, and keeps only a read-write server (libpq's target_session_attrs=read-write;
+   * docs/decisions/0030, docs/runbooks/pg-switchover.md). Empty: DATABASE_URL's host only.
+   */
+  DATABASE_FAILOVER_HOSTS: csv
+    .pipe(z.array(z.string().regex(/^[^\s,]+:\d{1,5}$/, 'entries are host:port, e.g. db-2.internal:5432')))
+    .default([]),
 
   /** The region this process runs in; every fact write checks it against region_write_fence. */
   REGION: z.string().min(1).default('region-a'),

@@ -2,7 +2,7 @@
 // provider adapters, activity settings. API, worker, CLI and tests all build them here.
 import type { TaskActivityDeps } from '../activities/deps';
 import { systemClock } from '../activities/deps';
-import { createDatabase, type Database } from '../db/client';
+import { createDatabase, type Database, type DatabaseHost } from '../db/client';
 import { createFalAdapter } from '../providers/fal';
 import { createKlingAdapter } from '../providers/kling';
 import { createReplicateAdapter } from '../providers/replicate';
@@ -85,7 +85,15 @@ export function pollQueueRates(config: Config): Record<string, number> {
 }
 
 export function buildDatabase(config: Config, applicationName: string): Database {
-  return createDatabase({ url: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, applicationName });
+  return createDatabase({ url: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, applicationName, failoverHosts: failoverHosts(config) });
+}
+
+/** DATABASE_FAILOVER_HOSTS as host and port (the last colon splits them, so an IPv6 host keeps its own). */
+export function failoverHosts(config: Config): DatabaseHost[] {
+  return config.DATABASE_FAILOVER_HOSTS.map((entry) => {
+    const at = entry.lastIndexOf(':');
+    return { host: entry.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(entry.slice(at + 1)) };
+  });
 }
 
 export function activitySettings(config: Config): TaskActivityDeps['settings'] {

@@ -15,7 +15,98 @@ export interface Database {
   close(): Promise<void>;
 }
 
-export function createDatabase(opts: { url: string; max?: number; applicationName?: string; statementTimeoutMs?: number }): Database {
+/** One candidate server of the facts database (DATABASE_FAILOVER_HOSTS entries). */
+export interface DatabaseHost {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** A connection reached a server that is not read-write (a standby still in recovery). */
+export class StandbyServerError extends Error {
+  /** SQLSTATE 08001 (unable to establish a connection), as libpq fails a read-write target: callers treat it as the database unavailable (503, retry). */
+  readonly code = '08001';
+  constructor(readonly server: DatabaseHost) {
+    super(`${server.host}:${server.port} is in recovery (a standby), not the read-write primary`);
+    this.name = 'StandbyServerError';
+  }
+}
+
+/**
+ * The pool's connection class when the facts database has failover hosts (docs/decisions/0030):
+ * libpq's `target_session_attrs=read-write`, which node-postgres does not implement. Every new
+ * connection goes to the current candidate and must answer `pg_is_in_recovery() = false`; a
+ * candidate that refuses the connection or is a standby moves the pool on to the next one in
+ * order (wrapping), so after a promotion the pool finds the new primary with at most one failed
+ * connection per unusable candidate. Connections already open are not checked again: a server
+ * that stops drops them, and PostgreSQL never demotes a primary in place.
+ */
+function failoverClientClass(candidates: readonly DatabaseHost[]): typeof pg.Client {
+  let current = 0;
+  return class FailoverClient extends pg.Client {
+    readonly #index: number;
+    constructor(config?: string | pg.ClientConfig) {
+      const given = typeof config === 'string' ? { connectionString: config } : (config ?? {});
+      const index = current;
+      super({ ...given, connectionString: onServer(given.connectionString ?? '', candidates[index]!) });
+      this.#index = index;
+    }
+
+    #moveOn(): void {
+      // Only the first failure seen on this candidate moves the pool; later ones are stale.
+      if (current === this.#index) current = (this.#index + 1) % candidates.length;
+    }
+
+    override connect(): Promise<pg.Client>;
+    override connect(callback: (err: Error | null, client?: pg.Client) => void): void;
+    override connect(callback?: (err: Error | null, client?: pg.Client) => void): Promise<pg.Client> | void {
+      const checked = super.connect().then(async (): Promise<pg.Client> => {
+        const { rows } = await this.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby');
+        if (rows[0]?.standby) {
+          await this.end().catch(() => undefined);
+          throw new StandbyServerError(candidates[this.#index]!);
+        }
+        return this;
+      });
+      const settled = checked.catch((err: unknown) => {
+        this.#moveOn();
+        throw err;
+      });
+      if (!callback) return settled;
+      settled.then((client) => callback(null, client), (err: Error) => callback(err));
+    }
+  };
+}
+
+/** The connection URL pointed at another server (the connection string wins over host/port in pg). */
+function onServer(url: string, server: DatabaseHost): string {
+  const u = new URL(url);
+  u.host = `${server.host.includes(':') ? `[${server.host}]` : server.host}:${server.port}`;
+  return u.toString();
+}
+
+/** DATABASE_URL's own host first, then the failover hosts, each tried in that order. */
+export function databaseCandidates(url: string, failoverHosts: readonly DatabaseHost[]): DatabaseHost[] {
+  const u = new URL(url);
+  return [{ host: u.hostname, port: Number(u.port || 5432) }, ...failoverHosts];
+}
+
+/**
+ * The connection class for a single connection outside the pool (a LISTEN): pg.Client, or with
+ * failover hosts the read-write-only class the pool uses (its own candidate cursor).
+ */
+export function connectionClass(url: string, failoverHosts: readonly DatabaseHost[] = []): typeof pg.Client {
+  return failoverHosts.length > 0 ? failoverClientClass(databaseCandidates(url, failoverHosts)) : pg.Client;
+}
+
+export function createDatabase(opts: {
+  url: string;
+  max?: number;
+  applicationName?: string;
+  statementTimeoutMs?: number;
+  /** Further servers tried after the URL's host; each connection must be read-write (docs/decisions/0030). */
+  failoverHosts?: readonly DatabaseHost[];
+}): Database {
+  const failover = opts.failoverHosts?.length ? { Client: connectionClass(opts.url, opts.failoverHosts) } : {};
   const pool = new pg.Pool({
     connectionString: opts.url,
     max: opts.max ?? 10,
@@ -24,6 +115,7 @@ export function createDatabase(opts: { url: string; max?: number; applicationNam
     // Fail fast when Postgres is down instead of queueing callers forever.
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,
+    ...failover,
   });
   // An idle client's error (e.g. the server restarted) must not crash the process.
   pool.on('error', () => undefined);

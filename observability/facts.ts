@@ -5,7 +5,7 @@
 // only at tasks whose ledger changed since the previous pass (and the ones it found out of
 // balance, until they balance).
 import { sql } from 'drizzle-orm';
-import { createDatabase, type Db } from '../db/client';
+import { createDatabase, type DatabaseHost, type Db } from '../db/client';
 import { waitingSummary } from '../db/slot-queue';
 import type { Logger } from './logger';
 
@@ -39,6 +39,8 @@ export interface FactSampler {
 
 export interface FactSamplerOptions {
   readonly databaseUrl: string;
+  /** DATABASE_FAILOVER_HOSTS (docs/decisions/0030). */
+  readonly failoverHosts?: readonly DatabaseHost[];
   readonly intervalMs: number;
   readonly logger: Logger;
   readonly applicationName: string;
@@ -52,7 +54,7 @@ const LEDGER_OVERLAP_MS = 60_000;
 const STATEMENT_TIMEOUT_MS = 10_000;
 
 export function startFactSampler(opts: FactSamplerOptions): FactSampler {
-  const database = createDatabase({ url: opts.databaseUrl, max: 1, applicationName: opts.applicationName, statementTimeoutMs: STATEMENT_TIMEOUT_MS });
+  const database = createDatabase({ url: opts.databaseUrl, max: 1, applicationName: opts.applicationName, statementTimeoutMs: STATEMENT_TIMEOUT_MS, failoverHosts: opts.failoverHosts });
   const ledger = ledgerCheck(opts.ledgerLookbackMs ?? 3_600_000);
   let last: FactSnapshot | null = null;
   let running: Promise<FactSnapshot> | null = null;

@@ -51,6 +51,10 @@ import { auditOps, createTenant, grantTenantCredits, setTenantOutputRetention } 
 import { redeliverWebhook, tenantWebhooks, webhookDeliveries } from './webhooks';
 import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
 import { providerQueueReport, setTenantLimit } from './capacity';
+import { pitrDiff } from './pitr';
+import { printPitrDiff, printPitrPlan } from './pitr-print';
+import { applyPitrRepair, planPitrRepair } from './pitr-repair';
+import { createDatabase } from '../db/client';
 
 const config = loadConfigOrExit();
 // Its answer is on stdout; what went wrong beyond a command's own error goes to stderr, as JSON.
@@ -725,6 +729,48 @@ spool
     const requeued = await requeueDeadLetters(spoolDir);
     await withDb((d) => auditOps(d.db, fence, { actor, action: 'spool.requeue', targetType: 'spool', targetId: spoolDir, reason: o.reason, detail: { requeued } }));
     print(o.json, { dir: spoolDir, requeued }, () => `requeued ${requeued} dead letter(s) from ${spoolDir}`);
+  });
+
+// ---------------------------------------------------------------------------------------------
+// point-in-time recovery (docs/runbooks/pitr.md)
+
+const pitr = program.command('pitr').description('compare the live database with a point-in-time restored copy, and repair the live one from it');
+
+/** The restored copy's connection (its URL may carry a password: never printed). */
+async function withRestored<T>(url: string, work: (live: ReturnType<typeof buildDatabase>, restored: ReturnType<typeof buildDatabase>) => Promise<T>): Promise<T> {
+  const restored = createDatabase({ url, max: 2, applicationName: 'vidorch-ops-pitr' });
+  try {
+    return await withDb((live) => work(live, restored));
+  } finally {
+    await restored.close();
+  }
+}
+
+pitr
+  .command('diff')
+  .description('what differs: tasks by status, tasks rewritten outside the CAS, ledger totals per tenant, deleted API keys (reads only)')
+  .requiredOption('--restored <url>', 'the restored copy (an isolated cluster, promoted at its recovery target)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { restored: string; json: boolean }) => {
+    const diff = await withRestored(o.restored, (live, restored) => pitrDiff(live.db, restored.db));
+    print(o.json, diff, () => printPitrDiff(diff));
+  });
+
+pitr
+  .command('repair')
+  .description('restore the rewritten tasks (CAS under the fence, a task_transition row each) and re-insert deleted API keys, audited')
+  .requiredOption('--restored <url>', 'the restored copy')
+  .requiredOption('--reason <text>', 'why (audited), e.g. the incident')
+  .option('--apply', 'write the repair (default: a dry run that only prints it)', false)
+  .option('--dry-run', 'print what would be written (the default)', false)
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { restored: string; reason: string; apply: boolean; dryRun: boolean; json: boolean }) => {
+    if (o.apply && o.dryRun) throw new InvalidArgumentError('--apply and --dry-run: choose one');
+    const out = await withRestored(o.restored, async (live, restored) => {
+      const plan = planPitrRepair(await pitrDiff(live.db, restored.db));
+      return { plan, applied: o.apply ? await applyPitrRepair(live.db, plan, { actor, reason: o.reason, fence }) : null };
+    });
+    print(o.json, out, () => printPitrPlan(out.plan, out.applied));
   });
 
 try {

@@ -4,6 +4,8 @@ import { Command, InvalidArgumentError } from 'commander';
 import { runFailoverDrill } from './drills/failover';
 import { runPostgresOutageDrill } from './drills/postgres-outage';
 import { runStorageOutageDrill } from './drills/storage-outage';
+import { runPgSwitchoverDrill } from './drills/pg-switchover';
+import { runPitrDrill } from './drills/pitr';
 import { runTemporalOutageDrill } from './drills/temporal-outage';
 import { PROVIDERS, type ProviderName } from '../domain/catalog';
 import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
@@ -159,6 +161,104 @@ program
       ['ledger imbalance', r.ledgerImbalance, 'must be 0'],
       ['converged after restart (s)', r.convergeSecondsAfterRestart.toFixed(1), ''],
     ], ok);
+  });
+
+program
+  .command('pg-switchover')
+  .description('the facts database fails over to its streaming standby under load (primary stopped, standby promoted): RTO, 503 never 500, nothing lost, no duplicate job')
+  .option('--rate <per-second>', 'creates per second', positive, 5)
+  .option('--load <seconds>', 'load before the stop, and again after the promotion', positive, 15)
+  .option('--promote-after <seconds>', 'detection delay: the primary stays down this long before the standby is promoted', positive, 5)
+  .option('--async', 'an asynchronous standby (measures the loss instead of RPO = 0)', false)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { rate: number; load: number; promoteAfter: number; async: boolean; json: boolean }) => {
+    const r = await runPgSwitchoverDrill({ ratePerSecond: o.rate, loadSeconds: o.load, promoteAfterSeconds: o.promoteAfter, synchronous: !o.async, log });
+    const ok =
+      r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.rtoSeconds !== null && r.tasksWithDuplicateJobs === 0 &&
+      r.ledgerImbalance === 0 && r.tenantsOutOfBalance === 0 && r.openReservationsOnTerminalTasks === 0 && r.outboxUnpublishedAtEnd === 0 &&
+      (!r.synchronous || (r.outboxRowsMissing === 0 && r.inboxRowsMissing === 0));
+    report(r, o.json, `pg-switchover drill (${r.synchronous ? 'synchronous standby: RPO 0 for commits' : 'asynchronous standby'})`, () => [
+      ...phases(r.load),
+      ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
+      ['creates answered 503 during the switch', r.creates503DuringSwitch, ''],
+      ['primary stopped → promote command (s)', r.promoteAfterSeconds, 'detection delay'],
+      ['pg_ctl promote took (s)', r.promoteCommandSeconds.toFixed(2), ''],
+      ['RTO: primary stopped → first create accepted (s)', r.rtoSeconds === null ? null : r.rtoSeconds.toFixed(2), ''],
+      ['tasks accepted (202)', r.accepted, ''],
+      ['accepted but missing on the new primary (lost)', r.missing, 'must be 0'],
+      ['outbox rows of the old primary missing on the new', r.outboxRowsMissing, r.synchronous ? 'must be 0' : 'async: the loss'],
+      ['inbox rows of the old primary missing on the new', r.inboxRowsMissing, r.synchronous ? 'must be 0' : 'async: the loss'],
+      ['outbox rows unpublished at the end', r.outboxUnpublishedAtEnd, 'must be 0'],
+      ['callbacks spooled during the switch (peak)', r.spooledPeak, ''],
+      ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ['provider jobs per task (max)', r.maxProviderJobsPerTask, ''],
+      ['tasks with a duplicate provider job', r.tasksWithDuplicateJobs, 'must be 0'],
+      ['ledger imbalance (tasks)', r.ledgerImbalance, 'must be 0'],
+      ['tenants whose account ≠ their ledger', r.tenantsOutOfBalance, 'must be 0'],
+      ['open reservations on terminal tasks', r.openReservationsOnTerminalTasks, 'must be 0'],
+      ['converged after the promotion (s)', r.convergeSecondsAfterPromote.toFixed(1), ''],
+    ], ok);
+  });
+
+program
+  .command('pitr')
+  .description('WAL archive and base backup; a wrong mass update and deleted keys under load; a restore to the moment before in an isolated cluster; diff and repair: RPO, restore time')
+  .option('--rate <per-second>', 'creates per second', positive, 3)
+  .option('--load <seconds>', 'load after the base backup, and again after the mistake', positive, 10)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { rate: number; load: number; json: boolean }) => {
+    const r = await runPitrDrill({ ratePerSecond: o.rate, loadSeconds: o.load, log });
+    const first = r.rounds[0]!;
+    const last = r.rounds[r.rounds.length - 1]!;
+    const sum = (f: (x: (typeof r.rounds)[number]) => number) => r.rounds.reduce((n, x) => n + f(x), 0);
+    const ok =
+      r.serverErrors === 0 && r.missing === 0 && r.unconverged === 0 && r.mistake.tasksRewritten > 0 &&
+      sum((x) => x.repair.tasks_repaired.length) === r.mistake.tasksRewritten && sum((x) => x.repair.api_keys_restored.length) === r.mistake.apiKeysDeleted &&
+      last.repair.skipped === 0 && last.leftAfterRepair === 0 && r.rounds.every((x) => x.diff.ledger.missing_in_live === 0) &&
+      r.keyRefusedAfterMistake === 401 && r.keyAnswersAfterRepair === 200 &&
+      r.tasksWithDuplicateJobs === 0 && r.ledgerImbalance === 0 && r.tenantsOutOfBalance === 0 && r.openReservationsOnTerminalTasks === 0;
+    const d = first.diff;
+    const statuses = [...new Set([...Object.keys(d.tasks_by_status.restored), ...Object.keys(d.tasks_by_status.live)])].sort();
+    const roundRows = r.rounds.flatMap((x, i): Row[] => [
+      [`round ${i + 1}: recovery target`, x.target, ''],
+      [`round ${i + 1}: restore time: copy + WAL replay + promote (s)`, x.restoreSeconds.toFixed(1), ''],
+      [`round ${i + 1}: restored copy replayed through`, x.diff.restored_through, ''],
+      [`round ${i + 1}: diff: rewritten outside the CAS / off their record`, `${x.diff.tasks.rewritten.length} / ${x.diff.tasks.off_record.length}`, ''],
+      [`round ${i + 1}: diff: progressed / created since the target (kept)`, `${x.diff.tasks.progressed} / ${x.diff.tasks.only_live}`, ''],
+      [`round ${i + 1}: diff: deleted API keys`, x.diff.deleted_api_keys.length, ''],
+      [`round ${i + 1}: diff: ledger rows of the copy missing live / written since`, `${x.diff.ledger.missing_in_live} / ${x.diff.ledger.only_live}`, 'missing must be 0'],
+      [`round ${i + 1}: repaired tasks (CAS + transition) / keys`, `${x.repair.tasks_repaired.length} / ${x.repair.api_keys_restored.length}`, ''],
+      [`round ${i + 1}: changed meanwhile / out of this copy's reach`, `${x.repair.tasks_changed_meanwhile.length} / ${x.repair.skipped}`, i === r.rounds.length - 1 ? 'reach must be 0' : 'next round'],
+      [`round ${i + 1}: a diff after the repair still finds`, x.leftAfterRepair, i === r.rounds.length - 1 ? 'must be 0' : ''],
+    ]);
+    report(r, o.json, 'pitr drill', () => [
+      ...phases(r.load),
+      ['answers 5xx other than 503', r.serverErrors, 'must be 0'],
+      ['base backup (s)', r.baseBackupSeconds.toFixed(1), ''],
+      ['WAL segments archived', r.walSegmentsArchived, ''],
+      ['the moment before (recorded)', r.recoveryTarget, ''],
+      ['the mistake committed', r.mistakeAt, ''],
+      ['RPO: mistake − recovery target (s)', r.rpoSeconds.toFixed(3), 'round 1'],
+      ['the mistake: tasks SUCCEEDED → FAILED', r.mistake.tasksRewritten, ''],
+      ['the mistake: API keys deleted', r.mistake.apiKeysDeleted, ''],
+      ...statuses.map((s): Row => [`tasks ${s}: restored (round 1) / damaged`, `${d.tasks_by_status.restored[s] ?? 0} / ${d.tasks_by_status.live[s] ?? 0}`, '']),
+      ...roundRows,
+      ["deleted tenant's key: after the mistake / after repair", `${r.keyRefusedAfterMistake} / ${r.keyAnswersAfterRepair}`, 'must be 401 / 200'],
+      ['tasks accepted (202)', r.accepted, ''],
+      ['accepted but missing', r.missing, 'must be 0'],
+      ['accepted, not converged when the drill stopped', r.unconverged, 'must be 0'],
+      ['states at the end', JSON.stringify(r.byStatus), ''],
+      ['tasks with a duplicate provider job', r.tasksWithDuplicateJobs, 'must be 0'],
+      ['ledger imbalance (tasks)', r.ledgerImbalance, 'must be 0'],
+      ['tenants whose account ≠ their ledger', r.tenantsOutOfBalance, 'must be 0'],
+      ['open reservations on terminal tasks', r.openReservationsOnTerminalTasks, 'must be 0'],
+    ], ok, () => {
+      console.log('\nledger totals per tenant, round 1 (restored / damaged)');
+      for (const t of [...new Set([...Object.keys(d.ledger.restored), ...Object.keys(d.ledger.live)])]) {
+        console.log(`  ${t}  ${JSON.stringify(d.ledger.restored[t] ?? {})}  /  ${JSON.stringify(d.ledger.live[t] ?? {})}`);
+      }
+    });
   });
 
 program

@@ -5,7 +5,7 @@
 // outbox relay) run only while this process's REGION is the active one: they are stopped when
 // it is not — the process stays up — and started again when it is.
 import pg from 'pg';
-import type { Db } from '../db/client';
+import { connectionClass, type Db, type DatabaseHost } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
 import { FENCE_CHANNEL } from '../db/modes';
 import type { Logger } from '../observability/logger';
@@ -24,6 +24,8 @@ export interface FenceWatcherOptions {
   readonly db: Db;
   /** For the LISTEN connection (a pooled connection cannot hold a LISTEN). */
   readonly databaseUrl: string;
+  /** DATABASE_FAILOVER_HOSTS: the LISTEN connection follows a promoted standby as the pool does (docs/decisions/0030). */
+  readonly failoverHosts?: readonly DatabaseHost[];
   readonly scope: string;
   readonly intervalMs: number;
   readonly logger: Logger;
@@ -40,6 +42,7 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
   const listeners = new Set<(s: FenceState) => void>();
   let listener: pg.Client | null = null;
   let reconnectTimer: NodeJS.Timeout | null = null;
+  const ListenClient = connectionClass(opts.databaseUrl, opts.failoverHosts);
 
   async function refresh(): Promise<FenceState | null> {
     try {
@@ -62,7 +65,7 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
 
   async function connectListener(): Promise<void> {
     if (stopped || opts.listen === false) return;
-    const client = new pg.Client({ connectionString: opts.databaseUrl, application_name: 'vidorch-fence-watcher' });
+    const client = new ListenClient({ connectionString: opts.databaseUrl, application_name: 'vidorch-fence-watcher' });
     const retry = () => {
       if (listener === client) listener = null;
       client.removeAllListeners();

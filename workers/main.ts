@@ -9,7 +9,7 @@
 import type { WorkflowBundle } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { loadConfigOrExit } from '../config/env';
-import { buildActivityDeps, buildDatabase, buildProviders, buildReconcileDeps, buildStorage } from '../config/services';
+import { buildActivityDeps, buildDatabase, buildProviders, buildReconcileDeps, buildStorage, failoverHosts } from '../config/services';
 import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
@@ -51,6 +51,7 @@ const database = buildDatabase(config, 'vidorch-worker');
 // The fact gauges, with the jobs in flight per provider, on a connection of their own.
 const facts = startFactSampler({
   databaseUrl: config.DATABASE_URL,
+  failoverHosts: failoverHosts(config),
   intervalMs: config.METRICS_FACTS_INTERVAL_MS,
   logger,
   applicationName: 'vidorch-worker-facts',
@@ -103,6 +104,7 @@ const watcher: FenceWatcher | null = config.FENCE_WATCH_ENABLED
   ? await startFenceWatcher({
       db: database.db,
       databaseUrl: config.DATABASE_URL,
+      failoverHosts: failoverHosts(config),
       scope: config.FENCE_SCOPE,
       intervalMs: config.FENCE_WATCH_INTERVAL_MS,
       logger: fenceLogger,

@@ -11,6 +11,7 @@ import { createApp } from '../../api/app';
 import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
 import { configToEnv, loadConfig, type Config } from '../../config/env';
+import { failoverHosts } from '../../config/services';
 import { createCallbackTokens } from '../../providers/callback-token';
 import { createDatabase, type Database } from '../../db/client';
 import { taskAttempt } from '../../db/schema';
@@ -130,7 +131,7 @@ export async function startDrillWorld(
     log(`database ${dbUrl.pathname.slice(1)}`);
     await migrateDatabase({ url: config.DATABASE_URL, region: config.REGION, fenceScope: config.FENCE_SCOPE });
     cleanups.push(() => dropDatabase(config.DATABASE_URL));
-    const db = createDatabase({ url: config.DATABASE_URL, max: 20, applicationName: 'vidorch-drill' });
+    const db = createDatabase({ url: config.DATABASE_URL, max: 20, applicationName: 'vidorch-drill', failoverHosts: failoverHosts(config) });
     cleanups.push(() => db.close());
 
     const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });

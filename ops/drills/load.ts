@@ -18,17 +18,17 @@ export interface OutageLoadOutcome {
 export interface LoadReport {
   /** phase → status ('202', '503', '500', 'network-error', …) → count */
   readonly byPhase: Record<string, Record<string, number>>;
-  /** Task ids answered 202, with when. */
-  readonly accepted: { id: string; at: number }[];
+  /** Task ids answered 202, with when (and when the request was sent). */
+  readonly accepted: { id: string; at: number; sentAt: number }[];
   readonly serverErrors: number;
 }
 
 export function startCreateLoad(
   world: DrillWorld,
   opts: { ratePerSecond: number; prefix: string; phase: () => string; maxInFlight?: number },
-): { stop(): Promise<LoadReport>; acceptedSince(t: number): number } {
+): { stop(): Promise<LoadReport>; acceptedSince(t: number): number; firstAcceptedSince(t: number): number | null } {
   const byPhase: Record<string, Record<string, number>> = {};
-  const accepted: { id: string; at: number }[] = [];
+  const accepted: { id: string; at: number; sentAt: number }[] = [];
   let serverErrors = 0;
   let inFlight = 0;
   let seq = 0;
@@ -40,6 +40,7 @@ export function startCreateLoad(
   const one = async () => {
     const phase = opts.phase();
     const i = seq++;
+    const sentAt = Date.now();
     try {
       const res = await fetch(`${world.apiUrl}/v1/tasks`, {
         method: 'POST',
@@ -50,7 +51,7 @@ export function startCreateLoad(
       const body = (await res.json().catch(() => null)) as { task_id?: string } | null;
       count(phase, String(res.status));
       if (res.status >= 500 && res.status !== 503) serverErrors += 1;
-      if (res.status === 202 && body?.task_id) accepted.push({ id: body.task_id, at: Date.now() });
+      if (res.status === 202 && body?.task_id) accepted.push({ id: body.task_id, at: Date.now(), sentAt });
     } catch {
       count(phase, 'network-error');
     }
@@ -69,6 +70,8 @@ export function startCreateLoad(
   }, 1000 / opts.ratePerSecond);
   return {
     acceptedSince: (t) => accepted.filter((a) => a.at >= t).length,
+    /** When the first create sent at or after `t` was answered 202 (null: none yet). */
+    firstAcceptedSince: (t) => accepted.reduce<number | null>((first, a) => (a.sentAt >= t && (first === null || a.at < first) ? a.at : first), null),
     async stop() {
       clearInterval(timer);
       await Promise.allSettled([...pending]);
