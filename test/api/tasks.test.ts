@@ -271,7 +271,10 @@ describe('service endpoints', () => {
     assert.match(metrics, /vidorch_outbox_backlog/);
     const doc = await http(api.baseUrl, 'GET', '/openapi.json');
     assert.equal(doc.body.openapi, '3.1.0');
-    assert.ok(doc.body.paths['/v1/tasks'].post.requestBody.content['application/json'].schema.properties.duration_seconds);
+    // The body's schema, inline or as a reference to a named component.
+    const body = doc.body.paths['/v1/tasks'].post.requestBody.content['application/json'].schema;
+    const schema = body.$ref ? doc.body.components.schemas[String(body.$ref).split('/').pop()!] : body;
+    assert.ok(schema.properties.duration_seconds);
   });
 });
 
