@@ -183,6 +183,12 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
         cp = undefined;
       }
 
+      // A resume needs the source's validator (ETag or Last-Modified, sent back as If-Range): without
+      // one a changed source would answer 206 and splice two files into one object. Start over.
+      if (cp && cp.bytes_stored > 0 && !cp.source_validator) {
+        await discard(req.token, cp, stores);
+        cp = undefined;
+      }
       let res = await fetchFrom(req, cp?.bytes_stored ?? 0, cp?.source_validator ?? null);
       if (res.status === 416 && cp) {
         // The source is shorter than what we stored: it changed. Start over.

@@ -78,8 +78,18 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       }
       reachable.push(target);
     }
-    if (!rawUrl) throw new OutputGoneError('provider reported success without an output URL');
-    const url = validateOutputUrl(rawUrl, {
+    // A bucket that did not answer may hold the published object (an earlier run stored it and
+    // stopped before recording it): while any is unknown, a gone provider URL is not a loss but
+    // a retry, so an outage can never turn a stored output into OUTPUT_LOST.
+    const unknown = targets.filter((_, i) => heads[i]!.status === 'rejected').map((t) => t.location);
+    const notLostYet = (err: unknown): never => {
+      if (err instanceof OutputGoneError && unknown.length > 0) {
+        throw new StorageWriteError(unknown[0]!, new Error(`${err.message}; the ${unknown.join(' and ')} bucket did not answer and may hold the output, so it is not lost yet`));
+      }
+      throw err;
+    };
+    if (!rawUrl) notLostYet(new OutputGoneError('provider reported success without an output URL'));
+    const url = validateOutputUrl(rawUrl!, {
       allowedHosts: deps.settings.outputHosts[provider] ?? [],
       allowPrivate: deps.settings.outputAllowPrivate,
     });
@@ -101,9 +111,9 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         );
         return { location: target.location, bucket: target.storage.bucket, sha256: object.sha256, size: object.size, contentType: object.contentType, downloadMs: Date.now() - started };
       } catch (err) {
-        if (!(err instanceof StorageWriteError)) throw err;
-        lastStorageError = err;
-        ctx.log.warn('output storage failed; trying the next target', { taskId, location: target.location, error: err.message });
+        if (!(err instanceof StorageWriteError)) notLostYet(err);
+        lastStorageError = err as StorageWriteError;
+        ctx.log.warn('output storage failed; trying the next target', { taskId, location: target.location, error: lastStorageError.message });
       }
     }
     throw lastStorageError ?? new Error('no storage target reachable');

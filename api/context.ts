@@ -6,7 +6,7 @@ import type { ProviderAdapter } from '../providers/types';
 import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
 import type { Config } from '../config/env';
-import { buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
+import { buildFallbackStorage, buildProviders, buildStorage, failoverHosts } from '../config/services';
 import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
 import { isDatabaseUnavailable } from './problem';
@@ -82,7 +82,12 @@ export function buildApiContext(
   const admission = createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, fenceCacheMs, {
     watermark: { count: config.OUTBOX_WATERMARK_COUNT, ageMs: config.OUTBOX_WATERMARK_AGE_MS },
   });
-  const hub = createEventHub({ databaseUrl: parts.databaseUrl ?? config.DATABASE_URL, resyncMs: config.EVENTS_RESYNC_MS, logger: parts.logger });
+  const hub = createEventHub({
+    databaseUrl: parts.databaseUrl ?? config.DATABASE_URL,
+    failoverHosts: failoverHosts(config),
+    resyncMs: config.EVENTS_RESYNC_MS,
+    logger: parts.logger,
+  });
   const sent = registerEventMetrics(parts.metrics.registry, () => ({ open: events.open(), listening: hub.listening(), connects: hub.connects() }));
   const events = createEventStreams({
     db: parts.db,

@@ -4,7 +4,8 @@
 // mode may have changed. A NOTIFY only wakes: every stream then re-reads Postgres from its own
 // position, so a NOTIFY lost with a dropped connection loses nothing — on reconnect, and every
 // EVENTS_RESYNC_MS anyway, every stream re-reads. The pattern is workers/fence-watcher.ts's.
-import pg from 'pg';
+import type pg from 'pg';
+import { connectionClass, type DatabaseHost } from '../db/client';
 import { FENCE_CHANNEL } from '../db/modes';
 import type { Logger } from '../observability/logger';
 
@@ -29,6 +30,8 @@ export interface EventHub {
 export interface EventHubOptions {
   /** For the LISTEN connection (a pooled connection cannot hold a LISTEN). */
   readonly databaseUrl: string;
+  /** DATABASE_FAILOVER_HOSTS: the LISTEN connection follows a switchover like the pool (docs/decisions/0030). */
+  readonly failoverHosts?: readonly DatabaseHost[];
   readonly resyncMs: number;
   readonly logger: Logger;
   readonly reconnectMs?: number;
@@ -49,6 +52,7 @@ const notice = (payload: string | undefined): { k: string; tenant: string; task:
  * while it was not listening is read then.
  */
 export function createEventHub(opts: EventHubOptions): EventHub {
+  const ListenClient = connectionClass(opts.databaseUrl, opts.failoverHosts);
   const byTask = new Map<string, Set<WakeListener>>();
   const byTenant = new Map<string, Set<WakeListener>>();
   let client: pg.Client | null = null;
@@ -76,7 +80,7 @@ export function createEventHub(opts: EventHubOptions): EventHub {
   async function connect(): Promise<void> {
     if (stopped || connecting || client) return;
     connecting = true;
-    const c = new pg.Client({ connectionString: opts.databaseUrl, application_name: 'vidorch-api-events' });
+    const c = new ListenClient({ connectionString: opts.databaseUrl, application_name: 'vidorch-api-events' });
     const retry = (err?: unknown) => {
       if (client === c) {
         client = null;

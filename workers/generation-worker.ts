@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
 import { Client } from '@temporalio/client';
+import type { DatabaseHost } from '../db/client';
 import { bundleWorkflowCode, type ActivityInterceptorsFactory, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import type { ReconcileActivities } from '../activities/reconcile';
@@ -86,6 +87,8 @@ export interface GenerationWorkerOptions {
   readonly deps: TaskActivityDeps;
   /** The facts database's URL, for the connection that LISTENs for slot grants (workers/slot-grant-waker.ts). */
   readonly databaseUrl: string;
+  /** DATABASE_FAILOVER_HOSTS for the slot-grant waker's LISTEN connection. */
+  readonly databaseFailoverHosts?: readonly DatabaseHost[];
   readonly workflowBundle: WorkflowBundle;
   /** Prebuilt activities (tests wrap them to count calls); default createTaskActivities(deps). */
   readonly activities?: TaskActivities;
@@ -192,7 +195,11 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
     reconcile,
     pollRates,
     async run() {
-      grants = await startSlotGrantWaker({ connection: { connectionString: opts.databaseUrl }, wake: (taskId) => waker.wake(taskId) });
+      grants = await startSlotGrantWaker({
+        databaseUrl: opts.databaseUrl,
+        ...(opts.databaseFailoverHosts ? { failoverHosts: opts.databaseFailoverHosts } : {}),
+        wake: (taskId) => waker.wake(taskId),
+      });
       const runs = all.map((w) =>
         w.run().catch((err: unknown) => {
           shutdown();

@@ -154,6 +154,7 @@ async function startWorker(): Promise<RegionService> {
     reconcileActivities,
     connection,
     databaseUrl: database.url,
+    databaseFailoverHosts: failoverHosts(config),
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,

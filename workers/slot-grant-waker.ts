@@ -4,7 +4,8 @@
 // that did not happen. A dedicated connection LISTENs (a pooled one cannot hold a LISTEN) and
 // reconnects after errors; a notification lost meanwhile costs the waiter its fallback timer
 // (SLOT_WAIT_FALLBACK_MS), never its grant, which stays in Postgres.
-import pg from 'pg';
+import type pg from 'pg';
+import { connectionClass, type DatabaseHost } from '../db/client';
 import { SLOT_GRANTED_CHANNEL } from '../db/slot-queue';
 
 export interface SlotGrantWaker {
@@ -12,21 +13,24 @@ export interface SlotGrantWaker {
 }
 
 export interface SlotGrantWakerOptions {
-  /** Connection settings of the LISTEN connection (the activities' pool's own). */
-  readonly connection: pg.ClientConfig;
+  /** The database of the LISTEN connection (the activities' pool's own). */
+  readonly databaseUrl: string;
+  /** DATABASE_FAILOVER_HOSTS: the LISTEN connection follows a switchover like the pool (docs/decisions/0030). */
+  readonly failoverHosts?: readonly DatabaseHost[];
   /** Wakes one task's workflow (api/wakes.ts createTaskWaker over the facade: coalesced, best effort). */
   readonly wake: (taskId: string) => void;
   readonly reconnectMs?: number;
 }
 
 export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<SlotGrantWaker> {
+  const ListenClient = connectionClass(opts.databaseUrl, opts.failoverHosts);
   let stopped = false;
   let listener: pg.Client | null = null;
   let reconnectTimer: NodeJS.Timeout | null = null;
 
   async function connect(): Promise<void> {
     if (stopped) return;
-    const client = new pg.Client({ ...opts.connection, application_name: 'vidorch-slot-grant-waker' });
+    const client = new ListenClient({ connectionString: opts.databaseUrl, application_name: 'vidorch-slot-grant-waker' });
     const retry = () => {
       if (listener === client) listener = null;
       client.removeAllListeners();
@@ -48,6 +52,10 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
       await client.connect();
       await client.query(`LISTEN ${SLOT_GRANTED_CHANNEL}`);
       listener = client;
+      // Grants made while no connection listened (a reconnect, a switchover) were announced to
+      // nobody: wake their workflows now instead of leaving each to its fallback timer.
+      const missed = await client.query<{ task_id: string }>('SELECT DISTINCT task_id::text AS task_id FROM slot_wait WHERE granted_at IS NOT NULL');
+      for (const r of missed.rows) opts.wake(r.task_id);
     } catch {
       retry();
     }
