@@ -23,8 +23,12 @@ export function plusUpToHalf(ms: number, random: RandomSource): number {
  */
 export function nextPollInterval(previousMs: number | null, initialMs: number, maxMs: number, random: RandomSource): number {
   const base = previousMs === null ? initialMs : Math.min(maxMs, Math.max(initialMs, previousMs * 2));
-  const jitter = 0.8 + random() * 0.4;
-  return Math.max(1, Math.min(maxMs, Math.round(base * jitter)));
+  return pollJitter(base, maxMs, random);
+}
+
+/** A poll interval `base` with ±20 % jitter, at least 1 ms and at most `capMs`. */
+function pollJitter(base: number, capMs: number, random: RandomSource): number {
+  return Math.max(1, Math.min(capMs, Math.round(base * (0.8 + random() * 0.4))));
 }
 
 /**
@@ -56,8 +60,7 @@ export function pollInterval(previousMs: number | null, phase: PollPhase, callba
   const floor = pace.initialMs * factor;
   const cap = Math.max(floor, pace.maxMs * factor);
   const base = previousMs === null ? floor : Math.min(cap, Math.max(floor, previousMs * 2));
-  const jitter = 0.8 + random() * 0.4;
-  return Math.max(1, Math.min(cap, Math.round(base * jitter)));
+  return pollJitter(base, cap, random);
 }
 
 /**
