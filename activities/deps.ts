@@ -6,6 +6,7 @@ import type { Db } from '../db/client';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
 import { InvalidTransitionError } from '../db/tasks';
+import { plusUpToHalf } from '../domain/backoff';
 import { FailureType } from '../domain/errors';
 import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
@@ -138,7 +139,7 @@ export function toActivityFailure(err: unknown, pauseRetryMs = DEFAULT_MODE_PAUS
       type: FailureType.FenceRejected,
       message: err.message,
       cause: err,
-      nextRetryDelay: Math.round(FENCE_REJECTED_RETRY_MS * (1 + Math.random() / 2)),
+      nextRetryDelay: plusUpToHalf(FENCE_REJECTED_RETRY_MS, Math.random),
     });
   }
   if (err instanceof ModePausedError) {
@@ -149,7 +150,7 @@ export function toActivityFailure(err: unknown, pauseRetryMs = DEFAULT_MODE_PAUS
       type: FailureType.ModePaused,
       message: err.message,
       cause: err,
-      nextRetryDelay: Math.round(pauseRetryMs * (1 + Math.random() / 2)),
+      nextRetryDelay: plusUpToHalf(pauseRetryMs, Math.random),
       category: ApplicationFailureCategory.BENIGN,
     });
   }
@@ -185,7 +186,7 @@ export function assertSubmitSwitchOpen(deps: TaskActivityDeps): void {
     throw ApplicationFailure.create({
       type: FailureType.FenceRejected,
       message: `region ${deps.fence.region}: submit switch closed: ${why}`,
-      nextRetryDelay: Math.round(FENCE_REJECTED_RETRY_MS * (1 + Math.random() / 2)),
+      nextRetryDelay: plusUpToHalf(FENCE_REJECTED_RETRY_MS, Math.random),
     });
   }
 }

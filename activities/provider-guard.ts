@@ -9,6 +9,7 @@ import { sql } from 'drizzle-orm';
 import type { DbOrTx } from '../db/client';
 import { MODE_SETTING } from '../db/modes';
 import { providerControl } from '../db/schema';
+import { plusUpToHalf } from '../domain/backoff';
 import { FailureType } from '../domain/errors';
 import { MODE_POLICIES } from '../domain/modes';
 import { holdsSlot } from '../db/slot-queue';
@@ -55,7 +56,7 @@ const unavailable = (message: string, retryAfterMs: number) =>
     type: FailureType.ProviderUnavailable,
     message,
     // Jittered, so refused claims do not all come back at the same instant.
-    nextRetryDelay: Math.max(500, Math.round(retryAfterMs * (1 + Math.random() / 2))),
+    nextRetryDelay: Math.max(500, plusUpToHalf(retryAfterMs, Math.random)),
   });
 
 /** Which guard refused a claim, and why (the labels of vidorch_provider_refusals_total). */

@@ -59,6 +59,12 @@ export interface ApiContext {
     /** Tenant webhook endpoints (api/webhooks.service.ts). */
     readonly webhooks: WebhookRules;
   };
+  /**
+   * Closes everything the context built: the event streams and their LISTEN connection, the
+   * rate limiters' Redis clients, the spool's lease timer. Not what it was given (db, facade,
+   * storage, logger). Idempotent: a second call returns the first one's promise.
+   */
+  close(): Promise<void>;
 }
 
 /** Builds the API's context from config and its parts (the API process and the tests). */
@@ -105,6 +111,39 @@ export function buildApiContext(
       fenceCacheMs,
     },
   });
+  const rateLimiter = createTenantRateLimiter(
+    {
+      perSecond: { create: config.TENANT_CREATE_RATE_PER_SECOND, read: config.TENANT_READ_RATE_PER_SECOND, cancel: config.TENANT_CANCEL_RATE_PER_SECOND },
+      redisUrl: config.REDIS_URL || null,
+      expectedInstances: config.API_INSTANCES,
+    },
+    parts.logger,
+  );
+  const callbackLimiter = createCallbackLimiter(
+    {
+      perTokenPerMinute: config.CALLBACK_RATE_PER_TOKEN_PER_MINUTE,
+      perSourcePerMinute: config.CALLBACK_RATE_PER_SOURCE_PER_MINUTE,
+      redisUrl: config.REDIS_URL || null,
+      expectedInstances: config.API_INSTANCES,
+    },
+    parts.logger,
+  );
+  const spool = createCallbackSpool({
+    dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
+    logger: parts.logger,
+    leaseMs: config.CALLBACK_SPOOL_LEASE_MS,
+    maxBytes: config.CALLBACK_SPOOL_MAX_BYTES,
+    // Postgres unreachable: the line waits for the next pass. Anything else is the line's own fault: set aside.
+    isTransient: isDatabaseUnavailable,
+    onDeadLetter: (provider) => parts.metrics.callbacksReceived.inc({ provider, outcome: 'spool_dead_lettered' }),
+  });
+  let closed: Promise<void> | null = null;
+  const close = async () => {
+    spool.close();
+    const results = await Promise.allSettled([events.close(), rateLimiter.close(), callbackLimiter.close()]);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+  };
   return {
     events,
     db: parts.db,
@@ -123,37 +162,14 @@ export function buildApiContext(
       maxInFlight: config.API_FAST_PATH_MAX_IN_FLIGHT,
     }),
     waker,
-    rateLimiter: createTenantRateLimiter(
-      {
-        perSecond: { create: config.TENANT_CREATE_RATE_PER_SECOND, read: config.TENANT_READ_RATE_PER_SECOND, cancel: config.TENANT_CANCEL_RATE_PER_SECOND },
-        redisUrl: config.REDIS_URL || null,
-        expectedInstances: config.API_INSTANCES,
-      },
-      parts.logger,
-    ),
-    callbackLimiter: createCallbackLimiter(
-      {
-        perTokenPerMinute: config.CALLBACK_RATE_PER_TOKEN_PER_MINUTE,
-        perSourcePerMinute: config.CALLBACK_RATE_PER_SOURCE_PER_MINUTE,
-        redisUrl: config.REDIS_URL || null,
-        expectedInstances: config.API_INSTANCES,
-      },
-      parts.logger,
-    ),
+    rateLimiter,
+    callbackLimiter,
     callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET),
     webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
     fallbackStorage: parts.fallbackStorage !== undefined ? parts.fallbackStorage : buildFallbackStorage(config),
-    spool: createCallbackSpool({
-      dir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),
-      logger: parts.logger,
-      leaseMs: config.CALLBACK_SPOOL_LEASE_MS,
-      maxBytes: config.CALLBACK_SPOOL_MAX_BYTES,
-      // Postgres unreachable: the line waits for the next pass. Anything else is the line's own fault: set aside.
-      isTransient: isDatabaseUnavailable,
-      onDeadLetter: (provider) => parts.metrics.callbacksReceived.inc({ provider, outcome: 'spool_dead_lettered' }),
-    }),
+    spool,
     settings: {
       region: config.REGION,
       fenceScope: config.FENCE_SCOPE,
@@ -172,5 +188,6 @@ export function buildApiContext(
         secretOverlapMs: config.WEBHOOK_SECRET_OVERLAP_MS,
       },
     },
+    close: () => (closed ??= close()),
   };
 }

@@ -48,7 +48,7 @@ async function shutdown(signal: string) {
   setTimeout(() => server.closeAllConnections(), 10_000).unref();
   await new Promise<void>((resolve) => server.once('close', () => resolve()));
   await replayer.stop();
-  await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), database.close(), ctx.rateLimiter.close(), ctx.callbackLimiter.close()]);
+  await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), database.close(), ctx.close()]);
   await tracing.shutdown();
   logger.info('API stopped');
   process.exit(0);

@@ -85,7 +85,7 @@ export async function metricsLoad(opts: MetricsLoadOptions): Promise<MetricsLoad
       throw new Error('no Temporal in this benchmark');
     }, config.TEMPORAL_TASK_QUEUE);
     const ctx = buildApiContext(config, { db: database.db, facade, logger, metrics: createMetrics({ service: 'api', facts: facts.latest, pool: database.pool }) });
-    cleanups.unshift(() => ctx.rateLimiter.close(), () => ctx.callbackLimiter.close());
+    cleanups.unshift(() => ctx.close());
     const served = await serveApi(ctx);
     cleanups.unshift(() => served.close());
     await facts.refresh();

@@ -10,13 +10,25 @@ export function fullJitterDelay(n: number, baseMs: number, capMs: number, random
 }
 
 /**
+ * A retry delay of `ms` plus up to half again, so that the many steps told to wait the same
+ * time (a paused mode, a fence change, a provider guard's refusal) do not all return at once.
+ */
+export function plusUpToHalf(ms: number, random: RandomSource): number {
+  return Math.round(ms * (1 + random() / 2));
+}
+
+/**
  * The next poll interval: the previous one doubled, capped, with ±20 % jitter so that many
  * tasks submitted together do not poll in lockstep.
  */
 export function nextPollInterval(previousMs: number | null, initialMs: number, maxMs: number, random: RandomSource): number {
   const base = previousMs === null ? initialMs : Math.min(maxMs, Math.max(initialMs, previousMs * 2));
-  const jitter = 0.8 + random() * 0.4;
-  return Math.max(1, Math.min(maxMs, Math.round(base * jitter)));
+  return pollJitter(base, maxMs, random);
+}
+
+/** A poll interval `base` with ±20 % jitter, at least 1 ms and at most `capMs`. */
+function pollJitter(base: number, capMs: number, random: RandomSource): number {
+  return Math.max(1, Math.min(capMs, Math.round(base * (0.8 + random() * 0.4))));
 }
 
 /**
@@ -48,8 +60,7 @@ export function pollInterval(previousMs: number | null, phase: PollPhase, callba
   const floor = pace.initialMs * factor;
   const cap = Math.max(floor, pace.maxMs * factor);
   const base = previousMs === null ? floor : Math.min(cap, Math.max(floor, previousMs * 2));
-  const jitter = 0.8 + random() * 0.4;
-  return Math.max(1, Math.min(cap, Math.round(base * jitter)));
+  return pollJitter(base, cap, random);
 }
 
 /**
@@ -59,14 +70,4 @@ export function pollInterval(previousMs: number | null, phase: PollPhase, callba
 export function withDemandFloor(intervalMs: number, floorMs: number, random: RandomSource): number {
   if (floorMs <= intervalMs) return intervalMs;
   return Math.round(floorMs * (0.9 + random() * 0.2));
-}
-
-/** Parses an HTTP Retry-After value (seconds or an HTTP date) into milliseconds from `now`. */
-export function parseRetryAfter(value: string | null | undefined, now: Date): number | null {
-  if (!value) return null;
-  const trimmed = value.trim();
-  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
-  const at = Date.parse(trimmed);
-  if (Number.isNaN(at)) return null;
-  return Math.max(0, at - now.getTime());
 }

@@ -4,6 +4,7 @@
 // point re-reads Postgres and carries on from there.
 import {
   ActivityFailure,
+  type ActivityOptions,
   ApplicationFailure,
   allHandlersFinished,
   condition,
@@ -50,17 +51,49 @@ const retry = {
   nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURES],
 };
 
-/** Short fact steps: a few queries in one transaction. */
-const facts = proxyActivities<TaskActivities>({ startToCloseTimeout: '30s', retry });
-/** The provider call: a short heartbeat timeout so a dead worker's attempt is noticed fast. */
-const submit = proxyActivities<TaskActivities>({ startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry });
-/** Provider reads: a reconciliation lookup may page through a listing, so it heartbeats. */
-const providerReadOptions = { startToCloseTimeout: '5m', heartbeatTimeout: '15s', retry } as const;
+/** Fact steps: a few queries in one transaction (a provider cancel is one 10 s call). */
+const factStep = { startToCloseTimeout: '30s', retry };
+/**
+ * Each activity's own options (docs/timeouts.md). The table is keyed by every activity, and
+ * `activity(name)` is the only way to proxy one, so no step can run under another's timeouts.
+ */
+const ACTIVITY_OPTIONS = {
+  getTaskFacts: factStep,
+  dispatchTask: factStep,
+  prepareAttempt: factStep,
+  applyInbox: factStep,
+  escalateTask: factStep,
+  resolveReview: factStep,
+  requestProviderCancel: factStep,
+  /** The provider call: a short heartbeat timeout so a dead worker's attempt is noticed fast. */
+  submitAttempt: { startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry },
+  /** Provider reads: a reconciliation lookup may page through a listing, so it heartbeats. */
+  pollProvider: { startToCloseTimeout: '5m', heartbeatTimeout: '15s', retry },
+  /** Streaming the output into storage: long, heartbeating with bytes done. */
+  rescueOutput: { startToCloseTimeout: '30m', heartbeatTimeout: '20s', retry },
+  processMedia: { startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry },
+} satisfies { readonly [K in keyof TaskActivities]: ActivityOptions };
+
+/** The proxy of one activity under its own options; `taskQueue` only moves it to another queue. */
+function activity<K extends keyof TaskActivities>(name: K, taskQueue?: string): TaskActivities[K] {
+  const options: ActivityOptions = taskQueue === undefined ? ACTIVITY_OPTIONS[name] : { ...ACTIVITY_OPTIONS[name], taskQueue };
+  // The SDK types a proxy's member through a conditional type TypeScript cannot resolve for a
+  // generic K; every TaskActivities member is an activity function, so this is that member.
+  return proxyActivities<TaskActivities>(options)[name] as TaskActivities[K];
+}
+
+const getTaskFacts = activity('getTaskFacts');
+const dispatchTask = activity('dispatchTask');
+const prepareAttempt = activity('prepareAttempt');
+const applyInbox = activity('applyInbox');
+const escalateTask = activity('escalateTask');
+const resolveReview = activity('resolveReview');
+const requestProviderCancel = activity('requestProviderCancel');
+const submitAttempt = activity('submitAttempt');
 /** Provider reads on the generation queue: runs that polled before per-provider poll queues. */
-const provider = proxyActivities<TaskActivities>(providerReadOptions);
-/** Streaming the output into storage: long, heartbeating with bytes done. */
-const transfer = proxyActivities<TaskActivities>({ startToCloseTimeout: '30m', heartbeatTimeout: '20s', retry });
-const media = proxyActivities<TaskActivities>({ startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry });
+const pollProvider = activity('pollProvider');
+const rescueOutput = activity('rescueOutput');
+const processMedia = activity('processMedia');
 
 const DEFAULT_POLL_MS = 5_000;
 /**
@@ -93,7 +126,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     resolveReviewUpdate,
     async (resolution) => {
       try {
-        const after = await facts.resolveReview(taskId, resolution);
+        const after = await resolveReview(taskId, resolution);
         woken = true;
         return after;
       } catch (err) {
@@ -117,12 +150,12 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
    * global rate at that provider's query quota. The workflow's own queue is the base name
    * (queues.generation is the identity), so the poll queue needs no extra input.
    */
-  const pollQueueReads = new Map<string, typeof provider>();
-  const readsOn = (f: TaskFacts): typeof provider => {
+  const pollQueueReads = new Map<string, typeof pollProvider>();
+  const readsOn = (f: TaskFacts): typeof pollProvider => {
     const name = f.attemptProvider ?? f.provider;
     let reads = pollQueueReads.get(name);
     if (!reads) {
-      reads = proxyActivities<TaskActivities>({ ...providerReadOptions, taskQueue: queues.poll(workflowInfo().taskQueue, name) });
+      reads = activity('pollProvider', queues.poll(workflowInfo().taskQueue, name));
       pollQueueReads.set(name, reads);
     }
     return reads;
@@ -144,17 +177,17 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   /** Waits on the provider: apply the inbox, then sleep until a wake signal or the poll is due. */
   async function awaitProvider(f: TaskFacts): Promise<TaskFacts> {
     woken = false;
-    const applied = await facts.applyInbox(taskId);
+    const applied = await applyInbox(taskId);
     if (applied.statusVersion !== f.statusVersion || !WAITING.includes(applied.status)) return applied;
     const signalled = await condition(() => woken, applied.pollInMs ?? DEFAULT_POLL_MS);
     if (!signalled) {
       // Patched: older runs polled on the generation queue (docs/workflow-versioning.md).
-      const reads = patched('per-provider-poll-queues') ? readsOn(applied) : provider;
-      const { result } = await reads.pollProvider(taskId);
-      if (result === 'overdue') return facts.escalateTask(taskId, 'submit outcome unknown past its deadline');
-      if (result === 'absent') return facts.getTaskFacts(taskId);
+      const reads = patched('per-provider-poll-queues') ? readsOn(applied) : pollProvider;
+      const { result } = await reads(taskId);
+      if (result === 'overdue') return escalateTask(taskId, 'submit outcome unknown past its deadline');
+      if (result === 'absent') return getTaskFacts(taskId);
     }
-    return facts.applyInbox(taskId);
+    return applyInbox(taskId);
   }
 
   /**
@@ -165,30 +198,30 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
    */
   async function awaitEvidenceInReview(f: TaskFacts): Promise<TaskFacts> {
     woken = false;
-    const applied = await facts.applyInbox(taskId);
+    const applied = await applyInbox(taskId);
     if (applied.statusVersion !== f.statusVersion || applied.status !== 'MANUAL_REVIEW') return applied;
     if (applied.attemptState !== null && OPEN_ATTEMPT.includes(applied.attemptState)) {
-      if (!(await condition(() => woken, REVIEW_POLL_MS))) await readsOn(applied).pollProvider(taskId);
+      if (!(await condition(() => woken, REVIEW_POLL_MS))) await readsOn(applied)(taskId);
     } else {
       await condition(() => woken);
     }
-    return facts.applyInbox(taskId);
+    return applyInbox(taskId);
   }
 
   let cancelSentAtVersion = -1;
   async function step(f: TaskFacts): Promise<TaskFacts> {
     switch (f.status) {
       case 'QUEUED':
-        return facts.dispatchTask(taskId);
+        return dispatchTask(taskId);
       case 'DISPATCHING':
-        return facts.prepareAttempt(taskId);
+        return prepareAttempt(taskId);
       case 'SUBMITTING': {
         // Patched: runs recorded before the slot queue never waited for a grant
         // (docs/workflow-versioning.md). A grant's wake may arrive while the activity runs, so the
         // flag is cleared before it, not after.
         const queued = patched('slot-queue');
         if (queued) woken = false;
-        const r = await submit.submitAttempt(taskId);
+        const r = await submitAttempt(taskId);
         if (r.retryInMs !== null) await sleep(r.retryInMs);
         // Waiting for a provider slot: the grant (in Postgres) wakes us; the timer covers a lost wake.
         if (queued && r.waitMs != null) await condition(() => woken, r.waitMs);
@@ -197,7 +230,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       case 'CANCEL_REQUESTED':
         if (cancelSentAtVersion !== f.statusVersion) {
           cancelSentAtVersion = f.statusVersion;
-          await facts.requestProviderCancel(taskId);
+          await requestProviderCancel(taskId);
         }
         return awaitProvider(f);
       case 'SUBMITTED':
@@ -207,16 +240,16 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       case 'PROVIDER_SUCCEEDED':
       case 'FETCHING_OUTPUT':
       case 'OUTPUT_AT_RISK':
-        return transfer.rescueOutput(taskId);
+        return rescueOutput(taskId);
       case 'PROCESSING_MEDIA':
-        return media.processMedia(taskId);
+        return processMedia(taskId);
       case 'MANUAL_REVIEW':
         // Patched: older runs only waited for an operator (docs/workflow-versioning.md).
         if (patched('review-applies-inbox')) return awaitEvidenceInReview(f);
         // An operator resolves it; their action wakes us and we re-read the facts.
         woken = false;
         await condition(() => woken);
-        return facts.getTaskFacts(taskId);
+        return getTaskFacts(taskId);
       case 'SUCCEEDED':
       case 'FAILED':
       case 'CANCELLED':
@@ -224,7 +257,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     }
   }
 
-  current = await facts.getTaskFacts(taskId);
+  current = await getTaskFacts(taskId);
   let steps = 0;
   while (!isTerminal(current.status)) {
     publish(current);
@@ -235,7 +268,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       const cause = err instanceof ActivityFailure ? err.cause : undefined;
       if (!(cause instanceof ApplicationFailure) || cause.type === FailureType.NotFound) throw err;
       log.warn('step failed for good; escalating', { taskId, status: current.status, type: cause.type });
-      current = await facts.escalateTask(taskId, `${cause.type}: ${cause.message}`);
+      current = await escalateTask(taskId, `${cause.type}: ${cause.message}`);
     }
     steps += 1;
     if (!isTerminal(current.status) && (steps >= stepsPerRun || workflowInfo().continueAsNewSuggested)) {

@@ -139,7 +139,7 @@ export async function startDrillWorld(
     const client = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
     const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
     const apiCtx = buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) });
-    cleanups.push(() => apiCtx.rateLimiter.close(), () => apiCtx.callbackLimiter.close(), () => apiCtx.events.close());
+    cleanups.push(() => apiCtx.close());
     // As api/server.ts: callbacks spooled while Postgres was unreachable are replayed.
     const replayer = startCallbackReplayer(apiCtx, config.CALLBACK_SPOOL_REPLAY_MS);
     cleanups.push(() => replayer.stop());

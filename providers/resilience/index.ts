@@ -1,5 +1,4 @@
-// Call-side resilience per provider (docs/design.md §6): breaker, retry budget, backoff, bulkhead.
-export * from './backoff';
+// Call-side resilience per provider (docs/design.md §6): breaker, retry budget, bulkhead.
 export * from './bulkhead';
 export * from './circuit-breaker';
 export * from './retry-budget';

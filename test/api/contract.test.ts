@@ -49,7 +49,7 @@ describe('every route the app serves is in the document, and only those', () => 
     const ctx = buildApiContext(e.config, { db: e.tdb.database.db, facade: e.api.facade, logger: testLogger, metrics: createMetrics({ service: 'contract-test' }) });
     const app = createApp(ctx);
     extra?.(app);
-    return { routes: expressRoutes(app).map(key).sort(), close: () => Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close()]) };
+    return { routes: expressRoutes(app).map(key).sort(), close: () => ctx.close() };
   }
 
   test('the express router stack and the document list the same methods and paths', async () => {

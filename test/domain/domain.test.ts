@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { fullJitterDelay, nextPollInterval, parseRetryAfter } from '../../domain/backoff';
+import { fullJitterDelay, nextPollInterval, plusUpToHalf } from '../../domain/backoff';
 import { canonicalJson } from '../../domain/canonical-json';
 import { findModel, priceFor } from '../../domain/catalog';
 import { addMoney, fromMicros, scaleMoney, subMoney, toMicros } from '../../domain/money';
@@ -52,11 +52,16 @@ describe('backoff', () => {
     assert.ok(nextPollInterval(8000, 1000, 8000, () => 0.999) <= 8000);
   });
 
-  test('Retry-After accepts seconds and HTTP dates', () => {
-    const now = new Date('2026-01-01T00:00:00Z');
-    assert.equal(parseRetryAfter('7', now), 7000);
-    assert.equal(parseRetryAfter('Thu, 01 Jan 2026 00:00:05 GMT', now), 5000);
-    assert.equal(parseRetryAfter('soon', now), null);
+  test('a retry delay plus up to half again: never shorter than asked, never over one and a half times', () => {
+    assert.equal(plusUpToHalf(2_000, () => 0), 2_000);
+    assert.equal(plusUpToHalf(2_000, () => 0.5), 2_500);
+    assert.equal(plusUpToHalf(2_000, () => 0.999999), 3_000);
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 600_000 }), fc.double({ min: 0, max: 0.999999, noNaN: true }), (ms, r) => {
+        const d = plusUpToHalf(ms, () => r);
+        assert.ok(Number.isInteger(d) && d >= ms && d <= Math.round(ms * 1.5));
+      }),
+    );
   });
 });
 

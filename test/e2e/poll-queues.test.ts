@@ -33,6 +33,22 @@ function polls(history: History): { queue: string; scheduledMs: number; startedM
   });
 }
 
+/** The table of docs/timeouts.md, written out here so a change to workflows/generation.ts's options must change it too. */
+const FACT_STEP = { startToCloseS: 30, heartbeatS: 0 };
+const ACTIVITY_TIMEOUTS: Record<string, { startToCloseS: number; heartbeatS: number }> = {
+  getTaskFacts: FACT_STEP,
+  dispatchTask: FACT_STEP,
+  prepareAttempt: FACT_STEP,
+  applyInbox: FACT_STEP,
+  escalateTask: FACT_STEP,
+  resolveReview: FACT_STEP,
+  requestProviderCancel: FACT_STEP,
+  submitAttempt: { startToCloseS: 120, heartbeatS: 10 },
+  pollProvider: { startToCloseS: 300, heartbeatS: 15 },
+  rescueOutput: { startToCloseS: 1800, heartbeatS: 20 },
+  processMedia: { startToCloseS: 300, heartbeatS: 20 },
+};
+
 describe('a poll runs on the poll queue of the attempt\'s provider', () => {
   let e: E2E;
   let replicatePolls: RunningWorker | null = null;
@@ -68,6 +84,20 @@ describe('a poll runs on the poll queue of the attempt\'s provider', () => {
     const done = polls(await handle.fetchHistory());
     assert.ok(done[0]!.startedMs !== null, 'the replicate poll worker ran it');
     assert.ok(done.every((p) => p.queue === first!.queue), 'every poll of the task on the same queue');
+  });
+
+  test('every activity of a task is scheduled under its own timeouts (docs/timeouts.md), its polls too', async () => {
+    const taskId = await e.createTask('pq-options');
+    await e.waitForStatus(taskId, 'SUCCEEDED', 30_000);
+    const history = await e.client.workflow.getHandle(workflowIdForTask(taskId)).fetchHistory();
+    const seconds = (d: { seconds?: unknown; nanos?: number | null } | null | undefined) => (d ? Number(d.seconds ?? 0) + (d.nanos ?? 0) / 1e9 : 0);
+    const scheduled = (history.events ?? []).flatMap((ev) => {
+      const s = ev.activityTaskScheduledEventAttributes;
+      return s ? [{ name: s.activityType!.name!, options: { startToCloseS: seconds(s.startToCloseTimeout), heartbeatS: seconds(s.heartbeatTimeout) } }] : [];
+    });
+    for (const { name, options } of scheduled) assert.deepEqual(options, ACTIVITY_TIMEOUTS[name], name);
+    const names = new Set(scheduled.map((s) => s.name));
+    for (const name of ['getTaskFacts', 'dispatchTask', 'prepareAttempt', 'submitAttempt', 'applyInbox', 'pollProvider', 'rescueOutput']) assert.ok(names.has(name), `${name} scheduled`);
   });
 });
 

@@ -286,8 +286,7 @@ export async function startModesStack(
     async close() {
       for (const w of stack.workers) await w.stop().catch(() => undefined);
       await replayer?.stop();
-      // The API context holds Redis clients (tenant and callback rate limits).
-      await Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close()]);
+      await ctx.close();
       await served.close();
       await closeClient();
       await sim.close();

@@ -2,7 +2,7 @@
 // backoff with Retry-After and deadlines, and the bulkhead under overload and after a rebuild.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { allowedSlots, Bulkhead, CircuitBreaker, planRetry, retryDelay, RetryBudget, type BreakerState } from '../../providers/resilience';
+import { allowedSlots, Bulkhead, CircuitBreaker, RetryBudget, type BreakerState } from '../../providers/resilience';
 
 function clock(start = 1_000_000) {
   let t = start;
@@ -189,20 +189,6 @@ test('retry budget: a quiet provider still gets its minimum, and the budget refi
   assert.equal(budget.tryRetry(), false, 'minimum = 0.2/s × 10 s = 2');
   c.advance(10_001);
   assert.equal(budget.tryRetry(), true);
-});
-
-test('backoff: full jitter under the cap, never sooner than Retry-After, and no retry that cannot finish before the deadline', () => {
-  for (const r of [0, 0.5, 0.999]) {
-    const d = retryDelay({ retry: 10, baseMs: 100, capMs: 5_000, random: () => r });
-    assert.ok(d >= 0 && d < 5_000);
-  }
-  assert.equal(retryDelay({ retry: 0, baseMs: 100, capMs: 5_000, retryAfterMs: 7_000, random: () => 0 }), 7_000);
-  const base = { retry: 0, baseMs: 100, capMs: 1_000, random: () => 0.5, maxRetries: 3, now: 0 };
-  assert.deepEqual(planRetry({ ...base, retryable: false, deadlineAt: null }), { retry: false, reason: 'not-retryable' });
-  assert.deepEqual(planRetry({ ...base, retryable: true, retry: 3, deadlineAt: null }), { retry: false, reason: 'attempts-exhausted' });
-  assert.deepEqual(planRetry({ ...base, retryable: true, retryAfterMs: 10_000, deadlineAt: 5_000 }), { retry: false, reason: 'deadline' });
-  assert.deepEqual(planRetry({ ...base, retryable: true, deadlineAt: null, takeBudget: () => false }), { retry: false, reason: 'budget' });
-  assert.deepEqual(planRetry({ ...base, retryable: true, deadlineAt: 10_000, takeBudget: () => true }), { retry: true, delayMs: 50 });
 });
 
 test('bulkhead holds under 10× overload: never more in flight than the limit, counted from the facts', async () => {

@@ -35,7 +35,7 @@ describe('the operator listener', () => {
       throw new Error('no Temporal here');
     }, 'unused');
     const ctx = buildApiContext(config, { db: tdb.database.db, facade, logger: testLogger, metrics: createMetrics({ service: 'api', facts: facts.latest }) });
-    closeCtx = () => Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close()]).then(() => undefined);
+    closeCtx = () => ctx.close();
     served = await serveApi(ctx, { ops: { bearerToken: token } });
   });
   after(async () => {

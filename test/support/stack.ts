@@ -179,7 +179,7 @@ export async function startApi(
     },
     async close() {
       await served.close();
-      await Promise.all([ctx.rateLimiter.close(), ctx.callbackLimiter.close(), facts.stop()]);
+      await Promise.all([ctx.close(), facts.stop()]);
     },
   };
 }
