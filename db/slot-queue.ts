@@ -199,11 +199,12 @@ export async function takeSlot(tx: DbOrTx, req: SlotRequest, now: Date): Promise
           IS DISTINCT FROM (${req.ceiling}::int, ${req.policy.mode}::text, ${req.policy.agingMs}::int)`,
       ),
     );
-  // Grants nobody came for (a terminated workflow) go back to the queue, at its end: kept in
-  // their place they would be the oldest waiter and granted again in this very pass, and the slot
-  // would never reach a live claimant. A live but slow workflow still claims it when it comes.
+  // Grants nobody came for (a terminated workflow) are dropped: put back in the queue, the dead
+  // waiter would be granted again in this very pass (it is queued; a live newcomer is not yet) and
+  // the slot would never reach a live claimant. A live but slow workflow queues again when it
+  // claims (a new row, at the end), so nothing that still runs is lost.
   await tx.execute(sql`
-    UPDATE slot_wait SET granted_at = NULL, since = now()
+    DELETE FROM slot_wait
     WHERE provider = ${req.provider} AND granted_at < ${new Date(now.getTime() - req.grantTtlMs)} AND attempt_id <> ${req.attemptId}`);
   const [mine] = await tx.select().from(slotWait).where(eq(slotWait.attempt_id, req.attemptId));
   if (mine && mine.provider !== req.provider) {
