@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { shouldDisable } from '../domain/webhook-schedule';
 import type { Db, DbOrTx } from './client';
+import { holdFence, type FenceToken } from './fence';
 import {
   tenantAttention,
   webhookAttempt,
@@ -206,9 +207,11 @@ const SENDABLE = sql`d.state = 'pending' AND (d.endpoint_id IS NULL OR EXISTS (
  * and leased until `leaseMs` from now (the lease is the claim: a crashed relay's claim expires
  * and the delivery is tried again, with the same webhook-id).
  */
-export async function claimDueDeliveries(db: Db, opts: { limit: number; perTarget: number; leaseMs: number }): Promise<ClaimedDelivery[]> {
+export async function claimDueDeliveries(db: Db, token: FenceToken, opts: { limit: number; perTarget: number; leaseMs: number }): Promise<ClaimedDelivery[]> {
   if (opts.limit <= 0) return [];
   return db.transaction(async (tx) => {
+    // Claims are writes: only the active region's relay takes any (docs/design.md §3).
+    await holdFence(tx, token);
     const { rows: targets } = await tx.execute(sql`
       SELECT d.target_key,
         count(*) FILTER (WHERE d.lease_until > now())::int AS in_flight
@@ -270,12 +273,16 @@ export type AttemptNext = { kind: 'delivered' } | { kind: 'retry'; step: number;
  */
 export async function recordAttempt(
   db: Db,
+  token: FenceToken,
   claimed: ClaimedDelivery,
   attempt: AttemptRecord,
   next: AttemptNext,
   health: { disableAfterMs: number },
 ): Promise<{ disabledEndpoint: boolean }> {
   return db.transaction(async (tx) => {
+    // A relay fenced off mid-send records nothing: its lease expires and the active region's
+    // relay sends again (same webhook-id; receivers dedupe on it).
+    await holdFence(tx, token);
     const [current] = await tx.select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed.delivery_id)).for('update');
     if (!current) return { disabledEndpoint: false };
     const attemptNo = current.attempt_count + 1;

@@ -10,7 +10,7 @@
 // recorded with what follows it (the Svix-like schedule, domain/webhook-schedule.ts).
 import type { Agent } from 'undici';
 import type { Db } from '../db/client';
-import { readFence } from '../db/fence';
+import { acquireFence, FenceRejectedError, type FenceToken } from '../db/fence';
 import { signingSecrets, type SecretBox } from '../db/webhook-secrets';
 import { claimDueDeliveries, notifyBacklog, recordAttempt, taskUrlSigningEndpoint, type AttemptNext, type ClaimedDelivery } from '../db/webhooks';
 import { policyFor } from '../domain/modes';
@@ -97,7 +97,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     return endpointId ? signingSecrets(opts.db, opts.secrets, endpointId) : [];
   }
 
-  async function deliver(d: ClaimedDelivery): Promise<void> {
+  async function deliver(token: FenceToken, d: ClaimedDelivery): Promise<void> {
     const startedAt = new Date();
     let outcome: AttemptOutcome;
     try {
@@ -118,6 +118,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
         })();
     const { disabledEndpoint } = await recordAttempt(
       opts.db,
+      token,
       d,
       { url: d.url, startedAt, ok: outcome.ok, status: outcome.status, latencyMs: outcome.latencyMs, error: outcome.error, excerpt: outcome.excerpt },
       next,
@@ -129,8 +130,14 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   }
 
   async function pass(): Promise<void> {
-    const fence = await readFence(opts.db, opts.fence.scope);
-    if (!fence || fence.activeRegion !== opts.fence.region) return;
+    let token: FenceToken;
+    let fence;
+    try {
+      ({ token, state: fence } = await acquireFence(opts.db, opts.fence.scope, opts.fence.region));
+    } catch (err) {
+      if (err instanceof FenceRejectedError) return;
+      throw err;
+    }
     const paused = !policyFor(fence.mode).notify;
     // The count scans the pending rows: once a second is enough for a gauge.
     if (Date.now() - countedAt >= BACKLOG_COUNT_EVERY_MS || paused !== last.paused) {
@@ -141,10 +148,13 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     refill();
     const limit = Math.min(s.maxInFlight - inFlight.size, Math.floor(tokens));
     if (limit <= 0) return;
-    const claimed = await claimDueDeliveries(opts.db, { limit, perTarget: s.perEndpoint, leaseMs });
+    const claimed = await claimDueDeliveries(opts.db, token, { limit, perTarget: s.perEndpoint, leaseMs }).catch((err: unknown) => {
+      if (err instanceof FenceRejectedError) return [];
+      throw err;
+    });
     tokens -= claimed.length;
     for (const d of claimed) {
-      const p: Promise<void> = deliver(d)
+      const p: Promise<void> = deliver(token, d)
         .catch((err: unknown) => opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again'))
         .finally(() => {
           inFlight.delete(p);

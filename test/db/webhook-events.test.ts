@@ -6,11 +6,11 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { cancelTask, createTask } from '../../api/tasks.service';
-import { holdFence } from '../../db/fence';
+import { FenceRejectedError, holdFence } from '../../db/fence';
 import { generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
 import { casTaskStatus } from '../../db/tasks';
 import { createSecretBox } from '../../db/webhook-secrets';
-import { insertEndpoint } from '../../db/webhooks';
+import { claimDueDeliveries, insertEndpoint, recordAttempt } from '../../db/webhooks';
 import { ALLOWED_TRANSITIONS } from '../../domain/task-machine';
 import type { TaskStatus } from '../../domain/states';
 import { afterFailure, delayBeforeStep, shouldDisable } from '../../domain/webhook-schedule';
@@ -91,6 +91,23 @@ test('every status tenants hear about makes exactly one event of its type; the o
   // The failed-only endpoint got task.failed; the all-events endpoint got all three.
   const counts = await Promise.all(events.map(async (e) => (await deliveriesOf(e.event_id)).length));
   assert.deepEqual(counts, [1, 1, 2]);
+});
+
+test('the relay claims and records only under the region fence: a fenced-off relay takes no lease and records nothing', async () => {
+  const id = await newTask('fence-1');
+  await cancelTask(db(), token, tenantId, id);
+  const [ev] = await eventsOf(id);
+  const stale = { ...token, region: 'region-elsewhere' };
+  await assert.rejects(claimDueDeliveries(db(), stale, { limit: 10, perTarget: 4, leaseMs: 30_000 }), FenceRejectedError);
+  for (const d of await deliveriesOf(ev!.event_id)) assert.equal(d.lease_until, null, 'no lease taken by the fenced-off relay');
+
+  const claimed = (await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.event_id === ev!.event_id);
+  assert.ok(claimed.length >= 1, 'the active region claims it');
+  const attempt = { url: 'https://example.com/h', startedAt: new Date(), ok: true, status: 200, latencyMs: 5, error: null, excerpt: null };
+  await assert.rejects(recordAttempt(db(), stale, claimed[0]!, attempt, { kind: 'delivered' }, { disableAfterMs: 1e9 }), FenceRejectedError);
+  const [still] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed[0]!.delivery_id));
+  assert.equal(still!.state, 'pending', 'nothing recorded by the fenced-off relay');
+  assert.equal(still!.attempt_count, 0);
 });
 
 test('sealed signing secrets open only for their own endpoint and only with the key', () => {
