@@ -22,8 +22,15 @@ export interface SseWriter {
   onClose(fn: () => void): void;
 }
 
+/**
+ * Bytes a stream may hold unsent (the client does not read) before it is cut. Every transition
+ * is replayed from Postgres after the client's Last-Event-ID when it reconnects, so cutting a
+ * stalled stream loses nothing, while buffering for it would grow without bound.
+ */
+export const SSE_MAX_BUFFERED_BYTES = 1024 * 1024;
+
 /** Starts the stream; `retryMs` (SSE `retry`) tells the client how long to wait before it reconnects. */
-export function openSse(req: Request, res: Response, retryMs?: number): SseWriter {
+export function openSse(req: Request, res: Response, retryMs?: number, maxBufferedBytes = SSE_MAX_BUFFERED_BYTES): SseWriter {
   res.status(200);
   res.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
   // No proxy or client may cache or transform it, and nginx-style proxies must not buffer it.
@@ -43,7 +50,13 @@ export function openSse(req: Request, res: Response, retryMs?: number): SseWrite
   };
   res.on('close', finish);
   const write = (text: string) => {
-    if (!closed) res.write(text);
+    if (closed) return;
+    res.write(text);
+    // A client that stopped reading: cut it (it resumes with Last-Event-ID, missing nothing).
+    if (res.writableLength > maxBufferedBytes) {
+      res.destroy();
+      finish();
+    }
   };
   return {
     send(e) {
