@@ -671,7 +671,7 @@ export const webhookDelivery = pgTable(
     endpoint_id: uuid('endpoint_id').references(() => webhookEndpoint.endpoint_id),
     /** The task's webhook_url (endpoint deliveries go to the endpoint's current URL). */
     url: text('url'),
-    /** 'endpoint:<id>' or 'task-url:<origin>'. */
+    /** 'endpoint:<id>' or 'task-url:<tenant id>:<origin>' (the per-target cap counts by it). */
     target_key: text('target_key').notNull(),
     state: text('state').$type<WebhookDeliveryState>().notNull().default('pending'),
     /** Attempts made (the next attempt's number is this + 1). */

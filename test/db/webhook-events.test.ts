@@ -110,6 +110,22 @@ test('the relay claims and records only under the region fence: a fenced-off rel
   assert.equal(still!.attempt_count, 0);
 });
 
+test("a task's own webhook_url is capped per tenant and origin: another tenant's tasks to the same host share no target", async () => {
+  const other = await createTestTenant(tdb.database, config);
+  await insertEndpoint(db(), { tenantId: other.tenantId, url: 'https://hooks.example.com/other', events: null, description: null });
+  const withUrl = { ...body, webhook_url: 'https://shared.example.com/hook?task=1' };
+  const mine = (await createTask(db(), token, { tenantId, idempotencyKey: 'url-1', body: withUrl })).task.task_id;
+  const theirs = (await createTask(db(), token, { tenantId: other.tenantId, idempotencyKey: 'url-1', body: withUrl })).task.task_id;
+  await cancelTask(db(), token, tenantId, mine);
+  await cancelTask(db(), token, other.tenantId, theirs);
+  const keyOf = async (taskId: string) => {
+    const [ev] = await eventsOf(taskId);
+    return (await deliveriesOf(ev!.event_id)).find((d) => d.endpoint_id === null)!.target_key;
+  };
+  assert.equal(await keyOf(mine), `task-url:${tenantId}:https://shared.example.com`);
+  assert.equal(await keyOf(theirs), `task-url:${other.tenantId}:https://shared.example.com`);
+});
+
 test('sealed signing secrets open only for their own endpoint and only with the key', () => {
   const box = createSecretBox('k'.repeat(40));
   const sealed = box.seal('endpoint-a', 'whsec_abc');
