@@ -1,4 +1,4 @@
-// the rescue declares an output lost (FAILED, OUTPUT_LOST, reservation
+// The rescue must not declare an output lost (FAILED, OUTPUT_LOST, reservation
 // released) when the provider URL has expired although the published object is in the primary
 // bucket, because the primary's HEAD failed (an outage) and "unknown" was read as "absent".
 // Scenario: an earlier rescue run published the object to the primary, then its step-3

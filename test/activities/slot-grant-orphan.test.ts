@@ -1,7 +1,7 @@
-// a grant nobody comes for (its workflow terminated, or gone with a
-// lost history) is put back "keeping its place" (db/slot-queue.ts takeSlot) and, being the oldest
-// waiter, is granted again in the very same pass. The slot it holds never reaches a live claimant:
-// every grant TTL the dead waiter is re-granted and the live one waits. Real Postgres and simulator.
+// A grant nobody comes for (its workflow terminated, or gone with a
+// lost history) must not come back: put back in the queue (db/slot-queue.ts takeSlot) it was, being the oldest
+// waiter, granted again in the very same pass, and the slot it held never reached a live claimant:
+// every grant TTL the dead waiter was re-granted and the live one waited. Real Postgres and simulator.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
