@@ -8,16 +8,16 @@
 // Baseline in the same run, on the same Temporal server and worker settings: a bare workflow
 // waiting for one signal, then running no-op activities of the same types the real task runs
 // after its callback; signal → completion from its history. Prints issue #19's goal row (p50
-// real, bare, ratio: ≤ 300 ms and ≤ 3 × bare) and the counts from the wake signal on (activity
-// dispatches, local activities, workflow tasks, events) against bench/budgets.json; `--check`
-// fails the run when a goal is missed or a count regressed (docs/performance.md, "Count budgets").
+// real, bare, ratio: ≤ 300 ms and ≤ 3 × bare) and the counts from the last wake signal on
+// (activity dispatches, local activities, workflow tasks, events); `--check` fails the run when a
+// goal is missed (docs/performance.md, "Count budgets and checks").
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
-import { checkGoals, reportCounts, type CountDef } from './lib/budgets';
+import { checkGoals } from './lib/budgets';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { afterLastSignal, type HistoryCounts, type StepStat } from './lib/history';
 import { createTaskClient } from './lib/http';
@@ -39,10 +39,8 @@ export interface CallbackLatencyOptions {
   readonly skipBaseline: boolean;
   /** Profile the worker process (node --cpu-prof) and print where its CPU went. */
   readonly cpuProfile: boolean;
-  /** Fail the run (exit 1) when a goal is missed or a count is over its budget. */
+  /** Fail the run (exit 1) when a goal is missed. */
   readonly check: boolean;
-  /** Rewrite the callback-latency entry of bench/budgets.json from this run. */
-  readonly writeBudgets: boolean;
 }
 
 interface Breakdown {
@@ -54,13 +52,6 @@ interface Breakdown {
   readonly counts: Omit<HistoryCounts, 'signals'>;
 }
 
-/** Counts per task from the wake signal to completion, budgeted (bench/budgets.json "callback-latency"). */
-export const CALLBACK_LATENCY_COUNTS: readonly CountDef[] = [
-  { key: 'activityDispatches', slack: 0.05, note: 'regular activities scheduled from the last wake signal to completion, per task' },
-  { key: 'localActivityMarkers', slack: 0.05, note: 'local activities (MarkerRecorded core_local_activity) from the last wake signal on, per task' },
-  { key: 'workflowTasks', slack: 0.1, note: 'workflow tasks from the last wake signal to completion, per task' },
-  { key: 'historyEvents', slack: 0.1, note: 'history events from the last wake signal to completion, per task' },
-];
 
 interface PhaseResult {
   readonly mode: string;
@@ -296,23 +287,15 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
       { name: 'every task ended by its callback', target: `${o.tasks}`, measured: `${real.byCallback}`, met: real.byCallback === o.tasks },
     ];
     printProfile(rep, 'callback-latency: worker process', profile);
+    // Not budgeted: how much comes after the last signal moves with when it lands (a loaded
+    // machine coalesces the success's wake into an earlier one: 1.73 dispatches instead of 2).
     const per = (p: PhaseResult | undefined, k: keyof Breakdown['counts']) => (p && p.breakdown.workflows ? p.breakdown.counts[k] / p.breakdown.workflows : NaN);
-    const measuredCounts: Record<string, number> = {
-      activityDispatches: per(real, 'activityDispatches'),
-      localActivityMarkers: per(real, 'localActivityMarkers'),
-      workflowTasks: per(real, 'workflowTasks'),
-      historyEvents: per(real, 'events'),
-    };
+    const afterSignal = Object.fromEntries((['activityDispatches', 'localActivityMarkers', 'workflowTasks', 'events', 'upserts', 'timers'] as const).map((k) => [k, round(per(real, k), 3)]));
     rep.table(
       `callback-latency: from the last wake signal to completion, per task (${real.breakdown.workflows} real, ${bare?.breakdown.workflows ?? 0} bare histories)`,
       ['count', 'real', 'bare'],
       (['activityDispatches', 'localActivityMarkers', 'workflowTasks', 'events', 'upserts', 'timers'] as const).map((k) => [k, round(per(real, k), 2), round(per(bare, k), 2)]),
     );
-    const regressed = reportCounts(rep, 'callback-latency', 'callback-latency: counts per task after the callback', measuredCounts, CALLBACK_LATENCY_COUNTS, {
-      check: o.check,
-      writeBudgets: o.writeBudgets,
-      from: `npm run bench -- callback-latency --tasks ${o.tasks} --rate ${o.ratePerSecond} --generation-ms ${o.generationMs} (${new Date().toISOString().slice(0, 10)})`,
-    });
     rep.goals(goals);
     checkGoals(rep, 'callback-latency', goals, o.check);
     rep.result({
@@ -329,8 +312,7 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
         afterSignal: p.breakdown,
       })),
       workerProfile: profile,
-      counts: measuredCounts,
-      regressed,
+      afterSignal,
       goals,
     });
   } finally {
