@@ -9,7 +9,7 @@
 // settings: N bare workflows running the real wait loop's commands (wait for a signal or the
 // poll interval, no-op poll and apply activities; bench/workflows/bare.ts). Prints issue #19's
 // goal rows — worker RSS and worker + Temporal CPU, each ÷ the bare wait loops', ≤ 1.0 — and
-// `--check` fails the run when one is missed (docs/performance.md, "Count budgets").
+// `--check` fails the run when one is missed (docs/performance.md, "Count budgets and checks").
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../scripts/stack';

@@ -3,7 +3,8 @@
 // bench/budgets.json. `--check` fails the run naming each count over its budget;
 // `--write-budgets` rewrites the benchmark's entry from the run (measured × (1 + slack)), which
 // is how budgets are lowered after a change that cuts a count (docs/performance.md, "Count
-// budgets"). Pure apart from the file's read and write.
+// budgets and checks"). checkCounts and budgetsFromRun are pure (test/bench/budgets.test.ts);
+// reportCounts and checkGoals print, write the file and set the exit code.
 import fs from 'node:fs';
 import path from 'node:path';
 import { REPO_ROOT } from '../../scripts/stack';
@@ -122,7 +123,10 @@ export function reportCounts(
     rep.log(`${bench}: budgets written to ${path.relative(REPO_ROOT, BUDGETS_FILE)} from this run`);
   }
   if (o.check) {
-    if (regressed.length) {
+    if (Object.keys(budgets).length === 0) {
+      rep.log(`${bench}: check FAILED: no budgets for "${bench}" in ${path.relative(REPO_ROOT, BUDGETS_FILE)} (write them with --write-budgets)`);
+      process.exitCode = 1;
+    } else if (regressed.length) {
       rep.log(`${bench}: check FAILED: over budget: ${checks.filter((c) => c.regressed).map((c) => `${c.key} ${Number.isFinite(c.measured) ? Math.round(c.measured * 100) / 100 : 'not measured'} > ${c.max}`).join('; ')}`);
       process.exitCode = 1;
     } else rep.log(`${bench}: check passed: every budgeted count within its budget`);
