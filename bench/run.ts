@@ -128,9 +128,25 @@ program
   .option('--timeout <s>', 'give up waiting after this long', positiveInt(3600), 600)
   .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 100)
   .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--quiet-seconds <s>', "quiet window that measures the processes' timer loops, taken out of the counts", positiveInt(600), 15)
+  .option('--check', 'exit 1 when a count per task is over its budget in bench/budgets.json (or a task did not succeed)', false)
+  .option('--write-budgets', "rewrite bench/budgets.json's e2e entry from this run's counts", false)
   .option('--json', 'print the figures as one JSON line', false)
   .action(
-    async (o: { tasks: number; concurrency: number; generationMs: number; workers: number; maxActivities: number; timeout: number; historySample: number; baseline: boolean; json: boolean }) => {
+    async (o: {
+      tasks: number;
+      concurrency: number;
+      generationMs: number;
+      workers: number;
+      maxActivities: number;
+      timeout: number;
+      historySample: number;
+      baseline: boolean;
+      quietSeconds: number;
+      check: boolean;
+      writeBudgets: boolean;
+      json: boolean;
+    }) => {
       await runE2E(
         {
           tasks: o.tasks,
@@ -141,6 +157,9 @@ program
           timeoutS: o.timeout,
           historySample: o.historySample,
           skipBaseline: !o.baseline,
+          quietSeconds: o.quietSeconds,
+          check: o.check,
+          writeBudgets: o.writeBudgets,
         },
         createReporter(o.json),
       );
@@ -204,22 +223,37 @@ program
   .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 50)
   .option('--no-baseline', 'skip the bare-workflow baseline')
   .option('--cpu-prof', 'profile the worker process and print where its CPU went', false)
+  .option('--check', 'exit 1 when a goal is missed (p50 ≤ 300 ms and ≤ 3 × bare, p99 ≤ 1 s, every task ended by its callback)', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { tasks: number; rate: number; warmup: number; generationMs: number; timeout: number; historySample: number; baseline: boolean; cpuProf: boolean; json: boolean }) => {
-    await runCallbackLatency(
-      {
-        tasks: o.tasks,
-        ratePerSecond: o.rate,
-        warmupTasks: o.warmup,
-        generationMs: o.generationMs,
-        timeoutS: o.timeout,
-        historySample: o.historySample,
-        skipBaseline: !o.baseline,
-        cpuProfile: o.cpuProf,
-      },
-      createReporter(o.json),
-    );
-  });
+  .action(
+    async (o: {
+      tasks: number;
+      rate: number;
+      warmup: number;
+      generationMs: number;
+      timeout: number;
+      historySample: number;
+      baseline: boolean;
+      cpuProf: boolean;
+      check: boolean;
+      json: boolean;
+    }) => {
+      await runCallbackLatency(
+        {
+          tasks: o.tasks,
+          ratePerSecond: o.rate,
+          warmupTasks: o.warmup,
+          generationMs: o.generationMs,
+          timeoutS: o.timeout,
+          historySample: o.historySample,
+          skipBaseline: !o.baseline,
+          cpuProfile: o.cpuProf,
+          check: o.check,
+        },
+        createReporter(o.json),
+      );
+    },
+  );
 
 program
   .command('open-tasks')
@@ -234,6 +268,7 @@ program
   .option('--cache <n>', 'WORKER_MAX_CACHED_WORKFLOWS for both workers (default: config)')
   .option('--max-activities <n>', 'WORKER_MAX_CONCURRENT_ACTIVITIES (default: config)')
   .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--check', 'exit 1 when RSS or (worker + Temporal) CPU exceeds the bare wait loops, or polls exceed the quota', false)
   .option('--json', 'print the figures as one JSON line', false)
   .action(
     async (o: {
@@ -247,6 +282,7 @@ program
       cache?: string;
       maxActivities?: string;
       baseline: boolean;
+      check: boolean;
       json: boolean;
     }) => {
       const workerEnv: Record<string, string> = {};
@@ -263,6 +299,7 @@ program
           timeoutS: o.timeout,
           workerEnv,
           skipBaseline: !o.baseline,
+          check: o.check,
         },
         createReporter(o.json),
       );

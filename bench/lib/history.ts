@@ -109,6 +109,8 @@ export interface AfterSignal {
   readonly activities: Record<string, StepStat>;
   /** Workflow tasks after the last signal, likewise. */
   readonly workflowTasks: StepStat;
+  /** The events from the last signal on, counted (null without a signal). */
+  readonly counts: HistoryCounts | null;
 }
 
 /**
@@ -121,7 +123,7 @@ export function afterLastSignal(history: History): AfterSignal {
   events.forEach((e, i) => {
     if (e.workflowExecutionSignaledEventAttributes) from = i;
   });
-  const out: AfterSignal = { totalMs: null, activities: {}, workflowTasks: { count: 0, queueMs: 0, runMs: 0 } };
+  const out: AfterSignal = { totalMs: null, activities: {}, workflowTasks: { count: 0, queueMs: 0, runMs: 0 }, counts: null };
   if (from < 0) return out;
   const tail = events.slice(from);
   const stats = addHistory(emptyStats(), { events: tail });
@@ -130,5 +132,55 @@ export function afterLastSignal(history: History): AfterSignal {
     totalMs: done ? ms(done) - ms(tail[0]!) : null,
     activities: stats.activities,
     workflowTasks: stats.workflowTasks,
+    counts: historyCounts({ events: tail }),
   };
+}
+
+/** What one history cost Temporal, counted from its events. */
+export interface HistoryCounts {
+  readonly events: number;
+  /** Regular activities scheduled (each a dispatch through a task queue). */
+  readonly activityDispatches: number;
+  /** Local activities, one MarkerRecorded event each (they run inside a workflow task). */
+  readonly localActivityMarkers: number;
+  /** Workflow tasks completed, failed or timed out (each a dispatch to a worker and back). */
+  readonly workflowTasks: number;
+  readonly signals: number;
+  readonly timers: number;
+  readonly upserts: number;
+}
+
+/** The marker name the SDK's core gives a local activity's result. */
+const LOCAL_ACTIVITY_MARKER = 'core_local_activity';
+
+export function historyCounts(history: History): HistoryCounts {
+  const c = { events: 0, activityDispatches: 0, localActivityMarkers: 0, workflowTasks: 0, signals: 0, timers: 0, upserts: 0 };
+  for (const e of history.events ?? []) {
+    c.events++;
+    if (e.activityTaskScheduledEventAttributes) c.activityDispatches++;
+    if (e.markerRecordedEventAttributes?.markerName === LOCAL_ACTIVITY_MARKER) c.localActivityMarkers++;
+    if (e.workflowTaskCompletedEventAttributes || e.workflowTaskFailedEventAttributes || e.workflowTaskTimedOutEventAttributes) c.workflowTasks++;
+    if (e.workflowExecutionSignaledEventAttributes) c.signals++;
+    if (e.timerStartedEventAttributes) c.timers++;
+    if (e.upsertWorkflowSearchAttributesEventAttributes) c.upserts++;
+  }
+  return c;
+}
+
+export interface CountSpread {
+  readonly mean: number;
+  readonly min: number;
+  readonly max: number;
+}
+
+/** Mean, min and max of each count over several histories (NaN when there are none). */
+export function spreadOf<K extends string>(rows: readonly Readonly<Record<K, number>>[], keys: readonly K[]): Record<K, CountSpread> {
+  const out = {} as Record<K, CountSpread>;
+  for (const k of keys) {
+    const xs = rows.map((r) => r[k]);
+    out[k] = xs.length
+      ? { mean: xs.reduce((a, b) => a + b, 0) / xs.length, min: Math.min(...xs), max: Math.max(...xs) }
+      : { mean: Number.NaN, min: Number.NaN, max: Number.NaN };
+  }
+  return out;
 }
