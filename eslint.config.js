@@ -1,4 +1,5 @@
-// Lint rules that guard the product's invariants, not style:
+// typescript-eslint's type-checked recommended rules, plus the rules that guard the product's
+// invariants:
 // - no floating promises anywhere (a dropped promise is a lost error);
 // - workflow code stays inside the sandbox: no Node builtins, no I/O modules, no activity
 //   implementations (types only), no wall-clock Date logic.
@@ -14,7 +15,7 @@ export default tseslint.config(
   { ignores: ['node_modules/**', '.data/**', 'db/migrations/**'] },
   {
     files: ['**/*.ts'],
-    extends: [tseslint.configs.base],
+    extends: [tseslint.configs.recommendedTypeChecked],
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
     rules: {
       '@typescript-eslint/no-floating-promises': [
@@ -24,6 +25,30 @@ export default tseslint.config(
       ],
       '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: { arguments: false } }],
       '@typescript-eslint/await-thenable': 'error',
+      // Off: objects here are built by factories from closures (no `this`), which the rule cannot tell
+      // from `this`-bound methods; all 54 of its findings were closures handed on as callbacks.
+      '@typescript-eslint/unbound-method': 'off',
+      // Off: an async function without `await` still turns a throw into a rejection, which the callers
+      // of promise-returning interfaces (activities, handlers, close hooks) rely on.
+      '@typescript-eslint/require-await': 'off',
+      // `_` marks a binding a signature needs but the body does not (Express's four-argument error
+      // handler); a rest sibling is how an object minus some keys is written.
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true }],
+      // Passing on a caught error (typed `unknown`) as the rejection keeps it as it was thrown.
+      '@typescript-eslint/prefer-promise-reject-errors': ['error', { allowThrowingUnknown: true }],
+    },
+  },
+  {
+    files: ['test/**/*.ts', 'scripts/record-histories.ts'],
+    rules: {
+      // Tests (and the script that records histories through their harness) read JSON answers (`res.json()`, `JSON.parse`) as `any` and assert on their fields: a
+      // wrong shape fails the assertion, so typing every body would restate the assertions as types.
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-unsafe-argument': 'off',
+      '@typescript-eslint/no-unsafe-assignment': 'off',
+      '@typescript-eslint/no-unsafe-call': 'off',
+      '@typescript-eslint/no-unsafe-member-access': 'off',
+      '@typescript-eslint/no-unsafe-return': 'off',
     },
   },
   {

@@ -28,4 +28,3 @@ export function createTaskActivities(deps: TaskActivityDeps) {
 
 export type TaskActivities = ReturnType<typeof createTaskActivities>;
 export type { TaskActivityDeps } from './deps';
-export { systemClock } from './deps';

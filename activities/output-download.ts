@@ -124,7 +124,7 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
       headers['range'] = `bytes=${offset}-`;
       if (validator) headers['if-range'] = validator;
     }
-    const res = await fetch(req.url, { signal: req.signal, redirect: 'error', dispatcher: req.dispatcher, headers } as RequestInit).catch((err: unknown) => {
+    const res = await fetch(req.url, { signal: req.signal, redirect: 'error', dispatcher: req.dispatcher, headers }).catch((err: unknown) => {
       const unsafe = unsafeAddressIn(err);
       throw unsafe ? new UnsafeUrlError(`output host ${req.url.hostname}: ${unsafe.message}`) : err;
     });
@@ -244,7 +244,7 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
         throw new OutputGoneError(`output is ${total} bytes, over the limit`);
       }
 
-      const checkpoint: Checkpoint = cp!;
+      const checkpoint: Checkpoint = cp;
       const parts: StoredPart[] = [...checkpoint.parts];
       let stored = checkpoint.bytes_stored;
       let transferred = 0;

@@ -7,7 +7,7 @@ import { and, eq, isNull, ne, or, sql } from 'drizzle-orm';
 import { holdFence } from '../db/fence';
 import { jobEvidence } from '../db/job-evidence';
 import { generationTask, opsAudit, taskAttempt } from '../db/schema';
-import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
+import { casTaskStatus, lockTask } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { reviewProblem, type ReviewResolution } from '../domain/review';

@@ -9,7 +9,6 @@ import {
   chooseRoute,
   mayFailOver,
   type AttemptSummary,
-  type FallbackReason,
   type ProviderHealth,
   type RouteRejectionReason,
 } from '../domain/router';
@@ -158,6 +157,6 @@ export function routeNextAttempt(
     provider: decision.provider,
     model: decision.model,
     via: single ? 'pinned' : decision.via,
-    reason: single ? 'single-route' : (decision.reason as 'best-score' | FallbackReason),
+    reason: single ? 'single-route' : (decision.reason),
   });
 }

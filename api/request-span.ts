@@ -39,7 +39,7 @@ export function requestSpans() {
  * mount is then the path's leading segments, those the route's own template does not cover.
  */
 export function routeOf(req: Request): string {
-  const path: unknown = req.route?.path;
+  const path: unknown = (req.route as { path?: unknown } | undefined)?.path;
   if (typeof path !== 'string') return 'unmatched';
   if (req.baseUrl) return `${req.baseUrl}${path}`;
   const own = path.split('/').filter(Boolean);

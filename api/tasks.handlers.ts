@@ -2,13 +2,12 @@
 // (api/tasks.routes.ts); every error is a problem+json.
 import type { Request, Response } from 'express';
 import { acquireFence, FenceRejectedError } from '../db/fence';
-import type { TaskStatus } from '../domain/states';
 import type { ApiContext } from './context';
 import { tenantOf } from './auth';
 import { HttpProblem, problems, zodFieldErrors } from './problem';
 import { S3ServiceException } from '@aws-sdk/client-s3';
 import { deleteTaskOutput } from '../storage/output-lifecycle';
-import { createTaskBody, deletedTaskOutput, idempotencyKeyHeader, listTasksQuery, taskIdParam } from './tasks.schemas';
+import { deletedTaskOutput } from './tasks.schemas';
 import { cancelTask, createTask, getTaskDetail, listTasks } from './tasks.service';
 import { presentTask, presentTaskSummary } from './tasks.present';
 import { taskRoutes } from './tasks.routes';
@@ -87,7 +86,7 @@ export function taskHandlers(ctx: ApiContext) {
       if (!q.success) throw problems.validation(zodFieldErrors(q.error, 'query'));
       const page = await listTasks(ctx.db, tenantId, {
         limit: q.data.limit,
-        ...(q.data.status ? { status: q.data.status as TaskStatus } : {}),
+        ...(q.data.status ? { status: q.data.status } : {}),
         ...(q.data.cursor ? { cursor: q.data.cursor } : {}),
       });
       res.json({ tasks: page.tasks.map(presentTaskSummary), next_cursor: page.next_cursor });

@@ -4,7 +4,6 @@
 import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { inFence, type FenceToken } from '../db/fence';
-import type { WebhookEventType } from '../db/schema';
 import { addSigningSecret, dropSigningSecrets, rotateSigningSecret, type SecretBox } from '../db/webhook-secrets';
 import {
   countLiveEndpoints,
@@ -53,7 +52,7 @@ export async function createEndpoint(
       tenantId,
       url: body.url,
       description: body.description ?? null,
-      events: (body.events ?? null) as WebhookEventType[] | null,
+      events: (body.events ?? null),
     });
     const secret = await addSigningSecret(tx, box, endpoint.endpoint_id);
     return { endpoint, secret };
@@ -78,7 +77,7 @@ export async function changeEndpoint(
   const row = await inFence(db, token, (tx) =>
     updateEndpoint(tx, tenantId, endpointId, {
       ...(body.url !== undefined ? { url: body.url } : {}),
-      ...(body.events !== undefined ? { events: body.events as WebhookEventType[] | null } : {}),
+      ...(body.events !== undefined ? { events: body.events } : {}),
       ...(body.description !== undefined ? { description: body.description } : {}),
       ...(body.enabled !== undefined ? { enabled: body.enabled } : {}),
     }),

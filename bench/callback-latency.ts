@@ -304,7 +304,7 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
       phases: phases.map((p) => ({
         mode: p.mode,
         measured: p.measured,
-        latency: Object.fromEntries(Object.entries(p.latency).map(([k, v]) => [k, round(v, 1)])),
+        latency: Object.fromEntries((Object.entries(p.latency) as [string, number][]).map(([k, v]) => [k, round(v, 1)])),
         ratioP50: round(ratio(p.latency.p50, bare?.latency.p50 ?? NaN), 3),
         ratioP99: round(ratio(p.latency.p99, bare?.latency.p99 ?? NaN), 3),
         cores: Object.fromEntries(Object.entries(p.cpu.cores).map(([k, v]) => [k, round(v, 2)])),

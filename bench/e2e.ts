@@ -213,7 +213,7 @@ async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: Bare
         await Promise.all(
           Array.from({ length: o.concurrency }, async () => {
             while (next < o.tasks) {
-              const i = next++;
+              next++;
               const taskId = randomUUID();
               const workflowId = `bare-${taskId}`;
               const handle = await client.workflow.start<typeof bareWorkflow>('bareWorkflow', {
@@ -425,7 +425,7 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
         seconds: round(p.seconds, 2),
         rate: round(p.rate, 2),
         ratio: round(ratio(p.rate, bare?.rate ?? NaN), 4),
-        latency: Object.fromEntries(Object.entries(p.latency).map(([k, v]) => [k, round(v, 1)])),
+        latency: Object.fromEntries((Object.entries(p.latency) as [string, number][]).map(([k, v]) => [k, round(v, 1)])),
         eventsPerWorkflow: round(p.history.events / Math.max(1, p.history.workflows), 1),
         roundTripsPerTask: p.roundTripsPerTask === null ? null : round(p.roundTripsPerTask, 2),
         commitsPerTask: p.xactPerTask === null ? null : round(p.xactPerTask, 2),

@@ -1,4 +1,4 @@
-// `npm run bench -- metrics-load`: metric scrapes must not starve creates (issue 14, docs/
+// `npm run bench -- metrics-load`: metric scrapes must not starve creates (docs/
 // performance.md "Metrics without load"). Over a ledger of N closed tasks (seeded with one
 // INSERT … SELECT generate_series), S scrapers loop on the operator listener's /metrics while
 // one client creates C tasks; the API's request pool is sampled every 2 ms. Goals: no create

@@ -120,7 +120,7 @@ program
 program
   .command('e2e')
   .description('N tasks through API, worker and simulator until SUCCEEDED; baseline: a bare workflow of the same shape')
-  .option('--tasks <n>', 'tasks to run (the issue asks for 500)', positiveInt(10_000), 200)
+  .option('--tasks <n>', 'tasks created at once', positiveInt(10_000), 200)
   .option('--concurrency <n>', 'concurrent creates', positiveInt(256), 32)
   .option('--generation-ms <ms>', 'simulated generation time', (v) => Math.max(0, Number(v)), 20)
   .option('--workers <n>', 'worker processes', positiveInt(8), 1)
@@ -258,7 +258,7 @@ program
 program
   .command('open-tasks')
   .description('N tasks waiting on the provider at once: worker RSS and CPU idle, history per task, polls/s vs the quota; baseline: bare wait loops')
-  .option('--tasks <n>', 'open tasks (the issue asks for 10,000)', positiveInt(100_000), 10_000)
+  .option('--tasks <n>', 'tasks waiting on the provider at once', positiveInt(100_000), 10_000)
   .option('--create-concurrency <n>', 'concurrent creates', positiveInt(256), 32)
   .option('--poll-ms <ms>', 'poll interval every task settles at (POLL_INITIAL_MS = POLL_MAX_MS)', positiveInt(3_600_000), 60_000)
   .option('--generation-ms <ms>', 'simulated generation time (longer than the run)', positiveInt(86_400_000), 6 * 3_600_000)

@@ -21,7 +21,7 @@ export interface DeploymentRule {
 export const deployment = z.registry<DeploymentRule>();
 
 function withRule<T extends z.ZodType>(schema: T, rule: DeploymentRule): T {
-  deployment.add(schema as z.ZodType, rule);
+  deployment.add(schema, rule);
   return schema;
 }
 
@@ -33,7 +33,10 @@ export function devDefault<T extends z.ZodType>(schema: T, dev: string): T {
   return withRule(schema, { dev, required: true });
 }
 
-/** A credential (or an address that carries one, like DATABASE_URL): the devDefault rule. */
+/**
+ * A credential (or an address that carries one, like DATABASE_URL): the devDefault rule.
+ * @alias
+ */
 export const secret = devDefault;
 
 /** A third party's URL (a provider API, its JWKS): required in production, https to a public host. */
@@ -113,7 +116,7 @@ export function productionProblems(shape: Shape, env: Env): { field: string; mes
       if (rule.required) problems.push({ field, message: 'required in production (dev and test values are not used there)' });
       continue;
     }
-    const v = value as string;
+    const v = value;
     const unsafe = v === rule.dev ? 'is the dev/simulator value; refused in production' : rule.unsafe?.(v);
     if (unsafe) problems.push({ field, message: unsafe });
   }

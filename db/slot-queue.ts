@@ -7,7 +7,7 @@
 import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import { providerControl, slotWait, tenantCapacity, type SlotWaitRow, type TenantCapacityRow } from './schema';
-import { chooseGrants, queueOrder, type QueuePolicy, type QueuePolicyMode, type SlotLoad, type WaitReason, type Waiter } from '../domain/slot-queue';
+import { chooseGrants, queueOrder, type QueuePolicy, type SlotLoad, type WaitReason, type Waiter } from '../domain/slot-queue';
 import { FINISHED_PROVIDER_JOB_STATES, TERMINAL_TASK_STATES, type TaskStatus } from '../domain/states';
 
 /** pg_notify channel carrying the task id of each granted waiter (delivered on commit only). */
@@ -99,7 +99,7 @@ async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueue
   return {
     // The ceiling the last claim used (it ramps after a rebuild), else the operator's limit.
     limit: row?.queue_limit ?? row?.max_in_flight ?? null,
-    policy: { mode: (row?.queue_policy ?? 'fair') as QueuePolicyMode, agingMs: row?.queue_aging_ms ?? 0 },
+    policy: { mode: (row?.queue_policy ?? 'fair'), agingMs: row?.queue_aging_ms ?? 0 },
   };
 }
 
@@ -283,7 +283,7 @@ export interface QueueEntry {
 /** Who waits at `provider`, in the order they would be granted (ops provider queue, GET /v1/tasks/:id). */
 export async function providerQueue(db: DbOrTx, provider: string, now: Date): Promise<{ entries: QueueEntry[]; inFlight: number; limit: number | null; policy: QueuePolicy }> {
   const [control] = await db.select().from(providerControl).where(eq(providerControl.provider, provider));
-  const policy: QueuePolicy = { mode: (control?.queue_policy ?? 'fair') as QueuePolicyMode, agingMs: control?.queue_aging_ms ?? 0 };
+  const policy: QueuePolicy = { mode: (control?.queue_policy ?? 'fair'), agingMs: control?.queue_aging_ms ?? 0 };
   const rows = await db.select().from(slotWait).where(eq(slotWait.provider, provider));
   const { load } = await countSlots(db, provider, []);
   const waiting = rows.filter((r) => r.granted_at === null);

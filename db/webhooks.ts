@@ -162,12 +162,6 @@ export async function redeliver(tx: DbOrTx, endpointId: string, deliveryId: stri
   return row ?? null;
 }
 
-/** A delivery by id, whatever its target (the ops CLI). */
-export async function findDelivery(db: DbOrTx, deliveryId: string): Promise<WebhookDeliveryRow | null> {
-  const [row] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, deliveryId));
-  return row ?? null;
-}
-
 /** Ops: redeliver any delivery (also a task's own webhook_url). */
 export async function redeliverAny(tx: DbOrTx, deliveryId: string): Promise<WebhookDeliveryRow | null> {
   const [row] = await tx

@@ -39,7 +39,7 @@ const DATA_FAILURES: readonly string[] = [FailureType.OutputGone, FailureType.Un
 const PROVIDER_EVIDENCE = ['consecutive_read_failures', 'max_run_ms'];
 
 export function classifyReview(f: ReviewFacts): ReviewClass {
-  const reason = typeof f.detail?.['reason'] === 'string' ? (f.detail['reason'] as string) : '';
+  const reason = typeof f.detail?.['reason'] === 'string' ? (f.detail['reason']) : '';
   // The provider ended the job without an output: nothing left to wait for.
   if (f.providerFinalState && f.providerFinalState !== 'succeeded') return 'terminal-elsewhere';
   // A workflow step failed for good: `<FailureType>: message` (workflows/generation.ts).

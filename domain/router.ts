@@ -171,7 +171,7 @@ function pickScored(answer: unknown, candidates: readonly RouteCandidate[]): Rou
 
 export function chooseRoute(input: RouteInput, options: RouterOptions): RouteDecision {
   const compatible = compatibleCandidates(input, options.catalog);
-  if (!Array.isArray(compatible)) return compatible as RouteDecision;
+  if ('kind' in compatible) return compatible;
   const mode = options.staticRoute ?? 'priority';
   const fallback = (pool: readonly RouteCandidate[], reason: FallbackReason, allBreakersOpen = false): RouteDecision => {
     const c = staticRoute(pool, input.taskId, mode);

@@ -61,7 +61,7 @@ export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promi
         'webhook-timestamp': String(Math.floor(req.timestamp.getTime() / 1000)),
         'webhook-signature': signatureHeader(req.secrets, req.webhookId, req.timestamp, req.body),
       },
-    } as RequestInit);
+    });
     const excerpt = await readBounded(res, opts.maxResponseBytes);
     const ok = res.status >= 200 && res.status < 300;
     const error = ok ? null : res.status >= 300 && res.status < 400 ? `answered ${res.status} (redirects are not followed)` : `answered ${res.status}`;
@@ -74,7 +74,7 @@ export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promi
 /** Reads at most `max` bytes of the answer, then drops the connection's remaining body. */
 async function readBounded(res: Response, max: number): Promise<string | null> {
   if (!res.body) return null;
-  const reader = res.body.getReader();
+  const reader = (res.body as ReadableStream<Uint8Array>).getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   try {

@@ -16,7 +16,7 @@ export function temporalLogger(logger: Logger): TemporalLogger {
     // Poll workers (workers/generation-worker.ts) run activities only, on purpose.
     if (level === 'WARN' && message.startsWith('No workflows registered')) level = 'DEBUG';
     // The SDK reports failures as `error`; pino serialises (message, type, stack) only `err`.
-    const fields = meta && 'error' in meta ? { ...meta, err: meta['error'], error: undefined } : (meta ?? {});
+    const fields = meta && 'error' in meta ? { ...meta, err: meta['error'] as unknown, error: undefined } : (meta ?? {});
     logger[LEVELS[level]](fields, message);
   };
   return {

@@ -27,8 +27,8 @@ export function formatSeconds(s: number | null | undefined): string {
 const cell = (v: unknown): string => {
   if (v === null || v === undefined) return '-';
   if (v instanceof Date) return v.toISOString();
-  if (typeof v === 'object') return JSON.stringify(v);
-  return String(v);
+  if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return String(v);
+  return JSON.stringify(v);
 };
 
 /** Key/value lines with the keys padded to one width. */

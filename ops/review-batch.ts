@@ -59,7 +59,7 @@ export async function classifyReviews(db: Db, opts: { limit?: number; taskId?: s
     LIMIT ${opts.limit ?? 1000}`);
   return (rows as unknown as Row[]).map((r) => {
     const cls = classifyReview({ detail: r.detail, sourceEvent: r.source_event, attemptState: r.submit_state, providerJobId: r.provider_job_id, providerFinalState: r.final_state });
-    const reason = typeof r.detail?.['reason'] === 'string' ? (r.detail['reason'] as string) : null;
+    const reason = typeof r.detail?.['reason'] === 'string' ? (r.detail['reason']) : null;
     return {
       taskId: r.task_id,
       tenantId: r.tenant_id,

@@ -55,3 +55,14 @@ export function createCallbackTokens(secret: string): CallbackTokens {
 export function callbackUrl(publicBaseUrl: string, provider: string, token: string): string {
   return `${publicBaseUrl}/v1/callbacks/${encodeURIComponent(provider)}/${token}`;
 }
+
+/** The token of a callback URL that `callbackUrl` built (its last non-empty path segment), or null. */
+export function callbackTokenOf(url: string | null | undefined): string | null {
+  if (!url) return null;
+  try {
+    const seg = new URL(url).pathname.split('/').filter((s) => s.length > 0).pop();
+    return seg ? decodeURIComponent(seg) : null;
+  } catch {
+    return null;
+  }
+}

@@ -13,7 +13,7 @@ import type { ProviderJobState } from '../domain/states';
 import { FAL_HEADERS, FalJwks, falSignedMessage, verifyFalSignature } from './fal-webhooks';
 import { createProviderHttp, headerValue, numericMetrics, ProviderHttpError, type HttpAnswer } from './provider-http';
 import './result-retention';
-import { lastPathSegment } from './replicate';
+import { callbackTokenOf } from './callback-token';
 import {
   CallbackVerificationError,
   type JobRef,
@@ -159,7 +159,7 @@ export function falInput(model: string, input: Record<string, unknown>): { reado
   if (typeof input['first_frame_image'] === 'string') return { refused: { field: 'input_image_url', message: `${model} is text to video: it takes no image` } };
   const duration = String(input['duration']);
   if (duration !== '5' && duration !== '10') return { refused: { field: 'duration_seconds', message: `${model} takes 5 or 10 seconds` } };
-  return { input: { prompt: String(input['prompt'] ?? ''), duration, aspect_ratio: '16:9' } };
+  return { input: { prompt: typeof input['prompt'] === 'string' ? input['prompt'] : '', duration, aspect_ratio: '16:9' } };
 }
 
 /** The app id addressing status/result/cancel: the model id without its sub-path ("owner/app"). */
@@ -247,7 +247,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     return http.classifySubmit(answer, (json) => {
       const p = submitAnswerSchema.safeParse(json);
       if (!p.success) return { malformed: p.error.message };
-      return job(p.data.request_id, 'queued', 'IN_QUEUE', { correlationToken: lastPathSegment(req.webhookUrl) });
+      return job(p.data.request_id, 'queued', 'IN_QUEUE', { correlationToken: callbackTokenOf(req.webhookUrl) });
     });
   }
 

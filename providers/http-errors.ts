@@ -1,6 +1,7 @@
 // Classifies fetch (undici) failures by whether the request may have reached the server.
-// Seed 001: refused / DNS / TLS failures happen before a byte of the request is sent (the
-// provider provably did not accept); a timeout or a reset after sending leaves the outcome unknown.
+// Refused / DNS / TLS failures happen before a byte of the request is sent (the provider
+// provably did not accept); a timeout or a reset after sending leaves the outcome unknown
+// (docs/design.md §5 "Submit").
 
 export interface NetworkErrorClass {
   /** False only when the request provably never left this process. */
@@ -44,7 +45,7 @@ function isNotSentCode(code: string): boolean {
 }
 
 function codeOf(e: unknown): string | undefined {
-  if (e && typeof e === 'object' && 'code' in e && typeof (e as { code: unknown }).code === 'string') {
+  if (e && typeof e === 'object' && 'code' in e && typeof (e).code === 'string') {
     return (e as { code: string }).code;
   }
   return undefined;

@@ -159,8 +159,6 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
   return { send, read, classifySubmit, describeBody, rejected, unknown, redact, clip, malformed };
 }
 
-export type ProviderHttp = ReturnType<typeof createProviderHttp>;
-
 /** The first finite-number fields of an object, for ProviderJob.metrics. */
 export function numericMetrics(o: Record<string, unknown> | null | undefined): Record<string, number> | null {
   if (!o) return null;

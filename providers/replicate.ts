@@ -130,17 +130,6 @@ function parseDate(s: string | null | undefined): Date | null {
   return Number.isNaN(d.getTime()) ? null : d;
 }
 
-/** The last non-empty path segment of a URL, or null. */
-export function lastPathSegment(url: string | null | undefined): string | null {
-  if (!url) return null;
-  try {
-    const seg = new URL(url).pathname.split('/').filter((s) => s.length > 0).pop();
-    return seg ? decodeURIComponent(seg) : null;
-  } catch {
-    return null;
-  }
-}
-
 function errorText(e: unknown): string | null {
   if (e === null || e === undefined || e === '') return null;
   return typeof e === 'string' ? e : JSON.stringify(e);

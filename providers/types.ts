@@ -114,7 +114,7 @@ export interface ProviderJob {
   readonly progress?: ProviderProgress | null;
 }
 
-/** Seed 001 §2: every call that may create a job ends in exactly one of three outcomes. */
+/** Every call that may create a job ends in exactly one of three outcomes (docs/design.md §5 "Submit"). */
 export type SubmitOutcome =
   | { readonly kind: 'accepted'; readonly job: ProviderJob }
   /** Proved not accepted: a 4xx/429 answer, or the request never left (refused, DNS, TLS). */

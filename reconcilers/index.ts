@@ -27,4 +27,4 @@ export function reconcilerNamed(name: string, list: readonly Reconciler[] = RECO
   return found;
 }
 
-export type { Reconciler, ReconcileDeps, ReconcileFinding, ReconcileReport, ReconcileRunOptions, ReconcileSettings } from './types';
+export type { Reconciler } from './types';

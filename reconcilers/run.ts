@@ -64,8 +64,3 @@ export async function latestRuns(db: Db, opts: { includeDryRuns?: boolean } = {}
     .where(opts.includeDryRuns ? undefined : eq(reconcileRun.dry_run, false))
     .orderBy(reconcileRun.reconciler, desc(reconcileRun.started_at));
 }
-
-/** Runs of one reconciler, newest first. */
-export async function runsOf(db: Db, reconciler: string, limit = 10): Promise<ReconcileRunRow[]> {
-  return db.select().from(reconcileRun).where(eq(reconcileRun.reconciler, reconciler)).orderBy(desc(reconcileRun.started_at)).limit(limit);
-}

@@ -304,8 +304,8 @@ export function launch(name: string, command: string, args: string[], opts: Laun
     if (recent.length > keep) recent.shift();
     if (!muted) sink(line);
   };
-  readline.createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', onLine(outLog));
-  readline.createInterface({ input: child.stderr!, crlfDelay: Infinity }).on('line', onLine(errLog));
+  readline.createInterface({ input: child.stdout, crlfDelay: Infinity }).on('line', onLine(outLog));
+  readline.createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', onLine(errLog));
 
   let exitInfo: ExitInfo | undefined;
   const entry = { pid: child.pid ?? -1 };

@@ -15,19 +15,11 @@ export const factsQuery = defineQuery<TaskFacts | null>('facts');
  */
 export const resolveReviewUpdate = defineUpdate<TaskFacts, [ReviewResolution]>('resolveReview');
 
+/** Registered on the Temporal namespace at start (scripts/stack.ts TEMPORAL_SEARCH_ATTRIBUTES, temporal-dev.yml). */
 export const SA_TASK_STATUS = defineSearchAttributeKey('TaskStatus', SearchAttributeType.KEYWORD);
 export const SA_TENANT_ID = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
 export const SA_PROVIDER = defineSearchAttributeKey('Provider', SearchAttributeType.KEYWORD);
 export const SA_ATTEMPT_STATE = defineSearchAttributeKey('AttemptState', SearchAttributeType.KEYWORD);
 export const SA_NEEDS_ATTENTION = defineSearchAttributeKey('NeedsAttention', SearchAttributeType.BOOL);
-
-/** Registered on the Temporal namespace at start (scripts/stack.ts, temporal-dev.yml). */
-export const CUSTOM_SEARCH_ATTRIBUTES = [
-  SA_TASK_STATUS,
-  SA_TENANT_ID,
-  SA_PROVIDER,
-  SA_ATTEMPT_STATE,
-  SA_NEEDS_ATTENTION,
-] as const;
 
 export const workflowIdForTask = (taskId: string): string => `task-${taskId}`;

@@ -32,7 +32,7 @@ import {
   resolveReviewUpdate,
   wakeSignal,
 } from './definitions';
-import { reviewProblem } from '../domain/review';
+import { reviewProblem, type ReviewResolution } from '../domain/review';
 
 export interface GenerationInput {
   readonly taskId: string;
@@ -79,7 +79,7 @@ function activity<K extends keyof TaskActivities>(name: K, taskQueue?: string): 
   const options: ActivityOptions = taskQueue === undefined ? ACTIVITY_OPTIONS[name] : { ...ACTIVITY_OPTIONS[name], taskQueue };
   // The SDK types a proxy's member through a conditional type TypeScript cannot resolve for a
   // generic K; every TaskActivities member is an activity function, so this is that member.
-  return proxyActivities<TaskActivities>(options)[name] as TaskActivities[K];
+  return proxyActivities<TaskActivities>(options)[name];
 }
 
 const getTaskFacts = activity('getTaskFacts');
@@ -137,7 +137,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
       }
     },
     {
-      validator: (resolution) => {
+      validator: (resolution: ReviewResolution) => {
         const problem = reviewProblem(resolution);
         if (problem) throw new Error(problem);
         if (current?.status !== 'MANUAL_REVIEW') throw new Error(`task is ${current?.status ?? 'unknown'}, not in MANUAL_REVIEW`);

@@ -5,7 +5,6 @@
 // groups for the probe.
 import fs from 'node:fs';
 import path from 'node:path';
-import pg from 'pg';
 import { configToEnv } from '../../config/env';
 import { startDrillWorld, type DrillWorld } from '../../ops/drills/harness';
 import { createTenant } from '../../ops/tenants';
@@ -163,15 +162,4 @@ export async function startBenchWorld(
       await world.close();
     },
   };
-}
-
-/** Runs one SQL statement against a database URL on a short-lived connection. */
-export async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
 }

@@ -28,7 +28,7 @@ const worker = await Worker.create({
   taskQueue,
   workflowBundle: await bundleWorkflowCode({
     workflowsPath: path.join(path.dirname(fileURLToPath(import.meta.url)), 'bare.ts'),
-    logger: { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop } as never,
+    logger: { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop },
   }),
   activities,
   maxConcurrentActivityTaskExecutions: config.WORKER_MAX_CONCURRENT_ACTIVITIES,

@@ -1,5 +1,5 @@
-// Drill: the facts database switches over to its streaming standby under load (docs/design.md
-// §7; docs/runbooks/pg-switchover.md). Two private clusters: a primary and a standby made with
+// Drill: the facts database switches over to its streaming standby under load (docs/design.md §7;
+// docs/runbooks/pg-switchover.md). Two private clusters: a primary and a standby made with
 // pg_basebackup -R, synchronous (synchronous_standby_names), so every acknowledged commit is on
 // the standby before the client hears of it: RPO = 0 for commits. The primary is stopped as a
 // crash would (pg_ctl stop -m immediate), the standby promoted after a detection delay, and the

@@ -110,7 +110,7 @@ export async function runWebhooksDrill(opts: { tasks: number; downSeconds: numbe
       }
       afterSuccess += ok.length - 1;
       delays.push((Math.min(...ok.map((s) => s.at)) - new Date(ev.created_at).getTime()) / 1000);
-      const distinct = new Set(seen.map((s) => JSON.stringify([s.body?.type, s.body?.data?.task_id, s.body?.data?.status_version])));
+      const distinct = new Set(seen.map(({ body }: { body: { type?: string; data?: { task_id?: string; status_version?: number } } | null }) => JSON.stringify([body?.type, body?.data?.task_id, body?.data?.status_version])));
       if (distinct.size !== 1 || !distinct.has(JSON.stringify([ev.event_type, ev.task_id, Number(ev.status_version)]))) mismatched += 1;
     }
     delays.sort((a, b) => a - b);

@@ -157,7 +157,7 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
    */
   function resultKept(job: SimJob): boolean {
     const bytes = Buffer.byteLength(JSON.stringify(job.phase === 'succeeded' ? resultPayload(job) : { detail: job.error }));
-    const knob = /\[sim:result_ttl=(\d+)\]/.exec(String(job.input['prompt'] ?? ''));
+    const knob = /\[sim:result_ttl=(\d+)\]/.exec(typeof job.input['prompt'] === 'string' ? job.input['prompt'] : '');
     const window = knob ? Number(knob[1]) : o.resultRetentionMs;
     const keepMs = bytes >= LARGE_RESULT_BYTES ? Math.min(window, LARGE_RESULT_RETENTION_MS) : window;
     return job.completedAt !== null && Date.now() - job.completedAt.getTime() < keepMs;
@@ -206,7 +206,7 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
     res.status(202).json({ status: 'CANCELLATION_REQUESTED' });
   });
   r.post('/*model', (req, res) => {
-    const model = (req.params as { model: string[] }).model.join('/');
+    const model = (req.params).model.join('/');
     const webhook = typeof req.query['fal_webhook'] === 'string' ? req.query['fal_webhook'] : null;
     if (model.split('/').length < 2) return void res.status(404).json({ detail: 'Application not found' });
     const input = (INPUTS[model] ?? anyInput).safeParse(req.body);

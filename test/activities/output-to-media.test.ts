@@ -7,9 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { asset, creditLedger, generationTask } from '../../db/schema';
-import type { ObjectStorage } from '../../storage/s3';
 import { providerSucceededTask, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
-import { eventually } from '../support/stack';
 
 let w: ActivityWorld;
 /** While above 0, the media step's presigned GET fails (the storage is unreachable for it). */

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { inspect } from 'node:util';
 import { after, afterEach, before, beforeEach, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
@@ -49,7 +50,7 @@ test('a download reset mid-body is a retryable rescue failure, the process lives
   w.sim.sim.setFaults({ output: 'reset_mid_body', output_fault_count: 1 });
   const err = await w.run('rescueOutput', id).then(() => null, (e: unknown) => e);
   assert.ok(err, 'the cut download failed the activity');
-  assert.ok(retryable(err), `retryable: ${String(err)}`);
+  assert.ok(retryable(err), `retryable: ${inspect(err)}`);
   assert.deepEqual(uncaught, [], 'no unhandled error: a worker would still be running');
   assert.equal(await statusOf(id), 'FETCHING_OUTPUT');
   assert.equal((await videosOf(id)).length, 0, 'nothing recorded from the cut body');

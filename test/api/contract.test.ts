@@ -92,7 +92,7 @@ async function answer(method: string, url: string, init: { headers?: Record<stri
   const text = await res.text();
   const errors = validator.check({ method, path: url }, { status: res.status, headers: res.headers, text });
   assert.deepEqual(errors, [], `${method} ${url} → ${res.status} ${text.slice(0, 300)}`);
-  return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as any) : null };
+  return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text)) : null };
 }
 
 const auth = (apiKey = e.tenant.apiKey) => ({ authorization: `Bearer ${apiKey}` });

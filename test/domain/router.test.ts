@@ -136,7 +136,7 @@ test('rejections with a reason: unknown model, missing or out-of-range features,
     return d.kind === 'rejected' ? d.reason : `routed to ${d.provider}`;
   };
   assert.equal(reject({ modelFamily: 'sora-9' }), 'unknown-model');
-  assert.equal(reject({ durationSeconds: undefined as unknown as number }), 'missing-feature');
+  assert.equal(reject({ durationSeconds: undefined }), 'missing-feature');
   assert.equal(reject({ resolution: '' }), 'missing-feature');
   assert.equal(reject({ taskId: '' }), 'missing-feature');
   assert.equal(reject({ durationSeconds: 0 }), 'out-of-range');
@@ -168,10 +168,10 @@ test('failover only after a proven rejection; never while an attempt is SUBMITTI
 test('property: whatever the scorer does, the router answers a compatible provider or a typed rejection, never throws', () => {
   const anyScore = fc.oneof(fc.double(), fc.constant(Number.NaN), fc.integer());
   const scorerArb = fc.oneof(
-    fc.array(fc.record({ provider: fc.constantFrom('kling', 'fal', 'replicate', 'zzz'), score: anyScore })).map((ans) => (() => ans) as Scorer),
+    fc.array(fc.record({ provider: fc.constantFrom('kling', 'fal', 'replicate', 'zzz'), score: anyScore })).map((ans) => (() => ans)),
     fc.constant((() => {
       throw new Error('x');
-    }) as Scorer),
+    })),
   );
   fc.assert(
     fc.property(scorerArb, fc.integer({ min: -1, max: 12 }), fc.constantFrom('480p', '720p', '1080p', '8k'), fc.string(), (scorer, d, res, taskId) => {

@@ -101,10 +101,10 @@ test("an attempt's state never leaves a finished state, whatever the provider sa
       let a: ReturnType<typeof attemptStateFor> | 'SUBMITTED' = 'SUBMITTED';
       let finished: string | null = null;
       for (const st of states) {
-        const next = attemptStateFor(a!, st);
+        const next = attemptStateFor(a, st);
         if (next) a = next;
         if (finished) assert.equal(a, finished);
-        else if (['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(a!)) finished = a!;
+        else if (['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(a)) finished = a!;
       }
     }),
   );

@@ -44,7 +44,7 @@ function stream(baseUrl: string, path: string, apiKey = e.tenant.apiKey) {
   let cutCurrent: (() => void) | null = null;
   const es = new EventSource(`${baseUrl}${path}`, {
     fetch: async (url, init) => {
-      const headers = new Headers(init?.headers as Record<string, string>);
+      const headers = new Headers(init?.headers);
       headers.set('authorization', `Bearer ${apiKey}`);
       const req: { lastEventId: string | null; status?: number } = { lastEventId: headers.get('last-event-id') };
       requests.push(req);

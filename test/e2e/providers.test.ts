@@ -32,7 +32,7 @@ for (const c of cases) {
     assert.equal(task.output.media.videoCodec, 'h264');
     const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     assert.equal(attempt?.provider, c.provider);
-    assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
+    assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
     const inbox = await e.tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
     const sources = new Set(inbox.map((r) => r.source));
     if (c.expectCallbacks) assert.ok(sources.has('callback'), `callbacks stored: ${[...sources].join(',')}`);

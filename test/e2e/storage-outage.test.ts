@@ -143,7 +143,7 @@ test('primary down: the rescue lands in the fallback bucket, SUCCEEDED, download
   assert.equal(await fallbackStore.head(row.object_key), null, 'the fallback copy is removed');
   const task = await e.getTask(taskId);
   const url = task.output?.download_url;
-  assert.ok(url?.startsWith(primary!.endpoint), `the download URL points at the primary: ${url}`);
+  assert.ok(url?.startsWith(primary.endpoint), `the download URL points at the primary: ${url}`);
   assert.equal(sha(await fetchBytes(url!)), row.sha256);
   const audits = await e.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'asset.copy-back')));
   assert.equal(audits.length, 2);

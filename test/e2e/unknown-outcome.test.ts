@@ -107,10 +107,10 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
     const [first, second] = await attemptsOf(taskId);
     assert.equal(first?.submit_state, 'REJECTED');
     assert.match(first?.last_error ?? '', /code 1203/);
-    assert.equal(jobsFor(first!.attempt_id), 0);
+    assert.equal(jobsFor(first.attempt_id), 0);
     assert.equal(jobsFor(second!.attempt_id), 1);
     // The second attempt began only after the proof delay.
-    assert.ok(second!.submit_started_at!.getTime() - first!.submit_started_at!.getTime() >= 1500);
+    assert.ok(second!.submit_started_at!.getTime() - first.submit_started_at!.getTime() >= 1500);
   });
 
   test('429 with Retry-After is a proven rejection: a new attempt after the wait, no job for the first', async () => {
@@ -119,9 +119,9 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
     await e.waitForStatus(taskId, 'SUCCEEDED');
     const [first, second] = await attemptsOf(taskId);
     assert.equal(first?.submit_state, 'REJECTED');
-    assert.equal(jobsFor(first!.attempt_id), 0);
+    assert.equal(jobsFor(first.attempt_id), 0);
     assert.equal(jobsFor(second!.attempt_id), 1);
-    assert.ok(second!.submit_started_at!.getTime() - first!.submit_finished_at!.getTime() >= 900);
+    assert.ok(second!.submit_started_at!.getTime() - first.submit_finished_at!.getTime() >= 900);
   });
 });
 

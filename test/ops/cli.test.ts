@@ -151,7 +151,7 @@ test('review list shows a MANUAL_REVIEW task with its reason; review resolve --f
   assert.equal(item?.reason, 'provider said nothing for an hour');
 
   // The workflow notices MANUAL_REVIEW once its paused step runs again.
-  await eventually(async () => ((await s.client.workflow.getHandle(`task-${id}`).query('facts')) as { status?: string } | null)?.status === 'MANUAL_REVIEW' ? true : undefined, 20_000);
+  await eventually(async () => (await s.client.workflow.getHandle(`task-${id}`).query<{ status?: string } | null>('facts'))?.status === 'MANUAL_REVIEW' ? true : undefined, 20_000);
   const resolved = await ops('review', 'resolve', id, '--fail', '--reason', 'customer asked to stop', '--json');
   assert.equal(resolved.code, 0, resolved.stderr);
   assert.equal(resolved.json().status, 'FAILED');

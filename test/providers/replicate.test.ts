@@ -136,7 +136,7 @@ test('happy path: 201 → accepted with the token echoed; getJob reaches succeed
   assert.equal(done.state, 'succeeded');
   assert.ok(done.outputUrl?.startsWith(`${sim.baseUrl()}/replicate/files/${job.jobId}/output.mp4?`));
   assert.equal(typeof done.metrics?.['predict_time'], 'number');
-  assert.ok(done.updatedAt && done.updatedAt.getTime() >= job.updatedAt!.getTime());
+  assert.ok(done.updatedAt && done.updatedAt.getTime() >= job.updatedAt.getTime());
   assert.equal(sim.tokenCount(attemptId), 1);
 });
 

@@ -1,4 +1,4 @@
-// Issue 14 item 8, the HTTP side: /openapi.json does not reflect the Host header, reads and
+// The API at the edge (README.md "Deploying", "At the edge"), the HTTP side: /openapi.json does not reflect the Host header, reads and
 // cancels are rate-limited per tenant (a refused cancel writes nothing), and slow clients are
 // cut off by the server's header and request timeouts instead of Node's 300 s default.
 import assert from 'node:assert/strict';

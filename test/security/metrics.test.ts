@@ -1,4 +1,4 @@
-// Issue 14 item 2: metric scrapes cannot starve the API's request pool, and the public port
+// Metrics without load (docs/performance.md): metric scrapes cannot starve the API's request pool, and the public port
 // discloses neither metrics nor readiness details. The heavy version (300,000 closed tasks) is
 // `npm run bench -- metrics-load`; this is its guard at a size a test run affords.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Issue 14 item 8, the operator side, through the real ops CLI: a key that belongs to another
+// API keys at the edge (README.md "Deploying", "At the edge"), the operator side, through the real ops CLI: a key that belongs to another
 // tenant is refused (and the refusal audited), keys never travel on argv, and `ops key
 // list|rotate|revoke` work against the real API with ids and hashes only in ops_audit.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Issue 14 item 1: under the production profile no dev value (the simulator's credentials, the
+// The production profile (README.md "Deploying"): under it no dev value (the simulator's credentials, the
 // repo's webhook secret, loopback URLs) fills in; each missing or unsafe setting is named and
 // the process exits before it listens, polls or touches a database.
 import assert from 'node:assert/strict';

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { inspect } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { buildApiContext } from '../../api/context';
@@ -324,7 +325,7 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms${last ? `: ${inspect(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }

@@ -136,7 +136,7 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
   assert.deepEqual(f.objects, assetKeys, 'exactly one object per asset under the task prefix (no strays, no .partial)');
 
   assert.deepEqual(f.versions, f.versions.map((_, i) => i), 'transition versions 0..N, unique and gapless');
-  assert.equal(f.versions.at(-1), task!.status_version, 'the last transition is the task version');
+  assert.equal(f.versions.at(-1), task.status_version, 'the last transition is the task version');
   const transitions = await db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId));
   for (const t of transitions) if (t.from_version !== null) assert.equal(t.to_version, t.from_version + 1);
   const entered = transitions.map((t) => t.to_status);
