@@ -55,11 +55,6 @@ export function pgDelta(after: readonly PgCounts[], before: readonly PgCounts[])
   return acc;
 }
 
-/** Counts scaled by k (a rate per second × seconds). */
-export function scaleCounts(c: PgCounts, k: number): PgCounts {
-  return combine(NO_COUNTS, c, k);
-}
-
 /** Each entry minus k × the quiet window's, never below zero; and the sum of what is left. */
 function subtractMap(phase: Record<string, number>, quiet: Record<string, number>, k: number): { left: Record<string, number>; sum: number } {
   const left: Record<string, number> = {};
