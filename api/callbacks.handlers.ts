@@ -7,7 +7,7 @@
 // still acknowledged; the spool replayer feeds it through ingestCallback() later.
 import type { Request, Response } from 'express';
 import { eq } from 'drizzle-orm';
-import { deserializeJob, recordProviderEvent, serializeJob } from '../db/inbox';
+import { deserializeJob, recordAttemptCallback, recordProviderEvent, serializeJob } from '../db/inbox';
 import { taskAttempt } from '../db/schema';
 import { ProviderHttpError } from '../providers/provider-http';
 import { CallbackVerificationError, verifyProviderCallback, type ProviderJob, type VerifiedCallback } from '../providers/types';
@@ -53,32 +53,44 @@ function oversizedFields(v: VerifiedCallback): FieldError[] {
 export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promise<IngestOutcome> {
   const adapter = ctx.providers[cb.provider];
   if (!adapter) throw new Error(`no adapter for provider ${cb.provider}`);
+  // Wherever a provider echoes our token (Replicate's webhook URL, Kling's external_task_id), it
+  // must be ours. The attempt row is the one the URL token names, so its id is cb.attemptId.
+  const echoesUs = (job: ProviderJob) =>
+    job.correlationToken === null || job.correlationToken === cb.attemptId || job.correlationToken === ctx.callbackTokens.tokenFor(cb.attemptId);
+  if (!cb.needsRefetch) {
+    // A signed callback: the attempt's checks and the deduped insert in one statement.
+    const r = await recordAttemptCallback(ctx.db.$client, {
+      provider: cb.provider,
+      attemptId: cb.attemptId,
+      job: cb.job,
+      providerEventId: cb.providerEventId,
+      echoesAttempt: echoesUs(cb.job),
+      receivedRegion: cb.receivedRegion,
+      raw: cb.payload,
+    });
+    if (r.outcome === 'stored') ctx.waker.wake(r.taskId);
+    return r.outcome;
+  }
   const [attempt] = await ctx.db
     .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model, jobId: taskAttempt.provider_job_id })
     .from(taskAttempt)
     .where(eq(taskAttempt.attempt_id, cb.attemptId));
   if (!attempt || attempt.provider !== cb.provider) return 'unknown_token';
-  // Wherever a provider echoes our token (Replicate's webhook URL, Kling's external_task_id), it must be ours.
-  const echoesUs = (job: ProviderJob) =>
-    job.correlationToken === null || job.correlationToken === attempt.attemptId || job.correlationToken === ctx.callbackTokens.tokenFor(attempt.attemptId);
   if (attempt.jobId && cb.job.jobId !== attempt.jobId) return 'mismatch';
   if (!echoesUs(cb.job)) return 'mismatch';
   // An unsigned callback (Kling) only tells us which job to look at: read it from the
   // provider with our credentials rather than trusting the body, and bind it only when the
   // provider says it carries our attempt id.
-  let job = cb.job;
-  if (cb.needsRefetch) {
-    job = await adapter.getJob(cb.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel });
-    // A provider that keeps our key on the job (tier lookup-by-key: Kling's external_task_id)
-    // must show it: a job without it, or with another, is not this attempt's.
-    const keepsOurKey = adapter.capabilities.unknownOutcomeTier === 'lookup-by-key';
-    if (!echoesUs(job) || (keepsOurKey && job.correlationToken !== attempt.attemptId)) return 'mismatch';
-  }
+  const job = await adapter.getJob(cb.job.jobId, AbortSignal.timeout(10_000), { model: attempt.providerModel });
+  // A provider that keeps our key on the job (tier lookup-by-key: Kling's external_task_id)
+  // must show it: a job without it, or with another, is not this attempt's.
+  const keepsOurKey = adapter.capabilities.unknownOutcomeTier === 'lookup-by-key';
+  if (!echoesUs(job) || (keepsOurKey && job.correlationToken !== attempt.attemptId)) return 'mismatch';
   const inboxId = await recordProviderEvent(ctx.db, {
     provider: cb.provider,
     job,
     // A re-fetched state has no event id of its own: dedupe it by its content.
-    providerEventId: cb.needsRefetch ? null : cb.providerEventId,
+    providerEventId: null,
     source: 'callback',
     attemptId: attempt.attemptId,
     taskId: attempt.taskId,

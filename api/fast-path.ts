@@ -5,7 +5,7 @@ import type { Db } from '../db/client';
 import type { Logger } from '../observability/logger';
 import type { Metrics } from '../observability/metrics';
 import type { GenerationFacade, TaskRef } from '../temporal/facade';
-import { markOutboxPublished } from './tasks.service';
+import { markOutboxRowsPublished } from './tasks.service';
 
 export interface FastPath {
   /** Resolves within timeoutMs: true when the workflow was started and the outbox row marked. */
@@ -34,6 +34,7 @@ export function createFastPath(opts: {
 }): FastPath {
   let skipUntil = 0;
   let inFlight = 0;
+  const markPublished = createPublishedMarker(opts.db);
   const maxInFlight = opts.maxInFlight ?? 64;
   /** After a failure, one create at a time probes Temporal; the others leave it to the relay. */
   let probing = false;
@@ -61,7 +62,7 @@ export function createFastPath(opts: {
         return false;
       }
       if (recovering) probing = true;
-      const started = opts.facade.startGeneration(task).then(() => markOutboxPublished(opts.db, outboxEventId));
+      const started = opts.facade.startGeneration(task).then(() => markPublished(outboxEventId));
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`workflow start took over ${opts.timeoutMs} ms`)), opts.timeoutMs);
@@ -84,4 +85,36 @@ export function createFastPath(opts: {
     },
   };
   return fastPath;
+}
+
+/**
+ * Marks outbox rows published after their fast-path starts, batched: while one mark is in flight
+ * the next rows wait and go together in one statement (under load, one round trip for many
+ * creates; alone, no added wait). Each caller learns whether its row was marked by this process.
+ */
+function createPublishedMarker(db: Db): (eventId: string) => Promise<boolean> {
+  let queued: { id: string; settle: (marked: boolean | Error) => void }[] = [];
+  let flushing = false;
+  async function flush(): Promise<void> {
+    flushing = true;
+    try {
+      while (queued.length > 0) {
+        const batch = queued;
+        queued = [];
+        try {
+          const marked = await markOutboxRowsPublished(db, batch.map((b) => b.id));
+          for (const b of batch) b.settle(marked.has(b.id));
+        } catch (err) {
+          for (const b of batch) b.settle(err as Error);
+        }
+      }
+    } finally {
+      flushing = false;
+    }
+  }
+  return (id) =>
+    new Promise<boolean>((resolve, reject) => {
+      queued.push({ id, settle: (r) => (r instanceof Error ? reject(r) : resolve(r)) });
+      if (!flushing) void flush();
+    });
 }

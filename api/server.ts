@@ -41,12 +41,14 @@ async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;
   logger.info({ signal }, 'API stopping: no new connections, finishing in-flight requests');
-  server.close();
+  // Listened for before anything is awaited: with no connection open, 'close' comes at once, and
+  // a listener added later waited forever (the benchmarks' --cpu-prof runs lost their profiles).
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   // Event streams never finish by themselves: end them now (clients reconnect elsewhere with Last-Event-ID).
   await ctx.events.close();
   server.closeIdleConnections();
   setTimeout(() => server.closeAllConnections(), 10_000).unref();
-  await new Promise<void>((resolve) => server.once('close', () => resolve()));
+  await closed;
   await replayer.stop();
   await Promise.allSettled([ops.close(), facts.stop(), temporal.close(), database.close(), ctx.close()]);
   await tracing.shutdown();

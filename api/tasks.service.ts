@@ -148,14 +148,19 @@ async function checkTaskWebhookUrl(db: Db, tenantId: string, url: string, allowP
  * every request answered 503 (seen in the e2e benchmark). Returns whether this call marked it.
  */
 export async function markOutboxPublished(db: Db, eventId: string): Promise<boolean> {
+  return (await markOutboxRowsPublished(db, [eventId])).has(eventId);
+}
+
+/** markOutboxPublished for several rows in one statement; returns the ids this call marked. */
+export async function markOutboxRowsPublished(db: Db, eventIds: readonly string[]): Promise<Set<string>> {
   const marked = await db
     .update(outboxEvent)
     .set({ published_at: sql`now()`, publish_attempts: sql`${outboxEvent.publish_attempts} + 1` })
     .where(
-      sql`${outboxEvent.event_id} IN (SELECT event_id FROM outbox_event WHERE event_id = ${eventId} AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
+      sql`${outboxEvent.event_id} IN (SELECT event_id FROM outbox_event WHERE event_id = ANY(${sql.param([...eventIds])}::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
     )
     .returning({ id: outboxEvent.event_id });
-  return marked.length > 0;
+  return new Set(marked.map((m) => m.id));
 }
 
 export async function getTaskDetail(db: Db, tenantId: string, taskId: string) {

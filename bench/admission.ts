@@ -1,7 +1,12 @@
 // `npm run bench -- admission`: sustained POST /v1/tasks at fixed concurrency levels against
 // an API process with Temporal up (the fast path starts each workflow), the same with
-// Temporal unreachable (outbox only), and pgbench running the create transaction with the same
-// client counts on the same database. Figures are ratios against pgbench measured in this run.
+// Temporal unreachable (outbox only), pgbench running the create transaction with the same
+// client counts on the same database, and the bare admission baseline: the same create
+// transaction, statement for statement, from a minimal client in this process (pg, no express,
+// no drizzle) followed by the same workflow start and outbox mark. Ratios are printed against
+// both baselines measured in this run (issue #19 asks for API ÷ bare ≥ 0.70).
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { sleep } from '../scripts/stack';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createTaskClient } from './lib/http';
@@ -30,6 +35,8 @@ export interface AdmissionOptions {
   readonly api: boolean;
   /** Profile the API process (node --cpu-prof) and print where its CPU went. */
   readonly cpuProfile: boolean;
+  /** Also run the bare admission baseline (minimal pg + Temporal client, same transaction and start). */
+  readonly bare: boolean;
 }
 
 const BODY = { model: 'minimax/video-01', prompt: 'bench admission', duration_seconds: 1, resolution: '480p' } as const;
@@ -82,6 +89,77 @@ async function apiPhase(
   }
 }
 
+// The bare admission baseline (issue #19): what one create costs without the API. The create
+// transaction of api/tasks.service.ts createTask() statement for statement (bench/sql/admission-tx.sql,
+// parameterised as the API sends it), then the same workflow start (the world's facade: the
+// options the API uses) and the same outbox mark. A pool as large as the API's (DATABASE_POOL_MAX).
+const BARE_SQL = {
+  fence: 'SELECT active_region, write_epoch FROM region_write_fence WHERE resource_scope = $1 FOR SHARE',
+  task: `INSERT INTO generation_task (task_id, tenant_id, project_id, home_region, write_epoch, status, idempotency_key,
+      reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
+    VALUES ($1, $2, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, 'replicate', 'minimax/video-01', 0, now() + make_interval(secs => 3600))
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING task_id`,
+  outbox: `INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, schema_version, home_region, write_epoch)
+    VALUES ($1, 'generation_task', $2, 'GenerationTaskCreated', $3, 1, $4, $5)`,
+  transition: `INSERT INTO task_transition (task_id, from_status, to_status, from_version, to_version, source_event, actor, region, write_epoch)
+    VALUES ($1, NULL, 'QUEUED', NULL, 0, 'api.create', $2, $3, $4)`,
+  ledger: `INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch)
+    VALUES ($1, $2, $3, $4, 'RESERVE', $5, $6, $7) ON CONFLICT (business_key) DO NOTHING RETURNING entry_id`,
+  cas: `UPDATE credit_account SET reserved = reserved + $2, version = version + 1, updated_at = now()
+    WHERE tenant_id = $1 AND balance - reserved >= $2 RETURNING version`,
+  mark: `UPDATE outbox_event SET published_at = now(), publish_attempts = publish_attempts + 1
+    WHERE event_id IN (SELECT event_id FROM outbox_event WHERE event_id = $1 AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
+} as const;
+/** BEGIN, the six statements above up to the CAS, COMMIT, the mark. */
+const BARE_ROUND_TRIPS = 9;
+const BARE_MODE = 'bare: same transaction + start, minimal client';
+
+async function bareCreate(pool: pg.Pool, bw: BenchWorld, tenantId: string, key: string): Promise<void> {
+  const { config, facade } = bw.world;
+  const epoch = 1;
+  const taskId = randomUUID();
+  const eventId = randomUUID();
+  const amount = '0.5';
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    const fence = await c.query<{ active_region: string; write_epoch: string }>(BARE_SQL.fence, [config.FENCE_SCOPE]);
+    if (fence.rows[0]?.active_region !== config.REGION || Number(fence.rows[0].write_epoch) !== epoch) throw new Error('fence rejected');
+    const task = await c.query(BARE_SQL.task, [taskId, tenantId, config.REGION, epoch, key, amount, randomUUID(), BODY]);
+    if (task.rowCount !== 1) throw new Error('duplicate key');
+    await c.query(BARE_SQL.outbox, [eventId, taskId, { task_id: taskId, tenant_id: tenantId, provider: 'replicate', priority: 0 }, config.REGION, epoch]);
+    await c.query(BARE_SQL.transition, [taskId, `tenant:${tenantId}`, config.REGION, epoch]);
+    await c.query(BARE_SQL.ledger, [randomUUID(), tenantId, taskId, `task:${taskId}:reserve`, amount, config.REGION, epoch]);
+    const cas = await c.query(BARE_SQL.cas, [tenantId, amount]);
+    if (cas.rowCount !== 1) throw new Error('insufficient credits');
+    await c.query('COMMIT');
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    c.release();
+  }
+  await facade.startGeneration({ taskId, tenantId, provider: 'replicate', priority: 0 });
+  await pool.query(BARE_SQL.mark, [eventId]);
+}
+
+async function barePhase(bw: BenchWorld, pool: pg.Pool, clients: number, tenants: BenchTenant[], o: AdmissionOptions, rep: Reporter): Promise<Measured<LoadResult>> {
+  const prefix = `bare-${clients}-${Date.now().toString(36)}`;
+  return measured({ cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) }, () =>
+    closedLoop({
+      label: `bare c=${clients}`,
+      concurrency: clients,
+      warmupMs: o.warmupS * 1000,
+      durationMs: o.durationS * 1000,
+      progress: rep.log,
+      async request(seq) {
+        await bareCreate(pool, bw, tenants[seq % tenants.length]!.tenantId, `${prefix}-${seq}`);
+        return { ok: true, status: 'created' };
+      },
+    }),
+  );
+}
+
 function fromLoad(mode: string, m: Measured<LoadResult>): Row {
   // Round trips per create: everything the API process sent during the phase (warm-up
   // included) divided by every request of the phase (all have finished when it ends).
@@ -116,6 +194,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
   const bw = await startBenchWorld('admission', {}, (l) => rep.log(`admission: ${l}`));
   const rows: Row[] = [];
   const statementReport: { mode: string; clients: number; statements: ReturnType<typeof topStatements> }[] = [];
+  const cleanup: (() => Promise<void> | undefined)[] = [];
   try {
     const { world } = bw;
     const tenants = await bw.createTenants(o.tenants);
@@ -136,6 +215,8 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       region: world.config.REGION,
       epoch: '1',
     };
+    const barePool = o.bare ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-admission' }) : null;
+    cleanup.push(() => barePool?.end());
     const pgGroups = async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() });
 
     for (const clients of o.concurrency) {
@@ -145,6 +226,11 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
         rows.push(fromLoad('API, Temporal up (fast path)', a));
         statementReport.push({ mode: 'API', clients, statements: topStatements(a.queries, a.result.started) });
         rep.log(`admission: cpu ${describeCpu(a.cpu)}`);
+      }
+      if (barePool) {
+        const b = await barePhase(bw, barePool, clients, tenants, o, rep);
+        rows.push({ ...fromLoad(BARE_MODE, b), roundTripsPerOp: BARE_ROUND_TRIPS });
+        rep.log(`admission: cpu ${describeCpu(b.cpu)}`);
       }
       if (apiOutbox) {
         const b = await apiPhase(bw, apiOutbox, 'api-outbox', clients, tenants, o, rep);
@@ -206,9 +292,10 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       profile = summarizeProfiles(api.profileDir);
     }
     const baseline = (clients: number) => rows.find((r) => r.clients === clients && r.mode.startsWith('pgbench: create transaction'));
+    const bareOf = (clients: number) => rows.find((r) => r.clients === clients && r.mode === BARE_MODE);
     rep.table(
-      `admission: POST /v1/tasks, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${o.tenants} tenants (ratio = rate / pgbench create-transaction rate at the same client count)`,
-      ['mode', 'clients', 'creates/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
+      `admission: POST /v1/tasks, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${o.tenants} tenants (ratio = rate / pgbench create-transaction rate at the same client count; ÷ bare = rate / the bare admission rate)`,
+      ['mode', 'clients', 'creates/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', '÷ bare', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
       rows.map((r) => [
         r.mode,
         r.clients,
@@ -217,6 +304,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
         round(r.p99, 1),
         r.errors,
         round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 3),
+        round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 3),
         r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 1),
         round(r.cpu.cores['api'] ?? NaN, 2),
         round(r.cpu.cores['postgres'] ?? 0, 2),
@@ -238,7 +326,9 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       const r = rows.find((x) => x.clients === c && x.mode.startsWith('API, Temporal up'));
       if (!r) return [];
       const rt = ratio(r.rate, baseline(c)?.rate ?? NaN);
+      const rb = ratio(r.rate, bareOf(c)?.rate ?? NaN);
       return [
+        ...(bareOf(c) ? [{ name: `API ÷ bare admission at c=${c}`, target: '≥ 0.70', measured: round(rb, 3).toString(), met: rb >= 0.7 }] : []),
         { name: `creates/s at c=${c}`, target: '≥ 500', measured: round(r.rate, 0).toString(), met: r.rate >= 500 },
         { name: `p99 at c=${c}`, target: '≤ 50 ms', measured: `${round(r.p99, 1)} ms`, met: r.p99 <= 50 },
         { name: `share of pgbench at c=${c}`, target: '≥ 15 %', measured: `${round(rt * 100, 1)} %`, met: rt >= 0.15 },
@@ -258,6 +348,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
         p99: round(r.p99, 2),
         errors: r.errors,
         ratio: round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 4),
+        ratioToBare: round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 4),
         roundTripsPerOp: r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 2),
         cores: Object.fromEntries(Object.entries(r.cpu.cores).map(([k, v]) => [k, round(v, 2)])),
         machineBusyCores: round(r.cpu.machineBusyCores, 2),
@@ -268,6 +359,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       goals,
     });
   } finally {
+    for (const c of cleanup) await c();
     await bw.close();
   }
 }

@@ -3,10 +3,15 @@
 // real endpoint POST /v1/callbacks/replicate/:token of an API process: verify on the raw
 // body, inbox insert, 2xx, then the best-effort wake signal to the task's workflow (Temporal
 // up, workflows started, no worker). About one callback in ten repeats an earlier event
-// (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baseline:
-// pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts.
+// (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baselines:
+// pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts, and
+// the bare ingest (issue #19): the same signed events checked, inserted and signalled by a
+// minimal client in this process (standardwebhooks, pg, the Temporal client; no HTTP, no
+// express, no drizzle), with the API's signal coalescing (api/wakes.ts).
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
+import { createTaskWaker } from '../api/wakes';
 import { createCallbackTokens } from '../providers/callback-token';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createHttpClient, createTaskClient } from './lib/http';
@@ -29,6 +34,8 @@ export interface CallbacksOptions {
   readonly duplicateShare: number;
   /** Profile the API process (node --cpu-prof) and print where its CPU went. */
   readonly cpuProfile: boolean;
+  /** Also run the bare ingest baseline (minimal pg + Temporal client). */
+  readonly bare: boolean;
 }
 
 interface Attempt {
@@ -105,10 +112,73 @@ async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Re
   return rows.map((r) => ({ attemptId: r.attempt_id, taskId: r.task_id, jobId: r.provider_job_id, token: tokens.tokenFor(r.attempt_id) }));
 }
 
+interface SignedEvent {
+  readonly id: string;
+  readonly attempt: Attempt;
+  readonly body: string;
+}
+
+/**
+ * The benchmark's event stream: a new event per request, and every `1 / duplicateShare`-th
+ * request a repeat of a recent one (a ring buffer of up to 1,000 events, filled by `remember`).
+ */
+function eventStream(prefix: string, attempts: Attempt[], duplicateShare: number) {
+  const recent: SignedEvent[] = [];
+  const every = duplicateShare > 0 ? Math.round(1 / duplicateShare) : Infinity;
+  let counter = 0;
+  return {
+    next(seq: number): { ev: SignedEvent; repeat: boolean } {
+      if (seq % every === every - 1 && recent.length > 0) return { ev: recent[(seq * 7919) % recent.length]!, repeat: true };
+      const attempt = attempts[seq % attempts.length]!;
+      const n = counter++;
+      return { ev: { id: `${prefix}_${n}`, attempt, body: predictionBody(attempt, n) }, repeat: false };
+    },
+    remember(ev: SignedEvent, seq: number) {
+      if (recent.length < 1000) recent.push(ev);
+      else recent[n2(seq) % recent.length] = ev;
+    },
+  };
+}
+
+function signedHeaders(signer: Webhook, ev: SignedEvent): Record<string, string> {
+  const now = new Date();
+  return {
+    'content-type': 'application/json',
+    'webhook-id': ev.id,
+    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+    'webhook-signature': signer.sign(ev.id, now, ev.body),
+  };
+}
+
+// The inbox insert of db/inbox.ts recordProviderEvent(), as the API sent it before issue #19.
+const BARE_INBOX_SQL = `INSERT INTO callback_inbox (inbox_id, provider, provider_job_id, provider_event_id, dedupe_key, event_type, payload,
+    signature_valid, received_region, attempt_id, task_id, source, provider_updated_at)
+  VALUES ($1, 'replicate', $2, $3, $4, $5, $6, true, $7, $8, $9, 'callback', NULL)
+  ON CONFLICT (provider, dedupe_key) DO NOTHING RETURNING inbox_id`;
+const BARE_MODE = 'bare: verify + inbox + signal, minimal client';
+
+/**
+ * The bare ingest of one callback: the Standard Webhooks check on the raw body, the inbox
+ * insert (deduped), and the coalesced wake signal after it. True when stored, false for a repeat.
+ */
+function bareIngest(pool: pg.Pool, verifier: Webhook, wake: (taskId: string) => void, region: string) {
+  return async (ev: SignedEvent, headers: Record<string, string>): Promise<boolean> => {
+    const json = verifier.verify(ev.body, headers) as { id: string; status: string };
+    const job = { jobId: json.id, state: 'running', rawStatus: json.status, updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null };
+    const { rows } = await pool.query(BARE_INBOX_SQL, [
+      randomUUID(), job.jobId, ev.id, `event:${ev.id}`, job.state, { job, raw: json }, region, ev.attempt.attemptId, ev.attempt.taskId,
+    ]);
+    if (rows.length === 0) return false;
+    wake(ev.attempt.taskId);
+    return true;
+  };
+}
+
 export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<void> {
   const bw = await startBenchWorld('callbacks', {}, (l) => rep.log(`callbacks: ${l}`));
   const rows: Row[] = [];
   const statementReport: { clients: number; statements: ReturnType<typeof topStatements> }[] = [];
+  let stopBare = async () => undefined as void;
   try {
     const { world } = bw;
     // The callback limits would measure themselves: lift them far over the offered load.
@@ -122,13 +192,17 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     let duplicatesSent = 0;
     let duplicatesAcked = 0;
     let storedAgain = 0; // a repeat answered as stored: must stay 0
-    let counter = 0;
+    const barePool = o.bare ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-callbacks' }) : null;
+    const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId));
+    const bare = barePool ? bareIngest(barePool, new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION) : null;
+    stopBare = async () => {
+      await barePool?.end();
+    };
 
-    for (const clients of o.concurrency) {
+    for (const [level, clients] of o.concurrency.entries()) {
       const http = createHttpClient(api.url, clients);
-      // Recent distinct events, to repeat (ring buffer).
-      const recent: { id: string; attempt: Attempt; body: string }[] = [];
-      const every = o.duplicateShare > 0 ? Math.round(1 / o.duplicateShare) : Infinity;
+      // Ids unique across levels (a level's stream starts its counter at 0).
+      const events = eventStream(`${prefix}_${level}`, attempts, o.duplicateShare);
       let m: Measured<LoadResult>;
       try {
         m = await measured(
@@ -144,26 +218,9 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
               durationMs: o.durationS * 1000,
               progress: rep.log,
               async request(seq) {
-                let ev: { id: string; attempt: Attempt; body: string };
-                const repeat = seq % every === every - 1 && recent.length > 0;
-                if (repeat) {
-                  ev = recent[(seq * 7919) % recent.length]!;
-                  duplicatesSent++;
-                } else {
-                  const attempt = attempts[seq % attempts.length]!;
-                  const n = counter++;
-                  ev = { id: `${prefix}_${n}`, attempt, body: predictionBody(attempt, n) };
-                }
-                const now = new Date();
-                const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.token}`, {
-                  headers: {
-                    'content-type': 'application/json',
-                    'webhook-id': ev.id,
-                    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-                    'webhook-signature': signer.sign(ev.id, now, ev.body),
-                  },
-                  body: ev.body,
-                });
+                const { ev, repeat } = events.next(seq);
+                if (repeat) duplicatesSent++;
+                const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.token}`, { headers: signedHeaders(signer, ev), body: ev.body });
                 if (res.status < 200 || res.status > 299) return { ok: false, status: String(res.status) };
                 const dup = (JSON.parse(res.body.toString()) as { duplicate?: boolean }).duplicate === true;
                 acked.add(ev.id);
@@ -172,10 +229,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
                 } else {
                   if (stored.has(ev.id)) storedAgain++;
                   stored.add(ev.id);
-                  if (!repeat) {
-                    if (recent.length < 1000) recent.push(ev);
-                    else recent[n2(seq) % recent.length] = ev;
-                  }
+                  if (!repeat) events.remember(ev, seq);
                 }
                 return { ok: true, status: dup ? `${res.status} duplicate` : `${res.status} stored` };
               },
@@ -196,6 +250,28 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       });
       statementReport.push({ clients, statements: topStatements(m.queries, m.result.started, 6) });
       rep.log(`callbacks: cpu ${describeCpu(m.cpu)}`);
+
+      if (bare) {
+        const bareEvents = eventStream(`${prefix}b${level}`, attempts, o.duplicateShare);
+        const b = await measured({ cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) }, () =>
+          closedLoop({
+            label: `bare c=${clients}`,
+            concurrency: clients,
+            warmupMs: o.warmupS * 1000,
+            durationMs: o.durationS * 1000,
+            progress: rep.log,
+            async request(seq) {
+              const { ev, repeat } = bareEvents.next(seq);
+              const isNew = await bare(ev, signedHeaders(signer, ev));
+              if (isNew && !repeat) bareEvents.remember(ev, seq);
+              return { ok: true, status: isNew ? 'stored' : 'duplicate' };
+            },
+          }),
+        );
+        // One INSERT per callback (the signal is Temporal's).
+        rows.push({ mode: BARE_MODE, clients, rate: b.result.rate, p50: b.result.latency.p50, p99: b.result.latency.p99, errors: b.result.errors, roundTripsPerOp: 1, cpu: b.cpu });
+        rep.log(`callbacks: cpu ${describeCpu(b.cpu)}`);
+      }
 
       const payload = JSON.stringify({ job: { jobId: 'pgbjob', state: 'running' }, raw: JSON.parse(predictionBody(attempts[0]!, 0)) as unknown });
       const p: Measured<PgbenchResult> = await measured(
@@ -247,9 +323,10 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     const exactlyOnce = inboxRows === acked.size && distinctIds === inboxRows && storedAgain === 0;
 
     const baseline = (c: number) => rows.find((r) => r.clients === c && r.mode.startsWith('pgbench'));
+    const bareOf = (c: number) => rows.find((r) => r.clients === c && r.mode === BARE_MODE);
     rep.table(
-      `callbacks: POST /v1/callbacks/replicate/:token, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${attempts.length} attempts, ${Math.round(o.duplicateShare * 100)} % repeats (ratio = rate / pgbench inbox-insert rate at the same client count)`,
-      ['mode', 'clients', 'callbacks/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
+      `callbacks: POST /v1/callbacks/replicate/:token, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${attempts.length} attempts, ${Math.round(o.duplicateShare * 100)} % repeats (ratio = rate / pgbench inbox-insert rate at the same client count; ÷ bare = rate / the bare ingest rate)`,
+      ['mode', 'clients', 'callbacks/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', '÷ bare', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
       rows.map((r) => [
         r.mode,
         r.clients,
@@ -258,6 +335,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         round(r.p99, 1),
         r.errors,
         round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 3),
+        round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 3),
         r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 1),
         round(r.cpu.cores['api'] ?? NaN, 2),
         round(r.cpu.cores['postgres'] ?? 0, 2),
@@ -288,7 +366,9 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       const r = rows.find((x) => x.clients === c && x.mode.startsWith('API'));
       if (!r) return [];
       const rt = ratio(r.rate, baseline(c)?.rate ?? NaN);
+      const rb = ratio(r.rate, bareOf(c)?.rate ?? NaN);
       return [
+        ...(bareOf(c) ? [{ name: `API ÷ bare ingest at c=${c}`, target: '≥ 0.70', measured: round(rb, 3).toString(), met: rb >= 0.7 }] : []),
         { name: `callbacks/s at c=${c}`, target: '≥ 2,500', measured: round(r.rate, 0).toString(), met: r.rate >= 2500 },
         { name: `p99 at c=${c}`, target: '≤ 25 ms', measured: `${round(r.p99, 1)} ms`, met: r.p99 <= 25 },
         { name: `share of pgbench at c=${c}`, target: '≥ 20 %', measured: `${round(rt * 100, 1)} %`, met: rt >= 0.2 },
@@ -310,6 +390,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         p99: round(r.p99, 2),
         errors: r.errors,
         ratio: round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 4),
+        ratioToBare: round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 4),
         roundTripsPerOp: r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 2),
         cores: Object.fromEntries(Object.entries(r.cpu.cores).map(([k, v]) => [k, round(v, 2)])),
         machineBusyCores: round(r.cpu.machineBusyCores, 2),
@@ -321,6 +402,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     });
     if (!exactlyOnce) process.exitCode = 1;
   } finally {
+    await stopBare();
     await bw.close();
   }
 }

@@ -27,7 +27,7 @@ const program = new Command('bench').description('benchmarks against a private l
 
 program
   .command('admission')
-  .description('sustained POST /v1/tasks at fixed concurrency; baseline: pgbench running the create transaction')
+  .description('sustained POST /v1/tasks at fixed concurrency; baselines: pgbench running the create transaction, and the bare admission (same transaction and workflow start from a minimal client)')
   .option('--concurrency <list>', 'client counts, comma-separated', intList(256), [16, 64])
   .option('--duration <s>', 'measured seconds per level', positiveInt(600), 15)
   .option('--warmup <s>', 'warm-up seconds before each measurement', positiveInt(120), 3)
@@ -36,6 +36,7 @@ program
   .option('--no-full', 'skip pgbench with every round trip of a create')
   .option('--cas-last', 'also run pgbench with the account CAS moved last in the transaction (proposed fix)', false)
   .option('--no-api', 'pgbench only (with --cas-last: the A/B of the reordering alone)')
+  .option('--no-bare', 'skip the bare admission baseline (minimal pg + Temporal client)')
   .option('--cpu-prof', 'profile the API process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
   .action(
@@ -44,6 +45,7 @@ program
       duration: number;
       warmup: number;
       tenants: number;
+      bare: boolean;
       outboxOnly: boolean;
       full: boolean;
       casLast: boolean;
@@ -62,6 +64,7 @@ program
           casLast: o.casLast,
           api: o.api,
           cpuProfile: o.cpuProf,
+          bare: o.bare,
         },
         createReporter(o.json),
       );
@@ -95,15 +98,16 @@ program
 
 program
   .command('callbacks')
-  .description('signed Replicate callbacks through the real endpoint, 10 % repeats; baseline: pgbench inbox insert')
+  .description('signed Replicate callbacks through the real endpoint, 10 % repeats; baselines: pgbench inbox insert, and the bare ingest (signature check, inbox insert, signal from a minimal client)')
   .option('--concurrency <list>', 'client counts, comma-separated', intList(256), [16, 64])
   .option('--duration <s>', 'measured seconds per level', positiveInt(600), 15)
   .option('--warmup <s>', 'warm-up seconds before each measurement', positiveInt(120), 3)
   .option('--tasks <n>', 'tasks (one attempt each) the callbacks are spread over', positiveInt(5000), 200)
   .option('--duplicates <pct>', 'percent of callbacks repeating an earlier event', (v) => Number(v), 10)
+  .option('--no-bare', 'skip the bare ingest baseline (minimal pg + Temporal client)')
   .option('--cpu-prof', 'profile the API process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tasks: number; duplicates: number; cpuProf: boolean; json: boolean }) => {
+  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tasks: number; duplicates: number; bare: boolean; cpuProf: boolean; json: boolean }) => {
     await runCallbacks(
       {
         concurrency: o.concurrency,
@@ -112,6 +116,7 @@ program
         tasks: o.tasks,
         duplicateShare: Math.min(50, Math.max(0, o.duplicates)) / 100,
         cpuProfile: o.cpuProf,
+        bare: o.bare,
       },
       createReporter(o.json),
     );

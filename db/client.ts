@@ -2,7 +2,8 @@ import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import * as schema from './schema';
 
-export type Db = NodePgDatabase<typeof schema>;
+/** The drizzle handle, and the pool under it (`$client`) for the few named statements of hot paths. */
+export type Db = NodePgDatabase<typeof schema> & { readonly $client: pg.Pool };
 /** A transaction handle: the same query surface as Db. */
 export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
 export type DbOrTx = Db | Tx;

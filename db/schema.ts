@@ -191,6 +191,8 @@ export const outboxEvent = pgTable(
     next_retry_at: ts('next_retry_at'),
     // Addition.
     last_error: text('last_error'),
+    /** A relay's lease on the row while it starts the workflow outside any transaction (workers/outbox-relay.ts). */
+    claimed_until: ts('claimed_until'),
   },
   (t) => [
     index('idx_outbox_unpublished')

@@ -1,12 +1,14 @@
 // No accepted task is lost when Temporal is unreachable: the API still answers 202 (the task,
 // its reservation and its outbox row are committed), and the outbox relay starts the
-// workflow later. Two relays at once publish each row once.
+// workflow later. Two relays at once publish each row once; a relay holds no lock while it talks
+// to Temporal (its rows are claimed with a lease instead), and a claim left by a dead relay is
+// taken over once its lease has run out (docs/decisions/00XX-outbox-claim-lease.md).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Client } from '@temporalio/client';
-import { eq, isNull } from 'drizzle-orm';
+import { eq, inArray, isNull, sql } from 'drizzle-orm';
 import { outboxEvent } from '../../db/schema';
-import { createGenerationFacade } from '../../temporal/facade';
+import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { relayOnce } from '../../workers/outbox-relay';
 import {
   createTestDatabase,
@@ -78,4 +80,96 @@ test('with Temporal unreachable a create is still accepted, and the relay later 
   for await (const wf of client.workflow.list({ query: `WorkflowId = '${facade.workflowIdFor(ids[0]!)}'` })) runs.push(wf.runId);
   assert.ok(runs.length <= 1, `one run for the task, found ${runs.length}`);
   for (const id of ids) await client.workflow.getHandle(facade.workflowIdFor(id)).terminate('test cleanup');
+});
+
+/** The real facade, counting starts per task; `hold` parks every start until it resolves. */
+function countingFacade(inner: GenerationFacade, hold?: Promise<void>) {
+  const starts = new Map<string, number>();
+  let waiting = 0;
+  const facade: GenerationFacade = {
+    ...inner,
+    async startGeneration(task) {
+      starts.set(task.taskId, (starts.get(task.taskId) ?? 0) + 1);
+      waiting += 1;
+      await hold;
+      waiting -= 1;
+      return inner.startGeneration(task);
+    },
+  };
+  return { facade, starts, waiting: () => waiting };
+}
+
+async function createTasks(prefix: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i += 1) {
+    const res = await http(api.baseUrl, 'POST', '/v1/tasks', { apiKey, body, headers: { 'idempotency-key': `${prefix}-${i}` } });
+    assert.equal(res.status, 202);
+    ids.push(res.body.task_id);
+  }
+  return ids;
+}
+
+async function runsOf(facade: GenerationFacade, taskId: string): Promise<number> {
+  let runs = 0;
+  for await (const _ of client.workflow.list({ query: `WorkflowId = '${facade.workflowIdFor(taskId)}'` })) runs += 1;
+  return runs;
+}
+
+test('a relay starts workflows outside any transaction: its claimed rows stay unlocked, no other relay starts them, each is started once', async () => {
+  await tdb.database.db.update(outboxEvent).set({ published_at: sql`now()` }).where(isNull(outboxEvent.published_at));
+  const ids = await createTasks(`claim-${Date.now()}`, 4);
+  const real = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
+  let release!: () => void;
+  const a = countingFacade(real, new Promise<void>((r) => (release = r)));
+  const b = countingFacade(real);
+  const relay = (facade: GenerationFacade) => ({ db: tdb.database.db, fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
+
+  const passA = relayOnce(relay(a.facade));
+  while (a.waiting() === 0) await new Promise((r) => setTimeout(r, 20));
+  // Relay A is inside its first start. No row lock is held: a NOWAIT lock on every row succeeds.
+  await tdb.database.db.transaction(async (tx) => {
+    const { rows } = await tx.execute(sql`SELECT event_id FROM outbox_event WHERE aggregate_id IN ${ids} FOR UPDATE NOWAIT`);
+    assert.equal(rows.length, 4);
+  });
+  // A second relay finds every row claimed and starts nothing.
+  assert.deepEqual(await relayOnce(relay(b.facade)), { published: 0, failed: 0 });
+  assert.equal(b.starts.size, 0);
+  release();
+  assert.deepEqual(await passA, { published: 4, failed: 0 });
+
+  const rows = await tdb.database.db.select().from(outboxEvent).where(inArray(outboxEvent.aggregate_id, ids));
+  assert.ok(rows.every((r) => r.published_at !== null && r.publish_attempts === 1 && r.claimed_until === null), 'each row published once, its claim cleared');
+  for (const id of ids) {
+    assert.equal(a.starts.get(id), 1, 'one start call per task');
+    assert.equal(await runsOf(real, id), 1, 'one run per task');
+  }
+  for (const id of ids) await client.workflow.getHandle(real.workflowIdFor(id)).terminate('test cleanup');
+});
+
+test('a claim left by a dead relay is taken over once its lease has run out, a live claim is not, and a task whose workflow already closed counts as started', async () => {
+  await tdb.database.db.update(outboxEvent).set({ published_at: sql`now()` }).where(isNull(outboxEvent.published_at));
+  const [expired, live, closed] = await createTasks(`lease-${Date.now()}`, 3);
+  const real = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
+  // The dead relay claimed two rows and never came back: one lease has run out, one has not.
+  await tdb.database.db.update(outboxEvent).set({ claimed_until: sql`now() - interval '1 second'` }).where(eq(outboxEvent.aggregate_id, expired!));
+  await tdb.database.db.update(outboxEvent).set({ claimed_until: sql`now() + interval '1 minute'` }).where(eq(outboxEvent.aggregate_id, live!));
+  // The third task's workflow already ran and closed (here: terminated): starting it again is refused.
+  await real.startGeneration({ taskId: closed!, tenantId: 'x', provider: 'replicate' });
+  await client.workflow.getHandle(real.workflowIdFor(closed!)).terminate('closed before the relay');
+
+  const c = countingFacade(real);
+  const relay = { db: tdb.database.db, fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade: c.facade, logger: testLogger, batchSize: 10, intervalMs: 10 };
+  assert.deepEqual(await relayOnce(relay), { published: 2, failed: 0 });
+  assert.deepEqual([...c.starts.keys()].sort(), [expired!, closed!].sort(), 'the live claim is left to its relay');
+  const byTask = new Map((await tdb.database.db.select().from(outboxEvent).where(inArray(outboxEvent.aggregate_id, [expired!, live!, closed!]))).map((r) => [r.aggregate_id, r]));
+  assert.notEqual(byTask.get(expired!)!.published_at, null);
+  assert.notEqual(byTask.get(closed!)!.published_at, null, 'WorkflowExecutionAlreadyStarted on a closed run is done');
+  assert.equal(byTask.get(live!)!.published_at, null, 'not lost: still waiting for its lease');
+  assert.equal(await runsOf(real, closed!), 1, 'the closed workflow was not started again');
+
+  // Once the live claim runs out too, it is published: nothing is lost.
+  await tdb.database.db.update(outboxEvent).set({ claimed_until: sql`now() - interval '1 second'` }).where(eq(outboxEvent.aggregate_id, live!));
+  assert.deepEqual(await relayOnce(relay), { published: 1, failed: 0 });
+  assert.equal(await runsOf(real, live!), 1);
+  for (const id of [expired!, live!]) await client.workflow.getHandle(real.workflowIdFor(id)).terminate('test cleanup');
 });
