@@ -2,7 +2,7 @@
 // an API process with Temporal up (the fast path starts each workflow), the same with
 // Temporal unreachable (outbox only), and pgbench running the create transaction with the same
 // client counts on the same database. Figures are ratios against pgbench measured in this run.
-import { sleep } from '../scripts/stack';
+import { sleep } from '../harness';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createTaskClient } from './lib/http';
 import { closedLoop, type LoadResult } from './lib/load';
@@ -10,7 +10,7 @@ import { describeCpu, measured, topStatements, type Measured } from './lib/measu
 import { runPgbench, type PgbenchResult } from './lib/pgbench';
 import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
-import { freePort } from '../scripts/stack';
+import { freePort } from '../harness';
 import { ratio, round } from './lib/stats';
 import { createTask } from './lib/tasks';
 import { startBenchWorld, type ApiProcess, type BenchTenant, type BenchWorld } from './lib/world';

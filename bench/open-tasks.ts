@@ -10,7 +10,7 @@
 // poll interval, no-op poll and apply activities; bench/workflows/bare.ts).
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
 import { configToEnv } from '../config/env';
 import { REPLICATE_CAPABILITIES } from '../providers/replicate';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';

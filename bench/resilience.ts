@@ -11,7 +11,7 @@
 // retry budget alone limits retries.
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { sleep } from '../scripts/stack';
+import { sleep } from '../harness';
 import { CircuitBreaker } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { SubmitReceived } from '../providers/simulator/submit-log';

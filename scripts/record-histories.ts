@@ -22,7 +22,7 @@ import { startE2E, type E2E } from '../test/support/e2e';
 import { eventually, http } from '../test/support/stack';
 import { historyToJson } from '../test/workflows/history-json';
 import { HISTORIES_DIR, RECORDED_SCENARIOS, fixturePath, scheduledActivities, type ScenarioName } from '../test/workflows/support';
-import { fileLogger, formatMs, freePort, readToolPaths, startS3, startTemporal, type ManagedProcess } from './stack';
+import { fileLogger, formatMs, freePort, readToolPaths, startS3, startTemporal, type ManagedProcess } from '../harness';
 
 interface Scenario {
   /** Settings for this scenario's API and worker, on top of BASE_ENV. */

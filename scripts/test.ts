@@ -22,7 +22,7 @@ import {
   startS3,
   startTemporal,
   type ManagedProcess,
-} from './stack';
+} from '../harness';
 
 const started = Date.now();
 const TEST_DIR = path.join(REPO_ROOT, 'test');

@@ -21,7 +21,7 @@ export const SA_PROVIDER = defineSearchAttributeKey('Provider', SearchAttributeT
 export const SA_ATTEMPT_STATE = defineSearchAttributeKey('AttemptState', SearchAttributeType.KEYWORD);
 export const SA_NEEDS_ATTENTION = defineSearchAttributeKey('NeedsAttention', SearchAttributeType.BOOL);
 
-/** Registered on the Temporal namespace at start (scripts/stack.ts, temporal-dev.yml). */
+/** Registered on the Temporal namespace at start (harness/temporal.ts, temporal-dev.yml). */
 export const CUSTOM_SEARCH_ATTRIBUTES = [
   SA_TASK_STATUS,
   SA_TENANT_ID,

@@ -1,4 +1,4 @@
-// Follows a growing log file (a child process's output written by scripts/stack.ts's
+// Follows a growing log file (a child process's output written by harness/processes.ts's
 // fileLogger) and hands every complete line to `onLine` with the wall-clock time it was read.
 // Lines printed without a timestamp of their own (console.warn JSON) get one this way, to within
 // the poll interval. Bounded: reads at most `maxChunk` bytes per poll.

@@ -1,4 +1,4 @@
-// A benchmark's world: the drill world of ops/drills/harness.ts (its own Temporal dev server,
+// A benchmark's world: the drill world of bench/drills/harness.ts (its own Temporal dev server,
 // S3 server, fresh database, in-process simulator, worker processes), plus what benchmarks
 // need on top: the API as its own process (so its CPU is its own and measurable), tenants
 // with deep pockets, Postgres round-trip counters in the API and worker processes, and CPU
@@ -7,9 +7,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { configToEnv } from '../../config/env';
-import { startDrillWorld, type DrillWorld } from '../../ops/drills/harness';
+import { startDrillWorld, type DrillWorld } from '../drills/harness';
 import { createTenant } from '../../ops/tenants';
-import { REPO_ROOT, fileLogger, freePort, startNodeProcess, waitForHttp, type ManagedProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, startNodeProcess, waitForHttp, type ManagedProcess } from '../../harness';
 import { childProcesses } from './procstat';
 
 export const BENCH_DATA_DIR = path.join(REPO_ROOT, '.data', 'bench');

@@ -9,8 +9,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql } from 'drizzle-orm';
 import { setMode } from '../../db/modes';
-import { sleep } from '../../scripts/stack';
-import { reconciliationSummary, runFailover } from '../failover';
+import { sleep } from '../../harness';
+import { reconciliationSummary, runFailover } from '../../ops/failover';
 import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
 
 export interface FailoverDrillReport {

@@ -7,7 +7,7 @@
 import { eq, inArray } from 'drizzle-orm';
 import type { ProviderName } from '../../domain/catalog';
 import { generationTask, taskAttempt } from '../../db/schema';
-import { sleep } from '../../scripts/stack';
+import { sleep } from '../../harness';
 import { convergence, createTasks, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 
 /** What one provider's tasks came to. */

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../../db/client';
-import { REPO_ROOT, sleep } from '../../scripts/stack';
+import { REPO_ROOT, sleep } from '../../harness';
 import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 import { tenantLedgerCheck, type TenantLedgerCheck } from './ledger-check';
 import { startCreateLoad, type OutageLoadOutcome } from './load';

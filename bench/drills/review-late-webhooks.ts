@@ -4,7 +4,7 @@
 // Then the webhooks arrive. Each task must apply its late webhook, bind its one job and
 // converge SUCCEEDED: no second job, nothing lost, the ledger balanced (docs/design.md §5).
 import { sql } from 'drizzle-orm';
-import { sleep } from '../../scripts/stack';
+import { sleep } from '../../harness';
 import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 
 export interface ReviewLateWebhooksReport {

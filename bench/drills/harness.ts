@@ -19,9 +19,9 @@ import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
 import { createSimulator, type Simulator } from '../../providers/simulator/server';
-import { REPO_ROOT, fileLogger, freePort, sleep, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type S3Process, type TemporalProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, sleep, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type S3Process, type TemporalProcess } from '../../harness';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { createTenant } from '../tenants';
+import { createTenant } from '../../ops/tenants';
 
 export interface DrillWorld {
   readonly config: Config;

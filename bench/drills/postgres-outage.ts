@@ -5,7 +5,7 @@
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import { REPO_ROOT, sleep } from '../../scripts/stack';
+import { REPO_ROOT, sleep } from '../../harness';
 import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
 import { startCreateLoad, type OutageLoadOutcome } from './load';
 import { startPrivatePostgres } from './private-postgres';

@@ -6,7 +6,7 @@
 // (The outbox relay's per-row backoff, up to ~1 min, bounds its drain more than μ does.)
 import { sql } from 'drizzle-orm';
 import { queues } from '../../temporal/queues';
-import { sleep } from '../../scripts/stack';
+import { sleep } from '../../harness';
 import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
 import { drainFigures, peakRate, type DrainFigures } from './capacity-model';
 import { startCreateLoad, type LoadReport, type OutageLoadOutcome } from './load';
