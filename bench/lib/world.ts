@@ -40,7 +40,7 @@ export interface BenchWorld {
     name: string,
     env?: Record<string, string>,
     opts?: { cpuProfile?: boolean },
-  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null }>;
+  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null; metricsUrl: string }>;
   createTenants(n: number, credits?: string): Promise<BenchTenant[]>;
   /** Postgres backend pids connected to this world's database (for CPU accounting). */
   backendPids(): Promise<number[]>;
@@ -135,7 +135,7 @@ export async function startBenchWorld(
       const countFile = path.join(logDir, `${workerName}.queries.json`);
       const profileDir = opts.cpuProfile ? path.join(logDir, `${workerName}.cpuprofile`) : null;
       const proc = await world.startWorker(workerName, { ...countEnv(countFile, profileDir ?? undefined), ...env });
-      return { proc, countFile, profileDir };
+      return { proc, countFile, profileDir, metricsUrl: world.workerMetrics.get(workerName)! };
     },
     async createTenants(n, credits = '1000000000') {
       const out: BenchTenant[] = [];
