@@ -17,6 +17,16 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** `n` distinct ports, each free a moment ago (for servers started side by side). */
+export async function freePorts(n: number): Promise<number[]> {
+  const ports: number[] = [];
+  while (ports.length < n) {
+    const port = await freePort();
+    if (!ports.includes(port)) ports.push(port);
+  }
+  return ports;
+}
+
 /** True when nothing listens on host:port (we could bind it). */
 export function isPortFree(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
