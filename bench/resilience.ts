@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { sleep } from '../harness';
 import { CIRCUIT_BREAKER_DEFAULTS } from '../providers/resilience/circuit-breaker';
 import { RETRY_BUDGET_DEFAULTS } from '../providers/resilience/retry-budget';
+import { createCallbackTokens } from '../providers/callback-token';
 import type { SubmitReceived } from '../providers/simulator/submit-log';
 import { createTaskClient } from './lib/http';
 import { createTaskOrThrow } from './lib/tasks';
@@ -273,6 +274,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
 
   // Attempts in flight by state, and how many of them the provider has already finished (the
   // bulkhead no longer counts a job once its terminal report is in the inbox).
+  // A Replicate submit carries the keyed token of its callback URL, not the attempt id (providers/callback-token.ts).
+  const tokenOf = createCallbackTokens(world.config.CALLBACK_TOKEN_SECRET).tokenFor;
   const acceptedAt = new Map<string, number>();
   unsubscribe.push(world.sim.onSubmit((s) => void (s.token && !s.refused && acceptedAt.set(s.token, s.atMs))));
   async function bulkheadSample(taskIds: string[]): Promise<BulkheadSample> {
@@ -281,7 +284,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       `SELECT attempt_id::text FROM task_attempt WHERE provider = $1 AND submit_state = ANY($2::text[])`,
       [PROVIDER, IN_FLIGHT],
     );
-    const done = rows.filter((r) => (acceptedAt.get(r.attempt_id) ?? now) < now - o.generationMs - 1_000).length;
+    const done = rows.filter((r) => (acceptedAt.get(tokenOf(r.attempt_id)) ?? acceptedAt.get(r.attempt_id) ?? now) < now - o.generationMs - 1_000).length;
     const { rows: inbox } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL');
     return { atMs: now, inFlight: rows.length, doneAtProvider: done, inboxUnapplied: inbox[0]?.n ?? 0, status: await snapshot(taskIds) };
   }
@@ -385,7 +388,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     `SELECT a.attempt_id::text, a.task_id::text, a.attempt_no FROM task_attempt a JOIN generation_task t USING (task_id) WHERE t.tenant_id = $1`,
     [tenantId],
   );
-  const attemptById = new Map(attempts.map((a) => [a.attempt_id, a]));
+  // By the attempt id (Kling's external_task_id) and by the keyed callback token (Replicate, fal).
+  const attemptById = new Map(attempts.flatMap((a) => [[a.attempt_id, a] as const, [tokenOf(a.attempt_id), a] as const]));
   const callsByTask = new Map<string, number>();
   const callsByAttempt = new Map<string, number>();
   let firstCalls = 0;
