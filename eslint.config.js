@@ -90,7 +90,7 @@ export default tseslint.config(
   },
   {
     files: ['**/*.ts'],
-    ignores: ['config/env.ts', 'scripts/**', 'ops/cli.ts', 'ops/drill.ts', 'ops/drills/**', 'test/**', 'bench/**', 'workflows/**', 'domain/**'],
+    ignores: ['config/env.ts', 'scripts/**', 'ops/cli.ts', 'harness/**', 'test/**', 'bench/**', 'workflows/**', 'domain/**'],
     rules: {
       'no-restricted-syntax': [
         'error',

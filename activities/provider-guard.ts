@@ -90,6 +90,8 @@ export interface ProviderResilienceSnapshot {
   readonly bulkhead: BulkheadSnapshot | null;
   /** Refusals by this process since it started, keyed "guard/reason" (e.g. "bulkhead/ramp"). */
   readonly refusals: RefusalCounts;
+  /** Provider calls this process reported since it started, by the breaker's verdict ("success", "failure"). */
+  readonly calls: RefusalCounts;
 }
 
 /** Breaker, retry-budget and bulkhead state per provider across this process's guards (one per worker). */
@@ -101,7 +103,9 @@ export function resilienceSnapshots(): Record<string, ProviderResilienceSnapshot
       // Several guards in one process (tests): add their refusals up, keep the last one's state.
       const refusals: Record<string, number> = { ...(prev?.refusals ?? {}) };
       for (const [k, n] of Object.entries(s.refusals)) refusals[k] = (refusals[k] ?? 0) + n;
-      out[provider] = { ...s, refusals };
+      const calls: Record<string, number> = { ...(prev?.calls ?? {}) };
+      for (const [k, n] of Object.entries(s.calls)) calls[k] = (calls[k] ?? 0) + n;
+      out[provider] = { ...s, refusals, calls };
     }
   }
   return out;
@@ -121,6 +125,7 @@ interface ProviderState {
   rebuiltAt: number;
   lastLimit: number | null;
   readonly refusals: Record<string, number>;
+  readonly calls: Record<string, number>;
 }
 
 const modeOf = (value: unknown): SystemMode =>
@@ -156,6 +161,7 @@ export class ProviderGuard {
       rebuiltAt: this.startedAt,
       lastLimit: null,
       refusals: {},
+      calls: {},
     };
     this.providers.set(provider, state);
     return state;
@@ -183,6 +189,7 @@ export class ProviderGuard {
           retriesAvailable: s.budget.snapshot().available,
           bulkhead: s.lastLimit === null ? null : { limit: s.lastLimit, effectiveLimit: this.effectiveLimit(p, s.lastLimit), rebuiltAt: s.rebuiltAt },
           refusals: { ...s.refusals },
+          calls: { ...s.calls },
         },
       ]),
     );
@@ -255,7 +262,9 @@ export class ProviderGuard {
 
   report(provider: string, ticket: BreakerTicket, outcome: SubmitOutcome, attemptNo = 1): void {
     const s = this.state(provider);
-    if (breakerVerdict(outcome) === 'success') s.breaker.onSuccess(ticket);
+    const verdict = breakerVerdict(outcome);
+    s.calls[verdict] = (s.calls[verdict] ?? 0) + 1;
+    if (verdict === 'success') s.breaker.onSuccess(ticket);
     else s.breaker.onFailure(ticket);
     // A retry the provider accepted refills the budget: after an outage the backlog drains at
     // the provider's pace instead of the budget's trickle, while failing retries still cannot.

@@ -4,10 +4,10 @@
 // client counts on the same database, and the bare admission baseline: the same create
 // transaction, statement for statement, from a minimal client in this process (pg, no express,
 // no drizzle) followed by the same workflow start and outbox mark. Ratios are printed against
-// both baselines measured in this run (issue #19 asks for API ÷ bare ≥ 0.70).
+// both baselines measured in this run (the goal: API ÷ bare ≥ 0.70).
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { sleep } from '../scripts/stack';
+import { sleep } from '../harness';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { createTaskClient } from './lib/http';
 import { closedLoop, type LoadResult } from './lib/load';
@@ -15,7 +15,7 @@ import { describeCpu, measured, topStatements, type Measured } from './lib/measu
 import { runPgbench, type PgbenchResult } from './lib/pgbench';
 import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
-import { freePort } from '../scripts/stack';
+import { freePort } from '../harness';
 import { ratio, round } from './lib/stats';
 import { createTask } from './lib/tasks';
 import { startBenchWorld, type ApiProcess, type BenchTenant, type BenchWorld } from './lib/world';

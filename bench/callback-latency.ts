@@ -13,7 +13,7 @@
 // goal is missed (docs/performance.md, "Count budgets and checks").
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { fileLogger, sleep, startNodeProcess, waitUntil, type ManagedProcess } from '../harness';
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';

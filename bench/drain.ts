@@ -1,11 +1,11 @@
 // `npm run bench -- drain`: the capacity model (docs/design.md §10) checked on a real
-// backlog. It runs the temporal-outage drill (ops/drills/temporal-outage.ts: creates at a fixed
+// backlog. It runs the temporal-outage drill (bench/drills/temporal-outage.ts: creates at a fixed
 // rate λ, the Temporal server stopped and restarted with its state, the outbox relay and the
 // workers draining the backlog) and prints each drain time beside B / (μ − λ), with μ the best
 // rate sustained over 10 s of the drain and λ the arrival rate, both measured in the run. The
 // model's prediction is the baseline: ratio = measured / predicted (1 = the model held).
-import { drainRatio, type DrainFigures } from '../ops/drills/capacity-model';
-import { runTemporalOutageDrill } from '../ops/drills/temporal-outage';
+import { drainRatio, type DrainFigures } from './drills/capacity-model';
+import { runTemporalOutageDrill } from './drills/temporal-outage';
 import type { Reporter } from './lib/report';
 import { round } from './lib/stats';
 

@@ -11,7 +11,7 @@
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
-import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';

@@ -10,7 +10,7 @@
 // per waiting task) and marked as computed.
 import { inFlightByProvider } from '../activities/provider-guard';
 import { changeProviderControl } from '../ops/providers';
-import { sleep } from '../scripts/stack';
+import { sleep } from '../harness';
 import { createHttpClient } from './lib/http';
 import type { Reporter } from './lib/report';
 import { percentile, round, sortNumbers } from './lib/stats';

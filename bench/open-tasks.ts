@@ -12,7 +12,7 @@
 // `--check` fails the run when one is missed (docs/performance.md, "Count budgets and checks").
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../scripts/stack';
+import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
 import { configToEnv } from '../config/env';
 import { REPLICATE_CAPABILITIES } from '../providers/replicate';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';

@@ -4,20 +4,21 @@
 // created at once and real worker processes drive them; then the simulator heals (faults
 // cleared) and the run keeps measuring. Printed: provider submit requests per task (retry
 // amplification, counted by the simulator per attempt token, refused ones included) against
-// the retry budget's exact bound, how long each worker's breaker was open (its state-change
-// log lines), ProviderUnavailable refusals by reason (the workers' "Activity failed" lines),
-// attempts in flight by state, tasks ended / waiting, and provider calls per second after
-// the heal. `--breaker-closed` sets the operator switch (provider_control.breaker_force) so the
-// retry budget alone limits retries.
+// the retry budget's exact bound (from the guard's exported settings), how long each worker's
+// breaker was open, claim refusals by the guard's reason and each worker's calls (all three
+// scraped off the worker's /metrics: vidorch_breaker_state, vidorch_provider_refusals_total,
+// vidorch_provider_calls_total), attempts in flight by state, tasks ended / waiting, and
+// provider calls per second after the heal. `--breaker-closed` sets the operator switch
+// (provider_control.breaker_force) so the retry budget alone limits retries.
 import { randomUUID } from 'node:crypto';
-import path from 'node:path';
-import { sleep } from '../scripts/stack';
-import { CircuitBreaker } from '../providers/resilience/circuit-breaker';
-import { RetryBudget } from '../providers/resilience/retry-budget';
+import { sleep } from '../harness';
+import { CIRCUIT_BREAKER_DEFAULTS } from '../providers/resilience/circuit-breaker';
+import { RETRY_BUDGET_DEFAULTS } from '../providers/resilience/retry-budget';
+import { createCallbackTokens } from '../providers/callback-token';
 import type { SubmitReceived } from '../providers/simulator/submit-log';
 import { createTaskClient } from './lib/http';
 import { createTaskOrThrow } from './lib/tasks';
-import { tailFile, type LogTail } from './lib/log-tail';
+import { startScraper, type MetricSample, type Scraper } from './lib/scrape';
 import { describeCpu } from './lib/measure';
 import { startCpuProbe, type CpuUsage } from './lib/procstat';
 import type { Cell, Reporter } from './lib/report';
@@ -46,32 +47,17 @@ const PROVIDER = 'replicate';
 const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
 const BODY = (tag: string, i: number) => ({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 
-type Reason = 'circuit open' | 'probes busy' | 'recovering' | 'bulkhead full' | 'retry budget' | 'mode/fence' | 'other';
-const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering', 'bulkhead full', 'retry budget', 'mode/fence', 'other'];
+type Reason = 'circuit open' | 'probes busy' | 'recovering' | 'bulkhead full' | 'retry budget' | 'other';
+const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering', 'bulkhead full', 'retry budget', 'other'];
+/** How often each worker's /metrics is read: state changes and refusals are stamped to within this. */
+const SCRAPE_MS = 100;
 
-/**
- * Why a submit claim was refused, from a worker's "Activity failed" line. The SDK's line carries
- * the failure's type and nextRetryDelay but not its message (observability/temporal-logger.ts
- * hands the Error to pino under `error`, which pino does not serialise), so the reason is read
- * off the delay activities/provider-guard.ts gives each refusal, with the worker's breaker state
- * at that moment: circuit open = the open time left (≤ 30 s; 30 s when forced open), probes
- * busy / recovering = exactly 1 s (half-open / closed and ramping), bulkhead = 2–5 s, retry
- * budget = 5–10 s.
- */
-function refusalReason(type: string, message: string, delayMs: number | null, breakerState: string): Reason {
-  // The guard's own words (activities/provider-guard.ts), when the log line carries them.
-  if (/ circuit (open|forced-open|not healthy)/.test(message)) return 'circuit open';
-  if (/ circuit probes-busy/.test(message)) return 'probes busy';
-  if (/ circuit recovering/.test(message)) return 'recovering';
-  if (/ bulkhead full/.test(message)) return 'bulkhead full';
-  if (/ retry budget spent/.test(message)) return 'retry budget';
-  if (type === 'ModePaused' || type === 'FenceRejected' || /system mode|fence|submit switch closed/.test(message)) return 'mode/fence';
-  if (type !== 'ProviderUnavailable' || delayMs === null) return 'other';
-  if (breakerState === 'open') return 'circuit open';
-  if (delayMs === 1_000) return breakerState === 'half-open' ? 'probes busy' : 'recovering';
-  if (delayMs >= 2_000 && delayMs < 5_000) return 'bulkhead full';
-  if (delayMs >= 5_000 && delayMs <= 10_000) return 'retry budget';
-  return 'circuit open'; // the open time left, seen before the tail read the state change
+/** The labels of vidorch_provider_refusals_total (activities/provider-guard.ts) in this benchmark's words. */
+function refusalReason(guard: string, reason: string): Reason {
+  if (guard === 'breaker') return reason === 'probes-busy' ? 'probes busy' : reason === 'recovering' ? 'recovering' : 'circuit open';
+  if (guard === 'bulkhead') return 'bulkhead full';
+  if (guard === 'retry_budget') return 'retry budget';
+  return 'other';
 }
 
 interface BreakerEvent {
@@ -80,18 +66,19 @@ interface BreakerEvent {
   readonly from: string;
   readonly to: string;
 }
-interface ClaimFailure {
+/** Provider calls one worker reported between two scrapes (by the breaker's verdict: accepted vs 429 here). */
+interface WorkerCalls {
   readonly atMs: number;
   readonly worker: string;
-  readonly type: string;
-  readonly message: string;
-  readonly delayMs: number | null;
-  readonly activity: string;
+  readonly success: number;
+  readonly failure: number;
 }
+/** Claims one worker refused for one reason between two scrapes. */
 interface Refusal {
   readonly atMs: number;
   readonly worker: string;
   readonly reason: Reason;
+  readonly n: number;
 }
 interface StatusSnapshot {
   readonly succeeded: number;
@@ -128,60 +115,30 @@ interface Phase {
   cpu: CpuUsage | null;
 }
 
-/** The product's guard settings, read off the classes ProviderGuard constructs with no options (activities/submit-attempt.ts). */
-function probeSettings() {
-  let t = 1_000_000; // bucket-aligned
-  const now = () => t;
-  const budget = new RetryBudget({ now });
-  let floor = 0;
-  while (budget.tryRetry() && floor < 1000) floor++;
-  for (let i = 0; i < 1000; i++) budget.recordRequest();
-  let earned = 0;
-  while (budget.tryRetry() && earned < 10_000) earned++;
-  const ratio = earned / 1000;
-  // Window: how long until what was spent at t stops counting.
-  const spentAt = t;
-  while (!budget.tryRetry() && t - spentAt < 600_000) t += 100;
-  const windowMs = t - spentAt;
-
-  t = 5_000_000;
-  const breaker = new CircuitBreaker({ now, random: () => 0.999 });
-  let minimumRequests = 0;
-  while (breaker.snapshot().state === 'closed' && minimumRequests < 1000) {
-    const d = breaker.tryAcquire();
-    if (d.allowed) breaker.onFailure(d.ticket);
-    minimumRequests++;
-  }
-  const openMs = (breaker.snapshot().openUntil ?? t) - t;
-  t += openMs;
-  let probes = 0;
-  while (breaker.snapshot().state !== 'closed' && probes < 100) {
-    const d = breaker.tryAcquire();
-    if (d.allowed) breaker.onSuccess(d.ticket);
-    probes++;
-  }
-  const closedAt = t;
-  const startShare = breaker.snapshot().admittedShare;
-  while (breaker.snapshot().admittedShare < 1 && t - closedAt < 3_600_000) t += 1_000;
+/** The product's guard settings: the defaults ProviderGuard's breaker and budget run with (activities/provider-guard.ts passes none). */
+function guardSettings() {
+  const b = CIRCUIT_BREAKER_DEFAULTS;
+  const r = RETRY_BUDGET_DEFAULTS;
   return {
-    ratio,
-    floorPerWindow: floor,
-    windowMs,
-    bucketMs: windowMs / 10,
-    minimumRequests,
-    openMs,
-    halfOpenSuccesses: probes,
-    recoveryStartShare: startShare,
-    recoveryMs: t - closedAt,
+    ratio: r.ratio,
+    floorPerWindow: (r.minRetriesPerSecond * r.windowMs) / 1000,
+    windowMs: r.windowMs,
+    bucketMs: r.windowMs / r.buckets,
+    failureRateThreshold: b.failureRateThreshold,
+    minimumRequests: b.minimumRequests,
+    openMs: b.openMs,
+    halfOpenSuccesses: b.halfOpenSuccesses,
+    recoveryStartShare: b.recoveryStartShare,
+    recoveryMs: b.recoveryMs,
   };
 }
-type Settings = ReturnType<typeof probeSettings>;
+type Settings = ReturnType<typeof guardSettings>;
 
 export async function runResilience(o: ResilienceOptions, rep: Reporter): Promise<void> {
-  const settings = probeSettings();
+  const settings = guardSettings();
   rep.log(
     `resilience: guard settings (product defaults): retry budget ${settings.ratio * 100} % of first attempts + ${settings.floorPerWindow} per ${settings.windowMs / 1000} s window per worker process; ` +
-      `breaker trips at ≥ 50 % failures over ≥ ${settings.minimumRequests} calls, open ${settings.openMs / 1000} s, closes after ${settings.halfOpenSuccesses} probe successes, ` +
+      `breaker trips at ≥ ${settings.failureRateThreshold * 100} % failures over ≥ ${settings.minimumRequests} calls, open ${settings.openMs / 1000} s, closes after ${settings.halfOpenSuccesses} probe successes, ` +
       `then admits ${settings.recoveryStartShare * 100} % → 100 % of claims over ${settings.recoveryMs / 1000} s`,
   );
   const bw = await startBenchWorld(
@@ -193,18 +150,18 @@ export async function runResilience(o: ResilienceOptions, rep: Reporter): Promis
     },
     (l) => rep.log(`resilience: ${l}`),
   );
-  const tails: LogTail[] = [];
+  const scrapers: Scraper[] = [];
   const unsubscribe: (() => void)[] = [];
   try {
-    await runPhases(bw, o, rep, settings, tails, unsubscribe);
+    await runPhases(bw, o, rep, settings, scrapers, unsubscribe);
   } finally {
     for (const u of unsubscribe) u();
-    for (const t of tails) await t.stop().catch(() => undefined);
+    for (const sc of scrapers) await sc.stop().catch(() => undefined);
     await bw.close();
   }
 }
 
-async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, settings: Settings, tails: LogTail[], unsubscribe: (() => void)[]): Promise<void> {
+async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, settings: Settings, scrapers: Scraper[], unsubscribe: (() => void)[]): Promise<void> {
   const { world } = bw;
   const db = world.db.pool;
   const [tenant] = await bw.createTenants(1);
@@ -223,11 +180,11 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     );
   }
 
-  // Workers, with their output followed: breaker changes, claim refusals, and which worker made
-  // each call ("provider submit outcome", info level).
+  // Workers, with their /metrics read every SCRAPE_MS: breaker state changes, claim refusals
+  // by reason, and the provider calls each one made.
   const breakerEvents: BreakerEvent[] = [];
-  const failures: ClaimFailure[] = [];
-  const callWorker = new Map<string, string>();
+  const refusals: Refusal[] = [];
+  const workerCalls: WorkerCalls[] = [];
   const workerNames: string[] = [];
   const workerPids: number[] = [];
   const workerStart = new Map<string, number>();
@@ -235,43 +192,41 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     const name = `worker-${i}`;
     workerNames.push(name);
     workerStart.set(name, Date.now());
-    const { proc } = await bw.startWorker(name, { LOG_LEVEL: 'info' });
+    const { proc, metricsUrl } = await bw.startWorker(name);
     workerPids.push(proc.pid);
-    tails.push(
-      tailFile(
-        path.join(world.dataDir, `${name}.log`),
-        (line, atMs) => {
-          if (line.includes('circuit breaker state change')) {
-            try {
-              const j = JSON.parse(line) as { provider?: string; from?: string; to?: string };
-              if (j.provider === PROVIDER && j.from && j.to) breakerEvents.push({ atMs, worker: name, from: j.from, to: j.to });
-            } catch {
-              /* not the JSON line */
-            }
-          } else if (line.includes('"Activity failed"')) {
-            try {
-              // observability/temporal-logger.ts hands the failure to pino as `err`: its type is the
-              // class name, so the failure type is read off the message.
-              type Logged = { type?: string; message?: string; nextRetryDelay?: number };
-              const j = JSON.parse(line) as { time?: string | number; activityType?: string; err?: Logged; error?: Logged };
-              const at = typeof j.time === 'number' ? j.time : j.time ? Date.parse(j.time) : atMs;
-              const e = j.err ?? j.error;
-              const message = e?.message ?? '';
-              const guardWords = / circuit | bulkhead full| retry budget spent/.test(message);
-              const type = guardWords ? 'ProviderUnavailable' : e?.type && e.type !== 'ApplicationFailure' ? e.type : '?';
-              failures.push({ atMs: at, worker: name, type, message, delayMs: e?.nextRetryDelay ?? null, activity: j.activityType ?? '?' });
-            } catch {
-              failures.push({ atMs, worker: name, type: '?', message: '', delayMs: null, activity: '?' });
-            }
-          } else if (line.includes('provider submit outcome')) {
-            const id = /"attemptId":"([0-9a-f-]+)"/.exec(line)?.[1];
-            if (id) callWorker.set(id, name);
-          }
-        },
-        { intervalMs: 100 },
-      ),
+    let state = 'closed';
+    const seen = new Map<string, number>();
+    // The counters only grow: what is new since the last scrape happened in between.
+    const delta = (key: string, value: number) => {
+      const d = value - (seen.get(key) ?? 0);
+      seen.set(key, value);
+      return d;
+    };
+    const ours = (samples: MetricSample[], metric: string) => samples.filter((x) => x.name === metric && x.labels['provider'] === PROVIDER);
+    scrapers.push(
+      startScraper(metricsUrl, SCRAPE_MS, (atMs, samples) => {
+        const now = ours(samples, 'vidorch_breaker_state').find((x) => x.value === 1)?.labels['state'];
+        if (now && now !== state) {
+          breakerEvents.push({ atMs, worker: name, from: state, to: now });
+          state = now;
+        }
+        for (const x of ours(samples, 'vidorch_provider_refusals_total')) {
+          const n = delta(`refusal ${x.labels['guard']}/${x.labels['reason']}`, x.value);
+          if (n > 0) refusals.push({ atMs, worker: name, reason: refusalReason(x.labels['guard'] ?? '', x.labels['reason'] ?? ''), n });
+        }
+        const calls = ours(samples, 'vidorch_provider_calls_total');
+        const count = (verdict: string) => delta(`calls ${verdict}`, calls.find((x) => x.labels['verdict'] === verdict)?.value ?? seen.get(`calls ${verdict}`) ?? 0);
+        const success = count('success');
+        const failure = count('failure');
+        if (success + failure > 0) workerCalls.push({ atMs, worker: name, success, failure });
+      }),
     );
   }
+  const sum = (rs: readonly { n: number }[]) => rs.reduce((a, r) => a + r.n, 0);
+  const callsOf = (w: string, from: number, to: number) => {
+    const mine = workerCalls.filter((c) => c.worker === w && c.atMs >= from && c.atMs < to);
+    return { success: mine.reduce((a, c) => a + c.success, 0), failure: mine.reduce((a, c) => a + c.failure, 0) };
+  };
 
   const http = createTaskClient(world.apiUrl, o.createConcurrency, { timeoutMs: 30_000 });
   const vidorch = http.as(tenant!.apiKey);
@@ -319,6 +274,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
 
   // Attempts in flight by state, and how many of them the provider has already finished (the
   // bulkhead no longer counts a job once its terminal report is in the inbox).
+  // A Replicate submit carries the keyed token of its callback URL, not the attempt id (providers/callback-token.ts).
+  const tokenOf = createCallbackTokens(world.config.CALLBACK_TOKEN_SECRET).tokenFor;
   const acceptedAt = new Map<string, number>();
   unsubscribe.push(world.sim.onSubmit((s) => void (s.token && !s.refused && acceptedAt.set(s.token, s.atMs))));
   async function bulkheadSample(taskIds: string[]): Promise<BulkheadSample> {
@@ -327,7 +284,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       `SELECT attempt_id::text FROM task_attempt WHERE provider = $1 AND submit_state = ANY($2::text[])`,
       [PROVIDER, IN_FLIGHT],
     );
-    const done = rows.filter((r) => (acceptedAt.get(r.attempt_id) ?? now) < now - o.generationMs - 1_000).length;
+    const done = rows.filter((r) => (acceptedAt.get(tokenOf(r.attempt_id)) ?? acceptedAt.get(r.attempt_id) ?? now) < now - o.generationMs - 1_000).length;
     const { rows: inbox } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL');
     return { atMs: now, inFlight: rows.length, doneAtProvider: done, inboxUnapplied: inbox[0]?.n ?? 0, status: await snapshot(taskIds) };
   }
@@ -367,7 +324,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
         const calls = submits.length - submitsBefore;
         const last5 = submits.filter((x) => x.atMs > Date.now() - 5_000).length / 5;
         rep.log(
-          `[resilience ${label}] ${String(Math.round((Date.now() - since) / 1000)).padStart(3)}s  provider calls ${calls} (${last5.toFixed(1)}/s)  claim refusals ${failures.length}  breaker ${breakerNow()}` +
+          `[resilience ${label}] ${String(Math.round((Date.now() - since) / 1000)).padStart(3)}s  provider calls ${calls} (${last5.toFixed(1)}/s)  claim refusals ${sum(refusals)}  breaker ${breakerNow()}` +
             (b ? `  in flight by state ${b.inFlight} (${b.doneAtProvider} done at the provider)  ${describe(b.status)}` : ''),
         );
       });
@@ -422,20 +379,17 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   heal.cpu = await healProbe.stop();
   heal.end = await snapshot(runIds);
   http.close();
-  await sleep(500); // the last log lines reach the files
-  for (const t of tails.splice(0)) await t.stop();
+  for (const sc of scrapers.splice(0)) await sc.stop(); // one last scrape each
   const runEnd = heal.endMs;
 
   // ---------------------------------------------------------------- figures
   const runSubmits = submits.slice(submitsBefore);
-  const refusals: Refusal[] = failures
-    .filter((f) => f.activity === 'submitAttempt')
-    .map((f) => ({ atMs: f.atMs, worker: f.worker, reason: refusalReason(f.type, f.message, f.delayMs, stateAt(f.worker, f.atMs)) }));
   const { rows: attempts } = await db.query<{ attempt_id: string; task_id: string; attempt_no: number }>(
     `SELECT a.attempt_id::text, a.task_id::text, a.attempt_no FROM task_attempt a JOIN generation_task t USING (task_id) WHERE t.tenant_id = $1`,
     [tenantId],
   );
-  const attemptById = new Map(attempts.map((a) => [a.attempt_id, a]));
+  // By the attempt id (Kling's external_task_id) and by the keyed callback token (Replicate, fal).
+  const attemptById = new Map(attempts.flatMap((a) => [[a.attempt_id, a] as const, [tokenOf(a.attempt_id), a] as const]));
   const callsByTask = new Map<string, number>();
   const callsByAttempt = new Map<string, number>();
   let firstCalls = 0;
@@ -469,7 +423,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   };
   const refusalsIn = (from: number, to: number, worker?: string) => {
     const c = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<Reason, number>;
-    for (const r of refusals) if (r.atMs >= from && r.atMs < to && (!worker || r.worker === worker)) c[r.reason]++;
+    for (const r of refusals) if (r.atMs >= from && r.atMs < to && (!worker || r.worker === worker)) c[r.reason] += r.n;
     return c;
   };
 
@@ -515,7 +469,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     // Claims refused per second at their peak: refusals carry exact delays (no jitter for the
     // breaker's), so the tasks an open breaker turned away all come back at the same instant.
     const perSec = new Map<number, number>();
-    for (const r of refusals) if (r.atMs >= p.startMs && r.atMs < p.endMs) perSec.set(Math.floor(r.atMs / 1000), (perSec.get(Math.floor(r.atMs / 1000)) ?? 0) + 1);
+    for (const r of refusals) if (r.atMs >= p.startMs && r.atMs < p.endMs) perSec.set(Math.floor(r.atMs / 1000), (perSec.get(Math.floor(r.atMs / 1000)) ?? 0) + r.n);
     const peak = Math.max(0, ...perSec.values());
     rep.log(`${p.name}: peak claim refusals in one second ${peak}${p.cpu ? `; cpu ${describeCpu(p.cpu)}` : ''}`);
   }
@@ -605,7 +559,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       s.inFlight,
       s.doneAtProvider,
       s.inboxUnapplied,
-      refusals.filter((r) => r.reason === 'bulkhead full' && r.atMs >= s.atMs - 5_000 && r.atMs < s.atMs).length,
+      sum(refusals.filter((r) => r.reason === 'bulkhead full' && r.atMs >= s.atMs - 5_000 && r.atMs < s.atMs)),
       s.status.succeeded,
       waiting(s.status),
       s.status.afterProvider,
@@ -632,7 +586,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     for (const [a, b] of [[0, 5], [5, 10], [10, 30]] as const) {
       const from = close + a * 1000;
       const to = close + b * 1000;
-      const calls = runSubmits.filter((s) => s.atMs >= from && s.atMs < to && s.token && callWorker.get(s.token) === w).length;
+      const mine = callsOf(w, from, to);
+      const calls = mine.success + mine.failure;
       const c = refusalsIn(from, to, w);
       const passed = calls + c['retry budget'];
       const asked = passed + c['recovering'];
@@ -643,7 +598,7 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   });
   if (rampRows.length > 0) {
     rep.table(
-      'resilience: the recovery ramp per worker after its breaker closed (calls attributed by the worker\'s "provider submit outcome" line)',
+      'resilience: the recovery ramp per worker after its breaker closed (calls: the worker\'s own vidorch_provider_calls_total)',
       ['worker', 'closed after heal', 'window after close', 'calls', 'calls/s', 'then refused by budget', 'refused by ramp', 'claims at the breaker', 'admitted share', 'ramp share (mid-window)'],
       rampRows,
     );
@@ -651,9 +606,6 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     rep.log(`no breaker closed after the heal${forced}`);
   }
 
-  const otherTypes = new Map<string, number>();
-  for (const f of failures) if (f.activity !== 'submitAttempt' || f.type !== 'ProviderUnavailable') otherTypes.set(`${f.activity}/${f.type}`, (otherTypes.get(`${f.activity}/${f.type}`) ?? 0) + 1);
-  if (otherTypes.size > 0) rep.log(`other activity failures: ${[...otherTypes].map(([k, v]) => `${k} ${v}`).join(', ')}`);
   // How each half-open window ended, and the retry-budget refusals inside it (each one is
   // handed back to the breaker as a success by ProviderGuard.admit, so it counts as a probe
   // success although no call was made).
@@ -662,20 +614,20 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     evs.forEach((e, i) => {
       if (e.from !== 'half-open') return;
       const opened = [...evs.slice(0, i)].reverse().find((x) => x.to === 'half-open')?.atMs ?? e.atMs;
-      // State changes are stamped when the tail read them (up to ~0.1–0.3 s late); calls carry their own time.
-      const inWin = (t: number) => t >= opened - 300 && t <= e.atMs + 100;
-      const mine = runSubmits.filter((x) => inWin(x.atMs) && x.token && callWorker.get(x.token) === w);
-      const budget = refusals.filter((r) => r.worker === w && r.reason === 'retry budget' && inWin(r.atMs)).length;
+      // State changes, calls and refusals are all stamped by the scrape that saw them (≤ SCRAPE_MS late).
+      const mine = callsOf(w, opened, e.atMs + 1);
+      const budget = sum(refusals.filter((r) => r.worker === w && r.reason === 'retry budget' && r.atMs >= opened && r.atMs <= e.atMs));
       const phase = phases.find((p) => e.atMs >= p.startMs && e.atMs < (p.endMs || Number.POSITIVE_INFINITY));
       rep.log(
         `w${workerNames.indexOf(w)} half-open → ${e.to} @${round((e.atMs - runStart) / 1000, 1)}s (${phase?.name ?? '?'}) after ${round((e.atMs - opened) / 1000, 1)} s: ` +
-          `its calls ${mine.length} (${mine.filter((x) => !x.refused).length} accepted, ${mine.filter((x) => x.refused).length} 429), its retry-budget refusals ${budget}`,
+          `its calls ${mine.success + mine.failure} (${mine.success} accepted, ${mine.failure} 429), its retry-budget refusals ${budget}`,
       );
     });
   }
   rep.log(`breaker state changes: ${breakerEvents.map((e) => `w${workerNames.indexOf(e.worker)} ${e.from}→${e.to} @${round((e.atMs - runStart) / 1000, 1)}s`).join(', ') || `none${forced}`}`);
   rep.log(`phase starts (s from the first phase): ${phases.map((p) => `${p.name} @${round((p.startMs - runStart) / 1000, 1)}`).join(', ')}`);
-  rep.log(`calls attributed to a worker: ${runSubmits.filter((s) => s.token && callWorker.has(s.token)).length} of ${runSubmits.length}`);
+  const reported = workerCalls.filter((c) => c.atMs >= runStart).reduce((a, c) => a + c.success + c.failure, 0);
+  rep.log(`calls the workers reported (their vidorch_provider_calls_total since the warm-up): ${reported}; the simulator received ${runSubmits.length}`);
   rep.log(`logs: ${world.dataDir} (removed at exit unless DRILL_KEEP_DATA=1)`);
 
   rep.result({

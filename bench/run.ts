@@ -339,5 +339,5 @@ try {
   process.exitCode = 1;
 }
 // Children (Temporal, S3, API and worker processes) are stopped by each benchmark; anything
-// left is killed by scripts/stack.ts's exit hook. Exit even if a client library holds a handle.
+// left is killed by harness/processes.ts's exit hook. Exit even if a client library holds a handle.
 process.exit();

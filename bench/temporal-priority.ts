@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
-import { freePort, startTemporal } from '../scripts/stack';
+import { freePort, startTemporal } from '../harness';
 import type { Reporter } from './lib/report';
 import { round } from './lib/stats';
 

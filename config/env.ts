@@ -289,7 +289,7 @@ export const envSchema = z.object({
   RETENTION_RECONCILE_RUN_DAYS: z.coerce.number().int().min(1).max(3650).default(7),
   /** Rows deleted per statement (each its own short transaction). */
   RETENTION_BATCH: z.coerce.number().int().min(1).max(100_000).default(1_000),
-  /** Closed workflow histories kept by Temporal (set on the dev server by scripts/stack.ts; docs/runbooks/reconcilers.md). */
+  /** Closed workflow histories kept by Temporal (set on the dev server by harness/temporal.ts; docs/runbooks/reconcilers.md). */
   TEMPORAL_NAMESPACE_RETENTION_HOURS: z.coerce.number().int().min(24).max(24 * 3650).default(72),
 
   /** Fence watcher: LISTEN for fence changes, plus a check this often (a missed NOTIFY costs at most this). */

@@ -143,6 +143,8 @@ export interface ResilienceView {
   readonly bulkhead: { readonly limit: number; readonly effectiveLimit: number } | null;
   /** Refusals since the process started, keyed "guard/reason". */
   readonly refusals: Readonly<Record<string, number>>;
+  /** Provider calls since the process started, by the breaker's verdict. */
+  readonly calls: Readonly<Record<string, number>>;
 }
 
 /**
@@ -167,6 +169,18 @@ export function registerResilienceGauges(
           const [guard = key, reason = ''] = key.split('/');
           this.inc({ provider, guard, reason }, n);
         }
+      }
+    },
+  });
+  new Counter({
+    name: 'vidorch_provider_calls_total',
+    help: "Provider submit calls made by this process, per provider and the breaker's verdict (success: accepted or our own 4xx; failure: 429, 5xx, unknown)",
+    labelNames: ['provider', 'verdict'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [provider, s] of Object.entries(snapshots())) {
+        for (const [verdict, n] of Object.entries(s.calls)) this.inc({ provider, verdict }, n);
       }
     },
   });

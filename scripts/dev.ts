@@ -32,7 +32,7 @@ import {
   waitForHttp,
   waitForTcp,
   type ManagedProcess,
-} from './stack';
+} from '../harness';
 
 const started = Date.now();
 const DEV_DIR = path.resolve(REPO_ROOT, process.env.VIDORCH_DEV_DIR || path.join('.data', 'dev'));

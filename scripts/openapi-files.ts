@@ -4,7 +4,7 @@
 import path from 'node:path';
 import openapiTS, { astToString, type OpenAPI3 } from 'openapi-typescript';
 import { apiDocument } from '../api/openapi';
-import { REPO_ROOT } from './stack';
+import { REPO_ROOT } from '../harness';
 
 /** The committed document names the dev server; a deployment's /openapi.json names PUBLIC_BASE_URL. */
 export const COMMITTED_SERVER_URL = 'http://127.0.0.1:3000';

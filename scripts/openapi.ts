@@ -3,7 +3,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { CONTRACT_FILES, renderContractFiles } from './openapi-files';
-import { REPO_ROOT } from './stack';
+import { REPO_ROOT } from '../harness';
 
 const files = await renderContractFiles();
 for (const [key, file] of Object.entries(CONTRACT_FILES) as [keyof typeof CONTRACT_FILES, string][]) {

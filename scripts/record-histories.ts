@@ -22,7 +22,7 @@ import { startE2E, type E2E } from '../test/support/e2e';
 import { eventually, http } from '../test/support/stack';
 import { historyToJson } from '../test/workflows/history-json';
 import { HISTORIES_DIR, RECORDED_SCENARIOS, fixturePath, scheduledActivities, type ScenarioName } from '../test/workflows/support';
-import { fileLogger, formatMs, freePort, readToolPaths, startS3, startTemporal, type ManagedProcess } from './stack';
+import { fileLogger, formatMs, freePorts, readToolPaths, startS3, startTemporal, type ManagedProcess } from '../harness';
 
 interface Scenario {
   /** Settings for this scenario's API and worker, on top of BASE_ENV. */
@@ -141,9 +141,7 @@ async function ensureServices(): Promise<(keepLogs: boolean) => Promise<void>> {
   const config = loadConfig(process.env);
   const tools = readToolPaths();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vidorch-record-'));
-  const temporalPort = await freePort();
-  let s3Port = await freePort();
-  while (s3Port === temporalPort) s3Port = await freePort();
+  const [temporalPort, s3Port] = (await freePorts(2)) as [number, number];
   const temporalLog = fileLogger(path.join(dir, 'temporal.log'));
   const s3Log = fileLogger(path.join(dir, 's3.log'));
   const started: ManagedProcess[] = [];

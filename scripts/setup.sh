@@ -5,7 +5,7 @@
 #   3. versitygw (S3-compatible server)     -> VERSITYGW_PATH
 #   4. ffmpeg / ffprobe; promtool (from Debian's prometheus package, only the one binary)
 #   5. PostgreSQL reachable at DATABASE_URL, then db/migrate.ts
-#   6. resolved tool paths written to .data/tools.env (read by scripts/stack.ts)
+#   6. resolved tool paths written to .data/tools.env (read by harness/tools.ts)
 # Every step prints how long it took; a second run does no work and takes a few seconds.
 # Safe with CI=true and no stdin: nothing here prompts.
 #
@@ -221,7 +221,7 @@ step "tools.env"
 TOOLS_ENV=".data/tools.env"
 tmp="$(mktemp "$TOOLS_ENV.XXXXXX")"
 {
-  echo "# written by scripts/setup.sh; read by scripts/stack.ts"
+  echo "# written by scripts/setup.sh; read by harness/tools.ts"
   echo "TEMPORAL_CLI_PATH=$TEMPORAL"
   echo "VERSITYGW_PATH=$VERSITYGW"
   echo "PROMTOOL_PATH=$PROMTOOL"

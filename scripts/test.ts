@@ -16,13 +16,13 @@ import {
   REPO_ROOT,
   fileLogger,
   formatMs,
-  freePort,
+  freePorts,
   nodeBinary,
   readToolPaths,
   startS3,
   startTemporal,
   type ManagedProcess,
-} from './stack';
+} from '../harness';
 
 const started = Date.now();
 const TEST_DIR = path.join(REPO_ROOT, 'test');
@@ -120,11 +120,7 @@ async function main(): Promise<number> {
   let exitCode = 1;
   let summary: string[] = [];
   try {
-    const temporalPort = await freePort();
-    let s3Port = await freePort();
-    while (s3Port === temporalPort) s3Port = await freePort();
-    let fallbackPort = await freePort();
-    while (fallbackPort === temporalPort || fallbackPort === s3Port) fallbackPort = await freePort();
+    const [temporalPort, s3Port, fallbackPort] = (await freePorts(3)) as [number, number, number];
     const stackStart = Date.now();
     const [temporalResult, s3Result, fallbackResult] = await Promise.allSettled([
       startTemporal({ port: temporalPort, headless: true, log: temporalLog, temporalPath: tools.temporal }),

@@ -15,7 +15,7 @@ export const factsQuery = defineQuery<TaskFacts | null>('facts');
  */
 export const resolveReviewUpdate = defineUpdate<TaskFacts, [ReviewResolution]>('resolveReview');
 
-/** Registered on the Temporal namespace at start (scripts/stack.ts TEMPORAL_SEARCH_ATTRIBUTES, temporal-dev.yml). */
+/** Registered on the Temporal namespace at start (harness/temporal.ts, temporal-dev.yml). */
 export const SA_TASK_STATUS = defineSearchAttributeKey('TaskStatus', SearchAttributeType.KEYWORD);
 export const SA_TENANT_ID = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
 export const SA_PROVIDER = defineSearchAttributeKey('Provider', SearchAttributeType.KEYWORD);

@@ -7,7 +7,7 @@
 // reportCounts and checkGoals print, write the file and set the exit code.
 import fs from 'node:fs';
 import path from 'node:path';
-import { REPO_ROOT } from '../../scripts/stack';
+import { REPO_ROOT } from '../../harness';
 import type { Cell, Reporter } from './report';
 
 export const BUDGETS_FILE = path.join(REPO_ROOT, 'bench', 'budgets.json');

@@ -3,7 +3,7 @@
 // limits it" without opening a profiler UI.
 import fs from 'node:fs';
 import path from 'node:path';
-import { REPO_ROOT } from '../../scripts/stack';
+import { REPO_ROOT } from '../../harness';
 
 interface ProfileNode {
   id: number;

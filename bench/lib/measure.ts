@@ -1,6 +1,6 @@
 // Wraps a measured phase: CPU per process group and Postgres round trips (from the counting
 // preload's files) over exactly that phase.
-import { sleep } from '../../scripts/stack';
+import { sleep } from '../../harness';
 import { startCpuProbe, type CpuUsage } from './procstat';
 import { queryDelta, readQueryCounts, type QueryCounts } from './world';
 

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { REPO_ROOT } from '../../scripts/stack';
+import { REPO_ROOT } from '../../harness';
 import { summarize, sortNumbers, type LatencySummary } from './stats';
 
 export interface PgbenchOptions {

@@ -1,7 +1,7 @@
 // Creating a benchmark's tasks through the typed client (api/client), and waiting for them to
 // finish, with a progress line whenever the count moves.
 import type { CreateTaskRequest, VidorchClient } from '../../api/client';
-import { sleep } from '../../scripts/stack';
+import { sleep } from '../../harness';
 import type { Reporter } from './report';
 import type { BenchWorld } from './world';
 

@@ -1,4 +1,4 @@
-// A benchmark's world: the drill world of ops/drills/harness.ts (its own Temporal dev server,
+// A benchmark's world: the drill world of bench/drills/harness.ts (its own Temporal dev server,
 // S3 server, fresh database, in-process simulator, worker processes), plus what benchmarks
 // need on top: the API as its own process (so its CPU is its own and measurable), tenants
 // with deep pockets, Postgres round-trip counters in the API and worker processes, and CPU
@@ -6,9 +6,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { configToEnv } from '../../config/env';
-import { startDrillWorld, type DrillWorld } from '../../ops/drills/harness';
+import { startDrillWorld, type DrillWorld } from '../drills/harness';
 import { createTenant } from '../../ops/tenants';
-import { REPO_ROOT, fileLogger, freePort, startNodeProcess, waitForHttp, type ManagedProcess } from '../../scripts/stack';
+import { REPO_ROOT, fileLogger, freePort, startNodeProcess, waitForHttp, type ManagedProcess } from '../../harness';
 import { childProcesses } from './procstat';
 
 export const BENCH_DATA_DIR = path.join(REPO_ROOT, '.data', 'bench');
@@ -39,7 +39,7 @@ export interface BenchWorld {
     name: string,
     env?: Record<string, string>,
     opts?: { cpuProfile?: boolean },
-  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null }>;
+  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null; metricsUrl: string }>;
   createTenants(n: number, credits?: string): Promise<BenchTenant[]>;
   /** Postgres backend pids connected to this world's database (for CPU accounting). */
   backendPids(): Promise<number[]>;
@@ -134,7 +134,7 @@ export async function startBenchWorld(
       const countFile = path.join(logDir, `${workerName}.queries.json`);
       const profileDir = opts.cpuProfile ? path.join(logDir, `${workerName}.cpuprofile`) : null;
       const proc = await world.startWorker(workerName, { ...countEnv(countFile, profileDir ?? undefined), ...env });
-      return { proc, countFile, profileDir };
+      return { proc, countFile, profileDir, metricsUrl: world.workerMetrics.get(workerName)! };
     },
     async createTenants(n, credits = '1000000000') {
       const out: BenchTenant[] = [];

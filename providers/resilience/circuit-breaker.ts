@@ -12,6 +12,19 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
 /** The operator's switch: null = automatic. */
 export type BreakerForce = 'open' | 'closed' | null;
 
+/** The breaker's settings when a caller gives none (ProviderGuard gives none: these are the product's). */
+export const CIRCUIT_BREAKER_DEFAULTS = {
+  windowMs: 30_000,
+  buckets: 10,
+  minimumRequests: 20,
+  failureRateThreshold: 0.5,
+  openMs: 30_000,
+  halfOpenMaxProbes: 2,
+  halfOpenSuccesses: 3,
+  recoveryMs: 60_000,
+  recoveryStartShare: 0.2,
+} as const;
+
 export interface CircuitBreakerOptions {
   /** Sliding window of the failure rate, ms (default 30 s) in `buckets` buckets (default 10). */
   readonly windowMs?: number;
@@ -84,18 +97,19 @@ export class CircuitBreaker {
   };
 
   constructor(opts: CircuitBreakerOptions) {
-    const openMs = opts.openMs ?? 30_000;
+    const d = CIRCUIT_BREAKER_DEFAULTS;
+    const openMs = opts.openMs ?? d.openMs;
     this.o = {
-      windowMs: opts.windowMs ?? 30_000,
-      buckets: opts.buckets ?? 10,
-      minimumRequests: opts.minimumRequests ?? 20,
-      failureRateThreshold: opts.failureRateThreshold ?? 0.5,
+      windowMs: opts.windowMs ?? d.windowMs,
+      buckets: opts.buckets ?? d.buckets,
+      minimumRequests: opts.minimumRequests ?? d.minimumRequests,
+      failureRateThreshold: opts.failureRateThreshold ?? d.failureRateThreshold,
       openMs,
-      halfOpenMaxProbes: opts.halfOpenMaxProbes ?? 2,
-      halfOpenSuccesses: opts.halfOpenSuccesses ?? 3,
+      halfOpenMaxProbes: opts.halfOpenMaxProbes ?? d.halfOpenMaxProbes,
+      halfOpenSuccesses: opts.halfOpenSuccesses ?? d.halfOpenSuccesses,
       probeTimeoutMs: opts.probeTimeoutMs ?? openMs,
-      recoveryMs: opts.recoveryMs ?? 60_000,
-      recoveryStartShare: opts.recoveryStartShare ?? 0.2,
+      recoveryMs: opts.recoveryMs ?? d.recoveryMs,
+      recoveryStartShare: opts.recoveryStartShare ?? d.recoveryStartShare,
       now: opts.now,
       random: opts.random ?? Math.random,
       ...(opts.onStateChange ? { onStateChange: opts.onStateChange } : {}),

@@ -3,6 +3,9 @@
 // per-call retry count, it bounds amplification when the provider fails for everyone:
 // calls ≤ requests · (1 + ratio) + minRetriesPerSecond · window.
 
+/** The budget's settings when a caller gives none (ProviderGuard gives none: these are the product's). */
+export const RETRY_BUDGET_DEFAULTS = { ratio: 0.1, minRetriesPerSecond: 0.1, windowMs: 10_000, buckets: 10 } as const;
+
 export interface RetryBudgetOptions {
   /** Share of first attempts that may be retried (default 0.1). */
   readonly ratio?: number;
@@ -29,10 +32,10 @@ export class RetryBudget {
   private readonly bucketsList: { start: number; requests: number; retries: number }[] = [];
 
   constructor(private readonly opts: RetryBudgetOptions) {
-    this.ratio = opts.ratio ?? 0.1;
-    this.minPerSecond = opts.minRetriesPerSecond ?? 0.1;
-    this.windowMs = opts.windowMs ?? 10_000;
-    this.bucketMs = this.windowMs / (opts.buckets ?? 10);
+    this.ratio = opts.ratio ?? RETRY_BUDGET_DEFAULTS.ratio;
+    this.minPerSecond = opts.minRetriesPerSecond ?? RETRY_BUDGET_DEFAULTS.minRetriesPerSecond;
+    this.windowMs = opts.windowMs ?? RETRY_BUDGET_DEFAULTS.windowMs;
+    this.bucketMs = this.windowMs / (opts.buckets ?? RETRY_BUDGET_DEFAULTS.buckets);
     if (this.ratio < 0 || this.minPerSecond < 0 || this.windowMs <= 0) throw new RangeError('retry budget: invalid options');
   }
 

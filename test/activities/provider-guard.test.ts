@@ -211,6 +211,7 @@ test('breaker state and retry budget are exported as metrics for operators', asy
   assert.match(text, /vidorch_breaker_failure_rate\{provider="metrics-provider"\} 1/);
   assert.match(text, /vidorch_retry_budget_available\{provider="metrics-provider"\} \d+/);
   assert.match(text, /vidorch_provider_refusals_total\{provider="metrics-provider",guard="breaker",reason="open"\} 1/);
+  assert.match(text, /vidorch_provider_calls_total\{provider="metrics-provider",verdict="failure"\} 2/, 'the two reported calls, both failures');
   assert.match(text, /vidorch_bulkhead_limit\{provider="metrics-provider",kind="configured"\} 50/);
   assert.match(text, /vidorch_bulkhead_limit\{provider="metrics-provider",kind="effective"\} 10/, 'ramping: 20 % of 50 right after the start');
   assert.match(text, /# TYPE vidorch_bulkhead_in_flight gauge/);

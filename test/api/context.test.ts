@@ -2,7 +2,7 @@
 // connections and timers, and closed it exits by itself (a missed close once hung a test).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { startNodeProcess } from '../../scripts/stack';
+import { startNodeProcess } from '../../harness';
 import { createTestDatabase, testConfig } from '../support/stack';
 
 test('after ApiContext.close() (called twice, one close) nothing the context built keeps the process alive', async () => {

@@ -14,7 +14,7 @@ import { selectFailoverRecords } from '../../db/modes';
 import { regionFailover, regionFailoverEvent } from '../../db/schema';
 import { runFailover } from '../../ops/failover';
 import { grantTenantCredits } from '../../ops/tenants';
-import { runNodeScript } from '../../scripts/stack';
+import { runNodeScript } from '../../harness';
 import { createTestDatabase, createTestTenant, testConfig, type TestDatabase } from '../support/stack';
 
 /** The SQLSTATE the append-only trigger raises (db/migrations/0008_append_only_record.sql). */

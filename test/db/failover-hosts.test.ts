@@ -16,8 +16,8 @@ import { migrateDatabase } from '../../db/migrate';
 import { setMode } from '../../db/modes';
 import { createLogger } from '../../observability/logger';
 import { startFenceWatcher, type FenceWatcher } from '../../workers/fence-watcher';
-import { startPrivatePostgres, startStandby, type PrivatePostgres } from '../../ops/drills/private-postgres';
-import { REPO_ROOT, freePort } from '../../scripts/stack';
+import { startPrivatePostgres, startStandby, type PrivatePostgres } from '../../bench/drills/private-postgres';
+import { REPO_ROOT, freePort } from '../../harness';
 
 const root = path.join(REPO_ROOT, '.data', 'test', `failover_hosts_${randomBytes(3).toString('hex')}`);
 let primary: PrivatePostgres;

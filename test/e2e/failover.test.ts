@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { sql } from 'drizzle-orm';
 import { taskAttempt } from '../../db/schema';
-import { convergence, ledgerImbalance } from '../../ops/drills/harness';
+import { convergence, ledgerImbalance } from '../../bench/drills/harness';
 import { runFailover } from '../../ops/failover';
 import { eventually, http } from '../support/stack';
 import { startModesStack, startRegionWorker, type ModesStack, type RegionWorker } from '../ops/support';

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { providerControl, slotWait, taskAttempt, taskTransition } from '../../db/schema';
 import { changeProviderControl } from '../../ops/providers';
-import { startNodeProcess, type ManagedProcess } from '../../scripts/stack';
+import { startNodeProcess, type ManagedProcess } from '../../harness';
 import { startE2E, type E2E } from '../support/e2e';
 import { configToEnv, eventually, freePort, startWorker } from '../support/stack';
 import { resetWithCli, resultOfRun, scheduledActivities } from '../workflows/support';

@@ -18,7 +18,7 @@ import { createTask as createTaskRow } from '../../api/tasks.service';
 import { buildFallbackStorage, buildStorage } from '../../config/services';
 import { acquireFence } from '../../db/fence';
 import { asset, generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';
-import { freePort, startS3, type S3Process } from '../../scripts/stack';
+import { freePort, startS3, type S3Process } from '../../harness';
 import { reconcileAssets } from '../../storage/asset-reconciler';
 import { setTenantOutputRetention } from '../../ops/tenants';
 import { expireOutputs } from '../../storage/output-lifecycle';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { taskAttempt } from '../../db/schema';
-import { startNodeProcess, type ManagedProcess } from '../../scripts/stack';
+import { startNodeProcess, type ManagedProcess } from '../../harness';
 import { startE2E, type E2E } from '../support/e2e';
 import { configToEnv, eventually, freePort, startWorker } from '../support/stack';
 

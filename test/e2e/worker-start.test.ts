@@ -2,7 +2,7 @@
 // log) and starts polling once Temporal answers, instead of exiting at connect.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { startNodeProcess, startTemporal, type ManagedProcess, type TemporalProcess } from '../../scripts/stack';
+import { startNodeProcess, startTemporal, type ManagedProcess, type TemporalProcess } from '../../harness';
 import { startE2E, type E2E } from '../support/e2e';
 import { configToEnv, eventually, freePort } from '../support/stack';
 

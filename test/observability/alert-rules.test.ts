@@ -9,7 +9,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
-import { REPO_ROOT, readToolPaths, startNodeProcess, type ManagedProcess } from '../../scripts/stack';
+import { REPO_ROOT, readToolPaths, startNodeProcess, type ManagedProcess } from '../../harness';
 import { startE2E, type E2E } from '../support/e2e';
 import { configToEnv, eventually, freePort } from '../support/stack';
 

@@ -2,7 +2,7 @@
 // B / (μ − λ), μ the best rate over a window of the drain, never a drain when μ ≤ λ.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { drainFigures, drainRatio, peakRate, predictedDrainSeconds } from '../../ops/drills/capacity-model';
+import { drainFigures, drainRatio, peakRate, predictedDrainSeconds } from '../../bench/drills/capacity-model';
 
 test('a backlog drains in B / (μ − λ), and never when arrivals match or beat the service rate', () => {
   assert.equal(predictedDrainSeconds(100, 12, 2), 10);

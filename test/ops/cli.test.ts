@@ -15,7 +15,7 @@ import { selectFailoverRecords } from '../../db/modes';
 import { opsAudit, regionFailover } from '../../db/schema';
 import { inspectTask } from '../../ops/inspect';
 import { reconcileApply, reconcileReport } from '../../ops/reconcile';
-import { runNodeScript } from '../../scripts/stack';
+import { runNodeScript } from '../../harness';
 import { createGenerationFacade } from '../../temporal/facade';
 import { eventually } from '../support/stack';
 import { startModesStack, type ModesStack } from './support';

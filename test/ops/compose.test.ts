@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
 import { loadConfig } from '../../config/env';
-import { REPO_ROOT, TEMPORAL_SEARCH_ATTRIBUTES, readToolPaths } from '../../scripts/stack';
+import { REPO_ROOT, TEMPORAL_SEARCH_ATTRIBUTES, readToolPaths } from '../../harness';
 
 interface Service {
   image?: string;

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { MODE_POLICIES } from '../../domain/modes';
 import { SYSTEM_MODES } from '../../domain/states';
-import { REPO_ROOT } from '../../scripts/stack';
+import { REPO_ROOT } from '../../harness';
 
 const doc = fs.readFileSync(path.join(REPO_ROOT, 'docs', 'modes.md'), 'utf8');
 const section = doc.slice(doc.indexOf('## Behaviour table'), doc.indexOf('## Automatic narrowing'));

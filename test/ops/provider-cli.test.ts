@@ -11,7 +11,7 @@ import { configToEnv } from '../../config/env';
 import { acquireFence } from '../../db/fence';
 import { opsAudit, providerControl } from '../../db/schema';
 import { REPLICATE_CAPABILITIES } from '../../providers/replicate';
-import { runNodeScript } from '../../scripts/stack';
+import { runNodeScript } from '../../harness';
 import { createTestDatabase, createTestTenant, testConfig, type TestDatabase } from '../support/stack';
 
 let tdb: TestDatabase;

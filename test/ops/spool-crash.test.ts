@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { createCallbackSpool } from '../../api/spool';
-import { startNodeProcess } from '../../scripts/stack';
+import { startNodeProcess } from '../../harness';
 import { testLogger } from '../support/stack';
 
 const LEASE_MS = 400;

@@ -1,34 +1,31 @@
 // Fixtures for the mode, fence and failover tests: the product with the API's context in
 // reach (its spool and replayer), and workers that know their region (a fence watcher and a
 // region supervisor, as workers/main.ts runs them) or deliberately do not (a zombie).
-import assert from 'node:assert/strict';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { NativeConnection, Runtime } from '@temporalio/worker';
+import { NativeConnection } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createVidorchClient, type CreateTaskRequest, type Task } from '../../api/client';
-import { serveApi } from '../../api/listen';
-import { startCallbackReplayer } from '../../api/callbacks.handlers';
-import { buildApiContext, type ApiContext } from '../../api/context';
+import { createVidorchClient, type Task } from '../../api/client';
+import type { ApiContext } from '../../api/context';
 import type { Config } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import type { Database } from '../../db/client';
 import { setMode } from '../../db/modes';
 import type { SystemMode } from '../../domain/states';
+import { createInProcessWorkers, simulatorProviderSettings, startApiInProcess, worldActivityDeps } from '../../harness/world';
 import { createMetrics } from '../../observability/metrics';
-import { temporalLogger } from '../../observability/temporal-logger';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionSupervisor } from '../../workers/fence-watcher';
-import { createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
+import type { GenerationWorkers } from '../../workers/generation-worker';
+import { tenantTasks } from '../support/e2e';
 import {
   createTestDatabase,
   createTestTenant,
-  eventually,
   freePort,
+  installTestRuntime,
   startSimulator,
   temporalClient,
   testConfig,
@@ -39,18 +36,6 @@ import {
   type TestDatabase,
 } from '../support/stack';
 
-let runtimeInstalled = false;
-export function installTestRuntime(): void {
-  if (runtimeInstalled) return;
-  runtimeInstalled = true;
-  try {
-    Runtime.install({ logger: temporalLogger(testLogger), shutdownSignals: [] });
-  } catch {
-    // Another fixture of this process installed it first.
-  }
-}
-
-export const TERMINAL_OR_REVIEW = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'];
 
 /** What a worker's activities did: calls, and failures by ApplicationFailure type (or 'error'). */
 export interface ActivityStats {
@@ -97,7 +82,7 @@ export async function startRegionWorker(
           ...(opts.listen === false ? { listen: false } : {}),
         });
   const deps = {
-    ...buildActivityDeps(regionConfig, { db: database, storage: buildStorage(regionConfig), providers: buildProviders(regionConfig) }),
+    ...worldActivityDeps(regionConfig, database),
     modePauseRetryMs: opts.pauseRetryMs ?? 500,
     ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, opts.region) } : {}),
   };
@@ -120,16 +105,12 @@ export async function startRegionWorker(
     ]),
   ) as TaskActivities;
   const start = async () => {
-    const worker = await createGenerationWorkers({
+    const worker = await createInProcessWorkers(config, database, {
       connection,
-      databaseUrl: database.url,
-      namespace: config.TEMPORAL_NAMESPACE,
-      taskQueueBase: config.TEMPORAL_TASK_QUEUE,
-      deps,
       workflowBundle: bundle,
+      deps,
       activities,
-      shutdownGraceMs: 2_000,
-      identity: opts.identity ?? `${opts.region}-${randomBytes(2).toString('hex')}`,
+      extra: { identity: opts.identity ?? `${opts.region}-${randomBytes(2).toString('hex')}` },
     });
     current = worker;
     const service = runAsRegionService(worker);
@@ -214,7 +195,7 @@ export async function startModesStack(
   const port = await freePort();
   const config = testConfig({
     TEMPORAL_TASK_QUEUE: uniqueQueue(name),
-    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
+    ...simulatorProviderSettings(sim.baseUrl),
     PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
     POLL_INITIAL_MS: '500',
     POLL_MAX_MS: '1000',
@@ -225,19 +206,17 @@ export async function startModesStack(
   const { client, close: closeClient } = await temporalClient(config);
   const facade = opts.facade ?? createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
   const apiDatabase = opts.apiDatabase?.(tdb.url) ?? null;
-  const ctx = buildApiContext(config, {
-    db: (apiDatabase ?? tdb.database).db,
+  const api = await startApiInProcess(config, apiDatabase ?? tdb.database, {
     facade,
     logger: testLogger,
     metrics: createMetrics({ service: `api-${name}` }),
     fenceCacheMs: opts.fenceCacheMs ?? 0,
     databaseUrl: tdb.url,
+    port,
+    ...(opts.replayer === false ? {} : { replayMs: 200 }),
   });
-  const served = await serveApi(ctx, { port });
-  const apiUrl = served.url;
-  const replayer = opts.replayer === false ? null : startCallbackReplayer(ctx, 200);
   const tenant = await createTestTenant(tdb.database, config, '1000');
-  const vidorch = createVidorchClient({ baseUrl: apiUrl, apiKey: tenant.apiKey });
+  const tasks = tenantTasks(createVidorchClient({ baseUrl: api.baseUrl, apiKey: tenant.apiKey }), taskBody);
   const workers: RegionWorker[] = [];
   if (opts.worker !== false) workers.push(await startRegionWorker(config, tdb.database, tdb.url, { region: config.REGION }));
 
@@ -246,48 +225,23 @@ export async function startModesStack(
     tdb,
     sim,
     client,
-    ctx,
-    apiUrl,
-    opsUrl: served.opsUrl,
+    ctx: api.ctx,
+    apiUrl: api.baseUrl,
+    opsUrl: api.opsUrl,
     tenant,
-    replayer,
+    replayer: api.replayer,
     workers,
     async setMode(mode, reason = 'test') {
       await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode, actor: 'test', reason });
     },
-    async create(key, body = taskBody) {
-      // Tests also send bodies the API refuses: the server validates, not the compiler.
-      const res = await vidorch.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': key } }, body: body as CreateTaskRequest });
-      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
-    },
-    async createTask(key) {
-      const res = await stack.create(key);
-      assert.equal(res.status, 202, JSON.stringify(res.body));
-      return res.body.task_id as string;
-    },
-    async cancel(taskId) {
-      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
-      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
-    },
-    async getTask(taskId) {
-      const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });
-      assert.equal(res.response.status, 200, JSON.stringify(res.error));
-      return res.data!;
-    },
-    waitForStatus(taskId, status, timeoutMs = 60_000) {
-      return eventually(async () => {
-        const body = await stack.getTask(taskId);
-        if (TERMINAL_OR_REVIEW.includes(body.status) && body.status !== status) {
-          throw new Error(`task ended ${body.status}, expected ${status}: ${JSON.stringify(body.failure)}`);
-        }
-        return body.status === status ? body : undefined;
-      }, timeoutMs, 200);
-    },
+    create: tasks.create,
+    createTask: (key) => tasks.createTask(key),
+    cancel: tasks.cancel,
+    getTask: tasks.getTask,
+    waitForStatus: tasks.waitForStatus,
     async close() {
       for (const w of stack.workers) await w.stop().catch(() => undefined);
-      await replayer?.stop();
-      await ctx.close();
-      await served.close();
+      await api.close();
       await closeClient();
       await sim.close();
       await apiDatabase?.close().catch(() => undefined);

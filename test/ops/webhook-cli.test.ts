@@ -11,7 +11,7 @@ import { opsAudit, webhookDelivery } from '../../db/schema';
 import { addSigningSecret, createSecretBox } from '../../db/webhook-secrets';
 import { insertEndpoint } from '../../db/webhooks';
 import { createTenant } from '../../ops/tenants';
-import { runNodeScript } from '../../scripts/stack';
+import { runNodeScript } from '../../harness';
 import { createTestDatabase, testConfig, type TestDatabase } from '../support/stack';
 
 const config = testConfig();

@@ -11,7 +11,7 @@ import { eq } from 'drizzle-orm';
 import { configToEnv } from '../../config/env';
 import { apiKey, opsAudit, tenant } from '../../db/schema';
 import { hashApiKey } from '../../db/tenants';
-import { REPO_ROOT, nodeBinary } from '../../scripts/stack';
+import { REPO_ROOT, nodeBinary } from '../../harness';
 import { createGenerationFacade } from '../../temporal/facade';
 import { createTestDatabase, http, startApi, testConfig, type RunningApi, type TestDatabase } from '../support/stack';
 

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { ConfigError, loadConfig } from '../../config/env';
-import { REPO_ROOT, canConnect, freePort, nodeBinary, sleep } from '../../scripts/stack';
+import { REPO_ROOT, canConnect, freePort, nodeBinary, sleep } from '../../harness';
 
 /** A complete, safe production environment (values are placeholders, none is a dev value). */
 export const SAFE_PRODUCTION_ENV: Readonly<Record<string, string>> = {

@@ -6,9 +6,9 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTask } from '../../api/tasks.service';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import type { TaskActivityDeps } from '../../activities/deps';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
 import type { ObjectStorage } from '../../storage/s3';
+import { simulatorProviderSettings, worldActivityDeps } from '../../harness/world';
 import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from './stack';
 
 export interface ActivityWorld {
@@ -28,21 +28,19 @@ export async function startActivityWorld(opts: {
   readonly generationMs?: number;
   /** Adjusts the activities' dependencies (e.g. a fixed provider-health view). */
   readonly deps?: (deps: TaskActivityDeps) => TaskActivityDeps;
+  /** The tenant's credits (default 1000). */
+  readonly credits?: string;
 } = {}): Promise<ActivityWorld> {
   const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 60_000 });
   const config = testConfig({
-    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
-    PROVIDER_FAL_BASE_URL: `${sim.baseUrl}/fal`,
-    PROVIDER_FAL_JWKS_URL: `${sim.baseUrl}/fal/.well-known/jwks.json`,
-    PROVIDER_RUNWAY_BASE_URL: `${sim.baseUrl}/runway`,
-    PROVIDER_KLING_BASE_URL: `${sim.baseUrl}/kling`,
+    ...simulatorProviderSettings(sim.baseUrl),
     PROVIDER_HTTP_TIMEOUT_MS: '3000',
     ...opts.config,
   });
   const tdb = await createTestDatabase(config);
-  const base = buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
+  const base = worldActivityDeps(config, tdb.database);
   const acts = createTaskActivities(opts.deps ? opts.deps(base) : base);
-  const { tenantId } = await createTestTenant(tdb.database, config, '1000');
+  const { tenantId } = await createTestTenant(tdb.database, config, opts.credits ?? '1000');
   return {
     sim,
     tdb,

@@ -26,6 +26,7 @@ import {
   type RunningWorker,
   type TestDatabase,
 } from './stack';
+import { simulatorProviderSettings } from '../../harness/world';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID } from '../../workflows/definitions';
 import type { GenerationInput, generationWorkflow } from '../../workflows/generation';
 
@@ -65,6 +66,46 @@ export const defaultRequest = {
   resolution: '480p',
 };
 
+/** A tenant's task calls through the typed client (api/client), shared by the e2e and the modes stacks. */
+export function tenantTasks(vidorch: VidorchClient, defaultBody: Record<string, unknown>) {
+  const tasks = {
+    /** POST /v1/tasks: the answer's status, headers and body (the task or a problem). */
+    async create(key: string, body: Record<string, unknown> = defaultBody): Promise<{ status: number; headers: Headers; body: any }> {
+      // Tests also send bodies the API refuses: the server validates, not the compiler.
+      const res = await vidorch.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': key } }, body: body as CreateTaskRequest });
+      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
+    },
+    /** POST /v1/tasks, which must answer 202: the task id. */
+    async createTask(key: string, body: Record<string, unknown> = defaultBody): Promise<string> {
+      const res = await tasks.create(key, body);
+      assert.equal(res.status, 202, JSON.stringify(res.body));
+      return res.body.task_id as string;
+    },
+    /** The task as GET /v1/tasks/:id answers it; throws on any other answer than 200. */
+    async getTask(taskId: string): Promise<Task> {
+      const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });
+      if (!res.data) throw new Error(`GET /v1/tasks/${taskId} answered ${res.response.status}: ${JSON.stringify(res.error)}`);
+      return res.data;
+    },
+    /** POST /v1/tasks/:id/cancel: the answer's status, headers and body (the cancel answer or a problem). */
+    async cancel(taskId: string): Promise<{ status: number; headers: Headers; body: any }> {
+      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
+      return { status: res.response.status, headers: res.response.headers, body: res.data ?? res.error };
+    },
+    /** The task once it has `status`; fails as soon as it ends in another status. */
+    waitForStatus(taskId: string, status: string, timeoutMs = 60_000): Promise<any> {
+      return eventually(async () => {
+        const body = await tasks.getTask(taskId);
+        if (TERMINAL_OR_REVIEW.includes(body.status) && body.status !== status) {
+          throw new Error(`task ended ${body.status}, expected ${status}: ${JSON.stringify(body.failure)}`);
+        }
+        return body.status === status ? body : undefined;
+      }, timeoutMs, 200);
+    },
+  };
+  return tasks;
+}
+
 export async function startE2E(
   name: string,
   overrides: Record<string, string> = {},
@@ -74,11 +115,7 @@ export async function startE2E(
   const port = await freePort();
   const config = testConfig({
     TEMPORAL_TASK_QUEUE: uniqueQueue(name),
-    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
-    PROVIDER_FAL_BASE_URL: `${sim.baseUrl}/fal`,
-    PROVIDER_FAL_JWKS_URL: `${sim.baseUrl}/fal/.well-known/jwks.json`,
-    PROVIDER_RUNWAY_BASE_URL: `${sim.baseUrl}/runway`,
-    PROVIDER_KLING_BASE_URL: `${sim.baseUrl}/kling`,
+    ...simulatorProviderSettings(sim.baseUrl),
     PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
     POLL_INITIAL_MS: '300',
     POLL_MAX_MS: '600',
@@ -93,6 +130,7 @@ export async function startE2E(
       : await startWorker(config, tdb.database, { ...(opts.tracing ? { tracing: opts.tracing } : {}), ...(opts.reconcile ? { reconcile: opts.reconcile } : {}) });
   const tenant = await createTestTenant(tdb.database, config, '1000');
   const vidorch = createVidorchClient({ baseUrl: api.baseUrl, apiKey: tenant.apiKey });
+  const tasks = tenantTasks(vidorch, defaultRequest);
 
   const e2e: E2E = {
     config,
@@ -103,32 +141,12 @@ export async function startE2E(
     client,
     tenant,
     vidorch,
-    async createTask(key, body = defaultRequest) {
-      // Tests also send bodies the API refuses: the server validates, not the compiler.
-      const res = await vidorch.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': key } }, body: body as CreateTaskRequest });
-      assert.equal(res.response.status, 202, JSON.stringify(res.error));
-      return res.data!.task_id;
-    },
-    async getTask(taskId) {
-      const res = await vidorch.GET('/v1/tasks/{id}', { params: { path: { id: taskId } } });
-      if (!res.data) throw new Error(`GET /v1/tasks/${taskId} answered ${res.response.status}: ${JSON.stringify(res.error)}`);
-      return res.data;
-    },
-    async cancelTask(taskId) {
-      const res = await vidorch.POST('/v1/tasks/{id}/cancel', { params: { path: { id: taskId } } });
-      return { status: res.response.status, body: res.data ?? res.error };
-    },
-    waitForStatus(taskId, status, timeoutMs = 60_000) {
-      return eventually(async () => {
-        const body = await e2e.getTask(taskId);
-        if (TERMINAL_OR_REVIEW.includes(body.status) && body.status !== status) {
-          throw new Error(`task ended ${body.status}, expected ${status}: ${JSON.stringify(body.failure)}`);
-        }
-        return body.status === status ? body : undefined;
-      }, timeoutMs, 200);
-    },
+    createTask: tasks.createTask,
+    getTask: tasks.getTask,
+    cancelTask: tasks.cancel,
+    waitForStatus: tasks.waitForStatus,
     async waitForWorkflowStatus(taskId, status, timeoutMs = 60_000) {
-      await e2e.waitForStatus(taskId, status, timeoutMs);
+      await tasks.waitForStatus(taskId, status, timeoutMs);
       await eventually(async () => ((await api.facade.queryFacts(taskId))?.status === status ? true : undefined), timeoutMs, 200);
     },
     async ledgerOf(taskId) {

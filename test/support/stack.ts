@@ -1,35 +1,43 @@
 // Test fixtures over real services. `npm test` (scripts/test.ts) starts one Temporal dev
 // server and one S3 server for the run and exports their addresses; each test file makes its
 // own database, simulator, API and worker, so files are independent and can run in parallel.
-import { randomBytes } from 'node:crypto';
-import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { inspect } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
-import { NativeConnection, Runtime, type WorkflowBundle } from '@temporalio/worker';
-import { buildApiContext } from '../../api/context';
-import { serveApi } from '../../api/listen';
+import type { Client } from '@temporalio/client';
+import { NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { loadConfig, type Config } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildReconcileDeps, buildStorage } from '../../config/services';
+import { buildReconcileDeps, buildStorage } from '../../config/services';
 import { createReconcileActivities } from '../../activities/reconcile';
 import type { ReconcileRunMetrics } from '../../observability/metrics';
-import { createDatabase, type Database } from '../../db/client';
-import { dropDatabase, migrateDatabase } from '../../db/migrate';
+import type { Database } from '../../db/client';
 import { createLogger } from '../../observability/logger';
 import { startFactSampler } from '../../observability/facts';
 import { createMetrics } from '../../observability/metrics';
-import { temporalLogger } from '../../observability/temporal-logger';
 import type { Tracing } from '../../observability/tracing';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTenant } from '../../ops/tenants';
-import { createCallbackTokens } from '../../providers/callback-token';
-import { createSimulator, type Simulator } from '../../providers/simulator/server';
 import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { bundleWorkflows, createGenerationWorkers, type GenerationWorkers } from '../../workers/generation-worker';
+import { bundleWorkflows, type GenerationWorkers } from '../../workers/generation-worker';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from '../../workers/webhook-relay';
 import { createSecretBox } from '../../db/webhook-secrets';
+import {
+  connectTemporal,
+  createInProcessWorkers,
+  createWorldDatabase,
+  createWorldTenant,
+  installWorkerRuntime,
+  startApiInProcess,
+  startSimulator as startWorldSimulator,
+  uniqueName,
+  worldActivityDeps,
+  worldFacade,
+  type RunningSimulator,
+  type WorldDatabase,
+} from '../../harness/world';
+
+export { freePort } from '../../harness/ports';
+export type { RunningSimulator } from '../../harness/world';
 
 const logTaps = new Set<(line: string) => void>();
 /** Calls `tap` with every log line of this process (its own and the Temporal SDK's) until the returned stop is called. */
@@ -50,14 +58,8 @@ export const testLogger = createLogger({
   },
 });
 
-let runtimeInstalled = false;
-function installRuntime() {
-  if (runtimeInstalled) return;
-  runtimeInstalled = true;
-  Runtime.install({ logger: temporalLogger(testLogger), shutdownSignals: [] });
-}
-
-const unique = (prefix: string) => `${prefix}_${process.pid}_${randomBytes(4).toString('hex')}`;
+/** The Temporal SDK's runtime of this test process, logging through testLogger. */
+export const installTestRuntime = () => installWorkerRuntime(testLogger);
 
 /** A Config for this test file: the run's services from the environment, plus overrides. */
 export function testConfig(overrides: Record<string, string> = {}): Config {
@@ -75,69 +77,24 @@ export function testConfig(overrides: Record<string, string> = {}): Config {
   });
 }
 
-export interface TestDatabase {
-  readonly url: string;
-  readonly database: Database;
-  drop(): Promise<void>;
-}
+export type TestDatabase = WorldDatabase;
 
 /** A fresh, migrated database named for this file; dropped by drop(). */
-export async function createTestDatabase(config: Config): Promise<TestDatabase> {
-  const url = new URL(config.DATABASE_URL);
-  url.pathname = `/${unique('vidorch_t')}`;
-  await migrateDatabase({ url: url.toString(), region: config.REGION, fenceScope: config.FENCE_SCOPE });
-  const database = createDatabase({ url: url.toString(), max: 10, applicationName: 'vidorch-test' });
-  return {
-    url: url.toString(),
-    database,
-    async drop() {
-      await database.close();
-      await dropDatabase(url.toString());
-    },
-  };
+export function createTestDatabase(config: Config): Promise<TestDatabase> {
+  return createWorldDatabase(config, { prefix: 'vidorch_t', max: 10, applicationName: 'vidorch-test' });
 }
 
-export interface RunningSimulator {
-  readonly sim: Simulator;
-  readonly baseUrl: string;
-  /**
-   * Jobs the simulator holds for an attempt: by the attempt id (Kling's external_task_id) or by
-   * the keyed token of its callback URL (Replicate and fal carry only the URL).
-   */
-  jobsFor(attemptId: string): number;
-  /** The ids of those jobs (what an operator finds in the provider's console). */
-  jobIdsFor(attemptId: string): string[];
-  close(): Promise<void>;
-}
-
-export async function startSimulator(config: Config, opts: { generationMs?: number } = {}): Promise<RunningSimulator> {
-  const sim = createSimulator({
-    apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
-    webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
-    fal: { userId: config.PROVIDER_FAL_USER_ID },
-    generationMs: opts.generationMs ?? 300,
-    outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
-    dataDir: path.join(os.tmpdir(), 'vidorch-test-simulator'),
+export function startSimulator(config: Config, opts: { generationMs?: number } = {}): Promise<RunningSimulator> {
+  return startWorldSimulator(config, {
     logger: testLogger,
+    generationMs: opts.generationMs ?? 300,
+    dataDir: path.join(os.tmpdir(), 'vidorch-test-simulator'),
     webhookRetry: { attempts: 3, baseDelayMs: 50 },
   });
-  const server = await sim.listen(0);
-  const tokens = createCallbackTokens(config.CALLBACK_TOKEN_SECRET);
-  return {
-    sim,
-    baseUrl: `http://127.0.0.1:${server.port}`,
-    jobsFor: (attemptId) => sim.tokenCount(attemptId) + sim.tokenCount(tokens.tokenFor(attemptId)),
-    jobIdsFor: (attemptId) => [...sim.jobIdsFor(attemptId), ...sim.jobIdsFor(tokens.tokenFor(attemptId))],
-    close: () => server.close(),
-  };
 }
 
 /** `tracing`: the client's interceptors come from it (observability/tracing.ts). */
-export async function temporalClient(config: Config, tracing?: Tracing): Promise<{ client: Client; close(): Promise<void> }> {
-  const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
-  const interceptors = { workflow: tracing?.clientInterceptors ?? [] };
-  return { client: new Client({ connection, namespace: config.TEMPORAL_NAMESPACE, interceptors }), close: () => connection.close() };
-}
+export const temporalClient = (config: Config, tracing?: Tracing): Promise<{ client: Client; close(): Promise<void> }> => connectTemporal(config, tracing);
 
 export interface RunningApi {
   readonly baseUrl: string;
@@ -154,33 +111,26 @@ export async function startApi(
   db: Database,
   opts: { facade?: GenerationFacade; client?: Client; storage?: ObjectStorage; port?: number } = {},
 ): Promise<RunningApi> {
-  const facade =
-    opts.facade ??
-    createGenerationFacade(async () => {
-      if (!opts.client) throw new Error('no Temporal client for this API');
-      return opts.client;
-    }, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
+  const facade = opts.facade ?? worldFacade(config, () => opts.client);
   const facts = startFactSampler({ databaseUrl: db.url, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger: testLogger, applicationName: 'vidorch-test-facts' });
-  const ctx = buildApiContext(config, {
-    db: db.db,
+  const api = await startApiInProcess(config, db, {
     facade,
     logger: testLogger,
     metrics: createMetrics({ service: 'api-test', facts: facts.latest, pool: db.pool }),
     fenceCacheMs: 0,
-    databaseUrl: db.url,
+    port: opts.port ?? 0,
     ...(opts.storage ? { storage: opts.storage } : {}),
   });
-  const served = await serveApi(ctx, { port: opts.port ?? 0 });
   return {
-    baseUrl: served.url,
-    opsUrl: served.opsUrl,
+    baseUrl: api.baseUrl,
+    opsUrl: api.opsUrl,
     facade,
     refreshFacts: async () => {
       await facts.refresh();
     },
     async close() {
-      await served.close();
-      await Promise.all([ctx.close(), facts.stop()]);
+      await api.close();
+      await facts.stop();
     },
   };
 }
@@ -215,34 +165,31 @@ export async function startWorker(
     reconcile?: { onRun?: (run: ReconcileRunMetrics) => void };
   } = {},
 ): Promise<RunningWorker> {
-  installRuntime();
+  installTestRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
-  const storage = buildStorage(config);
-  const deps = buildActivityDeps(config, { db, storage, providers: buildProviders(config) });
   const client = opts.reconcile ? await temporalClient(config) : null;
   const reconcileActivities = client
     ? createReconcileActivities(
         buildReconcileDeps(config, {
           db,
-          storage,
+          storage: buildStorage(config),
           facade: createGenerationFacade(async () => client.client, config.TEMPORAL_TASK_QUEUE),
           logger: testLogger,
           ...(opts.reconcile?.onRun ? { onRun: opts.reconcile.onRun } : {}),
         }),
       )
     : undefined;
-  const worker = await createGenerationWorkers({
-    ...(reconcileActivities ? { reconcileActivities } : {}),
+  const deps = worldActivityDeps(config, db);
+  const worker = await createInProcessWorkers(config, db, {
     connection,
-    databaseUrl: db.url,
-    namespace: config.TEMPORAL_NAMESPACE,
-    taskQueueBase: config.TEMPORAL_TASK_QUEUE,
+    workflowBundle: await workflowBundle({ tracing: opts.tracing?.enabled ?? false }),
     deps,
     ...(opts.wrapActivities ? { activities: opts.wrapActivities(createTaskActivities(deps)) } : {}),
-    workflowBundle: await workflowBundle({ tracing: opts.tracing?.enabled ?? false }),
-    tracing: opts.tracing?.worker ?? null,
-    shutdownGraceMs: 2_000,
-    ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
+    extra: {
+      ...(reconcileActivities ? { reconcileActivities } : {}),
+      tracing: opts.tracing?.worker ?? null,
+      ...(opts.pollProviders ? { pollProviders: opts.pollProviders } : {}),
+    },
   });
   const running = worker.run();
   const webhookRelay =
@@ -268,27 +215,11 @@ export async function startWorker(
   };
 }
 
-export async function createTestTenant(db: Database, config: Config, credits = '1000'): Promise<{ tenantId: string; apiKey: string }> {
-  const t = await createTenant(db.db, {
-    name: unique('tenant'),
-    credits,
-    ifMissing: false,
-    actor: 'test',
-    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-  });
-  return { tenantId: t.tenant_id, apiKey: t.api_key! };
+export function createTestTenant(db: Database, config: Config, credits = '1000'): Promise<{ tenantId: string; apiKey: string }> {
+  return createWorldTenant(db, config, { name: uniqueName('tenant'), credits, actor: 'test' });
 }
 
-/** A port that was free a moment ago (for a server whose URL must be known before it starts). */
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', () => resolve()));
-  const { port } = srv.address() as AddressInfo;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
-}
-
-export const uniqueQueue = (name: string) => unique(`tq_${name}`);
+export const uniqueQueue = (name: string) => uniqueName(`tq_${name}`);
 
 /** JSON request helper that returns status, headers and parsed body. */
 export async function http(

@@ -6,7 +6,7 @@
 // request verified, duplicates only under the same id (and the same event), and the delivery
 // log must hold exactly one attempt with a status per request the receiver saw.
 import { sql } from 'drizzle-orm';
-import { freePort, sleep } from '../../scripts/stack';
+import { freePort, sleep } from '../../harness';
 import { startWebhookReceiver } from '../../test/support/webhook-receiver';
 import { convergence, createTasks, startDrillWorld, waitFor } from './harness';
 

@@ -7,8 +7,8 @@
 import { eq, inArray } from 'drizzle-orm';
 import type { ProviderName } from '../../domain/catalog';
 import { generationTask, taskAttempt } from '../../db/schema';
-import { sleep } from '../../scripts/stack';
-import { convergence, createTasks, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
+import { sleep } from '../../harness';
+import { createTasks, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor, awaitConvergence } from './harness';
 
 /** What one provider's tasks came to. */
 export interface ProviderFigures {
@@ -129,13 +129,9 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
     const phase3 = await createTasks(world, 'nocallback', n3, 16, pinnedBody(providers));
     const all = [...phase1, ...phase2, ...phase3];
 
-    const deadline = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
-    let c = await convergence(world.db);
-    while (c.settled < all.length && Date.now() < deadline) {
-      log(`converging: ${c.settled}/${all.length} settled ${JSON.stringify(c.byStatus)}`);
-      await sleep(2_000);
-      c = await convergence(world.db);
-    }
+    const c = await awaitConvergence(world.db, all.length, opts.timeoutMs ?? 10 * 60_000, {
+      progress: (p) => log(`converging: ${p.settled}/${all.length} settled ${JSON.stringify(p.byStatus)}`),
+    });
     const convergeSeconds = (Date.now() - started) / 1000;
 
     const jobsPerTask = await providerJobsPerTask(world);

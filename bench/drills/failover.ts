@@ -9,9 +9,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql } from 'drizzle-orm';
 import { setMode } from '../../db/modes';
-import { sleep } from '../../scripts/stack';
-import { reconciliationSummary, runFailover } from '../failover';
-import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
+import { sleep } from '../../harness';
+import { reconciliationSummary, runFailover } from '../../ops/failover';
+import { convergence, type DrillWorld, ledgerImbalance, providerJobsPerTask, startDrillWorld, awaitConvergence, tasksStored } from './harness';
 
 export interface FailoverDrillReport {
   readonly tasks: number;
@@ -153,13 +153,9 @@ export async function runFailoverDrill(opts: {
     log('operator reopens: mode set NORMAL');
     await setMode(world.db.db, { scope: world.config.FENCE_SCOPE, mode: 'NORMAL', actor: 'operator:drill', reason: 'DRILL-FAILOVER: reopened' });
 
-    const deadline = Date.now() + (opts.timeoutMs ?? 10 * 60_000);
-    let c = await convergence(world.db);
-    while (c.settled < ids.length && Date.now() < deadline) {
-      log(`converging under region-b: ${c.settled}/${ids.length} ${JSON.stringify(c.byStatus)}`);
-      await sleep(2_000);
-      c = await convergence(world.db);
-    }
+    const c = await awaitConvergence(world.db, ids.length, opts.timeoutMs ?? 10 * 60_000, {
+      progress: (p) => log(`converging under region-b: ${p.settled}/${ids.length} ${JSON.stringify(p.byStatus)}`),
+    });
     const convergeSecondsAfterFailover = (Date.now() - failoverStarted) / 1000;
 
     const jobsPerTask = await providerJobsPerTask(world);
@@ -170,8 +166,7 @@ export async function runFailoverDrill(opts: {
         (SELECT count(*)::int FROM task_transition WHERE region = 'region-b' AND write_epoch = ${result.record.new_epoch}) AS b_writes`);
     const writes = writeRows[0] as { a_after: number; b_writes: number };
     const zombie = await failuresInLog(path.join(world.dataDir, 'region-a-zombie.log'), 'FenceRejected', switchedAt);
-    const { rows: found } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${ids.join(',')}}`}::uuid[])`);
-    const inDb = (found[0] as { n: number }).n;
+    const inDb = await tasksStored(world.db, ids);
     return {
       tasks: opts.tasks,
       accepted: ids.length,

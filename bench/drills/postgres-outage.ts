@@ -4,9 +4,8 @@
 // spooled and replayed; no accepted task lost; one provider job per task; ledger balanced.
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { sql } from 'drizzle-orm';
-import { REPO_ROOT, sleep } from '../../scripts/stack';
-import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld } from './harness';
+import { REPO_ROOT, sleep } from '../../harness';
+import { ledgerImbalance, providerJobsPerTask, startDrillWorld, awaitConvergence, tasksStored } from './harness';
 import { startCreateLoad, type OutageLoadOutcome } from './load';
 import { startPrivatePostgres } from './private-postgres';
 
@@ -69,16 +68,11 @@ export async function runPostgresOutageDrill(opts: { outageSeconds: number; rate
       const loadReport = await load.stop();
       const ids = loadReport.accepted.map((a) => a.id);
 
-      const deadline = Date.now() + 5 * 60_000;
-      let c = await convergence(world.db);
-      while (c.settled < ids.length && Date.now() < deadline) {
-        log(`converging: ${c.settled}/${ids.length} ${JSON.stringify(c.byStatus)}`);
-        await sleep(2_000);
-        c = await convergence(world.db);
-      }
+      const c = await awaitConvergence(world.db, ids.length, 5 * 60_000, {
+        progress: (p) => log(`converging: ${p.settled}/${ids.length} ${JSON.stringify(p.byStatus)}`),
+      });
       const convergeSecondsAfterRestart = (Date.now() - restartedAt) / 1000;
-      const { rows } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${ids.join(',')}}`}::uuid[])`);
-      const inDb = (rows[0] as { n: number }).n;
+      const inDb = await tasksStored(world.db, ids);
       const jobsPerTask = await providerJobsPerTask(world);
       return {
         outageSeconds: opts.outageSeconds,

@@ -13,11 +13,11 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import { createDatabase, type Db } from '../../db/client';
-import { REPO_ROOT, sleep } from '../../scripts/stack';
-import { pitrDiff, type PitrDiff } from '../pitr';
-import { applyPitrRepair, planPitrRepair, type PitrRepairResult } from '../pitr-repair';
-import { createTenant } from '../tenants';
-import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
+import { REPO_ROOT, sleep } from '../../harness';
+import { pitrDiff, type PitrDiff } from '../../ops/pitr';
+import { applyPitrRepair, planPitrRepair, type PitrRepairResult } from '../../ops/pitr-repair';
+import { createTenant } from '../../ops/tenants';
+import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor, awaitConvergence, tasksStored } from './harness';
 import { tenantLedgerCheck, type TenantLedgerCheck } from './ledger-check';
 import { startCreateLoad } from './load';
 import { ownedDir, restorePointInTime, startPrivatePostgres, type PrivatePostgres } from './private-postgres';
@@ -135,14 +135,10 @@ export async function runPitrDrill(opts: { ratePerSecond: number; loadSeconds: n
       const keyAnswersAfterRepair = await keyCheck();
       const loadReport = await load.stop();
       const ids = loadReport.accepted.map((a) => a.id);
-      const deadline = Date.now() + 3 * 60_000;
-      let c = await convergence(world.db);
-      while (c.settled < ids.length && Date.now() < deadline) {
-        log(`converging: ${c.settled}/${ids.length} ${JSON.stringify(c.byStatus)}`);
-        await sleep(2_000);
-        c = await convergence(world.db);
-      }
-      const { n: inDb } = await one<{ n: number }>(world.db.db, sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${ids.join(',')}}`}::uuid[])`);
+      const c = await awaitConvergence(world.db, ids.length, 3 * 60_000, {
+        progress: (p) => log(`converging: ${p.settled}/${ids.length} ${JSON.stringify(p.byStatus)}`),
+      });
+      const inDb = await tasksStored(world.db, ids);
       const { n: archived } = await one<{ n: number }>(world.db.db, sql`SELECT archived_count::int AS n FROM pg_stat_archiver`);
       const { s: rpo } = await one<{ s: number }>(world.db.db, sql`SELECT extract(epoch FROM ${mistake.at}::timestamptz - ${recoveryTarget}::timestamptz)::float8 AS s`);
       const jobs = [...(await providerJobsPerTask(world)).values()];

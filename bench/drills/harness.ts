@@ -1,37 +1,45 @@
-// A drill's world: its own Temporal dev server and S3 server (scripts/stack.ts), a fresh
-// database, the provider simulator and the API in this process, and worker *processes* that a
-// drill can kill. Everything is torn down by close().
+// A drill's world: its own Temporal dev server and S3 server (harness/temporal.ts, s3.ts), a
+// fresh database, the provider simulator and the API in this process, and worker *processes*
+// that a drill can kill, built with harness/world.ts. Everything is torn down by close().
 import { randomBytes } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { sql } from 'drizzle-orm';
-import { createApp } from '../../api/app';
-import { startCallbackReplayer } from '../../api/callbacks.handlers';
-import { buildApiContext, type ApiContext } from '../../api/context';
-import { configToEnv, loadConfig, type Config } from '../../config/env';
-import { failoverHosts } from '../../config/services';
-import { createCallbackTokens } from '../../providers/callback-token';
-import { createDatabase, type Database } from '../../db/client';
+import type { ApiContext } from '../../api/context';
+import { loadConfig, type Config } from '../../config/env';
+import type { Database } from '../../db/client';
 import { taskAttempt } from '../../db/schema';
-import { dropDatabase, migrateDatabase } from '../../db/migrate';
 import { createLogger } from '../../observability/logger';
 import { createMetrics } from '../../observability/metrics';
-import { createSimulator, type Simulator } from '../../providers/simulator/server';
-import { REPO_ROOT, fileLogger, freePort, sleep, startS3, startTemporal, startWorkerProcess, type ManagedProcess, type S3Process, type TemporalProcess } from '../../scripts/stack';
-import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { createTenant } from '../tenants';
+import type { Simulator } from '../../providers/simulator/server';
+import { REPO_ROOT, freePort, sleep, startS3, startTemporal, type ManagedProcess, type S3Process, type TemporalProcess } from '../../harness';
+import {
+  connectTemporal,
+  createWorldDatabase,
+  createWorldTenant,
+  simulatorProviderSettings,
+  startApiInProcess,
+  startSimulator,
+  startWorkerAsProcess,
+  worldFacade,
+  type RunningSimulator,
+} from '../../harness/world';
+import type { GenerationFacade } from '../../temporal/facade';
 
 export interface DrillWorld {
   readonly config: Config;
   readonly db: Database;
   readonly sim: Simulator;
+  /** The simulator with its job counts per attempt. */
+  readonly simulator: RunningSimulator;
   readonly apiUrl: string;
   readonly apiKey: string;
   readonly facade: GenerationFacade;
   readonly client: Client;
   readonly workers: Map<string, ManagedProcess>;
+  /** Each worker's metrics endpoint (WORKER_METRICS_PORT), by worker name. */
+  readonly workerMetrics: Map<string, string>;
   /** The drill's data folder; worker <name> logs to <dataDir>/<name>.log. */
   readonly dataDir: string;
   /** The in-process API's context (its spool, admission). */
@@ -98,64 +106,52 @@ export async function startDrillWorld(
     const s3Endpoint = s3.endpoint;
 
     const logger = createLogger({ name: `drill-${name}`, level: 'error', pretty: false });
-    const sim = createSimulator({
-      apiToken: base.PROVIDER_REPLICATE_API_TOKEN,
-      webhookSecret: base.PROVIDER_REPLICATE_WEBHOOK_SECRET,
-      generationMs: base.SIMULATOR_GENERATION_MS,
-      outputTtlMs: base.SIMULATOR_OUTPUT_TTL_MS,
-      dataDir: path.join(REPO_ROOT, '.data', 'simulator'),
+    const simulator = await startSimulator(base, {
       logger,
+      generationMs: base.SIMULATOR_GENERATION_MS,
+      dataDir: path.join(REPO_ROOT, '.data', 'simulator'),
     });
-    const simServer = await sim.listen(0);
-    cleanups.push(() => simServer.close());
+    cleanups.push(() => simulator.close());
 
     const apiPort = await freePort();
-    const dbUrl = new URL(base.DATABASE_URL);
-    dbUrl.pathname = `/vidorch_drill_${id}`;
+    const wdb = await createWorldDatabase(base, { prefix: `vidorch_drill_${name.replace(/\W/g, '_')}`, max: 20, applicationName: 'vidorch-drill', failover: true });
+    cleanups.push(() => wdb.drop());
+    const db = wdb.database;
     const config = loadConfig({
       ...process.env,
       ...overrides,
-      DATABASE_URL: dbUrl.toString(),
+      DATABASE_URL: wdb.url,
       TEMPORAL_ADDRESS: temporal.address,
       S3_ENDPOINT: s3Endpoint,
       S3_FALLBACK_ENDPOINT: s3Fallback.endpoint,
-      PROVIDER_REPLICATE_BASE_URL: `http://127.0.0.1:${simServer.port}/replicate`,
-      PROVIDER_FAL_BASE_URL: `http://127.0.0.1:${simServer.port}/fal`,
-      PROVIDER_FAL_JWKS_URL: `http://127.0.0.1:${simServer.port}/fal/.well-known/jwks.json`,
-      PROVIDER_RUNWAY_BASE_URL: `http://127.0.0.1:${simServer.port}/runway`,
-      PROVIDER_KLING_BASE_URL: `http://127.0.0.1:${simServer.port}/kling`,
+      ...simulatorProviderSettings(simulator.baseUrl),
       PUBLIC_BASE_URL: `http://127.0.0.1:${apiPort}`,
       OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
       WEBHOOK_ALLOW_PRIVATE: 'true',
     });
-    log(`database ${dbUrl.pathname.slice(1)}`);
-    await migrateDatabase({ url: config.DATABASE_URL, region: config.REGION, fenceScope: config.FENCE_SCOPE });
-    cleanups.push(() => dropDatabase(config.DATABASE_URL));
-    const db = createDatabase({ url: config.DATABASE_URL, max: 20, applicationName: 'vidorch-drill', failoverHosts: failoverHosts(config) });
-    cleanups.push(() => db.close());
+    log(`database ${new URL(wdb.url).pathname.slice(1)}`);
 
-    const connection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
-    cleanups.push(() => connection.close());
-    const client = new Client({ connection, namespace: config.TEMPORAL_NAMESPACE });
-    const facade = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
-    const apiCtx = buildApiContext(config, { db: db.db, facade, logger, metrics: createMetrics({ service: 'drill-api' }) });
-    cleanups.push(() => apiCtx.close());
+    const temporalClient = await connectTemporal(config);
+    cleanups.push(() => temporalClient.close());
+    const client = temporalClient.client;
+    const facade = worldFacade(config, () => client);
     // As api/server.ts: callbacks spooled while Postgres was unreachable are replayed.
-    const replayer = startCallbackReplayer(apiCtx, config.CALLBACK_SPOOL_REPLAY_MS);
-    cleanups.push(() => replayer.stop());
-    const app = createApp(apiCtx);
-    const server = app.listen(apiPort, '127.0.0.1');
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    cleanups.push(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }));
-    const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-
-    const tenant = await createTenant(db.db, {
-      name: `drill-${id}`, credits: '1000000', ifMissing: false, actor: 'drill', fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    const api = await startApiInProcess(config, db, {
+      facade,
+      logger,
+      metrics: createMetrics({ service: 'drill-api' }),
+      port: apiPort,
+      replayMs: config.CALLBACK_SPOOL_REPLAY_MS,
     });
+    cleanups.push(() => api.close());
+    const apiUrl = api.baseUrl;
+
+    const tenant = await createWorldTenant(db, config, { name: `drill-${id}`, credits: '1000000', actor: 'drill' });
 
     const workers = new Map<string, ManagedProcess>();
+    const workerMetrics = new Map<string, string>();
     const world: DrillWorld = {
-      config, db, sim, apiUrl, apiKey: tenant.api_key!, facade, client, workers, dataDir, api: apiCtx,
+      config, db, sim: simulator.sim, simulator, apiUrl, apiKey: tenant.apiKey, facade, client, workers, workerMetrics, dataDir, api: api.ctx,
       async stopS3() {
         await s3?.stop('SIGTERM', 10_000);
         s3 = null;
@@ -171,14 +167,10 @@ export async function startDrillWorld(
         temporal ??= await startTemporal(temporalOptions);
       },
       async startWorker(workerName, env = {}) {
-        const proc = startWorkerProcess(
-          workerName,
-          'workers/main.ts',
-          { ...configToEnv(config), WORKER_METRICS_PORT: String(await freePort()), LOG_LEVEL: 'warn', LOG_PRETTY: 'false', ...env },
-          { log: fileLogger(path.join(dataDir, `${workerName}.log`)) },
-        );
-        workers.set(workerName, proc);
-        return proc;
+        const worker = await startWorkerAsProcess(config, workerName, { logFile: path.join(dataDir, `${workerName}.log`), env });
+        workers.set(workerName, worker.proc);
+        workerMetrics.set(workerName, worker.metricsUrl);
+        return worker.proc;
       },
       async close() {
         for (const w of workers.values()) await w.stop('SIGTERM', 5_000);
@@ -206,6 +198,33 @@ export async function convergence(db: Database): Promise<Convergence> {
   return { byStatus, settled };
 }
 
+/**
+ * Polls convergence every 2 s until `n` tasks have settled (or `done` says so) or `timeoutMs`
+ * has passed; `progress` hears each unsettled count. The last count either way.
+ */
+export async function awaitConvergence(
+  db: Database,
+  n: number,
+  timeoutMs: number,
+  opts: { progress?: (c: Convergence) => void; done?: (c: Convergence) => boolean } = {},
+): Promise<Convergence> {
+  const deadline = Date.now() + timeoutMs;
+  const done = opts.done ?? ((c: Convergence) => c.settled >= n);
+  let c = await convergence(db);
+  while (!done(c) && Date.now() < deadline) {
+    opts.progress?.(c);
+    await sleep(2_000);
+    c = await convergence(db);
+  }
+  return c;
+}
+
+/** How many of `ids` are in the facts (an accepted task must be). */
+export async function tasksStored(db: Database, ids: readonly string[]): Promise<number> {
+  const { rows } = await db.db.execute(sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${ids.join(',')}}`}::uuid[])`);
+  return (rows[0] as { n: number }).n;
+}
+
 /** Tasks whose ledger does not balance, plus the account's open reservations against open tasks. */
 export async function ledgerImbalance(db: Database): Promise<number> {
   const { rows } = await db.db.execute(sql`
@@ -228,13 +247,10 @@ export async function ledgerImbalance(db: Database): Promise<number> {
 }
 
 /** Provider jobs per task: the simulator's job count for each of the task's attempts, summed. */
-export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'sim' | 'config'>): Promise<Map<string, number>> {
+export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'simulator'>): Promise<Map<string, number>> {
   const attempts = await world.db.db.select({ taskId: taskAttempt.task_id, attemptId: taskAttempt.attempt_id }).from(taskAttempt);
-  // A job carries the attempt id (Kling's external_task_id) or its callback URL's keyed token (Replicate, fal).
-  const tokens = createCallbackTokens(world.config.CALLBACK_TOKEN_SECRET);
-  const jobsOf = (attemptId: string) => world.sim.tokenCount(attemptId) + world.sim.tokenCount(tokens.tokenFor(attemptId));
   const jobs = new Map<string, number>();
-  for (const a of attempts) jobs.set(a.taskId, (jobs.get(a.taskId) ?? 0) + jobsOf(a.attemptId));
+  for (const a of attempts) jobs.set(a.taskId, (jobs.get(a.taskId) ?? 0) + world.simulator.jobsFor(a.attemptId));
   return jobs;
 }
 

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { freePort, sleep } from '../../scripts/stack';
+import { freePort, sleep } from '../../harness';
 
 const run = promisify(execFile);
 

@@ -4,8 +4,7 @@
 // Then the webhooks arrive. Each task must apply its late webhook, bind its one job and
 // converge SUCCEEDED: no second job, nothing lost, the ledger balanced (docs/design.md §5).
 import { sql } from 'drizzle-orm';
-import { sleep } from '../../scripts/stack';
-import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
+import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor, awaitConvergence } from './harness';
 
 export interface ReviewLateWebhooksReport {
   readonly tasks: number;
@@ -57,13 +56,10 @@ export async function runReviewLateWebhooksDrill(opts: {
     const parkedAt = Date.now();
     log(`${parkedInReview} tasks parked in MANUAL_REVIEW after ${((parkedAt - started) / 1000).toFixed(1)} s; waiting for the late webhooks`);
 
-    const deadline = Date.now() + (opts.timeoutMs ?? 5 * 60_000);
-    let c = await convergence(world.db);
-    while ((c.byStatus['SUCCEEDED'] ?? 0) + (c.byStatus['FAILED'] ?? 0) + (c.byStatus['CANCELLED'] ?? 0) < ids.length && Date.now() < deadline) {
-      log(`converging: ${JSON.stringify(c.byStatus)}`);
-      await sleep(2_000);
-      c = await convergence(world.db);
-    }
+    const c = await awaitConvergence(world.db, ids.length, opts.timeoutMs ?? 5 * 60_000, {
+      progress: (p) => log(`converging: ${JSON.stringify(p.byStatus)}`),
+      done: (p) => (p.byStatus['SUCCEEDED'] ?? 0) + (p.byStatus['FAILED'] ?? 0) + (p.byStatus['CANCELLED'] ?? 0) >= ids.length,
+    });
     const convergeSecondsAfterPark = (Date.now() - parkedAt) / 1000;
     const jobs = await providerJobsPerTask(world);
     const { rows } = await world.db.db.execute(sql`SELECT coalesce(max(n), 0)::int AS n FROM (SELECT count(*) AS n FROM task_attempt GROUP BY task_id) a`);

@@ -12,8 +12,8 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../../db/client';
-import { REPO_ROOT, sleep } from '../../scripts/stack';
-import { convergence, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
+import { REPO_ROOT, sleep } from '../../harness';
+import { ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor, awaitConvergence, tasksStored } from './harness';
 import { tenantLedgerCheck, type TenantLedgerCheck } from './ledger-check';
 import { startCreateLoad, type OutageLoadOutcome } from './load';
 import { startPrivatePostgres, startStandby } from './private-postgres';
@@ -121,17 +121,12 @@ export async function runPgSwitchoverDrill(opts: {
       const loadReport = await load.stop();
       const accepted = loadReport.accepted.map((a) => a.id);
 
-      const deadline = Date.now() + 3 * 60_000;
-      let c = await convergence(world.db);
-      while (c.settled < accepted.length && Date.now() < deadline) {
-        log(`converging: ${c.settled}/${accepted.length} ${JSON.stringify(c.byStatus)}`);
-        await sleep(2_000);
-        c = await convergence(world.db);
-      }
+      const c = await awaitConvergence(world.db, accepted.length, 3 * 60_000, {
+        progress: (p) => log(`converging: ${p.settled}/${accepted.length} ${JSON.stringify(p.byStatus)}`),
+      });
       const convergeSecondsAfterPromote = (Date.now() - promotedAt) / 1000;
       await waitFor(async () => (await world.api.spool.pending()) === 0, 30_000).catch(() => undefined);
-      const { rows } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${accepted.join(',')}}`}::uuid[])`);
-      const inDb = (rows[0] as { n: number }).n;
+      const inDb = await tasksStored(world.db, accepted);
       const { rows: unpublished } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM outbox_event WHERE published_at IS NULL`);
       const jobs = [...(await providerJobsPerTask(world)).values()];
       return {

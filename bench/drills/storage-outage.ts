@@ -7,7 +7,7 @@ import { and, eq, isNull, sql } from 'drizzle-orm';
 import { buildFallbackStorage, buildStorage } from '../../config/services';
 import { acquireFence } from '../../db/fence';
 import { asset } from '../../db/schema';
-import { sleep } from '../../scripts/stack';
+import { sleep } from '../../harness';
 import { reconcileAssets } from '../../storage/asset-reconciler';
 import { convergence, createTasks, ledgerImbalance, providerJobsPerTask, startDrillWorld, waitFor } from './harness';
 

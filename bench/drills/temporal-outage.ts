@@ -6,8 +6,8 @@
 // (The outbox relay's per-row backoff, up to ~1 min, bounds its drain more than μ does.)
 import { sql } from 'drizzle-orm';
 import { queues } from '../../temporal/queues';
-import { sleep } from '../../scripts/stack';
-import { convergence, ledgerImbalance, startDrillWorld, type DrillWorld } from './harness';
+import { sleep } from '../../harness';
+import { ledgerImbalance, startDrillWorld, type DrillWorld, awaitConvergence, tasksStored } from './harness';
 import { drainFigures, peakRate, type DrainFigures } from './capacity-model';
 import { startCreateLoad, type LoadReport, type OutageLoadOutcome } from './load';
 
@@ -102,13 +102,8 @@ export async function runTemporalOutageDrill(opts: { outageSeconds: number; rate
       drainFigures(backlog, mu, lambda, drainedAt === null ? null : (drainedAt - restartedAt.getTime()) / 1000);
 
     const ids = loadReport.accepted.map((a) => a.id);
-    const settleBy = Date.now() + 5 * 60_000;
-    let c = await convergence(world.db);
-    while (c.settled < ids.length && Date.now() < settleBy) {
-      await sleep(2_000);
-      c = await convergence(world.db);
-    }
-    const inDb = await count(world, sql`SELECT count(*)::int AS n FROM generation_task WHERE task_id = ANY(${`{${ids.join(',')}}`}::uuid[])`);
+    const c = await awaitConvergence(world.db, ids.length, 5 * 60_000);
+    const inDb = await tasksStored(world.db, ids);
     return {
       outageSeconds: opts.outageSeconds,
       load: loadReport.byPhase,
