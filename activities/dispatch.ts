@@ -1,8 +1,9 @@
 // QUEUED → DISPATCHING → SUBMITTING: choose the route and prepare attempt N.
 import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
-import { holdFence } from '../db/fence';
-import { assertModeAllows } from '../db/modes';
+import type { Tx } from '../db/client';
+import { holdFence, type FenceToken } from '../db/fence';
+import { ModePausedError, assertModeAllows } from '../db/modes';
 import { generationTask, taskAttempt } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
@@ -24,7 +25,95 @@ export function attemptIdFor(taskId: string, attemptNo: number): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }
 
+type TaskRow = typeof generationTask.$inferSelect;
+
 export function createDispatchActivities(deps: TaskActivityDeps) {
+  /**
+   * DISPATCHING → SUBMITTING with attempt N in PREPARED, on the task locked in `tx`. Honours a
+   * cancel that arrived before submit (released, the provider never called) and the attempt
+   * budget. `pause: 'stay'` returns without a change where the mode forbids a new provider job
+   * (instead of throwing ModePaused), so the caller's earlier writes commit.
+   */
+  async function prepareLocked(tx: Tx, token: FenceToken, task: TaskRow, pause: 'throw' | 'stay'): Promise<void> {
+    const taskId = task.task_id;
+    if (task.status !== 'DISPATCHING') return;
+    if (task.cancel_requested_at) {
+      await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
+      return;
+    }
+    const history = await tx
+      .select({
+        attempt_no: taskAttempt.attempt_no,
+        provider: taskAttempt.provider,
+        submit_state: taskAttempt.submit_state,
+        unknown_since: taskAttempt.unknown_since,
+      })
+      .from(taskAttempt)
+      .where(eq(taskAttempt.task_id, taskId));
+    const used = history.length;
+    const attemptNo = used + 1;
+    if (attemptNo > deps.settings.maxSubmitAttempts) {
+      await finishTask(tx, token, task, failedUncharged('workflow.attempts-exhausted', 'PROVIDER_REJECTED', `provider rejected ${used} attempts`));
+      return;
+    }
+    if (pastDeadline(task, deps.clock.now(), 0)) {
+      await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-attempt'));
+      return;
+    }
+    // QUEUE_ONLY / RECONCILE_ONLY: no new provider job. The task waits here (ModePaused, retried).
+    // The check is a read, so catching its error leaves the transaction usable.
+    try {
+      await assertModeAllows(tx, token.scope, 'submit');
+    } catch (err) {
+      if (pause === 'stay' && err instanceof ModePausedError) return;
+      throw err;
+    }
+    const route = routeNextAttempt(
+      { taskId, request: task.request, provider: task.provider, providerModel: task.provider_model },
+      history,
+      {
+        available: Object.keys(deps.providers),
+        maxAttempts: deps.settings.maxSubmitAttempts,
+        ...(deps.routing ? { settings: deps.routing } : {}),
+        ...(deps.providerHealth ? { health: deps.providerHealth() } : {}),
+      },
+    );
+    if (route.kind === 'rejected') {
+      // Validated at create, so only a catalog or configuration change gets here.
+      await finishTask(tx, token, task, failedUncharged('workflow.no-route', 'NO_ROUTE', `no provider can serve this task: ${route.detail}`));
+      return;
+    }
+    const attemptId = attemptIdFor(taskId, attemptNo);
+    await tx
+      .insert(taskAttempt)
+      .values({
+        attempt_id: attemptId,
+        task_id: taskId,
+        attempt_no: attemptNo,
+        provider: route.provider,
+        provider_model: route.model,
+        provider_idempotency_key: attemptId,
+        submit_state: 'PREPARED',
+      })
+      .onConflictDoNothing();
+    // The task names the provider of its active attempt.
+    await tx
+      .update(generationTask)
+      .set({ provider: route.provider, provider_model: route.model })
+      .where(eq(generationTask.task_id, taskId));
+    await casTaskStatus(tx, token, {
+      taskId,
+      from: 'DISPATCHING',
+      expectedVersion: task.status_version,
+      to: 'SUBMITTING',
+      sourceEvent: 'workflow.attempt-prepared',
+      actor: 'workflow',
+      attemptId,
+      detail: { attempt_no: attemptNo, provider: route.provider, model: route.model, route: { via: route.via, reason: route.reason } },
+      set: { activeAttemptId: attemptId },
+    });
+  }
+
   return {
     /** QUEUED → DISPATCHING. A no-op in any later state. */
     async dispatchTask(taskId: string): Promise<TaskFacts> {
@@ -39,86 +128,44 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
       return readTaskFacts(deps.db, taskId, deps.clock.now());
     },
 
-    /**
-     * DISPATCHING → SUBMITTING with attempt N in PREPARED. Honours a cancel that arrived before
-     * submit (released, the provider never called) and the attempt budget.
-     */
+    /** DISPATCHING → SUBMITTING with attempt N in PREPARED (prepareLocked). A no-op in any other state. */
     async prepareAttempt(taskId: string): Promise<TaskFacts> {
       await fenced(deps, (token) =>
         deps.db.transaction(async (tx) => {
           await holdFence(tx, token);
           const task = await lockTask(tx, taskId);
           if (!task) throw notFound(`task ${taskId}`);
-          if (task.status !== 'DISPATCHING') return;
-          if (task.cancel_requested_at) {
-            await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
-            return;
+          await prepareLocked(tx, token, task, 'throw');
+        }),
+      );
+      return readTaskFacts(deps.db, taskId, deps.clock.now());
+    },
+
+    /**
+     * dispatchTask and prepareAttempt in one transaction: QUEUED → DISPATCHING → SUBMITTING, both
+     * transitions recorded as the two steps record them. Where the mode forbids a new provider
+     * job, the dispatch alone commits and the task is left in DISPATCHING, where prepareAttempt
+     * waits for the mode (docs/decisions/0006). A task already past QUEUED is only prepared.
+     */
+    async dispatchAndPrepare(taskId: string): Promise<TaskFacts> {
+      await fenced(deps, (token) =>
+        deps.db.transaction(async (tx) => {
+          await holdFence(tx, token);
+          let task = await lockTask(tx, taskId);
+          if (!task) throw notFound(`task ${taskId}`);
+          if (task.status === 'QUEUED') {
+            const version = await casTaskStatus(tx, token, {
+              taskId,
+              from: 'QUEUED',
+              expectedVersion: task.status_version,
+              to: 'DISPATCHING',
+              sourceEvent: 'workflow.dispatch',
+              actor: 'workflow',
+            });
+            if (version === null) throw new Error(`task ${taskId} changed under its row lock`);
+            task = { ...task, status: 'DISPATCHING', status_version: version };
           }
-          const history = await tx
-            .select({
-              attempt_no: taskAttempt.attempt_no,
-              provider: taskAttempt.provider,
-              submit_state: taskAttempt.submit_state,
-              unknown_since: taskAttempt.unknown_since,
-            })
-            .from(taskAttempt)
-            .where(eq(taskAttempt.task_id, taskId));
-          const used = history.length;
-          const attemptNo = used + 1;
-          if (attemptNo > deps.settings.maxSubmitAttempts) {
-            await finishTask(tx, token, task, failedUncharged('workflow.attempts-exhausted', 'PROVIDER_REJECTED', `provider rejected ${used} attempts`));
-            return;
-          }
-          if (pastDeadline(task, deps.clock.now(), 0)) {
-            await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-attempt'));
-            return;
-          }
-          // QUEUE_ONLY / RECONCILE_ONLY: no new provider job. The task waits here (ModePaused, retried).
-          await assertModeAllows(tx, token.scope, 'submit');
-          const route = routeNextAttempt(
-            { taskId, request: task.request, provider: task.provider, providerModel: task.provider_model },
-            history,
-            {
-              available: Object.keys(deps.providers),
-              maxAttempts: deps.settings.maxSubmitAttempts,
-              ...(deps.routing ? { settings: deps.routing } : {}),
-              ...(deps.providerHealth ? { health: deps.providerHealth() } : {}),
-            },
-          );
-          if (route.kind === 'rejected') {
-            // Validated at create, so only a catalog or configuration change gets here.
-            await finishTask(tx, token, task, failedUncharged('workflow.no-route', 'NO_ROUTE', `no provider can serve this task: ${route.detail}`));
-            return;
-          }
-          const attemptId = attemptIdFor(taskId, attemptNo);
-          await tx
-            .insert(taskAttempt)
-            .values({
-              attempt_id: attemptId,
-              task_id: taskId,
-              attempt_no: attemptNo,
-              provider: route.provider,
-              provider_model: route.model,
-              provider_idempotency_key: attemptId,
-              submit_state: 'PREPARED',
-            })
-            .onConflictDoNothing();
-          // The task names the provider of its active attempt.
-          await tx
-            .update(generationTask)
-            .set({ provider: route.provider, provider_model: route.model })
-            .where(eq(generationTask.task_id, taskId));
-          await casTaskStatus(tx, token, {
-            taskId,
-            from: 'DISPATCHING',
-            expectedVersion: task.status_version,
-            to: 'SUBMITTING',
-            sourceEvent: 'workflow.attempt-prepared',
-            actor: 'workflow',
-            attemptId,
-            detail: { attempt_no: attemptNo, provider: route.provider, model: route.model, route: { via: route.via, reason: route.reason } },
-            set: { activeAttemptId: attemptId },
-          });
+          await prepareLocked(tx, token, task, 'stay');
         }),
       );
       return readTaskFacts(deps.db, taskId, deps.clock.now());

@@ -1,8 +1,8 @@
 // The workers that run generation workflows and their activities. Used by workers/main.ts, the
 // tests and the scripts, so all of them run the same thing: one worker on the generation queue
-// (workflows and every task activity) and one per configured provider on that provider's poll
-// queue (provider reads only), whose global dispatch rate is the provider's query quota
-// (docs/design.md §5 "Polling"; docs/providers.md "Poll queues").
+// (workflows, every task activity, and the fact steps' local attempts) and one per configured
+// provider on that provider's poll queue (provider reads only), whose global dispatch rate is
+// the provider's query quota (docs/design.md §5 "Polling"; docs/providers.md "Poll queues").
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -138,6 +138,10 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
       // (patch 'per-provider-poll-queues') still schedule their polls here.
       activities,
       maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
+      // The fact steps' local attempts (docs/decisions/00XX-local-fact-steps.md) run here too, as
+      // many at once as the regular activities; one left waiting for a slot past its
+      // scheduleToClose runs as the regular activity instead.
+      maxConcurrentLocalActivityExecutions: opts.maxConcurrentActivities ?? 50,
       interceptors: { activity: interceptors },
       ...(opts.tracing ? { sinks: opts.tracing.sinks } : {}),
       // In-flight activities get this long to finish (or heartbeat out) on shutdown.

@@ -6,12 +6,14 @@ import {
   ActivityFailure,
   type ActivityOptions,
   ApplicationFailure,
+  type LocalActivityOptions,
   allHandlersFinished,
   condition,
   continueAsNew,
   log,
   patched,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   sleep,
   upsertSearchAttributes,
@@ -61,6 +63,7 @@ const ACTIVITY_OPTIONS = {
   getTaskFacts: factStep,
   dispatchTask: factStep,
   prepareAttempt: factStep,
+  dispatchAndPrepare: factStep,
   applyInbox: factStep,
   escalateTask: factStep,
   resolveReview: factStep,
@@ -82,11 +85,54 @@ function activity<K extends keyof TaskActivities>(name: K, taskQueue?: string): 
   return proxyActivities<TaskActivities>(options)[name];
 }
 
-const getTaskFacts = activity('getTaskFacts');
-const dispatchTask = activity('dispatchTask');
-const prepareAttempt = activity('prepareAttempt');
-const applyInbox = activity('applyInbox');
-const escalateTask = activity('escalateTask');
+/**
+ * A fact step's local attempt (docs/decisions/00XX-local-fact-steps.md): run by the workflow's
+ * own worker inside the workflow task, its result a marker — no task-queue round trip. One
+ * attempt, bounded well under the workflow task timeout: a local activity must never hold a
+ * workflow task for long, so whatever would make the step wait or retry (a mode pause, a fence
+ * rejection, a database blip, a full local-activity slot) ends it, and the step runs again as
+ * the regular activity under ACTIVITY_OPTIONS, whose retry loop is the wait (docs/decisions/0006).
+ */
+const localAttempt: LocalActivityOptions = { startToCloseTimeout: '5s', scheduleToCloseTimeout: '10s', retry: { maximumAttempts: 1 } };
+/** The fact steps tried as local activities first; each keeps its regular options for the fallback. */
+const LOCAL_ACTIVITY_OPTIONS = {
+  getTaskFacts: localAttempt,
+  dispatchTask: localAttempt,
+  prepareAttempt: localAttempt,
+  dispatchAndPrepare: localAttempt,
+  applyInbox: localAttempt,
+  escalateTask: localAttempt,
+} satisfies { readonly [K in keyof TaskActivities]?: LocalActivityOptions };
+type LocalFactStep = keyof typeof LOCAL_ACTIVITY_OPTIONS;
+
+/** A failure the regular activity would not retry either: the step failed for good. */
+function failedForGood(err: unknown): boolean {
+  const cause = err instanceof ActivityFailure ? err.cause : undefined;
+  return cause instanceof ApplicationFailure && (cause.nonRetryable || NON_RETRYABLE_FAILURES.includes(cause.type as FailureType));
+}
+
+/**
+ * The fact step `name`. `local` (patch 'lean-steps'): a local attempt first, then the regular
+ * activity unless that attempt failed for good; otherwise the regular activity only.
+ */
+function factStepOf<K extends LocalFactStep>(name: K, local: boolean): TaskActivities[K] {
+  const regular = activity(name);
+  if (!local) return regular;
+  type Step = (...args: Parameters<TaskActivities[K]>) => Promise<TaskFacts>;
+  // As in activity(): the SDK's proxy member type does not resolve for a generic K.
+  const attempt = proxyLocalActivities<TaskActivities>(LOCAL_ACTIVITY_OPTIONS[name])[name] as unknown as Step;
+  const fallback = regular as unknown as Step;
+  const step: Step = async (...args) => {
+    try {
+      return await attempt(...args);
+    } catch (err) {
+      if (failedForGood(err)) throw err;
+      return fallback(...args);
+    }
+  };
+  return step as unknown as TaskActivities[K];
+}
+
 const resolveReview = activity('resolveReview');
 const requestProviderCancel = activity('requestProviderCancel');
 const submitAttempt = activity('submitAttempt');
@@ -115,7 +161,23 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   const { taskId } = input;
   // Patched: runs started before it continue as new after LEGACY_STEPS_PER_RUN steps.
   const stepsPerRun = input.stepsPerRun ?? (patched('short-runs') ? STEPS_PER_RUN : LEGACY_STEPS_PER_RUN);
-  let woken = false;
+  /**
+   * Patched, once per run (docs/decisions/00XX-local-fact-steps.md): fact steps run as local
+   * activities first; QUEUED is dispatched and prepared in one step; a wait cycle applies the
+   * inbox only after the wait, not before it too. `woken` is then cleared only right before an
+   * activity that reads what a wake announces (submitAttempt, applyInbox), so a wake it missed
+   * is still set; a run starts woken, so its first wait applies what arrived before the run
+   * (a wake the previous run took with it into continue-as-new, or one lost to a reset).
+   * Runs started before the patch keep the old steps for their whole run.
+   */
+  const lean = patched('lean-steps');
+  const getTaskFacts = factStepOf('getTaskFacts', lean);
+  const dispatchTask = factStepOf('dispatchTask', lean);
+  const prepareAttempt = factStepOf('prepareAttempt', lean);
+  const dispatchAndPrepare = factStepOf('dispatchAndPrepare', lean);
+  const applyInbox = factStepOf('applyInbox', lean);
+  const escalateTask = factStepOf('escalateTask', lean);
+  let woken = lean;
   let current: TaskFacts | null = null;
   let published = '';
   setHandler(wakeSignal, () => {
@@ -174,8 +236,23 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     ]);
   };
 
-  /** Waits on the provider: apply the inbox, then sleep until a wake signal or the poll is due. */
+  /**
+   * Waits on the provider: sleep until a wake signal or the poll is due (no wait when a wake
+   * came already), then apply the inbox. `f` is what the step before read, its poll time too.
+   */
   async function awaitProvider(f: TaskFacts): Promise<TaskFacts> {
+    if (!lean) return awaitProviderApplyingFirst(f);
+    if (!woken && !(await condition(() => woken, f.pollInMs ?? DEFAULT_POLL_MS))) {
+      const { result } = await readsOn(f)(taskId);
+      if (result === 'overdue') return escalateTask(taskId, 'submit outcome unknown past its deadline');
+      if (result === 'absent') return getTaskFacts(taskId);
+    }
+    woken = false;
+    return applyInbox(taskId);
+  }
+
+  /** Runs before 'lean-steps': apply the inbox, then sleep until a wake signal or the poll is due. */
+  async function awaitProviderApplyingFirst(f: TaskFacts): Promise<TaskFacts> {
     woken = false;
     const applied = await applyInbox(taskId);
     if (applied.statusVersion !== f.statusVersion || !WAITING.includes(applied.status)) return applied;
@@ -197,6 +274,20 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
    * resolution wakes us too.
    */
   async function awaitEvidenceInReview(f: TaskFacts): Promise<TaskFacts> {
+    if (!lean) return awaitEvidenceInReviewApplyingFirst(f);
+    if (!woken) {
+      if (f.attemptState !== null && OPEN_ATTEMPT.includes(f.attemptState)) {
+        if (!(await condition(() => woken, REVIEW_POLL_MS))) await readsOn(f)(taskId);
+      } else {
+        await condition(() => woken);
+      }
+    }
+    woken = false;
+    return applyInbox(taskId);
+  }
+
+  /** Runs before 'lean-steps': apply the inbox first, then wait as above. */
+  async function awaitEvidenceInReviewApplyingFirst(f: TaskFacts): Promise<TaskFacts> {
     woken = false;
     const applied = await applyInbox(taskId);
     if (applied.statusVersion !== f.statusVersion || applied.status !== 'MANUAL_REVIEW') return applied;
@@ -212,7 +303,8 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   async function step(f: TaskFacts): Promise<TaskFacts> {
     switch (f.status) {
       case 'QUEUED':
-        return dispatchTask(taskId);
+        // Patched ('lean-steps'): older runs dispatch and prepare in two steps.
+        return lean ? dispatchAndPrepare(taskId) : dispatchTask(taskId);
       case 'DISPATCHING':
         return prepareAttempt(taskId);
       case 'SUBMITTING': {

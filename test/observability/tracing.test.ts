@@ -88,7 +88,8 @@ describe('one task is one trace, from the API request to the provider call and S
     const run = one('RunWorkflow:generationWorkflow');
     assert.deepEqual(ancestors(run, trace), ['StartWorkflow:generationWorkflow', 'POST /v1/tasks']);
     assert.equal(run.attributes['workflowId'], e.api.facade.workflowIdFor(taskId));
-    for (const activity of ['dispatchTask', 'submitAttempt', 'rescueOutput']) {
+    // dispatchAndPrepare runs as a local activity (docs/decisions/00XX-local-fact-steps.md): traced the same way.
+    for (const activity of ['dispatchAndPrepare', 'submitAttempt', 'rescueOutput']) {
       const exec = one(`RunActivity:${activity}`);
       assert.deepEqual(ancestors(exec, trace).slice(0, 2), [`StartActivity:${activity}`, 'RunWorkflow:generationWorkflow'], activity);
     }

@@ -128,6 +128,29 @@ test('READ_ONLY pauses fact steps with ModePaused (retryable, with a short next-
   assert.equal((await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId))).length, 0);
 });
 
+test('dispatchAndPrepare records both transitions in one step; in QUEUE_ONLY it commits only the dispatch and prepareAttempt waits', async () => {
+  const transitionsOf = async (id: string) =>
+    (await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, id))).map((t) => `${t.from_status}→${t.to_status}:${t.source_event}`).sort();
+  const normal = await newTask();
+  const prepared = await run('dispatchAndPrepare', normal);
+  assert.equal(prepared.status, 'SUBMITTING');
+  assert.equal(prepared.attemptState, 'PREPARED');
+  assert.deepEqual(await transitionsOf(normal), ['DISPATCHING→SUBMITTING:workflow.attempt-prepared', 'QUEUED→DISPATCHING:workflow.dispatch', 'null→QUEUED:api.create']);
+  // Run again (a retry, a reset): nothing more happens.
+  assert.equal((await run('dispatchAndPrepare', normal)).statusVersion, prepared.statusVersion);
+  assert.equal((await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, normal))).length, 1);
+
+  const held = await newTask();
+  await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: 'QUEUE_ONLY', actor: 'test', reason: 'test' });
+  const dispatched = await run('dispatchAndPrepare', held);
+  assert.equal(dispatched.status, 'DISPATCHING', 'the dispatch commits; no attempt while no provider job may start');
+  assert.deepEqual(await transitionsOf(held), ['QUEUED→DISPATCHING:workflow.dispatch', 'null→QUEUED:api.create']);
+  assert.equal((await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, held))).length, 0);
+  await assert.rejects(run('prepareAttempt', held), (err) => assertFailure(err, FailureType.ModePaused, true));
+  await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: 'NORMAL', actor: 'test', reason: 'test' });
+  assert.equal((await run('dispatchAndPrepare', held)).status, 'SUBMITTING', 'a task already dispatched is only prepared');
+});
+
 test('a closed submit switch refuses the submit before the claim: the attempt stays PREPARED', async () => {
   const taskId = await newTask();
   await run('dispatchTask', taskId);

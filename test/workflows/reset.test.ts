@@ -17,6 +17,7 @@ import {
   assertConvergedOnce,
   eventsWhere,
   figuresOf,
+  localActivities,
   resetWithCli,
   resultOfRun,
   scheduledActivities,
@@ -86,7 +87,11 @@ describe('a reset never repeats a cost-bearing side effect', () => {
     t.diagnostic(`provider jobs ${f.providerJobs}, ledger ${JSON.stringify(f.ledger)}, objects ${f.objects.length}, versions 0..${f.versions.at(-1)}`);
   });
 
-  test('after submit, running at the provider: reset to the workflow task that scheduled submitAttempt → submit runs again, finds SUBMITTED, never calls the provider', async (t) => {
+  // That workflow task also ran the fact steps before it as local activities (patch 'lean-steps',
+  // docs/decisions/00XX-local-fact-steps.md), so the reset re-runs them: the new run reads the
+  // facts afresh and has no step that would submit. (A submit re-run on SUBMITTED facts never
+  // calls the provider either: test/activities/interleavings.test.ts.)
+  test('after submit, running at the provider: reset to the workflow task that scheduled submitAttempt → the new run re-reads RUNNING, never submits again, one provider job', async (t) => {
     const taskId = await e.createTask('reset-mid-submit');
     const oldRun = await runWhen(taskId, ['RUNNING']);
     const history = await handleOf(taskId, oldRun).fetchHistory();
@@ -96,8 +101,10 @@ describe('a reset never repeats a cost-bearing side effect', () => {
 
     const f = await assertConvergedOnce(e, taskId);
     assert.deepEqual(f.attemptIds, [attemptIdFor(taskId, 1)]);
-    // The reset run kept the history up to the reset point and scheduled submitAttempt again.
-    assert.equal(scheduledActivities(await handleOf(taskId, newRun).fetchHistory()).filter((a) => a === 'submitAttempt').length, 1);
+    // The reset run kept the history up to the reset point and re-ran its fact steps, which found the task at the provider.
+    const newHistory = await handleOf(taskId, newRun).fetchHistory();
+    assert.equal(scheduledActivities(newHistory).filter((a) => a === 'submitAttempt').length, 0, 'the new run did not submit');
+    assert.ok(localActivities(newHistory).includes('getTaskFacts'), 'the new run re-read the facts');
     t.diagnostic(`reset to event ${eventId}; provider jobs ${f.providerJobs}, ledger ${JSON.stringify(f.ledger)}, objects ${f.objects.length}`);
   });
 

@@ -53,6 +53,24 @@ export function scheduledActivities(history: History): string[] {
 }
 
 /**
+ * Activity types run as local activities (a `core_local_activity` marker each, its result or
+ * failure recorded; docs/decisions/00XX-local-fact-steps.md), in order.
+ */
+export function localActivities(history: History): string[] {
+  return (history.events ?? []).flatMap((ev) => {
+    const marker = ev.markerRecordedEventAttributes;
+    if (marker?.markerName !== 'core_local_activity') return [];
+    const data = marker.details?.['data']?.payloads?.[0]?.data;
+    if (!data) return [];
+    const { activity_type: type } = JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type?: string };
+    return type ? [type] : [];
+  });
+}
+
+/** Activity types a history ran, scheduled on a task queue or local. */
+export const ranActivities = (history: History): Set<string> => new Set([...scheduledActivities(history), ...localActivities(history)]);
+
+/**
  * The WorkflowTaskCompleted event whose commands scheduled the `nth` (0-based) `activityType`
  * activity: resetting to it re-runs that workflow task, so the activity is scheduled again.
  */
@@ -159,6 +177,15 @@ export const RECORDED_SCENARIOS = {
   'manual-review-resolved': { about: 'deadline → MANUAL_REVIEW; a refused Update, then confirm-not-submitted; attempt 2 succeeds', activities: ['escalateTask', 'resolveReview', 'processMedia'] },
   'slot-queue-wait': { about: "patch 'slot-queue': the provider's one slot is taken, the task waits for a grant, is woken and succeeds", activities: ['submitAttempt', 'applyInbox', 'rescueOutput'] },
   'review-late-webhook': { about: "deadline → MANUAL_REVIEW, patch 'review-applies-inbox': the late webhook is applied in review, the task succeeds", activities: ['escalateTask', 'applyInbox', 'rescueOutput'] },
+  'lean-happy-path': {
+    about: "patch 'lean-steps': fact steps local, one dispatch-and-prepare step, the callbacks applied after each wait",
+    activities: ['getTaskFacts', 'dispatchAndPrepare', 'submitAttempt', 'applyInbox', 'rescueOutput'],
+  },
+  'lean-polling': { about: "callbacks off, patch 'lean-steps': each wait cycle is a timer, a poll and one local applyInbox", activities: ['pollProvider', 'applyInbox', 'rescueOutput'] },
+  'local-step-falls-back': {
+    about: "QUEUE_ONLY, patch 'lean-steps': the local prepareAttempt fails ModePaused and the regular one waits for the mode, then the task succeeds",
+    activities: ['dispatchAndPrepare', 'prepareAttempt', 'submitAttempt', 'rescueOutput'],
+  },
 } as const satisfies Record<string, { about: string; activities: readonly string[] }>;
 export type ScenarioName = keyof typeof RECORDED_SCENARIOS;
 
