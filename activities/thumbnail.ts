@@ -16,6 +16,7 @@ import { asset, generationTask } from '../db/schema';
 import { newId } from '../db/tasks';
 import { modeForbids } from '../domain/modes';
 import { demuxerOf, extractThumbnail } from '../media/probe';
+import { redactText } from '../observability/redact';
 import { thumbnailObjectKey, type ObjectStorage } from '../storage/s3';
 import { storageAt } from './deps';
 
@@ -99,6 +100,9 @@ export async function makeThumbnail(deps: ThumbnailDeps, taskId: string): Promis
   return outcome;
 }
 
+/** A failure for a log line or a finding: ffmpeg's message names its input, a presigned URL, so it is redacted. */
+export const failureText = (err: unknown): string => redactText(err instanceof Error ? err.message : String(err)).slice(0, 500);
+
 /** Thumbnails made at once by one worker's follow-up; more wait their turn (each is ~0.1 s of one core). */
 const FOLLOW_UP_CONCURRENCY = 2;
 /** Beyond this many waiting, the follow-up drops new ones and leaves them to the reconciler. */
@@ -128,7 +132,7 @@ export function createThumbnailFollowUp(deps: ThumbnailDeps): ThumbnailFollowUp 
       const { taskId, log } = waiting.shift()!;
       running += 1;
       makeThumbnail(deps, taskId)
-        .catch((err: unknown) => log.warn('thumbnail follow-up failed; the thumbnails reconciler will make it', { taskId, error: err instanceof Error ? err.message : String(err) }))
+        .catch((err: unknown) => log.warn('thumbnail follow-up failed; the thumbnails reconciler will make it', { taskId, error: failureText(err) }))
         .finally(() => {
           running -= 1;
           queued.delete(taskId);

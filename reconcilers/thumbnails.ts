@@ -5,7 +5,7 @@
 // Tasks that succeeded more than WINDOW_HOURS ago are no longer tried, so a video ffmpeg cannot
 // decode costs one attempt a run for a day, not for ever.
 import { sql } from 'drizzle-orm';
-import { makeThumbnail } from '../activities/thumbnail';
+import { failureText, makeThumbnail } from '../activities/thumbnail';
 import type { ReconcileFinding, Reconciler } from './types';
 
 const WINDOW_HOURS = 24;
@@ -30,7 +30,7 @@ export const thumbnailsReconciler: Reconciler = {
         findings.push({ kind: 'missing-thumbnail', taskId, detail: 'SUCCEEDED without a thumbnail (dry run: not made)' });
         continue;
       }
-      const outcome = await makeThumbnail(deps, taskId).catch((err: unknown) => `failed: ${err instanceof Error ? err.message : String(err)}`);
+      const outcome = await makeThumbnail(deps, taskId).catch((err: unknown) => `failed: ${failureText(err)}`);
       if (outcome === 'made') changed += 1;
       findings.push({ kind: 'missing-thumbnail', taskId, detail: `SUCCEEDED without a thumbnail: ${outcome}` });
     }

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { makeThumbnail } from '../../activities/thumbnail';
 import { acquireFence } from '../../db/fence';
-import { asset, creditLedger, generationTask, taskTransition, webhookEvent } from '../../db/schema';
+import { asset, creditLedger, generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
 import { insertEndpoint } from '../../db/webhooks';
 import { reconcileSettings } from '../../reconcilers/settings';
 import { thumbnailsReconciler } from '../../reconcilers/thumbnails';
@@ -92,6 +92,8 @@ describe('rescueOutput goes on into the media step', () => {
     assert.equal(events[0]!.status, 'SUCCEEDED');
     assert.equal(events[0]!.status_version, succeeded!.to_version, "at the version of the task's task.succeeded");
     assert.deepEqual(events[0]!.data['thumbnail'], { sha256: thumb!.sha256, size_bytes: thumb!.size_bytes, content_type: 'image/jpeg' });
+    const deliveries = await db.select().from(webhookDelivery).where(eq(webhookDelivery.event_id, events[0]!.event_id));
+    assert.equal(deliveries.length, 1, 'one delivery, to the endpoint subscribed to task.thumbnail_ready');
 
     assert.equal(await makeThumbnail(reconcileDeps(), id), 'present', 'made once: a second call finds the row');
     assert.equal((await thumbnailEventsOf(id)).length, 1, 'and announces nothing again');
