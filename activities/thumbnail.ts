@@ -9,7 +9,7 @@
 // `thumbnails` reconciler (reconcilers/thumbnails.ts) for any the follow-up did not make (a
 // worker stopped, S3 failed, the mode paused fact writes).
 import { createHash } from 'node:crypto';
-import { and, eq } from 'drizzle-orm';
+import { eq } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { acquireFence, FenceRejectedError, holdFence } from '../db/fence';
 import { asset, generationTask } from '../db/schema';
@@ -109,7 +109,7 @@ const FOLLOW_UP_CONCURRENCY = 2;
 const FOLLOW_UP_MAX_WAITING = 1_000;
 
 /** Where a failed follow-up is reported (the enqueuing activity's logger). */
-export interface FollowUpLog {
+interface FollowUpLog {
   warn(message: string, attrs?: Record<string, unknown>): void;
 }
 
