@@ -10,9 +10,11 @@ import { createRescueActivities } from './rescue-output';
 import { createReviewActivities } from './review';
 import { createSubmitActivities } from './submit-attempt';
 import { createFactActivities } from './task-facts';
+import { createThumbnailFollowUp } from './thumbnail';
 
 export function createTaskActivities(deps: TaskActivityDeps) {
-  const media = createMediaActivities(deps);
+  // One follow-up queue per set of activities, i.e. per worker process (activities/thumbnail.ts).
+  const media = createMediaActivities(deps, createThumbnailFollowUp(deps));
   return {
     ...createFactActivities(deps),
     ...createDispatchActivities(deps),

@@ -36,6 +36,21 @@ interface RescuedObject {
   readonly downloadMs: number | null;
 }
 
+type AttemptRow = typeof taskAttempt.$inferSelect;
+
+/** What step 1 found to fetch. */
+interface FetchTarget {
+  readonly task: NonNullable<Awaited<ReturnType<typeof lockTask>>>;
+  readonly attempt: AttemptRow;
+}
+
+/** What step 2 got: the stored object, or why the output is lost; and the URL it came from. */
+interface FetchOutcome {
+  readonly object: RescuedObject | null;
+  readonly lostReason: string | null;
+  readonly outputUrl: string | null;
+}
+
 /** The step after a stored output (activities/process-media.ts), run in the same activity. */
 export interface NextMediaStep {
   processMedia(taskId: string): Promise<TaskFacts>;
@@ -124,7 +139,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
    * Runway answers new signed URLs on every read of the task), recorded on the attempt with its
    * new deadline. Null when the provider cannot, or its read gave no URL: the stored one stands.
    */
-  async function refreshOutputUrl(token: FenceToken, attempt: typeof taskAttempt.$inferSelect): Promise<{ url: string; deadline: Date } | null> {
+  async function refreshOutputUrl(token: FenceToken, attempt: AttemptRow): Promise<{ url: string; deadline: Date } | null> {
     const adapter = deps.providers[attempt.provider];
     if (!adapter?.capabilities.canRefreshOutputUrl || !attempt.provider_job_id) return null;
     const job = await adapter.getJob(attempt.provider_job_id, AbortSignal.timeout(deps.settings.providerCallTimeoutMs), { model: attempt.provider_model });
@@ -158,111 +173,126 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     });
   }
 
+  /** Step 1: PROVIDER_SUCCEEDED → FETCHING_OUTPUT; the task and its attempt, or null when there is nothing to fetch. */
+  async function startFetch(token: FenceToken, taskId: string): Promise<FetchTarget | null> {
+    return deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const task = await lockTask(tx, taskId);
+      if (!task) throw notFound(`task ${taskId}`);
+      const d = decide(task.status as TaskStatus, { type: 'OUTPUT_FETCH_STARTED' });
+      if (d.kind === 'move') {
+        await casTaskStatus(tx, token, {
+          taskId,
+          from: task.status as TaskStatus,
+          expectedVersion: task.status_version,
+          to: d.to,
+          sourceEvent: 'workflow.rescue-output',
+          actor: 'workflow',
+          attemptId: task.active_attempt_id,
+        });
+      } else if (!FETCHING.includes(task.status as TaskStatus)) {
+        return null;
+      }
+      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
+      if (!attempt) throw notFound(`attempt of task ${taskId}`);
+      return { task, attempt };
+    });
+  }
+
+  /**
+   * Step 2: the bytes, skipped when the published object is already there (either bucket). A
+   * provider that reissues URLs is asked for a fresh one near the expiry, and once more after a
+   * refusal. Null when the task was marked OUTPUT_AT_RISK instead (the workflow raises
+   * NeedsAttention and comes straight back); a lost output is an outcome, anything else throws.
+   */
+  async function fetchOutput(token: FenceToken, taskId: string, attempt: AttemptRow, key: string): Promise<FetchOutcome | null> {
+    let outputUrl = attempt.output_url;
+    let deadline = attempt.output_deadline_at;
+    let refreshed = false;
+    const refresh = async () => {
+      refreshed = true;
+      const fresh = await refreshOutputUrl(token, attempt).catch(() => null);
+      if (fresh) ({ url: outputUrl, deadline } = fresh);
+      return fresh !== null;
+    };
+    try {
+      // Near its expiry, a provider that can reissue the URL is asked to first.
+      if (nearDeadline(deadline)) await refresh();
+      try {
+        return { object: await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider), lostReason: null, outputUrl };
+      } catch (err) {
+        // Refused (expired) but reissuable: once more with a fresh URL.
+        if (!(err instanceof OutputGoneError) || refreshed || !(await refresh())) throw err;
+        return { object: await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider), lostReason: null, outputUrl };
+      }
+    } catch (err) {
+      if (err instanceof UnsafeUrlError) {
+        throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
+      }
+      if (!(err instanceof OutputGoneError)) {
+        // Storage or network trouble: retried. Near the URL's expiry, say so first (the
+        // workflow raises NeedsAttention and comes straight back here).
+        if (await markAtRisk(token, taskId, deadline, (err as Error).message)) return null;
+        throw err;
+      }
+      return { object: null, lostReason: err.message, outputUrl };
+    }
+  }
+
+  /** Step 3: record the asset and move on to PROCESSING_MEDIA, or record the loss (FAILED OUTPUT_LOST). */
+  async function recordOutcome(token: FenceToken, taskId: string, attempt: AttemptRow, key: string, outcome: FetchOutcome): Promise<void> {
+    const { object, lostReason, outputUrl } = outcome;
+    await deps.db.transaction(async (tx) => {
+      await holdFence(tx, token);
+      const current = await lockTask(tx, taskId);
+      if (!current || !FETCHING.includes(current.status as TaskStatus)) return;
+      if (!object) {
+        await finishTask(tx, token, current, failedUncharged('workflow.output-lost', 'OUTPUT_LOST', lostReason ?? 'output lost'));
+        return;
+      }
+      await tx
+        .insert(asset)
+        .values({
+          asset_id: newId(),
+          tenant_id: current.tenant_id,
+          task_id: current.task_id,
+          attempt_id: attempt.attempt_id,
+          kind: 'video',
+          bucket: object.bucket,
+          region: deps.storage.region,
+          location: object.location,
+          object_key: key,
+          sha256: object.sha256,
+          size_bytes: object.size,
+          content_type: object.contentType,
+          source_url: outputUrl ? sourceUrlOf(outputUrl) : null,
+          downloaded_at: deps.clock.now(),
+          download_ms: object.downloadMs,
+        })
+        .onConflictDoNothing();
+      await casTaskStatus(tx, token, {
+        taskId,
+        from: current.status as TaskStatus,
+        expectedVersion: current.status_version,
+        to: 'PROCESSING_MEDIA',
+        sourceEvent: 'workflow.output-stored',
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+        detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
+      });
+    });
+  }
+
   return {
     async rescueOutput(taskId: string): Promise<TaskFacts> {
       await withHeartbeat(() => fenced(deps, async (token) => {
-        // Step 1: PROVIDER_SUCCEEDED → FETCHING_OUTPUT.
-        const target = await deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          const task = await lockTask(tx, taskId);
-          if (!task) throw notFound(`task ${taskId}`);
-          const d = decide(task.status as TaskStatus, { type: 'OUTPUT_FETCH_STARTED' });
-          if (d.kind === 'move') {
-            await casTaskStatus(tx, token, {
-              taskId,
-              from: task.status as TaskStatus,
-              expectedVersion: task.status_version,
-              to: d.to,
-              sourceEvent: 'workflow.rescue-output',
-              actor: 'workflow',
-              attemptId: task.active_attempt_id,
-            });
-          } else if (!FETCHING.includes(task.status as TaskStatus)) {
-            return null;
-          }
-          const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
-          if (!attempt) throw notFound(`attempt of task ${taskId}`);
-          return { task, attempt };
-        });
+        const target = await startFetch(token, taskId);
         if (!target) return;
         const { task, attempt } = target;
         const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
-
-        // Step 2: the bytes. Skip when the published object is already there (either bucket).
-        let object: RescuedObject | null = null;
-        let lostReason: string | null = null;
-        let outputUrl = attempt.output_url;
-        let deadline = attempt.output_deadline_at;
-        let refreshed = false;
-        const refresh = async () => {
-          refreshed = true;
-          const fresh = await refreshOutputUrl(token, attempt).catch(() => null);
-          if (fresh) ({ url: outputUrl, deadline } = fresh);
-          return fresh !== null;
-        };
-        try {
-          // Near its expiry, a provider that can reissue the URL is asked to first.
-          if (nearDeadline(deadline)) await refresh();
-          try {
-            object = await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider);
-          } catch (err) {
-            // Refused (expired) but reissuable: once more with a fresh URL.
-            if (!(err instanceof OutputGoneError) || refreshed || !(await refresh())) throw err;
-            object = await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider);
-          }
-        } catch (err) {
-          if (err instanceof UnsafeUrlError) {
-            throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
-          }
-          if (!(err instanceof OutputGoneError)) {
-            // Storage or network trouble: retried. Near the URL's expiry, say so first (the
-            // workflow raises NeedsAttention and comes straight back here).
-            if (await markAtRisk(token, taskId, deadline, (err as Error).message)) return;
-            throw err;
-          }
-          lostReason = err.message;
-        }
-
-        // Step 3: record the asset and move on, or record the loss.
-        await deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          const current = await lockTask(tx, taskId);
-          if (!current || !FETCHING.includes(current.status as TaskStatus)) return;
-          if (!object) {
-            await finishTask(tx, token, current, failedUncharged('workflow.output-lost', 'OUTPUT_LOST', lostReason ?? 'output lost'));
-            return;
-          }
-          await tx
-            .insert(asset)
-            .values({
-              asset_id: newId(),
-              tenant_id: current.tenant_id,
-              task_id: current.task_id,
-              attempt_id: attempt.attempt_id,
-              kind: 'video',
-              bucket: object.bucket,
-              region: deps.storage.region,
-              location: object.location,
-              object_key: key,
-              sha256: object.sha256,
-              size_bytes: object.size,
-              content_type: object.contentType,
-              source_url: outputUrl ? sourceUrlOf(outputUrl) : null,
-              downloaded_at: deps.clock.now(),
-              download_ms: object.downloadMs,
-            })
-            .onConflictDoNothing();
-          await casTaskStatus(tx, token, {
-            taskId,
-            from: current.status as TaskStatus,
-            expectedVersion: current.status_version,
-            to: 'PROCESSING_MEDIA',
-            sourceEvent: 'workflow.output-stored',
-            actor: 'workflow',
-            attemptId: attempt.attempt_id,
-            detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
-          });
-        });
+        const outcome = await fetchOutput(token, taskId, attempt, key);
+        if (!outcome) return;
+        await recordOutcome(token, taskId, attempt, key, outcome);
       }));
       const after = await readTaskFacts(deps.db, taskId, deps.clock.now());
       // The media step follows in the same activity (docs/decisions/0009): one dispatch and one

@@ -1,7 +1,6 @@
 // Rows → API JSON, typed by the answers' schemas (api/tasks.schemas.ts, the route contracts).
 // Money stays a decimal string; the provider's temporary URL is not exposed.
 import type { AttemptState, LedgerEntryType, TaskStatus } from '../domain/states';
-import type { MediaInfo } from '../media/probe';
 import type { OutputStores } from '../storage/output-lifecycle';
 import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
@@ -101,7 +100,7 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
           sha256: video.sha256,
           size_bytes: video.size_bytes,
           content_type: video.content_type,
-          media: (video.media_info as MediaInfo | null) ?? null,
+          media: video.media_info ?? null,
         }
       : null,
     attempts: d.attempts.map((a) => ({

@@ -96,7 +96,10 @@ export const taskPage = z
 const taskOutput = z
   .object({
     download_url: z.url().nullable().describe('Presigned; valid for expires_in_seconds; null once the output is deleted'),
-    thumbnail_url: z.url().nullable(),
+    thumbnail_url: z
+      .url()
+      .nullable()
+      .describe('Presigned, like download_url; null until the thumbnail exists (it is made just after SUCCEEDED: webhook task.thumbnail_ready) and once the output is deleted'),
     expires_in_seconds: z.int().nullable(),
     deleted_at: timestamp.nullable().describe('When DELETE /v1/tasks/:id/output removed the objects (or the retention did); the facts stay'),
     sha256: z.string(),

@@ -123,6 +123,7 @@ const EVENT_SUMMARIES: Record<(typeof WEBHOOK_EVENT_TYPES)[number], string> = {
   'task.cancelled': 'A task was cancelled',
   'task.needs_attention': 'A task is parked for an operator (MANUAL_REVIEW)',
   'task.output_at_risk': "A task's output may expire at the provider before it is stored",
+  'task.thumbnail_ready': "A succeeded task's thumbnail is stored (made after task.succeeded; GET the task for its URL)",
 };
 
 /** The events POSTed to endpoints, one contract per type (docs/webhooks.md). */

@@ -120,6 +120,10 @@ export const WebhookEventPayload = z
         .object({ sha256: z.string(), size_bytes: z.number(), content_type: z.string(), media: z.unknown() })
         .nullable()
         .describe('The stored video (task.succeeded); download it through links.task'),
+      thumbnail: z
+        .object({ sha256: z.string(), size_bytes: z.number(), content_type: z.string() })
+        .optional()
+        .describe('The stored thumbnail (task.thumbnail_ready only); its URL is at links.task'),
       links: z.object({ task: z.url().describe('GET it (with your API key) for download URLs') }),
     }),
   })

@@ -20,6 +20,7 @@ import {
   uuid,
 } from 'drizzle-orm/pg-core';
 import type { ProviderProgress } from '../domain/progress';
+import type { MediaInfo } from '../media/media-info';
 import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES } from '../domain/states';
 
 const money = (name: string) => numeric(name, { precision: 18, scale: 6 });
@@ -335,7 +336,7 @@ export const asset = pgTable(
     sha256: text('sha256').notNull(),
     size_bytes: bigint('size_bytes', { mode: 'number' }).notNull(),
     content_type: text('content_type').notNull(),
-    media_info: jsonb('media_info'),
+    media_info: jsonb('media_info').$type<MediaInfo>(),
     /** Which S3 endpoint holds the object (docs/decisions/0029): the fallback until the asset reconciler copies it back. */
     location: text('location').$type<StorageLocation>().notNull().default('primary'),
     /** The provider URL the bytes came from, without its query (signatures stay out of the database). */
@@ -583,7 +584,7 @@ export type TenantCapacityRow = typeof tenantCapacity.$inferSelect;
 // ---- Tenant webhooks (docs/webhooks.md, docs/decisions/0018) ----
 
 /** The events a tenant can subscribe to; the order is the documentation's. */
-export const WEBHOOK_EVENT_TYPES = ['task.succeeded', 'task.failed', 'task.cancelled', 'task.needs_attention', 'task.output_at_risk'] as const;
+export const WEBHOOK_EVENT_TYPES = ['task.succeeded', 'task.failed', 'task.cancelled', 'task.needs_attention', 'task.output_at_risk', 'task.thumbnail_ready'] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 export const WEBHOOK_DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'cancelled'] as const;
 export type WebhookDeliveryState = (typeof WEBHOOK_DELIVERY_STATES)[number];
@@ -634,7 +635,9 @@ export const webhookEndpointSecret = pgTable(
 /**
  * Addition: one row per task transition that tenants hear about, written by the trigger
  * `task_transition_webhook_event` in the transaction of the transition itself (no event without
- * its transition, no transition without its event). `data` is the payload's data, frozen then.
+ * its transition, no transition without its event), and one `task.thumbnail_ready` per task,
+ * written by the trigger `asset_thumbnail_webhook_event` with its thumbnail's row (migration
+ * 0016). `data` is the payload's data, frozen then.
  */
 export const webhookEvent = pgTable(
   'webhook_event',
@@ -651,7 +654,8 @@ export const webhookEvent = pgTable(
     created_at: ts('created_at').notNull().defaultNow(),
   },
   (t) => [
-    uniqueIndex('webhook_event_task_version').on(t.task_id, t.status_version),
+    // One event per type and version: task.thumbnail_ready comes at the version of its task.succeeded.
+    uniqueIndex('webhook_event_task_version').on(t.task_id, t.status_version, t.event_type),
     check('webhook_event_type_check', sql`${t.event_type} IN (${inList(WEBHOOK_EVENT_TYPES)})`),
   ],
 );

@@ -10,7 +10,7 @@
 // at the top (ftyp, free, mdat, moov; fragmented files have moov first), so a file past either
 // bound is refused as invalid rather than walked (a file of tiny boxes would be millions of reads)
 // or handed to ffprobe (which would stream all of it).
-import { InvalidMediaError, type MediaInfo } from './probe';
+import { InvalidMediaError, type MediaInfo } from './media-info';
 
 /** Reads `length` bytes at `offset` (fewer at the end of the object). */
 export type RangeReader = (offset: number, length: number) => Promise<Buffer>;

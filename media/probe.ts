@@ -10,6 +10,7 @@ import { z } from 'zod';
 
 import type { ObjectStorage } from '../storage/s3';
 import { redactText } from '../observability/redact';
+import { InvalidMediaError, type MediaInfo } from './media-info';
 import { probeMp4 } from './mp4';
 
 const run = promisify(execFile);
@@ -30,21 +31,6 @@ const probeSchema = z.object({
     }),
   ),
 });
-
-export interface MediaInfo {
-  readonly container: string;
-  readonly videoCodec: string;
-  readonly width: number;
-  readonly height: number;
-  readonly durationSeconds: number;
-}
-
-export class InvalidMediaError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'InvalidMediaError';
-  }
-}
 
 const ACCEPTED_CONTAINERS = ['mov', 'mp4', 'm4a', '3gp', '3g2', 'mj2', 'webm', 'matroska'];
 /** ffmpeg's demuxers for those containers (mov reads every ISO BMFF brand; matroska reads WebM). */

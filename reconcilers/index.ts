@@ -8,6 +8,7 @@ import { outboxReconciler } from './outbox';
 import { outputReconciler } from './output';
 import { providerReconciler } from './provider';
 import { retentionReconciler } from './retention';
+import { thumbnailsReconciler } from './thumbnails';
 import type { Reconciler } from './types';
 
 export const RECONCILERS: readonly Reconciler[] = [
@@ -15,6 +16,7 @@ export const RECONCILERS: readonly Reconciler[] = [
   providerReconciler,
   callbacksReconciler,
   outputReconciler,
+  thumbnailsReconciler,
   billingReconciler,
   retentionReconciler,
   assetsReconciler,

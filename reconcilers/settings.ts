@@ -26,6 +26,8 @@ export function reconcileIntervalMs(config: Config, name: string): number {
     provider: config.RECONCILE_PROVIDER_INTERVAL_MS,
     callbacks: config.RECONCILE_CALLBACKS_INTERVAL_MS,
     output: config.RECONCILE_OUTPUT_INTERVAL_MS,
+    // Thumbnails the follow-up did not make come back on the output reconciler's pace.
+    thumbnails: config.RECONCILE_OUTPUT_INTERVAL_MS,
     billing: config.RECONCILE_BILLING_INTERVAL_MS,
     retention: config.RETENTION_INTERVAL_MS,
   };

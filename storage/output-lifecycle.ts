@@ -59,14 +59,19 @@ export async function deleteTaskOutput(
   }
   if (video.deleted_at) return { kind: 'already-deleted', deletedAt: video.deleted_at, keys };
 
+  const late: { object_key: string; location: string }[] = [];
   const deletedAt = await db.transaction(async (tx) => {
     await holdFence(tx, token);
+    // The video row first: a thumbnail being recorded (activities/thumbnail.ts) holds it, and
+    // the UPDATE below, a statement after the wait, then sees that thumbnail's row too.
+    await tx.select({ id: asset.asset_id }).from(asset).where(eq(asset.asset_id, video.asset_id)).for('update');
     const marked = await tx
       .update(asset)
       .set({ deleted_at: args.now })
       .where(and(eq(asset.task_id, task.task_id), isNull(asset.deleted_at)))
-      .returning({ id: asset.asset_id });
+      .returning({ id: asset.asset_id, object_key: asset.object_key, location: asset.location });
     if (marked.length === 0) return null;
+    late.push(...marked.filter((m) => !keys.includes(m.object_key)));
     await tx.insert(opsAudit).values({
       audit_id: randomUUID(),
       actor: args.actor,
@@ -78,6 +83,14 @@ export async function deleteTaskOutput(
     });
     return args.now;
   });
+  // A thumbnail recorded after the objects above were listed: its object goes too. If its store
+  // fails, the caller sees the error and repeats the DELETE, which removes every row's object.
+  for (const a of late) {
+    keys.push(a.object_key);
+    const [home, ...others] = storesFor(stores, a.location);
+    await home!.delete(a.object_key);
+    for (const other of others) await other.delete(a.object_key).catch(() => undefined);
+  }
   if (!deletedAt) {
     const [again] = await db.select().from(asset).where(and(eq(asset.task_id, task.task_id), eq(asset.kind, 'video')));
     return { kind: 'already-deleted', deletedAt: again?.deleted_at ?? args.now, keys };

@@ -374,6 +374,26 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "task.thumbnail_ready": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A succeeded task's thumbnail is stored (made after task.succeeded; GET the task for its URL)
+         * @description Signed per Standard Webhooks; retried on a schedule until a 2xx; order by data.status_version.
+         */
+        post: operations["webhook_task_thumbnail_ready"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface components {
     schemas: {
@@ -516,6 +536,7 @@ export interface components {
             output: {
                 /** @description Presigned; valid for expires_in_seconds; null once the output is deleted */
                 download_url: string | null;
+                /** @description Presigned, like download_url; null until the thumbnail exists (it is made just after SUCCEEDED: webhook task.thumbnail_ready) and once the output is deleted */
                 thumbnail_url: string | null;
                 expires_in_seconds: number | null;
                 /** @description When DELETE /v1/tasks/:id/output removed the objects (or the retention did); the facts stay */
@@ -1161,7 +1182,7 @@ export interface operations {
                             url: string;
                             description: string | null;
                             /** @description null: every event type */
-                            events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk")[] | null;
+                            events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
                             enabled: boolean;
                             /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                             disabled_reason: string | null;
@@ -1258,7 +1279,7 @@ export interface operations {
                 "application/json": {
                     /** @description Where events are POSTed: https to a public host */
                     url: string;
-                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk")[] | null;
+                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
                     description?: string;
                 };
             };
@@ -1278,7 +1299,7 @@ export interface operations {
                         url: string;
                         description: string | null;
                         /** @description null: every event type */
-                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk")[] | null;
+                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
                         enabled: boolean;
                         /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                         disabled_reason: string | null;
@@ -1397,7 +1418,7 @@ export interface operations {
                         url: string;
                         description: string | null;
                         /** @description null: every event type */
-                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk")[] | null;
+                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
                         enabled: boolean;
                         /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                         disabled_reason: string | null;
@@ -1603,7 +1624,7 @@ export interface operations {
                 "application/json": {
                     /** @description Where events are POSTed: https to a public host */
                     url?: string;
-                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk")[] | null;
+                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
                     description?: string | null;
                     /** @description false stops deliveries; true re-enables an endpoint (also one disabled after failing) */
                     enabled?: boolean;
@@ -1623,7 +1644,7 @@ export interface operations {
                         url: string;
                         description: string | null;
                         /** @description null: every event type */
-                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk")[] | null;
+                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
                         enabled: boolean;
                         /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                         disabled_reason: string | null;
@@ -1858,7 +1879,7 @@ export interface operations {
                              * @description An event a webhook endpoint can subscribe to
                              * @enum {string}
                              */
-                            event_type: "task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk";
+                            event_type: "task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready";
                             /** Format: uuid */
                             task_id: string;
                             status_version: number;
@@ -2679,6 +2700,12 @@ export interface operations {
                             content_type: string;
                             media: unknown;
                         } | null;
+                        /** @description The stored thumbnail (task.thumbnail_ready only); its URL is at links.task */
+                        thumbnail?: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                        };
                         links: {
                             /**
                              * Format: uri
@@ -2756,6 +2783,12 @@ export interface operations {
                             content_type: string;
                             media: unknown;
                         } | null;
+                        /** @description The stored thumbnail (task.thumbnail_ready only); its URL is at links.task */
+                        thumbnail?: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                        };
                         links: {
                             /**
                              * Format: uri
@@ -2833,6 +2866,12 @@ export interface operations {
                             content_type: string;
                             media: unknown;
                         } | null;
+                        /** @description The stored thumbnail (task.thumbnail_ready only); its URL is at links.task */
+                        thumbnail?: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                        };
                         links: {
                             /**
                              * Format: uri
@@ -2910,6 +2949,12 @@ export interface operations {
                             content_type: string;
                             media: unknown;
                         } | null;
+                        /** @description The stored thumbnail (task.thumbnail_ready only); its URL is at links.task */
+                        thumbnail?: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                        };
                         links: {
                             /**
                              * Format: uri
@@ -2987,6 +3032,95 @@ export interface operations {
                             content_type: string;
                             media: unknown;
                         } | null;
+                        /** @description The stored thumbnail (task.thumbnail_ready only); its URL is at links.task */
+                        thumbnail?: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                        };
+                        links: {
+                            /**
+                             * Format: uri
+                             * @description GET it (with your API key) for download URLs
+                             */
+                            task: string;
+                        };
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx ends the retries) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within the timeout, is retried */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_task_thumbnail_ready: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event's id: the same on every retry of it (dedupe on it) */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed */
+                "webhook-timestamp": string;
+                /** @description Space-separated `v1,<base64 HMAC-SHA256>` signatures (several while a secret rotates) */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "task.thumbnail_ready";
+                    /**
+                     * Format: date-time
+                     * @description When the transition happened
+                     */
+                    timestamp: string;
+                    data: {
+                        /** Format: uuid */
+                        task_id: string;
+                        /** @enum {string} */
+                        status: "QUEUED" | "DISPATCHING" | "SUBMITTING" | "SUBMIT_UNKNOWN" | "SUBMITTED" | "RUNNING" | "CANCEL_REQUESTED" | "PROVIDER_SUCCEEDED" | "FETCHING_OUTPUT" | "OUTPUT_AT_RISK" | "PROCESSING_MEDIA" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "MANUAL_REVIEW";
+                        /** @description Orders a task's events: a receiver keeps the highest it has seen */
+                        status_version: number;
+                        previous_status: ("QUEUED" | "DISPATCHING" | "SUBMITTING" | "SUBMIT_UNKNOWN" | "SUBMITTED" | "RUNNING" | "CANCEL_REQUESTED" | "PROVIDER_SUCCEEDED" | "FETCHING_OUTPUT" | "OUTPUT_AT_RISK" | "PROCESSING_MEDIA" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "MANUAL_REVIEW") | null;
+                        occurred_at: string;
+                        model: string | null;
+                        metadata: {
+                            [key: string]: string;
+                        };
+                        settled_amount: string | null;
+                        failure: {
+                            code: string;
+                            message: string | null;
+                        } | null;
+                        /** @description The stored video (task.succeeded); download it through links.task */
+                        output: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                            media: unknown;
+                        } | null;
+                        /** @description The stored thumbnail (task.thumbnail_ready only); its URL is at links.task */
+                        thumbnail?: {
+                            sha256: string;
+                            size_bytes: number;
+                            content_type: string;
+                        };
                         links: {
                             /**
                              * Format: uri

@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { and, eq, sql } from 'drizzle-orm';
 import { cancelTask, createTask } from '../../api/tasks.service';
+import { makeThumbnail } from '../../activities/thumbnail';
 import { acquireFence } from '../../db/fence';
 import { asset, callbackInbox, outboxEvent, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
@@ -96,7 +97,7 @@ describe('a stale-epoch worker writes nothing', () => {
     assert.equal(polls.length, 0);
   });
 
-  test('media: the thumbnail asset row is not written under a moved epoch', async () => {
+  test('media: neither SUCCEEDED nor the thumbnail asset row is written under a moved epoch', async () => {
     const id = await submittedTask();
     await eventually(async () => {
       await w.run('pollProvider', id);
@@ -108,6 +109,14 @@ describe('a stale-epoch worker writes nothing', () => {
     const kinds = (await db().select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind);
     assert.deepEqual(kinds, ['video'], 'no thumbnail row');
     assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED', 'the current epoch finishes it');
+
+    // The thumbnail follows SUCCEEDED (activities/thumbnail.ts). Its row taken away again (never
+    // done outside this test), the maker, started under the old epoch, writes nothing.
+    const thumbnailRows = () => db().select().from(asset).where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
+    await eventually(async () => ((await thumbnailRows()).length === 1 ? true : undefined), 20_000, 100);
+    await db().delete(asset).where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
+    fenceRejected(await whileEpochMoves(() => makeThumbnail(w.deps, id)));
+    assert.equal((await thumbnailRows()).length, 0, 'no thumbnail row under a moved epoch');
   });
 
   test('cancel: the provider cancel is not sent once the epoch moved after the step began', async () => {

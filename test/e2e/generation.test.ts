@@ -45,7 +45,10 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     assert.equal(bytes.length, task.output.size_bytes);
     assert.equal(bytes.subarray(4, 8).toString('latin1'), 'ftyp');
     assert.equal(task.output.media.videoCodec, 'h264');
-    assert.ok(task.output.thumbnail_url);
+    // The thumbnail follows SUCCEEDED (made just after it): GET shows it once it exists.
+    const thumbnailUrl = await eventually(async () => (await e.getTask(taskId)).output?.thumbnail_url ?? undefined, 20_000, 100);
+    const jpeg = await fetch(thumbnailUrl).then(async (r) => Buffer.from(await r.arrayBuffer()));
+    assert.equal(jpeg.subarray(0, 2).toString('hex'), 'ffd8', 'the thumbnail is a JPEG');
 
     // Ledger: one reserve, one settle, one release; they balance; the account holds nothing back.
     const ledger = await ledgerOf(taskId);

@@ -130,6 +130,9 @@ test('primary down: the rescue lands in the fallback bucket, SUCCEEDED, download
     assert.ok(row.source_url && !row.source_url.includes('?'), `source URL kept without its query: ${row.source_url}`);
     assert.ok(task.output.download_url.startsWith(fallback!.endpoint), 'the download URL points at the fallback endpoint');
     assert.equal(sha(await fetchBytes(task.output.download_url)), row.sha256);
+    // The thumbnail follows SUCCEEDED, next to its video: in the fallback bucket too.
+    const thumbnail = await eventually(async () => (await e.tdb.database.db.select().from(asset).where(and(eq(asset.task_id, taskId), eq(asset.kind, 'thumbnail'))))[0], 20_000, 100);
+    assert.equal(thumbnail.location, 'fallback');
   } finally {
     primary = await startStorage('primary');
   }
@@ -217,8 +220,11 @@ test('a provider that reissues output URLs (Runway) is asked for a fresh one whe
 test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts; another tenant 404, no output 409, repeat answers the same', async () => {
   const taskId = await e.createTask('delete-1');
   const done = await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
-  const keys = (await e.tdb.database.db.select().from(asset).where(eq(asset.task_id, taskId))).map((a) => a.object_key);
-  assert.equal(keys.length, 2);
+  // The video, and the thumbnail made just after SUCCEEDED.
+  const keys = await eventually(async () => {
+    const all = (await e.tdb.database.db.select().from(asset).where(eq(asset.task_id, taskId))).map((a) => a.object_key);
+    return all.length === 2 ? all : undefined;
+  }, 20_000, 100);
 
   const other = await createTestTenant(e.tdb.database, e.config, '10');
   const foreign = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: other.apiKey });

@@ -43,11 +43,13 @@ test('DEGRADED_NOTIFY: the backlog grows and nothing is sent; after the mode lif
   await mode('DEGRADED_NOTIFY');
   const ids = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => e.createTask(`notify-${i}`)));
   await Promise.all(ids.map((id) => e.waitForStatus(id, 'SUCCEEDED', 60_000)));
+  // Two events a task: task.succeeded, then task.thumbnail_ready once its thumbnail is made.
+  const events = ids.length * 2;
   // Every event is recorded and counted; the receiver has heard nothing.
-  await eventually(async () => (relay.backlog().count === ids.length ? true : undefined), 10_000, 100);
+  await eventually(async () => (relay.backlog().count === events ? true : undefined), 20_000, 100);
   await sleep(1_000);
   assert.equal(receiver.received.length, 0, 'nothing sent while DEGRADED_NOTIFY holds');
-  assert.equal(await metric(registry, 'vidorch_notify_backlog'), ids.length);
+  assert.equal(await metric(registry, 'vidorch_notify_backlog'), events);
   assert.equal(await metric(registry, 'vidorch_notify_paused'), 1);
   assert.ok((await metric(registry, 'vidorch_notify_backlog_oldest_seconds')) >= 1, 'the oldest has waited');
 
@@ -58,13 +60,17 @@ test('DEGRADED_NOTIFY: the backlog grows and nothing is sent; after the mode lif
 
   const lifted = Date.now();
   await mode('NORMAL');
-  await eventually(async () => (new Set(receiver.received.map((r) => r.webhookId)).size === ids.length ? true : undefined), 20_000, 50);
-  assert.deepEqual(new Set(receiver.received.map((r) => r.body.data.task_id)), new Set(ids), 'every task was heard of');
-  assert.equal(receiver.received.length, ids.length, 'each once');
+  await eventually(async () => (new Set(receiver.received.map((r) => r.webhookId)).size === events ? true : undefined), 30_000, 50);
+  assert.deepEqual(
+    new Set(receiver.received.map((r) => `${r.body.data.task_id} ${r.body.type}`)),
+    new Set(ids.flatMap((id) => [`${id} task.succeeded`, `${id} task.thumbnail_ready`])),
+    'every task was heard of, succeeded and its thumbnail',
+  );
+  assert.equal(receiver.received.length, events, 'each once');
   assert.ok(receiver.received.every((r) => r.verifiedBy.length === 1));
   // RATE per second, starting with a full bucket of RATE: the last can go no sooner than this.
   const spread = Math.max(...receiver.received.map((r) => r.at)) - lifted;
-  assert.ok(spread >= ((ids.length - RATE) / RATE) * 1000 - 300, `drained at the bounded rate (${spread} ms)`);
+  assert.ok(spread >= ((events - RATE) / RATE) * 1000 - 300, `drained at the bounded rate (${spread} ms)`);
   await eventually(async () => (relay.backlog().count === 0 ? true : undefined), 5_000, 100);
   assert.equal(await metric(registry, 'vidorch_notify_paused'), 0);
 });

@@ -72,35 +72,37 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
     const t = await e.getTask(id);
     return ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(t.status) ? t : undefined;
   }, 60_000)));
+  // One event per terminal task, and one more per SUCCEEDED task: its thumbnail.
+  const expected = ids.length + tasks.filter((t) => t.status === 'SUCCEEDED').length;
   const deliveries = await eventually(async () => {
     const rows = await db
       .select({ d: webhookDelivery, ev: webhookEvent })
       .from(webhookDelivery)
       .innerJoin(webhookEvent, eq(webhookEvent.event_id, webhookDelivery.event_id))
       .where(inArray(webhookEvent.task_id, ids));
-    return rows.length === ids.length && rows.every((r) => r.d.state === 'succeeded') ? rows : undefined;
+    return rows.length === expected && rows.every((r) => r.d.state === 'succeeded') ? rows : undefined;
   }, 60_000, 200);
 
-  // Every terminal task had exactly one event, of the right type, at its final version.
+  // Every terminal task had exactly one terminal event, of the right type, at its final version;
+  // a SUCCEEDED one also its task.thumbnail_ready, at the same version.
   const typeOf: Record<string, string> = { SUCCEEDED: 'task.succeeded', FAILED: 'task.failed', CANCELLED: 'task.cancelled' };
   for (const t of tasks) {
-    const mine = deliveries.filter((r) => r.ev.task_id === t.task_id);
-    assert.equal(mine.length, 1, `one delivery for ${t.task_id}`);
-    assert.equal(mine[0]!.ev.event_type, typeOf[t.status]);
-    assert.equal(mine[0]!.ev.status_version, t.status_version);
+    const mine = deliveries.filter((r) => r.ev.task_id === t.task_id).sort((a, b) => a.ev.created_at.getTime() - b.ev.created_at.getTime());
+    assert.deepEqual(mine.map((r) => r.ev.event_type), t.status === 'SUCCEEDED' ? ['task.succeeded', 'task.thumbnail_ready'] : [typeOf[t.status]], `deliveries for ${t.task_id}`);
+    for (const r of mine) assert.equal(r.ev.status_version, t.status_version);
   }
   assert.ok(tasks.some((t) => t.status === 'FAILED') && tasks.some((t) => t.status === 'CANCELLED') && tasks.some((t) => t.status === 'SUCCEEDED'));
 
   // What the receiver saw: all verified, each event's id answered 200 at least once; repeats
   // carry the same id and the same event.
-  assert.ok(receiver.received.length >= ids.length);
+  assert.ok(receiver.received.length >= expected);
   for (const r of receiver.received) {
     assert.deepEqual(r.verifiedBy, [0], `verified with the endpoint's secret (${r.webhookId})`);
     assert.equal(r.path, '/hooks');
   }
   const byId = new Map<string, ReceivedWebhook[]>();
   for (const r of receiver.received) byId.set(r.webhookId, [...(byId.get(r.webhookId) ?? []), r]);
-  assert.equal(byId.size, ids.length, 'one webhook-id per event');
+  assert.equal(byId.size, expected, 'one webhook-id per event');
   for (const [id, seen] of byId) {
     assert.ok(seen.some((s) => s.answered === 200), `${id} was answered 200`);
     const events = new Set(seen.map((s) => JSON.stringify([s.body.type, s.body.data.task_id, s.body.data.status_version])));
@@ -111,8 +113,12 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
   assert.ok(receiver.received.some((r) => r.answered === 500), 'the failing window was hit');
   const succeeded = tasks.find((t) => t.status === 'SUCCEEDED');
   assert.ok(succeeded?.output, 'a task succeeded with an output');
-  const okBody = receiver.received.find((r) => r.body.data.task_id === succeeded.task_id)!;
+  const okBody = receiver.received.find((r) => r.body.data.task_id === succeeded.task_id && r.body.type === 'task.succeeded')!;
   assert.equal(okBody.body.data.output.sha256, succeeded.output.sha256, 'the output summary');
+  const thumbBody = receiver.received.find((r) => r.body.data.task_id === succeeded.task_id && r.body.type === 'task.thumbnail_ready')!;
+  assert.equal(thumbBody.body.data.output.sha256, succeeded.output.sha256, 'the thumbnail event names its video too');
+  assert.equal(thumbBody.body.data.thumbnail.content_type, 'image/jpeg');
+  assert.equal(thumbBody.body.data.previous_status, null, 'not a status change');
   assert.ok(!/X-Amz|download_url|whsec_/i.test(okBody.rawBody), 'no presigned URL or secret in a payload');
 
   // The log: attempts that reached the receiver are exactly the requests it saw, with its answers.
@@ -135,8 +141,8 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
     pages.push(...page.deliveries);
     cursor = page.next_cursor;
   } while (cursor);
-  assert.equal(pages.length, ids.length);
-  assert.equal(new Set(pages.map((p) => p.id)).size, ids.length, 'no delivery repeated across pages');
+  assert.equal(pages.length, expected);
+  assert.equal(new Set(pages.map((p) => p.id)).size, expected, 'no delivery repeated across pages');
   assert.equal(pages.flatMap((p) => p.attempts).length, attempts.length);
   for (const p of pages) assert.ok(byId.has(p.webhook_id), 'the webhook-id the receiver saw');
 });

@@ -9,7 +9,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import { MAX_HEADER_READS, MAX_TOP_LEVEL_BOXES, probeMp4 } from '../../media/mp4';
-import { extractThumbnail, inputArgs, InvalidMediaError, probeMedia } from '../../media/probe';
+import { InvalidMediaError } from '../../media/media-info';
+import { extractThumbnail, inputArgs, probeMedia } from '../../media/probe';
 import { fileReader } from './support';
 
 const run = promisify(execFile);

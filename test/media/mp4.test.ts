@@ -10,7 +10,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { ISO_BMFF_FORMAT_NAME, probeMp4 } from '../../media/mp4';
-import { InvalidMediaError, probeMedia, probeStored } from '../../media/probe';
+import { InvalidMediaError } from '../../media/media-info';
+import { probeMedia, probeStored } from '../../media/probe';
 import { fileReader } from './support';
 
 const run = promisify(execFile);

@@ -19,6 +19,8 @@ export interface ActivityWorld {
   readonly token: FenceToken;
   /** The activities themselves, for a test that runs one in its own environment (to cancel it). */
   readonly activities: TaskActivities;
+  /** The dependencies the activities were built with (after `opts.deps`). */
+  readonly deps: TaskActivityDeps;
   run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]>;
   close(): Promise<void>;
 }
@@ -39,7 +41,8 @@ export async function startActivityWorld(opts: {
   });
   const tdb = await createTestDatabase(config);
   const base = worldActivityDeps(config, tdb.database);
-  const acts = createTaskActivities(opts.deps ? opts.deps(base) : base);
+  const deps = opts.deps ? opts.deps(base) : base;
+  const acts = createTaskActivities(deps);
   const { tenantId } = await createTestTenant(tdb.database, config, opts.credits ?? '1000');
   return {
     sim,
@@ -48,6 +51,7 @@ export async function startActivityWorld(opts: {
     tenantId,
     token: { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 },
     activities: acts,
+    deps,
     run(name, ...args) {
       const env = new MockActivityEnvironment();
       return env.run(acts[name] as never, ...(args as unknown as never[])) as never;

@@ -9,11 +9,12 @@ import { promisify } from 'node:util';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { Client } from '@temporalio/client';
 import type { History } from '@temporalio/common/lib/proto-utils';
-import { asc, eq } from 'drizzle-orm';
+import { and, asc, eq } from 'drizzle-orm';
 import { attemptIdFor } from '../../activities/dispatch';
 import { buildStorage } from '../../config/services';
 import { asset, creditLedger, generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import type { E2E } from '../support/e2e';
+import { eventually } from '../support/stack';
 
 const run = promisify(execFile);
 type HistoryEvent = NonNullable<History['events']>[number];
@@ -147,6 +148,8 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
   assert.equal(attempt!.provider_idempotency_key, attempt!.attempt_id, 'provider idempotency key is the attempt id');
   assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1, 'one provider job for the correlation token');
 
+  // The thumbnail follows SUCCEEDED in the worker (activities/thumbnail.ts): wait for it.
+  await eventually(async () => ((await db.select().from(asset).where(and(eq(asset.task_id, taskId), eq(asset.kind, 'thumbnail')))).length > 0 ? true : undefined), 20_000, 100);
   const f = await figuresOf(e, taskId);
   assert.deepEqual(f.ledger, { RESERVE: 1, SETTLE: 1, RELEASE: 1 }, 'one ledger row per kind');
   assert.deepEqual(f.assets, { video: 1, thumbnail: 1 }, 'one asset row per kind');
