@@ -81,8 +81,9 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
             {
               available: Object.keys(deps.providers),
               maxAttempts: deps.settings.maxSubmitAttempts,
-              ...(deps.routing ? { settings: deps.routing } : {}),
-              ...(deps.providerHealth ? { health: deps.providerHealth() } : {}),
+              settings: deps.routing,
+              health: deps.providerHealth(),
+              stats: deps.routeStats,
             },
           );
           if (route.kind === 'rejected') {

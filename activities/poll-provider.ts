@@ -22,7 +22,6 @@ import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/ty
 import { createCallbackHealth } from './callback-health';
 import { escalate } from './escalate';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
-import { createPollDemand, pollRateFor } from './poll-demand';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
 
@@ -56,12 +55,7 @@ const goneAfterCancel = (jobId: string): ProviderJob => ({
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
-  const demand = createPollDemand({
-    db: deps.db,
-    clock: deps.clock,
-    rateOf: (provider) => pollRateFor(deps, provider),
-    share: deps.settings.pollQuotaShare,
-  });
+  const demand = deps.pollDemand;
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {
     let w = latencies.get(provider);

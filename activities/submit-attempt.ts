@@ -16,11 +16,9 @@ import { decide } from '../domain/task-machine';
 import { callbackUrl, createCallbackTokens } from '../providers/callback-token';
 import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
-import { ProviderGuard } from './provider-guard';
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from './settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
 import { takeSlot, tenantSlotTerms } from '../db/slot-queue';
 import { rerouteWaiting } from './slot-reroute';
@@ -54,12 +52,8 @@ export interface SubmitResult {
 }
 
 export function createSubmitActivities(deps: TaskActivityDeps) {
-  // One guard per worker process: breaker state is local, the bulkhead count comes from facts.
-  const guard = new ProviderGuard({
-    ...deps.settings.providerGuard,
-    now: () => deps.clock.now().getTime(),
-    onStateChange: (provider, from, to) => console.warn(JSON.stringify({ msg: 'circuit breaker state change', provider, from, to })),
-  });
+  // One guard per worker process (deps): breaker state is local, the bulkhead count comes from facts.
+  const guard = deps.providerGuard;
   const tokens = createCallbackTokens(deps.settings.callbackTokenSecret);
   const now = () => deps.clock.now();
   const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
@@ -312,7 +306,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };
         } finally {
           clearInterval(beat);
-          recordSubmitLatency(attempt.provider, Date.now() - callStarted);
+          deps.routeStats.recordSubmitLatency(attempt.provider, Date.now() - callStarted);
         }
         if (cancelledBeforeCall) guard.release(attempt.provider, ticket, attempt.attempt_no);
         else guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
@@ -320,7 +314,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         try {
           return await record(token, taskId, attempt.attempt_id, outcome);
         } catch (err) {
-          throw toActivityFailure(err);
+          throw toActivityFailure(err, deps.modePauseRetryMs);
         }
       });
       return { facts: await readTaskFacts(deps.db, taskId, now()), retryInMs, waitMs };

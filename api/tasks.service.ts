@@ -19,9 +19,6 @@ import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
 import { problems } from './problem';
 
-/** A task's deadline when neither the request nor the server config names one. */
-const DEFAULT_DEADLINE_SECONDS = 3_600;
-
 type TaskRow = typeof generationTask.$inferSelect;
 
 export type CreateOutcome =
@@ -49,7 +46,14 @@ function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
 export async function createTask(
   db: Db,
   token: FenceToken,
-  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody; defaultDeadlineSeconds?: number; webhookAllowPrivate?: boolean },
+  args: {
+    tenantId: string;
+    idempotencyKey: string;
+    body: CreateTaskBody;
+    /** The deadline of a request that names none (TASK_DEADLINE_SECONDS). */
+    defaultDeadlineSeconds: number;
+    webhookAllowPrivate?: boolean;
+  },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
   if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, args.webhookAllowPrivate ?? false);
@@ -94,7 +98,7 @@ export async function createTask(
           provider_model: first.model,
           priority: body.priority,
           // On the database's clock, like created_at.
-          deadline_at: sql`now() + make_interval(secs => ${body.deadline_seconds ?? args.defaultDeadlineSeconds ?? DEFAULT_DEADLINE_SECONDS})`,
+          deadline_at: sql`now() + make_interval(secs => ${body.deadline_seconds ?? args.defaultDeadlineSeconds})`,
         })
         .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
         .returning();

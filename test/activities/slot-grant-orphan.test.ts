@@ -7,8 +7,8 @@ import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { providerControl, slotWait, taskAttempt } from '../../db/schema';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
@@ -31,7 +31,7 @@ before(async () => {
     SLOT_QUEUE_AGING_MS: '0',
   });
   tdb = await createTestDatabase(config);
-  acts = createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+  acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
   ({ tenantId: tenant } = await createTestTenant(tdb.database, config, '100000'));
 });
 after(async () => {

@@ -15,7 +15,8 @@ import { serveApi } from '../../api/listen';
 import { startCallbackReplayer } from '../../api/callbacks.handlers';
 import { buildApiContext, type ApiContext } from '../../api/context';
 import type { Config } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { buildProviders, buildStorage } from '../../config/services';
+import { testActivityDeps } from '../support/deps';
 import type { Database } from '../../db/client';
 import { setMode } from '../../db/modes';
 import type { SystemMode } from '../../domain/states';
@@ -97,7 +98,7 @@ export async function startRegionWorker(
           ...(opts.listen === false ? { listen: false } : {}),
         });
   const deps = {
-    ...buildActivityDeps(regionConfig, { db: database, storage: buildStorage(regionConfig), providers: buildProviders(regionConfig) }),
+    ...testActivityDeps(regionConfig, { db: database, storage: buildStorage(regionConfig), providers: buildProviders(regionConfig) }),
     modePauseRetryMs: opts.pauseRetryMs ?? 500,
     ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, opts.region) } : {}),
   };

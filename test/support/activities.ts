@@ -3,10 +3,10 @@
 // a step sequence by hand.
 import assert from 'node:assert/strict';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createTask } from '../../api/tasks.service';
+import { createTask, testActivityDeps } from './deps';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import type { TaskActivityDeps } from '../../activities/deps';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
 import type { ObjectStorage } from '../../storage/s3';
 import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from './stack';
@@ -19,6 +19,8 @@ export interface ActivityWorld {
   readonly token: FenceToken;
   /** The activities themselves, for a test that runs one in its own environment (to cancel it). */
   readonly activities: TaskActivities;
+  /** The dependencies the activities were built with (their process state: guard, route statistics, poll demand). */
+  readonly deps: TaskActivityDeps;
   run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]>;
   close(): Promise<void>;
 }
@@ -40,8 +42,9 @@ export async function startActivityWorld(opts: {
     ...opts.config,
   });
   const tdb = await createTestDatabase(config);
-  const base = buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
-  const acts = createTaskActivities(opts.deps ? opts.deps(base) : base);
+  const base = testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
+  const deps = opts.deps ? opts.deps(base) : base;
+  const acts = createTaskActivities(deps);
   const { tenantId } = await createTestTenant(tdb.database, config, '1000');
   return {
     sim,
@@ -50,6 +53,7 @@ export async function startActivityWorld(opts: {
     tenantId,
     token: { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 },
     activities: acts,
+    deps,
     run(name, ...args) {
       const env = new MockActivityEnvironment();
       return env.run(acts[name] as never, ...(args as unknown as never[])) as never;

@@ -217,7 +217,7 @@ export async function startWorker(
   installRuntime();
   const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
   const storage = buildStorage(config);
-  const deps = buildActivityDeps(config, { db, storage, providers: buildProviders(config) });
+  const deps = buildActivityDeps(config, { db, storage, providers: buildProviders(config), logger: testLogger });
   const client = opts.reconcile ? await temporalClient(config) : null;
   const reconcileActivities = client
     ? createReconcileActivities(
