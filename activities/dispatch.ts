@@ -9,7 +9,7 @@ import type { TaskFacts } from '../domain/facts';
 import { fenced, notFound, type TaskActivityDeps } from './deps';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 
 /**

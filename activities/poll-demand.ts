@@ -11,11 +11,12 @@
 import { and, count, eq, inArray } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { taskAttempt } from '../db/schema';
+import type { AttemptState } from '../domain/states';
 import { cachedPerKey } from './cached';
 import type { Clock, TaskActivityDeps } from './deps';
 
 /** Attempt states whose jobs the wait loop polls (the partial index idx_attempt_provider_in_flight covers them). */
-const POLLED_STATES = ['SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
+const POLLED_STATES: readonly AttemptState[] = ['SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
 
 export interface PollDemand {
   /** The shortest interval (ms) that keeps this provider's polls within its quota share; 0 when it declares no quota. */

@@ -14,7 +14,7 @@ import { minMoney } from '../domain/money';
 import { InvalidMediaError, demuxerOf, extractThumbnail, probeStored, type MediaInfo } from '../media/probe';
 import { thumbnailObjectKey } from '../storage/s3';
 import { fenced, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 
 /** Where the thumbnail's frame is taken (the middle of a shorter video). */

@@ -5,22 +5,16 @@
 // rebuild (this guard's start, or the provider's breaker closing again) the bulkhead's ceiling
 // ramps up from a floor instead of letting the whole limit through at once (docs/design.md §6).
 import { ApplicationFailure } from '@temporalio/common';
-import { sql } from 'drizzle-orm';
 import type { DbOrTx } from '../db/client';
-import { MODE_SETTING } from '../db/modes';
-import { providerControl } from '../db/schema';
+import { readClaimControl } from '../db/provider-control';
 import { plusUpToHalf } from '../domain/backoff';
 import { FailureType } from '../domain/errors';
 import { MODE_POLICIES } from '../domain/modes';
-import { holdsSlot } from '../db/slot-queue';
 import { SYSTEM_MODES, type SystemMode } from '../domain/states';
 import { allowedSlots, type RampOptions } from '../providers/resilience/bulkhead';
-import { CircuitBreaker, type BreakerForce, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
+import { CircuitBreaker, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
-
-/** Attempt states that hold a job at the provider (or may), and the slot predicate: db/slot-queue.ts. */
-export { IN_FLIGHT_SUBMIT_STATES } from '../db/slot-queue';
 
 /** The settings config/env.ts exposes (config/services.ts `providerGuardSettings`); their defaults live there. */
 export interface ProviderGuardSettings {
@@ -83,13 +77,6 @@ export interface ProviderResilienceSnapshot {
   readonly bulkhead: BulkheadSnapshot | null;
   /** Refusals by this process since it started, keyed "guard/reason" (e.g. "bulkhead/ramp"). */
   readonly refusals: RefusalCounts;
-}
-
-/** Jobs in flight per provider according to the attempt facts (what every worker's bulkhead counts). */
-export async function inFlightByProvider(db: DbOrTx): Promise<Record<string, number>> {
-  const { rows } = await db.execute(sql`
-    SELECT a.provider, count(*)::int AS n FROM task_attempt a WHERE ${holdsSlot} GROUP BY a.provider`);
-  return Object.fromEntries((rows as { provider: string; n: number }[]).map((r) => [r.provider, r.n]));
 }
 
 interface ProviderState {
@@ -184,12 +171,8 @@ export class ProviderGuard {
    */
   async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<Admission> {
     const s = this.state(provider);
-    await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
     // The in-memory breaker first (cheap); the slot count follows under the row lock.
-    const { rows } = await tx.execute(sql`
-      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode
-      FROM provider_control WHERE provider = ${provider}`);
-    const control = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null; mode: string | null } | undefined;
+    const control = await readClaimControl(tx, provider);
     const breaker = s.breaker;
     breaker.setForced(control?.breaker_force ?? null);
     const strict = MODE_POLICIES[modeOf(control?.mode)].providers === 'healthy';

@@ -21,7 +21,7 @@ import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createSafeDispatcher } from '../net/safe-fetch';
 import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget } from './output-download';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];

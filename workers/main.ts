@@ -14,7 +14,7 @@ import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
 import { installRuntimeWithSdkMetrics } from '../observability/sdk-metrics';
-import { inFlightByProvider } from '../activities/provider-guard';
+import { inFlightByProvider } from '../db/provider-control';
 import {
   createMetrics,
   registerNotifyMetrics,
