@@ -2,20 +2,19 @@
 // machine. The task row is locked, so two executions at once serialise and the second finds
 // nothing left to apply.
 import { and, asc, eq, isNull, ne, sql } from 'drizzle-orm';
+import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { deserializeJob, type StoredJob } from '../db/inbox';
-import { callbackInbox, generationTask, taskAttempt } from '../db/schema';
+import { callbackInbox, generationTask, taskAttempt, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
-import { FINISHED_PROVIDER_JOB_STATES, type AttemptState, type TaskStatus } from '../domain/states';
+import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
-import { finishTask } from './settlement';
+import { finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
-
-type TaskRow = typeof generationTask.$inferSelect;
 
 async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {
   const rows = await tx
@@ -67,7 +66,7 @@ export function createInboxActivities(deps: TaskActivityDeps) {
       processed.set(row.inbox_id, 'stale: older than the last applied provider event');
       return task;
     }
-    const nextAttemptState = attemptStateFor(attempt.submit_state as AttemptState, job.state);
+    const nextAttemptState = attemptStateFor(attempt.submit_state, job.state);
     // MANUAL_REVIEW keeps applying evidence, but only news moves it on: a job now known for the
     // attempt, or a change of the job's state. A repeat of what parked the task (a poll of a
     // finished job whose output could not be rescued) leaves it with the operator
@@ -80,9 +79,7 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     // A finished job has no progress left to show; a read that says nothing leaves the last one.
     const progress = FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? null : job.progress;
     const ttlMs = providerFor(deps, attempt.provider).capabilities.outputUrlTtlMs;
-    await tx
-      .update(taskAttempt)
-      .set({
+    await casAttempt(tx, attempt.attempt_id, {}, {
         provider_job_id: job.jobId,
         provider_status: job.rawStatus,
         provider_updated_at: job.updatedAt ?? attempt.provider_updated_at,
@@ -94,11 +91,9 @@ export function createInboxActivities(deps: TaskActivityDeps) {
         // The latest progress the provider gave; its change wakes the event streams (docs/events.md).
         ...(progress !== undefined ? { progress, progress_at: deps.clock.now() } : {}),
         ...(job.error ? { last_error: job.error.slice(0, 2000) } : {}),
-        status_version: sql`${taskAttempt.status_version} + 1`,
-      })
-      .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+    });
 
-    const from = task.status as TaskStatus;
+    const from = task.status;
     const d = decide(from, { type: 'PROVIDER_STATE', state: job.state });
     if (d.kind !== 'move') {
       processed.set(row.inbox_id, d.kind === 'reject' ? d.reason : null);

@@ -2,7 +2,7 @@
 // that would start provider work checks what is left of it instead of starting a fresh timeout.
 // Once a provider has accepted a job the deadline no longer applies: the job is paid for, so it
 // runs to its end and its output is rescued. docs/timeouts.md.
-import { failedUncharged, type FinishArgs } from './settlement';
+import { failedUncharged, type FinishArgs } from '../db/settlement';
 
 /** Whether less than `marginMs` is left before the task's deadline (never, for a task without one). */
 export function pastDeadline(task: { readonly deadline_at: Date | null }, now: Date, marginMs: number): boolean {

@@ -12,9 +12,10 @@ import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
 import type { StorageLocation } from '../db/schema';
 import type { ObjectStorage } from '../storage/s3';
-import type { ProviderGuardSettings } from './provider-guard';
+import type { PollDemand } from './poll-demand';
+import type { ProviderGuard } from './provider-guard';
 import type { ProviderHealth } from '../domain/router';
-import type { RoutingSettings } from './routing';
+import type { RouteStats, RoutingSettings } from './routing';
 import type { TenantSlotDefaults } from '../db/slot-queue';
 import type { QueuePolicy } from '../domain/slot-queue';
 
@@ -46,25 +47,30 @@ export interface SubmitSwitch {
 /** A step rejected by the fence is tried again after this long (plus up to half again as jitter). */
 export const FENCE_REJECTED_RETRY_MS = 2_000;
 
-/** A paused step is tried again after this long (plus up to half again as jitter). */
-export const DEFAULT_MODE_PAUSE_RETRY_MS = 5_000;
-
 export interface TaskActivityDeps {
   readonly db: Db;
   readonly fence: { readonly scope: string; readonly region: string };
   /** Absent in processes without a fence watcher (tests): the fence row alone decides. */
   readonly submitSwitch?: SubmitSwitch;
-  /** How soon a step paused by the mode is retried (default DEFAULT_MODE_PAUSE_RETRY_MS). */
-  readonly modePauseRetryMs?: number;
+  /** How soon a step paused by the mode is retried, plus up to half again as jitter (MODE_PAUSE_RETRY_MS). */
+  readonly modePauseRetryMs: number;
   readonly clock: Clock;
   readonly providers: Readonly<Record<string, ProviderAdapter>>;
   readonly storage: ObjectStorage;
   /** The second S3 endpoint a rescue writes to when the primary fails (docs/decisions/0029); null: none. */
   readonly fallbackStorage?: ObjectStorage | null;
-  /** Provider routing (default DEFAULT_ROUTING: 5 ms budget, priority fallback). */
-  readonly routing?: RoutingSettings;
-  /** Provider health the router reads (default: this process's breakers and submit timings). */
-  readonly providerHealth?: () => Readonly<Record<string, ProviderHealth>>;
+  /** Provider routing (ROUTER_BUDGET_MS, ROUTER_STATIC_ROUTE). */
+  readonly routing: RoutingSettings;
+  /** Provider health the router reads (the worker: this process's breakers and submit timings, routing.ts localProviderHealth). */
+  readonly providerHealth: () => Readonly<Record<string, ProviderHealth>>;
+  // Process-level state, built once per process (config/services.ts buildActivityDeps) and read
+  // by the worker's /metrics too (workers/main.ts).
+  /** The submit claim's breakers, retry budgets and bulkhead ramp (activities/provider-guard.ts). */
+  readonly providerGuard: ProviderGuard;
+  /** Submit latencies the router reads and route decisions /metrics counts (activities/routing.ts). */
+  readonly routeStats: RouteStats;
+  /** The poll-interval floor from the jobs waiting per provider (activities/poll-demand.ts). */
+  readonly pollDemand: PollDemand;
   readonly settings: {
     /** Base of callback URLs handed to providers. */
     readonly publicBaseUrl: string;
@@ -86,8 +92,6 @@ export interface TaskActivityDeps {
     readonly maxSubmitAttempts: number;
     /** The timeout of one provider call: a submit does not start with less than this left before the task's deadline. */
     readonly providerCallTimeoutMs: number;
-    /** Bulkhead ramp and DEGRADED_PROVIDER strictness for the submit claim's ProviderGuard. */
-    readonly providerGuard?: ProviderGuardSettings;
     /** The slot queue in front of each provider's bulkhead (db/slot-queue.ts, docs/providers.md). */
     readonly slotQueue: SlotQueueSettings;
     /** A reconciliation miss proves absence only this long after the submit began. */
@@ -130,7 +134,7 @@ export function providerFor(deps: TaskActivityDeps, name: string): ProviderAdapt
 }
 
 /** Maps our typed errors to the Temporal failure vocabulary; everything else stays a plain (retryable) error. */
-export function toActivityFailure(err: unknown, pauseRetryMs = DEFAULT_MODE_PAUSE_RETRY_MS): unknown {
+export function toActivityFailure(err: unknown, pauseRetryMs: number): unknown {
   if (err instanceof FenceRejectedError) {
     // Another worker (of the active region) should take this over: retry soon and flat, not on
     // the policy's growing backoff, or every bounce off a fenced (zombie) worker would double

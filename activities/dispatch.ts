@@ -10,7 +10,7 @@ import type { TaskFacts } from '../domain/facts';
 import { fenced, notFound, type TaskActivityDeps } from './deps';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 
 /**
@@ -74,8 +74,9 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
       {
         available: Object.keys(deps.providers),
         maxAttempts: deps.settings.maxSubmitAttempts,
-        ...(deps.routing ? { settings: deps.routing } : {}),
-        ...(deps.providerHealth ? { health: deps.providerHealth() } : {}),
+        settings: deps.routing,
+        health: deps.providerHealth(),
+        stats: deps.routeStats,
       },
     );
     if (route.kind === 'rejected') {

@@ -2,11 +2,10 @@
 // detail: one transaction for every caller (the deadline, a bounded read, an ambiguous lookup).
 import { holdFence, type FenceToken } from '../db/fence';
 import type { Tx } from '../db/client';
-import { generationTask } from '../db/schema';
+import type { TaskRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { notFound, type TaskActivityDeps } from './deps';
 
-type TaskRow = typeof generationTask.$inferSelect;
 
 export interface Escalation {
   readonly sourceEvent: string;

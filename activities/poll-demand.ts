@@ -11,15 +11,18 @@
 import { and, count, eq, inArray } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { taskAttempt } from '../db/schema';
+import type { AttemptState } from '../domain/states';
 import { cachedPerKey } from './cached';
 import type { Clock, TaskActivityDeps } from './deps';
 
 /** Attempt states whose jobs the wait loop polls (the partial index idx_attempt_provider_in_flight covers them). */
-const POLLED_STATES = ['SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
+const POLLED_STATES: readonly AttemptState[] = ['SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
 
 export interface PollDemand {
   /** The shortest interval (ms) that keeps this provider's polls within its quota share; 0 when it declares no quota. */
   floorMs(provider: string): Promise<number>;
+  /** The last floor computed per provider, for the metrics (vidorch_poll_demand_floor_seconds). */
+  floors(): ReadonlyMap<string, number>;
 }
 
 export interface PollDemandOptions {
@@ -43,7 +46,9 @@ export function demandFloorMs(waiting: number, rate: number | undefined, share: 
   return Math.ceil((waiting / (rate * Math.min(1, Math.max(0.01, share)))) * 1000);
 }
 
+/** One per worker process, built in its composition root (config/services.ts buildActivityDeps). */
 export function createPollDemand(opts: PollDemandOptions): PollDemand {
+  const pollFloors = new Map<string, number>();
   const read = cachedPerKey(opts.clock, opts.cacheMs ?? 10_000, async (provider) => {
     const [row] = await opts.db
       .select({ waiting: count() })
@@ -55,8 +60,6 @@ export function createPollDemand(opts: PollDemandOptions): PollDemand {
   });
   return {
     floorMs: (provider) => (opts.rateOf(provider) ? read(provider) : Promise.resolve(0)),
+    floors: () => pollFloors,
   };
 }
-
-/** The last floor this process computed per provider, for the metrics (vidorch_poll_demand_floor_seconds). */
-export const pollFloors = new Map<string, number>();

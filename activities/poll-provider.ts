@@ -8,11 +8,12 @@
 //                                   a new attempt may follow;
 //   not found, unproven           → keep waiting; past the deadline the workflow escalates.
 import { Context } from '@temporalio/activity';
-import { and, eq, sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
+import { casAttempt } from '../db/attempts';
 import { holdFence, inFence, type FenceToken } from '../db/fence';
 import { recordProviderEvent } from '../db/inbox';
 import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
-import { generationTask, taskAttempt } from '../db/schema';
+import { generationTask, taskAttempt, type AttemptRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
@@ -22,7 +23,6 @@ import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/ty
 import { createCallbackHealth } from './callback-health';
 import { escalate } from './escalate';
 import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
-import { createPollDemand, pollRateFor } from './poll-demand';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
 
@@ -39,8 +39,6 @@ export interface PollResult {
   readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'parked' | 'nothing-to-poll' | 'read-failed' | 'escalated';
 }
 
-type AttemptRow = typeof taskAttempt.$inferSelect;
-
 /** The job a cancel removed at the provider: cancelled, as we asked. */
 const goneAfterCancel = (jobId: string): ProviderJob => ({
   jobId,
@@ -56,12 +54,7 @@ const goneAfterCancel = (jobId: string): ProviderJob => ({
 export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
-  const demand = createPollDemand({
-    db: deps.db,
-    clock: deps.clock,
-    rateOf: (provider) => pollRateFor(deps, provider),
-    share: deps.settings.pollQuotaShare,
-  });
+  const demand = deps.pollDemand;
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {
     let w = latencies.get(provider);
@@ -78,12 +71,13 @@ export function createPollActivities(deps: TaskActivityDeps) {
       // A miss proves nothing against a callback or an earlier hit for this token (db/job-evidence.ts);
       // and a parked task (MANUAL_REVIEW) is not re-dispatched by a poll: an operator decides.
       if (task.status !== 'SUBMIT_UNKNOWN' || (await jobEvidence(tx, attempt.attempt_id))) return false;
-      const moved = await tx
-        .update(taskAttempt)
-        .set({ submit_state: 'REJECTED', last_error: reason, submit_finished_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
-        .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMIT_UNKNOWN'), sql`${taskAttempt.provider_job_id} IS NULL`))
-        .returning({ id: taskAttempt.attempt_id });
-      if (moved.length === 0 || task.active_attempt_id !== attempt.attempt_id) return false;
+      const moved = await casAttempt(
+        tx,
+        attempt.attempt_id,
+        { from: 'SUBMIT_UNKNOWN', where: sql`${taskAttempt.provider_job_id} IS NULL` },
+        { submit_state: 'REJECTED', last_error: reason, submit_finished_at: sql`now()` },
+      );
+      if (!moved || task.active_attempt_id !== attempt.attempt_id) return false;
       await applyTaskEvent(tx, token, task, { type: 'SUBMIT_PROVED_ABSENT' }, {
         sourceEvent: 'reconcile.proved-absent',
         actor: 'workflow',

@@ -15,7 +15,7 @@ import { minMoney } from '../domain/money';
 import { InvalidMediaError, type MediaInfo } from '../media/media-info';
 import { probeStored } from '../media/probe';
 import { fenced, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 import type { ThumbnailFollowUp } from './thumbnail';
 

@@ -5,29 +5,23 @@
 // rebuild (this guard's start, or the provider's breaker closing again) the bulkhead's ceiling
 // ramps up from a floor instead of letting the whole limit through at once (docs/design.md §6).
 import { ApplicationFailure } from '@temporalio/common';
-import { sql } from 'drizzle-orm';
 import type { DbOrTx } from '../db/client';
-import { MODE_SETTING } from '../db/modes';
-import { providerControl } from '../db/schema';
+import { readClaimControl } from '../db/provider-control';
 import { plusUpToHalf } from '../domain/backoff';
 import { FailureType } from '../domain/errors';
 import { MODE_POLICIES } from '../domain/modes';
-import { holdsSlot } from '../db/slot-queue';
 import { SYSTEM_MODES, type SystemMode } from '../domain/states';
 import { allowedSlots, type RampOptions } from '../providers/resilience/bulkhead';
-import { CircuitBreaker, type BreakerForce, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
+import { CircuitBreaker, type CircuitBreakerOptions, type BreakerSnapshot, type BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { RetryBudget } from '../providers/resilience/retry-budget';
 import type { ProviderCapabilities, SubmitOutcome } from '../providers/types';
 
-/** Attempt states that hold a job at the provider (or may), and the slot predicate: db/slot-queue.ts. */
-export { IN_FLIGHT_SUBMIT_STATES } from '../db/slot-queue';
-
-/** The settings config/env.ts exposes (config/services.ts `activitySettings`). */
+/** The settings config/env.ts exposes (config/services.ts `providerGuardSettings`); their defaults live there. */
 export interface ProviderGuardSettings {
-  /** The bulkhead's ramp after a rebuild; `durationMs: 0` turns it off. */
-  readonly bulkheadRamp?: RampOptions;
-  /** DEGRADED_PROVIDER: a provider's breaker trips at this failure rate (default 0.2) and sends no probes. */
-  readonly degradedFailureRate?: number;
+  /** The bulkhead's ramp after a rebuild (BULKHEAD_RAMP_*); `durationMs: 0` turns it off. */
+  readonly bulkheadRamp: Required<RampOptions>;
+  /** DEGRADED_PROVIDER: a provider's breaker trips at this failure rate (DEGRADED_PROVIDER_FAILURE_RATE) and sends no probes. */
+  readonly degradedFailureRate: number;
 }
 
 export interface ProviderGuardOptions extends ProviderGuardSettings {
@@ -38,10 +32,6 @@ export interface ProviderGuardOptions extends ProviderGuardSettings {
   readonly retryBudget?: { readonly ratio?: number; readonly minRetriesPerSecond?: number; readonly windowMs?: number };
   readonly onStateChange?: (provider: string, from: string, to: string) => void;
 }
-
-/** Defaults of the bulkhead ramp: 20 % of the limit (at least 2 slots) growing to all of it over a minute. */
-export const DEFAULT_BULKHEAD_RAMP = { startShare: 0.2, durationMs: 60_000, minSlots: 2 } as const;
-export const DEFAULT_DEGRADED_FAILURE_RATE = 0.2;
 
 /** What a provider outcome means for the breaker: only the provider's own trouble counts as failure. */
 export function breakerVerdict(outcome: SubmitOutcome): 'success' | 'failure' {
@@ -71,9 +61,6 @@ export interface Admission {
   readonly ceiling: number;
 }
 
-/** Every guard of this process, for the worker's /metrics. */
-const liveGuards = new Set<ProviderGuard>();
-
 export interface BulkheadSnapshot {
   /** The configured limit last read at an admission (provider_control.max_in_flight or the adapter's). */
   readonly limit: number;
@@ -94,30 +81,6 @@ export interface ProviderResilienceSnapshot {
   readonly calls: RefusalCounts;
 }
 
-/** Breaker, retry-budget and bulkhead state per provider across this process's guards (one per worker). */
-export function resilienceSnapshots(): Record<string, ProviderResilienceSnapshot> {
-  const out: Record<string, ProviderResilienceSnapshot> = {};
-  for (const g of liveGuards) {
-    for (const [provider, s] of Object.entries(g.snapshots())) {
-      const prev = out[provider];
-      // Several guards in one process (tests): add their refusals up, keep the last one's state.
-      const refusals: Record<string, number> = { ...(prev?.refusals ?? {}) };
-      for (const [k, n] of Object.entries(s.refusals)) refusals[k] = (refusals[k] ?? 0) + n;
-      const calls: Record<string, number> = { ...(prev?.calls ?? {}) };
-      for (const [k, n] of Object.entries(s.calls)) calls[k] = (calls[k] ?? 0) + n;
-      out[provider] = { ...s, refusals, calls };
-    }
-  }
-  return out;
-}
-
-/** Jobs in flight per provider according to the attempt facts (what every worker's bulkhead counts). */
-export async function inFlightByProvider(db: DbOrTx): Promise<Record<string, number>> {
-  const { rows } = await db.execute(sql`
-    SELECT a.provider, count(*)::int AS n FROM task_attempt a WHERE ${holdsSlot} GROUP BY a.provider`);
-  return Object.fromEntries((rows as { provider: string; n: number }[]).map((r) => [r.provider, r.n]));
-}
-
 interface ProviderState {
   readonly breaker: CircuitBreaker;
   readonly budget: RetryBudget;
@@ -131,6 +94,10 @@ interface ProviderState {
 const modeOf = (value: unknown): SystemMode =>
   typeof value === 'string' && (SYSTEM_MODES as readonly string[]).includes(value) ? (value as SystemMode) : 'NORMAL';
 
+/**
+ * One per worker process, built in its composition root (config/services.ts buildActivityDeps)
+ * and passed to the submit activities and the worker's /metrics (`snapshots()`).
+ */
 export class ProviderGuard {
   private readonly providers = new Map<string, ProviderState>();
   private readonly startedAt: number;
@@ -138,8 +105,7 @@ export class ProviderGuard {
 
   constructor(private readonly opts: ProviderGuardOptions) {
     this.startedAt = opts.now();
-    this.ramp = { ...DEFAULT_BULKHEAD_RAMP, ...(opts.bulkheadRamp ?? {}) };
-    liveGuards.add(this);
+    this.ramp = opts.bulkheadRamp;
   }
 
   private state(provider: string): ProviderState {
@@ -210,16 +176,12 @@ export class ProviderGuard {
    */
   async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<Admission> {
     const s = this.state(provider);
-    await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
     // The in-memory breaker first (cheap); the slot count follows under the row lock.
-    const { rows } = await tx.execute(sql`
-      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode
-      FROM provider_control WHERE provider = ${provider}`);
-    const control = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null; mode: string | null } | undefined;
+    const control = await readClaimControl(tx, provider);
     const breaker = s.breaker;
     breaker.setForced(control?.breaker_force ?? null);
     const strict = MODE_POLICIES[modeOf(control?.mode)].providers === 'healthy';
-    breaker.setStrict(strict ? (this.opts.degradedFailureRate ?? DEFAULT_DEGRADED_FAILURE_RATE) : null);
+    breaker.setStrict(strict ? this.opts.degradedFailureRate : null);
     const decision = breaker.tryAcquire();
     if (!decision.allowed) {
       const why = decision.reason === 'strict' ? `not healthy (${control?.mode ?? 'DEGRADED_PROVIDER'} admits healthy providers only)` : decision.reason;

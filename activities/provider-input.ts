@@ -1,9 +1,9 @@
 // The provider input of a task: a pure function of the request stored on the task, so the submit
 // and the reconciliation of an unknown submit (which matches the exact input we sent) agree.
+import type { TaskRequest } from '../domain/task-request';
 
 /** The provider's input for a task request (generation_task.request). */
-export function providerInput(request: unknown): Record<string, unknown> {
-  const req = request as { prompt: string; duration_seconds: number; resolution: string; input_image_url?: string };
+export function providerInput(req: Pick<TaskRequest, 'prompt' | 'duration_seconds' | 'resolution' | 'input_image_url'>): Record<string, unknown> {
   return {
     prompt: req.prompt,
     duration: req.duration_seconds,

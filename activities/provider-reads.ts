@@ -5,14 +5,13 @@
 // Postgres, so the bound holds across activity retries, workers and workflow resets.
 import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { holdFence, type FenceToken } from '../db/fence';
-import { callbackInbox, taskAttempt } from '../db/schema';
+import { callbackInbox, taskAttempt, type AttemptRow } from '../db/schema';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { ProviderHttpError } from '../providers/provider-http';
 import type { ProviderAdapter } from '../providers/types';
 import type { TaskActivityDeps } from './deps';
 import { escalate } from './escalate';
 
-type AttemptRow = typeof taskAttempt.$inferSelect;
 
 export interface ReadFailure {
   /**

@@ -8,17 +8,17 @@
 import { isDeepStrictEqual } from 'node:util';
 import { and, eq, inArray, isNull, lte, ne, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { generationTask, taskAttempt } from '../db/schema';
+import { generationTask, taskAttempt, type AttemptRow } from '../db/schema';
 import type { LookupQuery, LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
 import { providerInput } from './provider-input';
 
-type AttemptRow = typeof taskAttempt.$inferSelect;
+import type { TaskRequest } from '../domain/task-request';
 
 /** How far the submit window is widened on each side for the provider's clock against ours. */
 export const SUBMIT_WINDOW_SKEW_MS = 60_000;
 
 /** The query for an attempt: our key, the exact input and model we sent, the submit window. */
-export function lookupQueryFor(attempt: AttemptRow, request: unknown, now: Date, signal?: AbortSignal): LookupQuery {
+export function lookupQueryFor(attempt: AttemptRow, request: TaskRequest, now: Date, signal?: AbortSignal): LookupQuery {
   const started = (attempt.submit_started_at ?? attempt.created_at).getTime();
   const ended = (attempt.unknown_since ?? now).getTime();
   return {

@@ -21,7 +21,7 @@ import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createSafeDispatcher } from '../net/safe-fetch';
 import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget } from './output-download';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
@@ -179,18 +179,18 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
       if (!task) throw notFound(`task ${taskId}`);
-      const d = decide(task.status as TaskStatus, { type: 'OUTPUT_FETCH_STARTED' });
+      const d = decide(task.status, { type: 'OUTPUT_FETCH_STARTED' });
       if (d.kind === 'move') {
         await casTaskStatus(tx, token, {
           taskId,
-          from: task.status as TaskStatus,
+          from: task.status,
           expectedVersion: task.status_version,
           to: d.to,
           sourceEvent: 'workflow.rescue-output',
           actor: 'workflow',
           attemptId: task.active_attempt_id,
         });
-      } else if (!FETCHING.includes(task.status as TaskStatus)) {
+      } else if (!FETCHING.includes(task.status)) {
         return null;
       }
       const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
@@ -245,7 +245,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     await deps.db.transaction(async (tx) => {
       await holdFence(tx, token);
       const current = await lockTask(tx, taskId);
-      if (!current || !FETCHING.includes(current.status as TaskStatus)) return;
+      if (!current || !FETCHING.includes(current.status)) return;
       if (!object) {
         await finishTask(tx, token, current, failedUncharged('workflow.output-lost', 'OUTPUT_LOST', lostReason ?? 'output lost'));
         return;
@@ -272,7 +272,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         .onConflictDoNothing();
       await casTaskStatus(tx, token, {
         taskId,
-        from: current.status as TaskStatus,
+        from: current.status,
         expectedVersion: current.status_version,
         to: 'PROCESSING_MEDIA',
         sourceEvent: 'workflow.output-stored',

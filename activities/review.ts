@@ -4,6 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { and, eq, isNull, ne, or, sql } from 'drizzle-orm';
+import { casAttempt } from '../db/attempts';
 import { holdFence } from '../db/fence';
 import { jobEvidence } from '../db/job-evidence';
 import { generationTask, opsAudit, taskAttempt } from '../db/schema';
@@ -11,11 +12,10 @@ import { casTaskStatus, lockTask } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { reviewProblem, type ReviewResolution } from '../domain/review';
-import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
 import { escalate } from './escalate';
-import { finishTask } from './settlement';
+import { finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 
 const invalid = (message: string) => ApplicationFailure.create({ type: FailureType.InvalidState, message, nonRetryable: true });
@@ -79,7 +79,7 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           await holdFence(tx, token);
           const task = await lockTask(tx, taskId);
           if (!task) throw notFound(`task ${taskId}`);
-          const from = task.status as TaskStatus;
+          const from = task.status;
           const event =
             resolution.kind === 'bind-job' ? 'REVIEW_BIND_JOB' : resolution.kind === 'not-submitted' ? 'REVIEW_NOT_SUBMITTED' : 'REVIEW_FAIL';
           const d = decide(from, { type: event });
@@ -94,21 +94,24 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           } else {
             if (resolution.kind === 'bind-job') {
               if (!attemptId) throw invalid('task has no attempt to bind a job to');
-              const bound = await tx
-                .update(taskAttempt)
+              const bound = await casAttempt(
+                tx,
+                attemptId,
+                { where: or(isNull(taskAttempt.provider_job_id), eq(taskAttempt.provider_job_id, resolution.providerJobId)) },
                 // The failed-read count starts again from the operator's bind (docs/decisions/0012).
-                .set({ provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', read_failures: 0, next_poll_at: sql`now()`, status_version: sql`${taskAttempt.status_version} + 1` })
-                .where(and(eq(taskAttempt.attempt_id, attemptId), or(isNull(taskAttempt.provider_job_id), eq(taskAttempt.provider_job_id, resolution.providerJobId))))
-                .returning({ id: taskAttempt.attempt_id });
-              if (bound.length === 0) throw invalid('the attempt was bound to another job meanwhile');
+                { provider_job_id: resolution.providerJobId, submit_state: 'SUBMITTED', read_failures: 0, next_poll_at: sql`now()` },
+              );
+              if (!bound) throw invalid('the attempt was bound to another job meanwhile');
             } else if (attemptId) {
               // Refused while anything says a job exists: confirming it would buy a second one.
               const evidence = await jobEvidence(tx, attemptId);
               if (evidence) throw invalid(`${evidence.description}; it was submitted (bind the job instead)`);
-              await tx
-                .update(taskAttempt)
-                .set({ submit_state: 'REJECTED', last_error: `operator confirmed not submitted: ${resolution.reason}`, status_version: sql`${taskAttempt.status_version} + 1` })
-                .where(and(eq(taskAttempt.attempt_id, attemptId), sql`${taskAttempt.provider_job_id} IS NULL`));
+              await casAttempt(
+                tx,
+                attemptId,
+                { where: sql`${taskAttempt.provider_job_id} IS NULL` },
+                { submit_state: 'REJECTED', last_error: `operator confirmed not submitted: ${resolution.reason}` },
+              );
             }
             await casTaskStatus(tx, token, {
               taskId, from, expectedVersion: task.status_version, to: d.to,

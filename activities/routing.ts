@@ -14,16 +14,14 @@ import {
 } from '../domain/router';
 import type { AttemptState } from '../domain/states';
 import { LatencyWindow } from '../providers/resilience/hedge';
-import { resilienceSnapshots } from './provider-guard';
+import type { ProviderGuard } from './provider-guard';
 
 export interface RoutingSettings {
-  /** Time budget of the scorer, ms. */
+  /** Time budget of the scorer, ms (ROUTER_BUDGET_MS). */
   readonly budgetMs: number;
-  /** The deterministic fallback route. */
+  /** The deterministic fallback route (ROUTER_STATIC_ROUTE). */
   readonly staticRoute: 'priority' | 'hash';
 }
-
-export const DEFAULT_ROUTING: RoutingSettings = { budgetMs: 5, staticRoute: 'priority' };
 
 /** An attempt row as routing needs it. */
 export interface AttemptRecord {
@@ -54,42 +52,50 @@ export type AttemptRoute =
     }
   | { readonly kind: 'rejected'; readonly reason: RouteRejectionReason; readonly detail: string };
 
-// ---- health this process has seen: breaker state and failure rate, submit latency ----
+/**
+ * What this process has seen of its providers' submits and of its route decisions. One per
+ * worker process, built in its composition root (config/services.ts buildActivityDeps): the
+ * submit activity records latencies, the router reads them, and /metrics reads the decisions.
+ */
+export class RouteStats {
+  private readonly submitLatency = new Map<string, LatencyWindow>();
+  private readonly decisions = new Map<string, number>();
 
-const submitLatency = new Map<string, LatencyWindow>();
+  /** Records how long one provider submit took (the submit activity calls this). */
+  recordSubmitLatency(provider: string, ms: number): void {
+    let w = this.submitLatency.get(provider);
+    if (!w) this.submitLatency.set(provider, (w = new LatencyWindow()));
+    w.record(ms);
+  }
 
-/** Records how long one provider submit took (the submit activity calls this). */
-export function recordSubmitLatency(provider: string, ms: number): void {
-  let w = submitLatency.get(provider);
-  if (!w) submitLatency.set(provider, (w = new LatencyWindow()));
-  w.record(ms);
+  /** The p95 of this provider's recent submits, ms (0 before the first). */
+  submitP95(provider: string): number {
+    return this.submitLatency.get(provider)?.p95() ?? 0;
+  }
+
+  /** Counts one route decision (`vidorch_route_decisions_total`). */
+  count(route: AttemptRoute): AttemptRoute {
+    const key = route.kind === 'route' ? `${route.provider}|${route.via}|${route.reason}` : `none|rejected|${route.reason}`;
+    this.decisions.set(key, (this.decisions.get(key) ?? 0) + 1);
+    return route;
+  }
+
+  /** Route decisions of this process by provider, path and reason. */
+  decisionCounts(): ReadonlyArray<{ provider: string; via: string; reason: string; count: number }> {
+    return [...this.decisions].map(([k, count]) => {
+      const [provider = '', via = '', reason = ''] = k.split('|');
+      return { provider, via, reason, count };
+    });
+  }
 }
 
 /** Provider health as the router reads it, from this process's breakers and submit timings. */
-export function localProviderHealth(): Record<string, ProviderHealth> {
+export function localProviderHealth(guard: ProviderGuard, stats: RouteStats): Record<string, ProviderHealth> {
   const out: Record<string, ProviderHealth> = {};
-  for (const [provider, s] of Object.entries(resilienceSnapshots())) {
-    out[provider] = { errorRate: s.breaker.failureRate, p95LatencyMs: submitLatency.get(provider)?.p95() ?? 0, breaker: s.breaker.state };
+  for (const [provider, s] of Object.entries(guard.snapshots())) {
+    out[provider] = { errorRate: s.breaker.failureRate, p95LatencyMs: stats.submitP95(provider), breaker: s.breaker.state };
   }
   return out;
-}
-
-// ---- route decisions, counted for /metrics ----
-
-const decisions = new Map<string, number>();
-
-/** Route decisions of this process by provider, path and reason (`vidorch_route_decisions_total`). */
-export function routeDecisionCounts(): ReadonlyArray<{ provider: string; via: string; reason: string; count: number }> {
-  return [...decisions].map(([k, count]) => {
-    const [provider = '', via = '', reason = ''] = k.split('|');
-    return { provider, via, reason, count };
-  });
-}
-
-function count(route: AttemptRoute): AttemptRoute {
-  const key = route.kind === 'route' ? `${route.provider}|${route.via}|${route.reason}` : `none|rejected|${route.reason}`;
-  decisions.set(key, (decisions.get(key) ?? 0) + 1);
-  return route;
 }
 
 /** An attempt that was ever unknown counts as unknown for failover, even once proved absent. */
@@ -100,7 +106,8 @@ function summarize(a: AttemptRecord): AttemptSummary {
 
 /**
  * The provider and model for the next attempt of a task. `history` is every earlier attempt;
- * `available` the providers configured in this process.
+ * `available` the providers configured in this process; `health` this process's view of them
+ * (localProviderHealth); the decision is counted in `stats`.
  */
 export function routeNextAttempt(
   task: TaskRouteInput,
@@ -108,15 +115,16 @@ export function routeNextAttempt(
   opts: {
     readonly available: readonly string[];
     readonly maxAttempts: number;
-    readonly settings?: RoutingSettings;
-    readonly health?: Readonly<Record<string, ProviderHealth | undefined>>;
+    readonly settings: RoutingSettings;
+    readonly health: Readonly<Record<string, ProviderHealth | undefined>>;
+    readonly stats: RouteStats;
     readonly now?: () => number;
   },
 ): AttemptRoute {
   const req = (task.request ?? {}) as { model?: unknown; duration_seconds?: unknown; resolution?: unknown; input_image_url?: unknown; provider?: unknown };
   const entry = typeof req.model === 'string' ? findModel(req.model) : undefined;
   // A model the catalog no longer lists keeps the provider it was created with.
-  if (!entry) return count({ kind: 'route', provider: task.provider, model: task.providerModel, via: 'pinned', reason: 'not-in-catalog' });
+  if (!entry) return opts.stats.count({ kind: 'route', provider: task.provider, model: task.providerModel, via: 'pinned', reason: 'not-in-catalog' });
 
   const earlier = history.map(summarize);
   let exclude: readonly string[] = [];
@@ -126,12 +134,12 @@ export function routeNextAttempt(
       // Never re-route once an outcome was unknown (a job may exist there) or a job existed.
       const latest = [...history].sort((a, b) => b.attempt_no - a.attempt_no)[0] as AttemptRecord;
       const route = entry.routes.find((r) => r.provider === latest.provider);
-      return count({ kind: 'route', provider: latest.provider, model: route?.model ?? task.providerModel, via: 'pinned', reason: verdict.reason });
+      return opts.stats.count({ kind: 'route', provider: latest.provider, model: route?.model ?? task.providerModel, via: 'pinned', reason: verdict.reason });
     }
     exclude = verdict.exclude;
   }
 
-  const settings = opts.settings ?? DEFAULT_ROUTING;
+  const { settings } = opts;
   const catalog = routerCatalog(opts.available);
   const choose = (excluded: readonly string[]) =>
     chooseRoute(
@@ -143,16 +151,16 @@ export function routeNextAttempt(
         hasImageInput: typeof req.input_image_url === 'string',
         tenantPreference: typeof req.provider === 'string' ? req.provider : null,
         exclude: excluded,
-        health: opts.health ?? localProviderHealth(),
+        health: opts.health,
       },
       { catalog, budgetMs: settings.budgetMs, now: opts.now ?? (() => performance.now()), staticRoute: settings.staticRoute },
     );
   let decision = choose(exclude);
   // Every compatible provider rejected once already: try them again rather than give up early.
   if (decision.kind === 'rejected' && decision.reason === 'no-compatible-provider' && exclude.length > 0) decision = choose([]);
-  if (decision.kind === 'rejected') return count(decision);
+  if (decision.kind === 'rejected') return opts.stats.count(decision);
   const single = (catalog[entry.model]?.length ?? 0) === 1;
-  return count({
+  return opts.stats.count({
     kind: 'route',
     provider: decision.provider,
     model: decision.model,

@@ -1,18 +1,13 @@
 // A waiting attempt that was never sent may move to another provider of its model family that
 // has a free slot nobody waits for (docs/providers.md "The slot queue"). Never after an unknown
 // outcome: a task with any attempt ever SUBMIT_UNKNOWN stays where it is (docs/routing.md).
-import { and, eq, isNotNull, sql } from 'drizzle-orm';
+import { and, eq, isNotNull } from 'drizzle-orm';
+import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
-import { generationTask, providerControl, taskAttempt } from '../db/schema';
+import { generationTask, providerControl, taskAttempt, type AttemptRow, type TaskRow } from '../db/schema';
 import { hasFreeSlot, leaveQueue } from '../db/slot-queue';
-import { findModel, routeRefusal, type ProviderRoute, type RouteRequest } from '../domain/catalog';
+import { findModel, routeRefusal, type ProviderRoute } from '../domain/catalog';
 import type { TaskActivityDeps } from './deps';
-
-type TaskRow = typeof generationTask.$inferSelect;
-type AttemptRow = typeof taskAttempt.$inferSelect;
-
-/** The request fields the routes are checked against (validated at create: api/tasks.schemas.ts). */
-const routeRequestOf = (request: unknown): RouteRequest & { model?: string } => request as RouteRequest & { model?: string };
 
 /**
  * In the claim transaction, after the attempt joined its provider's queue: moves the PREPARED
@@ -20,8 +15,8 @@ const routeRequestOf = (request: unknown): RouteRequest & { model?: string } => 
  * free slot and no queue, and leaves the old queue. Returns the new route, or null.
  */
 export async function rerouteWaiting(deps: TaskActivityDeps, tx: Tx, task: TaskRow, attempt: AttemptRow): Promise<ProviderRoute | null> {
-  const req = routeRequestOf(task.request);
-  const entry = req.model ? findModel(req.model) : undefined;
+  const req = task.request;
+  const entry = findModel(req.model);
   if (!entry || entry.routes.length < 2) return null;
   const [unknown] = await tx
     .select({ id: taskAttempt.attempt_id })
@@ -37,12 +32,7 @@ export async function rerouteWaiting(deps: TaskActivityDeps, tx: Tx, task: TaskR
     if (control?.breaker_force === 'open') continue;
     const limit = control?.max_in_flight ?? deps.providers[route.provider]!.capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (!(await hasFreeSlot(tx, route.provider, limit))) continue;
-    const moved = await tx
-      .update(taskAttempt)
-      .set({ provider: route.provider, provider_model: route.model, status_version: sql`${taskAttempt.status_version} + 1` })
-      .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')))
-      .returning({ id: taskAttempt.attempt_id });
-    if (moved.length === 0) return null;
+    if (!(await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { provider: route.provider, provider_model: route.model }))) return null;
     await tx.update(generationTask).set({ provider: route.provider, provider_model: route.model }).where(eq(generationTask.task_id, task.task_id));
     await leaveQueue(tx, attempt.attempt_id);
     return route;

@@ -3,31 +3,27 @@
 // means an earlier execution died mid-call, so its outcome is unknown and the provider is
 // never called again for it.
 import { Context } from '@temporalio/activity';
-import { and, eq, inArray, sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
+import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { assertModeAllows } from '../db/modes';
-import { generationTask, taskAttempt } from '../db/schema';
+import { taskAttempt, type AttemptRow, type TaskRow } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
 import { fullJitterDelay, nextPollInterval } from '../domain/backoff';
 import type { TaskFacts } from '../domain/facts';
-import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { callbackUrl, createCallbackTokens } from '../providers/callback-token';
 import type { SubmitOutcome } from '../providers/types';
 import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
-import { ProviderGuard } from './provider-guard';
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
-import { failedUncharged, finishTask } from './settlement';
+import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { recordSubmitLatency } from './routing';
 import { readTaskFacts } from './task-facts';
 import { takeSlot, tenantSlotTerms } from '../db/slot-queue';
 import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
 
-type TaskRow = typeof generationTask.$inferSelect;
-type AttemptRow = typeof taskAttempt.$inferSelect;
 /** A guard ticket taken by a claim, to give back if the claim does not stand. */
 interface Admitted {
   readonly provider: string;
@@ -39,8 +35,7 @@ interface Admitted {
  * Whether an attempt's outcome may move its task: only while it is the task's active attempt and
  * its own conditional update matched (a stale execution whose attempt moved on changes nothing).
  */
-const drivesTask = (task: TaskRow, attemptId: string, moved: readonly unknown[]): boolean =>
-  moved.length > 0 && task.active_attempt_id === attemptId;
+const drivesTask = (task: TaskRow, attemptId: string, moved: boolean): boolean => moved && task.active_attempt_id === attemptId;
 
 export interface SubmitResult {
   readonly facts: TaskFacts;
@@ -54,29 +49,20 @@ export interface SubmitResult {
 }
 
 export function createSubmitActivities(deps: TaskActivityDeps) {
-  // One guard per worker process: breaker state is local, the bulkhead count comes from facts.
-  const guard = new ProviderGuard({
-    ...deps.settings.providerGuard,
-    now: () => deps.clock.now().getTime(),
-    onStateChange: (provider, from, to) => console.warn(JSON.stringify({ msg: 'circuit breaker state change', provider, from, to })),
-  });
+  // One guard per worker process (deps): breaker state is local, the bulkhead count comes from facts.
+  const guard = deps.providerGuard;
   const tokens = createCallbackTokens(deps.settings.callbackTokenSecret);
   const now = () => deps.clock.now();
   const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
 
   /** SUBMITTING → SUBMIT_UNKNOWN; the task follows only when this attempt is active and its CAS took effect. */
   async function markUnknown(tx: Tx, token: FenceToken, task: TaskRow, attempt: AttemptRow, reason: string) {
-    const moved = await tx
-      .update(taskAttempt)
-      .set({
-        submit_state: 'SUBMIT_UNKNOWN',
-        unknown_since: now(),
-        next_poll_at: pollAt(),
-        last_error: reason.slice(0, 2000),
-        status_version: sql`${taskAttempt.status_version} + 1`,
-      })
-      .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'SUBMITTING')))
-      .returning({ id: taskAttempt.attempt_id });
+    const moved = await casAttempt(tx, attempt.attempt_id, { from: 'SUBMITTING' }, {
+      submit_state: 'SUBMIT_UNKNOWN',
+      unknown_since: now(),
+      next_poll_at: pollAt(),
+      last_error: reason.slice(0, 2000),
+    });
     if (!drivesTask(task, attempt.attempt_id, moved)) return;
     await applyTaskEvent(tx, token, task, { type: 'SUBMIT_OUTCOME_UNKNOWN' }, {
       sourceEvent: 'submit.unknown',
@@ -122,19 +108,13 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       if (attempt.submit_state !== 'PREPARED') return null;
       if (task.cancel_requested_at) {
         // Cancelled before the provider was called: nothing to pay for, nothing to cancel there.
-        await tx
-          .update(taskAttempt)
-          .set({ submit_state: 'CANCELLED', status_version: sql`${taskAttempt.status_version} + 1` })
-          .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
+        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED' });
         await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow', attemptId: attempt.attempt_id });
         return null;
       }
       // The task's deadline, set at the API edge: a call that could not finish by then never starts.
       if (pastDeadline(task, now(), deps.settings.providerCallTimeoutMs)) {
-        await tx
-          .update(taskAttempt)
-          .set({ submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called', status_version: sql`${taskAttempt.status_version} + 1` })
-          .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
+        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called' });
         await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
         return null;
       }
@@ -176,10 +156,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           return { kind: 'waiting' as const, task, slot };
         }
       }
-      await tx
-        .update(taskAttempt)
-        .set({ submit_state: 'SUBMITTING', submit_started_at: now(), status_version: sql`${taskAttempt.status_version} + 1` })
-        .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.submit_state, 'PREPARED')));
+      await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'SUBMITTING', submit_started_at: now() });
       return { kind: 'claimed' as const, task, attempt, ticket };
     });
   }
@@ -192,7 +169,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       if (!task) throw notFound(`task ${taskId}`);
       const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
       if (!attempt) throw notFound(`attempt ${attemptId}`);
-      const from = task.status as TaskStatus;
+      const from = task.status;
       const base = { taskId, from, expectedVersion: task.status_version, actor: 'workflow', attemptId };
       switch (outcome.kind) {
         case 'accepted': {
@@ -201,17 +178,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             provider_job_id: sql`coalesce(${taskAttempt.provider_job_id}, ${job.jobId})`,
             submit_finished_at: now(),
             provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
-            status_version: sql`${taskAttempt.status_version} + 1`,
           };
-          const moved = await tx
-            .update(taskAttempt)
-            .set({ ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() })
-            .where(and(eq(taskAttempt.attempt_id, attemptId), inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMIT_UNKNOWN'])))
-            .returning({ id: taskAttempt.attempt_id });
-          if (moved.length === 0) {
+          const moved = await casAttempt(tx, attemptId, { from: ['SUBMITTING', 'SUBMIT_UNKNOWN'] }, { ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() });
+          if (!moved) {
             // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
             // evidence on the attempt, never as a task event.
-            await tx.update(taskAttempt).set(bound).where(eq(taskAttempt.attempt_id, attemptId));
+            await casAttempt(tx, attemptId, {}, bound);
             // An attempt proved absent that turns out to have a job: the proof was wrong and the
             // provider may bill a second job for this task. Say so loudly; an operator decides.
             if (attempt.submit_state === 'REJECTED') {
@@ -229,16 +201,11 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           await markUnknown(tx, token, task, attempt, outcome.reason);
           return null;
         case 'rejected': {
-          const moved = await tx
-            .update(taskAttempt)
-            .set({
-              submit_state: 'REJECTED',
-              submit_finished_at: now(),
-              last_error: outcome.reason.slice(0, 2000),
-              status_version: sql`${taskAttempt.status_version} + 1`,
-            })
-            .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')))
-            .returning({ id: taskAttempt.attempt_id });
+          const moved = await casAttempt(tx, attemptId, { from: 'SUBMITTING' }, {
+            submit_state: 'REJECTED',
+            submit_finished_at: now(),
+            last_error: outcome.reason.slice(0, 2000),
+          });
           if (!drivesTask(task, attemptId, moved)) return null;
           const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
           const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
@@ -312,7 +279,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };
         } finally {
           clearInterval(beat);
-          recordSubmitLatency(attempt.provider, Date.now() - callStarted);
+          deps.routeStats.recordSubmitLatency(attempt.provider, Date.now() - callStarted);
         }
         if (cancelledBeforeCall) guard.release(attempt.provider, ticket, attempt.attempt_no);
         else guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
@@ -320,7 +287,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         try {
           return await record(token, taskId, attempt.attempt_id, outcome);
         } catch (err) {
-          throw toActivityFailure(err);
+          throw toActivityFailure(err, deps.modePauseRetryMs);
         }
       });
       return { facts: await readTaskFacts(deps.db, taskId, now()), retryInMs, waitMs };

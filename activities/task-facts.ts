@@ -3,7 +3,7 @@ import { eq } from 'drizzle-orm';
 import type { DbOrTx } from '../db/client';
 import { generationTask, taskAttempt } from '../db/schema';
 import type { TaskFacts } from '../domain/facts';
-import type { AttemptState, TaskStatus } from '../domain/states';
+import type { TaskStatus } from '../domain/states';
 import type { TaskActivityDeps } from './deps';
 import { notFound } from './deps';
 
@@ -17,7 +17,7 @@ export async function readTaskFacts(db: DbOrTx, taskId: string, now: Date): Prom
     .where(eq(generationTask.task_id, taskId));
   if (!row) throw notFound(`task ${taskId}`);
   const { task, attempt } = row;
-  const status = task.status as TaskStatus;
+  const status = task.status;
   const waiting = WAITING_ON_PROVIDER.includes(status);
   return {
     taskId: task.task_id,
@@ -27,7 +27,7 @@ export async function readTaskFacts(db: DbOrTx, taskId: string, now: Date): Prom
     statusVersion: task.status_version,
     activeAttemptId: task.active_attempt_id,
     attemptProvider: attempt?.provider ?? null,
-    attemptState: (attempt?.submit_state as AttemptState | undefined) ?? null,
+    attemptState: attempt?.submit_state ?? null,
     cancelRequested: task.cancel_requested_at !== null,
     pollInMs:
       waiting && attempt?.next_poll_at ? Math.max(0, attempt.next_poll_at.getTime() - now.getTime()) : null,

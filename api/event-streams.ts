@@ -13,7 +13,7 @@ import {
 } from '../db/task-events';
 import type { FenceState } from '../db/fence';
 import { policyFor } from '../domain/modes';
-import { isTerminal, type SystemMode, type TaskStatus } from '../domain/states';
+import { isTerminal, type SystemMode } from '../domain/states';
 import type { Logger } from '../observability/logger';
 import type { EventHub, Wake } from './event-hub';
 import type { DegradedEventData, ProgressEventData, TaskEventData } from './events.schemas';
@@ -64,13 +64,13 @@ const PAGE = 200;
 export function transitionData(e: TransitionEvent): TaskEventData {
   return {
     task_id: e.taskId,
-    status: e.toStatus as TaskStatus,
-    previous_status: e.fromStatus as TaskStatus | null,
+    status: e.toStatus,
+    previous_status: e.fromStatus,
     status_version: e.version,
     at: e.at.toISOString(),
     reason: e.sourceEvent,
     actor: e.actor,
-    terminal: isTerminal(e.toStatus as TaskStatus),
+    terminal: isTerminal(e.toStatus),
     failure: e.failure,
   };
 }
@@ -207,7 +207,7 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
             if (w.closed) return;
             send({ event: 'transition', id: String(e.version), data: transitionData(e) });
             position = e.version;
-            if (isTerminal(e.toStatus as TaskStatus)) {
+            if (isTerminal(e.toStatus)) {
               w.end();
               return;
             }

@@ -4,7 +4,7 @@
 // stream too many (429 per tenant, 503 per process).
 import type { Request, Response } from 'express';
 import { findTenantTask, parseTenantCursor, tenantStreamStart } from '../db/task-events';
-import { isTerminal, type TaskStatus } from '../domain/states';
+import { isTerminal } from '../domain/states';
 import type { ApiContext } from './context';
 import { tenantOf } from './auth';
 import { taskLastEventId, tenantEventsQuery } from './events.schemas';
@@ -43,7 +43,7 @@ export function eventHandlers(ctx: ApiContext) {
         after = parsed.data;
       }
       // Everything up to the terminal transition was seen: 204 tells an EventSource to stop reconnecting.
-      if (isTerminal(task.status as TaskStatus) && after >= task.statusVersion) {
+      if (isTerminal(task.status) && after >= task.statusVersion) {
         res.status(204).end();
         return;
       }

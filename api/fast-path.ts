@@ -5,7 +5,7 @@ import type { Db } from '../db/client';
 import type { Logger } from '../observability/logger';
 import type { Metrics } from '../observability/metrics';
 import type { GenerationFacade, TaskRef } from '../temporal/facade';
-import { markOutboxRowsPublished } from './tasks.service';
+import { markOutboxRowsPublished } from '../db/outbox';
 
 export interface FastPath {
   /** Resolves within timeoutMs: true when the workflow was started and the outbox row marked. */

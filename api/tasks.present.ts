@@ -1,18 +1,16 @@
 // Rows → API JSON, typed by the answers' schemas (api/tasks.schemas.ts, the route contracts).
 // Money stays a decimal string; the provider's temporary URL is not exposed.
-import type { AttemptState, LedgerEntryType, TaskStatus } from '../domain/states';
+import type { LedgerEntryType } from '../domain/states';
 import type { OutputStores } from '../storage/output-lifecycle';
 import type { ObjectStorage } from '../storage/s3';
 import type { getTaskDetail } from './tasks.service';
-import type { generationTask, taskAttempt } from '../db/schema';
+import type { AttemptRow, TaskRow } from '../db/schema';
 import type { TaskProgress } from '../db/task-events';
 import { redactText } from '../observability/redact';
 import type { ProgressView } from './events.schemas';
 import type { TaskDetail, TaskSummary } from './tasks.schemas';
 
 type Detail = NonNullable<Awaited<ReturnType<typeof getTaskDetail>>>;
-type TaskRow = typeof generationTask.$inferSelect;
-type AttemptRow = typeof taskAttempt.$inferSelect;
 
 /**
  * The provider's latest progress of an attempt (docs/events.md "Progress"). A model's logs are
@@ -38,15 +36,12 @@ const attemptProgress = (a: AttemptRow): TaskProgress => ({
   at: a.progress_at,
 });
 
-// The state columns are text in the schema, each CHECK-constrained to its set (db/schema.ts).
-const taskStatus = (s: string) => s as TaskStatus;
-
 export function presentTaskSummary(t: TaskRow): TaskSummary {
   return {
     task_id: t.task_id,
-    status: taskStatus(t.status),
+    status: t.status,
     /** What the tenant ordered; provider and provider_model say where it runs (or will, once routed). */
-    model: (t.request as { model?: string }).model ?? t.provider_model,
+    model: t.request.model ?? t.provider_model,
     provider: t.provider,
     provider_model: t.provider_model,
     reserved_amount: t.reserved_amount,
@@ -74,7 +69,7 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
     ...presentTaskSummary(d.task),
     status_version: d.task.status_version,
     project_id: d.task.project_id,
-    request: d.task.request as Record<string, unknown>,
+    request: { ...d.task.request },
     failure: d.task.failure_code ? { code: d.task.failure_code, message: d.task.failure_message } : null,
     cancel_requested: d.task.cancel_requested_at !== null,
     /** The active attempt's latest provider progress; null when the provider has said none (or the job is finished). */
@@ -107,7 +102,7 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
       attempt_id: a.attempt_id,
       attempt_no: a.attempt_no,
       provider: a.provider,
-      submit_state: a.submit_state as AttemptState,
+      submit_state: a.submit_state,
       provider_job_id: a.provider_job_id,
       provider_status: a.provider_status,
       submit_started_at: a.submit_started_at?.toISOString() ?? null,
@@ -117,8 +112,8 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
       progress: a.progress ? presentProgress(attemptProgress(a)) : null,
     })),
     transitions: d.transitions.map((t) => ({
-      from: t.from_status === null ? null : taskStatus(t.from_status),
-      to: taskStatus(t.to_status),
+      from: t.from_status,
+      to: t.to_status,
       version: t.to_version,
       source_event: t.source_event,
       actor: t.actor,

@@ -6,11 +6,12 @@ import { and, asc, desc, eq, lt, or, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { reserveCredits } from '../db/ledger';
-import { asset, creditAccount, creditLedger, generationTask, outboxEvent, taskAttempt, taskTransition } from '../db/schema';
+import { recordTaskCreatedEvent } from '../db/outbox';
+import { asset, creditAccount, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask, recordTaskCreated } from '../db/tasks';
 import { taskUrlSigningEndpoint } from '../db/webhooks';
 import { webhookUrlProblem } from '../net/webhook-url';
-import { finishTask } from '../activities/settlement';
+import { finishTask } from '../db/settlement';
 import { canonicalJson } from '../domain/canonical-json';
 import { findModel, priceFor, primaryRoute, requestRefusal } from '../domain/catalog';
 import { subMoney } from '../domain/money';
@@ -18,11 +19,6 @@ import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
 import { problems } from './problem';
-
-/** A task's deadline when neither the request nor the server config names one. */
-const DEFAULT_DEADLINE_SECONDS = 3_600;
-
-type TaskRow = typeof generationTask.$inferSelect;
 
 export type CreateOutcome =
   | { kind: 'created'; task: TaskRow; outboxEventId: string }
@@ -49,7 +45,14 @@ function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
 export async function createTask(
   db: Db,
   token: FenceToken,
-  args: { tenantId: string; idempotencyKey: string; body: CreateTaskBody; defaultDeadlineSeconds?: number; webhookAllowPrivate?: boolean },
+  args: {
+    tenantId: string;
+    idempotencyKey: string;
+    body: CreateTaskBody;
+    /** The deadline of a request that names none (TASK_DEADLINE_SECONDS). */
+    defaultDeadlineSeconds: number;
+    webhookAllowPrivate?: boolean;
+  },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
   if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, args.webhookAllowPrivate ?? false);
@@ -94,21 +97,12 @@ export async function createTask(
           provider_model: first.model,
           priority: body.priority,
           // On the database's clock, like created_at.
-          deadline_at: sql`now() + make_interval(secs => ${body.deadline_seconds ?? args.defaultDeadlineSeconds ?? DEFAULT_DEADLINE_SECONDS})`,
+          deadline_at: sql`now() + make_interval(secs => ${body.deadline_seconds ?? args.defaultDeadlineSeconds})`,
         })
         .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
         .returning();
       if (!task) throw new IdempotencyRace();
-      await tx.insert(outboxEvent).values({
-        event_id: outboxEventId,
-        aggregate_type: 'generation_task',
-        aggregate_id: taskId,
-        event_type: 'GenerationTaskCreated',
-        payload: { task_id: taskId, tenant_id: tenantId, provider: first.provider, priority: body.priority },
-        schema_version: 1,
-        home_region: token.region,
-        write_epoch: token.epoch,
-      });
+      await recordTaskCreatedEvent(tx, token, { eventId: outboxEventId, taskId, tenantId, provider: first.provider, priority: body.priority });
       await recordTaskCreated(tx, token, taskId, `tenant:${tenantId}`);
       // Last: the account row stays locked from this update until COMMIT, so keep that short.
       if (!(await reserveCredits(tx, token, { tenantId, taskId, amount: cost }))) {
@@ -138,29 +132,6 @@ async function checkTaskWebhookUrl(db: Db, tenantId: string, url: string, allowP
   if (!(await taskUrlSigningEndpoint(db, tenantId))) {
     throw problems.validation([{ field: 'webhook_url', message: 'needs an enabled webhook endpoint (its secret signs the task\'s webhooks): POST /v1/webhook-endpoints first' }]);
   }
-}
-
-/**
- * Marks an outbox row published after its workflow was started. Never waits for a row lock: a
- * relay that holds the row (FOR UPDATE SKIP LOCKED, while it starts the same workflow, an
- * idempotent start) marks it itself. Waiting would hold one of the caller's pool connections for
- * as long as the relay's batch talks to Temporal; with Temporal slow, the API's pool ran dry and
- * every request answered 503 (seen in the e2e benchmark). Returns whether this call marked it.
- */
-export async function markOutboxPublished(db: Db, eventId: string): Promise<boolean> {
-  return (await markOutboxRowsPublished(db, [eventId])).has(eventId);
-}
-
-/** markOutboxPublished for several rows in one statement; returns the ids this call marked. */
-export async function markOutboxRowsPublished(db: Db, eventIds: readonly string[]): Promise<Set<string>> {
-  const marked = await db
-    .update(outboxEvent)
-    .set({ published_at: sql`now()`, publish_attempts: sql`${outboxEvent.publish_attempts} + 1` })
-    .where(
-      sql`${outboxEvent.event_id} IN (SELECT event_id FROM outbox_event WHERE event_id = ANY(${sql.param([...eventIds])}::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
-    )
-    .returning({ id: outboxEvent.event_id });
-  return new Set(marked.map((m) => m.id));
 }
 
 export async function getTaskDetail(db: Db, tenantId: string, taskId: string) {
@@ -232,7 +203,7 @@ export async function cancelTask(db: Db, token: FenceToken, tenantId: string, ta
     await holdFence(tx, token);
     const task = await lockTask(tx, taskId);
     if (!task || task.tenant_id !== tenantId) throw problems.notFound('task');
-    const from = task.status as TaskStatus;
+    const from = task.status;
     const d = decide(from, { type: 'CANCEL' });
     const now = new Date();
     if (d.kind === 'move' && d.to === 'CANCELLED') {

@@ -8,7 +8,7 @@
 // statement in the worker). The retry loop the queue replaced is not in the code any more; its
 // claim count is computed from the measured waits (one claim per 2.5 s, its mean retry delay,
 // per waiting task) and marked as computed.
-import { inFlightByProvider } from '../activities/provider-guard';
+import { inFlightByProvider } from '../db/provider-control';
 import { changeProviderControl } from '../ops/providers';
 import { sleep } from '../harness';
 import { createHttpClient } from './lib/http';

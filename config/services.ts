@@ -2,6 +2,9 @@
 // provider adapters, activity settings. API, worker, CLI and tests all build them here.
 import type { TaskActivityDeps } from '../activities/deps';
 import { systemClock } from '../activities/deps';
+import { createPollDemand, pollRateFor } from '../activities/poll-demand';
+import { ProviderGuard, type ProviderGuardSettings } from '../activities/provider-guard';
+import { localProviderHealth, RouteStats, type RoutingSettings } from '../activities/routing';
 import { createDatabase, type Database, type DatabaseHost } from '../db/client';
 import { createFalAdapter } from '../providers/fal';
 import { createKlingAdapter } from '../providers/kling';
@@ -108,10 +111,6 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
-    providerGuard: {
-      bulkheadRamp: { durationMs: config.BULKHEAD_RAMP_MS, startShare: config.BULKHEAD_RAMP_START_SHARE, minSlots: config.BULKHEAD_RAMP_MIN_SLOTS },
-      degradedFailureRate: config.DEGRADED_PROVIDER_FAILURE_RATE,
-    },
     slotQueue: {
       policy: { mode: config.SLOT_QUEUE_POLICY, agingMs: config.SLOT_QUEUE_AGING_MS },
       waitFallbackMs: config.SLOT_WAIT_FALLBACK_MS,
@@ -136,19 +135,56 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
   };
 }
 
+/** The submit claim's bulkhead ramp and DEGRADED_PROVIDER strictness (activities/provider-guard.ts). */
+export function providerGuardSettings(config: Config): ProviderGuardSettings {
+  return {
+    bulkheadRamp: { durationMs: config.BULKHEAD_RAMP_MS, startShare: config.BULKHEAD_RAMP_START_SHARE, minSlots: config.BULKHEAD_RAMP_MIN_SLOTS },
+    degradedFailureRate: config.DEGRADED_PROVIDER_FAILURE_RATE,
+  };
+}
+
+export function routingSettings(config: Config): RoutingSettings {
+  return { budgetMs: config.ROUTER_BUDGET_MS, staticRoute: config.ROUTER_STATIC_ROUTE };
+}
+
+/**
+ * The task activities' dependencies, with this process's own state (the provider guard, route
+ * statistics, the poll-demand tracker) built here once; the worker's /metrics reads the same
+ * objects (workers/main.ts).
+ */
 export function buildActivityDeps(
   config: Config,
-  parts: { db: Database; storage: ObjectStorage; fallbackStorage?: ObjectStorage | null; providers: Record<string, ProviderAdapter> },
+  parts: { db: Database; storage: ObjectStorage; fallbackStorage?: ObjectStorage | null; providers: Record<string, ProviderAdapter>; logger: Logger },
 ): TaskActivityDeps {
+  const clock = systemClock;
+  const settings = activitySettings(config);
+  const guardLogger = parts.logger.child({ component: 'provider-guard' });
+  const providerGuard = new ProviderGuard({
+    ...providerGuardSettings(config),
+    now: () => clock.now().getTime(),
+    onStateChange: (provider, from, to) => guardLogger.warn({ provider, from, to }, 'circuit breaker state change'),
+  });
+  const routeStats = new RouteStats();
+  const pollDemand = createPollDemand({
+    db: parts.db.db,
+    clock,
+    rateOf: (provider) => pollRateFor({ providers: parts.providers, settings }, provider),
+    share: settings.pollQuotaShare,
+  });
   return {
     db: parts.db.db,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-    clock: systemClock,
+    modePauseRetryMs: config.MODE_PAUSE_RETRY_MS,
+    clock,
     providers: parts.providers,
     storage: parts.storage,
     fallbackStorage: parts.fallbackStorage !== undefined ? parts.fallbackStorage : buildFallbackStorage(config),
-    settings: activitySettings(config),
-    routing: { budgetMs: config.ROUTER_BUDGET_MS, staticRoute: config.ROUTER_STATIC_ROUTE },
+    settings,
+    routing: routingSettings(config),
+    providerHealth: () => localProviderHealth(providerGuard, routeStats),
+    providerGuard,
+    routeStats,
+    pollDemand,
   };
 }
 

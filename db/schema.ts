@@ -21,7 +21,8 @@ import {
 } from 'drizzle-orm/pg-core';
 import type { ProviderProgress } from '../domain/progress';
 import type { MediaInfo } from '../media/media-info';
-import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES } from '../domain/states';
+import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES, type AttemptState, type TaskStatus } from '../domain/states';
+import type { TaskRequest } from '../domain/task-request';
 
 const money = (name: string) => numeric(name, { precision: 18, scale: 6 });
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
@@ -79,7 +80,7 @@ export const generationTask = pgTable(
     project_id: uuid('project_id').notNull(),
     home_region: text('home_region').notNull(),
     write_epoch: bigint('write_epoch', { mode: 'number' }).notNull(),
-    status: text('status').notNull(),
+    status: text('status').$type<TaskStatus>().notNull(),
     status_version: bigint('status_version', { mode: 'number' }).notNull().default(0),
     active_attempt_id: uuid('active_attempt_id'),
     idempotency_key: text('idempotency_key').notNull(),
@@ -90,7 +91,7 @@ export const generationTask = pgTable(
     // Additions.
     /** sha256 of the canonical request body; same key + other hash → 422. */
     request_hash: text('request_hash').notNull(),
-    request: jsonb('request').notNull(),
+    request: jsonb('request').$type<TaskRequest>().notNull(),
     provider: text('provider').notNull(),
     provider_model: text('provider_model').notNull(),
     priority: integer('priority').notNull().default(0),
@@ -119,6 +120,7 @@ export const generationTask = pgTable(
     check('generation_task_reserved_nonneg', sql`${t.reserved_amount} >= 0`),
   ],
 );
+export type TaskRow = typeof generationTask.$inferSelect;
 
 /** docs/design.md §4. attempt_id is the provider idempotency key and the correlation token. */
 export const taskAttempt = pgTable(
@@ -133,7 +135,7 @@ export const taskAttempt = pgTable(
     provider_model: text('provider_model').notNull(),
     provider_idempotency_key: text('provider_idempotency_key'),
     provider_job_id: text('provider_job_id'),
-    submit_state: text('submit_state').notNull(),
+    submit_state: text('submit_state').$type<AttemptState>().notNull(),
     submit_started_at: ts('submit_started_at'),
     submit_finished_at: ts('submit_finished_at'),
     unknown_since: ts('unknown_since'),
@@ -173,6 +175,7 @@ export const taskAttempt = pgTable(
       .where(sql`${t.submit_state} IN ('SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`),
   ],
 );
+export type AttemptRow = typeof taskAttempt.$inferSelect;
 
 /** docs/design.md §4. */
 export const outboxEvent = pgTable(
@@ -201,6 +204,7 @@ export const outboxEvent = pgTable(
       .where(sql`${t.published_at} IS NULL`),
   ],
 );
+export type OutboxEventRow = typeof outboxEvent.$inferSelect;
 
 /** docs/design.md §4, plus the task/attempt the event was matched to and where it came from. */
 export const callbackInbox = pgTable(
@@ -296,8 +300,8 @@ export const taskTransition = pgTable(
     task_id: uuid('task_id')
       .notNull()
       .references(() => generationTask.task_id),
-    from_status: text('from_status'),
-    to_status: text('to_status').notNull(),
+    from_status: text('from_status').$type<TaskStatus>(),
+    to_status: text('to_status').$type<TaskStatus>().notNull(),
     from_version: bigint('from_version', { mode: 'number' }),
     to_version: bigint('to_version', { mode: 'number' }).notNull(),
     source_event: text('source_event').notNull(),
@@ -318,6 +322,7 @@ export const taskTransition = pgTable(
     index('idx_task_transition_xact').on(t.xact_id, t.transition_id),
   ],
 );
+export type TaskTransitionRow = typeof taskTransition.$inferSelect;
 
 /** Addition: objects we stored (video, thumbnail). */
 export const asset = pgTable(
@@ -465,7 +470,7 @@ export const providerControl = pgTable(
   'provider_control',
   {
     provider: text('provider').primaryKey(),
-    breaker_force: text('breaker_force'),
+    breaker_force: text('breaker_force').$type<'open' | 'closed'>(),
     max_in_flight: integer('max_in_flight'),
     /**
      * Addition (the slot queue, docs/providers.md): the ceiling, fair/FIFO policy and aging step the
@@ -484,6 +489,7 @@ export const providerControl = pgTable(
     check('provider_control_max_in_flight_check', sql`${t.max_in_flight} IS NULL OR ${t.max_in_flight} >= 0`),
   ],
 );
+export type ProviderControlRow = typeof providerControl.$inferSelect;
 
 /** One finding of a reconciler run (reconcilers/types.ts). */
 export interface ReconcileFindingRow {

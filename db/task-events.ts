@@ -6,14 +6,15 @@
 // out (docs/decisions/0020-event-stream-resume.md).
 import { and, asc, eq, gt, sql } from 'drizzle-orm';
 import type { ProviderProgress } from '../domain/progress';
+import type { TaskStatus } from '../domain/states';
 import type { Db } from './client';
 import { generationTask, taskAttempt, taskTransition } from './schema';
 
 export interface TransitionEvent {
   readonly transitionId: number;
   readonly taskId: string;
-  readonly fromStatus: string | null;
-  readonly toStatus: string;
+  readonly fromStatus: TaskStatus | null;
+  readonly toStatus: TaskStatus;
   readonly version: number;
   readonly sourceEvent: string;
   readonly actor: string;
@@ -105,8 +106,8 @@ export async function tenantTransitionsAfter(db: Db, tenantId: string, cursor: T
   type Row = {
     transition_id: string | number;
     task_id: string;
-    from_status: string | null;
-    to_status: string;
+    from_status: TaskStatus | null;
+    to_status: TaskStatus;
     to_version: string | number;
     source_event: string;
     actor: string;

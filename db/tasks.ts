@@ -7,10 +7,8 @@ import { isTerminal } from '../domain/states';
 import { canTransition, decide, type TaskEvent } from '../domain/task-machine';
 import type { DbOrTx } from './client';
 import type { FenceToken } from './fence';
-import { generationTask, taskTransition } from './schema';
+import { generationTask, taskTransition, type TaskRow } from './schema';
 import { releaseTaskSlots, transitionFreesSlot } from './slot-queue';
-
-type TaskRow = typeof generationTask.$inferSelect;
 
 export class InvalidTransitionError extends Error {
   constructor(readonly from: TaskStatus, readonly to: TaskStatus) {
@@ -132,7 +130,7 @@ export async function applyTaskEvent(
   event: TaskEvent,
   meta: Pick<TaskTransitionInput, 'sourceEvent' | 'actor' | 'attemptId' | 'detail' | 'set'>,
 ): Promise<TaskStatus | null> {
-  const from = task.status as TaskStatus;
+  const from = task.status;
   const d = decide(from, event);
   if (d.kind !== 'move') return null;
   const version = await casTaskStatus(tx, token, { taskId: task.task_id, from, expectedVersion: task.status_version, to: d.to, ...meta });

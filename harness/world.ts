@@ -227,8 +227,8 @@ export function installWorkerRuntime(logger: Logger): void {
 }
 
 /** The activities' dependencies as workers/main.ts builds them: `config`'s storage and provider adapters over `db`. */
-export function worldActivityDeps(config: Config, db: Database): TaskActivityDeps {
-  return buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config) });
+export function worldActivityDeps(config: Config, db: Database, logger: Logger): TaskActivityDeps {
+  return buildActivityDeps(config, { db, storage: buildStorage(config), providers: buildProviders(config), logger });
 }
 
 /**
@@ -242,18 +242,22 @@ export function createInProcessWorkers(
   opts: {
     connection: NativeConnection;
     workflowBundle: WorkflowBundle;
+    /** The activities' dependencies, or a logger to build the default ones with (worldActivityDeps). */
     deps?: TaskActivityDeps;
+    logger?: Logger;
     activities?: TaskActivities;
     /** Further worker options (poll providers, tracing, identity, the reconcile activities). */
     extra?: Partial<GenerationWorkerOptions>;
   },
 ): Promise<GenerationWorkers> {
+  const deps = opts.deps ?? (opts.logger ? worldActivityDeps(config, db, opts.logger) : undefined);
+  if (!deps) throw new Error('createInProcessWorkers: pass deps, or a logger to build them with');
   return createGenerationWorkers({
     connection: opts.connection,
     databaseUrl: db.url,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
-    deps: opts.deps ?? worldActivityDeps(config, db),
+    deps,
     workflowBundle: opts.workflowBundle,
     shutdownGraceMs: 2_000,
     ...(opts.activities ? { activities: opts.activities } : {}),

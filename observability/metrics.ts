@@ -136,7 +136,7 @@ function registerPoolGauge(registry: Registry, pool: Pick<pg.Pool, 'totalCount' 
   });
 }
 
-/** What registerResilienceGauges reads per provider (activities/provider-guard.ts resilienceSnapshots). */
+/** What registerResilienceGauges reads per provider (activities/provider-guard.ts ProviderGuard.snapshots). */
 export interface ResilienceView {
   readonly breaker: { readonly state: string; readonly failureRate: number; readonly forced: string | null };
   readonly retriesAvailable: number;

@@ -3,14 +3,14 @@
 // link to the Temporal UI.
 import { asc, eq } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { asset, callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition } from '../db/schema';
+import { asset, callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition, type AttemptRow, type TaskRow, type TaskTransitionRow } from '../db/schema';
 import type { TaskFacts } from '../domain/facts';
 import type { GenerationFacade } from '../temporal/facade';
 
 export interface TaskInspection {
-  readonly task: typeof generationTask.$inferSelect;
-  readonly attempts: (typeof taskAttempt.$inferSelect)[];
-  readonly transitions: (typeof taskTransition.$inferSelect)[];
+  readonly task: TaskRow;
+  readonly attempts: AttemptRow[];
+  readonly transitions: TaskTransitionRow[];
   readonly ledger: (typeof creditLedger.$inferSelect)[];
   readonly assets: (typeof asset.$inferSelect)[];
   readonly inbox: (typeof callbackInbox.$inferSelect)[];

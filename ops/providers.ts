@@ -5,10 +5,10 @@
 // per worker process (its /metrics), not facts.
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
-import { IN_FLIGHT_SUBMIT_STATES, inFlightByProvider } from '../activities/provider-guard';
 import type { Db } from '../db/client';
-import { opsAudit, providerControl } from '../db/schema';
-import { grantFreeSlots } from '../db/slot-queue';
+import { inFlightByProvider, lockProviderControl, providerControls, setProviderControl } from '../db/provider-control';
+import { opsAudit } from '../db/schema';
+import { grantFreeSlots, IN_FLIGHT_SUBMIT_STATES } from '../db/slot-queue';
 import type { BreakerForce } from '../providers/resilience/circuit-breaker';
 
 export interface ProviderStatus {
@@ -43,8 +43,8 @@ export async function providerStatus(
   db: Db,
   opts: { adapterLimits: Readonly<Record<string, number | null>>; windowSeconds: number },
 ): Promise<ProviderStatus[]> {
-  const controls = (await db.select().from(providerControl)) as (typeof providerControl.$inferSelect)[];
-  const { rows } = await db.execute(sql`
+  const controls = await providerControls(db);
+  const { rows } = await db.execute<{ provider: string; unknown: number; waiting: number; oldest_waiting_seconds: number | null; rejected_recent: number }>(sql`
     SELECT provider,
       count(*) FILTER (WHERE submit_state = 'SUBMIT_UNKNOWN')::int AS unknown,
       count(*) FILTER (WHERE submit_state = 'PREPARED')::int AS waiting,
@@ -56,7 +56,7 @@ export async function providerStatus(
     GROUP BY provider`);
   // Slots held, counted exactly as the bulkhead counts them.
   const slots = await inFlightByProvider(db);
-  const facts = new Map((rows as { provider: string; unknown: number; waiting: number; oldest_waiting_seconds: number | null; rejected_recent: number }[]).map((r) => [r.provider, r]));
+  const facts = new Map(rows.map((r) => [r.provider, r]));
   const names = [...new Set([...Object.keys(opts.adapterLimits), ...controls.map((c) => c.provider), ...facts.keys()])].sort();
   return names.map((provider) => {
     const c = controls.find((r) => r.provider === provider);
@@ -65,7 +65,7 @@ export async function providerStatus(
     const maxInFlight = c?.max_in_flight ?? null;
     return {
       provider,
-      force: (c?.breaker_force ?? null) as BreakerForce,
+      force: c?.breaker_force ?? null,
       max_in_flight: maxInFlight,
       adapter_limit: adapterLimit,
       limit: maxInFlight ?? adapterLimit,
@@ -105,22 +105,14 @@ export async function changeProviderControl(
   args: { provider: string; change: ProviderControlChange; actor: string; reason: string },
 ): Promise<ProviderControlResult> {
   return db.transaction(async (tx) => {
-    await tx.insert(providerControl).values({ provider: args.provider }).onConflictDoNothing();
-    const { rows } = await tx.execute(sql`
-      SELECT breaker_force, max_in_flight FROM provider_control WHERE provider = ${args.provider} FOR UPDATE`);
-    const row = rows[0] as { breaker_force: BreakerForce; max_in_flight: number | null };
+    const row = await lockProviderControl(tx, args.provider);
     const from = { force: row.breaker_force, max_in_flight: row.max_in_flight };
     const to = args.change.kind === 'force' ? { ...from, force: args.change.force } : { ...from, max_in_flight: args.change.maxInFlight };
-    await tx.execute(sql`
-      UPDATE provider_control
-      SET breaker_force = ${to.force}, max_in_flight = ${to.max_in_flight}, reason = ${args.reason}, updated_by = ${args.actor}, updated_at = now()
-      WHERE provider = ${args.provider}`);
-    if (args.change.kind === 'limit' && to.max_in_flight !== null) {
-      // A raised limit goes to the waiters now, in this transaction (docs/providers.md "The slot
-      // queue"); the next claim brings the ceiling back under the bulkhead's ramp if one runs.
-      await tx.execute(sql`UPDATE provider_control SET queue_limit = ${to.max_in_flight} WHERE provider = ${args.provider}`);
-      await grantFreeSlots(tx, args.provider, new Date());
-    }
+    const limitChanged = args.change.kind === 'limit' && to.max_in_flight !== null;
+    await setProviderControl(tx, args.provider, { ...to, reason: args.reason, actor: args.actor }, { queueLimit: limitChanged });
+    // A raised limit goes to the waiters now, in this transaction (docs/providers.md "The slot
+    // queue"); the next claim brings the ceiling back under the bulkhead's ramp if one runs.
+    if (limitChanged) await grantFreeSlots(tx, args.provider, new Date());
     const auditId = randomUUID();
     await tx.insert(opsAudit).values({
       audit_id: auditId,

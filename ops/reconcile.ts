@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { opsAudit } from '../db/schema';
-import { markOutboxPublished } from '../api/tasks.service';
+import { markOutboxPublished } from '../db/outbox';
 import { convergeTask } from '../reconcilers/converge';
 import type { GenerationFacade } from '../temporal/facade';
 

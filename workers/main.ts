@@ -14,7 +14,7 @@ import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
 import { installRuntimeWithSdkMetrics } from '../observability/sdk-metrics';
-import { inFlightByProvider, resilienceSnapshots } from '../activities/provider-guard';
+import { inFlightByProvider } from '../db/provider-control';
 import {
   createMetrics,
   registerNotifyMetrics,
@@ -27,8 +27,6 @@ import { createReconcileActivities } from '../activities/reconcile';
 import { RECONCILERS } from '../reconcilers';
 import { ensureReconcileSchedules } from '../reconcilers/schedules';
 import { reconcileIntervalMs } from '../reconcilers/settings';
-import { pollFloors } from '../activities/poll-demand';
-import { routeDecisionCounts } from '../activities/routing';
 import { temporalLogger } from '../observability/temporal-logger';
 import { installTracing, tracingOptions } from '../observability/tracing';
 import { lazyClient } from '../temporal/connection';
@@ -58,9 +56,6 @@ const facts = startFactSampler({
   inFlight: inFlightByProvider,
 });
 const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: database.pool });
-registerResilienceGauges(metrics.registry, resilienceSnapshots, async () => facts.latest()?.inFlight ?? {});
-registerRoutingMetrics(metrics.registry, routeDecisionCounts);
-registerPollDemandGauge(metrics.registry, () => pollFloors);
 const recordReconcileRun = registerReconcileMetrics(metrics.registry);
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
@@ -119,13 +114,18 @@ const alwaysActive: FenceWatcher = {
 const regionView = watcher ?? alwaysActive;
 currentFence = () => regionView.current();
 
-const connection = await connectWorkerWithRetry(config.TEMPORAL_ADDRESS, logger);
 const storage = buildStorage(config);
+// The activities' process state (provider guard, route statistics, poll demand) is built here
+// once, and /metrics reads the same objects.
 const deps = {
-  ...buildActivityDeps(config, { db: database, storage, providers: buildProviders(config) }),
-  modePauseRetryMs: config.MODE_PAUSE_RETRY_MS,
+  ...buildActivityDeps(config, { db: database, storage, providers: buildProviders(config), logger }),
   ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, config.REGION) } : {}),
 };
+registerResilienceGauges(metrics.registry, () => deps.providerGuard.snapshots(), async () => facts.latest()?.inFlight ?? {});
+registerRoutingMetrics(metrics.registry, () => deps.routeStats.decisionCounts());
+registerPollDemandGauge(metrics.registry, () => deps.pollDemand.floors());
+
+const connection = await connectWorkerWithRetry(config.TEMPORAL_ADDRESS, logger);
 // Bundled up front, so a standby worker starts polling within a second of its region becoming
 // active; in a child process, so webpack's memory does not stay with the worker (~90 MB).
 const bundle: WorkflowBundle = await bundleWorkflowsInChild({ tracing: tracing.enabled });

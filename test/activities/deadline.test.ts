@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { eq } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { creditLedger, generationTask, taskAttempt } from '../../db/schema';
 import { startActivityWorld, type ActivityWorld } from '../support/activities';
 

@@ -6,8 +6,9 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { asc, eq } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { cancelTask, createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { cancelTask } from '../../api/tasks.service';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition } from '../../db/schema';
@@ -32,7 +33,7 @@ before(async () => {
   sim = await startSimulator(testConfig(), { generationMs: 60_000 });
   config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, PROVIDER_HTTP_TIMEOUT_MS: '3000' });
   tdb = await createTestDatabase(config);
-  acts = createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+  acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
   ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
 });
 after(async () => {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { asc, eq, inArray } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { recordProviderEvent } from '../../db/inbox';
 import { generationTask, taskAttempt } from '../../db/schema';
 import { startActivityWorld, type ActivityWorld } from '../support/activities';

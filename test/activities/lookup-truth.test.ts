@@ -7,8 +7,8 @@ import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { and, eq, isNotNull } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, generationTask, taskAttempt } from '../../db/schema';
@@ -36,7 +36,7 @@ after(async () => {
 
 const real = () => buildProviders(config)['replicate']!;
 const activities = (replicate?: ProviderAdapter): TaskActivities =>
-  createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...(replicate ? { replicate } : {}) } }));
+  createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...(replicate ? { replicate } : {}) } }));
 
 function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
   return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
@@ -157,7 +157,7 @@ test('a refusal without an HTTP status (Kling: HTTP 200 with a non-server busine
 
 test('a bounded-read park never parks a task whose provider success already waits in the inbox, nor one past the provider', async () => {
   const acts = activities();
-  const deps = buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
+  const deps = testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
   const { taskId, attemptId } = await submitted(acts, null);
   const jobId = (await attempt(attemptId)).provider_job_id!;
   await recordProviderEvent(tdb.database.db, {
@@ -189,7 +189,7 @@ test('a lookup that never answers is given up after its budget: the poll returns
     findByCorrelationToken: (q) => new Promise((_, reject) => q.signal?.addEventListener('abort', () => reject(new Error('lookup aborted')), { once: true })),
   };
   const budgeted = { ...config, RECONCILE_LOOKUP_BUDGET_MS: 300, UNKNOWN_OUTCOME_DEADLINE_MS: 0 };
-  const acts = createTaskActivities(buildActivityDeps(budgeted, { db: tdb.database, storage: buildStorage(budgeted), providers: { ...buildProviders(budgeted), replicate: stuck } }));
+  const acts = createTaskActivities(testActivityDeps(budgeted, { db: tdb.database, storage: buildStorage(budgeted), providers: { ...buildProviders(budgeted), replicate: stuck } }));
   const { taskId } = await submitted(activities(), 'error_5xx_before_accept');
   assert.equal((await run(acts, 'pollProvider', taskId)).result, 'overdue');
 });

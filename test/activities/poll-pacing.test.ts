@@ -8,8 +8,9 @@ import { eq, sql } from 'drizzle-orm';
 import { createCallbackHealth } from '../../activities/callback-health';
 import { createPollDemand, demandFloorMs } from '../../activities/poll-demand';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { cancelTask, createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { cancelTask } from '../../api/tasks.service';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, taskAttempt } from '../../db/schema';
@@ -45,7 +46,7 @@ after(async () => {
 
 /** Fresh activities: the callback-health cache of earlier ones does not carry over. */
 const activities = (): TaskActivities =>
-  createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+  createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
 
 function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
   return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
@@ -156,7 +157,7 @@ describe('polls are paced by demand: never sooner than the quota lets every wait
   const SHARE = 0.5;
   const slowConfig = () => ({ ...config, POLL_QUEUE_RATES: [`replicate=${RATE}`], POLL_QUOTA_SHARE: SHARE });
   const slowActivities = (): TaskActivities =>
-    createTaskActivities(buildActivityDeps(slowConfig(), { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+    createTaskActivities(testActivityDeps(slowConfig(), { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
 
   /** The jobs the wait loops poll on `provider`, from the attempt facts. */
   async function waitingOn(provider: string): Promise<number> {

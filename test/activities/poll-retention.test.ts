@@ -6,8 +6,8 @@ import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { taskAttempt } from '../../db/schema';
 import { FAL_CAPABILITIES } from '../../providers/fal';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
@@ -32,7 +32,7 @@ before(async () => {
   });
   tdb = await createTestDatabase(config);
   ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
-  acts = createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+  acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
 });
 after(async () => {
   await sim?.close();

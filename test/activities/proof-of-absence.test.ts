@@ -7,8 +7,8 @@ import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
 import { generationTask, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
@@ -33,7 +33,7 @@ after(async () => {
 });
 
 const activities = (override: Record<string, ProviderAdapter> = {}): TaskActivities =>
-  createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...override } }));
+  createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...override } }));
 
 function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
   return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;

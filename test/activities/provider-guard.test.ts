@@ -7,11 +7,12 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, inArray } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { ProviderGuard, breakerVerdict, inFlightByProvider, resilienceSnapshots } from '../../activities/provider-guard';
+import { breakerVerdict, type ProviderGuard } from '../../activities/provider-guard';
+import { inFlightByProvider } from '../../db/provider-control';
 import { Registry } from 'prom-client';
 import { registerResilienceGauges } from '../../observability/metrics';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps, testProviderGuard } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { assertModeAllows, setMode } from '../../db/modes';
 import type { Tx } from '../../db/client';
@@ -30,7 +31,7 @@ before(async () => {
   sim = await startSimulator(testConfig(), { generationMs: 60_000 });
   config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate` });
   tdb = await createTestDatabase(config);
-  acts = createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+  acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
   ({ tenantId } = await createTestTenant(tdb.database, config, '100000'));
 });
 after(async () => {
@@ -155,7 +156,7 @@ test('a job the provider reported finished frees its slot while the report waits
 
 test('the breaker opens after provider failures and refuses until its cool-down; our own 4xx does not count against the provider', async () => {
   let now = 1_000_000;
-  const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000 } });
+  const guard = testProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000 } });
   const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 4; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
   await assert.rejects(admit(), isUnavailable);
@@ -168,7 +169,7 @@ test('the breaker opens after provider failures and refuses until its cool-down;
 
 test('a probe slot taken by a claim that did not stand is given back: the next claim probes instead of waiting', async () => {
   let now = 1_000_000;
-  const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000, halfOpenMaxProbes: 1 } });
+  const guard = testProviderGuard({ now: () => now, breaker: { minimumRequests: 4, failureRateThreshold: 0.5, openMs: 10_000, halfOpenMaxProbes: 1 } });
   const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 4; i += 1) guard.report('replicate', await admit(), { kind: 'unknown', reason: 'timeout' });
   now += 10_001;
@@ -182,7 +183,7 @@ test('a probe slot taken by a claim that did not stand is given back: the next c
 
 test('the retry budget bounds retry attempts to a share of first attempts; over budget a retry waits instead of calling', async () => {
   const now = 5_000_000;
-  const guard = new ProviderGuard({ now: () => now, retryBudget: { ratio: 0.1, minRetriesPerSecond: 0, windowMs: 10_000 } });
+  const guard = testProviderGuard({ now: () => now, retryBudget: { ratio: 0.1, minRetriesPerSecond: 0, windowMs: 10_000 } });
   const admit = (attemptNo: number) => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES, attemptNo).then((a) => a.ticket));
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1_000_000 }).onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1_000_000 } });
   for (let i = 0; i < 30; i += 1) guard.report('replicate', await admit(1), { kind: 'accepted', job: { jobId: `j${i}`, state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } });
@@ -199,11 +200,11 @@ test('the retry budget bounds retry attempts to a share of first attempts; over 
 });
 
 test('breaker state and retry budget are exported as metrics for operators', async () => {
-  const guard = new ProviderGuard({ now: () => 9_000_000, breaker: { minimumRequests: 2, failureRateThreshold: 0.5, openMs: 60_000 } });
+  const guard = testProviderGuard({ now: () => 9_000_000, breaker: { minimumRequests: 2, failureRateThreshold: 0.5, openMs: 60_000 } });
   const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'metrics-provider', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 2; i += 1) guard.report('metrics-provider', await admit(), { kind: 'unknown', reason: 'timeout' });
   const registry = new Registry();
-  registerResilienceGauges(registry, resilienceSnapshots, () => inFlightByProvider(tdb.database.db));
+  registerResilienceGauges(registry, () => guard.snapshots(), () => inFlightByProvider(tdb.database.db));
   await assert.rejects(admit(), isUnavailable);
   const text = await registry.metrics();
   assert.match(text, /vidorch_breaker_state\{provider="metrics-provider",state="open",forced="no"\} 1/);
@@ -221,7 +222,7 @@ test('after a rebuild the bulkhead ramps up: a fresh guard admits 2 of 10, then 
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 10 });
   await freeInFlight();
   let now = 20_000_000;
-  const guard = new ProviderGuard({ now: () => now, bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 } });
+  const guard = testProviderGuard({ now: () => now, bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 } });
   const tasks = await Promise.all(Array.from({ length: 12 }, () => prepared()));
   const waiting = async () => {
     const rows = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.attempt_id, tasks.map((t) => t.attemptId)));
@@ -244,7 +245,7 @@ test("when a provider's breaker closes again after being open, the bulkhead ramp
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 10 });
   await freeInFlight();
   let now = 30_000_000;
-  const guard = new ProviderGuard({
+  const guard = testProviderGuard({
     now: () => now,
     breaker: { minimumRequests: 2, openMs: 1_000, halfOpenMaxProbes: 1, halfOpenSuccesses: 1, recoveryMs: 0 },
     bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 },
@@ -269,7 +270,7 @@ test("when a provider's breaker closes again after being open, the bulkhead ramp
 test('DEGRADED_PROVIDER closes unhealthy providers at the claim: a lower trip rate and no half-open probes; healthy providers still go, and NORMAL probes again', async () => {
   await freeInFlight();
   let now = 40_000_000;
-  const guard = new ProviderGuard({ now: () => now, breaker: { minimumRequests: 4, openMs: 10_000 }, degradedFailureRate: 0.2 });
+  const guard = testProviderGuard({ now: () => now, breaker: { minimumRequests: 4, openMs: 10_000 }, degradedFailureRate: 0.2 });
   const admitIn = (provider: string) =>
     tdb.database.db.transaction(async (tx) => {
       await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');

@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { asc, eq } from 'drizzle-orm';
-import { routeDecisionCounts, routeNextAttempt, type AttemptRecord } from '../../activities/routing';
-import { createTask } from '../../api/tasks.service';
+import { routeNextAttempt, type AttemptRecord } from '../../activities/routing';
+import { createTask, testRouting } from '../support/deps';
 import { generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import type { ProviderHealth } from '../../domain/router';
 import { startActivityWorld, type ActivityWorld } from '../support/activities';
@@ -76,7 +76,7 @@ describe('routing attempts through the activities', () => {
     const [a1, a2] = await attemptsOf(taskId);
     assert.equal(a1!.submit_state, 'REJECTED');
     assert.equal(a2!.provider, 'kling', 'never re-routed after an unknown outcome');
-    const counts = routeDecisionCounts();
+    const counts = w.deps.routeStats.decisionCounts();
     assert.ok(counts.some((c) => c.provider === 'kling' && c.via === 'pinned' && c.reason === 'outcome-unknown'), JSON.stringify(counts));
   });
   test('a proven rejection (429, no job) fails over to the next compatible provider, which takes the job', async () => {
@@ -115,7 +115,7 @@ describe('routeNextAttempt (pure)', () => {
     fal: { errorRate: 0, p95LatencyMs: 800, breaker: 'closed' },
     replicate: { errorRate: 0, p95LatencyMs: 800, breaker: 'closed' },
   };
-  const opts = { available: all, maxAttempts: 3, health: healthy };
+  const opts = { available: all, maxAttempts: 3, health: healthy, ...testRouting() };
   const attempt = (n: number, provider: string, state: string, unknown = false): AttemptRecord => ({
     attempt_no: n,
     provider,

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { recordProviderEvent } from '../../db/inbox';
 import { providerControl, slotWait, taskAttempt } from '../../db/schema';
 import { startActivityWorld, type ActivityWorld } from '../support/activities';

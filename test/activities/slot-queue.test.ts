@@ -8,8 +8,8 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, inArray } from 'drizzle-orm';
 import pg from 'pg';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { generationTask, opsAudit, providerControl, slotWait, taskAttempt, tenantCapacity } from '../../db/schema';
 import { SLOT_GRANTED_CHANNEL, providerQueue } from '../../db/slot-queue';
@@ -39,7 +39,7 @@ before(async () => {
     SLOT_QUEUE_AGING_MS: '0',
   });
   tdb = await createTestDatabase(config);
-  acts = createTaskActivities(buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+  acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
   ({ tenantId: tenantA } = await createTestTenant(tdb.database, config, '100000'));
   ({ tenantId: tenantB } = await createTestTenant(tdb.database, config, '100000'));
 });

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { asc, eq } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import { eventually } from '../support/stack';
 import { startActivityWorld, type ActivityWorld } from '../support/activities';

@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq, sql } from 'drizzle-orm';
 import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition } from '../../db/schema';
 import { createGenerationFacade } from '../../temporal/facade';
-import { markOutboxPublished } from '../../api/tasks.service';
+import { markOutboxPublished } from '../../db/outbox';
 import {
   createTestDatabase,
   createTestTenant,

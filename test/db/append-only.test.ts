@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import type { DatabaseError } from 'pg';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { configToEnv } from '../../config/env';
 import { acquireFence } from '../../db/fence';
 import { selectFailoverRecords } from '../../db/modes';

@@ -37,7 +37,7 @@ async function insertTask(overrides: Partial<typeof generationTask.$inferInsert>
     idempotency_key: randomUUID(),
     reserved_amount: '5',
     request_hash: 'h',
-    request: {},
+    request: { model: 'minimax/video-01', prompt: 'p', duration_seconds: 2, resolution: '480p', priority: 0 },
     provider: 'replicate',
     provider_model: 'minimax/video-01',
     ...overrides,
@@ -61,7 +61,7 @@ describe('unique constraints', () => {
 
   test('(task_id, attempt_no) and (provider, provider_job_id) admit one attempt', async () => {
     const taskId = await insertTask();
-    const attempt = { task_id: taskId, attempt_no: 1, provider: 'replicate', provider_model: 'm', submit_state: 'PREPARED', provider_job_id: 'job-1' };
+    const attempt = { task_id: taskId, attempt_no: 1, provider: 'replicate', provider_model: 'm', submit_state: 'PREPARED' as const, provider_job_id: 'job-1' };
     await tdb.database.db.insert(taskAttempt).values({ attempt_id: randomUUID(), ...attempt });
     await assert.rejects(tdb.database.db.insert(taskAttempt).values({ attempt_id: randomUUID(), ...attempt, provider_job_id: 'job-2' }), isUniqueViolation);
     await assert.rejects(tdb.database.db.insert(taskAttempt).values({ attempt_id: randomUUID(), ...attempt, attempt_no: 2 }), isUniqueViolation);

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { TASK_EVENTS_CHANNEL } from '../../api/event-hub';
 import { holdFence, type FenceToken } from '../../db/fence';
 import { formatTenantCursor, parseTenantCursor, taskTransitionsAfter, tenantStreamStart, tenantTransitionsAfter } from '../../db/task-events';

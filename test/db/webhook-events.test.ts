@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
-import { cancelTask, createTask } from '../../api/tasks.service';
+import { cancelTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { FenceRejectedError, holdFence } from '../../db/fence';
 import { generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
 import { casTaskStatus } from '../../db/tasks';

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { desc, eq, inArray } from 'drizzle-orm';
-import { inFlightByProvider } from '../../activities/provider-guard';
+import { inFlightByProvider } from '../../db/provider-control';
 import { taskAttempt, taskTransition } from '../../db/schema';
 import { changeProviderControl } from '../../ops/providers';
 import { startE2E, type E2E } from '../support/e2e';

@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
-import { cancelTask, createTask } from '../../api/tasks.service';
+import { cancelTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { addSigningSecret, createSecretBox } from '../../db/webhook-secrets';
 import { insertEndpoint } from '../../db/webhooks';
 import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint } from '../../db/schema';

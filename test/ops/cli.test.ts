@@ -8,8 +8,8 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { and, eq, sql } from 'drizzle-orm';
 import { createTaskActivities } from '../../activities';
 import { configToEnv } from '../../config/env';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
-import { createTask } from '../../api/tasks.service';
+import { buildProviders, buildStorage } from '../../config/services';
+import { testActivityDeps, createTask } from '../support/deps';
 import { acquireFence } from '../../db/fence';
 import { selectFailoverRecords } from '../../db/modes';
 import { opsAudit, regionFailover } from '../../db/schema';
@@ -141,7 +141,7 @@ test('review list shows a MANUAL_REVIEW task with its reason; review resolve --f
   await s.setMode('QUEUE_ONLY');
   const id = await s.createTask('review-1');
   await eventually(async () => ((await s.getTask(id)).status === 'DISPATCHING' ? true : undefined), 20_000);
-  const acts = createTaskActivities(buildActivityDeps(s.config, { db: s.tdb.database, storage: buildStorage(s.config), providers: buildProviders(s.config) }));
+  const acts = createTaskActivities(testActivityDeps(s.config, { db: s.tdb.database, storage: buildStorage(s.config), providers: buildProviders(s.config) }));
   await new MockActivityEnvironment().run(acts.escalateTask, id, 'provider said nothing for an hour');
   await s.setMode('NORMAL');
 

@@ -9,8 +9,8 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, sql } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { fenced, type TaskActivityDeps } from '../../activities/deps';
-import { createTask } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { FenceRejectedError, acquireFence, holdFence } from '../../db/fence';
 import { setMode, switchActiveRegion } from '../../db/modes';
 import { generationTask, regionWriteFence, taskAttempt, taskTransition } from '../../db/schema';
@@ -27,7 +27,7 @@ let acts: TaskActivities;
 before(async () => {
   tdb = await createTestDatabase(config);
   ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
-  deps = buildActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
+  deps = testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) });
   acts = createTaskActivities(deps);
 });
 after(async () => {

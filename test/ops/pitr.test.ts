@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { sql } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { createDatabase, type Database } from '../../db/client';
 import { acquireFence, FenceRejectedError, inFence } from '../../db/fence';
 import { dropDatabase, migrateDatabase } from '../../db/migrate';

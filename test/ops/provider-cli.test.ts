@@ -5,8 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { ApplicationFailure } from '@temporalio/common';
-import { ProviderGuard } from '../../activities/provider-guard';
-import { createTask } from '../../api/tasks.service';
+import { createTask, testProviderGuard } from '../support/deps';
 import { configToEnv } from '../../config/env';
 import { acquireFence } from '../../db/fence';
 import { opsAudit, providerControl } from '../../db/schema';
@@ -73,7 +72,7 @@ test('force-open, force-close, clear and limit change provider_control and are a
   assert.equal(open.code, 0, open.stderr);
   assert.deepEqual(open.json().to, { force: 'open', max_in_flight: null });
   assert.equal((await control('replicate'))?.breaker_force, 'open');
-  const guard = new ProviderGuard({ now: () => Date.now() });
+  const guard = testProviderGuard({ now: () => Date.now() });
   await assert.rejects(
     db().transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES)),
     (err) => err instanceof ApplicationFailure && err.type === 'ProviderUnavailable' && /forced-open/.test(err.message),

@@ -7,7 +7,8 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { escalate } from '../../activities/escalate';
 import { escalateAttempt } from '../../activities/provider-reads';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { buildProviders, buildStorage } from '../../config/services';
+import { testActivityDeps } from '../support/deps';
 import { recordProviderEvent } from '../../db/inbox';
 import { generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';
 import { checkPlan } from '../../ops/batch';
@@ -27,7 +28,7 @@ after(async () => {
 
 const db = () => e.tdb.database.db;
 const token = () => ({ scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 });
-const deps = () => buildActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) });
+const deps = () => testActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) });
 const attemptOf = async (taskId: string) => (await db().select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)))[0]!;
 
 /** A task whose job was accepted and now runs at the provider (no webhooks in this file). */

@@ -82,7 +82,7 @@ export async function startRegionWorker(
           ...(opts.listen === false ? { listen: false } : {}),
         });
   const deps = {
-    ...worldActivityDeps(regionConfig, database),
+    ...worldActivityDeps(regionConfig, database, testLogger),
     modePauseRetryMs: opts.pauseRetryMs ?? 500,
     ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, opts.region) } : {}),
   };

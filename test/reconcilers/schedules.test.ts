@@ -8,8 +8,8 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { and, eq, sql } from 'drizzle-orm';
 import { Registry } from 'prom-client';
 import { createTaskActivities } from '../../activities';
-import { createTask as createTaskRow } from '../../api/tasks.service';
-import { buildActivityDeps, buildProviders, buildStorage } from '../../config/services';
+import { createTask as createTaskRow, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, creditAccount, creditLedger, generationTask, outboxEvent, reconcileRun, taskAttempt, type ReconcileRunRow } from '../../db/schema';
 import { registerReconcileMetrics } from '../../observability/metrics';
@@ -124,7 +124,7 @@ describe('the reconciler Schedules', () => {
     const taskId = await committedTask('provider-stuck-unknown');
     await db().update(outboxEvent).set({ published_at: new Date() }).where(eq(outboxEvent.aggregate_id, taskId));
     // The steps up to an unknown submit, run by hand: the job is created, the answer never comes.
-    const acts = createTaskActivities(buildActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) }));
+    const acts = createTaskActivities(testActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) }));
     const env = new MockActivityEnvironment();
     e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
     await env.run(acts.dispatchTask, taskId);
@@ -151,7 +151,7 @@ describe('the reconciler Schedules', () => {
   });
 
   test('output: rescues nobody runs are started earliest URL expiry first and complete; a second run changes nothing', async () => {
-    const acts = createTaskActivities(buildActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) }));
+    const acts = createTaskActivities(testActivityDeps(e.config, { db: e.tdb.database, storage: buildStorage(e.config), providers: buildProviders(e.config) }));
     const env = new MockActivityEnvironment();
     /** A task whose provider succeeded and whose workflow is gone: the steps up to PROVIDER_SUCCEEDED by hand. */
     const succeededAtProvider = async (key: string) => {

@@ -4,7 +4,7 @@
 import http, { type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { eq, sql } from 'drizzle-orm';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from '../support/deps';
 import { attemptIdFor } from '../../activities/dispatch';
 import type { Config } from '../../config/env';
 import { callbackInbox, taskAttempt } from '../../db/schema';

@@ -3,13 +3,13 @@
 // a step sequence by hand.
 import assert from 'node:assert/strict';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createTask } from '../../api/tasks.service';
+import { createTask } from './deps';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import type { TaskActivityDeps } from '../../activities/deps';
 import type { FenceToken } from '../../db/fence';
 import type { ObjectStorage } from '../../storage/s3';
 import { simulatorProviderSettings, worldActivityDeps } from '../../harness/world';
-import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from './stack';
+import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, testLogger, type RunningSimulator, type TestDatabase } from './stack';
 
 export interface ActivityWorld {
   readonly sim: RunningSimulator;
@@ -19,7 +19,7 @@ export interface ActivityWorld {
   readonly token: FenceToken;
   /** The activities themselves, for a test that runs one in its own environment (to cancel it). */
   readonly activities: TaskActivities;
-  /** The dependencies the activities were built with (after `opts.deps`). */
+  /** The dependencies the activities were built with (their process state: guard, route statistics, poll demand). */
   readonly deps: TaskActivityDeps;
   run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]>;
   close(): Promise<void>;
@@ -40,7 +40,7 @@ export async function startActivityWorld(opts: {
     ...opts.config,
   });
   const tdb = await createTestDatabase(config);
-  const base = worldActivityDeps(config, tdb.database);
+  const base = worldActivityDeps(config, tdb.database, testLogger);
   const deps = opts.deps ? opts.deps(base) : base;
   const acts = createTaskActivities(deps);
   const { tenantId } = await createTestTenant(tdb.database, config, opts.credits ?? '1000');

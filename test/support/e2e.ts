@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { Client } from '@temporalio/client';
 import { eq } from 'drizzle-orm';
 import { createVidorchClient, type CreateTaskRequest, type Task, type VidorchClient } from '../../api/client';
-import { createTask as createTaskRow } from '../../api/tasks.service';
+import { createTask as createTaskRow } from './deps';
 import type { Config } from '../../config/env';
 import type { Tracing } from '../../observability/tracing';
 import { creditLedger } from '../../db/schema';

@@ -179,7 +179,7 @@ export async function startWorker(
         }),
       )
     : undefined;
-  const deps = worldActivityDeps(config, db);
+  const deps = worldActivityDeps(config, db, testLogger);
   const worker = await createInProcessWorkers(config, db, {
     connection,
     workflowBundle: await workflowBundle({ tracing: opts.tracing?.enabled ?? false }),

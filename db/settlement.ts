@@ -1,15 +1,13 @@
 // Terminal transitions and the ledger settle in one transaction: a task is never terminal
 // with its reservation open, and never settled without being terminal.
-import type { Tx } from '../db/client';
-import type { FenceToken } from '../db/fence';
-import { settleReservation } from '../db/ledger';
-import { and, eq, notInArray, sql } from 'drizzle-orm';
-import { taskAttempt, type generationTask } from '../db/schema';
-import { casTaskStatus } from '../db/tasks';
+import type { AttemptState, TaskStatus } from '../domain/states';
 import { redactText } from '../observability/redact';
-import type { TaskStatus } from '../domain/states';
-
-type TaskRow = typeof generationTask.$inferSelect;
+import { casAttempt } from './attempts';
+import type { Tx } from './client';
+import type { FenceToken } from './fence';
+import { settleReservation } from './ledger';
+import type { TaskRow } from './schema';
+import { casTaskStatus } from './tasks';
 
 export interface FinishArgs {
   readonly to: Extract<TaskStatus, 'SUCCEEDED' | 'FAILED' | 'CANCELLED'>;
@@ -29,16 +27,16 @@ export function failedUncharged(sourceEvent: string, failureCode: string, failur
 }
 
 /** Attempt states that are an end in themselves; any other attempt of a finished task is closed. */
-const FINISHED_ATTEMPT_STATES = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'REJECTED'];
+const FINISHED_ATTEMPT_STATES: readonly AttemptState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'REJECTED'];
 
 /**
  * CAS the locked task to a terminal state, close its active attempt (so it holds no provider slot,
- * activities/provider-guard.ts) and close its reservation. False when the CAS lost.
+ * db/slot-queue.ts) and close its reservation. False when the CAS lost.
  */
 export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args: FinishArgs): Promise<boolean> {
   const version = await casTaskStatus(tx, token, {
     taskId: task.task_id,
-    from: task.status as TaskStatus,
+    from: task.status,
     expectedVersion: task.status_version,
     to: args.to,
     sourceEvent: args.sourceEvent,
@@ -54,10 +52,7 @@ export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args:
   });
   if (version === null) return false;
   if (task.active_attempt_id) {
-    await tx
-      .update(taskAttempt)
-      .set({ submit_state: args.to, status_version: sql`${taskAttempt.status_version} + 1` })
-      .where(and(eq(taskAttempt.attempt_id, task.active_attempt_id), notInArray(taskAttempt.submit_state, FINISHED_ATTEMPT_STATES)));
+    await casAttempt(tx, task.active_attempt_id, { notFrom: FINISHED_ATTEMPT_STATES }, { submit_state: args.to });
   }
   await settleReservation(tx, token, {
     tenantId: task.tenant_id,

@@ -1,0 +1,41 @@
+// Compare-and-set on an attempt (docs/design.md §4): every change of an attempt's state, or of the
+// job bound to it, bumps its status_version here, under a condition on the state it moves from.
+import { and, eq, inArray, notInArray, sql, type SQL } from 'drizzle-orm';
+import type { PgUpdateSetSource } from 'drizzle-orm/pg-core';
+import type { AttemptState } from '../domain/states';
+import type { DbOrTx } from './client';
+import { taskAttempt } from './schema';
+
+/** The columns an attempt CAS may set (its identity and version are not among them). */
+export type AttemptChange = Omit<PgUpdateSetSource<typeof taskAttempt>, 'attempt_id' | 'task_id' | 'attempt_no' | 'status_version'>;
+
+/** What must hold for the change to apply. Empty: the attempt changes whatever its state. */
+export interface AttemptExpectation {
+  /** The attempt is in this state (or one of these). */
+  readonly from?: AttemptState | readonly AttemptState[];
+  /** The attempt is in none of these states. */
+  readonly notFrom?: readonly AttemptState[];
+  /** A further condition on the row (e.g. no provider job bound yet). */
+  readonly where?: SQL;
+}
+
+/**
+ * Applies `change` to the attempt and bumps its status_version, if `expect` holds. Returns
+ * whether it did (false: the attempt moved on, or is not there).
+ */
+export async function casAttempt(tx: DbOrTx, attemptId: string, expect: AttemptExpectation, change: AttemptChange): Promise<boolean> {
+  const from = expect.from === undefined ? undefined : typeof expect.from === 'string' ? [expect.from] : expect.from;
+  const moved = await tx
+    .update(taskAttempt)
+    .set({ ...change, status_version: sql`${taskAttempt.status_version} + 1` })
+    .where(
+      and(
+        eq(taskAttempt.attempt_id, attemptId),
+        from ? (from.length === 1 ? eq(taskAttempt.submit_state, from[0]!) : inArray(taskAttempt.submit_state, [...from])) : undefined,
+        expect.notFrom ? notInArray(taskAttempt.submit_state, [...expect.notFrom]) : undefined,
+        expect.where,
+      ),
+    )
+    .returning({ id: taskAttempt.attempt_id });
+  return moved.length > 0;
+}

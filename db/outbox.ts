@@ -1,0 +1,47 @@
+// The transactional outbox (docs/design.md §4): the one module that writes `outbox_event` rows for
+// a task and marks them published. The relay's claim of unpublished rows is workers/outbox-relay.ts.
+import { sql } from 'drizzle-orm';
+import type { DbOrTx } from './client';
+import type { FenceToken } from './fence';
+import { outboxEvent } from './schema';
+
+/** Records, in the creating transaction, that the task's workflow is to be started. */
+export async function recordTaskCreatedEvent(
+  tx: DbOrTx,
+  token: FenceToken,
+  event: { readonly eventId: string; readonly taskId: string; readonly tenantId: string; readonly provider: string; readonly priority: number },
+): Promise<void> {
+  await tx.insert(outboxEvent).values({
+    event_id: event.eventId,
+    aggregate_type: 'generation_task',
+    aggregate_id: event.taskId,
+    event_type: 'GenerationTaskCreated',
+    payload: { task_id: event.taskId, tenant_id: event.tenantId, provider: event.provider, priority: event.priority },
+    schema_version: 1,
+    home_region: token.region,
+    write_epoch: token.epoch,
+  });
+}
+
+/**
+ * Marks an outbox row published after its workflow was started. Never waits for a row lock: a
+ * relay that holds the row (FOR UPDATE SKIP LOCKED, while it starts the same workflow, an
+ * idempotent start) marks it itself. Waiting would hold one of the caller's pool connections for
+ * as long as the relay's batch talks to Temporal; with Temporal slow, the API's pool ran dry and
+ * every request answered 503 (seen in the e2e benchmark). Returns whether this call marked it.
+ */
+export async function markOutboxPublished(db: DbOrTx, eventId: string): Promise<boolean> {
+  return (await markOutboxRowsPublished(db, [eventId])).has(eventId);
+}
+
+/** markOutboxPublished for several rows in one statement; returns the ids this call marked. */
+export async function markOutboxRowsPublished(db: DbOrTx, eventIds: readonly string[]): Promise<Set<string>> {
+  const marked = await db
+    .update(outboxEvent)
+    .set({ published_at: sql`now()`, publish_attempts: sql`${outboxEvent.publish_attempts} + 1` })
+    .where(
+      sql`${outboxEvent.event_id} IN (SELECT event_id FROM outbox_event WHERE event_id = ANY(${sql.param([...eventIds])}::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
+    )
+    .returning({ id: outboxEvent.event_id });
+  return new Set(marked.map((m) => m.id));
+}

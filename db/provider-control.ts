@@ -1,0 +1,72 @@
+// provider_control (docs/design.md §6): the operator's per-provider breaker switch and bulkhead
+// limit, and the row whose lock serialises a provider's submit claims. The slot queue's columns of
+// the row are db/slot-queue.ts's. Also the count every bulkhead agrees on: a provider's jobs in
+// flight by the attempt facts.
+import { eq, sql } from 'drizzle-orm';
+import type { DbOrTx } from './client';
+import { MODE_SETTING } from './modes';
+import { providerControl } from './schema';
+import { holdsSlot } from './slot-queue';
+
+export type ProviderControlRow = typeof providerControl.$inferSelect;
+
+/** Creates the provider's control row (automatic breaker, the adapter's limit) if it has none. */
+export async function ensureProviderControl(tx: DbOrTx, provider: string): Promise<void> {
+  await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
+}
+
+/**
+ * What a submit claim reads of its provider (activities/provider-guard.ts admit): the operator's
+ * switch and limit, and the system mode assertModeAllows left in the transaction (null: unset).
+ */
+export async function readClaimControl(tx: DbOrTx, provider: string) {
+  await ensureProviderControl(tx, provider);
+  const [row] = await tx
+    .select({
+      breaker_force: providerControl.breaker_force,
+      max_in_flight: providerControl.max_in_flight,
+      mode: sql<string | null>`current_setting(${MODE_SETTING}, true)`,
+    })
+    .from(providerControl)
+    .where(eq(providerControl.provider, provider));
+  return row;
+}
+
+/** Every provider's control row. */
+export async function providerControls(db: DbOrTx): Promise<ProviderControlRow[]> {
+  return db.select().from(providerControl);
+}
+
+/** Locks the provider's control row (creating it first) and returns it: what an operator's change starts from. */
+export async function lockProviderControl(tx: DbOrTx, provider: string): Promise<ProviderControlRow> {
+  await ensureProviderControl(tx, provider);
+  const [row] = await tx.select().from(providerControl).where(eq(providerControl.provider, provider)).for('update');
+  if (!row) throw new Error(`provider_control row of ${provider} vanished under its lock`);
+  return row;
+}
+
+/**
+ * An operator's switch and limit for the provider, with who and why. A new limit also becomes the
+ * slot queue's ceiling at once (docs/providers.md "The slot queue"); the caller grants freed slots.
+ */
+export async function setProviderControl(
+  tx: DbOrTx,
+  provider: string,
+  to: { readonly force: ProviderControlRow['breaker_force']; readonly max_in_flight: number | null; readonly reason: string; readonly actor: string },
+  opts: { readonly queueLimit: boolean },
+): Promise<void> {
+  await tx
+    .update(providerControl)
+    .set({ breaker_force: to.force, max_in_flight: to.max_in_flight, reason: to.reason, updated_by: to.actor, updated_at: sql`now()` })
+    .where(eq(providerControl.provider, provider));
+  if (opts.queueLimit && to.max_in_flight !== null) {
+    await tx.update(providerControl).set({ queue_limit: to.max_in_flight }).where(eq(providerControl.provider, provider));
+  }
+}
+
+/** Jobs in flight per provider according to the attempt facts (what every worker's bulkhead counts). */
+export async function inFlightByProvider(db: DbOrTx): Promise<Record<string, number>> {
+  const { rows } = await db.execute<{ provider: string; n: number }>(sql`
+    SELECT a.provider, count(*)::int AS n FROM task_attempt a WHERE ${holdsSlot} GROUP BY a.provider`);
+  return Object.fromEntries(rows.map((r) => [r.provider, r.n]));
+}

@@ -1,0 +1,40 @@
+// Process state and settings the way the worker builds them (config/services.ts), for tests that
+// build activities, a provider guard or a route by hand: every setting comes from testConfig(),
+// so its default lives in config/env.ts only.
+import { ProviderGuard, type ProviderGuardOptions } from '../../activities/provider-guard';
+import { RouteStats } from '../../activities/routing';
+import type { TaskActivityDeps } from '../../activities/deps';
+import { createTask as createTaskRow } from '../../api/tasks.service';
+import { buildActivityDeps, providerGuardSettings, routingSettings } from '../../config/services';
+import type { Config } from '../../config/env';
+import type { Logger } from '../../observability/logger';
+import { testConfig, testLogger } from './stack';
+
+/** buildActivityDeps, logging to the test logger unless told otherwise. */
+export function testActivityDeps(
+  config: Config,
+  parts: Omit<Parameters<typeof buildActivityDeps>[1], 'logger'> & { readonly logger?: Logger },
+): TaskActivityDeps {
+  return buildActivityDeps(config, { ...parts, logger: parts.logger ?? testLogger });
+}
+
+/** A provider guard with the configured ramp and DEGRADED_PROVIDER rate, unless `opts` names them. */
+export function testProviderGuard(opts: Omit<ProviderGuardOptions, 'bulkheadRamp' | 'degradedFailureRate'> & Partial<ProviderGuardOptions>): ProviderGuard {
+  return new ProviderGuard({ ...providerGuardSettings(testConfig()), ...opts });
+}
+
+/** What routeNextAttempt needs besides the task: the configured routing settings and fresh statistics. */
+export function testRouting(): { readonly settings: ReturnType<typeof routingSettings>; readonly stats: RouteStats } {
+  return { settings: routingSettings(testConfig()), stats: new RouteStats() };
+}
+
+let taskDeadlineSeconds: number | undefined;
+/** The API's createTask with the configured default deadline (TASK_DEADLINE_SECONDS), unless the test names one. */
+export function createTask(
+  db: Parameters<typeof createTaskRow>[0],
+  token: Parameters<typeof createTaskRow>[1],
+  args: Omit<Parameters<typeof createTaskRow>[2], 'defaultDeadlineSeconds'> & { readonly defaultDeadlineSeconds?: number },
+): ReturnType<typeof createTaskRow> {
+  taskDeadlineSeconds ??= testConfig().TASK_DEADLINE_SECONDS;
+  return createTaskRow(db, token, { ...args, defaultDeadlineSeconds: args.defaultDeadlineSeconds ?? taskDeadlineSeconds });
+}
