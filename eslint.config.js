@@ -6,9 +6,33 @@
 import tseslint from 'typescript-eslint';
 
 const nodeBuiltins = [
-  'assert', 'buffer', 'child_process', 'cluster', 'crypto', 'dgram', 'dns', 'events', 'fs', 'http', 'http2', 'https',
-  'net', 'os', 'path', 'perf_hooks', 'process', 'readline', 'stream', 'timers', 'tls', 'url', 'util', 'v8', 'vm',
-  'worker_threads', 'zlib',
+  'assert',
+  'buffer',
+  'child_process',
+  'cluster',
+  'crypto',
+  'dgram',
+  'dns',
+  'events',
+  'fs',
+  'http',
+  'http2',
+  'https',
+  'net',
+  'os',
+  'path',
+  'perf_hooks',
+  'process',
+  'readline',
+  'stream',
+  'timers',
+  'tls',
+  'url',
+  'util',
+  'v8',
+  'vm',
+  'worker_threads',
+  'zlib',
 ];
 
 export default tseslint.config(
@@ -68,7 +92,22 @@ export default tseslint.config(
           ],
           patterns: [
             {
-              group: ['../db/*', '../api/*', '../storage/*', '../media/*', '../providers/*', '../observability/*', '../config/*', '../temporal/*', '!../temporal/queues', 'pg', 'drizzle-orm*', 'express', '@aws-sdk/*', 'pino*'],
+              group: [
+                '../db/*',
+                '../api/*',
+                '../storage/*',
+                '../media/*',
+                '../providers/*',
+                '../observability/*',
+                '../config/*',
+                '../temporal/*',
+                '!../temporal/queues',
+                'pg',
+                'drizzle-orm*',
+                'express',
+                '@aws-sdk/*',
+                'pino*',
+              ],
               message: 'workflow sandbox: no I/O modules (import types with `import type` only)',
               allowTypeImports: true,
             },
@@ -82,7 +121,10 @@ export default tseslint.config(
       ],
       'no-restricted-syntax': [
         'error',
-        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'workflow code: use workflow time (Date in the sandbox is deterministic, but keep time logic in activities)' },
+        {
+          selector: "NewExpression[callee.name='Date'][arguments.length=0]",
+          message: 'workflow code: use workflow time (Date in the sandbox is deterministic, but keep time logic in activities)',
+        },
         { selector: "CallExpression[callee.object.name='Date'][callee.property.name='now']", message: 'workflow code: no wall-clock decisions in the sandbox' },
         { selector: "MemberExpression[object.name='process'][property.name='env']", message: 'workflow code: no environment reads' },
       ],

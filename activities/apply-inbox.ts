@@ -79,7 +79,11 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     // A finished job has no progress left to show; a read that says nothing leaves the last one.
     const progress = FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? null : job.progress;
     const ttlMs = providerFor(deps, attempt.provider).capabilities.outputUrlTtlMs;
-    await casAttempt(tx, attempt.attempt_id, {}, {
+    await casAttempt(
+      tx,
+      attempt.attempt_id,
+      {},
+      {
         provider_job_id: job.jobId,
         provider_status: job.rawStatus,
         provider_updated_at: job.updatedAt ?? attempt.provider_updated_at,
@@ -91,7 +95,8 @@ export function createInboxActivities(deps: TaskActivityDeps) {
         // The latest progress the provider gave; its change wakes the event streams (docs/events.md).
         ...(progress !== undefined ? { progress, progress_at: deps.clock.now() } : {}),
         ...(job.error ? { last_error: job.error.slice(0, 2000) } : {}),
-    });
+      },
+    );
 
     const from = task.status;
     const d = decide(from, { type: 'PROVIDER_STATE', state: job.state });

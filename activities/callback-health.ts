@@ -19,11 +19,7 @@ export function createCallbackHealth(opts: { db: Db; clock: Clock; windowMs: num
       .select({ one: sql<number>`1` })
       .from(callbackInbox)
       .where(
-        and(
-          eq(callbackInbox.provider, provider),
-          eq(callbackInbox.source, 'callback'),
-          gt(callbackInbox.received_at, new Date(now.getTime() - opts.windowMs)),
-        ),
+        and(eq(callbackInbox.provider, provider), eq(callbackInbox.source, 'callback'), gt(callbackInbox.received_at, new Date(now.getTime() - opts.windowMs))),
       )
       .limit(1);
     return row !== undefined;

@@ -68,17 +68,13 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
       if (pause === 'stay' && err instanceof ModePausedError) return;
       throw err;
     }
-    const route = routeNextAttempt(
-      { taskId, request: task.request, provider: task.provider, providerModel: task.provider_model },
-      history,
-      {
-        available: Object.keys(deps.providers),
-        maxAttempts: deps.settings.maxSubmitAttempts,
-        settings: deps.routing,
-        health: deps.providerHealth(),
-        stats: deps.routeStats,
-      },
-    );
+    const route = routeNextAttempt({ taskId, request: task.request, provider: task.provider, providerModel: task.provider_model }, history, {
+      available: Object.keys(deps.providers),
+      maxAttempts: deps.settings.maxSubmitAttempts,
+      settings: deps.routing,
+      health: deps.providerHealth(),
+      stats: deps.routeStats,
+    });
     if (route.kind === 'rejected') {
       // Validated at create, so only a catalog or configuration change gets here.
       await finishTask(tx, token, task, failedUncharged('workflow.no-route', 'NO_ROUTE', `no provider can serve this task: ${route.detail}`));
@@ -98,10 +94,7 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
       })
       .onConflictDoNothing();
     // The task names the provider of its active attempt.
-    await tx
-      .update(generationTask)
-      .set({ provider: route.provider, provider_model: route.model })
-      .where(eq(generationTask.task_id, taskId));
+    await tx.update(generationTask).set({ provider: route.provider, provider_model: route.model }).where(eq(generationTask.task_id, taskId));
     await casTaskStatus(tx, token, {
       taskId,
       from: 'DISPATCHING',

@@ -6,7 +6,6 @@ import type { TaskRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { notFound, type TaskActivityDeps } from './deps';
 
-
 export interface Escalation {
   readonly sourceEvent: string;
   /** The attempt the evidence is about; the task's active attempt when omitted. */

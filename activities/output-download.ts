@@ -114,7 +114,9 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
 
   /** Aborts a checkpoint's upload (best effort: its storage may be the one that is down) and forgets it. */
   async function discard(token: FenceToken, cp: Checkpoint, stores: (l: StorageLocation) => ObjectStorage | null): Promise<void> {
-    await stores(cp.location)?.abortUpload(cp.partial_key, cp.upload_id).catch(() => undefined);
+    await stores(cp.location)
+      ?.abortUpload(cp.partial_key, cp.upload_id)
+      .catch(() => undefined);
     await dropCheckpoint(token, cp.attempt_id, cp.upload_id);
   }
 

@@ -78,12 +78,18 @@ export function createPollActivities(deps: TaskActivityDeps) {
         { submit_state: 'REJECTED', last_error: reason, submit_finished_at: sql`now()` },
       );
       if (!moved || task.active_attempt_id !== attempt.attempt_id) return false;
-      await applyTaskEvent(tx, token, task, { type: 'SUBMIT_PROVED_ABSENT' }, {
-        sourceEvent: 'reconcile.proved-absent',
-        actor: 'workflow',
-        attemptId: attempt.attempt_id,
-        detail: { reason },
-      });
+      await applyTaskEvent(
+        tx,
+        token,
+        task,
+        { type: 'SUBMIT_PROVED_ABSENT' },
+        {
+          sourceEvent: 'reconcile.proved-absent',
+          actor: 'workflow',
+          attemptId: attempt.attempt_id,
+          detail: { reason },
+        },
+      );
       return true;
     });
   }
@@ -130,109 +136,112 @@ export function createPollActivities(deps: TaskActivityDeps) {
 
   return {
     async pollProvider(taskId: string): Promise<PollResult> {
-      return withHeartbeat(() => fenced(deps, async (token) => {
-        const [row] = await deps.db
-          .select({ task: generationTask, attempt: taskAttempt })
-          .from(generationTask)
-          .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
-          .where(eq(generationTask.task_id, taskId));
-        if (!row) throw notFound(`active attempt of task ${taskId}`);
-        const { attempt } = row;
-        const adapter = providerFor(deps, attempt.provider);
-        const signal = Context.current().cancellationSignal;
-        const now = deps.clock.now();
-        const unknown = !attempt.provider_job_id && attempt.submit_state === 'SUBMIT_UNKNOWN';
-        if (!attempt.provider_job_id && !unknown) return { result: 'nothing-to-poll' as const };
+      return withHeartbeat(() =>
+        fenced(deps, async (token) => {
+          const [row] = await deps.db
+            .select({ task: generationTask, attempt: taskAttempt })
+            .from(generationTask)
+            .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
+            .where(eq(generationTask.task_id, taskId));
+          if (!row) throw notFound(`active attempt of task ${taskId}`);
+          const { attempt } = row;
+          const adapter = providerFor(deps, attempt.provider);
+          const signal = Context.current().cancellationSignal;
+          const now = deps.clock.now();
+          const unknown = !attempt.provider_job_id && attempt.submit_state === 'SUBMIT_UNKNOWN';
+          if (!attempt.provider_job_id && !unknown) return { result: 'nothing-to-poll' as const };
 
-        const submittedAt = attempt.submit_started_at ?? attempt.created_at;
-        let job: ProviderJob | null;
-        let lookup: LookupResult | null = null;
-        let lookupFailed: string | null = null;
-        let readFailed: { err: unknown } | null = null;
-        if (attempt.provider_job_id) {
-          // An idempotent read: hedged once when slower than this provider's p95.
-          const jobId = attempt.provider_job_id;
-          const window = latencyOf(attempt.provider);
-          const started = Date.now();
-          try {
-            job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
-            window.record(Date.now() - started);
-          } catch (err) {
-            if (signal.aborted) throw err;
-            if (row.task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
-              // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
-              // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
-              job = goneAfterCancel(jobId);
-            } else {
-              // Counted and bounded below (activities/provider-reads.ts), never retried forever.
+          const submittedAt = attempt.submit_started_at ?? attempt.created_at;
+          let job: ProviderJob | null;
+          let lookup: LookupResult | null = null;
+          let lookupFailed: string | null = null;
+          let readFailed: { err: unknown } | null = null;
+          if (attempt.provider_job_id) {
+            // An idempotent read: hedged once when slower than this provider's p95.
+            const jobId = attempt.provider_job_id;
+            const window = latencyOf(attempt.provider);
+            const started = Date.now();
+            try {
+              job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
+              window.record(Date.now() - started);
+            } catch (err) {
+              if (signal.aborted) throw err;
+              if (row.task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
+                // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
+                // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
+                job = goneAfterCancel(jobId);
+              } else {
+                // Counted and bounded below (activities/provider-reads.ts), never retried forever.
+                job = null;
+                readFailed = { err };
+              }
+            }
+          } else {
+            try {
+              // Bounded, so a long list walk never outlasts the activity and the deadline check below runs.
+              const budget = AbortSignal.any([signal, AbortSignal.timeout(deps.settings.reconcileLookupBudgetMs)]);
+              lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, budget));
+              job = lookup.kind === 'found' ? lookup.job : null;
+            } catch (err) {
+              // A failed lookup proves nothing either way; the deadline still runs.
               job = null;
-              readFailed = { err };
+              lookupFailed = (err as Error).message;
+              Context.current().log.warn('reconciliation lookup failed', { taskId, error: lookupFailed });
             }
           }
-        } else {
-          try {
-            // Bounded, so a long list walk never outlasts the activity and the deadline check below runs.
-            const budget = AbortSignal.any([signal, AbortSignal.timeout(deps.settings.reconcileLookupBudgetMs)]);
-            lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, budget));
-            job = lookup.kind === 'found' ? lookup.job : null;
-          } catch (err) {
-            // A failed lookup proves nothing either way; the deadline still runs.
-            job = null;
-            lookupFailed = (err as Error).message;
-            Context.current().log.warn('reconciliation lookup failed', { taskId, error: lookupFailed });
-          }
-        }
 
-        const previous =
-          attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
-        const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
-        const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
-        // Never sooner than the provider's quota lets every waiting job be read in turn.
-        // A provider that keeps results only for a while is read inside that window, even over its quota.
-        const paced = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
-        const interval = withinRetention(paced, adapter.capabilities);
-        await inFence(deps.db, token, (tx) =>
-          tx
-            .update(taskAttempt)
-            .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
-            .where(eq(taskAttempt.attempt_id, attempt.attempt_id)),
-        );
+          const previous = attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
+          const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
+          const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
+          // Never sooner than the provider's quota lets every waiting job be read in turn.
+          // A provider that keeps results only for a while is read inside that window, even over its quota.
+          const paced = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
+          const interval = withinRetention(paced, adapter.capabilities);
+          await inFence(deps.db, token, (tx) =>
+            tx
+              .update(taskAttempt)
+              .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
+              .where(eq(taskAttempt.attempt_id, attempt.attempt_id)),
+          );
 
-        if (attempt.provider_job_id) {
-          const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
-          if (parked) return { result: parked };
-        }
-        if (!job) {
-          if (lookup?.kind === 'ambiguous') {
-            await parkAmbiguous(token, taskId, attempt.attempt_id, lookup);
-            return { result: 'parked' as const };
+          if (attempt.provider_job_id) {
+            const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
+            if (parked) return { result: parked };
           }
-          const age = now.getTime() - submittedAt.getTime();
-          // Only the documented not-found answer of an exact lookup is proof, once the provider
-          // has had time to create the job and while it still keeps jobs that old.
-          const proof = lookup?.kind === 'not-found-proven' && adapter.capabilities.absenceProof === 'exact-lookup' ? lookup.evidence : null;
-          if (proof && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
-            if (await markProvedAbsent(token, taskId, attempt, `${proof}, ${Math.round(age / 1000)} s after submit`)) {
-              return { result: 'absent' as const };
+          if (!job) {
+            if (lookup?.kind === 'ambiguous') {
+              await parkAmbiguous(token, taskId, attempt.attempt_id, lookup);
+              return { result: 'parked' as const };
             }
+            const age = now.getTime() - submittedAt.getTime();
+            // Only the documented not-found answer of an exact lookup is proof, once the provider
+            // has had time to create the job and while it still keeps jobs that old.
+            const proof = lookup?.kind === 'not-found-proven' && adapter.capabilities.absenceProof === 'exact-lookup' ? lookup.evidence : null;
+            if (proof && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
+              if (await markProvedAbsent(token, taskId, attempt, `${proof}, ${Math.round(age / 1000)} s after submit`)) {
+                return { result: 'absent' as const };
+              }
+            }
+            const since = attempt.unknown_since ?? submittedAt;
+            const overdue = now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
+            return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
           }
-          const since = attempt.unknown_since ?? submittedAt;
-          const overdue = now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
-          return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
-        }
-        const inboxId = await inFence(deps.db, token, (tx) => recordProviderEvent(tx, {
-          provider: attempt.provider,
-          job,
-          providerEventId: null,
-          source: unknown ? 'reconcile' : 'poll',
-          attemptId: attempt.attempt_id,
-          taskId,
-          receivedRegion: deps.fence.region,
-          signatureValid: true,
-          raw: { polled_at: now.toISOString(), status: job.rawStatus },
-        }));
-        return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
-      }));
+          const inboxId = await inFence(deps.db, token, (tx) =>
+            recordProviderEvent(tx, {
+              provider: attempt.provider,
+              job,
+              providerEventId: null,
+              source: unknown ? 'reconcile' : 'poll',
+              attemptId: attempt.attempt_id,
+              taskId,
+              receivedRegion: deps.fence.region,
+              signatureValid: true,
+              raw: { polled_at: now.toISOString(), status: job.rawStatus },
+            }),
+          );
+          return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
+        }),
+      );
     },
   };
 }

@@ -12,7 +12,6 @@ import type { ProviderAdapter } from '../providers/types';
 import type { TaskActivityDeps } from './deps';
 import { escalate } from './escalate';
 
-
 export interface ReadFailure {
   /**
    * gone: the provider no longer knows a job it gave us (404/410); refused: another 4xx, or a
@@ -62,7 +61,13 @@ const AWAITING_PROVIDER: readonly string[] = ['SUBMITTED', 'RUNNING', 'CANCEL_RE
  * moved. Only while the task still waits on the provider for this attempt, and not while the
  * provider's final word for it waits in the inbox (a success already reported is applied, not parked).
  */
-export async function escalateAttempt(deps: TaskActivityDeps, token: FenceToken, taskId: string, attemptId: string, detail: Record<string, unknown>): Promise<boolean> {
+export async function escalateAttempt(
+  deps: TaskActivityDeps,
+  token: FenceToken,
+  taskId: string,
+  attemptId: string,
+  detail: Record<string, unknown>,
+): Promise<boolean> {
   return escalate(deps, token, taskId, {
     sourceEvent: 'workflow.escalate',
     attemptId,
@@ -72,7 +77,14 @@ export async function escalateAttempt(deps: TaskActivityDeps, token: FenceToken,
       const waiting = await tx
         .select({ id: callbackInbox.inbox_id })
         .from(callbackInbox)
-        .where(and(eq(callbackInbox.task_id, taskId), eq(callbackInbox.attempt_id, attemptId), isNull(callbackInbox.processed_at), inArray(callbackInbox.event_type, [...FINISHED_PROVIDER_JOB_STATES])))
+        .where(
+          and(
+            eq(callbackInbox.task_id, taskId),
+            eq(callbackInbox.attempt_id, attemptId),
+            isNull(callbackInbox.processed_at),
+            inArray(callbackInbox.event_type, [...FINISHED_PROVIDER_JOB_STATES]),
+          ),
+        )
         .limit(1);
       return waiting.length === 0;
     },

@@ -42,7 +42,11 @@ export async function lookupUnknownSubmit(db: Db, adapter: ProviderAdapter, atte
   // its job after this read is seen bound by ownedByOthers, and one that bound it before is no twin.
   const twins = await unresolvedTwins(db, attempt, query);
   // A job another of our attempts is bound to was created by that attempt's request, not ours.
-  const owned = await ownedByOthers(db, attempt, candidates.map((j) => j.jobId));
+  const owned = await ownedByOthers(
+    db,
+    attempt,
+    candidates.map((j) => j.jobId),
+  );
   const free = candidates.filter((j) => !owned.has(j.jobId));
   const ids = (jobs: readonly ProviderJob[]) => jobs.map((j) => j.jobId).join(', ');
   const [only] = free;
@@ -50,11 +54,15 @@ export async function lookupUnknownSubmit(db: Db, adapter: ProviderAdapter, atte
   if (free.length > 1) {
     // A twin still sending may bind one of them in a moment: not yet a question for an operator.
     const sending = twins.filter((t) => t.state === 'SUBMITTING').map((t) => t.id);
-    if (sending.length > 0) return { kind: 'not-found-unproven', reason: `${ids(free)} match, but attempt(s) ${sending.join(', ')} are still submitting the same input` };
+    if (sending.length > 0)
+      return { kind: 'not-found-unproven', reason: `${ids(free)} match, but attempt(s) ${sending.join(', ')} are still submitting the same input` };
     return { kind: 'ambiguous', jobs: free, evidence: `${free.length} jobs not bound to any attempt carry the exact input and model we sent: ${ids(free)}` };
   }
   if (twins.length > 0) {
-    return { kind: 'not-found-unproven', reason: `${only.jobId} matches, but attempt(s) ${twins.map((t) => t.id).join(', ')} sent the same input in the window and are unresolved` };
+    return {
+      kind: 'not-found-unproven',
+      reason: `${only.jobId} matches, but attempt(s) ${twins.map((t) => t.id).join(', ')} sent the same input in the window and are unresolved`,
+    };
   }
   return { kind: 'found', job: { ...only, correlationToken: attempt.attempt_id }, by: 'fingerprint' };
 }

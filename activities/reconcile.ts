@@ -24,7 +24,14 @@ export function createReconcileActivities(deps: ReconcileActivityDeps) {
       const started = Date.now();
       try {
         const { report: _report, ...summary } = await runReconciler(deps, reconciler, { dryRun: false, limit: deps.limit, actor: 'schedule' });
-        deps.onRun?.({ reconciler: name, finishedAt: new Date(), durationMs: summary.durationMs, findings: summary.findings, changed: summary.changed, failed: false });
+        deps.onRun?.({
+          reconciler: name,
+          finishedAt: new Date(),
+          durationMs: summary.durationMs,
+          findings: summary.findings,
+          changed: summary.changed,
+          failed: false,
+        });
         return summary;
       } catch (err) {
         deps.onRun?.({ reconciler: name, finishedAt: new Date(), durationMs: Date.now() - started, findings: 0, changed: 0, failed: true });

@@ -76,7 +76,14 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
    * The published object wherever it is, else the bytes downloaded into the first target that
    * takes them: the primary bucket, or the fallback when the primary fails (docs/decisions/0029).
    */
-  async function rescueBytes(token: FenceToken, taskId: string, attemptId: string, rawUrl: string | null, key: string, provider: string): Promise<RescuedObject> {
+  async function rescueBytes(
+    token: FenceToken,
+    taskId: string,
+    attemptId: string,
+    rawUrl: string | null,
+    key: string,
+    provider: string,
+  ): Promise<RescuedObject> {
     const reachable: DownloadTarget[] = [];
     let lastStorageError: StorageWriteError | null = null;
     // Both buckets at once: an unreachable one costs its connect timeout once, not per bucket.
@@ -89,7 +96,14 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       }
       const found = head.value;
       if (found?.sha256) {
-        return { location: target.location, bucket: target.storage.bucket, sha256: found.sha256, size: found.size, contentType: found.contentType ?? 'video/mp4', downloadMs: null };
+        return {
+          location: target.location,
+          bucket: target.storage.bucket,
+          sha256: found.sha256,
+          size: found.size,
+          contentType: found.contentType ?? 'video/mp4',
+          downloadMs: null,
+        };
       }
       reachable.push(target);
     }
@@ -99,7 +113,10 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     const unknown = targets.filter((_, i) => heads[i]!.status === 'rejected').map((t) => t.location);
     const notLostYet = (err: unknown): never => {
       if (err instanceof OutputGoneError && unknown.length > 0) {
-        throw new StorageWriteError(unknown[0]!, new Error(`${err.message}; the ${unknown.join(' and ')} bucket did not answer and may hold the output, so it is not lost yet`));
+        throw new StorageWriteError(
+          unknown[0]!,
+          new Error(`${err.message}; the ${unknown.join(' and ')} bucket did not answer and may hold the output, so it is not lost yet`),
+        );
       }
       throw err;
     };
@@ -124,7 +141,14 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
             ),
           SpanKind.CLIENT,
         );
-        return { location: target.location, bucket: target.storage.bucket, sha256: object.sha256, size: object.size, contentType: object.contentType, downloadMs: Date.now() - started };
+        return {
+          location: target.location,
+          bucket: target.storage.bucket,
+          sha256: object.sha256,
+          size: object.size,
+          contentType: object.contentType,
+          downloadMs: Date.now() - started,
+        };
       } catch (err) {
         if (!(err instanceof StorageWriteError)) notLostYet(err);
         lastStorageError = err as StorageWriteError;
@@ -149,7 +173,11 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       await holdFence(tx, token);
       await tx.update(taskAttempt).set({ output_url: job.outputUrl, output_deadline_at: deadline }).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
     });
-    Context.current().log.info('output URL refreshed at the provider', { attemptId: attempt.attempt_id, provider: attempt.provider, outputDeadlineAt: deadline.toISOString() });
+    Context.current().log.info('output URL refreshed at the provider', {
+      attemptId: attempt.attempt_id,
+      provider: attempt.provider,
+      outputDeadlineAt: deadline.toISOString(),
+    });
     return { url: job.outputUrl, deadline };
   }
 
@@ -163,12 +191,18 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       await holdFence(tx, token);
       const task = await lockTask(tx, taskId);
       if (!task) return false;
-      const moved = await applyTaskEvent(tx, token, task, { type: 'OUTPUT_DEADLINE_NEAR' }, {
-        sourceEvent: 'workflow.output-at-risk',
-        actor: 'workflow',
-        attemptId: task.active_attempt_id,
-        detail: { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) },
-      });
+      const moved = await applyTaskEvent(
+        tx,
+        token,
+        task,
+        { type: 'OUTPUT_DEADLINE_NEAR' },
+        {
+          sourceEvent: 'workflow.output-at-risk',
+          actor: 'workflow',
+          attemptId: task.active_attempt_id,
+          detail: { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) },
+        },
+      );
       return moved !== null;
     });
   }
@@ -285,15 +319,17 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
 
   return {
     async rescueOutput(taskId: string): Promise<TaskFacts> {
-      await withHeartbeat(() => fenced(deps, async (token) => {
-        const target = await startFetch(token, taskId);
-        if (!target) return;
-        const { task, attempt } = target;
-        const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
-        const outcome = await fetchOutput(token, taskId, attempt, key);
-        if (!outcome) return;
-        await recordOutcome(token, taskId, attempt, key, outcome);
-      }));
+      await withHeartbeat(() =>
+        fenced(deps, async (token) => {
+          const target = await startFetch(token, taskId);
+          if (!target) return;
+          const { task, attempt } = target;
+          const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
+          const outcome = await fetchOutput(token, taskId, attempt, key);
+          if (!outcome) return;
+          await recordOutcome(token, taskId, attempt, key, outcome);
+        }),
+      );
       const after = await readTaskFacts(deps.db, taskId, deps.clock.now());
       // The media step follows in the same activity (docs/decisions/0009): one dispatch and one
       // workflow task fewer between the callback and SUCCEEDED. It decides on the facts as its own

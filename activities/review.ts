@@ -80,16 +80,19 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           const task = await lockTask(tx, taskId);
           if (!task) throw notFound(`task ${taskId}`);
           const from = task.status;
-          const event =
-            resolution.kind === 'bind-job' ? 'REVIEW_BIND_JOB' : resolution.kind === 'not-submitted' ? 'REVIEW_NOT_SUBMITTED' : 'REVIEW_FAIL';
+          const event = resolution.kind === 'bind-job' ? 'REVIEW_BIND_JOB' : resolution.kind === 'not-submitted' ? 'REVIEW_NOT_SUBMITTED' : 'REVIEW_FAIL';
           const d = decide(from, { type: event });
           if (d.kind !== 'move') throw invalid(`task is ${from}, not in MANUAL_REVIEW`);
           const actor = `operator:${resolution.operator}`;
           const attemptId = task.active_attempt_id;
           if (resolution.kind === 'fail') {
             await finishTask(tx, token, task, {
-              to: 'FAILED', charge: '0', sourceEvent: 'review.fail', actor,
-              failureCode: 'OPERATOR_FAILED', failureMessage: resolution.reason,
+              to: 'FAILED',
+              charge: '0',
+              sourceEvent: 'review.fail',
+              actor,
+              failureCode: 'OPERATOR_FAILED',
+              failureMessage: resolution.reason,
             });
           } else {
             if (resolution.kind === 'bind-job') {
@@ -114,8 +117,13 @@ export function createReviewActivities(deps: TaskActivityDeps) {
               );
             }
             await casTaskStatus(tx, token, {
-              taskId, from, expectedVersion: task.status_version, to: d.to,
-              sourceEvent: `review.${resolution.kind}`, actor, attemptId,
+              taskId,
+              from,
+              expectedVersion: task.status_version,
+              to: d.to,
+              sourceEvent: `review.${resolution.kind}`,
+              actor,
+              attemptId,
               detail: { reason: resolution.reason, ...(resolution.kind === 'bind-job' ? { provider_job_id: resolution.providerJobId } : {}) },
             });
           }

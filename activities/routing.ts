@@ -5,13 +5,7 @@
 // answer is written into the attempt row by the caller, so Postgres keeps the decision and a
 // retried or reset step reads it instead of routing again.
 import { findModel, routerCatalog } from '../domain/catalog';
-import {
-  chooseRoute,
-  mayFailOver,
-  type AttemptSummary,
-  type ProviderHealth,
-  type RouteRejectionReason,
-} from '../domain/router';
+import { chooseRoute, mayFailOver, type AttemptSummary, type ProviderHealth, type RouteRejectionReason } from '../domain/router';
 import type { AttemptState } from '../domain/states';
 import { LatencyWindow } from '../providers/resilience/hedge';
 import type { ProviderGuard } from './provider-guard';
@@ -165,6 +159,6 @@ export function routeNextAttempt(
     provider: decision.provider,
     model: decision.model,
     via: single ? 'pinned' : decision.via,
-    reason: single ? 'single-route' : (decision.reason),
+    reason: single ? 'single-route' : decision.reason,
   });
 }

@@ -57,19 +57,30 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
 
   /** SUBMITTING → SUBMIT_UNKNOWN; the task follows only when this attempt is active and its CAS took effect. */
   async function markUnknown(tx: Tx, token: FenceToken, task: TaskRow, attempt: AttemptRow, reason: string) {
-    const moved = await casAttempt(tx, attempt.attempt_id, { from: 'SUBMITTING' }, {
-      submit_state: 'SUBMIT_UNKNOWN',
-      unknown_since: now(),
-      next_poll_at: pollAt(),
-      last_error: reason.slice(0, 2000),
-    });
+    const moved = await casAttempt(
+      tx,
+      attempt.attempt_id,
+      { from: 'SUBMITTING' },
+      {
+        submit_state: 'SUBMIT_UNKNOWN',
+        unknown_since: now(),
+        next_poll_at: pollAt(),
+        last_error: reason.slice(0, 2000),
+      },
+    );
     if (!drivesTask(task, attempt.attempt_id, moved)) return;
-    await applyTaskEvent(tx, token, task, { type: 'SUBMIT_OUTCOME_UNKNOWN' }, {
-      sourceEvent: 'submit.unknown',
-      actor: 'workflow',
-      attemptId: attempt.attempt_id,
-      detail: { reason },
-    });
+    await applyTaskEvent(
+      tx,
+      token,
+      task,
+      { type: 'SUBMIT_OUTCOME_UNKNOWN' },
+      {
+        sourceEvent: 'submit.unknown',
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+        detail: { reason },
+      },
+    );
   }
 
   /**
@@ -95,11 +106,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       const task = await lockTask(tx, taskId);
       if (!task) throw notFound(`task ${taskId}`);
       if (task.status !== 'SUBMITTING' || !task.active_attempt_id) return null;
-      const [attempt] = await tx
-        .select()
-        .from(taskAttempt)
-        .where(eq(taskAttempt.attempt_id, task.active_attempt_id))
-        .for('update');
+      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id)).for('update');
       if (!attempt) throw notFound(`attempt ${task.active_attempt_id}`);
       if (attempt.submit_state === 'SUBMITTING') {
         await markUnknown(tx, token, task, attempt, 'an earlier submit execution did not record its outcome');
@@ -109,12 +116,23 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       if (task.cancel_requested_at) {
         // Cancelled before the provider was called: nothing to pay for, nothing to cancel there.
         await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED' });
-        await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow', attemptId: attempt.attempt_id });
+        await finishTask(tx, token, task, {
+          to: 'CANCELLED',
+          charge: '0',
+          sourceEvent: 'workflow.cancel-before-submit',
+          actor: 'workflow',
+          attemptId: attempt.attempt_id,
+        });
         return null;
       }
       // The task's deadline, set at the API edge: a call that could not finish by then never starts.
       if (pastDeadline(task, now(), deps.settings.providerCallTimeoutMs)) {
-        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called' });
+        await casAttempt(
+          tx,
+          attempt.attempt_id,
+          { from: 'PREPARED' },
+          { submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called' },
+        );
         await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
         return null;
       }
@@ -150,7 +168,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           // Never sent, so it may go where there is room now; the next claim takes that slot.
           const moved = await rerouteWaiting(deps, tx, task, attempt);
           if (moved) {
-            Context.current().log.info('waiting attempt re-routed to a provider with room', { taskId, attemptId: attempt.attempt_id, from: attempt.provider, to: moved.provider });
+            Context.current().log.info('waiting attempt re-routed to a provider with room', {
+              taskId,
+              attemptId: attempt.attempt_id,
+              from: attempt.provider,
+              to: moved.provider,
+            });
             return { kind: 'rerouted' as const, task };
           }
           return { kind: 'waiting' as const, task, slot };
@@ -179,7 +202,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             submit_finished_at: now(),
             provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
           };
-          const moved = await casAttempt(tx, attemptId, { from: ['SUBMITTING', 'SUBMIT_UNKNOWN'] }, { ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() });
+          const moved = await casAttempt(
+            tx,
+            attemptId,
+            { from: ['SUBMITTING', 'SUBMIT_UNKNOWN'] },
+            { ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() },
+          );
           if (!moved) {
             // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
             // evidence on the attempt, never as a task event.
@@ -187,7 +215,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             // An attempt proved absent that turns out to have a job: the proof was wrong and the
             // provider may bill a second job for this task. Say so loudly; an operator decides.
             if (attempt.submit_state === 'REJECTED') {
-              Context.current().log.error('a provider accepted a job for an attempt proved absent: possible duplicate cost', { taskId, attemptId, provider: attempt.provider, providerJobId: job.jobId });
+              Context.current().log.error('a provider accepted a job for an attempt proved absent: possible duplicate cost', {
+                taskId,
+                attemptId,
+                provider: attempt.provider,
+                providerJobId: job.jobId,
+              });
             }
           }
           if (!drivesTask(task, attemptId, moved)) return null;
@@ -201,11 +234,16 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           await markUnknown(tx, token, task, attempt, outcome.reason);
           return null;
         case 'rejected': {
-          const moved = await casAttempt(tx, attemptId, { from: 'SUBMITTING' }, {
-            submit_state: 'REJECTED',
-            submit_finished_at: now(),
-            last_error: outcome.reason.slice(0, 2000),
-          });
+          const moved = await casAttempt(
+            tx,
+            attemptId,
+            { from: 'SUBMITTING' },
+            {
+              submit_state: 'REJECTED',
+              submit_finished_at: now(),
+              last_error: outcome.reason.slice(0, 2000),
+            },
+          );
           if (!drivesTask(task, attemptId, moved)) return null;
           const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
           const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });

@@ -29,8 +29,7 @@ export async function readTaskFacts(db: DbOrTx, taskId: string, now: Date): Prom
     attemptProvider: attempt?.provider ?? null,
     attemptState: attempt?.submit_state ?? null,
     cancelRequested: task.cancel_requested_at !== null,
-    pollInMs:
-      waiting && attempt?.next_poll_at ? Math.max(0, attempt.next_poll_at.getTime() - now.getTime()) : null,
+    pollInMs: waiting && attempt?.next_poll_at ? Math.max(0, attempt.next_poll_at.getTime() - now.getTime()) : null,
     needsAttention: status === 'MANUAL_REVIEW' || status === 'OUTPUT_AT_RISK',
   };
 }

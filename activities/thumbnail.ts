@@ -1,5 +1,5 @@
 // The thumbnail of a SUCCEEDED task, made after the task succeeded rather than before
-// (docs/decisions/00XX-thumbnail-off-the-path.md): one ffmpeg per task (~0.1 s of CPU, most of it
+// (docs/decisions/0036-thumbnail-off-the-path.md): one ffmpeg per task (~0.1 s of CPU, most of it
 // loading shared libraries) no longer stands between a provider's callback and SUCCEEDED.
 // `makeThumbnail` is idempotent and decides on the facts: a SUCCEEDED task whose video is
 // validated (media_info) and not deleted, and that has no thumbnail row yet, gets one JPEG next

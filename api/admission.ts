@@ -56,12 +56,7 @@ export interface Admission {
 const RETRY_AFTER_MODE_S = 30;
 const RETRY_AFTER_BACKLOG_S = 30;
 
-export function createAdmission(
-  db: Db,
-  fence: { scope: string; region: string },
-  ttlMs = 1_000,
-  opts: { watermark?: OutboxWatermark } = {},
-): Admission {
+export function createAdmission(db: Db, fence: { scope: string; region: string }, ttlMs = 1_000, opts: { watermark?: OutboxWatermark } = {}): Admission {
   const watermark = opts.watermark ?? { count: 10_000, ageMs: 10 * 60_000 };
   // One read per period however many requests ask at once (a readiness probe flood, a burst of
   // creates): callers within the period share the read in flight or its result.
@@ -82,9 +77,7 @@ export function createAdmission(
   });
 
   function regionProblem(s: FenceState, what: string) {
-    return s.activeRegion !== fence.region
-      ? `region ${fence.region} is not the active region (${s.activeRegion}); ${what} go there`
-      : null;
+    return s.activeRegion !== fence.region ? `region ${fence.region} is not the active region (${s.activeRegion}); ${what} go there` : null;
   }
 
   function backlogProblem(b: OutboxBacklog): string | null {

@@ -60,7 +60,9 @@ export function createApp(ctx: ApiContext): express.Express {
   // A body is JSON or refused (415) before it is parsed; requests without a body pass.
   v1.use((req: Request, _res: Response, next: NextFunction) => {
     const hasBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
-    next(hasBody && !req.is(['application/json', 'application/*+json']) ? problems.unsupportedMediaType(req.get('content-type') ?? 'no Content-Type') : undefined);
+    next(
+      hasBody && !req.is(['application/json', 'application/*+json']) ? problems.unsupportedMediaType(req.get('content-type') ?? 'no Content-Type') : undefined,
+    );
   });
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
   v1.use(readGate(ctx.admission));

@@ -72,7 +72,13 @@ export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promis
     return r.outcome;
   }
   const [attempt] = await ctx.db
-    .select({ attemptId: taskAttempt.attempt_id, taskId: taskAttempt.task_id, provider: taskAttempt.provider, providerModel: taskAttempt.provider_model, jobId: taskAttempt.provider_job_id })
+    .select({
+      attemptId: taskAttempt.attempt_id,
+      taskId: taskAttempt.task_id,
+      provider: taskAttempt.provider,
+      providerModel: taskAttempt.provider_model,
+      jobId: taskAttempt.provider_job_id,
+    })
     .from(taskAttempt)
     .where(eq(taskAttempt.attempt_id, cb.attemptId));
   if (!attempt || attempt.provider !== cb.provider) return 'unknown_token';
@@ -167,7 +173,13 @@ export function callbackHandlers(ctx: ApiContext) {
       }
       ctx.metrics.callbacksReceived.inc({ provider: cb.provider, outcome });
       if (outcome === 'unknown_token') throw problems.notFound('callback token');
-      if (outcome === 'mismatch') throw new HttpProblem(409, 'callback-mismatch', 'The callback is not about this attempt', 'the job does not carry this callback URL\'s correlation token');
+      if (outcome === 'mismatch')
+        throw new HttpProblem(
+          409,
+          'callback-mismatch',
+          'The callback is not about this attempt',
+          "the job does not carry this callback URL's correlation token",
+        );
       res.status(200).json({ received: true, duplicate: outcome === 'duplicate' });
     } catch (err) {
       if (err instanceof SpoolFullError) throw problems.unavailable('callbacks cannot be stored now; redeliver later', 60);

@@ -18,7 +18,10 @@ export const callbackRoutes = {
       body: { mediaType: '*/*', schema: z.unknown(), required: false },
     },
     responses: {
-      200: { description: 'Stored (or a duplicate)', content: { mediaType: 'application/json', schema: z.object({ received: z.literal(true), duplicate: z.boolean() }) } },
+      200: {
+        description: 'Stored (or a duplicate)',
+        content: { mediaType: 'application/json', schema: z.object({ received: z.literal(true), duplicate: z.boolean() }) },
+      },
       202: {
         description: 'Spooled: the inbox cannot be written now; it is replayed later',
         content: { mediaType: 'application/json', schema: z.object({ received: z.literal(true), spooled: z.literal(true) }) },
@@ -28,7 +31,7 @@ export const callbackRoutes = {
           401: 'The signature is not valid',
           404: 'Unknown provider or callback token',
           409: 'The callback is not about this attempt',
-          503: 'The callback cannot be checked or stored now (the provider\'s keys, the provider, the spool): redeliver after Retry-After',
+          503: "The callback cannot be checked or stored now (the provider's keys, the provider, the spool): redeliver after Retry-After",
         },
       }),
     },

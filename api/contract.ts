@@ -63,8 +63,11 @@ export interface WebhookContract {
  * same across retries of one event, the signature covers `id.timestamp.body`.
  */
 export const standardWebhookHeaders = z.object({
-  'webhook-id': z.string().describe('The event\'s id: the same on every retry of it (dedupe on it)'),
-  'webhook-timestamp': z.string().regex(/^[0-9]+$/).describe('Unix seconds when this attempt was signed'),
+  'webhook-id': z.string().describe("The event's id: the same on every retry of it (dedupe on it)"),
+  'webhook-timestamp': z
+    .string()
+    .regex(/^[0-9]+$/)
+    .describe('Unix seconds when this attempt was signed'),
   'webhook-signature': z.string().describe('Space-separated `v1,<base64 HMAC-SHA256>` signatures (several while a secret rotates)'),
 });
 

@@ -85,7 +85,11 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
   const degraded = (mode: SystemMode): DegradedEventData | null =>
     policyFor(mode).liveEvents
       ? null
-      : { mode, poll_after_ms: settings.pollAfterMs, detail: `system mode is ${mode}: live events are paused; poll GET /v1/tasks/:id, or reconnect with Last-Event-ID after poll_after_ms` };
+      : {
+          mode,
+          poll_after_ms: settings.pollAfterMs,
+          detail: `system mode is ${mode}: live events are paused; poll GET /v1/tasks/:id, or reconnect with Last-Event-ID after poll_after_ms`,
+        };
 
   /** What every stream does besides its own reads: heartbeats, the mode, cleanup. */
   function frame(w: SseWriter, kind: string, watch: (onWake: (wake: Wake) => void) => () => void, onWake: (wake: Wake) => void, onEnd: () => void) {
@@ -164,10 +168,24 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
     admit(tenantId) {
       const mine = perTenant.get(tenantId) ?? 0;
       if (closing || total >= settings.maxStreams) {
-        throw new HttpProblem(503, 'unavailable', 'The service cannot take this request now', 'this API process has all the event streams it can hold; retry', [], { 'Retry-After': '5' });
+        throw new HttpProblem(
+          503,
+          'unavailable',
+          'The service cannot take this request now',
+          'this API process has all the event streams it can hold; retry',
+          [],
+          { 'Retry-After': '5' },
+        );
       }
       if (mine >= settings.maxPerTenant) {
-        throw new HttpProblem(429, 'too-many-streams', 'Too many open event streams', `at most ${settings.maxPerTenant} open event streams per tenant; close one first`, [], { 'Retry-After': '5' });
+        throw new HttpProblem(
+          429,
+          'too-many-streams',
+          'Too many open event streams',
+          `at most ${settings.maxPerTenant} open event streams per tenant; close one first`,
+          [],
+          { 'Retry-After': '5' },
+        );
       }
       perTenant.set(tenantId, mine + 1);
       total += 1;

@@ -38,7 +38,9 @@ export function eventHandlers(ctx: ApiContext) {
         const parsed = taskLastEventId.safeParse(rawLast.trim());
         if (!parsed.success) throw problems.validation(zodFieldErrors(parsed.error, LAST_EVENT_ID));
         if (parsed.data > task.statusVersion) {
-          throw problems.validation([{ field: LAST_EVENT_ID, message: `ahead of the task's status_version ${task.statusVersion}: not an id this stream sent` }]);
+          throw problems.validation([
+            { field: LAST_EVENT_ID, message: `ahead of the task's status_version ${task.statusVersion}: not an id this stream sent` },
+          ]);
         }
         after = parsed.data;
       }

@@ -9,7 +9,11 @@ import { problemAnswers } from './problem';
 import { taskPathParams } from './tasks.schemas';
 
 const V1_PROBLEMS = [400, 401, 413, 415, 429, 500, 503] as const;
-const v1Problems = (...more: number[]) => problemAnswers([...V1_PROBLEMS, ...more].sort((a, b) => a - b), { bearer: true });
+const v1Problems = (...more: number[]) =>
+  problemAnswers(
+    [...V1_PROBLEMS, ...more].sort((a, b) => a - b),
+    { bearer: true },
+  );
 
 const degraded = sseEvent(DegradedEventData, { event: z.literal('degraded') });
 
@@ -31,11 +35,7 @@ export const eventRoutes = {
       200: {
         description: 'The stream',
         content: sse(
-          z.union([
-            sseEvent(TaskEventData, { event: z.literal('transition') }),
-            sseEvent(ProgressEventData, { event: z.literal('progress') }),
-            degraded,
-          ]),
+          z.union([sseEvent(TaskEventData, { event: z.literal('transition') }), sseEvent(ProgressEventData, { event: z.literal('progress') }), degraded]),
         ),
       },
       204: { description: 'The task is terminal and its stream has sent everything (an EventSource stops)' },

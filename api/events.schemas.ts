@@ -9,7 +9,7 @@ export const TaskEventData = z
     task_id: z.uuid(),
     status: z.enum(TASK_STATES),
     previous_status: z.enum(TASK_STATES).nullable().describe('null for the creation (version 0)'),
-    status_version: z.int().min(0).describe('The task\'s status_version after this transition; on a task stream also the SSE id'),
+    status_version: z.int().min(0).describe("The task's status_version after this transition; on a task stream also the SSE id"),
     at: z.iso.datetime({ offset: true }),
     reason: z.string().describe('What caused it, as GET /v1/tasks/:id lists it in transitions[].source_event'),
     actor: z.string(),
@@ -24,9 +24,9 @@ export const ProgressView = z.object({
   attempt_id: z.uuid(),
   provider: z.string(),
   provider_status: z.string().nullable(),
-  fraction: z.number().min(0).max(1).nullable().describe('Runway: the task\'s progress'),
+  fraction: z.number().min(0).max(1).nullable().describe("Runway: the task's progress"),
   queue_position: z.int().min(0).nullable().describe('fal: place in the queue, 0 = next'),
-  logs: z.string().nullable().describe('fal and Replicate: the tail of the model\'s logs'),
+  logs: z.string().nullable().describe("fal and Replicate: the tail of the model's logs"),
   at: z.iso.datetime({ offset: true }).nullable(),
 });
 export type ProgressView = z.infer<typeof ProgressView>;
@@ -50,10 +50,18 @@ export const tenantEventsQuery = z.strictObject({
   status: z
     .string()
     .max(400)
-    .transform((s) => s.split(',').map((x) => x.trim()).filter((x) => x.length > 0))
+    .transform((s) =>
+      s
+        .split(',')
+        .map((x) => x.trim())
+        .filter((x) => x.length > 0),
+    )
     .pipe(z.array(z.enum(TASK_STATES)).min(1))
     .optional(),
 });
 
 /** A task stream's Last-Event-ID: a status_version it sent. */
-export const taskLastEventId = z.string().regex(/^\d{1,15}$/, 'must be a status_version the stream sent (a non-negative integer)').transform(Number);
+export const taskLastEventId = z
+  .string()
+  .regex(/^\d{1,15}$/, 'must be a status_version the stream sent (a non-negative integer)')
+  .transform(Number);

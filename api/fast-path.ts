@@ -102,7 +102,10 @@ function createPublishedMarker(db: Db): (eventId: string) => Promise<boolean> {
         const batch = queued;
         queued = [];
         try {
-          const marked = await markOutboxRowsPublished(db, batch.map((b) => b.id));
+          const marked = await markOutboxRowsPublished(
+            db,
+            batch.map((b) => b.id),
+          );
           for (const b of batch) b.settle(marked.has(b.id));
         } catch (err) {
           for (const b of batch) b.settle(err as Error);

@@ -61,9 +61,7 @@ export const problemDocument = z
     title: z.string(),
     status: z.int().min(400).max(599),
     detail: z.string().optional(),
-    errors: z
-      .array(z.object({ field: z.string().describe('body field path, `query.<name>`, `header:<Name>` or `path`'), message: z.string() }))
-      .optional(),
+    errors: z.array(z.object({ field: z.string().describe('body field path, `query.<name>`, `header:<Name>` or `path`'), message: z.string() })).optional(),
     instance: z.string().optional().describe('The request path'),
     trace_id: z
       .string()
@@ -74,13 +72,16 @@ export const problemDocument = z
   .meta({ id: 'Problem' });
 export type ProblemDocument = z.infer<typeof problemDocument>;
 
-const retryAfter = z.string().regex(/^[0-9]+$/).describe('Seconds to wait before retrying');
+const retryAfter = z
+  .string()
+  .regex(/^[0-9]+$/)
+  .describe('Seconds to wait before retrying');
 
 const PROBLEM_ANSWERS: Record<number, string> = {
   400: 'The request is not valid: `errors` names each field (body, query, header or path)',
   401: 'No valid API key',
   402: 'Not enough credits for this task',
-  404: 'Not found (another tenant\'s resource is not found either)',
+  404: "Not found (another tenant's resource is not found either)",
   409: 'The request conflicts with the current state',
   413: 'The request body is over API_BODY_LIMIT',
   415: 'The request body is not application/json, or its encoding or charset is not supported',
@@ -94,7 +95,10 @@ const PROBLEM_ANSWERS: Record<number, string> = {
  * The problem+json answers with these statuses, for a route contract (api/contract.ts). 429 and
  * 503 always carry Retry-After; `bearer` routes' 401 carries `WWW-Authenticate: Bearer`.
  */
-export function problemAnswers(statuses: readonly number[], opts: { bearer?: boolean; describe?: Record<number, string> } = {}): Record<number, ResponseContract> {
+export function problemAnswers(
+  statuses: readonly number[],
+  opts: { bearer?: boolean; describe?: Record<number, string> } = {},
+): Record<number, ResponseContract> {
   return Object.fromEntries(
     statuses.map((status) => {
       const description = opts.describe?.[status] ?? PROBLEM_ANSWERS[status];
@@ -145,7 +149,8 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     if (typeof e.code === 'string' && codes.includes(e.code)) return true;
     // "not queryable": a transaction whose server crashed mid-way; drizzle's ROLLBACK then fails
     // on the dead client and that error replaces the original one.
-    if (/timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|connection error and is not queryable/i.test(e.message ?? '')) return true;
+    if (/timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|connection error and is not queryable/i.test(e.message ?? ''))
+      return true;
   }
   return false;
 }

@@ -87,7 +87,11 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
         } catch (rejection) {
           if (!(rejection instanceof RateLimiterRes)) return next(rejection);
           const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
-          next(new HttpProblem(429, 'rate-limited', `Too many ${WHAT[kind]}`, `limit is ${settings.perSecond[kind]}/s per tenant`, [], { 'Retry-After': String(seconds) }));
+          next(
+            new HttpProblem(429, 'rate-limited', `Too many ${WHAT[kind]}`, `limit is ${settings.perSecond[kind]}/s per tenant`, [], {
+              'Retry-After': String(seconds),
+            }),
+          );
         }
       };
     },

@@ -19,7 +19,13 @@ const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: conf
 const tracing = installTracing(tracingOptions(config, 'vidorch-api', logger));
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
-const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, failoverHosts: failoverHosts(config), intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });
+const facts = startFactSampler({
+  databaseUrl: config.DATABASE_URL,
+  failoverHosts: failoverHosts(config),
+  intervalMs: config.METRICS_FACTS_INTERVAL_MS,
+  logger,
+  applicationName: 'vidorch-api-facts',
+});
 const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const ctx = buildApiContext(config, {
   db: database.db,

@@ -153,9 +153,12 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
       await fs.writeFile(leaseFile, `${process.pid}\n`);
     }
   }
-  const leaseTimer = setInterval(() => {
-    renewLease().catch((err: unknown) => opts.logger.warn({ err }, 'spool lease renewal failed'));
-  }, Math.max(50, Math.floor(opts.leaseMs / 3)));
+  const leaseTimer = setInterval(
+    () => {
+      renewLease().catch((err: unknown) => opts.logger.warn({ err }, 'spool lease renewal failed'));
+    },
+    Math.max(50, Math.floor(opts.leaseMs / 3)),
+  );
   leaseTimer.unref();
 
   async function openActive() {
@@ -301,8 +304,11 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
         await fs.rename(claimed, path.join(dir, f)).catch(() => undefined);
         const partial = (err as { spoolPass?: Omit<ReplayPass, 'files' | 'error'> }).spoolPass;
         return {
-          replayed: replayed + (partial?.replayed ?? 0), corrupt: corrupt + (partial?.corrupt ?? 0),
-          deadLettered: deadLettered + (partial?.deadLettered ?? 0), files, error: (err as Error).message,
+          replayed: replayed + (partial?.replayed ?? 0),
+          corrupt: corrupt + (partial?.corrupt ?? 0),
+          deadLettered: deadLettered + (partial?.deadLettered ?? 0),
+          files,
+          error: (err as Error).message,
         };
       }
     }
@@ -370,7 +376,13 @@ export async function spoolStatus(dir: string): Promise<SpoolStatus> {
     for (const line of lines) {
       try {
         const d = JSON.parse(line) as Partial<SpooledCallback> & { deadLetter: { error: string; deadAt: string } };
-        dead.push({ provider: d.provider ?? '?', token: d.token ?? '?', receivedAt: d.receivedAt ?? '?', error: d.deadLetter.error, deadAt: d.deadLetter.deadAt });
+        dead.push({
+          provider: d.provider ?? '?',
+          token: d.token ?? '?',
+          receivedAt: d.receivedAt ?? '?',
+          error: d.deadLetter.error,
+          deadAt: d.deadLetter.deadAt,
+        });
       } catch {
         dead.push({ provider: '?', token: '?', receivedAt: '?', error: 'unreadable dead letter', deadAt: '?' });
       }

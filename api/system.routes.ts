@@ -32,11 +32,14 @@ export const systemRoutes = {
     method: 'get',
     path: '/openapi.json',
     operationId: 'getOpenApiDocument',
-    summary: 'This document (its server is PUBLIC_BASE_URL, never the request\'s Host)',
+    summary: "This document (its server is PUBLIC_BASE_URL, never the request's Host)",
     tags: ['system'],
     auth: 'none',
     responses: {
-      200: { description: 'The OpenAPI 3.1 document', content: json(z.looseObject({ openapi: z.literal('3.1.0'), info: z.looseObject({}), paths: z.looseObject({}) })) },
+      200: {
+        description: 'The OpenAPI 3.1 document',
+        content: json(z.looseObject({ openapi: z.literal('3.1.0'), info: z.looseObject({}), paths: z.looseObject({}) })),
+      },
     },
   }),
 };

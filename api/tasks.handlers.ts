@@ -109,7 +109,13 @@ export function taskHandlers(ctx: ApiContext) {
       const token = await fenceToken(ctx);
       let outcome;
       try {
-        outcome = await deleteTaskOutput(ctx.db, ctx, token, { taskId, tenantId, actor: `tenant:${tenantId}`, reason: 'DELETE /v1/tasks/:id/output', now: new Date() });
+        outcome = await deleteTaskOutput(ctx.db, ctx, token, {
+          taskId,
+          tenantId,
+          actor: `tenant:${tenantId}`,
+          reason: 'DELETE /v1/tasks/:id/output',
+          now: new Date(),
+        });
       } catch (err) {
         if (err instanceof FenceRejectedError) throw problems.unavailable(err.message, 30);
         if (err instanceof S3ServiceException || (err as { code?: string }).code === 'ECONNREFUSED' || (err as Error).name === 'TimeoutError') {

@@ -3,10 +3,24 @@
 import { z } from 'zod';
 import { defineRoute, json } from './contract';
 import { problemAnswers } from './problem';
-import { acceptedTask, cancelAnswer, createTaskBody, createTaskHeaders, deletedTaskOutput, listTasksQuery, taskDetail, taskPage, taskPathParams } from './tasks.schemas';
+import {
+  acceptedTask,
+  cancelAnswer,
+  createTaskBody,
+  createTaskHeaders,
+  deletedTaskOutput,
+  listTasksQuery,
+  taskDetail,
+  taskPage,
+  taskPathParams,
+} from './tasks.schemas';
 
 const rateLimitRemaining = z.object({
-  'RateLimit-Remaining': z.string().regex(/^[0-9]+$/).optional().describe('Requests of this kind left in the current second'),
+  'RateLimit-Remaining': z
+    .string()
+    .regex(/^[0-9]+$/)
+    .optional()
+    .describe('Requests of this kind left in the current second'),
 });
 
 /**
@@ -14,7 +28,11 @@ const rateLimitRemaining = z.object({
  * method), no valid key (401), the tenant's rate (429), the mode or a dependency (503).
  */
 const V1_PROBLEMS = [400, 401, 413, 415, 429, 500, 503] as const;
-const v1Problems = (...more: number[]) => problemAnswers([...V1_PROBLEMS, ...more].sort((a, b) => a - b), { bearer: true });
+const v1Problems = (...more: number[]) =>
+  problemAnswers(
+    [...V1_PROBLEMS, ...more].sort((a, b) => a - b),
+    { bearer: true },
+  );
 
 export const taskRoutes = {
   create: defineRoute({

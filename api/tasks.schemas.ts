@@ -7,7 +7,13 @@ import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, TASK_STATES } from '../domain/state
 
 export const createTaskBody = z
   .strictObject({
-    model: z.string().min(1).max(100).describe('Model from the catalog: a provider\'s model id (e.g. "minimax/video-01", pinned to its provider) or a model family (e.g. "kling-v2", routed by provider health and cost)'),
+    model: z
+      .string()
+      .min(1)
+      .max(100)
+      .describe(
+        'Model from the catalog: a provider\'s model id (e.g. "minimax/video-01", pinned to its provider) or a model family (e.g. "kling-v2", routed by provider health and cost)',
+      ),
     provider: z.enum(PROVIDERS).optional().describe('A pinned model: must name its provider. A model family: the preferred provider (health still decides)'),
     prompt: z.string().trim().min(1).max(2000),
     duration_seconds: z.int().min(1).max(20),
@@ -22,17 +28,21 @@ export const createTaskBody = z
       .min(10)
       .max(7 * 86_400)
       .optional()
-      .describe('The task must be accepted by a provider within this many seconds of creation, or it fails (DEADLINE_EXCEEDED) and its credits are released. Default: the server\'s TASK_DEADLINE_SECONDS'),
+      .describe(
+        "The task must be accepted by a provider within this many seconds of creation, or it fails (DEADLINE_EXCEEDED) and its credits are released. Default: the server's TASK_DEADLINE_SECONDS",
+      ),
     metadata: z
       .record(z.string().min(1).max(64), z.string().max(512))
       .refine((m) => Object.keys(m).length <= 20, 'at most 20 keys')
       .optional(),
-    project_id: z.uuid().optional().describe('Defaults to the tenant\'s default project'),
+    project_id: z.uuid().optional().describe("Defaults to the tenant's default project"),
     webhook_url: z
       .string()
       .max(2048, 'at most 2048 characters')
       .optional()
-      .describe('Also send this task\'s events here (https, a public host), signed with the secret of the tenant\'s oldest enabled webhook endpoint (docs/webhooks.md)'),
+      .describe(
+        "Also send this task's events here (https, a public host), signed with the secret of the tenant's oldest enabled webhook endpoint (docs/webhooks.md)",
+      ),
   })
   .describe('A video generation request')
   .meta({ id: 'CreateTaskRequest' });
@@ -47,7 +57,9 @@ export const idempotencyKeyHeader = z
 export const taskIdParam = z.uuid();
 export const taskPathParams = z.object({ id: taskIdParam.describe('The task id (a malformed id is a 404, like an unknown one)') });
 export const createTaskHeaders = z.object({
-  'Idempotency-Key': idempotencyKeyHeader.describe('Stripe semantics: the same key and body answer the original 202 (Idempotent-Replayed: true); another body is a 422'),
+  'Idempotency-Key': idempotencyKeyHeader.describe(
+    'Stripe semantics: the same key and body answer the original 202 (Idempotent-Replayed: true); another body is a 422',
+  ),
 });
 
 export const listTasksQuery = z.strictObject({
@@ -58,7 +70,10 @@ export const listTasksQuery = z.strictObject({
 
 export const taskStatus = z.enum(TASK_STATES).meta({ id: 'TaskStatus' });
 /** Credits: a decimal string, never a float. */
-const money = z.string().regex(/^[0-9]+(\.[0-9]+)?$/).describe('Credits, a decimal string');
+const money = z
+  .string()
+  .regex(/^[0-9]+(\.[0-9]+)?$/)
+  .describe('Credits, a decimal string');
 const timestamp = z.iso.datetime();
 
 export const acceptedTask = z.object({ task_id: z.uuid(), status: taskStatus }).meta({ id: 'AcceptedTask' });
@@ -99,7 +114,9 @@ const taskOutput = z
     thumbnail_url: z
       .url()
       .nullable()
-      .describe('Presigned, like download_url; null until the thumbnail exists (it is made just after SUCCEEDED: webhook task.thumbnail_ready) and once the output is deleted'),
+      .describe(
+        'Presigned, like download_url; null until the thumbnail exists (it is made just after SUCCEEDED: webhook task.thumbnail_ready) and once the output is deleted',
+      ),
     expires_in_seconds: z.int().nullable(),
     deleted_at: timestamp.nullable().describe('When DELETE /v1/tasks/:id/output removed the objects (or the retention did); the facts stay'),
     sha256: z.string(),
@@ -124,11 +141,17 @@ export const taskDetail = z
     queue: z
       .object({
         provider: z.string(),
-        position: z.int().min(1).nullable().describe('Place in the provider\'s slot queue, 1 = next (a prediction: priorities, fair shares and aging decide); null once granted'),
+        position: z
+          .int()
+          .min(1)
+          .nullable()
+          .describe("Place in the provider's slot queue, 1 = next (a prediction: priorities, fair shares and aging decide); null once granted"),
         waiting: z.int().min(0).describe('Attempts waiting for this provider'),
         since: timestamp,
         waited_seconds: z.int().min(0),
-        reason: z.string().describe('Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows'),
+        reason: z
+          .string()
+          .describe('Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows'),
       })
       .nullable()
       .describe('Waiting for a provider slot (docs/providers.md "The slot queue"); null otherwise'),

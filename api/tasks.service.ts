@@ -20,14 +20,11 @@ import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
 import { problems } from './problem';
 
-export type CreateOutcome =
-  | { kind: 'created'; task: TaskRow; outboxEventId: string }
-  | { kind: 'replayed'; task: TaskRow };
+export type CreateOutcome = { kind: 'created'; task: TaskRow; outboxEventId: string } | { kind: 'replayed'; task: TaskRow };
 
 class IdempotencyRace extends Error {}
 
-export const requestHash = (body: CreateTaskBody): string =>
-  createHash('sha256').update(canonicalJson(body)).digest('hex');
+export const requestHash = (body: CreateTaskBody): string => createHash('sha256').update(canonicalJson(body)).digest('hex');
 
 async function findByKey(db: Db, tenantId: string, key: string): Promise<TaskRow | null> {
   const [row] = await db
@@ -130,7 +127,9 @@ async function checkTaskWebhookUrl(db: Db, tenantId: string, url: string, allowP
   const problem = webhookUrlProblem(url, allowPrivate);
   if (problem) throw problems.validation([{ field: 'webhook_url', message: problem }]);
   if (!(await taskUrlSigningEndpoint(db, tenantId))) {
-    throw problems.validation([{ field: 'webhook_url', message: 'needs an enabled webhook endpoint (its secret signs the task\'s webhooks): POST /v1/webhook-endpoints first' }]);
+    throw problems.validation([
+      { field: 'webhook_url', message: "needs an enabled webhook endpoint (its secret signs the task's webhooks): POST /v1/webhook-endpoints first" },
+    ]);
   }
 }
 

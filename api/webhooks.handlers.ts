@@ -50,7 +50,10 @@ export function webhookHandlers(ctx: ApiContext) {
       if (!body.success) throw problems.validation(zodFieldErrors(body.error));
       const token = await writeToken();
       const { endpoint, secret } = await createEndpoint(ctx.db, token, ctx.webhookSecrets, rules, tenantId, body.data);
-      res.status(201).location(`/v1/webhook-endpoints/${endpoint.endpoint_id}`).json({ ...presentEndpoint(endpoint), secret });
+      res
+        .status(201)
+        .location(`/v1/webhook-endpoints/${endpoint.endpoint_id}`)
+        .json({ ...presentEndpoint(endpoint), secret });
     },
 
     async list(req: Request, res: Response) {

@@ -18,7 +18,11 @@ import {
 } from './webhooks.schemas';
 
 const V1_PROBLEMS = [400, 401, 413, 415, 429, 500, 503] as const;
-const v1Problems = (...more: number[]) => problemAnswers([...V1_PROBLEMS, ...more].sort((a, b) => a - b), { bearer: true });
+const v1Problems = (...more: number[]) =>
+  problemAnswers(
+    [...V1_PROBLEMS, ...more].sort((a, b) => a - b),
+    { bearer: true },
+  );
 
 const endpointPath = z.object({ id: z.string().describe('The endpoint id (a malformed id is a 404, like an unknown one)') });
 const deliveryPath = endpointPath.extend({ deliveryId: z.string().describe('The delivery id (a malformed id is a 404)') });

@@ -60,14 +60,20 @@ export const WebhookEndpointResponse = z
   .describe('A webhook endpoint (its secret is answered only by create and rotate-secret)');
 
 export const WebhookEndpointCreatedResponse = WebhookEndpointResponse.extend({
-  secret: z.string().regex(/^whsec_/).describe('The signing secret, shown this once'),
+  secret: z
+    .string()
+    .regex(/^whsec_/)
+    .describe('The signing secret, shown this once'),
 });
 
 export const WebhookEndpointListResponse = z.object({ endpoints: z.array(WebhookEndpointResponse) });
 
 export const WebhookSecretRotatedResponse = z.object({
   id: z.uuid(),
-  secret: z.string().regex(/^whsec_/).describe('The new signing secret, shown this once'),
+  secret: z
+    .string()
+    .regex(/^whsec_/)
+    .describe('The new signing secret, shown this once'),
   previous_secret_expires_at: z.iso.datetime().describe('Until then deliveries carry a signature with the previous secret too'),
 });
 
@@ -75,7 +81,7 @@ export const WebhookAttemptResponse = z.object({
   attempt_no: z.int().min(1),
   attempted_at: z.iso.datetime(),
   succeeded: z.boolean(),
-  response_status: z.int().nullable().describe('The receiver\'s HTTP status; null when none was received'),
+  response_status: z.int().nullable().describe("The receiver's HTTP status; null when none was received"),
   latency_ms: z.int(),
   error: z.string().nullable(),
 });
@@ -109,7 +115,7 @@ export const WebhookEventPayload = z
     data: z.object({
       task_id: z.uuid(),
       status: z.enum(TASK_STATES),
-      status_version: z.int().describe('Orders a task\'s events: a receiver keeps the highest it has seen'),
+      status_version: z.int().describe("Orders a task's events: a receiver keeps the highest it has seen"),
       previous_status: z.enum(TASK_STATES).nullable(),
       occurred_at: z.string(),
       model: z.string().nullable(),

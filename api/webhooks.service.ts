@@ -52,7 +52,7 @@ export async function createEndpoint(
       tenantId,
       url: body.url,
       description: body.description ?? null,
-      events: (body.events ?? null),
+      events: body.events ?? null,
     });
     const secret = await addSigningSecret(tx, box, endpoint.endpoint_id);
     return { endpoint, secret };

@@ -143,7 +143,14 @@ async function bareCreate(pool: pg.Pool, bw: BenchWorld, tenantId: string, key: 
   await pool.query(BARE_SQL.mark, [eventId]);
 }
 
-async function barePhase(bw: BenchWorld, pool: pg.Pool, clients: number, tenants: BenchTenant[], o: AdmissionOptions, rep: Reporter): Promise<Measured<LoadResult>> {
+async function barePhase(
+  bw: BenchWorld,
+  pool: pg.Pool,
+  clients: number,
+  tenants: BenchTenant[],
+  o: AdmissionOptions,
+  rep: Reporter,
+): Promise<Measured<LoadResult>> {
   const prefix = `bare-${clients}-${Date.now().toString(36)}`;
   return measured({ cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) }, () =>
     closedLoop({
@@ -215,7 +222,9 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
       region: world.config.REGION,
       epoch: '1',
     };
-    const barePool = o.bare ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-admission' }) : null;
+    const barePool = o.bare
+      ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-admission' })
+      : null;
     cleanup.push(() => barePool?.end());
     const pgGroups = async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() });
 
@@ -295,7 +304,22 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
     const bareOf = (clients: number) => rows.find((r) => r.clients === clients && r.mode === BARE_MODE);
     rep.table(
       `admission: POST /v1/tasks, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${o.tenants} tenants (ratio = rate / pgbench create-transaction rate at the same client count; ÷ bare = rate / the bare admission rate)`,
-      ['mode', 'clients', 'creates/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', '÷ bare', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
+      [
+        'mode',
+        'clients',
+        'creates/s',
+        'p50 ms',
+        'p99 ms',
+        'errors',
+        'ratio',
+        '÷ bare',
+        'PG round trips/op',
+        'cores: api',
+        'postgres',
+        'temporal',
+        'bench',
+        'machine busy',
+      ],
       rows.map((r) => [
         r.mode,
         r.clients,

@@ -52,7 +52,6 @@ interface Breakdown {
   readonly counts: Omit<HistoryCounts, 'signals'>;
 }
 
-
 interface PhaseResult {
   readonly mode: string;
   readonly measured: number;
@@ -117,7 +116,13 @@ async function createAtRate(apiUrl: string, apiKey: string, n: number, rate: num
   return ids;
 }
 
-async function runReal(bw: BenchWorld, o: CallbackLatencyOptions, rep: Reporter, apiUrl: string, pids: { api: number; worker: number }): Promise<PhaseResult & { byCallback: number }> {
+async function runReal(
+  bw: BenchWorld,
+  o: CallbackLatencyOptions,
+  rep: Reporter,
+  apiUrl: string,
+  pids: { api: number; worker: number },
+): Promise<PhaseResult & { byCallback: number }> {
   const [tenant] = await bw.createTenants(1);
   const prefix = `cl-${randomUUID().slice(0, 8)}`;
   rep.log(`callback-latency: warm-up, ${o.warmupTasks} task(s)`);
@@ -161,7 +166,11 @@ async function runBare(bw: BenchWorld, o: CallbackLatencyOptions, rep: Reporter,
     { args: [queue, [...new Set(shape.activities)].join(',')], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
   );
   try {
-    await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), { process: worker, timeoutMs: 120_000, what: 'the bare worker' });
+    await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), {
+      process: worker,
+      timeoutMs: 120_000,
+      what: 'the bare worker',
+    });
     const client = bw.world.client;
     const tenantId = randomUUID();
     const start = async (i: number) => {
@@ -269,14 +278,37 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
       `callback-latency: where the time after the signal goes, mean ms per workflow (${real.breakdown.workflows} real, ${bare?.breakdown.workflows ?? 0} bare histories; signal event → completed event)`,
       ['step', 'real queue', 'real run', 'bare queue', 'bare run'],
       [
-        ...names.map((n) => [n, cell(real, real.breakdown.activities[n], 'queueMs'), cell(real, real.breakdown.activities[n], 'runMs'), cell(bare, bare?.breakdown.activities[n], 'queueMs'), cell(bare, bare?.breakdown.activities[n], 'runMs')]),
-        ['workflow tasks', cell(real, real.breakdown.workflowTasks, 'queueMs'), cell(real, real.breakdown.workflowTasks, 'runMs'), cell(bare, bare?.breakdown.workflowTasks, 'queueMs'), cell(bare, bare?.breakdown.workflowTasks, 'runMs')],
-        ['signal → completed (history)', round(real.breakdown.totalMs / Math.max(1, real.breakdown.workflows), 1), null, bare ? round(bare.breakdown.totalMs / Math.max(1, bare.breakdown.workflows), 1) : null, null],
+        ...names.map((n) => [
+          n,
+          cell(real, real.breakdown.activities[n], 'queueMs'),
+          cell(real, real.breakdown.activities[n], 'runMs'),
+          cell(bare, bare?.breakdown.activities[n], 'queueMs'),
+          cell(bare, bare?.breakdown.activities[n], 'runMs'),
+        ]),
+        [
+          'workflow tasks',
+          cell(real, real.breakdown.workflowTasks, 'queueMs'),
+          cell(real, real.breakdown.workflowTasks, 'runMs'),
+          cell(bare, bare?.breakdown.workflowTasks, 'queueMs'),
+          cell(bare, bare?.breakdown.workflowTasks, 'runMs'),
+        ],
+        [
+          'signal → completed (history)',
+          round(real.breakdown.totalMs / Math.max(1, real.breakdown.workflows), 1),
+          null,
+          bare ? round(bare.breakdown.totalMs / Math.max(1, bare.breakdown.workflows), 1) : null,
+          null,
+        ],
       ],
     );
     const p50Ratio = ratio(real.latency.p50, bare?.latency.p50 ?? NaN);
     const goals = [
-      { name: 'p50 callback received → SUCCEEDED', target: `≤ ${GOAL_P50_MS} ms`, measured: `${round(real.latency.p50, 0)} ms`, met: real.latency.p50 <= GOAL_P50_MS },
+      {
+        name: 'p50 callback received → SUCCEEDED',
+        target: `≤ ${GOAL_P50_MS} ms`,
+        measured: `${round(real.latency.p50, 0)} ms`,
+        met: real.latency.p50 <= GOAL_P50_MS,
+      },
       {
         name: 'p50 real ÷ bare floor (signal → completed)',
         target: `≤ ${GOAL_P50_BARE_RATIO} ×`,
@@ -289,12 +321,19 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
     printProfile(rep, 'callback-latency: worker process', profile);
     // Not budgeted: how much comes after the last signal moves with when it lands (a loaded
     // machine coalesces the success's wake into an earlier one: 1.73 dispatches instead of 2).
-    const per = (p: PhaseResult | undefined, k: keyof Breakdown['counts']) => (p && p.breakdown.workflows ? p.breakdown.counts[k] / p.breakdown.workflows : NaN);
-    const afterSignal = Object.fromEntries((['activityDispatches', 'localActivityMarkers', 'workflowTasks', 'events', 'upserts', 'timers'] as const).map((k) => [k, round(per(real, k), 3)]));
+    const per = (p: PhaseResult | undefined, k: keyof Breakdown['counts']) =>
+      p && p.breakdown.workflows ? p.breakdown.counts[k] / p.breakdown.workflows : NaN;
+    const afterSignal = Object.fromEntries(
+      (['activityDispatches', 'localActivityMarkers', 'workflowTasks', 'events', 'upserts', 'timers'] as const).map((k) => [k, round(per(real, k), 3)]),
+    );
     rep.table(
       `callback-latency: from the last wake signal to completion, per task (${real.breakdown.workflows} real, ${bare?.breakdown.workflows ?? 0} bare histories)`,
       ['count', 'real', 'bare'],
-      (['activityDispatches', 'localActivityMarkers', 'workflowTasks', 'events', 'upserts', 'timers'] as const).map((k) => [k, round(per(real, k), 2), round(per(bare, k), 2)]),
+      (['activityDispatches', 'localActivityMarkers', 'workflowTasks', 'events', 'upserts', 'timers'] as const).map((k) => [
+        k,
+        round(per(real, k), 2),
+        round(per(bare, k), 2),
+      ]),
     );
     rep.goals(goals);
     checkGoals(rep, 'callback-latency', goals, o.check);

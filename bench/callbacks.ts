@@ -93,7 +93,14 @@ async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Re
       Array.from({ length: 16 }, async () => {
         while (next < n) {
           const i = next++;
-          taskIds.push(await createTaskOrThrow(vidorch, `cb-setup-${i}`, { model: 'minimax/video-01', prompt: `bench callbacks ${i}`, duration_seconds: 1, resolution: '480p' }));
+          taskIds.push(
+            await createTaskOrThrow(vidorch, `cb-setup-${i}`, {
+              model: 'minimax/video-01',
+              prompt: `bench callbacks ${i}`,
+              duration_seconds: 1,
+              resolution: '480p',
+            }),
+          );
         }
       }),
     );
@@ -164,9 +171,26 @@ const BARE_MODE = 'bare: verify + inbox + signal, minimal client';
 function bareIngest(pool: pg.Pool, verifier: Webhook, wake: (taskId: string) => void, region: string) {
   return async (ev: SignedEvent, headers: Record<string, string>): Promise<boolean> => {
     const json = verifier.verify(ev.body, headers) as { id: string; status: string };
-    const job = { jobId: json.id, state: 'running', rawStatus: json.status, updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null };
+    const job = {
+      jobId: json.id,
+      state: 'running',
+      rawStatus: json.status,
+      updatedAt: null,
+      outputUrl: null,
+      error: null,
+      correlationToken: null,
+      metrics: null,
+    };
     const { rows } = await pool.query(BARE_INBOX_SQL, [
-      randomUUID(), job.jobId, ev.id, `event:${ev.id}`, job.state, { job, raw: json }, region, ev.attempt.attemptId, ev.attempt.taskId,
+      randomUUID(),
+      job.jobId,
+      ev.id,
+      `event:${ev.id}`,
+      job.state,
+      { job, raw: json },
+      region,
+      ev.attempt.attemptId,
+      ev.attempt.taskId,
     ]);
     if (rows.length === 0) return false;
     wake(ev.attempt.taskId);
@@ -192,9 +216,13 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     let duplicatesSent = 0;
     let duplicatesAcked = 0;
     let storedAgain = 0; // a repeat answered as stored: must stay 0
-    const barePool = o.bare ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-callbacks' }) : null;
+    const barePool = o.bare
+      ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-callbacks' })
+      : null;
     const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId));
-    const bare = barePool ? bareIngest(barePool, new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION) : null;
+    const bare = barePool
+      ? bareIngest(barePool, new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION)
+      : null;
     stopBare = async () => {
       await barePool?.end();
     };
@@ -269,30 +297,37 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
           }),
         );
         // One INSERT per callback (the signal is Temporal's).
-        rows.push({ mode: BARE_MODE, clients, rate: b.result.rate, p50: b.result.latency.p50, p99: b.result.latency.p99, errors: b.result.errors, roundTripsPerOp: 1, cpu: b.cpu });
+        rows.push({
+          mode: BARE_MODE,
+          clients,
+          rate: b.result.rate,
+          p50: b.result.latency.p50,
+          p99: b.result.latency.p99,
+          errors: b.result.errors,
+          roundTripsPerOp: 1,
+          cpu: b.cpu,
+        });
         rep.log(`callbacks: cpu ${describeCpu(b.cpu)}`);
       }
 
       const payload = JSON.stringify({ job: { jobId: 'pgbjob', state: 'running' }, raw: JSON.parse(predictionBody(attempts[0]!, 0)) as unknown });
-      const p: Measured<PgbenchResult> = await measured(
-        { cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) },
-        () =>
-          runPgbench({
-            label: `pgbench inbox c=${clients}`,
-            databaseUrl: world.config.DATABASE_URL,
-            script: 'bench/sql/callback-inbox.sql',
-            clients,
-            warmupS: o.warmupS,
-            durationS: o.durationS,
-            vars: {
-              attempts: `{${attempts.map((a) => a.attemptId).join(',')}}`,
-              tasks: `{${attempts.map((a) => a.taskId).join(',')}}`,
-              n: String(attempts.length),
-              region: world.config.REGION,
-              payload,
-            },
-            progress: rep.log,
-          }),
+      const p: Measured<PgbenchResult> = await measured({ cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) }, () =>
+        runPgbench({
+          label: `pgbench inbox c=${clients}`,
+          databaseUrl: world.config.DATABASE_URL,
+          script: 'bench/sql/callback-inbox.sql',
+          clients,
+          warmupS: o.warmupS,
+          durationS: o.durationS,
+          vars: {
+            attempts: `{${attempts.map((a) => a.attemptId).join(',')}}`,
+            tasks: `{${attempts.map((a) => a.taskId).join(',')}}`,
+            n: String(attempts.length),
+            region: world.config.REGION,
+            payload,
+          },
+          progress: rep.log,
+        }),
       );
       rows.push({
         mode: p.result.clients !== p.result.requestedClients ? `pgbench: inbox insert (${p.result.clients} clients)` : 'pgbench: inbox insert',
@@ -326,7 +361,22 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     const bareOf = (c: number) => rows.find((r) => r.clients === c && r.mode === BARE_MODE);
     rep.table(
       `callbacks: POST /v1/callbacks/replicate/:token, ${o.durationS} s measured after ${o.warmupS} s warm-up, ${attempts.length} attempts, ${Math.round(o.duplicateShare * 100)} % repeats (ratio = rate / pgbench inbox-insert rate at the same client count; ÷ bare = rate / the bare ingest rate)`,
-      ['mode', 'clients', 'callbacks/s', 'p50 ms', 'p99 ms', 'errors', 'ratio', '÷ bare', 'PG round trips/op', 'cores: api', 'postgres', 'temporal', 'bench', 'machine busy'],
+      [
+        'mode',
+        'clients',
+        'callbacks/s',
+        'p50 ms',
+        'p99 ms',
+        'errors',
+        'ratio',
+        '÷ bare',
+        'PG round trips/op',
+        'cores: api',
+        'postgres',
+        'temporal',
+        'bench',
+        'machine busy',
+      ],
       rows.map((r) => [
         r.mode,
         r.clients,
@@ -344,15 +394,19 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         `${r.cpu.machineBusyCores.toFixed(2)}/${r.cpu.machineCores}`,
       ]),
     );
-    rep.table('callbacks: each distinct event stored once (all levels, warm-ups included)', ['figure', 'value'], [
-      ['distinct events acknowledged (2xx)', acked.size],
-      ['inbox rows for them', inboxRows],
-      ['distinct webhook-ids among those rows', distinctIds],
-      ['repeats sent', duplicatesSent],
-      ['repeats answered duplicate: true', duplicatesAcked],
-      ['repeats stored a second time', storedAgain],
-      ['exactly once', exactlyOnce ? 'yes' : 'NO'],
-    ]);
+    rep.table(
+      'callbacks: each distinct event stored once (all levels, warm-ups included)',
+      ['figure', 'value'],
+      [
+        ['distinct events acknowledged (2xx)', acked.size],
+        ['inbox rows for them', inboxRows],
+        ['distinct webhook-ids among those rows', distinctIds],
+        ['repeats sent', duplicatesSent],
+        ['repeats answered duplicate: true', duplicatesAcked],
+        ['repeats stored a second time', storedAgain],
+        ['exactly once', exactlyOnce ? 'yes' : 'NO'],
+      ],
+    );
     const last = statementReport[statementReport.length - 1];
     if (last) {
       rep.table(

@@ -51,7 +51,11 @@ const HISTORY_KEYS = ['events', 'activityDispatches', 'localActivityMarkers', 'w
 
 /** The counts per completed task that are budgeted (bench/budgets.json "e2e"). */
 export const E2E_COUNTS: readonly CountDef[] = [
-  { key: 'pgRoundTrips', slack: 0.05, note: 'Postgres round trips per completed task, API + worker processes, timer loops (relay, fence watcher…) taken out at their quiet rate' },
+  {
+    key: 'pgRoundTrips',
+    slack: 0.05,
+    note: 'Postgres round trips per completed task, API + worker processes, timer loops (relay, fence watcher…) taken out at their quiet rate',
+  },
   { key: 'pgCommits', slack: 0.05, note: 'Postgres commits per completed task (COMMITs and lone statements), API + worker, timer loops taken out likewise' },
   { key: 'activityDispatches', slack: 0.05, note: 'regular activities scheduled per task (ActivityTaskScheduled), from the histories' },
   { key: 'localActivityMarkers', slack: 0.05, note: 'local activities per task (MarkerRecorded core_local_activity), from the histories' },
@@ -112,7 +116,9 @@ async function quietWindow(files: readonly string[], seconds: number, rep: Repor
   const after = await readCounts(files);
   const counts = pgDelta(after.counts, before.counts);
   const s = (after.at - before.at) / 1000;
-  rep.log(`e2e: quiet window ${s.toFixed(1)} s: ${counts.total} round trips (${(counts.total / s).toFixed(1)}/s), ${counts.commits} commits in the API and worker processes`);
+  rep.log(
+    `e2e: quiet window ${s.toFixed(1)} s: ${counts.total} round trips (${(counts.total / s).toFixed(1)}/s), ${counts.commits} commits in the API and worker processes`,
+  );
   return { counts, seconds: s };
 }
 
@@ -180,7 +186,11 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
     transactions: topStatements({ total: own.commits, statements: own.commitsBy }, ok.length, 25),
     pg: {
       all: { roundTrips: all.total / ok.length, commits: all.commits / ok.length, rollbacks: all.rollbacks / ok.length },
-      background: { roundTripsPerSecond: quiet.counts.total / quiet.seconds, commitsPerSecond: quiet.counts.commits / quiet.seconds, quietSeconds: quiet.seconds },
+      background: {
+        roundTripsPerSecond: quiet.counts.total / quiet.seconds,
+        commitsPerSecond: quiet.counts.commits / quiet.seconds,
+        quietSeconds: quiet.seconds,
+      },
       databaseCommits: commits / ok.length,
     },
   };
@@ -191,11 +201,16 @@ async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: Bare
   const workers: ManagedProcess[] = [];
   for (let i = 0; i < o.workers; i++) {
     workers.push(
-      startWorkerProcess(`bare-worker-${i}`, 'bench/workflows/bare-worker.ts', {
-        ...configToEnv(bw.world.config),
-        LOG_LEVEL: 'warn',
-        WORKER_MAX_CONCURRENT_ACTIVITIES: String(o.maxConcurrentActivities),
-      }, { args: [queue, [...new Set(shape.activities)].join(',')], log: fileLogger(path.join(bw.logDir, `bare-worker-${i}.log`)) }),
+      startWorkerProcess(
+        `bare-worker-${i}`,
+        'bench/workflows/bare-worker.ts',
+        {
+          ...configToEnv(bw.world.config),
+          LOG_LEVEL: 'warn',
+          WORKER_MAX_CONCURRENT_ACTIVITIES: String(o.maxConcurrentActivities),
+        },
+        { args: [queue, [...new Set(shape.activities)].join(',')], log: fileLogger(path.join(bw.logDir, `bare-worker-${i}.log`)) },
+      ),
     );
   }
   try {
@@ -311,9 +326,19 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
     await sleep(500);
     const cal = addHistory(emptyStats(), await bw.world.client.workflow.getHandle(workflowIdForTask(calId)).fetchHistory());
     const shape: BareShape = { activities: cal.activityOrder, waitAfter: cal.waitAfter, signals: cal.signals, upserts: cal.upserts };
-    rep.log(`e2e: a real history: ${cal.events} events, activities ${cal.activityOrder.join(' → ')}, ${cal.signals} signals after activity ${cal.waitAfter}, ${cal.upserts} upserts, ${cal.timers} timers`);
+    rep.log(
+      `e2e: a real history: ${cal.events} events, activities ${cal.activityOrder.join(' → ')}, ${cal.signals} signals after activity ${cal.waitAfter}, ${cal.upserts} upserts, ${cal.timers} timers`,
+    );
 
-    const real = await runReal(bw, o, rep, api.url, [api.countFile, ...workers.map((w) => w.countFile)], workers.map((w) => w.proc.pid), api.proc.pid);
+    const real = await runReal(
+      bw,
+      o,
+      rep,
+      api.url,
+      [api.countFile, ...workers.map((w) => w.countFile)],
+      workers.map((w) => w.proc.pid),
+      api.proc.pid,
+    );
     rep.log(`e2e: cpu (real) ${describeCpu(real.result.cpu)}`);
     for (const w of workers) await w.proc.stop('SIGTERM', 10_000);
     const phases: PhaseResult[] = [real.result];
@@ -326,7 +351,26 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
 
     rep.table(
       `e2e: ${o.tasks} tasks, ${o.concurrency} concurrent creates, generation ${o.generationMs} ms, ${o.workers} worker(s) × ${o.maxConcurrentActivities} activity slots (ratio = rate / bare rate)`,
-      ['mode', 'completed', 'failed', 'seconds', 'tasks/s', 'ratio', 'p50 ms', 'p99 ms', 'events/wf', 'PG round trips/task', 'PG commits/task', 'cores: api', 'worker', 'postgres', 'temporal', 'bench', 'machine busy', 'worker RSS MB'],
+      [
+        'mode',
+        'completed',
+        'failed',
+        'seconds',
+        'tasks/s',
+        'ratio',
+        'p50 ms',
+        'p99 ms',
+        'events/wf',
+        'PG round trips/task',
+        'PG commits/task',
+        'cores: api',
+        'worker',
+        'postgres',
+        'temporal',
+        'bench',
+        'machine busy',
+        'worker RSS MB',
+      ],
       phases.map((p) => [
         p.mode,
         p.completed,
@@ -353,19 +397,20 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
     rep.table(
       `e2e: where the time goes, per workflow (${real.result.history.workflows} real and ${bare?.history.workflows ?? 0} bare histories; queue = scheduled → started, run = started → completed, ms)`,
       ['step', 'real count', 'real queue mean', 'real run mean', 'real total/wf', 'bare count', 'bare queue mean', 'bare run mean', 'bare total/wf'],
-      [...names.map((n) => [n, real.result.history.activities[n], bare?.history.activities[n]] as const), ['workflow tasks', real.result.history.workflowTasks, bare?.history.workflowTasks] as const].map(
-        ([n, r, b]) => [
-          n,
-          r ? round(r.count / per(real.result.history), 2) : null,
-          r ? round(r.queueMs / r.count, 1) : null,
-          r ? round(r.runMs / r.count, 1) : null,
-          r ? round((r.queueMs + r.runMs) / per(real.result.history), 1) : null,
-          b && bare ? round(b.count / per(bare.history), 2) : null,
-          b ? round(b.queueMs / b.count, 1) : null,
-          b ? round(b.runMs / b.count, 1) : null,
-          b && bare ? round((b.queueMs + b.runMs) / per(bare.history), 1) : null,
-        ],
-      ),
+      [
+        ...names.map((n) => [n, real.result.history.activities[n], bare?.history.activities[n]] as const),
+        ['workflow tasks', real.result.history.workflowTasks, bare?.history.workflowTasks] as const,
+      ].map(([n, r, b]) => [
+        n,
+        r ? round(r.count / per(real.result.history), 2) : null,
+        r ? round(r.queueMs / r.count, 1) : null,
+        r ? round(r.runMs / r.count, 1) : null,
+        r ? round((r.queueMs + r.runMs) / per(real.result.history), 1) : null,
+        b && bare ? round(b.count / per(bare.history), 2) : null,
+        b ? round(b.queueMs / b.count, 1) : null,
+        b ? round(b.runMs / b.count, 1) : null,
+        b && bare ? round((b.queueMs + b.runMs) / per(bare.history), 1) : null,
+      ]),
     );
     const pg = real.pg;
     rep.table(
@@ -406,14 +451,34 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
     // The rows of issue #19's goal table this benchmark measures; printed, not checked (the
     // throughput ratio moves with the machine's load; the counts above are the gate).
     const goals = [
-      { name: 'e2e tasks/s, real ÷ bare (same shape)', target: '≥ 0.70', measured: Number.isFinite(rt) ? round(rt, 3).toFixed(3) : 'no baseline', met: rt >= 0.7 },
-      { name: 'PG round trips per completed task', target: '≤ 50', measured: round(measuredCounts['pgRoundTrips']!, 1).toFixed(1), met: measuredCounts['pgRoundTrips']! <= 50 },
-      { name: 'PG commits per completed task', target: '≤ 15', measured: round(measuredCounts['pgCommits']!, 1).toFixed(1), met: measuredCounts['pgCommits']! <= 15 },
+      {
+        name: 'e2e tasks/s, real ÷ bare (same shape)',
+        target: '≥ 0.70',
+        measured: Number.isFinite(rt) ? round(rt, 3).toFixed(3) : 'no baseline',
+        met: rt >= 0.7,
+      },
+      {
+        name: 'PG round trips per completed task',
+        target: '≤ 50',
+        measured: round(measuredCounts['pgRoundTrips']!, 1).toFixed(1),
+        met: measuredCounts['pgRoundTrips']! <= 50,
+      },
+      {
+        name: 'PG commits per completed task',
+        target: '≤ 15',
+        measured: round(measuredCounts['pgCommits']!, 1).toFixed(1),
+        met: measuredCounts['pgCommits']! <= 15,
+      },
       { name: 'all tasks SUCCEEDED', target: `${o.tasks}`, measured: `${real.result.completed}`, met: real.result.completed === o.tasks },
     ];
     rep.goals(goals);
     // Counts per completed task mean nothing when tasks did not complete: that fails a check too.
-    checkGoals(rep, 'e2e', goals.filter((g) => g.name === 'all tasks SUCCEEDED'), o.check);
+    checkGoals(
+      rep,
+      'e2e',
+      goals.filter((g) => g.name === 'all tasks SUCCEEDED'),
+      o.check,
+    );
     rep.result({
       bench: 'e2e',
       options: o,

@@ -76,7 +76,10 @@ async function createTasks(bw: BenchWorld, tenant: BenchTenant, n: number, tag: 
 }
 
 /** Create → submitted (the attempt's SUBMITTING → SUBMITTED transition), seconds, per task. */
-async function submittedAfter(bw: BenchWorld, ids: readonly string[]): Promise<Map<string, { waitS: number; queueS: number; queuedAt: number; submittedAt: number; createdAt: number }>> {
+async function submittedAfter(
+  bw: BenchWorld,
+  ids: readonly string[],
+): Promise<Map<string, { waitS: number; queueS: number; queuedAt: number; submittedAt: number; createdAt: number }>> {
   const { rows } = await bw.world.db.pool.query<{ task_id: string; created: Date; queued: Date; submitted: Date }>(
     `SELECT t.task_id, t.created_at AS created,
             min(x.created_at) FILTER (WHERE x.to_status = 'SUBMITTING') AS queued,
@@ -117,8 +120,12 @@ async function phase(bw: BenchWorld, o: FairnessOptions, policy: 'fair' | 'fifo'
   const sampler = (async () => {
     while (sampling) {
       const inFlight = (await inFlightByProvider(bw.world.db.db))['replicate'] ?? 0;
-      const { rows } = await bw.world.db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM slot_wait WHERE provider = 'replicate' AND granted_at IS NULL`);
-      const { rows: g } = await bw.world.db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM slot_wait WHERE provider = 'replicate' AND granted_at IS NOT NULL`);
+      const { rows } = await bw.world.db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM slot_wait WHERE provider = 'replicate' AND granted_at IS NULL`,
+      );
+      const { rows: g } = await bw.world.db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM slot_wait WHERE provider = 'replicate' AND granted_at IS NOT NULL`,
+      );
       samples.push({ inFlight, granted: g[0]?.n ?? 0, waiting: rows[0]?.n ?? 0 });
       if (samples.length % 20 === 0) rep.log(`fairness[${policy}]: in flight ${inFlight}, granted not yet used ${g[0]?.n ?? 0}, waiting ${rows[0]?.n ?? 0}`);
       await sleep(250);
@@ -151,7 +158,8 @@ async function phase(bw: BenchWorld, o: FairnessOptions, policy: 'fair' | 'fifo'
   }).length;
   const queueWaits = (ts: { id: string }[]) => ts.map((t) => times.get(t.id)?.queueS).filter((x): x is number => x !== undefined);
   const waitingSamples = samples.filter((s) => s.waiting > 0);
-  const share = (f: (s: (typeof samples)[number]) => number) => (waitingSamples.length ? waitingSamples.reduce((n, s) => n + Math.min(1, f(s) / o.slots), 0) / waitingSamples.length : 1);
+  const share = (f: (s: (typeof samples)[number]) => number) =>
+    waitingSamples.length ? waitingSamples.reduce((n, s) => n + Math.min(1, f(s) / o.slots), 0) / waitingSamples.length : 1;
   // Jobs at the provider, and slots taken (jobs plus grants on their way to the claim).
   const utilisation = share((s) => s.inFlight);
   const taken = share((s) => s.inFlight + s.granted);
@@ -183,7 +191,12 @@ async function phase(bw: BenchWorld, o: FairnessOptions, policy: 'fair' | 'fifo'
 export async function runFairness(o: FairnessOptions, rep: Reporter): Promise<void> {
   const bw = await startBenchWorld('fairness', { SIMULATOR_GENERATION_MS: String(o.generationMs), BULKHEAD_RAMP_MS: '0' }, (l) => rep.log(`fairness: ${l}`));
   try {
-    await changeProviderControl(bw.world.db.db, { provider: 'replicate', change: { kind: 'limit', maxInFlight: o.slots }, actor: 'bench', reason: 'fairness bench' });
+    await changeProviderControl(bw.world.db.db, {
+      provider: 'replicate',
+      change: { kind: 'limit', maxInFlight: o.slots },
+      actor: 'bench',
+      reason: 'fairness bench',
+    });
     const fair = await phase(bw, o, 'fair', rep);
     const fifo = await phase(bw, o, 'fifo', rep);
     const row = (f: PhaseFigures) => [
@@ -201,17 +214,49 @@ export async function runFairness(o: FairnessOptions, rep: Reporter): Promise<vo
     ];
     rep.table(
       `fairness: ${o.slots} slots, A ${o.burst} at once, B ${o.small} and C ${o.small} (priority 9) ${o.delayS} s later; one job ≈ ${o.generationMs} ms at the provider (the slot turnover)`,
-      ['policy', 'B create→submitted p50/p95 s', 'C p50/p95 s', 'B in queue p50/p95 s', 'C in queue p50/p95 s', 'A p50/p95 s', 'A submits/s', 'C behind earlier A', 'jobs / slots taken while anyone waits', 'claims/submit', 'retry loop claims/submit (computed)'],
+      [
+        'policy',
+        'B create→submitted p50/p95 s',
+        'C p50/p95 s',
+        'B in queue p50/p95 s',
+        'C in queue p50/p95 s',
+        'A p50/p95 s',
+        'A submits/s',
+        'C behind earlier A',
+        'jobs / slots taken while anyone waits',
+        'claims/submit',
+        'retry loop claims/submit (computed)',
+      ],
       [row(fair), row(fifo)],
     );
     // A slot turnover is one job's run plus our bookkeeping around it (callback, apply, grant).
     const turnovers = (s: number) => s / Math.max(0.1, fair.turnoverS);
     const goals = [
-      { name: "B's p95 within a few slot turnovers (fair)", target: '≤ 5 turnovers', measured: `${round(turnovers(fair.bQueue.p95), 1)} turnovers in the queue, ${round(turnovers(fair.b.p95), 1)} from create (FIFO: ${round(turnovers(fifo.bQueue.p95), 1)} / ${round(turnovers(fifo.b.p95), 1)})`, met: turnovers(fair.bQueue.p95) <= 5 },
+      {
+        name: "B's p95 within a few slot turnovers (fair)",
+        target: '≤ 5 turnovers',
+        measured: `${round(turnovers(fair.bQueue.p95), 1)} turnovers in the queue, ${round(turnovers(fair.b.p95), 1)} from create (FIFO: ${round(turnovers(fifo.bQueue.p95), 1)} / ${round(turnovers(fifo.b.p95), 1)})`,
+        met: turnovers(fair.bQueue.p95) <= 5,
+      },
       // A tasks granted before C arrived may still be on their way to the provider: at most one per slot.
-      { name: 'C ahead of everything queued earlier (fair)', target: `≤ ${o.slots} earlier A submitted before C's last (grants already made)`, measured: `${fair.cBehindA} (FIFO: ${fifo.cBehindA})`, met: fair.cBehindA <= o.slots },
-      { name: 'slot utilisation while anyone waits (jobs at the provider)', target: '≥ 95 %', measured: `${fair.utilisation} %, ${fair.taken} % with grants (FIFO ${fifo.utilisation} %)`, met: fair.utilisation >= 95 },
-      { name: 'claim transactions vs the retry loop', target: '≥ 10× fewer', measured: `${fair.claimsPerSubmit} vs ${fair.retryLoopClaimsComputed} (computed)`, met: fair.retryLoopClaimsComputed >= 10 * fair.claimsPerSubmit },
+      {
+        name: 'C ahead of everything queued earlier (fair)',
+        target: `≤ ${o.slots} earlier A submitted before C's last (grants already made)`,
+        measured: `${fair.cBehindA} (FIFO: ${fifo.cBehindA})`,
+        met: fair.cBehindA <= o.slots,
+      },
+      {
+        name: 'slot utilisation while anyone waits (jobs at the provider)',
+        target: '≥ 95 %',
+        measured: `${fair.utilisation} %, ${fair.taken} % with grants (FIFO ${fifo.utilisation} %)`,
+        met: fair.utilisation >= 95,
+      },
+      {
+        name: 'claim transactions vs the retry loop',
+        target: '≥ 10× fewer',
+        measured: `${fair.claimsPerSubmit} vs ${fair.retryLoopClaimsComputed} (computed)`,
+        met: fair.retryLoopClaimsComputed >= 10 * fair.claimsPerSubmit,
+      },
     ];
     rep.goals(goals);
     rep.result({ bench: 'fairness', options: o, fair, fifo, goals });

@@ -72,19 +72,35 @@ export async function metricsLoad(opts: MetricsLoadOptions): Promise<MetricsLoad
   const database = createDatabase({ url: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, applicationName: 'vidorch-api' });
   const cleanups: (() => Promise<unknown>)[] = [() => dropDatabase(config.DATABASE_URL), () => database.close()];
   try {
-    const tenant = await createTenant(database.db, { name: 'load', credits: '1000000', ifMissing: false, actor: 'bench', fence: { scope: config.FENCE_SCOPE, region: config.REGION } });
+    const tenant = await createTenant(database.db, {
+      name: 'load',
+      credits: '1000000',
+      ifMissing: false,
+      actor: 'bench',
+      fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    });
     const seedStart = Date.now();
     await seedClosedTasks(database.db, { tenantId: tenant.tenant_id, region: config.REGION, n: opts.closedTasks });
     const seedMs = Date.now() - seedStart;
     log(`seeded ${opts.closedTasks} closed tasks (${opts.closedTasks * 3} ledger rows) in ${(seedMs / 1000).toFixed(1)} s`);
 
-    const facts = startFactSampler({ databaseUrl: config.DATABASE_URL, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger, applicationName: 'vidorch-api-facts' });
+    const facts = startFactSampler({
+      databaseUrl: config.DATABASE_URL,
+      intervalMs: config.METRICS_FACTS_INTERVAL_MS,
+      logger,
+      applicationName: 'vidorch-api-facts',
+    });
     cleanups.unshift(() => facts.stop());
     // No Temporal here: each create's fast path fails and the outbox keeps the start, as in an outage.
     const facade = createGenerationFacade(async () => {
       throw new Error('no Temporal in this benchmark');
     }, config.TEMPORAL_TASK_QUEUE);
-    const ctx = buildApiContext(config, { db: database.db, facade, logger, metrics: createMetrics({ service: 'api', facts: facts.latest, pool: database.pool }) });
+    const ctx = buildApiContext(config, {
+      db: database.db,
+      facade,
+      logger,
+      metrics: createMetrics({ service: 'api', facts: facts.latest, pool: database.pool }),
+    });
     cleanups.unshift(() => ctx.close());
     const served = await serveApi(ctx);
     cleanups.unshift(() => served.close());
@@ -181,8 +197,32 @@ export async function runMetricsLoad(opts: { closedTasks: number; scrapers: numb
   const r = await metricsLoad({ ...opts, log: (line) => report.log(`metrics-load: ${line}`) });
   report.table(
     `metrics-load: ${r.scrapers} scrapers on the operator listener while creating ${opts.creates} tasks over ${r.closedTasks} closed tasks`,
-    ['scrapes', 'scrape p50 ms', 'scrape p99 ms', 'creates by status', 'create p50 ms', 'create p99 ms', 'pool max waiting', 'pool samples', 'facts pass ms', 'public /metrics'],
-    [[r.scrapes, r.scrapeP50Ms, r.scrapeP99Ms, JSON.stringify(r.creates), r.createP50Ms, r.createP99Ms, r.poolMaxWaiting, r.poolSamples, r.factsPassMs, r.publicMetricsStatus]],
+    [
+      'scrapes',
+      'scrape p50 ms',
+      'scrape p99 ms',
+      'creates by status',
+      'create p50 ms',
+      'create p99 ms',
+      'pool max waiting',
+      'pool samples',
+      'facts pass ms',
+      'public /metrics',
+    ],
+    [
+      [
+        r.scrapes,
+        r.scrapeP50Ms,
+        r.scrapeP99Ms,
+        JSON.stringify(r.creates),
+        r.createP50Ms,
+        r.createP99Ms,
+        r.poolMaxWaiting,
+        r.poolSamples,
+        r.factsPassMs,
+        r.publicMetricsStatus,
+      ],
+    ],
   );
   const unavailable = r.creates['503'] ?? 0;
   report.goals([

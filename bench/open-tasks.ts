@@ -99,7 +99,9 @@ async function idleWindow(
       rssEnd = rss;
       if (statusReads) reads.push(statusReads());
       const rate = reads.length >= 2 ? reads[reads.length - 1]! - reads[reads.length - 2]! : null;
-      rep.log(`[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${o.idleSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}`);
+      rep.log(
+        `[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${o.idleSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}`,
+      );
     }
   });
   const h1 = await historyLengths(bw, ids, o.historySample);
@@ -127,7 +129,11 @@ async function countWaiting(bw: BenchWorld): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
-async function runReal(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number }> {
+async function runReal(
+  bw: BenchWorld,
+  o: OpenTasksOptions,
+  rep: Reporter,
+): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number }> {
   const api = await bw.startApi('api', { OUTBOX_WATERMARK_COUNT: String(o.tasks * 10) });
   const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv });
   const [tenant] = await bw.createTenants(1);
@@ -171,7 +177,9 @@ async function runReal(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Prom
       const at = (s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0);
       rep.log(
         `[open-tasks real] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  created ${ids.length - 1}/${o.tasks}  at the provider ${at}  ` +
-          `(${Object.entries(s).map(([k, v]) => `${k} ${v}`).join(', ')})  worker RSS ${mb(processRss(worker.proc.pid)).toFixed(0)} MB`,
+          `(${Object.entries(s)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')})  worker RSS ${mb(processRss(worker.proc.pid)).toFixed(0)} MB`,
       );
     }
   })();
@@ -195,7 +203,9 @@ async function runReal(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Prom
       if (at > best) [best, bestAt] = [at, Date.now()];
       // A straggler (a step retrying) must not hold the measurement: 60 s without progress ends the wait.
       if (Date.now() > deadline || Date.now() - bestAt > 60_000) {
-        rep.log(`open-tasks: ${at}/${ids.length} at the provider, no progress for ${((Date.now() - bestAt) / 1000).toFixed(0)} s; measuring what is open (${JSON.stringify(s)})`);
+        rep.log(
+          `open-tasks: ${at}/${ids.length} at the provider, no progress for ${((Date.now() - bestAt) / 1000).toFixed(0)} s; measuring what is open (${JSON.stringify(s)})`,
+        );
         break;
       }
       await sleep(1_000);
@@ -252,7 +262,11 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Prom
     { args: [queue, 'pollProvider,applyInbox'], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
   );
   try {
-    await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), { process: worker, timeoutMs: 120_000, what: 'the bare worker' });
+    await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), {
+      process: worker,
+      timeoutMs: 120_000,
+      what: 'the bare worker',
+    });
     const client = bw.world.client;
     const tenantId = randomUUID();
     const start = (i: number) =>
@@ -273,7 +287,10 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter): Prom
     let next = 0;
     const t0 = performance.now();
     const progress = setInterval(
-      () => rep.log(`[open-tasks bare] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  started ${ids.length}/${o.tasks}  worker RSS ${mb(processRss(worker.pid)).toFixed(0)} MB`),
+      () =>
+        rep.log(
+          `[open-tasks bare] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  started ${ids.length}/${o.tasks}  worker RSS ${mb(processRss(worker.pid)).toFixed(0)} MB`,
+        ),
       2_000,
     );
     try {
@@ -322,10 +339,32 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
       phases.push(bare);
     }
     const bare = phases[1];
-    const knobs = Object.entries(o.workerEnv).map(([k, v]) => `${k}=${v}`).join(' ') || 'config defaults';
+    const knobs =
+      Object.entries(o.workerEnv)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ') || 'config defaults';
     rep.table(
       `open-tasks: ${o.tasks} tasks waiting, poll every ${o.pollMs / 1000} s (±20 %), ${real.windowSeconds.toFixed(0)} s idle window; worker: ${knobs} (ratio = real / bare)`,
-      ['mode', 'open', 'RSS start MB', 'RSS max MB', 'RSS ratio', 'cores: worker', 'ratio', 'temporal', 'postgres', 'api', 'machine busy', 'history len start', 'end', 'max', 'ratio', 'polls/s', 'peak 10 s', 'quota/s'],
+      [
+        'mode',
+        'open',
+        'RSS start MB',
+        'RSS max MB',
+        'RSS ratio',
+        'cores: worker',
+        'ratio',
+        'temporal',
+        'postgres',
+        'api',
+        'machine busy',
+        'history len start',
+        'end',
+        'max',
+        'ratio',
+        'polls/s',
+        'peak 10 s',
+        'quota/s',
+      ],
       phases.map((p) => [
         p.mode,
         p.open,

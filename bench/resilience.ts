@@ -45,7 +45,8 @@ export interface ResilienceOptions {
 
 const PROVIDER = 'replicate';
 const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
-const BODY = (tag: string, i: number) => ({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
+const BODY = (tag: string, i: number) =>
+  ({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 
 type Reason = 'circuit open' | 'probes busy' | 'recovering' | 'bulkhead full' | 'retry budget' | 'other';
 const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering', 'bulkhead full', 'retry budget', 'other'];
@@ -161,7 +162,14 @@ export async function runResilience(o: ResilienceOptions, rep: Reporter): Promis
   }
 }
 
-async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, settings: Settings, scrapers: Scraper[], unsubscribe: (() => void)[]): Promise<void> {
+async function runPhases(
+  bw: BenchWorld,
+  o: ResilienceOptions,
+  rep: Reporter,
+  settings: Settings,
+  scrapers: Scraper[],
+  unsubscribe: (() => void)[],
+): Promise<void> {
   const { world } = bw;
   const db = world.db.pool;
   const [tenant] = await bw.createTenants(1);
@@ -215,7 +223,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
           if (n > 0) refusals.push({ atMs, worker: name, reason: refusalReason(x.labels['guard'] ?? '', x.labels['reason'] ?? ''), n });
         }
         const calls = ours(samples, 'vidorch_provider_calls_total');
-        const count = (verdict: string) => delta(`calls ${verdict}`, calls.find((x) => x.labels['verdict'] === verdict)?.value ?? seen.get(`calls ${verdict}`) ?? 0);
+        const count = (verdict: string) =>
+          delta(`calls ${verdict}`, calls.find((x) => x.labels['verdict'] === verdict)?.value ?? seen.get(`calls ${verdict}`) ?? 0);
         const success = count('success');
         const failure = count('failure');
         if (success + failure > 0) workerCalls.push({ atMs, worker: name, success, failure });
@@ -459,9 +468,25 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   rep.table(
     `resilience: ${o.tasks} tasks per failure phase (${o.phaseSeconds} s each, 429 without Retry-After), then healed ${o.healSeconds} s; ${o.workers} worker process(es); MAX_SUBMIT_ATTEMPTS=${o.maxSubmitAttempts}; breaker${forced || ' automatic'}; task counts at the end of each phase cover all tasks so far`,
     [
-      'phase', 's', 'new tasks', 'provider calls', '429', 'accepted', 'calls/s', 'breaker open s (per worker)', 'half-open s',
-      'refused: breaker open/probes busy', 'refused: recovering ramp', 'refused: bulkhead', 'refused: retry budget',
-      'SUCCEEDED', 'FAILED', 'waiting PREPARED 1st attempt', 'waiting PREPARED retry', 'DISPATCHING', 'at/after provider',
+      'phase',
+      's',
+      'new tasks',
+      'provider calls',
+      '429',
+      'accepted',
+      'calls/s',
+      'breaker open s (per worker)',
+      'half-open s',
+      'refused: breaker open/probes busy',
+      'refused: recovering ramp',
+      'refused: bulkhead',
+      'refused: retry budget',
+      'SUCCEEDED',
+      'FAILED',
+      'waiting PREPARED 1st attempt',
+      'waiting PREPARED retry',
+      'DISPATCHING',
+      'at/after provider',
     ],
     phaseRows,
   );
@@ -469,7 +494,8 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     // Claims refused per second at their peak: refusals carry exact delays (no jitter for the
     // breaker's), so the tasks an open breaker turned away all come back at the same instant.
     const perSec = new Map<number, number>();
-    for (const r of refusals) if (r.atMs >= p.startMs && r.atMs < p.endMs) perSec.set(Math.floor(r.atMs / 1000), (perSec.get(Math.floor(r.atMs / 1000)) ?? 0) + r.n);
+    for (const r of refusals)
+      if (r.atMs >= p.startMs && r.atMs < p.endMs) perSec.set(Math.floor(r.atMs / 1000), (perSec.get(Math.floor(r.atMs / 1000)) ?? 0) + r.n);
     const peak = Math.max(0, ...perSec.values());
     rep.log(`${p.name}: peak claim refusals in one second ${peak}${p.cpu ? `; cpu ${describeCpu(p.cpu)}` : ''}`);
   }
@@ -505,7 +531,19 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   }
   rep.table(
     'resilience: provider submit requests per task (retry amplification; counted by the simulator per attempt token, 429s included)',
-    ['tasks', 'n', 'calls until heal', 'calls/task until heal', 'calls (whole run)', 'calls/task', 'tasks called', 'calls/called task', 'never called', 'called ≥ 2×', 'max calls on a task'],
+    [
+      'tasks',
+      'n',
+      'calls until heal',
+      'calls/task until heal',
+      'calls (whole run)',
+      'calls/task',
+      'tasks called',
+      'calls/called task',
+      'never called',
+      'called ≥ 2×',
+      'max calls on a task',
+    ],
     cohortRows,
   );
   const n = allIds.length;
@@ -548,7 +586,16 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   }
   rep.table(
     'resilience: after the heal, per second (calls = submits the simulator received; refusals = claims turned away before any call)',
-    ['s after heal', 'calls', 'accepted', 'refused: open/probes', 'refused: recovering', 'refused: bulkhead', 'refused: budget', 'breaker (per worker, end of second)'],
+    [
+      's after heal',
+      'calls',
+      'accepted',
+      'refused: open/probes',
+      'refused: recovering',
+      'refused: bulkhead',
+      'refused: budget',
+      'breaker (per worker, end of second)',
+    ],
     healRows,
   );
   const sampleRows: Cell[][] = samples
@@ -566,14 +613,26 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
     ]);
   rep.table(
     `resilience: after the heal, every 5 s: attempts in flight by state (bulkhead limit ${o.maxInFlight ?? "the adapter's maxConcurrency"}; it does not count jobs whose terminal report waits in the inbox) and how many of them the provider had already finished (accepted > generation ${o.generationMs} ms + 1 s ago)`,
-    ['s after heal', 'calls in last 5 s', 'in flight by state', 'of which done at provider', 'callbacks not yet applied', 'bulkhead refusals in last 5 s', 'SUCCEEDED', 'waiting', 'rescue/media'],
+    [
+      's after heal',
+      'calls in last 5 s',
+      'in flight by state',
+      'of which done at provider',
+      'callbacks not yet applied',
+      'bulkhead refusals in last 5 s',
+      'SUCCEEDED',
+      'waiting',
+      'rescue/media',
+    ],
     sampleRows,
   );
 
   const first10 = runSubmits.filter((s) => s.atMs >= healAt && s.atMs < healAt + 10_000);
   const perSec10 = Array.from({ length: 10 }, (_, k) => first10.filter((s) => s.atMs >= healAt + k * 1000 && s.atMs < healAt + (k + 1) * 1000).length);
   const waitingAtHeal = waiting(atHeal);
-  rep.log(`first 10 s after the heal: ${first10.length} calls, per second ${perSec10.join(' ')} (max ${Math.max(...perSec10)}); ${waitingAtHeal} tasks were waiting at the heal`);
+  rep.log(
+    `first 10 s after the heal: ${first10.length} calls, per second ${perSec10.join(' ')} (max ${Math.max(...perSec10)}); ${waitingAtHeal} tasks were waiting at the heal`,
+  );
   const successAfterHeal = runSubmits.find((s) => s.atMs >= healAt && !s.refused);
   rep.log(`first accepted call after the heal: ${successAfterHeal ? `+${round((successAfterHeal.atMs - healAt) / 1000, 1)} s` : 'none'}`);
 
@@ -583,7 +642,11 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
   workerNames.forEach((w, i) => {
     const close = breakerEvents.find((e) => e.worker === w && e.to === 'closed' && e.atMs >= healAt)?.atMs;
     if (close === undefined) return;
-    for (const [a, b] of [[0, 5], [5, 10], [10, 30]] as const) {
+    for (const [a, b] of [
+      [0, 5],
+      [5, 10],
+      [10, 30],
+    ] as const) {
       const from = close + a * 1000;
       const to = close + b * 1000;
       const mine = callsOf(w, from, to);
@@ -593,13 +656,35 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       const asked = passed + c['recovering'];
       const mid = (a + b) / 2;
       const ramp = Math.min(1, settings.recoveryStartShare + ((1 - settings.recoveryStartShare) * mid * 1000) / settings.recoveryMs);
-      rampRows.push([`w${i}`, `+${round((close - healAt) / 1000, 1)} s`, `${a}–${b} s`, calls, round(calls / (b - a), 1), c['retry budget'], c['recovering'], asked, round(passed / Math.max(1, asked), 2), round(ramp, 2)]);
+      rampRows.push([
+        `w${i}`,
+        `+${round((close - healAt) / 1000, 1)} s`,
+        `${a}–${b} s`,
+        calls,
+        round(calls / (b - a), 1),
+        c['retry budget'],
+        c['recovering'],
+        asked,
+        round(passed / Math.max(1, asked), 2),
+        round(ramp, 2),
+      ]);
     }
   });
   if (rampRows.length > 0) {
     rep.table(
-      'resilience: the recovery ramp per worker after its breaker closed (calls: the worker\'s own vidorch_provider_calls_total)',
-      ['worker', 'closed after heal', 'window after close', 'calls', 'calls/s', 'then refused by budget', 'refused by ramp', 'claims at the breaker', 'admitted share', 'ramp share (mid-window)'],
+      "resilience: the recovery ramp per worker after its breaker closed (calls: the worker's own vidorch_provider_calls_total)",
+      [
+        'worker',
+        'closed after heal',
+        'window after close',
+        'calls',
+        'calls/s',
+        'then refused by budget',
+        'refused by ramp',
+        'claims at the breaker',
+        'admitted share',
+        'ramp share (mid-window)',
+      ],
       rampRows,
     );
   } else {
@@ -624,7 +709,9 @@ async function runPhases(bw: BenchWorld, o: ResilienceOptions, rep: Reporter, se
       );
     });
   }
-  rep.log(`breaker state changes: ${breakerEvents.map((e) => `w${workerNames.indexOf(e.worker)} ${e.from}→${e.to} @${round((e.atMs - runStart) / 1000, 1)}s`).join(', ') || `none${forced}`}`);
+  rep.log(
+    `breaker state changes: ${breakerEvents.map((e) => `w${workerNames.indexOf(e.worker)} ${e.from}→${e.to} @${round((e.atMs - runStart) / 1000, 1)}s`).join(', ') || `none${forced}`}`,
+  );
   rep.log(`phase starts (s from the first phase): ${phases.map((p) => `${p.name} @${round((p.startMs - runStart) / 1000, 1)}`).join(', ')}`);
   const reported = workerCalls.filter((c) => c.atMs >= runStart).reduce((a, c) => a + c.success + c.failure, 0);
   rep.log(`calls the workers reported (their vidorch_provider_calls_total since the warm-up): ${reported}; the simulator received ${runSubmits.length}`);

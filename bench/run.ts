@@ -27,7 +27,9 @@ const program = new Command('bench').description('benchmarks against a private l
 
 program
   .command('admission')
-  .description('sustained POST /v1/tasks at fixed concurrency; baselines: pgbench running the create transaction, and the bare admission (same transaction and workflow start from a minimal client)')
+  .description(
+    'sustained POST /v1/tasks at fixed concurrency; baselines: pgbench running the create transaction, and the bare admission (same transaction and workflow start from a minimal client)',
+  )
   .option('--concurrency <list>', 'client counts, comma-separated', intList(256), [16, 64])
   .option('--duration <s>', 'measured seconds per level', positiveInt(600), 15)
   .option('--warmup <s>', 'warm-up seconds before each measurement', positiveInt(120), 3)
@@ -98,7 +100,9 @@ program
 
 program
   .command('callbacks')
-  .description('signed Replicate callbacks through the real endpoint, 10 % repeats; baselines: pgbench inbox insert, and the bare ingest (signature check, inbox insert, signal from a minimal client)')
+  .description(
+    'signed Replicate callbacks through the real endpoint, 10 % repeats; baselines: pgbench inbox insert, and the bare ingest (signature check, inbox insert, signal from a minimal client)',
+  )
   .option('--concurrency <list>', 'client counts, comma-separated', intList(256), [16, 64])
   .option('--duration <s>', 'measured seconds per level', positiveInt(600), 15)
   .option('--warmup <s>', 'warm-up seconds before each measurement', positiveInt(120), 3)
@@ -107,20 +111,31 @@ program
   .option('--no-bare', 'skip the bare ingest baseline (minimal pg + Temporal client)')
   .option('--cpu-prof', 'profile the API process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { concurrency: number[]; duration: number; warmup: number; tasks: number; duplicates: number; bare: boolean; cpuProf: boolean; json: boolean }) => {
-    await runCallbacks(
-      {
-        concurrency: o.concurrency,
-        durationS: o.duration,
-        warmupS: o.warmup,
-        tasks: o.tasks,
-        duplicateShare: Math.min(50, Math.max(0, o.duplicates)) / 100,
-        cpuProfile: o.cpuProf,
-        bare: o.bare,
-      },
-      createReporter(o.json),
-    );
-  });
+  .action(
+    async (o: {
+      concurrency: number[];
+      duration: number;
+      warmup: number;
+      tasks: number;
+      duplicates: number;
+      bare: boolean;
+      cpuProf: boolean;
+      json: boolean;
+    }) => {
+      await runCallbacks(
+        {
+          concurrency: o.concurrency,
+          durationS: o.duration,
+          warmupS: o.warmup,
+          tasks: o.tasks,
+          duplicateShare: Math.min(50, Math.max(0, o.duplicates)) / 100,
+          cpuProfile: o.cpuProf,
+          bare: o.bare,
+        },
+        createReporter(o.json),
+      );
+    },
+  );
 
 program
   .command('e2e')
@@ -173,7 +188,9 @@ program
 
 program
   .command('resilience')
-  .description("retry storm: 70 % then 95 % of submits refused (429), N tasks at once, then healed; retry amplification vs the budget's bound, breaker, bulkhead")
+  .description(
+    "retry storm: 70 % then 95 % of submits refused (429), N tasks at once, then healed; retry amplification vs the budget's bound, breaker, bulkhead",
+  )
   .option('--tasks <n>', 'tasks created at once in each failure phase', positiveInt(5000), 200)
   .option('--failure <list>', 'percent of submits refused, one phase each, comma-separated', intList(100), [70, 95])
   .option('--phase-seconds <s>', 'seconds per failure phase', positiveInt(1800), 60)
@@ -313,7 +330,7 @@ program
 
 program
   .command('drain')
-  .description("the capacity model: Temporal stopped under load, drain time beside B/(μ−λ) with the measured μ and λ")
+  .description('the capacity model: Temporal stopped under load, drain time beside B/(μ−λ) with the measured μ and λ')
   .option('--outage <seconds>', 'how long Temporal stays down', positiveInt(600), 60)
   .option('--rate <per-second>', 'creates per second (λ; keep it under what the machine drains)', positiveInt(100), 2)
   .option('--json', 'print the figures as one JSON line', false)

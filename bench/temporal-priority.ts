@@ -25,7 +25,10 @@ const quiet = { log: () => undefined, trace: () => undefined, debug: () => undef
 async function drain(client: Client, connection: NativeConnection, workflowBundle: { code: string }, o: TemporalPriorityOptions, withPriority: boolean) {
   const taskQueue = `priority-probe-${withPriority ? 'on' : 'off'}-${Date.now()}`;
   const ids: { id: string; high: boolean }[] = [];
-  for (const [high, n] of [[false, o.low], [true, o.high]] as const) {
+  for (const [high, n] of [
+    [false, o.low],
+    [true, o.high],
+  ] as const) {
     for (let i = 0; i < n; i += 1) {
       const id = `${taskQueue}-${high ? 'high' : 'low'}-${i}`;
       await client.workflow.start('priorityProbe', {
@@ -40,17 +43,20 @@ async function drain(client: Client, connection: NativeConnection, workflowBundl
   const order: string[] = [];
   const worker = await Worker.create({ connection, taskQueue, workflowBundle, maxConcurrentWorkflowTaskExecutions: 2, maxCachedWorkflows: 0 });
   const running = worker.run();
-  await Promise.all(ids.map(async ({ id }) => {
-    await client.workflow.getHandle(id).result();
-    order.push(id);
-  }));
+  await Promise.all(
+    ids.map(async ({ id }) => {
+      await client.workflow.getHandle(id).result();
+      order.push(id);
+    }),
+  );
   worker.shutdown();
   await running;
   // Close times order the completions exactly (result() may resolve out of order).
   const closed = await Promise.all(ids.map(async ({ id, high }) => ({ high, at: (await client.workflow.getHandle(id).describe()).closeTime?.getTime() ?? 0 })));
   closed.sort((a, b) => a.at - b.at);
   const ranks = closed.map((c, i) => ({ ...c, rank: i }));
-  const meanRank = (high: boolean) => ranks.filter((r) => r.high === high).reduce((n, r) => n + r.rank, 0) / Math.max(1, ranks.filter((r) => r.high === high).length);
+  const meanRank = (high: boolean) =>
+    ranks.filter((r) => r.high === high).reduce((n, r) => n + r.rank, 0) / Math.max(1, ranks.filter((r) => r.high === high).length);
   const highInFirst = ranks.slice(0, o.high).filter((r) => r.high).length;
   return { meanRankHigh: round(meanRank(true), 1), meanRankLow: round(meanRank(false), 1), highInFirst };
 }
@@ -80,7 +86,14 @@ export async function runTemporalPriority(o: TemporalPriorityOptions, rep: Repor
       ],
     );
     const honoured = on.highInFirst >= Math.ceil(o.high * 0.8);
-    rep.goals([{ name: 'the server dispatches by priority key', target: `≥ 80 % of the first ${o.high} are high`, measured: `${on.highInFirst} of ${o.high} (baseline ${off.highInFirst})`, met: honoured }]);
+    rep.goals([
+      {
+        name: 'the server dispatches by priority key',
+        target: `≥ 80 % of the first ${o.high} are high`,
+        measured: `${on.highInFirst} of ${o.high} (baseline ${off.highInFirst})`,
+        met: honoured,
+      },
+    ]);
     rep.result({ bench: 'temporal-priority', options: o, off, on, honoured });
     await connection.close();
     await clientConnection.close();

@@ -6,13 +6,14 @@ import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { devDefault, outputHosts, productionProblems, profileOf, publicUrl, refusedInProduction, secret, withDevValues } from './profile';
 
-const bool = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no'])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 
-const csv = z
-  .string()
-  .transform((v) => v.split(',').map((s) => s.trim()).filter((s) => s.length > 0));
+const csv = z.string().transform((v) =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0),
+);
 
 const port = z.coerce.number().int().min(0).max(65535);
 const ms = z.coerce.number().int().min(0);
@@ -95,9 +96,7 @@ export const envSchema = z.object({
    * these, and keeps only a read-write server (libpq's target_session_attrs=read-write;
    * docs/decisions/0030, docs/runbooks/pg-switchover.md). Empty: DATABASE_URL's host only.
    */
-  DATABASE_FAILOVER_HOSTS: csv
-    .pipe(z.array(z.string().regex(/^[^\s,]+:\d{1,5}$/, 'entries are host:port, e.g. db-2.internal:5432')))
-    .default([]),
+  DATABASE_FAILOVER_HOSTS: csv.pipe(z.array(z.string().regex(/^[^\s,]+:\d{1,5}$/, 'entries are host:port, e.g. db-2.internal:5432'))).default([]),
 
   /** The region this process runs in; every fact write checks it against region_write_fence. */
   REGION: z.string().min(1).default('region-a'),
@@ -125,7 +124,12 @@ export const envSchema = z.object({
   S3_FALLBACK_SECRET_ACCESS_KEY: secret(z.string().min(1), 'vidorch-dev-secret'),
   S3_FALLBACK_BUCKET: z.string().min(3).default('vidorch-outputs-fallback'),
   /** Lifetime of presigned download URLs returned by GET /v1/tasks/:id. */
-  S3_PRESIGN_TTL_SECONDS: z.coerce.number().int().min(60).max(7 * 24 * 3600).default(3600),
+  S3_PRESIGN_TTL_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(60)
+    .max(7 * 24 * 3600)
+    .default(3600),
 
   /** Provider APIs, credentials and webhook keys: dev values are the simulator's (`npm run simulator`). */
   PROVIDER_REPLICATE_BASE_URL: publicUrl('http://127.0.0.1:7081/replicate'),
@@ -176,10 +180,23 @@ export const envSchema = z.object({
   TEMPORAL_TASK_PRIORITY: bool.default(true),
 
   /** Allow http:// and loopback/private output URLs. Only for the local simulator; never in production. */
-  OUTPUT_FETCH_ALLOW_PRIVATE: refusedInProduction(bool.default(false), ['true', '1', 'yes'], 'true is refused in production (it allows loopback and private output URLs)'),
-  OUTPUT_MAX_BYTES: z.coerce.number().int().min(1).default(2 * 1024 * 1024 * 1024),
+  OUTPUT_FETCH_ALLOW_PRIVATE: refusedInProduction(
+    bool.default(false),
+    ['true', '1', 'yes'],
+    'true is refused in production (it allows loopback and private output URLs)',
+  ),
+  OUTPUT_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .default(2 * 1024 * 1024 * 1024),
   /** Part size of an output download: what a resumed download keeps (S3 refuses parts under 5 MiB but the last). */
-  OUTPUT_PART_BYTES: z.coerce.number().int().min(5 * 1024 * 1024).max(512 * 1024 * 1024).default(8 * 1024 * 1024),
+  OUTPUT_PART_BYTES: z.coerce
+    .number()
+    .int()
+    .min(5 * 1024 * 1024)
+    .max(512 * 1024 * 1024)
+    .default(8 * 1024 * 1024),
   /** Days an output is kept after its task ends, unless the tenant sets its own (tenant.output_retention_days); 0 keeps forever. */
   OUTPUT_RETENTION_DAYS: z.coerce.number().int().min(0).default(30),
   /** A rescue that fails this close to the provider output URL's expiry marks the task OUTPUT_AT_RISK (operators are alerted). */
@@ -215,7 +232,12 @@ export const envSchema = z.object({
   ROUTER_STATIC_ROUTE: z.enum(['priority', 'hash']).default('priority'),
 
   /** A task's deadline when its request names none (deadline_seconds): no provider call starts after it. */
-  TASK_DEADLINE_SECONDS: z.coerce.number().int().min(10).max(7 * 86_400).default(3_600),
+  TASK_DEADLINE_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(10)
+    .max(7 * 86_400)
+    .default(3_600),
 
   /** Submit attempts per task before it fails (proven rejections only). */
   MAX_SUBMIT_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
@@ -240,9 +262,7 @@ export const envSchema = z.object({
    * A provider's maximum run time over its adapter's (capabilities.maxRunMs), ms: "replicate=7200000".
    * A job still in flight (or unreadable) that long after the submit goes to MANUAL_REVIEW.
    */
-  PROVIDER_MAX_RUN_MS: csv
-    .pipe(z.array(z.string().regex(/^[a-z0-9-]+=\d+$/, 'entries are provider=milliseconds, e.g. replicate=7200000')))
-    .default([]),
+  PROVIDER_MAX_RUN_MS: csv.pipe(z.array(z.string().regex(/^[a-z0-9-]+=\d+$/, 'entries are provider=milliseconds, e.g. replicate=7200000'))).default([]),
 
   /** Outbox relay cadence and batch size. */
   OUTBOX_RELAY_INTERVAL_MS: ms.default(1_000),
@@ -266,13 +286,29 @@ export const envSchema = z.object({
   RECONCILE_SCHEDULES_ENABLED: bool.default(true),
   /** How often each reconciler's Schedule runs it (overlap policy SKIP: a run still going skips the next). */
   RECONCILE_OUTBOX_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60_000),
-  RECONCILE_PROVIDER_INTERVAL_MS: z.coerce.number().int().min(1_000).default(5 * 60_000),
+  RECONCILE_PROVIDER_INTERVAL_MS: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .default(5 * 60_000),
   RECONCILE_CALLBACKS_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60_000),
   RECONCILE_OUTPUT_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60_000),
-  RECONCILE_BILLING_INTERVAL_MS: z.coerce.number().int().min(1_000).default(15 * 60_000),
-  RETENTION_INTERVAL_MS: z.coerce.number().int().min(1_000).default(60 * 60_000),
+  RECONCILE_BILLING_INTERVAL_MS: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .default(15 * 60_000),
+  RETENTION_INTERVAL_MS: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .default(60 * 60_000),
   /** The interval of a reconciler with no setting of its own (one added to reconcilers/index.ts). */
-  RECONCILE_DEFAULT_INTERVAL_MS: z.coerce.number().int().min(1_000).default(15 * 60_000),
+  RECONCILE_DEFAULT_INTERVAL_MS: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .default(15 * 60_000),
   /** At most this many rows or tasks per reconciler run (the rest waits for the next run). */
   RECONCILE_BATCH_LIMIT: z.coerce.number().int().min(1).max(100_000).default(500),
   /** A row or task has waited this long on its normal path before a reconciler acts on it (the relay, a wake, a timer). */
@@ -282,7 +318,12 @@ export const envSchema = z.object({
   /** Processed inbox rows of finished tasks are deleted after this many days: longer than any provider redelivers (at least 7). */
   RETENTION_INBOX_DAYS: z.coerce.number().int().min(7).max(3650).default(14),
   /** Published outbox rows are deleted after this many hours. */
-  RETENTION_OUTBOX_HOURS: z.coerce.number().int().min(1).max(24 * 3650).default(24),
+  RETENTION_OUTBOX_HOURS: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(24 * 3650)
+    .default(24),
   /** Spool dead-letter files untouched this many days are deleted (their callbacks are re-read by polling). */
   RETENTION_SPOOL_DEAD_LETTER_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
   /** Reconciler runs that changed nothing are deleted after this many days (runs that changed something are kept: they are the audit). */
@@ -290,7 +331,12 @@ export const envSchema = z.object({
   /** Rows deleted per statement (each its own short transaction). */
   RETENTION_BATCH: z.coerce.number().int().min(1).max(100_000).default(1_000),
   /** Closed workflow histories kept by Temporal (set on the dev server by harness/temporal.ts; docs/runbooks/reconcilers.md). */
-  TEMPORAL_NAMESPACE_RETENTION_HOURS: z.coerce.number().int().min(24).max(24 * 3650).default(72),
+  TEMPORAL_NAMESPACE_RETENTION_HOURS: z.coerce
+    .number()
+    .int()
+    .min(24)
+    .max(24 * 3650)
+    .default(72),
 
   /** Fence watcher: LISTEN for fence changes, plus a check this often (a missed NOTIFY costs at most this). */
   FENCE_WATCH_ENABLED: bool.default(true),
@@ -341,11 +387,19 @@ export const envSchema = z.object({
   CALLBACK_RATE_PER_TOKEN_PER_MINUTE: z.coerce.number().int().min(1).default(30),
   CALLBACK_RATE_PER_SOURCE_PER_MINUTE: z.coerce.number().int().min(1).default(6_000),
   /** Largest fallback spool (bytes across its files); past it callbacks answer 503 + Retry-After. */
-  CALLBACK_SPOOL_MAX_BYTES: z.coerce.number().int().min(1024).default(256 * 1024 * 1024),
+  CALLBACK_SPOOL_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .default(256 * 1024 * 1024),
 
   // ---- Tenant webhooks (docs/webhooks.md, docs/decisions/0018) ----
   /** Allow http:// and loopback/private webhook URLs (a receiver on this machine; `npm run dev` turns it on). Never in production. */
-  WEBHOOK_ALLOW_PRIVATE: refusedInProduction(bool.default(false), ['true', '1', 'yes'], 'true is refused in production (it allows http and loopback/private webhook URLs)'),
+  WEBHOOK_ALLOW_PRIVATE: refusedInProduction(
+    bool.default(false),
+    ['true', '1', 'yes'],
+    'true is refused in production (it allows http and loopback/private webhook URLs)',
+  ),
   /** Key that seals the endpoints' signing secrets at rest (AES-256-GCM of a key derived from it); the dev default is public. */
   WEBHOOK_SECRET_KEY: secret(z.string().min(32, 'at least 32 characters'), 'dev-webhook-secret-key-not-for-production'),
   /**
@@ -359,7 +413,12 @@ export const envSchema = z.object({
   /** One delivery attempt (connect, send, answer) gives up after this. */
   WEBHOOK_ATTEMPT_TIMEOUT_MS: z.coerce.number().int().min(100).max(60_000).default(15_000),
   /** Bytes of a receiver's answer read (and the first 512 kept in the attempt log); the rest is discarded. */
-  WEBHOOK_RESPONSE_MAX_BYTES: z.coerce.number().int().min(0).max(1024 * 1024).default(4_096),
+  WEBHOOK_RESPONSE_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(1024 * 1024)
+    .default(4_096),
   /** Attempts in flight at once to one endpoint (across every worker). */
   WEBHOOK_ENDPOINT_CONCURRENCY: z.coerce.number().int().min(1).max(100).default(4),
   /** Attempts in flight at once per worker process. */
@@ -369,9 +428,18 @@ export const envSchema = z.object({
   /** How often the relay looks for due deliveries. */
   WEBHOOK_RELAY_INTERVAL_MS: z.coerce.number().int().min(10).default(500),
   /** An endpoint that has failed every attempt for this long is disabled, and the tenant gets a needs-attention record. */
-  WEBHOOK_DISABLE_AFTER_MS: z.coerce.number().int().min(1_000).default(5 * 86_400_000),
+  WEBHOOK_DISABLE_AFTER_MS: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .default(5 * 86_400_000),
   /** After rotate-secret, the previous secret keeps signing beside the new one for this long. */
-  WEBHOOK_SECRET_OVERLAP_MS: z.coerce.number().int().min(0).max(7 * 86_400_000).default(86_400_000),
+  WEBHOOK_SECRET_OVERLAP_MS: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(7 * 86_400_000)
+    .default(86_400_000),
   /** Endpoints per tenant. */
   WEBHOOK_MAX_ENDPOINTS_PER_TENANT: z.coerce.number().int().min(1).max(1_000).default(20),
 

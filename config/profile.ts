@@ -57,7 +57,10 @@ export function outputHosts<T extends z.ZodType>(schema: T, hosts: readonly stri
   return withRule(schema, {
     dev: [...hosts, '127.0.0.1', 'localhost'].join(','),
     unsafe: (v) => {
-      const bad = v.split(',').map((h) => h.trim()).filter((h) => h && !isPublicHost(h));
+      const bad = v
+        .split(',')
+        .map((h) => h.trim())
+        .filter((h) => h && !isPublicHost(h));
       return bad.length ? `loopback or private hosts are refused in production: ${bad.join(', ')}` : null;
     },
   });

@@ -115,7 +115,11 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
       policy: { mode: config.SLOT_QUEUE_POLICY, agingMs: config.SLOT_QUEUE_AGING_MS },
       waitFallbackMs: config.SLOT_WAIT_FALLBACK_MS,
       grantTtlMs: config.SLOT_GRANT_TTL_MS,
-      tenantDefaults: { perProvider: config.TENANT_MAX_IN_FLIGHT_PER_PROVIDER ?? null, total: config.TENANT_MAX_IN_FLIGHT ?? null, weight: config.TENANT_SLOT_WEIGHT },
+      tenantDefaults: {
+        perProvider: config.TENANT_MAX_IN_FLIGHT_PER_PROVIDER ?? null,
+        total: config.TENANT_MAX_IN_FLIGHT ?? null,
+        weight: config.TENANT_SLOT_WEIGHT,
+      },
     },
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
@@ -191,7 +195,14 @@ export function buildActivityDeps(
 /** The reconciler activity's dependencies (activities/reconcile.ts), for the worker and the tests alike. */
 export function buildReconcileDeps(
   config: Config,
-  parts: { db: Database; storage: ObjectStorage; fallbackStorage?: ObjectStorage | null; facade: GenerationFacade; logger: Logger; onRun?: (run: ReconcileRunMetrics) => void },
+  parts: {
+    db: Database;
+    storage: ObjectStorage;
+    fallbackStorage?: ObjectStorage | null;
+    facade: GenerationFacade;
+    logger: Logger;
+    onRun?: (run: ReconcileRunMetrics) => void;
+  },
 ): ReconcileActivityDeps {
   return {
     db: parts.db.db,

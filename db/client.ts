@@ -73,7 +73,10 @@ function failoverClientClass(candidates: readonly DatabaseHost[]): typeof pg.Cli
         throw err;
       });
       if (!callback) return settled;
-      settled.then((client) => callback(null, client), (err: Error) => callback(err));
+      settled.then(
+        (client) => callback(null, client),
+        (err: Error) => callback(err),
+      );
     }
   };
 }

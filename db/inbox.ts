@@ -28,7 +28,10 @@ export interface ProviderEventInput {
  */
 export function dedupeKeyFor(e: Pick<ProviderEventInput, 'provider' | 'job' | 'providerEventId' | 'raw'>): string {
   if (e.providerEventId) return `event:${e.providerEventId}`;
-  const payloadHash = createHash('sha256').update(JSON.stringify(e.raw ?? null)).digest('hex').slice(0, 16);
+  const payloadHash = createHash('sha256')
+    .update(JSON.stringify(e.raw ?? null))
+    .digest('hex')
+    .slice(0, 16);
   return `state:${e.job.jobId}:${e.job.state}:${e.job.updatedAt?.toISOString() ?? '-'}:${payloadHash}`;
 }
 
@@ -71,9 +74,7 @@ export interface AttemptCallbackInput {
   readonly raw: unknown;
 }
 
-export type AttemptCallbackOutcome =
-  | { readonly outcome: 'unknown_token' | 'mismatch' }
-  | { readonly outcome: 'stored' | 'duplicate'; readonly taskId: string };
+export type AttemptCallbackOutcome = { readonly outcome: 'unknown_token' | 'mismatch' } | { readonly outcome: 'stored' | 'duplicate'; readonly taskId: string };
 
 // The attempt lookup, its checks (provider, bound job id, correlation token) and the deduped
 // inbox insert as one statement and one round trip (issue #19), prepared once per connection

@@ -8,8 +8,7 @@ import type { DbOrTx } from './client';
 import type { FenceToken } from './fence';
 import { creditAccount, creditLedger } from './schema';
 
-export const ledgerKey = (taskId: string, kind: 'reserve' | 'settle' | 'release' | 'refund'): string =>
-  `task:${taskId}:${kind}`;
+export const ledgerKey = (taskId: string, kind: 'reserve' | 'settle' | 'release' | 'refund'): string => `task:${taskId}:${kind}`;
 
 interface Entry {
   readonly tenantId: string;
@@ -72,11 +71,7 @@ export async function grantCredits(
  * Holds `amount` of the tenant's available credits for a task. Returns false when the
  * account cannot cover it: the caller must roll back (its ledger row is already written) and answer 402.
  */
-export async function reserveCredits(
-  tx: DbOrTx,
-  token: FenceToken,
-  args: { tenantId: string; taskId: string; amount: string },
-): Promise<boolean> {
+export async function reserveCredits(tx: DbOrTx, token: FenceToken, args: { tenantId: string; taskId: string; amount: string }): Promise<boolean> {
   const inserted = await insertEntry(tx, token, {
     tenantId: args.tenantId,
     taskId: args.taskId,
@@ -93,12 +88,7 @@ export async function reserveCredits(
       version: sql`${creditAccount.version} + 1`,
       updated_at: sql`now()`,
     })
-    .where(
-      and(
-        eq(creditAccount.tenant_id, args.tenantId),
-        sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`,
-      ),
-    )
+    .where(and(eq(creditAccount.tenant_id, args.tenantId), sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`))
     .returning({ version: creditAccount.version });
   if (moved.length === 0) return false;
   return true;

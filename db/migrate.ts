@@ -86,7 +86,5 @@ if (isMain) {
   });
   const safeUrl = new URL(config.DATABASE_URL);
   safeUrl.password = safeUrl.password ? '***' : '';
-  console.log(
-    `migrate: ${created ? 'created and ' : ''}migrated ${safeUrl.toString()} in ${Date.now() - started} ms`,
-  );
+  console.log(`migrate: ${created ? 'created and ' : ''}migrated ${safeUrl.toString()} in ${Date.now() - started} ms`);
 }

@@ -315,12 +315,11 @@ export const taskTransition = pgTable(
      * The writing transaction's id. With transition_id it orders the tenant-wide event stream in
      * an order no later commit can insert into (docs/decisions/0020-event-stream-resume.md).
      */
-    xact_id: xid8('xact_id').notNull().default(sql`pg_current_xact_id()`),
+    xact_id: xid8('xact_id')
+      .notNull()
+      .default(sql`pg_current_xact_id()`),
   },
-  (t) => [
-    uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version),
-    index('idx_task_transition_xact').on(t.xact_id, t.transition_id),
-  ],
+  (t) => [uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version), index('idx_task_transition_xact').on(t.xact_id, t.transition_id)],
 );
 export type TaskTransitionRow = typeof taskTransition.$inferSelect;
 
@@ -358,7 +357,9 @@ export const asset = pgTable(
     uniqueIndex('asset_task_kind').on(t.task_id, t.kind),
     check('asset_kind_check', sql`${t.kind} IN ('video', 'thumbnail')`),
     check('asset_location_check', sql`${t.location} IN ('primary', 'fallback')`),
-    index('idx_asset_fallback').on(t.created_at).where(sql`${t.location} = 'fallback' AND ${t.deleted_at} IS NULL`),
+    index('idx_asset_fallback')
+      .on(t.created_at)
+      .where(sql`${t.location} = 'fallback' AND ${t.deleted_at} IS NULL`),
   ],
 );
 
@@ -427,10 +428,7 @@ export const regionFailover = pgTable(
     /** When the new region became the active one (the epoch bump committed). */
     traffic_switch_time: ts('traffic_switch_time').notNull(),
   },
-  (t) => [
-    uniqueIndex('region_failover_scope_epoch').on(t.resource_scope, t.new_epoch),
-    index('idx_region_failover_incident').on(t.incident_id),
-  ],
+  (t) => [uniqueIndex('region_failover_scope_epoch').on(t.resource_scope, t.new_epoch), index('idx_region_failover_incident').on(t.incident_id)],
 );
 
 /**
@@ -590,7 +588,14 @@ export type TenantCapacityRow = typeof tenantCapacity.$inferSelect;
 // ---- Tenant webhooks (docs/webhooks.md, docs/decisions/0018) ----
 
 /** The events a tenant can subscribe to; the order is the documentation's. */
-export const WEBHOOK_EVENT_TYPES = ['task.succeeded', 'task.failed', 'task.cancelled', 'task.needs_attention', 'task.output_at_risk', 'task.thumbnail_ready'] as const;
+export const WEBHOOK_EVENT_TYPES = [
+  'task.succeeded',
+  'task.failed',
+  'task.cancelled',
+  'task.needs_attention',
+  'task.output_at_risk',
+  'task.thumbnail_ready',
+] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 export const WEBHOOK_DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'cancelled'] as const;
 export type WebhookDeliveryState = (typeof WEBHOOK_DELIVERY_STATES)[number];
@@ -616,7 +621,11 @@ export const webhookEndpoint = pgTable(
     disabled_at: ts('disabled_at'),
     disabled_reason: text('disabled_reason'),
   },
-  (t) => [index('idx_webhook_endpoint_tenant').on(t.tenant_id, t.created_at).where(sql`${t.deleted_at} IS NULL`)],
+  (t) => [
+    index('idx_webhook_endpoint_tenant')
+      .on(t.tenant_id, t.created_at)
+      .where(sql`${t.deleted_at} IS NULL`),
+  ],
 );
 
 /**
@@ -698,8 +707,12 @@ export const webhookDelivery = pgTable(
     delivered_at: ts('delivered_at'),
   },
   (t) => [
-    index('idx_webhook_delivery_due').on(t.next_attempt_at).where(sql`${t.state} = 'pending'`),
-    index('idx_webhook_delivery_target_pending').on(t.target_key).where(sql`${t.state} = 'pending'`),
+    index('idx_webhook_delivery_due')
+      .on(t.next_attempt_at)
+      .where(sql`${t.state} = 'pending'`),
+    index('idx_webhook_delivery_target_pending')
+      .on(t.target_key)
+      .where(sql`${t.state} = 'pending'`),
     index('idx_webhook_delivery_endpoint').on(t.endpoint_id, t.created_at),
     index('idx_webhook_delivery_event').on(t.event_id),
     check('webhook_delivery_state_check', sql`${t.state} IN (${inList(WEBHOOK_DELIVERY_STATES)})`),
@@ -741,5 +754,9 @@ export const tenantAttention = pgTable(
     created_at: ts('created_at').notNull().defaultNow(),
     resolved_at: ts('resolved_at'),
   },
-  (t) => [index('idx_tenant_attention_open').on(t.tenant_id, t.created_at).where(sql`${t.resolved_at} IS NULL`)],
+  (t) => [
+    index('idx_tenant_attention_open')
+      .on(t.tenant_id, t.created_at)
+      .where(sql`${t.resolved_at} IS NULL`),
+  ],
 );

@@ -99,7 +99,7 @@ async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueue
   return {
     // The ceiling the last claim used (it ramps after a rebuild), else the operator's limit.
     limit: row?.queue_limit ?? row?.max_in_flight ?? null,
-    policy: { mode: (row?.queue_policy ?? 'fair'), agingMs: row?.queue_aging_ms ?? 0 },
+    policy: { mode: row?.queue_policy ?? 'fair', agingMs: row?.queue_aging_ms ?? 0 },
   };
 }
 
@@ -125,7 +125,13 @@ export async function grantFreeSlots(tx: DbOrTx, provider: string, now: Date): P
     .where(and(eq(slotWait.provider, provider), isNull(slotWait.granted_at)));
   if (config.limit === null) {
     // No finite ceiling (any more): everyone waiting may go.
-    return markGranted(tx, rows, rows.map((r) => r.attempt_id), new Map(), { inFlight: rows.length, limit: null });
+    return markGranted(
+      tx,
+      rows,
+      rows.map((r) => r.attempt_id),
+      new Map(),
+      { inFlight: rows.length, limit: null },
+    );
   }
   if (rows.length === 0) return { granted: [], inFlight: 0, limit: config.limit };
   const capped = [...new Set(rows.filter((r) => r.tenant_total_cap !== null).map((r) => r.tenant_id))].sort();
@@ -228,7 +234,10 @@ export async function takeSlot(tx: DbOrTx, req: SlotRequest, now: Date): Promise
   const [row] = await tx
     .insert(slotWait)
     .values({ ...values, since: now })
-    .onConflictDoUpdate({ target: slotWait.attempt_id, set: { weight: values.weight, tenant_provider_cap: values.tenant_provider_cap, tenant_total_cap: values.tenant_total_cap } })
+    .onConflictDoUpdate({
+      target: slotWait.attempt_id,
+      set: { weight: values.weight, tenant_provider_cap: values.tenant_provider_cap, tenant_total_cap: values.tenant_total_cap },
+    })
     .returning();
   const pass = await grantFreeSlots(tx, req.provider, now);
   if (pass.granted.includes(req.attemptId)) {
@@ -281,9 +290,13 @@ export interface QueueEntry {
 }
 
 /** Who waits at `provider`, in the order they would be granted (ops provider queue, GET /v1/tasks/:id). */
-export async function providerQueue(db: DbOrTx, provider: string, now: Date): Promise<{ entries: QueueEntry[]; inFlight: number; limit: number | null; policy: QueuePolicy }> {
+export async function providerQueue(
+  db: DbOrTx,
+  provider: string,
+  now: Date,
+): Promise<{ entries: QueueEntry[]; inFlight: number; limit: number | null; policy: QueuePolicy }> {
   const [control] = await db.select().from(providerControl).where(eq(providerControl.provider, provider));
-  const policy: QueuePolicy = { mode: (control?.queue_policy ?? 'fair'), agingMs: control?.queue_aging_ms ?? 0 };
+  const policy: QueuePolicy = { mode: control?.queue_policy ?? 'fair', agingMs: control?.queue_aging_ms ?? 0 };
   const rows = await db.select().from(slotWait).where(eq(slotWait.provider, provider));
   const { load } = await countSlots(db, provider, []);
   const waiting = rows.filter((r) => r.granted_at === null);
@@ -336,7 +349,10 @@ export interface TenantSlotDefaults {
 
 /** A tenant's caps and weight at `provider`: its tenant_capacity rows (provider, then '*'), else the defaults. */
 export async function tenantSlotTerms(tx: DbOrTx, tenantId: string, provider: string, defaults: TenantSlotDefaults) {
-  const rows = await tx.select().from(tenantCapacity).where(and(eq(tenantCapacity.tenant_id, tenantId), inArray(tenantCapacity.provider, [provider, '*'])));
+  const rows = await tx
+    .select()
+    .from(tenantCapacity)
+    .where(and(eq(tenantCapacity.tenant_id, tenantId), inArray(tenantCapacity.provider, [provider, '*'])));
   const exact = rows.find((r) => r.provider === provider);
   const all = rows.find((r) => r.provider === '*');
   return {
@@ -356,7 +372,11 @@ export async function setTenantCapacity(
   defaults: TenantSlotDefaults,
   now: Date,
 ): Promise<{ before: TenantCapacityRow | null }> {
-  const [before] = await tx.select().from(tenantCapacity).where(and(eq(tenantCapacity.tenant_id, input.tenantId), eq(tenantCapacity.provider, input.provider))).for('update');
+  const [before] = await tx
+    .select()
+    .from(tenantCapacity)
+    .where(and(eq(tenantCapacity.tenant_id, input.tenantId), eq(tenantCapacity.provider, input.provider)))
+    .for('update');
   const set = { max_in_flight: input.maxInFlight, weight: input.weight, reason: input.reason, updated_by: input.actor, updated_at: now };
   await tx
     .insert(tenantCapacity)

@@ -11,7 +11,10 @@ import { generationTask, taskTransition, type TaskRow } from './schema';
 import { releaseTaskSlots, transitionFreesSlot } from './slot-queue';
 
 export class InvalidTransitionError extends Error {
-  constructor(readonly from: TaskStatus, readonly to: TaskStatus) {
+  constructor(
+    readonly from: TaskStatus,
+    readonly to: TaskStatus,
+  ) {
     super(`transition ${from} → ${to} is not allowed`);
     this.name = 'InvalidTransitionError';
   }
@@ -92,12 +95,7 @@ export async function casTaskStatus(tx: DbOrTx, token: FenceToken, input: TaskTr
 }
 
 /** Records the creation of a task (version 0) as its first transition. */
-export async function recordTaskCreated(
-  tx: DbOrTx,
-  token: FenceToken,
-  taskId: string,
-  actor: string,
-): Promise<void> {
+export async function recordTaskCreated(tx: DbOrTx, token: FenceToken, taskId: string, actor: string): Promise<void> {
   await tx.insert(taskTransition).values({
     task_id: taskId,
     from_status: null,

@@ -40,7 +40,10 @@ export async function insertTenant(db: DbOrTx, name: string): Promise<string> {
 
 /** The key is already issued, to another tenant: nothing was stored. */
 export class ApiKeyConflictError extends Error {
-  constructor(readonly keyId: string, readonly ownerTenantId: string) {
+  constructor(
+    readonly keyId: string,
+    readonly ownerTenantId: string,
+  ) {
     super('this API key is already issued to another tenant; refused');
     this.name = 'ApiKeyConflictError';
   }

@@ -48,12 +48,19 @@ export async function addSigningSecret(tx: DbOrTx, box: SecretBox, endpointId: s
  * Rotation: every secret still signing expires after `overlapMs` (they sign beside the new one
  * until then), and a new one is added. Returns the new secret and when the old ones stop.
  */
-export async function rotateSigningSecret(tx: DbOrTx, box: SecretBox, endpointId: string, overlapMs: number): Promise<{ secret: string; previousExpiresAt: Date }> {
+export async function rotateSigningSecret(
+  tx: DbOrTx,
+  box: SecretBox,
+  endpointId: string,
+  overlapMs: number,
+): Promise<{ secret: string; previousExpiresAt: Date }> {
   const until = sql`now() + make_interval(secs => ${overlapMs / 1000})`;
   await tx
     .update(webhookEndpointSecret)
     .set({ expires_at: sql`LEAST(COALESCE(${webhookEndpointSecret.expires_at}, 'infinity'), ${until})` })
-    .where(and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))));
+    .where(
+      and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))),
+    );
   const secret = await addSigningSecret(tx, box, endpointId);
   const { rows } = await tx.execute(sql`SELECT ${until} AS at`);
   return { secret, previousExpiresAt: new Date((rows[0] as { at: string | Date }).at) };
@@ -64,7 +71,9 @@ export async function signingSecrets(db: DbOrTx, box: SecretBox, endpointId: str
   const rows = await db
     .select()
     .from(webhookEndpointSecret)
-    .where(and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))))
+    .where(
+      and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))),
+    )
     .orderBy(sql`${webhookEndpointSecret.created_at} DESC`);
   return rows.map((r) => box.open(endpointId, r.sealed));
 }

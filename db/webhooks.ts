@@ -6,15 +6,7 @@ import { and, asc, desc, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { shouldDisable } from '../domain/webhook-schedule';
 import type { Db, DbOrTx } from './client';
 import { holdFence, type FenceToken } from './fence';
-import {
-  tenantAttention,
-  webhookAttempt,
-  webhookDelivery,
-  webhookEndpoint,
-  webhookEvent,
-  type WebhookDeliveryState,
-  type WebhookEventType,
-} from './schema';
+import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint, webhookEvent, type WebhookDeliveryState, type WebhookEventType } from './schema';
 
 export type WebhookEndpointRow = typeof webhookEndpoint.$inferSelect;
 export type WebhookDeliveryRow = typeof webhookDelivery.$inferSelect;
@@ -144,7 +136,12 @@ export async function listDeliveries(
   const attempts = await db
     .select()
     .from(webhookAttempt)
-    .where(inArray(webhookAttempt.delivery_id, rows.map((r) => r.delivery.delivery_id)))
+    .where(
+      inArray(
+        webhookAttempt.delivery_id,
+        rows.map((r) => r.delivery.delivery_id),
+      ),
+    )
     .orderBy(asc(webhookAttempt.attempt_no));
   return rows.map((r) => ({ ...r, attempts: attempts.filter((a) => a.delivery_id === r.delivery.delivery_id) }));
 }
@@ -281,7 +278,8 @@ export async function recordAttempt(
     if (!current) return { disabledEndpoint: false };
     const attemptNo = current.attempt_count + 1;
     const stillPending = current.state === 'pending';
-    await tx.update(webhookDelivery)
+    await tx
+      .update(webhookDelivery)
       .set({
         attempt_count: attemptNo,
         lease_until: null,

@@ -27,8 +27,4 @@ export const FailureType = {
 } as const;
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
 
-export const NON_RETRYABLE_FAILURES: readonly FailureType[] = [
-  FailureType.NotFound,
-  FailureType.InvalidState,
-  FailureType.UnsafeOutputUrl,
-];
+export const NON_RETRYABLE_FAILURES: readonly FailureType[] = [FailureType.NotFound, FailureType.InvalidState, FailureType.UnsafeOutputUrl];

@@ -42,7 +42,17 @@ export interface ModePolicy {
 
 export type ProviderGate = 'breaker' | 'healthy';
 
-const open: ModePolicy = { create: true, read: true, cancel: true, callback: 'inbox', factWrites: true, submit: true, providers: 'breaker', notify: true, liveEvents: true };
+const open: ModePolicy = {
+  create: true,
+  read: true,
+  cancel: true,
+  callback: 'inbox',
+  factWrites: true,
+  submit: true,
+  providers: 'breaker',
+  notify: true,
+  liveEvents: true,
+};
 /** Every mode from DEGRADED_NOTIFY down pushes nothing: realtime progress and tenant webhooks are shed first (docs/design.md §7). */
 const quiet: ModePolicy = { ...open, notify: false, liveEvents: false };
 
@@ -57,9 +67,29 @@ export const MODE_POLICIES: Readonly<Record<SystemMode, ModePolicy>> = {
   // No new cost at all; converge what was accepted: polls, callbacks, rescue, settlement.
   RECONCILE_ONLY: { ...quiet, create: false, submit: false },
   // Only viewing. Callbacks are kept in the spool, not lost.
-  READ_ONLY: { create: false, read: true, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false, liveEvents: false },
+  READ_ONLY: {
+    create: false,
+    read: true,
+    cancel: false,
+    callback: 'spool',
+    factWrites: false,
+    submit: false,
+    providers: 'breaker',
+    notify: false,
+    liveEvents: false,
+  },
   // The fact source cannot be read safely: stop serving, keep callbacks in the spool.
-  MAINTENANCE: { create: false, read: false, cancel: false, callback: 'spool', factWrites: false, submit: false, providers: 'breaker', notify: false, liveEvents: false },
+  MAINTENANCE: {
+    create: false,
+    read: false,
+    cancel: false,
+    callback: 'spool',
+    factWrites: false,
+    submit: false,
+    providers: 'breaker',
+    notify: false,
+    liveEvents: false,
+  },
 };
 
 export const policyFor = (mode: SystemMode): ModePolicy => MODE_POLICIES[mode];

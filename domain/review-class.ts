@@ -39,7 +39,7 @@ const DATA_FAILURES: readonly string[] = [FailureType.OutputGone, FailureType.Un
 const PROVIDER_EVIDENCE = ['consecutive_read_failures', 'max_run_ms'];
 
 export function classifyReview(f: ReviewFacts): ReviewClass {
-  const reason = typeof f.detail?.['reason'] === 'string' ? (f.detail['reason']) : '';
+  const reason = typeof f.detail?.['reason'] === 'string' ? f.detail['reason'] : '';
   // The provider ended the job without an output: nothing left to wait for.
   if (f.providerFinalState && f.providerFinalState !== 'succeeded') return 'terminal-elsewhere';
   // A workflow step failed for good: `<FailureType>: message` (workflows/generation.ts).
@@ -48,6 +48,7 @@ export function classifyReview(f: ReviewFacts): ReviewClass {
     return DATA_FAILURES.includes(stepFailure) ? 'missing-data' : 'code-defect';
   }
   if (f.providerJobId && PROVIDER_EVIDENCE.some((k) => f.detail && k in f.detail)) return 'provider-defect';
-  if (!f.providerJobId && (reason === 'submit outcome unknown past its deadline' || (f.detail !== null && 'candidate_job_ids' in f.detail))) return 'unknown-outcome';
+  if (!f.providerJobId && (reason === 'submit outcome unknown past its deadline' || (f.detail !== null && 'candidate_job_ids' in f.detail)))
+    return 'unknown-outcome';
   return 'unclassified';
 }

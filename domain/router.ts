@@ -130,7 +130,9 @@ export function stableHash(s: string): number {
 
 /** The deterministic route: lowest priority (ties by name), or the task id's hash over the sorted providers. */
 export function staticRoute(candidates: readonly RouteCandidate[], taskId: string, mode: 'priority' | 'hash' = 'priority'): RouteCandidate {
-  const sorted = [...candidates].sort((a, b) => (mode === 'hash' ? 0 : a.priority - b.priority) || (a.provider < b.provider ? -1 : a.provider > b.provider ? 1 : 0));
+  const sorted = [...candidates].sort(
+    (a, b) => (mode === 'hash' ? 0 : a.priority - b.priority) || (a.provider < b.provider ? -1 : a.provider > b.provider ? 1 : 0),
+  );
   if (mode === 'hash') return sorted[stableHash(taskId) % sorted.length] as RouteCandidate;
   return sorted[0] as RouteCandidate;
 }

@@ -23,28 +23,10 @@ export type TaskStatus = (typeof TASK_STATES)[number];
 export const TERMINAL_TASK_STATES: readonly TaskStatus[] = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
 export const isTerminal = (s: TaskStatus): boolean => TERMINAL_TASK_STATES.includes(s);
 
-export const ATTEMPT_STATES = [
-  'PREPARED',
-  'SUBMITTING',
-  'SUBMITTED',
-  'SUBMIT_UNKNOWN',
-  'REJECTED',
-  'RUNNING',
-  'SUCCEEDED',
-  'FAILED',
-  'CANCELLED',
-] as const;
+export const ATTEMPT_STATES = ['PREPARED', 'SUBMITTING', 'SUBMITTED', 'SUBMIT_UNKNOWN', 'REJECTED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'] as const;
 export type AttemptState = (typeof ATTEMPT_STATES)[number];
 
-export const SYSTEM_MODES = [
-  'NORMAL',
-  'DEGRADED_NOTIFY',
-  'DEGRADED_PROVIDER',
-  'QUEUE_ONLY',
-  'RECONCILE_ONLY',
-  'READ_ONLY',
-  'MAINTENANCE',
-] as const;
+export const SYSTEM_MODES = ['NORMAL', 'DEGRADED_NOTIFY', 'DEGRADED_PROVIDER', 'QUEUE_ONLY', 'RECONCILE_ONLY', 'READ_ONLY', 'MAINTENANCE'] as const;
 export type SystemMode = (typeof SYSTEM_MODES)[number];
 
 export const LEDGER_ENTRY_TYPES = ['GRANT', 'RESERVE', 'SETTLE', 'RELEASE', 'REFUND'] as const;

@@ -8,16 +8,7 @@ import { isTerminal } from './states';
 export const ALLOWED_TRANSITIONS: Readonly<Record<TaskStatus, readonly TaskStatus[]>> = {
   QUEUED: ['DISPATCHING', 'CANCELLED', 'MANUAL_REVIEW'],
   DISPATCHING: ['SUBMITTING', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'],
-  SUBMITTING: [
-    'SUBMITTED',
-    'RUNNING',
-    'PROVIDER_SUCCEEDED',
-    'SUBMIT_UNKNOWN',
-    'DISPATCHING',
-    'FAILED',
-    'CANCELLED',
-    'MANUAL_REVIEW',
-  ],
+  SUBMITTING: ['SUBMITTED', 'RUNNING', 'PROVIDER_SUCCEEDED', 'SUBMIT_UNKNOWN', 'DISPATCHING', 'FAILED', 'CANCELLED', 'MANUAL_REVIEW'],
   SUBMIT_UNKNOWN: ['SUBMITTED', 'RUNNING', 'PROVIDER_SUCCEEDED', 'DISPATCHING', 'FAILED', 'MANUAL_REVIEW'],
   SUBMITTED: ['RUNNING', 'PROVIDER_SUCCEEDED', 'FAILED', 'CANCEL_REQUESTED', 'CANCELLED', 'MANUAL_REVIEW'],
   RUNNING: ['PROVIDER_SUCCEEDED', 'FAILED', 'CANCEL_REQUESTED', 'CANCELLED', 'MANUAL_REVIEW'],
@@ -32,8 +23,7 @@ export const ALLOWED_TRANSITIONS: Readonly<Record<TaskStatus, readonly TaskStatu
   CANCELLED: [],
 };
 
-export const canTransition = (from: TaskStatus, to: TaskStatus): boolean =>
-  ALLOWED_TRANSITIONS[from].includes(to);
+export const canTransition = (from: TaskStatus, to: TaskStatus): boolean => ALLOWED_TRANSITIONS[from].includes(to);
 
 export type TaskEvent =
   | { type: 'DISPATCH' }
@@ -70,14 +60,7 @@ const noop = (reason: string): Decision => ({ kind: 'noop', reason });
 const reject = (reason: string): Decision => ({ kind: 'reject', reason });
 
 /** States in which the provider may still report progress on the active attempt. */
-const AWAITING_PROVIDER: readonly TaskStatus[] = [
-  'SUBMITTING',
-  'SUBMIT_UNKNOWN',
-  'SUBMITTED',
-  'RUNNING',
-  'CANCEL_REQUESTED',
-  'MANUAL_REVIEW',
-];
+const AWAITING_PROVIDER: readonly TaskStatus[] = ['SUBMITTING', 'SUBMIT_UNKNOWN', 'SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED', 'MANUAL_REVIEW'];
 
 function onProviderState(from: TaskStatus, state: ProviderJobState): Decision {
   if (!AWAITING_PROVIDER.includes(from)) return noop(`provider ${state} after ${from}`);

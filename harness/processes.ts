@@ -193,12 +193,7 @@ export interface NodeProcessOptions extends Omit<LaunchOptions, 'env'> {
  * (`--import tsx` rather than the tsx CLI keeps it one process, so signals reach the script
  * directly instead of being relayed.) Output lines are tagged `[name]`.
  */
-export function startNodeProcess(
-  name: string,
-  scriptPath: string,
-  env: NodeJS.ProcessEnv,
-  opts: NodeProcessOptions = {},
-): ManagedProcess {
+export function startNodeProcess(name: string, scriptPath: string, env: NodeJS.ProcessEnv, opts: NodeProcessOptions = {}): ManagedProcess {
   const script = path.resolve(REPO_ROOT, scriptPath);
   const fullEnv = opts.inheritEnv === false ? env : { ...process.env, ...env };
   return launch(name, nodeBinary(), [...(opts.nodeArgs ?? []), '--import', 'tsx', script, ...(opts.args ?? [])], {
@@ -250,12 +245,7 @@ export function runNodeScript(
 }
 
 /** Runs `command args` to completion and captures its output. Never rejects for a non-zero exit. */
-export function runCommand(
-  command: string,
-  args: string[],
-  env: NodeJS.ProcessEnv,
-  opts: { timeoutMs?: number; cwd?: string } = {},
-): Promise<RunResult> {
+export function runCommand(command: string, args: string[], env: NodeJS.ProcessEnv, opts: { timeoutMs?: number; cwd?: string } = {}): Promise<RunResult> {
   return new Promise((resolve) => {
     execFile(
       command,

@@ -6,14 +6,7 @@ import { waitForTcp, waitUntil } from './ports';
 import { extend, launch, runCommand, type LogFn, type ManagedProcess, type RunResult } from './processes';
 import { readToolPaths } from './tools';
 
-export type TemporalSearchAttributeType =
-  | 'Text'
-  | 'Keyword'
-  | 'Int'
-  | 'Double'
-  | 'Bool'
-  | 'Datetime'
-  | 'KeywordList';
+export type TemporalSearchAttributeType = 'Text' | 'Keyword' | 'Int' | 'Double' | 'Bool' | 'Datetime' | 'KeywordList';
 
 /**
  * The project's custom search attributes. Every Temporal server started through this module
@@ -73,12 +66,9 @@ function temporalCliEnv(): NodeJS.ProcessEnv {
 
 /** Runs `temporal <args> --address <address>` (config file and env config disabled). */
 export function temporalCli(temporalPath: string, address: string, args: string[], timeoutMs = 15_000): Promise<RunResult> {
-  return runCommand(
-    temporalPath,
-    [...args, '--address', address, '--disable-config-file', '--disable-config-env', '--color', 'never'],
-    temporalCliEnv(),
-    { timeoutMs },
-  );
+  return runCommand(temporalPath, [...args, '--address', address, '--disable-config-file', '--disable-config-env', '--color', 'never'], temporalCliEnv(), {
+    timeoutMs,
+  });
 }
 
 /**
@@ -151,13 +141,15 @@ export async function ensureSearchAttributes(
   const listed = await temporalCli(temporalPath, address, ['operator', 'search-attribute', 'list', '--namespace', namespace, '-o', 'json']);
   if (listed.code !== 0) throw new Error(`temporal operator search-attribute list failed: ${listed.stderr.trim()}`);
   const existing = (JSON.parse(listed.stdout) as { customAttributes?: Record<string, string> }).customAttributes ?? {};
-  const norm = (t: string) => t.replace(/^INDEXED_VALUE_TYPE_/, '').replace(/_/g, '').toUpperCase();
+  const norm = (t: string) =>
+    t
+      .replace(/^INDEXED_VALUE_TYPE_/, '')
+      .replace(/_/g, '')
+      .toUpperCase();
   for (const [name, type] of Object.entries(attrs)) {
     const have = existing[name];
     if (have === undefined) {
-      const r = await temporalCli(temporalPath, address, [
-        'operator', 'search-attribute', 'create', '--namespace', namespace, '--name', name, '--type', type,
-      ]);
+      const r = await temporalCli(temporalPath, address, ['operator', 'search-attribute', 'create', '--namespace', namespace, '--name', name, '--type', type]);
       if (r.code !== 0) throw new Error(`could not create search attribute ${name}=${type}: ${r.stderr.trim()}`);
     } else if (norm(have) !== norm(type)) {
       throw new Error(

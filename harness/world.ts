@@ -283,4 +283,3 @@ export async function startWorkerAsProcess(config: Config, name: string, opts: {
   );
   return { proc, metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`, logFile: opts.logFile };
 }
-

@@ -131,7 +131,10 @@ export function mediaInfoFromMoov(buf: Buffer, headerBytes = 8): MediaInfo {
   const moov: Box = { type: 'moov', start: headerBytes, end: buf.length };
   const boxes = children(buf, moov.start, moov.end);
   const mvhd = boxes.find((b) => b.type === 'mvhd');
-  const tracks = boxes.filter((b) => b.type === 'trak').map((b) => readTrack(buf, b)).filter((t): t is Track => t !== null);
+  const tracks = boxes
+    .filter((b) => b.type === 'trak')
+    .map((b) => readTrack(buf, b))
+    .filter((t): t is Track => t !== null);
   const video = tracks.find((t) => t.handler === 'vide');
   if (!video) throw new InvalidMediaError('no supported video stream (found none)');
   const codec = video.format ? CODECS[video.format] : undefined;
@@ -162,7 +165,8 @@ export async function probeMp4(read: RangeReader, size: number): Promise<MediaIn
     while (at + 8 <= size) {
       if (++boxes > MAX_TOP_LEVEL_BOXES) throw new InvalidMediaError(`MP4 layout: no moov within the first ${MAX_TOP_LEVEL_BOXES} top-level boxes`);
       const inHead = at + 16 <= head.length;
-      if (!inHead && ++reads > MAX_HEADER_READS) throw new InvalidMediaError(`MP4 layout: no moov within ${MAX_HEADER_READS} box reads past the first ${HEAD_BYTES} bytes`);
+      if (!inHead && ++reads > MAX_HEADER_READS)
+        throw new InvalidMediaError(`MP4 layout: no moov within ${MAX_HEADER_READS} box reads past the first ${HEAD_BYTES} bytes`);
       const header = inHead ? head.subarray(at, at + 16) : await read(at, 16);
       if (header.length < 8) return null;
       let boxSize = header.readUInt32BE(0);

@@ -47,12 +47,7 @@ export function inputProtocols(input: string): string {
 
 /** The input options that fence ffprobe/ffmpeg in (module comment). */
 export function inputArgs(input: string, demuxer?: Demuxer): string[] {
-  return [
-    '-protocol_whitelist', inputProtocols(input),
-    '-format_whitelist', DEMUXERS.join(','),
-    ...(demuxer ? ['-f', demuxer] : []),
-    '-i', input,
-  ];
+  return ['-protocol_whitelist', inputProtocols(input), '-format_whitelist', DEMUXERS.join(','), ...(demuxer ? ['-f', demuxer] : []), '-i', input];
 }
 
 /** The demuxer of a probed container (MediaInfo.container is ffprobe's format name). */
@@ -64,11 +59,10 @@ const ACCEPTED_CODECS = ['h264', 'hevc', 'vp9', 'av1'];
 export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: Demuxer): Promise<MediaInfo> {
   let stdout: string;
   try {
-    ({ stdout } = await run(
-      'ffprobe',
-      ['-v', 'error', '-print_format', 'json', '-show_format', '-show_streams', ...inputArgs(input, demuxer)],
-      { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 },
-    ));
+    ({ stdout } = await run('ffprobe', ['-v', 'error', '-print_format', 'json', '-show_format', '-show_streams', ...inputArgs(input, demuxer)], {
+      timeout: timeoutMs,
+      maxBuffer: 4 * 1024 * 1024,
+    }));
   } catch (err) {
     const e = err as { stderr?: string; killed?: boolean };
     if (e.killed) throw new Error('ffprobe timed out', { cause: err });
@@ -114,7 +108,22 @@ export async function probeStored(storage: Pick<ObjectStorage, 'readRange'>, key
 export async function extractThumbnail(input: string, atSeconds: number, demuxer: Demuxer, timeoutMs = 30_000): Promise<Buffer> {
   const { stdout } = await run(
     'ffmpeg',
-    ['-v', 'error', '-ss', atSeconds.toFixed(2), ...inputArgs(input, demuxer), '-frames:v', '1', '-vf', 'scale=320:-2', '-f', 'image2pipe', '-vcodec', 'mjpeg', 'pipe:1'],
+    [
+      '-v',
+      'error',
+      '-ss',
+      atSeconds.toFixed(2),
+      ...inputArgs(input, demuxer),
+      '-frames:v',
+      '1',
+      '-vf',
+      'scale=320:-2',
+      '-f',
+      'image2pipe',
+      '-vcodec',
+      'mjpeg',
+      'pipe:1',
+    ],
     { timeout: timeoutMs, encoding: 'buffer', maxBuffer: 8 * 1024 * 1024 },
   );
   if (stdout.length === 0) throw new InvalidMediaError('ffmpeg produced no thumbnail');

@@ -45,7 +45,8 @@ export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promi
   const done = (o: Omit<AttemptOutcome, 'latencyMs'>): AttemptOutcome => ({ ...o, latencyMs: Math.round(performance.now() - started) });
   const refused = webhookUrlProblem(req.url, opts.allowPrivate);
   if (refused) return done({ ok: false, status: null, error: `url ${refused}`, excerpt: null });
-  if (req.secrets.length === 0) return done({ ok: false, status: null, error: 'no signing secret (the tenant has no enabled webhook endpoint)', excerpt: null });
+  if (req.secrets.length === 0)
+    return done({ ok: false, status: null, error: 'no signing secret (the tenant has no enabled webhook endpoint)', excerpt: null });
   const signal = AbortSignal.timeout(opts.timeoutMs);
   try {
     const res = await fetch(req.url, {

@@ -54,7 +54,13 @@ const LEDGER_OVERLAP_MS = 60_000;
 const STATEMENT_TIMEOUT_MS = 10_000;
 
 export function startFactSampler(opts: FactSamplerOptions): FactSampler {
-  const database = createDatabase({ url: opts.databaseUrl, max: 1, applicationName: opts.applicationName, statementTimeoutMs: STATEMENT_TIMEOUT_MS, failoverHosts: opts.failoverHosts });
+  const database = createDatabase({
+    url: opts.databaseUrl,
+    max: 1,
+    applicationName: opts.applicationName,
+    statementTimeoutMs: STATEMENT_TIMEOUT_MS,
+    failoverHosts: opts.failoverHosts,
+  });
   const ledger = ledgerCheck(opts.ledgerLookbackMs ?? 3_600_000);
   let last: FactSnapshot | null = null;
   let running: Promise<FactSnapshot> | null = null;
@@ -102,34 +108,51 @@ async function rows<T>(db: Db, query: ReturnType<typeof sql>): Promise<T[]> {
 }
 
 async function basicFacts(db: Db) {
-  const byStatus = await rows<{ status: string; n: number }>(db, sql`
+  const byStatus = await rows<{ status: string; n: number }>(
+    db,
+    sql`
     SELECT status, count(*)::int AS n FROM generation_task WHERE terminal_at IS NULL GROUP BY status
     UNION ALL
-    SELECT status, count(*)::int AS n FROM generation_task WHERE terminal_at > now() - interval '1 hour' GROUP BY status`);
+    SELECT status, count(*)::int AS n FROM generation_task WHERE terminal_at > now() - interval '1 hour' GROUP BY status`,
+  );
   const tasksByStatus: Record<string, number> = {};
   for (const r of byStatus) tasksByStatus[r.status] = (tasksByStatus[r.status] ?? 0) + r.n;
-  const [outbox] = await rows<{ n: number; age: number | null }>(db, sql`
-    SELECT count(*)::int AS n, extract(epoch FROM now() - min(created_at))::float AS age FROM outbox_event WHERE published_at IS NULL`);
+  const [outbox] = await rows<{ n: number; age: number | null }>(
+    db,
+    sql`
+    SELECT count(*)::int AS n, extract(epoch FROM now() - min(created_at))::float AS age FROM outbox_event WHERE published_at IS NULL`,
+  );
   const [inbox] = await rows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL`);
   // The partial index idx_asset_fallback covers exactly these rows.
   const [fallback] = await rows<{ n: number }>(db, sql`SELECT count(*)::int AS n FROM asset WHERE location = 'fallback' AND deleted_at IS NULL`);
   // docs/providers.md "Callback lag and poll fallback" defines both.
-  const callbackLag = await rows<{ provider: string; p50: number; p95: number }>(db, sql`
+  const callbackLag = await rows<{ provider: string; p50: number; p95: number }>(
+    db,
+    sql`
     SELECT provider,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) AS p50,
            percentile_cont(0.95) WITHIN GROUP (ORDER BY lag) AS p95
     FROM (SELECT provider, extract(epoch FROM received_at - provider_updated_at)::float AS lag FROM callback_inbox
           WHERE source = 'callback' AND received_at > now() - interval '5 minutes' AND provider_updated_at IS NOT NULL) x
-    GROUP BY provider`);
-  const pollFallback = await rows<{ provider: string; ratio: number }>(db, sql`
+    GROUP BY provider`,
+  );
+  const pollFallback = await rows<{ provider: string; ratio: number }>(
+    db,
+    sql`
     SELECT provider, avg(CASE WHEN source = 'callback' THEN 0 ELSE 1 END)::float AS ratio FROM (
       SELECT DISTINCT ON (attempt_id) provider, source FROM callback_inbox
       WHERE event_type IN ('succeeded', 'failed', 'canceled', 'aborted') AND attempt_id IS NOT NULL
         AND received_at > now() - interval '15 minutes'
       ORDER BY attempt_id, received_at) first_seen
-    GROUP BY provider`);
+    GROUP BY provider`,
+  );
   const now = Date.now();
-  const slotWaiting = (await waitingSummary(db)).map((r) => ({ provider: r.provider, tenantId: r.tenantId, waiting: r.waiting, oldestSeconds: Math.max(0, (now - r.oldestSince.getTime()) / 1000) }));
+  const slotWaiting = (await waitingSummary(db)).map((r) => ({
+    provider: r.provider,
+    tenantId: r.tenantId,
+    waiting: r.waiting,
+    oldestSeconds: Math.max(0, (now - r.oldestSince.getTime()) / 1000),
+  }));
   return {
     tasksByStatus,
     slotWaiting,
@@ -153,7 +176,9 @@ function ledgerCheck(lookbackMs: number) {
   return async (db: Db): Promise<number> => {
     const from = since ? new Date(since.getTime() - LEDGER_OVERLAP_MS) : sql`now() - make_interval(secs => ${lookbackMs / 1000})`;
     const [clock] = await rows<{ now: Date }>(db, sql`SELECT now() AS now`);
-    const found = await rows<{ task_id: string }>(db, sql`
+    const found = await rows<{ task_id: string }>(
+      db,
+      sql`
       WITH checked AS (
         SELECT DISTINCT task_id FROM credit_ledger WHERE created_at > ${from} AND task_id IS NOT NULL
         UNION SELECT unnest(${`{${unbalanced.join(',')}}`}::uuid[]))
@@ -161,7 +186,8 @@ function ledgerCheck(lookbackMs: number) {
       GROUP BY l.task_id
       HAVING count(*) FILTER (WHERE l.entry_type IN ('SETTLE', 'RELEASE')) > 0
          AND sum(CASE WHEN l.entry_type = 'RESERVE' THEN l.amount ELSE 0 END)
-          <> sum(CASE WHEN l.entry_type IN ('SETTLE', 'RELEASE') THEN l.amount ELSE 0 END)`);
+          <> sum(CASE WHEN l.entry_type IN ('SETTLE', 'RELEASE') THEN l.amount ELSE 0 END)`,
+    );
     since = clock ? new Date(clock.now) : since;
     unbalanced = found.map((r) => r.task_id);
     return unbalanced.length;

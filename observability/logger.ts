@@ -44,9 +44,7 @@ export function createLogger(opts: { name: string; level: string; pretty: boolea
     // The active span's trace_id and span_id (none outside a span, or with tracing off).
     mixin: traceFields,
     timestamp: pino.stdTimeFunctions.isoTime,
-    ...(opts.pretty
-      ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname,service' } } }
-      : {}),
+    ...(opts.pretty ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname,service' } } } : {}),
   };
   if (opts.destination) return pino(options, opts.destination);
   return opts.stderr && !opts.pretty ? pino(options, pino.destination(2)) : pino(options);

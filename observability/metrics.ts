@@ -80,9 +80,14 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
   gauge('vidorch_tasks_by_status', 'Tasks by status (non-terminal, plus terminal ones of the last hour)', ['status'], (g, f) => {
     for (const [status, n] of Object.entries(f.tasksByStatus)) g.set({ status }, n);
   });
-  gauge('vidorch_slot_waiting', 'Attempts waiting for a provider slot (slot_wait, not yet granted), per provider and tenant', ['provider', 'tenant'], (g, f) => {
-    for (const r of f.slotWaiting) g.set({ provider: r.provider, tenant: r.tenantId }, r.waiting);
-  });
+  gauge(
+    'vidorch_slot_waiting',
+    'Attempts waiting for a provider slot (slot_wait, not yet granted), per provider and tenant',
+    ['provider', 'tenant'],
+    (g, f) => {
+      for (const r of f.slotWaiting) g.set({ provider: r.provider, tenant: r.tenantId }, r.waiting);
+    },
+  );
   gauge('vidorch_slot_oldest_wait_seconds', "Seconds the longest-waiting attempt has waited for a provider's slot, per provider", ['provider'], (g, f) => {
     const oldest = new Map<string, number>();
     for (const r of f.slotWaiting) oldest.set(r.provider, Math.max(oldest.get(r.provider) ?? 0, r.oldestSeconds));
@@ -91,7 +96,9 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
   gauge('vidorch_outbox_backlog', 'Unpublished outbox rows', [], (g, f) => g.set(f.outboxBacklog));
   gauge('vidorch_outbox_oldest_age_seconds', 'Age of the oldest unpublished outbox row', [], (g, f) => g.set(f.outboxOldestAgeSeconds));
   gauge('vidorch_inbox_unprocessed', 'Callback inbox rows not yet applied', [], (g, f) => g.set(f.inboxUnprocessed));
-  gauge('vidorch_assets_in_fallback', 'Stored objects (videos, thumbnails) in the fallback bucket, not yet copied back by the asset reconciler', [], (g, f) => g.set(f.assetsInFallback));
+  gauge('vidorch_assets_in_fallback', 'Stored objects (videos, thumbnails) in the fallback bucket, not yet copied back by the asset reconciler', [], (g, f) =>
+    g.set(f.assetsInFallback),
+  );
   gauge(
     'vidorch_callback_lag_seconds',
     "Seconds from a provider event (the provider's own updated-at) to our receipt of its callback, per provider, over callbacks of the last 5 minutes (quantiles)",
@@ -117,7 +124,9 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
     [],
     (g, f) => g.set(f.ledgerImbalance),
   );
-  gauge('vidorch_facts_sampled_age_seconds', 'Age of the fact gauges: seconds since their last pass ended', [], (g, f) => g.set((Date.now() - f.sampledAt) / 1000));
+  gauge('vidorch_facts_sampled_age_seconds', 'Age of the fact gauges: seconds since their last pass ended', [], (g, f) =>
+    g.set((Date.now() - f.sampledAt) / 1000),
+  );
   gauge('vidorch_facts_pass_duration_seconds', 'How long the last pass over the fact gauges took', [], (g, f) => g.set(f.durationMs / 1000));
 }
 
@@ -385,8 +394,13 @@ export function registerReconcileMetrics(registry: Registry): (run: ReconcileRun
   const duration = gauge('vidorch_reconcile_last_run_duration_seconds', "The reconciler's last run duration");
   const findings = gauge('vidorch_reconcile_last_run_findings', "Findings of the reconciler's last run");
   const changed = gauge('vidorch_reconcile_last_run_changed', "Facts changed or workflows started/woken by the reconciler's last run");
-  const failed = gauge('vidorch_reconcile_last_run_failed', '1 when the reconciler\'s last run failed, else 0');
-  const runs = new Counter({ name: 'vidorch_reconcile_runs_total', help: 'Reconciler runs by outcome (ok, failed)', labelNames: ['reconciler', 'outcome'], registers: [registry] });
+  const failed = gauge('vidorch_reconcile_last_run_failed', "1 when the reconciler's last run failed, else 0");
+  const runs = new Counter({
+    name: 'vidorch_reconcile_runs_total',
+    help: 'Reconciler runs by outcome (ok, failed)',
+    labelNames: ['reconciler', 'outcome'],
+    registers: [registry],
+  });
   return (run) => {
     const l = { reconciler: run.reconciler };
     last.set(l, run.finishedAt.getTime() / 1000);

@@ -68,7 +68,9 @@ export async function startOpsListener(opts: OpsListenerOptions): Promise<OpsLis
       path === '/metrics'
         ? exposition().then((body) => send(res, 200, opts.registry.contentType, body))
         : path === '/readyz'
-          ? opts.readiness().then((r) => send(res, r.ready ? 200 : 503, 'application/json', JSON.stringify({ status: r.ready ? 'ready' : 'not_ready', ...r.detail })))
+          ? opts
+              .readiness()
+              .then((r) => send(res, r.ready ? 200 : 503, 'application/json', JSON.stringify({ status: r.ready ? 'ready' : 'not_ready', ...r.detail })))
           : Promise.resolve(send(res, 200, 'application/json', '{"status":"ok"}'));
     answer.catch((err: unknown) => {
       opts.logger.warn({ err: (err as Error).message, path }, 'operator listener: request failed');

@@ -27,7 +27,12 @@ export function traceFields(): { trace_id?: string; span_id?: string } {
  * Runs `fn` inside a new active span that ends when it settles; a throw marks the span as an
  * error with `error.type` only (an error's message may hold what a span must not).
  */
-export async function inSpan<T>(name: string, attributes: Record<string, string | number | boolean>, fn: (span: Span) => Promise<T>, kind?: SpanKind): Promise<T> {
+export async function inSpan<T>(
+  name: string,
+  attributes: Record<string, string | number | boolean>,
+  fn: (span: Span) => Promise<T>,
+  kind?: SpanKind,
+): Promise<T> {
   return tracer().startActiveSpan(name, { attributes, ...(kind !== undefined ? { kind } : {}) }, async (span) => {
     try {
       return await fn(span);

@@ -74,7 +74,9 @@ export interface Tracing {
 /** The options config/env.ts's settings give a process. */
 export function tracingOptions(config: Config, serviceName: string, logger?: Logger): TracingOptions {
   return {
-    ...(logger ? { onExportError: (err: unknown) => logger.warn({ err }, 'trace export failed; spans dropped (next report in a minute at the earliest)') } : {}),
+    ...(logger
+      ? { onExportError: (err: unknown) => logger.warn({ err }, 'trace export failed; spans dropped (next report in a minute at the earliest)') }
+      : {}),
     serviceName,
     endpoint: config.OTEL_EXPORTER_OTLP_ENDPOINT,
     headers: parseOtlpHeaders(config.OTEL_EXPORTER_OTLP_HEADERS),
@@ -174,7 +176,14 @@ function workflowSpanSink(processor: SpanProcessor, resource: Resource): Injecte
       ...sink.export,
       fn: (info, spans) =>
         sink.export.fn(
-          { workflowId: info.workflowId, runId: info.runId, workflowType: info.workflowType, taskQueue: info.taskQueue, namespace: info.namespace, attempt: info.attempt } as typeof info,
+          {
+            workflowId: info.workflowId,
+            runId: info.runId,
+            workflowType: info.workflowType,
+            taskQueue: info.taskQueue,
+            namespace: info.namespace,
+            attempt: info.attempt,
+          } as typeof info,
           spans,
         ),
     },

@@ -38,7 +38,13 @@ export interface BatchResult {
 export const fingerprintOf = (evidence: unknown): string => createHash('sha256').update(canonicalJson(evidence)).digest('hex').slice(0, 16);
 
 export function makePlan(kind: BatchPlan['kind'], selector: Record<string, unknown>, items: BatchItem[]): BatchPlan {
-  return { kind, selector, items, fingerprint: fingerprintOf({ kind, selector, items: items.map((i) => [i.taskId, i.fingerprint]) }), createdAt: new Date().toISOString() };
+  return {
+    kind,
+    selector,
+    items,
+    fingerprint: fingerprintOf({ kind, selector, items: items.map((i) => [i.taskId, i.fingerprint]) }),
+    createdAt: new Date().toISOString(),
+  };
 }
 
 /** Checks a plan read back from its file: the fingerprint must still match its items (no hand edits). */
@@ -74,7 +80,12 @@ export async function applyPlan(db: Db, plan: BatchPlan, args: ApplyArgs): Promi
       continue;
     }
     if (current.fingerprint !== planned.fingerprint) {
-      results.push({ taskId: planned.taskId, outcome: 'refused', detail: `evidence changed since the dry run (${planned.fingerprint} → ${current.fingerprint}): ${current.summary}`, at: now() });
+      results.push({
+        taskId: planned.taskId,
+        outcome: 'refused',
+        detail: `evidence changed since the dry run (${planned.fingerprint} → ${current.fingerprint}): ${current.summary}`,
+        at: now(),
+      });
       continue;
     }
     const key = `${current.tenantId}/${current.provider}`;

@@ -32,7 +32,14 @@ async function select(db: Db, f: CancelFilter, limit: number, taskId?: string): 
     WHERE t.terminal_at IS NULL
       ${f.tenant ? sql`AND n.name = ${f.tenant}` : sql``}
       ${f.provider ? sql`AND t.provider = ${f.provider}` : sql``}
-      ${f.statuses?.length ? sql`AND t.status IN (${sql.join(f.statuses.map((s) => sql`${s}`), sql`, `)})` : sql``}
+      ${
+        f.statuses?.length
+          ? sql`AND t.status IN (${sql.join(
+              f.statuses.map((s) => sql`${s}`),
+              sql`, `,
+            )})`
+          : sql``
+      }
       ${f.olderThanSeconds !== undefined ? sql`AND t.created_at < now() - make_interval(secs => ${f.olderThanSeconds})` : sql``}
       ${taskId ? sql`AND t.task_id = ${taskId}` : sql``}
     ORDER BY t.created_at LIMIT ${limit}`);

@@ -91,7 +91,7 @@ const providerName = (value: string): string => {
 };
 const inFlightLimit = (value: string): number | null => {
   if (value === 'none') return null;
-  if (!/^\d+$/.test(value)) throw new InvalidArgumentError('a number of jobs (0 or more), or none for the adapter\'s limit');
+  if (!/^\d+$/.test(value)) throw new InvalidArgumentError("a number of jobs (0 or more), or none for the adapter's limit");
   return Number(value);
 };
 const print = (json: boolean, data: unknown, text: () => string) => console.log(json ? JSON.stringify(data) : text());
@@ -145,12 +145,20 @@ tenant
   .requiredOption('--reason <text>', 'why (audited)')
   .option('--json', 'print one JSON line', false)
   .action(async (n: number | null, o: { name: string; provider?: string; weight?: number; reason: string; json: boolean }) => {
-    const defaults = { perProvider: config.TENANT_MAX_IN_FLIGHT_PER_PROVIDER ?? null, total: config.TENANT_MAX_IN_FLIGHT ?? null, weight: config.TENANT_SLOT_WEIGHT };
+    const defaults = {
+      perProvider: config.TENANT_MAX_IN_FLIGHT_PER_PROVIDER ?? null,
+      total: config.TENANT_MAX_IN_FLIGHT ?? null,
+      weight: config.TENANT_SLOT_WEIGHT,
+    };
     const result = await withDb((d) =>
       setTenantLimit(d.db, { name: o.name, provider: o.provider ?? '*', maxInFlight: n, weight: o.weight ?? null, actor, reason: o.reason }, defaults),
     );
     const show = (c: { max_in_flight: number | null; weight: number | null }) => `cap ${c.max_in_flight ?? 'none'}, weight ${c.weight ?? 'default'}`;
-    print(o.json, result, () => `${o.name} at ${result.provider === '*' ? 'every provider' : result.provider}: ${show(result.from)} → ${show(result.to)}; audit ${result.auditId}`);
+    print(
+      o.json,
+      result,
+      () => `${o.name} at ${result.provider === '*' ? 'every provider' : result.provider}: ${show(result.from)} → ${show(result.to)}; audit ${result.auditId}`,
+    );
   });
 
 /** An API key from a file, or from stdin with "-": never from argv, where `ps` and shell history see it. */
@@ -176,7 +184,9 @@ tenant
       throw new Error('keys on the command line are visible to other users (ps, shell history); use --api-key-file <path>, or --api-key-file - to read stdin');
     }
     const apiKey = o.apiKeyFile ? readApiKey(o.apiKeyFile) : undefined;
-    const result = await withDb((d) => createTenant(d.db, { name: o.name, credits: o.credits, ifMissing: o.ifMissing, actor, fence, ...(apiKey ? { apiKey } : {}) }));
+    const result = await withDb((d) =>
+      createTenant(d.db, { name: o.name, credits: o.credits, ifMissing: o.ifMissing, actor, fence, ...(apiKey ? { apiKey } : {}) }),
+    );
     // A key is printed only when this run generated it; a given key stays where it came from.
     const shown = { tenant_id: result.tenant_id, created: result.created, key_id: result.key_id, api_key: result.key_generated ? result.api_key : null };
     if (o.json) {
@@ -215,7 +225,9 @@ tenant
   .option('--json', 'print one JSON line', false)
   .action(async (o: { name: string; days: number | null; reason: string; json: boolean }) => {
     const result = await withDb((d) => setTenantOutputRetention(d.db, { ...o, actor, fence }));
-    console.log(o.json ? JSON.stringify(result) : `${o.name}: outputs kept ${result.output_retention_days ?? `${config.OUTPUT_RETENTION_DAYS} (default)`} days`);
+    console.log(
+      o.json ? JSON.stringify(result) : `${o.name}: outputs kept ${result.output_retention_days ?? `${config.OUTPUT_RETENTION_DAYS} (default)`} days`,
+    );
   });
 
 // ---------------------------------------------------------------------------------------------
@@ -231,7 +243,12 @@ key
   .action(async (o: { tenant: string; json: boolean }) => {
     const result = await withDb((d) => listKeys(d.db, o.tenant));
     print(o.json, result, () =>
-      [`keys of ${o.tenant} (${result.tenant_id})`, ...result.keys.map((k) => `  ${k.key_id}  ${k.key_prefix}…  created ${k.created_at.toISOString()}  ${k.revoked_at ? `revoked ${k.revoked_at.toISOString()}` : 'active'}`)].join('\n'),
+      [
+        `keys of ${o.tenant} (${result.tenant_id})`,
+        ...result.keys.map(
+          (k) => `  ${k.key_id}  ${k.key_prefix}…  created ${k.created_at.toISOString()}  ${k.revoked_at ? `revoked ${k.revoked_at.toISOString()}` : 'active'}`,
+        ),
+      ].join('\n'),
     );
   });
 
@@ -245,7 +262,11 @@ key
   .option('--json', 'print one JSON line', false)
   .action(async (o: { tenant: string; keyId: string; grace: number; reason: string; json: boolean }) => {
     const r = await withDb((d) => rotateKey(d.db, { tenant: o.tenant, keyId: o.keyId, graceSeconds: o.grace, reason: o.reason, actor, fence }));
-    print(o.json, r, () => `key ${r.key_id} issued; ${r.old_key_id} revoked at ${r.old_revoked_at.toISOString()}; audit ${r.audit_id}\nAPI key (shown once): ${r.api_key}`);
+    print(
+      o.json,
+      r,
+      () => `key ${r.key_id} issued; ${r.old_key_id} revoked at ${r.old_revoked_at.toISOString()}; audit ${r.audit_id}\nAPI key (shown once): ${r.api_key}`,
+    );
   });
 
 key
@@ -283,7 +304,11 @@ mode
   .option('--json', 'print one JSON line', false)
   .action(async (m: SystemMode, o: { reason: string; json: boolean }) => {
     const change = await withDb((d) => setMode(d.db, { scope: fence.scope, mode: m, actor, reason: o.reason }));
-    print(o.json, change, () => `mode ${change.from.mode} → ${change.to.mode} (region ${change.to.activeRegion}, epoch ${change.to.epoch}); audit ${change.auditId}`);
+    print(
+      o.json,
+      change,
+      () => `mode ${change.from.mode} → ${change.to.mode} (region ${change.to.activeRegion}, epoch ${change.to.epoch}); audit ${change.auditId}`,
+    );
   });
 
 program
@@ -341,7 +366,9 @@ program
 // ---------------------------------------------------------------------------------------------
 // provider controls (docs/runbooks/providers.md)
 
-const provider = program.command('provider').description("per-provider breaker switch and bulkhead limit (provider_control; every worker's next claim follows)");
+const provider = program
+  .command('provider')
+  .description("per-provider breaker switch and bulkhead limit (provider_control; every worker's next claim follows)");
 
 provider
   .command('status')
@@ -386,7 +413,7 @@ provider
 
 provider
   .command('queue')
-  .description('who waits for the provider\'s slots, in grant order: position, task, tenant, priority, wait and why (slot_wait facts)')
+  .description("who waits for the provider's slots, in grant order: position, task, tenant, priority, wait and why (slot_wait facts)")
   .argument('<provider>', Object.keys(adapterLimits).join(' | '), providerName)
   .option('--json', 'print one JSON line', false)
   .action(async (p: string, o: { json: boolean }) => {
@@ -401,7 +428,9 @@ const reconcile = program
   .command('reconcile')
   // Its own --dry-run and the subcommands' (run --dry-run) are told apart by position.
   .enablePositionalOptions()
-  .description('recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits; status|run|schedules: the scheduled reconcilers')
+  .description(
+    'recovery sets: unpublished outbox, unprocessed inbox, SUBMIT_UNKNOWN, long RUNNING, outputs at risk, unsettled credits; status|run|schedules: the scheduled reconcilers',
+  )
   .addOption(new Option('--dry-run', 'report only (default)').conflicts('apply'))
   .addOption(new Option('--apply', 'start missing workflows and wake the tasks (never forces an outcome)'))
   .option('--reason <text>', 'why (audited; required with --apply)')
@@ -428,12 +457,20 @@ reconcile
   .action(async (o: { json: boolean }) => {
     const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
     const list = await withDb((d) => reconcilerStatus(d, temporal.get, config)).finally(() => temporal.close());
-    print(o.json, list, () => `reconcilers\n${printReconcilerStatus(list)}${list.filter((s) => s.last && s.last.findings_total > 0).map((s) => `\n\n${printFindings({ ...s.last!, findings: s.last!.findings }, `${s.name} (last run)`)}`).join('')}`);
+    print(
+      o.json,
+      list,
+      () =>
+        `reconcilers\n${printReconcilerStatus(list)}${list
+          .filter((s) => s.last && s.last.findings_total > 0)
+          .map((s) => `\n\n${printFindings({ ...s.last!, findings: s.last!.findings }, `${s.name} (last run)`)}`)
+          .join('')}`,
+    );
   });
 
 reconcile
   .command('run')
-  .description('trigger a reconciler\'s Schedule now and wait for its report; --dry-run: report what it would do, change nothing')
+  .description("trigger a reconciler's Schedule now and wait for its report; --dry-run: report what it would do, change nothing")
   .argument('<name>', RECONCILERS.map((r) => r.name).join(' | '))
   .option('--dry-run', 'run it here, changing nothing', false)
   .option('--limit <n>', 'at most this many rows or tasks (dry run)', (v) => Number.parseInt(v, 10), config.RECONCILE_BATCH_LIMIT)
@@ -473,8 +510,14 @@ const storageDeps = (d: ReturnType<typeof buildDatabase>) => ({
   fallbackStorage: buildFallbackStorage(config),
   token: async () => (await acquireFence(d.db, fence.scope, fence.region)).token,
 });
-const printStorageReport = (title: string, r: { examined: number; changed: number; findings: Array<{ kind: string; taskId?: string; key?: string; detail: string }> }) =>
-  [`${title}: examined ${r.examined}, changed ${r.changed}, ${r.findings.length} finding(s)`, ...r.findings.map((f) => `  ${f.kind.padEnd(18)} ${f.taskId ?? '-'}  ${f.key ?? ''}  ${f.detail}`)].join('\n');
+const printStorageReport = (
+  title: string,
+  r: { examined: number; changed: number; findings: Array<{ kind: string; taskId?: string; key?: string; detail: string }> },
+) =>
+  [
+    `${title}: examined ${r.examined}, changed ${r.changed}, ${r.findings.length} finding(s)`,
+    ...r.findings.map((f) => `  ${f.kind.padEnd(18)} ${f.taskId ?? '-'}  ${f.key ?? ''}  ${f.detail}`),
+  ].join('\n');
 
 program
   .command('assets')
@@ -496,7 +539,10 @@ program
   .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
     const report = await withDb((d) => {
       const deps = storageDeps(d);
-      return expireOutputs({ db: d.db, stores: deps, token: deps.token, now: () => new Date(), defaultDays: config.OUTPUT_RETENTION_DAYS }, { dryRun: !o.apply, limit: o.limit });
+      return expireOutputs(
+        { db: d.db, stores: deps, token: deps.token, now: () => new Date(), defaultDays: config.OUTPUT_RETENTION_DAYS },
+        { dryRun: !o.apply, limit: o.limit },
+      );
     });
     print(o.json, report, () => printStorageReport(`output retention (${o.apply ? 'applied' : 'dry run'})`, report));
   });
@@ -530,21 +576,42 @@ task
   .option('--rate <n>', 'cancels per second per tenant and provider', Number.parseFloat, 5)
   .requiredOption('--reason <text>', 'why (audited)')
   .option('--json', 'print one JSON line', false)
-  .action(async (o: { tenant?: string; provider?: string; status?: TaskStatus[]; olderThan?: number; apply: boolean; expect?: string; out?: string; limit: number; rate: number; reason: string; json: boolean }) => {
-    if (!o.apply) {
-      const filter = { ...(o.tenant ? { tenant: o.tenant } : {}), ...(o.provider ? { provider: o.provider } : {}), ...(o.status ? { statuses: o.status } : {}), ...(o.olderThan !== undefined ? { olderThanSeconds: o.olderThan } : {}) };
-      const plan = await withDb((d) => planCancelBatch(d.db, filter, o.limit));
-      const file = batchFile(plan, o.out);
-      fs.writeFileSync(file, JSON.stringify(plan, null, 2));
-      print(o.json, { ...plan, file }, () => printPlan(plan, file, `npm run ops -- task cancel --apply --expect ${file} --reason '…'`));
-      return;
-    }
-    if (!o.expect) throw new Error('--apply needs --expect <batch file> from the dry run');
-    const plan = readPlan(o.expect);
-    const operator = actor.replace(/^operator:/, '');
-    const r = await withDb((d) => withTemporal((facade) => applyCancelBatch(d.db, facade, plan, { operator, reason: o.reason, ratePerSecond: rate(o.rate), fence })));
-    print(o.json, r, () => printBatchResults(r));
-  });
+  .action(
+    async (o: {
+      tenant?: string;
+      provider?: string;
+      status?: TaskStatus[];
+      olderThan?: number;
+      apply: boolean;
+      expect?: string;
+      out?: string;
+      limit: number;
+      rate: number;
+      reason: string;
+      json: boolean;
+    }) => {
+      if (!o.apply) {
+        const filter = {
+          ...(o.tenant ? { tenant: o.tenant } : {}),
+          ...(o.provider ? { provider: o.provider } : {}),
+          ...(o.status ? { statuses: o.status } : {}),
+          ...(o.olderThan !== undefined ? { olderThanSeconds: o.olderThan } : {}),
+        };
+        const plan = await withDb((d) => planCancelBatch(d.db, filter, o.limit));
+        const file = batchFile(plan, o.out);
+        fs.writeFileSync(file, JSON.stringify(plan, null, 2));
+        print(o.json, { ...plan, file }, () => printPlan(plan, file, `npm run ops -- task cancel --apply --expect ${file} --reason '…'`));
+        return;
+      }
+      if (!o.expect) throw new Error('--apply needs --expect <batch file> from the dry run');
+      const plan = readPlan(o.expect);
+      const operator = actor.replace(/^operator:/, '');
+      const r = await withDb((d) =>
+        withTemporal((facade) => applyCancelBatch(d.db, facade, plan, { operator, reason: o.reason, ratePerSecond: rate(o.rate), fence })),
+      );
+      print(o.json, r, () => printBatchResults(r));
+    },
+  );
 
 const review = program.command('review').description('the MANUAL_REVIEW queue');
 
@@ -571,7 +638,9 @@ review
 
 review
   .command('resolve')
-  .description('resolve one task through its workflow (validated against the facts, audited); or, with --class and --action, a whole class as one audited batch: a dry run first, then --apply --expect <its batch file>')
+  .description(
+    'resolve one task through its workflow (validated against the facts, audited); or, with --class and --action, a whole class as one audited batch: a dry run first, then --apply --expect <its batch file>',
+  )
   .argument('[task-id]')
   .addOption(new Option('--bind-job <job-id>', 'the provider job this attempt created').conflicts(['notSubmitted', 'fail', 'class']))
   .addOption(new Option('--not-submitted', 'the provider never received the attempt: a new attempt follows').conflicts(['fail', 'class']))
@@ -645,9 +714,17 @@ webhook
   .option('--json', 'print one JSON line', false)
   .action(async (o: { tenant: string; endpoint?: string; task?: string; state?: WebhookDeliveryState; limit: number; json: boolean }) => {
     const rows = await withDb((d) =>
-      webhookDeliveries(d.db, { tenantName: o.tenant, limit: o.limit, ...(o.endpoint ? { endpointId: o.endpoint } : {}), ...(o.task ? { taskId: o.task } : {}), ...(o.state ? { state: o.state } : {}) }),
+      webhookDeliveries(d.db, {
+        tenantName: o.tenant,
+        limit: o.limit,
+        ...(o.endpoint ? { endpointId: o.endpoint } : {}),
+        ...(o.task ? { taskId: o.task } : {}),
+        ...(o.state ? { state: o.state } : {}),
+      }),
     );
-    print(o.json, rows, () => table(rows, ['delivery_id', 'event_type', 'task_id', 'state', 'attempts', 'last_status', 'last_latency_ms', 'last_error', 'target']));
+    print(o.json, rows, () =>
+      table(rows, ['delivery_id', 'event_type', 'task_id', 'state', 'attempts', 'last_status', 'last_latency_ms', 'last_error', 'target']),
+    );
   });
 
 webhook
@@ -727,7 +804,9 @@ spool
   .option('--json', 'print one JSON line', false)
   .action(async (o: { reason: string; json: boolean }) => {
     const requeued = await requeueDeadLetters(spoolDir);
-    await withDb((d) => auditOps(d.db, fence, { actor, action: 'spool.requeue', targetType: 'spool', targetId: spoolDir, reason: o.reason, detail: { requeued } }));
+    await withDb((d) =>
+      auditOps(d.db, fence, { actor, action: 'spool.requeue', targetType: 'spool', targetId: spoolDir, reason: o.reason, detail: { requeued } }),
+    );
     print(o.json, { dir: spoolDir, requeued }, () => `requeued ${requeued} dead letter(s) from ${spoolDir}`);
   });
 
@@ -737,7 +816,10 @@ spool
 const pitr = program.command('pitr').description('compare the live database with a point-in-time restored copy, and repair the live one from it');
 
 /** The restored copy's connection (its URL may carry a password: never printed). */
-async function withRestored<T>(url: string, work: (live: ReturnType<typeof buildDatabase>, restored: ReturnType<typeof buildDatabase>) => Promise<T>): Promise<T> {
+async function withRestored<T>(
+  url: string,
+  work: (live: ReturnType<typeof buildDatabase>, restored: ReturnType<typeof buildDatabase>) => Promise<T>,
+): Promise<T> {
   const restored = createDatabase({ url, max: 2, applicationName: 'vidorch-ops-pitr' });
   try {
     return await withDb((live) => work(live, restored));

@@ -11,14 +11,7 @@
 //   8. the operator reopens gradually with `mode set` (printed, never automatic)
 import type { Db } from '../db/client';
 import { readFence } from '../db/fence';
-import {
-  currentWalPosition,
-  recordFirstWrite,
-  recordReconciliationResult,
-  setMode,
-  switchActiveRegion,
-  type FailoverRecord,
-} from '../db/modes';
+import { currentWalPosition, recordFirstWrite, recordReconciliationResult, setMode, switchActiveRegion, type FailoverRecord } from '../db/modes';
 import { DEFAULT_RECONCILE, reconcileReport, reportIsClean, type ReconcileOptions, type ReconcileReport } from './reconcile';
 
 export interface FailoverArgs {
@@ -81,13 +74,21 @@ export async function runFailover(db: Db, args: FailoverArgs): Promise<FailoverR
   step('incident declared', `${args.incidentId}: ${before.activeRegion} → ${args.toRegion} by ${args.operator}`);
 
   if (before.mode !== 'RECONCILE_ONLY') {
-    await setMode(db, { scope: args.scope, mode: 'RECONCILE_ONLY', actor: args.operator, reason: `failover ${args.incidentId}: stop new cost (${args.reason})` });
+    await setMode(db, {
+      scope: args.scope,
+      mode: 'RECONCILE_ONLY',
+      actor: args.operator,
+      reason: `failover ${args.incidentId}: stop new cost (${args.reason})`,
+    });
   }
   step('admission → RECONCILE_ONLY', `was ${before.mode}`);
 
   const position = await currentWalPosition(db);
   step('replication position recorded', `pg_current_wal_lsn ${position}`);
-  step('isolate the old primary and revoke the old region\'s write credentials', 'operator action outside this tool; the epoch bump below fences the application either way');
+  step(
+    "isolate the old primary and revoke the old region's write credentials",
+    'operator action outside this tool; the epoch bump below fences the application either way',
+  );
 
   const record = await switchActiveRegion(db, {
     scope: args.scope,

@@ -3,7 +3,17 @@
 // link to the Temporal UI.
 import { asc, eq } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { asset, callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition, type AttemptRow, type TaskRow, type TaskTransitionRow } from '../db/schema';
+import {
+  asset,
+  callbackInbox,
+  creditLedger,
+  generationTask,
+  taskAttempt,
+  taskTransition,
+  type AttemptRow,
+  type TaskRow,
+  type TaskTransitionRow,
+} from '../db/schema';
 import type { TaskFacts } from '../domain/facts';
 import type { GenerationFacade } from '../temporal/facade';
 
@@ -15,7 +25,14 @@ export interface TaskInspection {
   readonly assets: (typeof asset.$inferSelect)[];
   readonly inbox: (typeof callbackInbox.$inferSelect)[];
   readonly temporal:
-    | { readonly reachable: true; readonly workflowId: string; readonly status: string | null; readonly runId: string | null; readonly historyLength: number | null; readonly facts: TaskFacts | null }
+    | {
+        readonly reachable: true;
+        readonly workflowId: string;
+        readonly status: string | null;
+        readonly runId: string | null;
+        readonly historyLength: number | null;
+        readonly facts: TaskFacts | null;
+      }
     | { readonly reachable: false; readonly workflowId: string; readonly error: string };
   readonly uiUrl: string;
 }

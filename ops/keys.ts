@@ -33,7 +33,14 @@ export async function revokeKey(db: Db, args: KeyChange): Promise<{ key_id: stri
     await holdFence(tx, token);
     const revoked = await revokeApiKey(tx, tenantId, args.keyId);
     if (!revoked) throw new Error(`tenant ${args.tenant} has no valid key ${args.keyId}`);
-    const auditId = await audit(tx, { actor: args.actor, action: 'key.revoke', targetType: 'tenant', targetId: tenantId, reason: args.reason, detail: { key_id: args.keyId, key_hash: revoked.keyHash } });
+    const auditId = await audit(tx, {
+      actor: args.actor,
+      action: 'key.revoke',
+      targetType: 'tenant',
+      targetId: tenantId,
+      reason: args.reason,
+      detail: { key_id: args.keyId, key_hash: revoked.keyHash },
+    });
     return { key_id: args.keyId, revoked_at: revoked.revokedAt, audit_id: auditId };
   });
 }
@@ -59,7 +66,13 @@ export async function rotateKey(
       targetType: 'tenant',
       targetId: tenantId,
       reason: args.reason,
-      detail: { old_key_id: args.keyId, old_key_hash: revoked.keyHash, old_revoked_at: revoked.revokedAt.toISOString(), key_id: fresh.keyId, key_hash: fresh.keyHash },
+      detail: {
+        old_key_id: args.keyId,
+        old_key_hash: revoked.keyHash,
+        old_revoked_at: revoked.revokedAt.toISOString(),
+        key_id: fresh.keyId,
+        key_hash: fresh.keyHash,
+      },
     });
     return { key_id: fresh.keyId, api_key: fresh.key, old_key_id: args.keyId, old_revoked_at: revoked.revokedAt, audit_id: auditId };
   });

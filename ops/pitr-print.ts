@@ -22,7 +22,9 @@ export function printPitrDiff(d: PitrDiff): string {
     ...statusTable(d),
     `tasks compared ${d.tasks.compared}; created since the restore point ${d.tasks.only_live}; progressed since (kept) ${d.tasks.progressed}`,
     `rewritten outside the CAS (same version, other state): ${d.tasks.rewritten.length}`,
-    ...d.tasks.rewritten.slice(0, 10).map((t) => `  ${t.task_id} v${t.status_version}: ${JSON.stringify(t.live)} → ${JSON.stringify(t.restored)} (record: ${t.recorded_status ?? '-'})`),
+    ...d.tasks.rewritten
+      .slice(0, 10)
+      .map((t) => `  ${t.task_id} v${t.status_version}: ${JSON.stringify(t.live)} → ${JSON.stringify(t.restored)} (record: ${t.recorded_status ?? '-'})`),
     ...(d.tasks.rewritten.length > 10 ? [`  … and ${d.tasks.rewritten.length - 10} more (--json lists all)`] : []),
     `status not what their own record says (live, any version): ${d.tasks.off_record.length}${d.tasks.off_record.some((t) => !d.tasks.rewritten.some((r) => r.task_id === t.task_id)) ? ' — some changed after the restore point: restore nearer the mistake' : ''}`,
     `deleted since the restore point: ${d.tasks.only_restored.length}; version behind the restored copy: ${d.tasks.regressed.length}`,

@@ -29,14 +29,19 @@ export function planPitrRepair(diff: PitrDiff): PitrRepairPlan {
     // legitimate change, so it must name the status the restored copy has.
     const wanted = t.restored.status;
     if (wanted !== undefined && wanted !== null && t.recorded_status !== wanted) {
-      skipped.push({ task_id: t.task_id, why: `the record at version ${t.status_version} says ${t.recorded_status ?? 'nothing'}, the restored copy ${wanted}` });
-    }
-    else tasks.push(t);
+      skipped.push({
+        task_id: t.task_id,
+        why: `the record at version ${t.status_version} says ${t.recorded_status ?? 'nothing'}, the restored copy ${wanted}`,
+      });
+    } else tasks.push(t);
   }
   const rewritten = new Set(diff.tasks.rewritten.map((t) => t.task_id));
   for (const t of diff.tasks.off_record) {
     if (!rewritten.has(t.task_id)) {
-      skipped.push({ task_id: t.task_id, why: `${t.status} at version ${t.status_version}, its record says ${t.recorded_status ?? 'nothing'}; it changed after the restore point: restore a copy nearer the mistake` });
+      skipped.push({
+        task_id: t.task_id,
+        why: `${t.status} at version ${t.status_version}, its record says ${t.recorded_status ?? 'nothing'}; it changed after the restore point: restore a copy nearer the mistake`,
+      });
     }
   }
   return { tasks, skipped, api_keys: diff.deleted_api_keys, restored_through: diff.restored_through };
@@ -51,11 +56,7 @@ export interface PitrRepairResult {
 }
 
 /** Applies a plan to the live database under the fence, audited. */
-export async function applyPitrRepair(
-  live: Db,
-  plan: PitrRepairPlan,
-  args: { actor: string; reason: string; fence: FenceScope },
-): Promise<PitrRepairResult> {
+export async function applyPitrRepair(live: Db, plan: PitrRepairPlan, args: { actor: string; reason: string; fence: FenceScope }): Promise<PitrRepairResult> {
   const { token } = await acquireFence(live, args.fence.scope, args.fence.region);
   const auditId = await inFence(live, token, (tx) =>
     audit(tx, {
@@ -77,7 +78,10 @@ export async function applyPitrRepair(
   for (const t of plan.tasks) {
     const done = await inFence(live, token, async (tx) => {
       const columns = Object.entries(t.restored) as [keyof TaskState, string | null][];
-      const set = sql.join(columns.map(([c, v]) => sql`${sql.identifier(c)} = ${v}`), sql`, `);
+      const set = sql.join(
+        columns.map(([c, v]) => sql`${sql.identifier(c)} = ${v}`),
+        sql`, `,
+      );
       const { rows } = await tx.execute(sql`
         UPDATE generation_task SET ${set}, status_version = status_version + 1, home_region = ${token.region}, write_epoch = ${token.epoch}, updated_at = now()
         WHERE task_id = ${t.task_id}::uuid AND status_version = ${t.status_version} AND status = ${t.live.status ?? t.restored.status ?? ''}

@@ -14,7 +14,16 @@ import { sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
 
 /** The task columns a legitimate transition changes with its version, compared between the two. */
-export const TASK_STATE_COLUMNS = ['status', 'terminal_at', 'failure_code', 'failure_message', 'settled_amount', 'reserved_amount', 'active_attempt_id', 'cancel_requested_at'] as const;
+export const TASK_STATE_COLUMNS = [
+  'status',
+  'terminal_at',
+  'failure_code',
+  'failure_message',
+  'settled_amount',
+  'reserved_amount',
+  'active_attempt_id',
+  'cancel_requested_at',
+] as const;
 export type TaskStateColumn = (typeof TASK_STATE_COLUMNS)[number];
 export type TaskState = Record<TaskStateColumn, string | null>;
 
@@ -115,14 +124,22 @@ async function* mergeByKey<T>(a: AsyncGenerator<T>, b: AsyncGenerator<T>, key: (
 }
 
 const taskPages = (db: Db) =>
-  pages<TaskRow>(db, 'task_id', (after) => sql`
+  pages<TaskRow>(
+    db,
+    'task_id',
+    (after) => sql`
     SELECT task_id::text, tenant_id::text, status_version::text, status, terminal_at::text, failure_code, failure_message,
            settled_amount::text, reserved_amount::text, active_attempt_id::text, cancel_requested_at::text
-    FROM generation_task ${after === null ? sql`` : sql`WHERE task_id > ${after}::uuid`} ORDER BY task_id LIMIT ${PAGE}`);
+    FROM generation_task ${after === null ? sql`` : sql`WHERE task_id > ${after}::uuid`} ORDER BY task_id LIMIT ${PAGE}`,
+  );
 
 const ledgerKeyPages = (db: Db) =>
-  pages<{ business_key: string }>(db, 'business_key', (after) => sql`
-    SELECT business_key FROM credit_ledger ${after === null ? sql`` : sql`WHERE business_key COLLATE "C" > ${after}`} ORDER BY business_key COLLATE "C" LIMIT ${PAGE}`);
+  pages<{ business_key: string }>(
+    db,
+    'business_key',
+    (after) => sql`
+    SELECT business_key FROM credit_ledger ${after === null ? sql`` : sql`WHERE business_key COLLATE "C" > ${after}`} ORDER BY business_key COLLATE "C" LIMIT ${PAGE}`,
+  );
 
 async function byStatus(db: Db): Promise<Record<string, number>> {
   const { rows } = await db.execute(sql`SELECT status, count(*)::int AS n FROM generation_task GROUP BY status ORDER BY status`);
@@ -163,13 +180,20 @@ export class NotARestoredCopyError extends Error {
 
 async function assertRestoredCopy(live: Db, restored: Db): Promise<void> {
   const who = async (db: Db) =>
-    (await db.execute(sql`
+    (
+      await db.execute(sql`
       SELECT (SELECT system_identifier::text FROM pg_control_system()) AS system, pg_postmaster_start_time()::text AS started,
-             coalesce(inet_server_port(), 0) AS port, current_database() AS db, pg_is_in_recovery() AS recovering`)).rows[0] as {
-      system: string; started: string; port: number; db: string; recovering: boolean;
+             coalesce(inet_server_port(), 0) AS port, current_database() AS db, pg_is_in_recovery() AS recovering`)
+    ).rows[0] as {
+      system: string;
+      started: string;
+      port: number;
+      db: string;
+      recovering: boolean;
     };
   const [l, r] = [await who(live), await who(restored)];
-  if (l.system === r.system && l.started === r.started && l.port === r.port && l.db === r.db) throw new NotARestoredCopyError('--restored names the live database itself');
+  if (l.system === r.system && l.started === r.started && l.port === r.port && l.db === r.db)
+    throw new NotARestoredCopyError('--restored names the live database itself');
   if (l.system !== r.system) throw new NotARestoredCopyError('--restored is not a copy of this database (another system identifier)');
   if (r.recovering) throw new NotARestoredCopyError('--restored is still in recovery: wait until it has reached its target and been promoted');
 }
@@ -184,7 +208,12 @@ export async function pitrDiff(live: Db, restored: Db): Promise<PitrDiff> {
     FROM generation_task t LEFT JOIN task_transition tr ON tr.task_id = t.task_id AND tr.to_version = t.status_version
     WHERE tr.to_status IS DISTINCT FROM t.status ORDER BY t.task_id`);
   const tasks = {
-    compared: 0, only_live: 0, only_restored: [] as string[], progressed: 0, regressed: [] as string[], rewritten: [] as RewrittenTask[],
+    compared: 0,
+    only_live: 0,
+    only_restored: [] as string[],
+    progressed: 0,
+    regressed: [] as string[],
+    rewritten: [] as RewrittenTask[],
     off_record: offRecord as PitrDiff['tasks']['off_record'],
   };
   for await (const [l, r] of mergeByKey(taskPages(live), taskPages(restored), (t) => t.task_id)) {
@@ -198,7 +227,14 @@ export async function pitrDiff(live: Db, restored: Db): Promise<PitrDiff> {
       else if (lv < rv) tasks.regressed.push(l.task_id);
       else {
         const changed = changedColumns(l, r);
-        if (changed) tasks.rewritten.push({ task_id: l.task_id, tenant_id: l.tenant_id, status_version: lv, ...changed, recorded_status: await recordedStatus(live, l.task_id, lv) });
+        if (changed)
+          tasks.rewritten.push({
+            task_id: l.task_id,
+            tenant_id: l.tenant_id,
+            status_version: lv,
+            ...changed,
+            recorded_status: await recordedStatus(live, l.task_id, lv),
+          });
       }
     }
   }

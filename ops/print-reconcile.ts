@@ -10,7 +10,14 @@ export function printReconcilerStatus(list: readonly ReconcilerStatus[]): string
   return table(
     list.map((s) => ({
       reconciler: s.name,
-      schedule: s.schedule.note === 'no Schedule' ? 'missing' : s.schedule.note?.startsWith('Temporal unreachable') ? 'unknown (Temporal unreachable)' : s.schedule.paused ? 'PAUSED' : 'active',
+      schedule:
+        s.schedule.note === 'no Schedule'
+          ? 'missing'
+          : s.schedule.note?.startsWith('Temporal unreachable')
+            ? 'unknown (Temporal unreachable)'
+            : s.schedule.paused
+              ? 'PAUSED'
+              : 'active',
       every: s.schedule.intervalMs === null ? '-' : `${Math.round(s.schedule.intervalMs / 1000)} s`,
       next: s.schedule.nextRunAt?.toISOString().slice(11, 19) ?? '-',
       'last run': s.last ? s.last.finished_at.toISOString() : 'never',
@@ -40,7 +47,15 @@ export function printClassified(items: readonly ClassifiedReview[]): string {
     table(counts, ['class', 'tasks', 'actions']),
     '',
     table(
-      items.map((i) => ({ task: i.taskId, class: i.class, provider: i.provider, attempt: i.attemptState ?? '-', job: i.providerJobId ?? '-', since: i.since.toISOString(), reason: i.reason?.slice(0, 70) ?? '' })),
+      items.map((i) => ({
+        task: i.taskId,
+        class: i.class,
+        provider: i.provider,
+        attempt: i.attemptState ?? '-',
+        job: i.providerJobId ?? '-',
+        since: i.since.toISOString(),
+        reason: i.reason?.slice(0, 70) ?? '',
+      })),
       ['task', 'class', 'provider', 'attempt', 'job', 'since', 'reason'],
     ),
   ].join('\n');
@@ -49,7 +64,10 @@ export function printClassified(items: readonly ClassifiedReview[]): string {
 export function printPlan(plan: BatchPlan, file: string, next: string): string {
   return [
     `dry run ${plan.fingerprint}: ${plan.items.length} task(s) for ${JSON.stringify(plan.selector)}`,
-    table(plan.items.map((i) => ({ task: i.taskId, evidence: i.fingerprint, summary: i.summary })), ['task', 'evidence', 'summary']),
+    table(
+      plan.items.map((i) => ({ task: i.taskId, evidence: i.fingerprint, summary: i.summary })),
+      ['task', 'evidence', 'summary'],
+    ),
     '',
     `batch file: ${file}`,
     `apply with: ${next}`,
@@ -60,6 +78,9 @@ export function printBatchResults(r: { batchId: string; auditId: string; results
   const n = (o: BatchResult['outcome']) => r.results.filter((x) => x.outcome === o).length;
   return [
     `batch ${r.batchId} (audit ${r.auditId}): ${n('done')} done, ${n('refused')} refused, ${n('error')} failed`,
-    table(r.results.map((x) => ({ task: x.taskId, outcome: x.outcome, at: x.at.slice(11, 23), detail: x.detail })), ['task', 'outcome', 'at', 'detail']),
+    table(
+      r.results.map((x) => ({ task: x.taskId, outcome: x.outcome, at: x.at.slice(11, 23), detail: x.detail })),
+      ['task', 'outcome', 'at', 'detail'],
+    ),
   ].join('\n');
 }

@@ -62,7 +62,8 @@ export function printModeTable(): string {
 }
 
 export function printFailoverRecord(r: FailoverRecord, rtoSeconds?: number | null): string {
-  const rto = rtoSeconds !== undefined ? rtoSeconds : r.first_successful_write_time ? (r.first_successful_write_time.getTime() - r.started_at.getTime()) / 1000 : null;
+  const rto =
+    rtoSeconds !== undefined ? rtoSeconds : r.first_successful_write_time ? (r.first_successful_write_time.getTime() - r.started_at.getTime()) / 1000 : null;
   return keyValues([
     ['incident id', r.incident_id],
     ['operator', r.operator],
@@ -95,9 +96,18 @@ export function printReconcileReport(r: ReconcileReport): string {
     table(rows, ['set', 'count', 'oldest', 'tasks', 'note']),
     '',
     keyValues([
-      ['credits reserved, not settled', `${r.openReservations.count} open tasks, ${r.openReservations.amount} credits (oldest ${formatSeconds(r.openReservations.oldestAgeSeconds)})`],
-      ['terminal tasks with an open reservation', `${r.billingAnomalies.terminalUnsettled}${r.billingAnomalies.terminalUnsettled ? ' ← billing anomaly: investigate, never auto-fixed' : ''}`],
-      ['account reserved − open reservations', `${r.billingAnomalies.accountReservedDrift}${Number(r.billingAnomalies.accountReservedDrift) !== 0 ? ' ← drift: investigate' : ''}`],
+      [
+        'credits reserved, not settled',
+        `${r.openReservations.count} open tasks, ${r.openReservations.amount} credits (oldest ${formatSeconds(r.openReservations.oldestAgeSeconds)})`,
+      ],
+      [
+        'terminal tasks with an open reservation',
+        `${r.billingAnomalies.terminalUnsettled}${r.billingAnomalies.terminalUnsettled ? ' ← billing anomaly: investigate, never auto-fixed' : ''}`,
+      ],
+      [
+        'account reserved − open reservations',
+        `${r.billingAnomalies.accountReservedDrift}${Number(r.billingAnomalies.accountReservedDrift) !== 0 ? ' ← drift: investigate' : ''}`,
+      ],
     ]),
   ].join('\n');
 }
@@ -107,15 +117,35 @@ export function printApply(a: ApplyResult): string {
     ['outbox rows published', a.outboxPublished],
     ['workflows started (none was running)', a.workflowsStarted],
     ['workflows woken', a.workflowsWoken],
-    ['closed workflows with open facts', a.closedWorkflows.length ? `${a.closedWorkflows.length}: ${a.closedWorkflows.slice(0, 5).join(' ')} — reset them in the Temporal UI` : 0],
-    ['errors', a.errors.length ? a.errors.slice(0, 5).map((e) => `${e.taskId}: ${e.error}`).join('; ') : 0],
+    [
+      'closed workflows with open facts',
+      a.closedWorkflows.length ? `${a.closedWorkflows.length}: ${a.closedWorkflows.slice(0, 5).join(' ')} — reset them in the Temporal UI` : 0,
+    ],
+    [
+      'errors',
+      a.errors.length
+        ? a.errors
+            .slice(0, 5)
+            .map((e) => `${e.taskId}: ${e.error}`)
+            .join('; ')
+        : 0,
+    ],
   ]);
 }
 
 /** `withSteps` false when the steps were already printed as they happened. */
 export function printFailover(r: FailoverResult, withSteps = true): string {
   return [
-    ...(withSteps ? ['runbook', table(r.steps.map((s) => ({ at: s.at.slice(11, 23), step: s.step, detail: s.detail ?? '' })), ['at', 'step', 'detail']), ''] : []),
+    ...(withSteps
+      ? [
+          'runbook',
+          table(
+            r.steps.map((s) => ({ at: s.at.slice(11, 23), step: s.step, detail: s.detail ?? '' })),
+            ['at', 'step', 'detail'],
+          ),
+          '',
+        ]
+      : []),
     'failover record (docs/design.md §7)',
     printFailoverRecord(r.record, r.rtoSeconds),
     '',
@@ -146,18 +176,54 @@ export function printInspection(i: TaskInspection): string {
     ]),
     '',
     'attempts',
-    table(i.attempts.map((a) => ({ no: a.attempt_no, attempt_id: a.attempt_id, state: a.submit_state, job: a.provider_job_id, provider_status: a.provider_status, next_poll: a.next_poll_at, error: a.last_error?.slice(0, 60) ?? null })), ['no', 'attempt_id', 'state', 'job', 'provider_status', 'next_poll', 'error']),
+    table(
+      i.attempts.map((a) => ({
+        no: a.attempt_no,
+        attempt_id: a.attempt_id,
+        state: a.submit_state,
+        job: a.provider_job_id,
+        provider_status: a.provider_status,
+        next_poll: a.next_poll_at,
+        error: a.last_error?.slice(0, 60) ?? null,
+      })),
+      ['no', 'attempt_id', 'state', 'job', 'provider_status', 'next_poll', 'error'],
+    ),
     '',
     'transitions',
-    table(i.transitions.map((x) => ({ v: x.to_version, at: x.created_at, from: x.from_status, to: x.to_status, by: x.actor, event: x.source_event, region: `${x.region}/${x.write_epoch}` })), ['v', 'at', 'from', 'to', 'by', 'event', 'region']),
+    table(
+      i.transitions.map((x) => ({
+        v: x.to_version,
+        at: x.created_at,
+        from: x.from_status,
+        to: x.to_status,
+        by: x.actor,
+        event: x.source_event,
+        region: `${x.region}/${x.write_epoch}`,
+      })),
+      ['v', 'at', 'from', 'to', 'by', 'event', 'region'],
+    ),
     '',
     'ledger',
-    table(i.ledger.map((l) => ({ type: l.entry_type, amount: l.amount, key: l.business_key, at: l.created_at, region: `${l.region}/${l.write_epoch}` })), ['type', 'amount', 'key', 'at', 'region']),
+    table(
+      i.ledger.map((l) => ({ type: l.entry_type, amount: l.amount, key: l.business_key, at: l.created_at, region: `${l.region}/${l.write_epoch}` })),
+      ['type', 'amount', 'key', 'at', 'region'],
+    ),
     '',
     'inbox',
-    table(i.inbox.map((r) => ({ received: r.received_at, source: r.source, event: r.event_type, processed: r.processed_at, error: r.process_error })), ['received', 'source', 'event', 'processed', 'error']),
+    table(
+      i.inbox.map((r) => ({ received: r.received_at, source: r.source, event: r.event_type, processed: r.processed_at, error: r.process_error })),
+      ['received', 'source', 'event', 'processed', 'error'],
+    ),
   ];
-  if (i.assets.length) out.push('', 'assets', table(i.assets.map((a) => ({ kind: a.kind, key: a.object_key, bytes: a.size_bytes, sha256: a.sha256.slice(0, 16) })), ['kind', 'key', 'bytes', 'sha256']));
+  if (i.assets.length)
+    out.push(
+      '',
+      'assets',
+      table(
+        i.assets.map((a) => ({ kind: a.kind, key: a.object_key, bytes: a.size_bytes, sha256: a.sha256.slice(0, 16) })),
+        ['kind', 'key', 'bytes', 'sha256'],
+      ),
+    );
   out.push('', 'temporal');
   if (i.temporal.reachable) {
     out.push(
@@ -170,7 +236,12 @@ export function printInspection(i: TaskInspection): string {
       ]),
     );
   } else {
-    out.push(keyValues([['workflow id', i.temporal.workflowId], ['status', `unreachable: ${i.temporal.error}`]]));
+    out.push(
+      keyValues([
+        ['workflow id', i.temporal.workflowId],
+        ['status', `unreachable: ${i.temporal.error}`],
+      ]),
+    );
   }
   out.push(keyValues([['UI', i.uiUrl]]));
   return out.join('\n');
@@ -178,7 +249,14 @@ export function printInspection(i: TaskInspection): string {
 
 export function printReviews(items: ReviewItem[]): string {
   return table(
-    items.map((r) => ({ task: r.task_id, provider: r.provider, attempt: r.attempt_state, job: r.provider_job_id, waiting: formatSeconds(r.waiting_seconds), reason: r.reason?.slice(0, 70) ?? null })),
+    items.map((r) => ({
+      task: r.task_id,
+      provider: r.provider,
+      attempt: r.attempt_state,
+      job: r.provider_job_id,
+      waiting: formatSeconds(r.waiting_seconds),
+      reason: r.reason?.slice(0, 70) ?? null,
+    })),
     ['task', 'provider', 'attempt', 'job', 'waiting', 'reason'],
   );
 }

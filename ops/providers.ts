@@ -82,9 +82,7 @@ export async function providerStatus(
   });
 }
 
-export type ProviderControlChange =
-  | { readonly kind: 'force'; readonly force: BreakerForce }
-  | { readonly kind: 'limit'; readonly maxInFlight: number | null };
+export type ProviderControlChange = { readonly kind: 'force'; readonly force: BreakerForce } | { readonly kind: 'limit'; readonly maxInFlight: number | null };
 
 export interface ProviderControlResult {
   readonly provider: string;
@@ -94,7 +92,13 @@ export interface ProviderControlResult {
 }
 
 const actionOf = (change: ProviderControlChange): string =>
-  change.kind === 'limit' ? 'provider.limit' : change.force === null ? 'provider.clear' : change.force === 'open' ? 'provider.force-open' : 'provider.force-close';
+  change.kind === 'limit'
+    ? 'provider.limit'
+    : change.force === null
+      ? 'provider.clear'
+      : change.force === 'open'
+        ? 'provider.force-open'
+        : 'provider.force-close';
 
 /**
  * Changes one provider's control row and audits it, in one transaction. The row lock is the

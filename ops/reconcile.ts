@@ -71,11 +71,7 @@ export async function reconcileReport(db: Db, opts: ReconcileOptions = DEFAULT_R
     sql`SELECT aggregate_id AS task_id, ${ageOf(sql`created_at`)} AS age FROM outbox_event WHERE published_at IS NULL`,
     sample,
   );
-  const inbox = await recoverySet(
-    db,
-    sql`SELECT task_id, ${ageOf(sql`received_at`)} AS age FROM callback_inbox WHERE processed_at IS NULL`,
-    sample,
-  );
+  const inbox = await recoverySet(db, sql`SELECT task_id, ${ageOf(sql`received_at`)} AS age FROM callback_inbox WHERE processed_at IS NULL`, sample);
   const { rows: unmatchedRows } = await db.execute(sql`SELECT count(*)::int AS n FROM callback_inbox WHERE processed_at IS NULL AND task_id IS NULL`);
   const submitUnknown = await recoverySet(
     db,
@@ -106,11 +102,7 @@ export async function reconcileReport(db: Db, opts: ReconcileOptions = DEFAULT_R
           AND updated_at < now() - make_interval(secs => ${opts.staleSeconds})`,
     sample,
   );
-  const manualReview = await recoverySet(
-    db,
-    sql`SELECT task_id, ${ageOf(sql`updated_at`)} AS age FROM generation_task WHERE status = 'MANUAL_REVIEW'`,
-    sample,
-  );
+  const manualReview = await recoverySet(db, sql`SELECT task_id, ${ageOf(sql`updated_at`)} AS age FROM generation_task WHERE status = 'MANUAL_REVIEW'`, sample);
   const { rows: openRows } = await db.execute(sql`
     SELECT count(*)::int AS n, coalesce(sum(reserved_amount), 0)::text AS amount,
            max(extract(epoch FROM now() - created_at))::float AS oldest

@@ -28,10 +28,20 @@ export async function reconcilerStatus(db: Database, client: () => Promise<Clien
   const queue = config.TEMPORAL_TASK_QUEUE;
   // The last runs are in Postgres: shown even while Temporal cannot be reached.
   const unreachable = (err: unknown): ScheduleState[] =>
-    names.map((name) => ({ name, scheduleId: scheduleIdFor(queue, name), paused: false, note: `Temporal unreachable: ${(err as Error).message}`, intervalMs: null, nextRunAt: null, running: 0 }));
+    names.map((name) => ({
+      name,
+      scheduleId: scheduleIdFor(queue, name),
+      paused: false,
+      note: `Temporal unreachable: ${(err as Error).message}`,
+      intervalMs: null,
+      nextRunAt: null,
+      running: 0,
+    }));
   const [runs, schedules] = await Promise.all([
     latestRuns(db.db),
-    client().then((c) => describeSchedules(c, queue, names)).catch(unreachable),
+    client()
+      .then((c) => describeSchedules(c, queue, names))
+      .catch(unreachable),
   ]);
   return names.map((name, i) => ({ name, schedule: schedules[i]!, last: runs.find((r) => r.reconciler === name) ?? null }));
 }

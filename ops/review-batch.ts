@@ -51,15 +51,24 @@ export async function classifyReviews(db: Db, opts: { limit?: number; taskId?: s
     ) ev ON true
     LEFT JOIN LATERAL (
       SELECT event_type FROM callback_inbox
-      WHERE attempt_id = a.attempt_id AND event_type IN (${sql.join(FINISHED_PROVIDER_JOB_STATES.map((s) => sql`${s}`), sql`, `)})
+      WHERE attempt_id = a.attempt_id AND event_type IN (${sql.join(
+        FINISHED_PROVIDER_JOB_STATES.map((s) => sql`${s}`),
+        sql`, `,
+      )})
       ORDER BY provider_updated_at DESC NULLS LAST, received_at DESC LIMIT 1
     ) fin ON true
     WHERE t.status = 'MANUAL_REVIEW' ${opts.taskId ? sql`AND t.task_id = ${opts.taskId}` : sql``}
     ORDER BY tr.created_at ASC NULLS FIRST
     LIMIT ${opts.limit ?? 1000}`);
   return (rows as unknown as Row[]).map((r) => {
-    const cls = classifyReview({ detail: r.detail, sourceEvent: r.source_event, attemptState: r.submit_state, providerJobId: r.provider_job_id, providerFinalState: r.final_state });
-    const reason = typeof r.detail?.['reason'] === 'string' ? (r.detail['reason']) : null;
+    const cls = classifyReview({
+      detail: r.detail,
+      sourceEvent: r.source_event,
+      attemptState: r.submit_state,
+      providerJobId: r.provider_job_id,
+      providerFinalState: r.final_state,
+    });
+    const reason = typeof r.detail?.['reason'] === 'string' ? r.detail['reason'] : null;
     return {
       taskId: r.task_id,
       tenantId: r.tenant_id,
@@ -71,7 +80,11 @@ export async function classifyReviews(db: Db, opts: { limit?: number; taskId?: s
       since: new Date(r.since),
       // What the decision rests on: the task's version, its attempt and job, and every inbox row it has.
       fingerprint: fingerprintOf({ v: r.status_version, a: r.attempt_id, s: r.submit_state, j: r.provider_job_id, n: r.inbox_rows, l: r.inbox_last, c: cls }),
-      summary: `${cls}: ${r.submit_state ?? 'no attempt'}${r.provider_job_id ? ` job ${r.provider_job_id}` : ''}, ${r.inbox_rows} inbox row(s); ${reason ?? r.source_event ?? ''}`.slice(0, 300),
+      summary:
+        `${cls}: ${r.submit_state ?? 'no attempt'}${r.provider_job_id ? ` job ${r.provider_job_id}` : ''}, ${r.inbox_rows} inbox row(s); ${reason ?? r.source_event ?? ''}`.slice(
+          0,
+          300,
+        ),
     };
   });
 }
@@ -80,7 +93,11 @@ export async function classifyReviews(db: Db, opts: { limit?: number; taskId?: s
 export async function planReviewBatch(db: Db, args: { cls: ReviewClass; action: ReviewAction; limit: number }): Promise<BatchPlan> {
   if (!ACTIONS_FOR[args.cls].includes(args.action)) throw new Error(`${args.action} does not suit ${args.cls}; one of ${ACTIONS_FOR[args.cls].join(', ')}`);
   const items = (await classifyReviews(db, { limit: 100_000 })).filter((r) => r.class === args.cls).slice(0, args.limit);
-  return makePlan('review.resolve', { class: args.cls, action: args.action }, items.map(({ taskId, tenantId, provider, fingerprint, summary }) => ({ taskId, tenantId, provider, fingerprint, summary })));
+  return makePlan(
+    'review.resolve',
+    { class: args.cls, action: args.action },
+    items.map(({ taskId, tenantId, provider, fingerprint, summary }) => ({ taskId, tenantId, provider, fingerprint, summary })),
+  );
 }
 
 function resolutionFor(action: ReviewAction, item: ClassifiedReview, operator: string, reason: string): ReviewResolution {

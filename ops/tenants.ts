@@ -25,7 +25,10 @@ export interface CreatedTenant {
 }
 
 /** One ops_audit row (who, what, when, why); API keys appear as key id and sha256 only. */
-export async function audit(tx: DbOrTx, row: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> }): Promise<string> {
+export async function audit(
+  tx: DbOrTx,
+  row: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> },
+): Promise<string> {
   const auditId = randomUUID();
   await tx.insert(opsAudit).values({
     audit_id: auditId,
@@ -60,7 +63,14 @@ export async function createTenant(
         // Make sure the given key works (e.g. DEMO_API_KEY), without minting a new one.
         const key = await issueApiKey(tx, existing.tenantId, args.apiKey);
         if (key.issued) {
-          await audit(tx, { actor: args.actor, action: 'key.issue', targetType: 'tenant', targetId: existing.tenantId, reason: `tenant create --if-missing ${args.name}`, detail: { key_id: key.keyId, key_hash: key.keyHash } });
+          await audit(tx, {
+            actor: args.actor,
+            action: 'key.issue',
+            targetType: 'tenant',
+            targetId: existing.tenantId,
+            reason: `tenant create --if-missing ${args.name}`,
+            detail: { key_id: key.keyId, key_hash: key.keyHash },
+          });
         }
         return { tenant_id: existing.tenantId, api_key: key.key, key_id: key.keyId, key_generated: false, created: false };
       }
@@ -72,7 +82,14 @@ export async function createTenant(
         businessKey: `tenant:${tenantId}:opening-grant`,
         note: 'opening grant',
       });
-      await audit(tx, { actor: args.actor, action: 'tenant.create', targetType: 'tenant', targetId: tenantId, reason: `create tenant ${args.name}`, detail: { credits, key_id: key.keyId, key_hash: key.keyHash } });
+      await audit(tx, {
+        actor: args.actor,
+        action: 'tenant.create',
+        targetType: 'tenant',
+        targetId: tenantId,
+        reason: `create tenant ${args.name}`,
+        detail: { credits, key_id: key.keyId, key_hash: key.keyHash },
+      });
       return { tenant_id: tenantId, api_key: key.key, key_id: key.keyId, key_generated: !args.apiKey, created: true };
     });
   } catch (err) {
@@ -103,7 +120,14 @@ export async function grantTenantCredits(
     await holdFence(tx, token);
     const t = await findTenantByName(tx, args.name);
     if (!t) throw new Error(`no tenant named ${args.name}`);
-    const auditId = await audit(tx, { actor: args.actor, action: 'tenant.grant', targetType: 'tenant', targetId: t.tenantId, reason: args.reason, detail: { credits } });
+    const auditId = await audit(tx, {
+      actor: args.actor,
+      action: 'tenant.grant',
+      targetType: 'tenant',
+      targetId: t.tenantId,
+      reason: args.reason,
+      detail: { credits },
+    });
     await grantCredits(tx, token, {
       tenantId: t.tenantId,
       amount: credits,
@@ -124,7 +148,14 @@ export async function setTenantOutputRetention(
     await holdFence(tx, token);
     const t = await findTenantByName(tx, args.name);
     if (!t) throw new Error(`no tenant named ${args.name}`);
-    await audit(tx, { actor: args.actor, action: 'tenant.output-retention', targetType: 'tenant', targetId: t.tenantId, reason: args.reason, detail: { output_retention_days: args.days } });
+    await audit(tx, {
+      actor: args.actor,
+      action: 'tenant.output-retention',
+      targetType: 'tenant',
+      targetId: t.tenantId,
+      reason: args.reason,
+      detail: { output_retention_days: args.days },
+    });
     await setOutputRetention(tx, t.tenantId, args.days);
     return { tenant_id: t.tenantId, output_retention_days: args.days };
   });
@@ -140,7 +171,13 @@ export async function auditOps(
   await db.transaction(async (tx) => {
     await holdFence(tx, token);
     await tx.insert(opsAudit).values({
-      audit_id: randomUUID(), actor: a.actor, action: a.action, target_type: a.targetType, target_id: a.targetId, reason: a.reason, detail: a.detail,
+      audit_id: randomUUID(),
+      actor: a.actor,
+      action: a.action,
+      target_type: a.targetType,
+      target_id: a.targetId,
+      reason: a.reason,
+      detail: a.detail,
     });
   });
 }

@@ -48,10 +48,7 @@ export async function tenantWebhooks(db: Db, tenantName: string) {
   };
 }
 
-export async function webhookDeliveries(
-  db: Db,
-  q: { tenantName: string; endpointId?: string; taskId?: string; state?: WebhookDeliveryState; limit: number },
-) {
+export async function webhookDeliveries(db: Db, q: { tenantName: string; endpointId?: string; taskId?: string; state?: WebhookDeliveryState; limit: number }) {
   const tenantId = await tenantIdOf(db, q.tenantName);
   const rows = await db
     .select({ d: webhookDelivery, ev: webhookEvent })
@@ -68,7 +65,15 @@ export async function webhookDeliveries(
     .orderBy(desc(webhookDelivery.created_at))
     .limit(q.limit);
   const attempts = rows.length
-    ? await db.select().from(webhookAttempt).where(inArray(webhookAttempt.delivery_id, rows.map((r) => r.d.delivery_id)))
+    ? await db
+        .select()
+        .from(webhookAttempt)
+        .where(
+          inArray(
+            webhookAttempt.delivery_id,
+            rows.map((r) => r.d.delivery_id),
+          ),
+        )
     : [];
   return rows.map(({ d, ev }) => {
     const mine = attempts.filter((a) => a.delivery_id === d.delivery_id).sort((a, b) => a.attempt_no - b.attempt_no);

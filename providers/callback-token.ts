@@ -60,7 +60,10 @@ export function callbackUrl(publicBaseUrl: string, provider: string, token: stri
 export function callbackTokenOf(url: string | null | undefined): string | null {
   if (!url) return null;
   try {
-    const seg = new URL(url).pathname.split('/').filter((s) => s.length > 0).pop();
+    const seg = new URL(url).pathname
+      .split('/')
+      .filter((s) => s.length > 0)
+      .pop();
     return seg ? decodeURIComponent(seg) : null;
   } catch {
     return null;

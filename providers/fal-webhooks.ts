@@ -116,7 +116,7 @@ export class FalJwks {
       redirect: 'error',
     });
     if (!res.ok) throw new Error(`fal JWKS: HTTP ${res.status}`);
-    const keys = parseJwks((await res.json()));
+    const keys = parseJwks(await res.json());
     if (keys.length === 0) throw new Error('fal JWKS: no Ed25519 key');
     this.keys = keys;
     this.fetchedAt = this.now();

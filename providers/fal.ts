@@ -102,7 +102,10 @@ export const falStatusSchema = z.looseObject({
   response_url: z.string().nullish(),
   metrics: z.record(z.string(), z.unknown()).nullish(),
   /** Present when the status is read with `?logs=1`: the model's log lines so far. */
-  logs: z.array(z.looseObject({ message: z.string().optional() })).nullish().catch(null),
+  logs: z
+    .array(z.looseObject({ message: z.string().optional() }))
+    .nullish()
+    .catch(null),
 });
 
 /** A failed request's answer: `detail` (a string, or the model's typed errors) and, for request errors, `error_type`. */
@@ -155,7 +158,8 @@ export interface FalRefusal {
 
 /** Our task input ({prompt, duration, resolution, first_frame_image?}) → the model's documented input, or why it cannot be sent. */
 export function falInput(model: string, input: Record<string, unknown>): { readonly input: FalKlingTextInput } | { readonly refused: FalRefusal } {
-  if (!(FAL_KLING_TEXT_MODELS as readonly string[]).includes(model)) return { refused: { field: 'model', message: `${model} is not a fal endpoint we send (${FAL_KLING_TEXT_MODELS.join(', ')})` } };
+  if (!(FAL_KLING_TEXT_MODELS as readonly string[]).includes(model))
+    return { refused: { field: 'model', message: `${model} is not a fal endpoint we send (${FAL_KLING_TEXT_MODELS.join(', ')})` } };
   if (typeof input['first_frame_image'] === 'string') return { refused: { field: 'input_image_url', message: `${model} is text to video: it takes no image` } };
   const duration = String(input['duration']);
   if (duration !== '5' && duration !== '10') return { refused: { field: 'duration_seconds', message: `${model} takes 5 or 10 seconds` } };
@@ -255,7 +259,12 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     const what = `getJob ${jobId}`;
     const app = appFor(ref, what);
     // `logs=1`: the status answer then carries the model's logs (docs/events.md "Progress").
-    const raw = await http.read(`${requestUrl(app, jobId)}/status?logs=1`, { method: 'GET', route: '/{app}/requests/{id}/status', headers: headers(false) }, what, signal);
+    const raw = await http.read(
+      `${requestUrl(app, jobId)}/status?logs=1`,
+      { method: 'GET', route: '/{app}/requests/{id}/status', headers: headers(false) },
+      what,
+      signal,
+    );
     const p = falStatusSchema.safeParse(raw);
     if (!p.success) throw http.malformed(what, p.error.message);
     const s = p.data;
@@ -263,7 +272,10 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     if (s.status !== 'COMPLETED') {
       const progress = providerProgress({
         queuePosition: s.status === 'IN_QUEUE' ? s.queue_position : null,
-        logs: (s.logs ?? []).map((l) => l.message ?? '').filter((m) => m.length > 0).join('\n'),
+        logs: (s.logs ?? [])
+          .map((l) => l.message ?? '')
+          .filter((m) => m.length > 0)
+          .join('\n'),
       });
       return job(jobId, FAL_STATUS[s.status] as ProviderJobState, s.status, { metrics, progress });
     }

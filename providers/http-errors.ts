@@ -45,7 +45,7 @@ function isNotSentCode(code: string): boolean {
 }
 
 function codeOf(e: unknown): string | undefined {
-  if (e && typeof e === 'object' && 'code' in e && typeof (e).code === 'string') {
+  if (e && typeof e === 'object' && 'code' in e && typeof e.code === 'string') {
     return (e as { code: string }).code;
   }
   return undefined;

@@ -73,7 +73,9 @@ export const klingTaskSchema = z.looseObject({
   created_at: z.number().nullish(),
   updated_at: z.number().nullish(),
   task_result: z
-    .looseObject({ videos: z.array(z.looseObject({ id: z.string().nullish(), url: z.string(), duration: z.union([z.string(), z.number()]).nullish() })).nullish() })
+    .looseObject({
+      videos: z.array(z.looseObject({ id: z.string().nullish(), url: z.string(), duration: z.union([z.string(), z.number()]).nullish() })).nullish(),
+    })
     .nullish(),
 });
 export type KlingTask = z.infer<typeof klingTaskSchema>;
@@ -164,7 +166,8 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
   function taskOf(body: unknown, what: string): KlingTask {
     const env = envelopeSchema.safeParse(body);
     if (!env.success) throw http.malformed(what, env.error.message);
-    if (env.data.code !== 0) throw new ProviderHttpError(http.redact(`kling ${what}: code ${env.data.code}: ${env.data.message ?? ''}`), null, env.data.code >= 5000);
+    if (env.data.code !== 0)
+      throw new ProviderHttpError(http.redact(`kling ${what}: code ${env.data.code}: ${env.data.message ?? ''}`), null, env.data.code >= 5000);
     const t = klingTaskSchema.safeParse(env.data.data);
     if (!t.success) throw http.malformed(what, t.error.message);
     return t.data;
@@ -220,14 +223,23 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
 
   async function getJob(jobId: string, signal?: AbortSignal): Promise<ProviderJob> {
     const what = `getJob ${jobId}`;
-    const body = await http.read(`${collection}/${encodeURIComponent(jobId)}`, { method: 'GET', route: '/v1/videos/text2video/{id}', headers: headers(false) }, what, signal);
+    const body = await http.read(
+      `${collection}/${encodeURIComponent(jobId)}`,
+      { method: 'GET', route: '/v1/videos/text2video/{id}', headers: headers(false) },
+      what,
+      signal,
+    );
     return klingTaskToJob(taskOf(body, what));
   }
 
   /** The task our key names, by the documented get-by-external-id; only 404 + code 1203 proves absence. */
   async function findByCorrelationToken(q: LookupQuery): Promise<LookupResult> {
     const what = `lookup external_task_id ${q.token}`;
-    const answer = await http.send(`${collection}/${encodeURIComponent(q.token)}`, { method: 'GET', route: '/v1/videos/text2video/{external_task_id}', headers: headers(false) }, q.signal);
+    const answer = await http.send(
+      `${collection}/${encodeURIComponent(q.token)}`,
+      { method: 'GET', route: '/v1/videos/text2video/{external_task_id}', headers: headers(false) },
+      q.signal,
+    );
     if ('kind' in answer) throw new ProviderHttpError(http.redact(`kling ${what}: ${'reason' in answer ? answer.reason : answer.kind}`), null, true);
     let env: z.infer<typeof envelopeSchema> | null = null;
     try {
@@ -242,7 +254,11 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     if (answer.status < 200 || answer.status > 299 || !env || env.code !== 0) {
       // A proxy's 404, a wrong path (1202), a 5xx: nothing learned.
       const transient = answer.status >= 500 || answer.status === 429 || answer.status === 404;
-      throw new ProviderHttpError(http.redact(`kling ${what}: HTTP ${answer.status} code ${env?.code ?? '-'}: ${http.describeBody(answer.text)}`), answer.status === 404 ? null : answer.status, transient);
+      throw new ProviderHttpError(
+        http.redact(`kling ${what}: HTTP ${answer.status} code ${env?.code ?? '-'}: ${http.describeBody(answer.text)}`),
+        answer.status === 404 ? null : answer.status,
+        transient,
+      );
     }
     const t = klingTaskSchema.safeParse(env.data);
     if (!t.success) throw http.malformed(what, t.error.message);
@@ -261,9 +277,7 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     } catch {
       throw new CallbackVerificationError('callback body is not JSON', 'bad-payload');
     }
-    const p = z
-      .looseObject({ task_id: z.string().min(1), task_info: z.looseObject({ external_task_id: z.string().nullish() }).nullish() })
-      .safeParse(json);
+    const p = z.looseObject({ task_id: z.string().min(1), task_info: z.looseObject({ external_task_id: z.string().nullish() }).nullish() }).safeParse(json);
     if (!p.success) throw new CallbackVerificationError('callback body has no task_id', 'bad-payload');
     // The body's external_task_id proves nothing (unsigned), but one that is not ours lets the
     // API refuse before it spends a provider read; the re-fetched task's own is what binds.

@@ -414,9 +414,16 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     if (matches.length === 1 && only) return { kind: 'found', job: predictionToJob(only, q.token), by: 'fingerprint' };
     if (matches.length > 1) {
       const ids = matches.map((m) => m.id).join(', ');
-      return { kind: 'ambiguous', jobs: matches.map((m) => predictionToJob(m)), evidence: `${matches.length} predictions in the submit window carry the exact input and model: ${ids}` };
+      return {
+        kind: 'ambiguous',
+        jobs: matches.map((m) => predictionToJob(m)),
+        evidence: `${matches.length} predictions in the submit window carry the exact input and model: ${ids}`,
+      };
     }
-    return { kind: 'not-found-unproven', reason: `no prediction in the submit window carries the exact input and model (${page} page(s)); Replicate's list proves no absence` };
+    return {
+      kind: 'not-found-unproven',
+      reason: `no prediction in the submit window carries the exact input and model (${page} page(s)); Replicate's list proves no absence`,
+    };
   }
 
   function verifyCallback(rawBody: Buffer, hdrs: Record<string, string | string[] | undefined>): VerifiedCallback {

@@ -122,8 +122,7 @@ interface BodyOf<M extends RunwayModel> {
 export type RunwayImageBody = { [M in ModelsOn<'image_to_video'>]: BodyOf<M> & { promptImage: string } }[ModelsOn<'image_to_video'>];
 export type RunwayTextBody = { [M in ModelsOn<'text_to_video'>]: BodyOf<M> }[ModelsOn<'text_to_video'>];
 export type RunwayRequest =
-  | { readonly path: '/v1/image_to_video'; readonly body: RunwayImageBody }
-  | { readonly path: '/v1/text_to_video'; readonly body: RunwayTextBody };
+  { readonly path: '/v1/image_to_video'; readonly body: RunwayImageBody } | { readonly path: '/v1/text_to_video'; readonly body: RunwayTextBody };
 /** Why a request cannot go to Runway, named by our API's field. */
 export interface RunwayRefusal {
   readonly field: 'model' | 'resolution' | 'duration_seconds' | 'input_image_url' | 'prompt';

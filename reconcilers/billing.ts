@@ -35,7 +35,11 @@ export const billingReconciler: Reconciler = {
     for (const r of open as unknown as OpenRow[]) {
       const base = `${r.status} task with reservation ${r.reserved_amount} open`;
       if (r.reserves !== 1 || r.closes !== 0 || r.settled_amount === null) {
-        findings.push({ kind: 'open-reservation-unclear', taskId: r.task_id, detail: `${base}, ${r.reserves} reserve and ${r.closes} settle/release row(s), recorded charge ${r.settled_amount ?? 'none'}: a person must decide` });
+        findings.push({
+          kind: 'open-reservation-unclear',
+          taskId: r.task_id,
+          detail: `${base}, ${r.reserves} reserve and ${r.closes} settle/release row(s), recorded charge ${r.settled_amount ?? 'none'}: a person must decide`,
+        });
         continue;
       }
       if (opts.dryRun) {
@@ -48,14 +52,26 @@ export const billingReconciler: Reconciler = {
           // Re-read under the task's lock: the workflow (or another run) may have closed it meanwhile.
           const { rows: again } = await tx.execute(sql`
             SELECT t.reserved_amount::text, t.settled_amount::text FROM generation_task t WHERE t.task_id = ${r.task_id} AND t.terminal_at IS NOT NULL FOR UPDATE`);
-          const { rows: closes } = await tx.execute(sql`SELECT 1 FROM credit_ledger WHERE task_id = ${r.task_id} AND entry_type IN ('SETTLE', 'RELEASE') LIMIT 1`);
+          const { rows: closes } = await tx.execute(
+            sql`SELECT 1 FROM credit_ledger WHERE task_id = ${r.task_id} AND entry_type IN ('SETTLE', 'RELEASE') LIMIT 1`,
+          );
           const t = again[0] as { reserved_amount: string; settled_amount: string | null } | undefined;
           if (!t || t.settled_amount === null || closes.length > 0) return false;
-          await settleReservation(tx, token!, { tenantId: r.tenant_id, taskId: r.task_id, reserved: t.reserved_amount, charge: t.settled_amount, note: 'reconciled: terminal task with its reservation open' });
+          await settleReservation(tx, token!, {
+            tenantId: r.tenant_id,
+            taskId: r.task_id,
+            reserved: t.reserved_amount,
+            charge: t.settled_amount,
+            note: 'reconciled: terminal task with its reservation open',
+          });
           return true;
         });
         if (closed) changed += 1;
-        findings.push({ kind: 'open-reservation', taskId: r.task_id, detail: closed ? `${base}; charged ${r.settled_amount}, released the rest` : `${base}; closed meanwhile` });
+        findings.push({
+          kind: 'open-reservation',
+          taskId: r.task_id,
+          detail: closed ? `${base}; charged ${r.settled_amount}, released the rest` : `${base}; closed meanwhile`,
+        });
       } catch (err) {
         const why = err instanceof FenceRejectedError ? 'this region does not hold the fence' : (err as Error).message;
         findings.push({ kind: 'open-reservation', taskId: r.task_id, detail: `${base}; not closed: ${why}` });
@@ -72,7 +88,11 @@ export const billingReconciler: Reconciler = {
           OR coalesce(sum(amount) FILTER (WHERE entry_type = 'SETTLE'), 0) > coalesce(sum(amount) FILTER (WHERE entry_type = 'RESERVE'), 0)
       LIMIT ${opts.limit}`);
     for (const d of duplicates as { task_id: string; settles: number; charged: string; reserved: string }[]) {
-      findings.push({ kind: 'duplicate-charge', taskId: d.task_id, detail: `${d.settles} settle row(s) charging ${d.charged} against a reservation of ${d.reserved}` });
+      findings.push({
+        kind: 'duplicate-charge',
+        taskId: d.task_id,
+        detail: `${d.settles} settle row(s) charging ${d.charged} against a reservation of ${d.reserved}`,
+      });
     }
 
     // balance = GRANT − SETTLE + REFUND and reserved = RESERVE − SETTLE − RELEASE (docs/billing.md).
@@ -86,7 +106,11 @@ export const billingReconciler: Reconciler = {
       WHERE a.balance <> l.balance OR a.reserved <> l.reserved
       LIMIT ${opts.limit}`);
     for (const a of accounts as { tenant_id: string; balance: string; reserved: string; ledger_balance: string; ledger_reserved: string }[]) {
-      findings.push({ kind: 'account-drift', key: `tenant:${a.tenant_id}`, detail: `account balance ${a.balance} / reserved ${a.reserved}, ledger says ${a.ledger_balance} / ${a.ledger_reserved}` });
+      findings.push({
+        kind: 'account-drift',
+        key: `tenant:${a.tenant_id}`,
+        detail: `account balance ${a.balance} / reserved ${a.reserved}, ledger says ${a.ledger_balance} / ${a.ledger_reserved}`,
+      });
     }
     const { rows: counted } = await deps.db.execute(sql`SELECT count(*)::int AS n FROM credit_account`);
     return { examined: open.length + duplicates.length + (counted[0] as { n: number }).n, findings, changed };

@@ -30,14 +30,25 @@ export const callbacksReconciler: Reconciler = {
       WHERE i.processed_at IS NULL AND i.received_at < now() - make_interval(secs => ${grace})`);
     const o = others[0] as { unmatched: number; after_terminal: number };
     if (o.unmatched > 0) findings.push({ kind: 'unmatched-inbox', detail: `${o.unmatched} unprocessed row(s) match no task (a foreign or stale token)` });
-    if (o.after_terminal > 0) findings.push({ kind: 'inbox-after-terminal', detail: `${o.after_terminal} unprocessed row(s) arrived for finished tasks (kept as evidence)` });
+    if (o.after_terminal > 0)
+      findings.push({ kind: 'inbox-after-terminal', detail: `${o.after_terminal} unprocessed row(s) arrived for finished tasks (kept as evidence)` });
 
     const spool = await fs
       .stat(deps.settings.spoolDir)
       .then(() => spoolStatus(deps.settings.spoolDir))
       .catch(() => null);
-    if (spool && spool.pending > 0) findings.push({ kind: 'spool-pending', key: spool.dir, detail: `${spool.pending} spooled callback(s) in ${spool.files} file(s) wait for the API's replayer` });
-    if (spool && spool.deadLetters > 0) findings.push({ kind: 'spool-dead-letter', key: spool.dir, detail: `${spool.deadLetters} dead letter(s): ops spool status, then ops spool requeue once the cause is fixed` });
+    if (spool && spool.pending > 0)
+      findings.push({
+        kind: 'spool-pending',
+        key: spool.dir,
+        detail: `${spool.pending} spooled callback(s) in ${spool.files} file(s) wait for the API's replayer`,
+      });
+    if (spool && spool.deadLetters > 0)
+      findings.push({
+        kind: 'spool-dead-letter',
+        key: spool.dir,
+        detail: `${spool.deadLetters} dead letter(s): ops spool status, then ops spool requeue once the cause is fixed`,
+      });
     return { examined: report.examined + o.unmatched + o.after_terminal + (spool?.pending ?? 0), findings, changed: report.changed };
   },
 };

@@ -37,7 +37,12 @@ export async function convergeTasks(deps: ReconcileDeps, opts: ReconcileRunOptio
     try {
       const c = await convergeTask(deps.facade, { taskId: t.task_id, tenantId: t.tenant_id, provider: t.provider });
       if (c === 'started' || c === 'woken') changed += 1;
-      const done = { started: 'workflow started', woken: 'workflow woken', closed: 'its workflow is closed: reset it from the Temporal UI', 'not-woken': 'the wake signal failed' }[c];
+      const done = {
+        started: 'workflow started',
+        woken: 'workflow woken',
+        closed: 'its workflow is closed: reset it from the Temporal UI',
+        'not-woken': 'the wake signal failed',
+      }[c];
       findings.push({ kind, taskId: t.task_id, detail: `${t.detail}; ${done}` });
     } catch (err) {
       findings.push({ kind, taskId: t.task_id, detail: `${t.detail}; could not reach its workflow: ${(err as Error).message}` });

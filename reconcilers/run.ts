@@ -18,7 +18,11 @@ export interface RunSummary {
   readonly durationMs: number;
 }
 
-export async function runReconciler(deps: ReconcileDeps, reconciler: Reconciler, opts: ReconcileRunOptions & { actor: string }): Promise<RunSummary & { report: ReconcileReport }> {
+export async function runReconciler(
+  deps: ReconcileDeps,
+  reconciler: Reconciler,
+  opts: ReconcileRunOptions & { actor: string },
+): Promise<RunSummary & { report: ReconcileReport }> {
   const started = new Date();
   let report: ReconcileReport | null = null;
   let error: Error | null = null;
@@ -44,7 +48,10 @@ export async function runReconciler(deps: ReconcileDeps, reconciler: Reconciler,
     error: error ? error.message.slice(0, 2000) : null,
   });
   if (error) throw error;
-  deps.logger.info({ reconciler: reconciler.name, examined: report!.examined, changed: report!.changed, findings: findings.length, dryRun: opts.dryRun }, 'reconciler ran');
+  deps.logger.info(
+    { reconciler: reconciler.name, examined: report!.examined, changed: report!.changed, findings: findings.length, dryRun: opts.dryRun },
+    'reconciler ran',
+  );
   return {
     runId,
     reconciler: reconciler.name,

@@ -1,5 +1,5 @@
 // Thumbnails reconciler: SUCCEEDED tasks whose validated video has no thumbnail yet
-// (docs/decisions/00XX-thumbnail-off-the-path.md). The media step's follow-up makes them right after
+// (docs/decisions/0036-thumbnail-off-the-path.md). The media step's follow-up makes them right after
 // SUCCEEDED in the same worker; this finds what it did not make (the worker stopped, S3 or ffmpeg
 // failed, the mode paused fact writes) and makes it with the same idempotent, fenced function.
 // Tasks that succeeded more than WINDOW_HOURS ago are no longer tried, so a video ffmpeg cannot

@@ -102,7 +102,14 @@ const urls = {
 
 // --- lifecycle ------------------------------------------------------------------------------
 
-const procs: { temporal?: ManagedProcess; s3?: ManagedProcess; s3Fallback?: ManagedProcess; simulator?: ManagedProcess; api?: ManagedProcess; worker?: ManagedProcess } = {};
+const procs: {
+  temporal?: ManagedProcess;
+  s3?: ManagedProcess;
+  s3Fallback?: ManagedProcess;
+  simulator?: ManagedProcess;
+  api?: ManagedProcess;
+  worker?: ManagedProcess;
+} = {};
 let shuttingDown: Promise<never> | undefined;
 
 function shutdown(code: number, reason?: string): Promise<never> {
@@ -240,10 +247,7 @@ async function main(): Promise<void> {
   if (externalProvider) {
     say(`PROVIDER_REPLICATE_BASE_URL is set (${urls.replicate}); not starting the simulator`);
   } else if (present(ENTRY.simulator)) {
-    const sim = watch(
-      'simulator',
-      startNodeProcess('simulator', ENTRY.simulator, { ...childEnv, SIMULATOR_DATA_DIR: path.join(DEV_DIR, 'simulator') }),
-    );
+    const sim = watch('simulator', startNodeProcess('simulator', ENTRY.simulator, { ...childEnv, SIMULATOR_DATA_DIR: path.join(DEV_DIR, 'simulator') }));
     await waitForTcp(ports.simulator, { timeoutMs: 30_000, process: sim, what: `the simulator on ${urls.simulator}` });
   }
 
@@ -261,7 +265,11 @@ async function main(): Promise<void> {
     if (r.code !== 0) {
       throw new Error(`seeding the demo tenant failed (${ENTRY.cli} exit ${r.code}):\n${(r.stderr || r.stdout).trim()}`);
     }
-    const line = r.stdout.trim().split('\n').reverse().find((l) => l.trim().startsWith('{'));
+    const line = r.stdout
+      .trim()
+      .split('\n')
+      .reverse()
+      .find((l) => l.trim().startsWith('{'));
     const out = line ? (JSON.parse(line) as { tenant_id?: string; created?: boolean }) : {};
     demo = {
       key: demo.key,

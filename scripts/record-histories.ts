@@ -65,7 +65,10 @@ const SCENARIOS: Record<ScenarioName, Scenario> = {
       e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
       const taskId = await e.createTask('rec-unknown');
       const task = await e.waitForStatus(taskId, 'SUCCEEDED');
-      assert.ok(task.transitions.some((t: { to: string }) => t.to === 'SUBMIT_UNKNOWN'), 'went through SUBMIT_UNKNOWN');
+      assert.ok(
+        task.transitions.some((t: { to: string }) => t.to === 'SUBMIT_UNKNOWN'),
+        'went through SUBMIT_UNKNOWN',
+      );
       return { taskId, status: task.status };
     },
   },
@@ -109,7 +112,10 @@ const SCENARIOS: Record<ScenarioName, Scenario> = {
     env: { BULKHEAD_RAMP_MS: '0' },
     async run(e) {
       // One slot at the provider: the first task holds it, the recorded one waits for the grant.
-      await e.tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 }).onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1 } });
+      await e.tdb.database.db
+        .insert(providerControl)
+        .values({ provider: 'replicate', max_in_flight: 1 })
+        .onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1 } });
       const holder = await e.createTask('rec-slot-holder');
       await e.waitForStatus(holder, 'RUNNING');
       const taskId = await e.createTask('rec-slot-waiter');

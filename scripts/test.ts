@@ -12,17 +12,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ConfigError, loadConfig } from '../config/env';
-import {
-  REPO_ROOT,
-  fileLogger,
-  formatMs,
-  freePorts,
-  nodeBinary,
-  readToolPaths,
-  startS3,
-  startTemporal,
-  type ManagedProcess,
-} from '../harness';
+import { REPO_ROOT, fileLogger, formatMs, freePorts, nodeBinary, readToolPaths, startS3, startTemporal, type ManagedProcess } from '../harness';
 
 const started = Date.now();
 const TEST_DIR = path.join(REPO_ROOT, 'test');
@@ -174,12 +164,7 @@ async function main(): Promise<number> {
     const tapFile = path.join(RUN_DIR, 'results.tap');
     const reporterFlags = userFlags.some((f) => f.startsWith('--test-reporter'))
       ? []
-      : [
-          '--test-reporter=spec',
-          '--test-reporter-destination=stdout',
-          '--test-reporter=tap',
-          `--test-reporter-destination=${tapFile}`,
-        ];
+      : ['--test-reporter=spec', '--test-reporter-destination=stdout', '--test-reporter=tap', `--test-reporter-destination=${tapFile}`];
     // --test-force-exit: a file whose tests have all finished ends even if a handle (a Redis
     // client, a pool) was left open, so a leak in a test's teardown cannot hang the whole run.
     const args = ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-force-exit', ...reporterFlags, ...userFlags, ...files];
@@ -196,7 +181,10 @@ async function main(): Promise<number> {
     });
     exitCode = code ?? (signal === 'SIGINT' ? 130 : 1);
     if (fs.existsSync(tapFile)) {
-      summary = fs.readFileSync(tapFile, 'utf8').split('\n').filter((l) => TAP_SUMMARY.test(l));
+      summary = fs
+        .readFileSync(tapFile, 'utf8')
+        .split('\n')
+        .filter((l) => TAP_SUMMARY.test(l));
     }
     say(`suite wall time ${formatMs(Date.now() - suiteStart)} (total ${formatMs(Date.now() - started)}), exit code ${exitCode}`);
   } catch (err) {

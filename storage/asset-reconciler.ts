@@ -66,13 +66,14 @@ async function copyBack(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limi
     try {
       const there = await deps.storage.head(row.object_key);
       // Copied before (the row update failed): the object is verified by its metadata.
-      outcome = there?.sha256 === row.sha256 ? 'copied' : await deps.storage.copyFrom(fallback, row.object_key, { contentType: row.content_type, sha256: row.sha256 });
+      outcome =
+        there?.sha256 === row.sha256 ? 'copied' : await deps.storage.copyFrom(fallback, row.object_key, { contentType: row.content_type, sha256: row.sha256 });
     } catch (err) {
       report.findings.push({ kind: 'copy_back_failed', ...base, detail: (err as Error).message });
       continue;
     }
     if (outcome === 'checksum-mismatch') {
-      report.findings.push({ kind: 'checksum_mismatch', ...base, detail: 'the fallback copy does not hash to the row\'s sha256; left in place' });
+      report.findings.push({ kind: 'checksum_mismatch', ...base, detail: "the fallback copy does not hash to the row's sha256; left in place" });
       continue;
     }
     const moved = await deps.db.transaction(async (tx) => {
@@ -124,8 +125,10 @@ async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number }, rep
       continue;
     }
     if (!head) report.findings.push({ kind: 'missing', ...base, detail: `${row.kind} not in ${row.location} bucket ${store.bucket}` });
-    else if (head.sha256 !== row.sha256) report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object sha256 ${head.sha256 ?? '(none)'} is not the row's ${row.sha256}` });
-    else if (head.size !== Number(row.size_bytes)) report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object is ${head.size} bytes, the row says ${row.size_bytes}` });
+    else if (head.sha256 !== row.sha256)
+      report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object sha256 ${head.sha256 ?? '(none)'} is not the row's ${row.sha256}` });
+    else if (head.size !== Number(row.size_bytes))
+      report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object is ${head.size} bytes, the row says ${row.size_bytes}` });
   }
 }
 
@@ -149,9 +152,16 @@ async function findOrphans(
   const rows = await deps.db.select().from(asset).where(inArray(asset.object_key, keys));
   const live = new Map(rows.map((r) => [r.object_key, r]));
   const taskIds = [...new Set(keys.map((k) => TASK_OF_KEY.exec(k)?.[1]).filter((t): t is string => Boolean(t)))];
-  const tasks = taskIds.length ? await deps.db.select({ id: generationTask.task_id, terminal: generationTask.terminal_at }).from(generationTask).where(inArray(generationTask.task_id, taskIds)) : [];
+  const tasks = taskIds.length
+    ? await deps.db
+        .select({ id: generationTask.task_id, terminal: generationTask.terminal_at })
+        .from(generationTask)
+        .where(inArray(generationTask.task_id, taskIds))
+    : [];
   const running = new Set(tasks.filter((t) => t.terminal === null).map((t) => t.id));
-  const downloads = taskIds.length ? await deps.db.select({ key: outputDownload.partial_key }).from(outputDownload).where(inArray(outputDownload.task_id, taskIds)) : [];
+  const downloads = taskIds.length
+    ? await deps.db.select({ key: outputDownload.partial_key }).from(outputDownload).where(inArray(outputDownload.task_id, taskIds))
+    : [];
   const inFlight = new Set(downloads.map((d) => d.key));
   for (const o of objects) {
     const row = live.get(o.key);
@@ -163,7 +173,12 @@ async function findOrphans(
       // The row lives in the other bucket: a copy left behind. A fallback copy of an object
       // copied back (its removal failed) goes; anything else waits for an operator.
       const stale = location === 'fallback' && row.location === 'primary';
-      report.findings.push({ kind: 'orphaned', ...(taskId ? { taskId } : {}), key: o.key, detail: `a stale copy in the ${location} bucket; the row says ${row.location}${stale ? (opts.dryRun ? '; would remove' : '; removed') : ''}` });
+      report.findings.push({
+        kind: 'orphaned',
+        ...(taskId ? { taskId } : {}),
+        key: o.key,
+        detail: `a stale copy in the ${location} bucket; the row says ${row.location}${stale ? (opts.dryRun ? '; would remove' : '; removed') : ''}`,
+      });
       if (stale && !opts.dryRun) {
         await store.delete(o.key);
         report.changed += 1;
@@ -171,13 +186,23 @@ async function findOrphans(
       continue;
     }
     if (row?.deleted_at) {
-      report.findings.push({ kind: 'orphaned', ...(taskId ? { taskId } : {}), key: o.key, detail: `the output was deleted at ${row.deleted_at.toISOString()}; ${opts.dryRun ? 'would remove' : 'removed'}` });
+      report.findings.push({
+        kind: 'orphaned',
+        ...(taskId ? { taskId } : {}),
+        key: o.key,
+        detail: `the output was deleted at ${row.deleted_at.toISOString()}; ${opts.dryRun ? 'would remove' : 'removed'}`,
+      });
       if (!opts.dryRun) {
         await store.delete(o.key);
         report.changed += 1;
       }
       continue;
     }
-    report.findings.push({ kind: 'orphaned', ...(taskId ? { taskId } : {}), key: o.key, detail: `${o.size} bytes in the ${location} bucket with no asset row` });
+    report.findings.push({
+      kind: 'orphaned',
+      ...(taskId ? { taskId } : {}),
+      key: o.key,
+      detail: `${o.size} bytes in the ${location} bucket with no asset row`,
+    });
   }
 }

@@ -48,7 +48,10 @@ export async function deleteTaskOutput(
   const assets = await db.select().from(asset).where(eq(asset.task_id, task.task_id));
   const video = assets.find((a) => a.kind === 'video');
   if (task.status !== 'SUCCEEDED' || !video) {
-    return { kind: 'no-output', reason: task.status === 'SUCCEEDED' ? 'the task has no stored output' : `the task is ${task.status}; only a SUCCEEDED task has an output` };
+    return {
+      kind: 'no-output',
+      reason: task.status === 'SUCCEEDED' ? 'the task has no stored output' : `the task is ${task.status}; only a SUCCEEDED task has an output`,
+    };
   }
   const keys = assets.map((a) => a.object_key);
   for (const a of assets) {
@@ -92,7 +95,10 @@ export async function deleteTaskOutput(
     for (const other of others) await other.delete(a.object_key).catch(() => undefined);
   }
   if (!deletedAt) {
-    const [again] = await db.select().from(asset).where(and(eq(asset.task_id, task.task_id), eq(asset.kind, 'video')));
+    const [again] = await db
+      .select()
+      .from(asset)
+      .where(and(eq(asset.task_id, task.task_id), eq(asset.kind, 'video')));
     return { kind: 'already-deleted', deletedAt: again?.deleted_at ?? args.now, keys };
   }
   return { kind: 'deleted', deletedAt, keys };

@@ -76,12 +76,10 @@ export interface ObjectStorage {
 /** Part size of a copy between endpoints (S3: at least 5 MiB but the last). */
 const COPY_PART_BYTES = 8 * 1024 * 1024;
 
-const isUploadGone = (err: unknown): boolean =>
-  err instanceof S3ServiceException && (err.name === 'NoSuchUpload' || err.$metadata.httpStatusCode === 404);
+const isUploadGone = (err: unknown): boolean => err instanceof S3ServiceException && (err.name === 'NoSuchUpload' || err.$metadata.httpStatusCode === 404);
 
 const isNotFound = (err: unknown): boolean =>
-  err instanceof NotFound ||
-  (err instanceof S3ServiceException && (err.$metadata.httpStatusCode === 404 || err.name === 'NoSuchKey'));
+  err instanceof NotFound || (err instanceof S3ServiceException && (err.$metadata.httpStatusCode === 404 || err.name === 'NoSuchKey'));
 
 /**
  * A client span per S3 operation (docs/observability.md): the operation, the bucket and the
@@ -143,7 +141,12 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
     async createUpload(key, opts) {
       const out = await s3Span('CreateMultipartUpload', bucket, key, () =>
         client.send(
-          new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, ContentType: opts.contentType, ...(opts.sha256 ? { Metadata: { sha256: opts.sha256 } } : {}) }),
+          new CreateMultipartUploadCommand({
+            Bucket: bucket,
+            Key: key,
+            ContentType: opts.contentType,
+            ...(opts.sha256 ? { Metadata: { sha256: opts.sha256 } } : {}),
+          }),
         ),
       );
       if (!out.UploadId) throw new Error(`no upload id for ${key}`);
@@ -151,7 +154,9 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
     },
     async uploadPart(key, uploadId, n, body) {
       try {
-        const out = await s3Span('UploadPart', bucket, key, () => client.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body })));
+        const out = await s3Span('UploadPart', bucket, key, () =>
+          client.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body })),
+        );
         return { n, etag: out.ETag ?? '', size: body.length };
       } catch (err) {
         if (isUploadGone(err)) throw new UploadGoneError(`upload of ${key} is gone`, { cause: err });
@@ -227,27 +232,31 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
       }
     },
     async put(key, body, opts) {
-      await s3Span('PutObject', bucket, key, () => client.send(
-        new PutObjectCommand({
-          Bucket: bucket,
-          Key: key,
-          Body: body,
-          ContentType: opts.contentType,
-          Metadata: { sha256: opts.sha256 },
-        }),
-      ));
+      await s3Span('PutObject', bucket, key, () =>
+        client.send(
+          new PutObjectCommand({
+            Bucket: bucket,
+            Key: key,
+            Body: body,
+            ContentType: opts.contentType,
+            Metadata: { sha256: opts.sha256 },
+          }),
+        ),
+      );
     },
     async publish(fromKey, toKey, opts) {
-      await s3Span('CopyObject', bucket, toKey, () => client.send(
-        new CopyObjectCommand({
-          Bucket: bucket,
-          Key: toKey,
-          CopySource: `${bucket}/${fromKey.split('/').map(encodeURIComponent).join('/')}`,
-          MetadataDirective: 'REPLACE',
-          ContentType: opts.contentType,
-          Metadata: { sha256: opts.sha256 },
-        }),
-      ));
+      await s3Span('CopyObject', bucket, toKey, () =>
+        client.send(
+          new CopyObjectCommand({
+            Bucket: bucket,
+            Key: toKey,
+            CopySource: `${bucket}/${fromKey.split('/').map(encodeURIComponent).join('/')}`,
+            MetadataDirective: 'REPLACE',
+            ContentType: opts.contentType,
+            Metadata: { sha256: opts.sha256 },
+          }),
+        ),
+      );
     },
     async delete(key) {
       await s3Span('DeleteObject', bucket, key, () => client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })));
@@ -256,13 +265,17 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
       return getSignedUrl(client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: ttlSeconds });
     },
     async read(key) {
-      const bytes = await s3Span('GetObject', bucket, key, async () => (await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToByteArray());
+      const bytes = await s3Span('GetObject', bucket, key, async () =>
+        (await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToByteArray(),
+      );
       return Buffer.from(bytes ?? []);
     },
     async readRange(key, offset, length) {
       if (length <= 0) return Buffer.alloc(0);
       const range = `bytes=${offset}-${offset + length - 1}`;
-      const bytes = await s3Span('GetObject', bucket, key, async () => (await client.send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: range }))).Body?.transformToByteArray());
+      const bytes = await s3Span('GetObject', bucket, key, async () =>
+        (await client.send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: range }))).Body?.transformToByteArray(),
+      );
       return Buffer.from(bytes ?? []);
     },
   };

@@ -4,15 +4,7 @@ import type { Client } from '@temporalio/client';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import type { TaskFacts } from '../domain/facts';
 import type { ReviewResolution } from '../domain/review';
-import {
-  SA_PROVIDER,
-  SA_TASK_STATUS,
-  SA_TENANT_ID,
-  factsQuery,
-  resolveReviewUpdate,
-  wakeSignal,
-  workflowIdForTask,
-} from '../workflows/definitions';
+import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, factsQuery, resolveReviewUpdate, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { generationWorkflow } from '../workflows/generation';
 import { queues } from './queues';
 

@@ -33,8 +33,7 @@ export interface FenceWatcherOptions {
   readonly listen?: boolean;
 }
 
-const sameFence = (a: FenceState | null, b: FenceState) =>
-  a !== null && a.activeRegion === b.activeRegion && a.epoch === b.epoch && a.mode === b.mode;
+const sameFence = (a: FenceState | null, b: FenceState) => a !== null && a.activeRegion === b.activeRegion && a.epoch === b.epoch && a.mode === b.mode;
 
 export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<FenceWatcher> {
   let state: FenceState | null = null;
@@ -51,7 +50,12 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
         const previous = state;
         state = next;
         opts.logger.info(
-          { region: next.activeRegion, epoch: next.epoch, mode: next.mode, previous: previous && { region: previous.activeRegion, epoch: previous.epoch, mode: previous.mode } },
+          {
+            region: next.activeRegion,
+            epoch: next.epoch,
+            mode: next.mode,
+            previous: previous && { region: previous.activeRegion, epoch: previous.epoch, mode: previous.mode },
+          },
           'fence changed',
         );
         for (const l of listeners) l(next);

@@ -138,7 +138,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
       // (patch 'per-provider-poll-queues') still schedule their polls here.
       activities,
       maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? 50,
-      // The fact steps' local attempts (docs/decisions/00XX-local-fact-steps.md) run here too, as
+      // The fact steps' local attempts (docs/decisions/0034-local-fact-steps.md) run here too, as
       // many at once as the regular activities; one left waiting for a slot past its
       // scheduleToClose runs as the regular activity instead.
       maxConcurrentLocalActivityExecutions: opts.maxConcurrentActivities ?? 50,

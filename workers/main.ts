@@ -121,7 +121,11 @@ const deps = {
   ...buildActivityDeps(config, { db: database, storage, providers: buildProviders(config), logger }),
   ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, config.REGION) } : {}),
 };
-registerResilienceGauges(metrics.registry, () => deps.providerGuard.snapshots(), async () => facts.latest()?.inFlight ?? {});
+registerResilienceGauges(
+  metrics.registry,
+  () => deps.providerGuard.snapshots(),
+  async () => facts.latest()?.inFlight ?? {},
+);
 registerRoutingMetrics(metrics.registry, () => deps.routeStats.decisionCounts());
 registerPollDemandGauge(metrics.registry, () => deps.pollDemand.floors());
 
@@ -166,7 +170,13 @@ async function startWorker(): Promise<RegionService> {
   });
   const service = runAsRegionService(worker);
   logger.info(
-    { taskQueue: config.TEMPORAL_TASK_QUEUE, pollRates: Object.fromEntries(worker.pollRates), region: config.REGION, metricsPort: config.WORKER_METRICS_PORT, startupMs: Date.now() - started },
+    {
+      taskQueue: config.TEMPORAL_TASK_QUEUE,
+      pollRates: Object.fromEntries(worker.pollRates),
+      region: config.REGION,
+      metricsPort: config.WORKER_METRICS_PORT,
+      startupMs: Date.now() - started,
+    },
     'worker polling',
   );
   return {

@@ -3,7 +3,7 @@
 // (claimed_until) in one short statement, starts their workflows outside any transaction, and
 // marks them in one fenced transaction: no row lock is held while Temporal is called, so neither
 // the API's fast-path mark nor another relay ever waits on a slow Temporal
-// (docs/decisions/00XX-outbox-claim-lease.md). Any number of relays can run; starting is
+// (docs/decisions/0035-outbox-claim-lease.md). Any number of relays can run; starting is
 // idempotent (workflow id = task-<id>, a closed run counts as started), so a lease that runs out
 // under a stuck relay costs a second start call, never a second workflow.
 import { sql } from 'drizzle-orm';
@@ -47,10 +47,7 @@ const CLAIM_STOP_MS = 45_000;
  * the active region's relay marks them). The Outbox reconciler (reconcilers/outbox.ts) runs the
  * same pass over rows older than its grace, backing off or not (`sweep`), never over a live claim.
  */
-export async function relayOnce(
-  opts: RelayOptions,
-  sweep?: { readonly olderThanSeconds: number },
-): Promise<{ published: number; failed: number }> {
+export async function relayOnce(opts: RelayOptions, sweep?: { readonly olderThanSeconds: number }): Promise<{ published: number; failed: number }> {
   let token: FenceToken;
   try {
     ({ token } = await acquireFence(opts.db, opts.fence.scope, opts.fence.region));
@@ -88,7 +85,9 @@ export async function relayOnce(
     // Fenced out (or Postgres failed) after the starts: nothing is marked, and the rows go back
     // now rather than when the lease runs out, so the active region's relay takes them at once.
     await opts.db
-      .execute(sql`UPDATE outbox_event SET claimed_until = NULL WHERE event_id = ANY(${sql.param(rows.map((r) => r.event_id))}::uuid[]) AND published_at IS NULL`)
+      .execute(
+        sql`UPDATE outbox_event SET claimed_until = NULL WHERE event_id = ANY(${sql.param(rows.map((r) => r.event_id))}::uuid[]) AND published_at IS NULL`,
+      )
       .catch(() => undefined);
     throw err;
   }
@@ -99,7 +98,13 @@ export async function relayOnce(
 }
 
 /** Marks a batch's outcomes in one fenced transaction: published, backing off, or handed back untried. */
-async function markBatch(opts: RelayOptions, token: FenceToken, done: string[], failures: { row: OutboxRow; error: Error }[], untried: string[]): Promise<void> {
+async function markBatch(
+  opts: RelayOptions,
+  token: FenceToken,
+  done: string[],
+  failures: { row: OutboxRow; error: Error }[],
+  untried: string[],
+): Promise<void> {
   await inFence(opts.db, token, async (tx) => {
     if (done.length > 0) {
       // published_at IS NULL: the API's fast path may have marked a row meanwhile.

@@ -126,7 +126,8 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     );
     opts.onAttempt?.(next.kind);
     if (disabledEndpoint) opts.logger.warn({ endpointId: d.endpoint_id, tenantId: d.tenant_id }, 'webhook endpoint disabled after failing too long');
-    if (next.kind === 'failed') opts.logger.warn({ deliveryId: d.delivery_id, tenantId: d.tenant_id, error: outcome.error }, 'webhook delivery failed for good');
+    if (next.kind === 'failed')
+      opts.logger.warn({ deliveryId: d.delivery_id, tenantId: d.tenant_id, error: outcome.error }, 'webhook delivery failed for good');
   }
 
   async function pass(): Promise<void> {
@@ -155,7 +156,9 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     tokens -= claimed.length;
     for (const d of claimed) {
       const p: Promise<void> = deliver(token, d)
-        .catch((err: unknown) => opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again'))
+        .catch((err: unknown) =>
+          opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again'),
+        )
         .finally(() => {
           inFlight.delete(p);
           kick();

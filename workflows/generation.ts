@@ -24,16 +24,7 @@ import { queues } from '../temporal/queues';
 import { FailureType, NON_RETRYABLE_FAILURES } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { isTerminal, type AttemptState, type TaskStatus } from '../domain/states';
-import {
-  SA_ATTEMPT_STATE,
-  SA_NEEDS_ATTENTION,
-  SA_PROVIDER,
-  SA_TASK_STATUS,
-  SA_TENANT_ID,
-  factsQuery,
-  resolveReviewUpdate,
-  wakeSignal,
-} from './definitions';
+import { SA_ATTEMPT_STATE, SA_NEEDS_ATTENTION, SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, factsQuery, resolveReviewUpdate, wakeSignal } from './definitions';
 import { reviewProblem, type ReviewResolution } from '../domain/review';
 
 export interface GenerationInput {
@@ -86,7 +77,7 @@ function activity<K extends keyof TaskActivities>(name: K, taskQueue?: string): 
 }
 
 /**
- * A fact step's local attempt (docs/decisions/00XX-local-fact-steps.md): run by the workflow's
+ * A fact step's local attempt (docs/decisions/0034-local-fact-steps.md): run by the workflow's
  * own worker inside the workflow task, its result a marker — no task-queue round trip. One
  * attempt, bounded well under the workflow task timeout: a local activity must never hold a
  * workflow task for long, so whatever would make the step wait or retry (a mode pause, a fence
@@ -162,7 +153,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   // Patched: runs started before it continue as new after LEGACY_STEPS_PER_RUN steps.
   const stepsPerRun = input.stepsPerRun ?? (patched('short-runs') ? STEPS_PER_RUN : LEGACY_STEPS_PER_RUN);
   /**
-   * Patched, once per run (docs/decisions/00XX-local-fact-steps.md): fact steps run as local
+   * Patched, once per run (docs/decisions/0034-local-fact-steps.md): fact steps run as local
    * activities first; QUEUED is dispatched and prepared in one step; a wait cycle applies the
    * inbox only after the wait, not before it too. `woken` is then cleared only right before an
    * activity that reads what a wake announces (submitAttempt, applyInbox), so a wake it missed

@@ -67,7 +67,7 @@ export async function startDrillWorld(
   log: (line: string) => void,
   opts: DrillWorldOptions = {},
 ): Promise<DrillWorld> {
-  const id = `${name.replace(/\W/g, "_")}_${randomBytes(3).toString("hex")}`;
+  const id = `${name.replace(/\W/g, '_')}_${randomBytes(3).toString('hex')}`;
   const dataDir = path.join(REPO_ROOT, '.data', 'drill', id);
   const cleanups: (() => Promise<unknown>)[] = [];
   try {
@@ -81,7 +81,13 @@ export async function startDrillWorld(
     let temporal: TemporalProcess | null = await startTemporal(temporalOptions);
     cleanups.push(() => temporal?.stop() ?? Promise.resolve());
     // Drills create at volume from one tenant: the tenant rate limit is not what they test.
-    overrides = { TENANT_CREATE_RATE_PER_SECOND: '100000', TENANT_READ_RATE_PER_SECOND: '100000', TENANT_CANCEL_RATE_PER_SECOND: '100000', CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'), ...overrides };
+    overrides = {
+      TENANT_CREATE_RATE_PER_SECOND: '100000',
+      TENANT_READ_RATE_PER_SECOND: '100000',
+      TENANT_CANCEL_RATE_PER_SECOND: '100000',
+      CALLBACK_SPOOL_DIR: path.join(dataDir, 'spool'),
+      ...overrides,
+    };
     const base = loadConfig({ ...process.env, ...overrides });
     const s3Options = {
       port: await freePort(),
@@ -114,7 +120,12 @@ export async function startDrillWorld(
     cleanups.push(() => simulator.close());
 
     const apiPort = await freePort();
-    const wdb = await createWorldDatabase(base, { prefix: `vidorch_drill_${name.replace(/\W/g, '_')}`, max: 20, applicationName: 'vidorch-drill', failover: true });
+    const wdb = await createWorldDatabase(base, {
+      prefix: `vidorch_drill_${name.replace(/\W/g, '_')}`,
+      max: 20,
+      applicationName: 'vidorch-drill',
+      failover: true,
+    });
     cleanups.push(() => wdb.drop());
     const db = wdb.database;
     const config = loadConfig({
@@ -151,7 +162,18 @@ export async function startDrillWorld(
     const workers = new Map<string, ManagedProcess>();
     const workerMetrics = new Map<string, string>();
     const world: DrillWorld = {
-      config, db, sim: simulator.sim, simulator, apiUrl, apiKey: tenant.apiKey, facade, client, workers, workerMetrics, dataDir, api: api.ctx,
+      config,
+      db,
+      sim: simulator.sim,
+      simulator,
+      apiUrl,
+      apiKey: tenant.apiKey,
+      facade,
+      client,
+      workers,
+      workerMetrics,
+      dataDir,
+      api: api.ctx,
       async stopS3() {
         await s3?.stop('SIGTERM', 10_000);
         s3 = null;
@@ -240,9 +262,11 @@ export async function ledgerImbalance(db: Database): Promise<number> {
     ) x
     WHERE reserves <> 1 OR settles > 1 OR (terminal_at IS NOT NULL AND (settles <> 1 OR reserved <> closed))
        OR (terminal_at IS NULL AND settles <> 0)`);
-  const [acct] = (await db.db.execute(sql`
+  const [acct] = (
+    await db.db.execute(sql`
     SELECT (SELECT coalesce(sum(reserved), 0) FROM credit_account)
-         - (SELECT coalesce(sum(reserved_amount), 0) FROM generation_task WHERE terminal_at IS NULL) AS diff`)).rows as { diff: string }[];
+         - (SELECT coalesce(sum(reserved_amount), 0) FROM generation_task WHERE terminal_at IS NULL) AS diff`)
+  ).rows as { diff: string }[];
   return (rows[0] as { n: number }).n + (Number(acct?.diff ?? 0) === 0 ? 0 : 1);
 }
 

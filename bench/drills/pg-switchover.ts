@@ -41,7 +41,9 @@ export interface PgSwitchoverReport extends OutageLoadOutcome, TenantLedgerCheck
 const ids = async (db: Db, query: ReturnType<typeof sql>) => ((await db.execute(query)).rows as { id: string }[]).map((r) => r.id);
 const missing = async (db: Db, table: 'outbox_event' | 'callback_inbox', column: 'event_id' | 'inbox_id', wanted: string[]) => {
   if (wanted.length === 0) return 0;
-  const { rows } = await db.execute(sql`SELECT count(*)::int AS n FROM ${sql.identifier(table)} WHERE ${sql.identifier(column)} = ANY(${`{${wanted.join(',')}}`}::uuid[])`);
+  const { rows } = await db.execute(
+    sql`SELECT count(*)::int AS n FROM ${sql.identifier(table)} WHERE ${sql.identifier(column)} = ANY(${`{${wanted.join(',')}}`}::uuid[])`,
+  );
   return wanted.length - (rows[0] as { n: number }).n;
 };
 
@@ -79,7 +81,9 @@ export async function runPgSwitchoverDrill(opts: {
     try {
       if (opts.synchronous) {
         await waitFor(async () => {
-          const { rows } = await world.db.db.execute(sql`SELECT count(*)::int AS n FROM pg_stat_replication WHERE application_name = 'standby1' AND sync_state = 'sync'`);
+          const { rows } = await world.db.db.execute(
+            sql`SELECT count(*)::int AS n FROM pg_stat_replication WHERE application_name = 'standby1' AND sync_state = 'sync'`,
+          );
           return (rows[0] as { n: number }).n === 1;
         }, 30_000);
         log('standby1 streams synchronously');

@@ -67,10 +67,20 @@ export async function runPitrDrill(opts: { ratePerSecond: number; loadSeconds: n
   log(`live cluster on port ${primary.port}, WAL archived to ${archive}`);
   const restoredClusters: PrivatePostgres[] = [];
   try {
-    const world = await startDrillWorld('pitr', { DATABASE_URL: primary.url, SIMULATOR_GENERATION_MS: '3000', POLL_INITIAL_MS: '2000', POLL_MAX_MS: '4000', WORKER_MAX_CONCURRENT_ACTIVITIES: '100' }, log);
+    const world = await startDrillWorld(
+      'pitr',
+      { DATABASE_URL: primary.url, SIMULATOR_GENERATION_MS: '3000', POLL_INITIAL_MS: '2000', POLL_MAX_MS: '4000', WORKER_MAX_CONCURRENT_ACTIVITIES: '100' },
+      log,
+    );
     try {
       const fence = { scope: world.config.FENCE_SCOPE, region: world.config.REGION };
-      const other = await createTenant(world.db.db, { name: `pitr-other-${randomBytes(3).toString('hex')}`, credits: '1000', ifMissing: false, actor: 'drill', fence });
+      const other = await createTenant(world.db.db, {
+        name: `pitr-other-${randomBytes(3).toString('hex')}`,
+        credits: '1000',
+        ifMissing: false,
+        actor: 'drill',
+        fence,
+      });
       await world.startWorker('worker-1');
       await world.startWorker('worker-2');
       let phase = 'before the mistake';
@@ -89,7 +99,9 @@ export async function runPitrDrill(opts: { ratePerSecond: number; loadSeconds: n
       const { t: recoveryTarget } = await one<{ t: string }>(world.db.db, sql`SELECT clock_timestamp()::text AS t`);
       await sleep(200);
       const mistake = await world.db.db.transaction(async (tx) => {
-        const tasks = await tx.execute(sql`UPDATE generation_task SET status = 'FAILED', failure_code = 'operator_cleanup', failure_message = 'bulk fail' WHERE status = 'SUCCEEDED'`);
+        const tasks = await tx.execute(
+          sql`UPDATE generation_task SET status = 'FAILED', failure_code = 'operator_cleanup', failure_message = 'bulk fail' WHERE status = 'SUCCEEDED'`,
+        );
         const keys = await tx.execute(sql`DELETE FROM api_key WHERE tenant_id = ${other.tenant_id}::uuid`);
         // What the server log would show for the statement (log_line_prefix %x): its transaction id.
         const { t, xid } = (await tx.execute(sql`SELECT clock_timestamp()::text AS t, txid_current()::text AS xid`)).rows[0] as { t: string; xid: string };
@@ -125,8 +137,16 @@ export async function runPitrDrill(opts: { ratePerSecond: number; loadSeconds: n
           const plan = planPitrRepair(diff);
           const applied = await applyPitrRepair(world.db.db, plan, { actor: 'operator:drill', reason: 'pitr drill: bulk fail and key deletion', fence });
           const after = await pitrDiff(world.db.db, restored.db);
-          rounds.push({ target: 'time' in target ? `time ${target.time}` : `before xid ${target.beforeXid}`, restoreSeconds, diff, repair: { ...applied, skipped: plan.skipped.length }, leftAfterRepair: after.tasks.off_record.length + after.deleted_api_keys.length });
-          log(`round ${i + 1}: restored to ${rounds[i]!.target} in ${restoreSeconds.toFixed(1)} s; ${diff.tasks.rewritten.length} rewritten, ${plan.skipped.length} out of reach, ${diff.deleted_api_keys.length} keys deleted; ${applied.tasks_repaired.length} tasks and ${applied.api_keys_restored.length} keys repaired`);
+          rounds.push({
+            target: 'time' in target ? `time ${target.time}` : `before xid ${target.beforeXid}`,
+            restoreSeconds,
+            diff,
+            repair: { ...applied, skipped: plan.skipped.length },
+            leftAfterRepair: after.tasks.off_record.length + after.deleted_api_keys.length,
+          });
+          log(
+            `round ${i + 1}: restored to ${rounds[i]!.target} in ${restoreSeconds.toFixed(1)} s; ${diff.tasks.rewritten.length} rewritten, ${plan.skipped.length} out of reach, ${diff.deleted_api_keys.length} keys deleted; ${applied.tasks_repaired.length} tasks and ${applied.api_keys_restored.length} keys repaired`,
+          );
           if (plan.skipped.length === 0) break;
         } finally {
           await restored.close();
@@ -140,7 +160,10 @@ export async function runPitrDrill(opts: { ratePerSecond: number; loadSeconds: n
       });
       const inDb = await tasksStored(world.db, ids);
       const { n: archived } = await one<{ n: number }>(world.db.db, sql`SELECT archived_count::int AS n FROM pg_stat_archiver`);
-      const { s: rpo } = await one<{ s: number }>(world.db.db, sql`SELECT extract(epoch FROM ${mistake.at}::timestamptz - ${recoveryTarget}::timestamptz)::float8 AS s`);
+      const { s: rpo } = await one<{ s: number }>(
+        world.db.db,
+        sql`SELECT extract(epoch FROM ${mistake.at}::timestamptz - ${recoveryTarget}::timestamptz)::float8 AS s`,
+      );
       const jobs = [...(await providerJobsPerTask(world)).values()];
       return {
         accepted: ids.length,

@@ -18,7 +18,11 @@ export interface PostgresOutageReport extends OutageLoadOutcome {
   readonly convergeSecondsAfterRestart: number;
 }
 
-export async function runPostgresOutageDrill(opts: { outageSeconds: number; ratePerSecond: number; log: (line: string) => void }): Promise<PostgresOutageReport> {
+export async function runPostgresOutageDrill(opts: {
+  outageSeconds: number;
+  ratePerSecond: number;
+  log: (line: string) => void;
+}): Promise<PostgresOutageReport> {
   const { log } = opts;
   const pg = await startPrivatePostgres(path.join(REPO_ROOT, '.data', 'drill', `pg_${randomBytes(3).toString('hex')}`));
   log(`private PostgreSQL on port ${pg.port}`);

@@ -160,10 +160,28 @@ async function startCluster(dir: string, opts: PrivatePostgresOptions): Promise<
     },
     async baseBackup(target, o = {}) {
       await ownedDir(path.dirname(target));
-      await exec('pg_basebackup', ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-D', target, '-X', 'stream', '-c', 'fast', '--no-sync', ...(o.standbyConfig ? ['-R'] : [])]);
+      await exec('pg_basebackup', [
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(port),
+        '-U',
+        'postgres',
+        '-D',
+        target,
+        '-X',
+        'stream',
+        '-c',
+        'fast',
+        '--no-sync',
+        ...(o.standbyConfig ? ['-R'] : []),
+      ]);
     },
     async destroy() {
-      await pgc.stop().catch(() => pgc.crash()).catch(() => undefined);
+      await pgc
+        .stop()
+        .catch(() => pgc.crash())
+        .catch(() => undefined);
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -27,17 +27,21 @@ export async function runReviewLateWebhooksDrill(opts: {
   timeoutMs?: number;
 }): Promise<ReviewLateWebhooksReport> {
   const { log } = opts;
-  const world = await startDrillWorld('review-late-webhooks', {
-    SIMULATOR_GENERATION_MS: '1500',
-    PROVIDER_HTTP_TIMEOUT_MS: '2000',
-    POLL_INITIAL_MS: '500',
-    POLL_MAX_MS: '2000',
-    UNKNOWN_PROOF_DELAY_MS: '2000',
-    UNKNOWN_OUTCOME_DEADLINE_MS: '4000',
-    // A parked attempt keeps its provider slot (its job may exist): the whole limit from the start,
-    // so every task can park before the first webhook comes (at most Replicate's 50).
-    BULKHEAD_RAMP_START_SHARE: '1',
-  }, log);
+  const world = await startDrillWorld(
+    'review-late-webhooks',
+    {
+      SIMULATOR_GENERATION_MS: '1500',
+      PROVIDER_HTTP_TIMEOUT_MS: '2000',
+      POLL_INITIAL_MS: '500',
+      POLL_MAX_MS: '2000',
+      UNKNOWN_PROOF_DELAY_MS: '2000',
+      UNKNOWN_OUTCOME_DEADLINE_MS: '4000',
+      // A parked attempt keeps its provider slot (its job may exist): the whole limit from the start,
+      // so every task can park before the first webhook comes (at most Replicate's 50).
+      BULKHEAD_RAMP_START_SHARE: '1',
+    },
+    log,
+  );
   try {
     await world.startWorker('worker-a');
     const started = Date.now();

@@ -34,7 +34,12 @@ export interface StorageOutageReport {
   readonly copyBackSeconds: number;
 }
 
-export async function runStorageOutageDrill(opts: { tasks: number; outageSeconds: number; outputTtlSeconds: number; log: (line: string) => void }): Promise<StorageOutageReport> {
+export async function runStorageOutageDrill(opts: {
+  tasks: number;
+  outageSeconds: number;
+  outputTtlSeconds: number;
+  log: (line: string) => void;
+}): Promise<StorageOutageReport> {
   const { log } = opts;
   const world = await startDrillWorld(
     'storage-outage',
@@ -80,7 +85,12 @@ export async function runStorageOutageDrill(opts: { tasks: number; outageSeconds
     }
     const convergeSeconds = ((convergedAt ?? Date.now()) - stoppedAt) / 1000;
     const count = async (location: 'primary' | 'fallback') =>
-      (await world.db.db.select({ n: sql<number>`count(*)::int` }).from(asset).where(and(eq(asset.kind, 'video'), eq(asset.location, location), isNull(asset.deleted_at))))[0]?.n ?? 0;
+      (
+        await world.db.db
+          .select({ n: sql<number>`count(*)::int` })
+          .from(asset)
+          .where(and(eq(asset.kind, 'video'), eq(asset.location, location), isNull(asset.deleted_at)))
+      )[0]?.n ?? 0;
     // Videos only: a thumbnail sits next to its video.
     const rescuedToFallback = await count('fallback');
     const rescuedToPrimary = await count('primary');

@@ -36,7 +36,11 @@ async function waitForPollers(world: DrillWorld, n: number, timeoutMs: number): 
 
 const count = async (world: DrillWorld, query: ReturnType<typeof sql>) => ((await world.db.db.execute(query)).rows[0] as { n: number }).n;
 
-export async function runTemporalOutageDrill(opts: { outageSeconds: number; ratePerSecond: number; log: (line: string) => void }): Promise<TemporalOutageReport> {
+export async function runTemporalOutageDrill(opts: {
+  outageSeconds: number;
+  ratePerSecond: number;
+  log: (line: string) => void;
+}): Promise<TemporalOutageReport> {
   const { log } = opts;
   const world = await startDrillWorld(
     'temporal-outage',
@@ -96,8 +100,16 @@ export async function runTemporalOutageDrill(opts: { outageSeconds: number; rate
     const lambda = loadReport.accepted.filter((a) => a.at >= restartedAt.getTime()).length / 30;
     // μ: the best rate sustained over any 10 s window of the drain (what the system can do once warm).
     const until = (at: number | null) => (at === null ? Infinity : (at - restartedAt.getTime()) / 1000);
-    const muOutbox = peakRate(samples.map(([t, done]) => ({ t, done })), windowSeconds, until(outboxDrainedAt));
-    const muTasks = peakRate(samples.map(([t, , done]) => ({ t, done })), windowSeconds, until(tasksDrainedAt));
+    const muOutbox = peakRate(
+      samples.map(([t, done]) => ({ t, done })),
+      windowSeconds,
+      until(outboxDrainedAt),
+    );
+    const muTasks = peakRate(
+      samples.map(([t, , done]) => ({ t, done })),
+      windowSeconds,
+      until(tasksDrainedAt),
+    );
     const figures = (backlog: number, mu: number, drainedAt: number | null): DrainFigures =>
       drainFigures(backlog, mu, lambda, drainedAt === null ? null : (drainedAt - restartedAt.getTime()) / 1000);
 

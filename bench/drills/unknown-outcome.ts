@@ -87,15 +87,19 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
   const providers = opts.providers && opts.providers.length > 0 ? opts.providers : (['replicate'] as const);
   // Every fault config below keeps the webhooks off when they are dropped.
   const drop = opts.dropWebhooks ? ({ callbacks: 'off' } as const) : {};
-  const world = await startDrillWorld('unknown-outcome', {
-    SIMULATOR_GENERATION_MS: '1500',
-    PROVIDER_HTTP_TIMEOUT_MS: '5000',
-    POLL_INITIAL_MS: '500',
-    POLL_MAX_MS: '2000',
-    UNKNOWN_PROOF_DELAY_MS: '5000',
-    UNKNOWN_OUTCOME_DEADLINE_MS: '180000',
-    WORKER_MAX_CONCURRENT_ACTIVITIES: '100',
-  }, log);
+  const world = await startDrillWorld(
+    'unknown-outcome',
+    {
+      SIMULATOR_GENERATION_MS: '1500',
+      PROVIDER_HTTP_TIMEOUT_MS: '5000',
+      POLL_INITIAL_MS: '500',
+      POLL_MAX_MS: '2000',
+      UNKNOWN_PROOF_DELAY_MS: '5000',
+      UNKNOWN_OUTCOME_DEADLINE_MS: '180000',
+      WORKER_MAX_CONCURRENT_ACTIVITIES: '100',
+    },
+    log,
+  );
   try {
     await world.startWorker('worker-a');
     await world.startWorker('worker-b');

@@ -36,7 +36,12 @@ export interface WebhooksDrillReport {
   readonly failingSeconds: number;
 }
 
-export async function runWebhooksDrill(opts: { tasks: number; downSeconds: number; failingSeconds: number; log: (line: string) => void }): Promise<WebhooksDrillReport> {
+export async function runWebhooksDrill(opts: {
+  tasks: number;
+  downSeconds: number;
+  failingSeconds: number;
+  log: (line: string) => void;
+}): Promise<WebhooksDrillReport> {
   const { log } = opts;
   const world = await startDrillWorld(
     'webhooks',
@@ -82,10 +87,12 @@ export async function runWebhooksDrill(opts: { tasks: number; downSeconds: numbe
     await waitFor(async () => (await count(world, sql`SELECT count(*)::int AS n FROM webhook_delivery WHERE state = 'pending'`)) === 0, 300_000);
     const { byStatus } = await convergence(world.db);
 
-    const events = (await world.db.db.execute(sql`
+    const events = (
+      await world.db.db.execute(sql`
       SELECT e.event_id, e.event_type, e.task_id, e.status_version, e.created_at, d.state
       FROM webhook_event e JOIN webhook_delivery d ON d.event_id = e.event_id
-      WHERE e.event_type IN ('task.succeeded', 'task.failed', 'task.cancelled')`)).rows as {
+      WHERE e.event_type IN ('task.succeeded', 'task.failed', 'task.cancelled')`)
+    ).rows as {
       event_id: string;
       event_type: string;
       task_id: string;
@@ -110,7 +117,11 @@ export async function runWebhooksDrill(opts: { tasks: number; downSeconds: numbe
       }
       afterSuccess += ok.length - 1;
       delays.push((Math.min(...ok.map((s) => s.at)) - new Date(ev.created_at).getTime()) / 1000);
-      const distinct = new Set(seen.map(({ body }: { body: { type?: string; data?: { task_id?: string; status_version?: number } } | null }) => JSON.stringify([body?.type, body?.data?.task_id, body?.data?.status_version])));
+      const distinct = new Set(
+        seen.map(({ body }: { body: { type?: string; data?: { task_id?: string; status_version?: number } } | null }) =>
+          JSON.stringify([body?.type, body?.data?.task_id, body?.data?.status_version]),
+        ),
+      );
       if (distinct.size !== 1 || !distinct.has(JSON.stringify([ev.event_type, ev.task_id, Number(ev.status_version)]))) mismatched += 1;
     }
     delays.sort((a, b) => a - b);

@@ -127,7 +127,12 @@ export function reportCounts(
       rep.log(`${bench}: check FAILED: no budgets for "${bench}" in ${path.relative(REPO_ROOT, BUDGETS_FILE)} (write them with --write-budgets)`);
       process.exitCode = 1;
     } else if (regressed.length) {
-      rep.log(`${bench}: check FAILED: over budget: ${checks.filter((c) => c.regressed).map((c) => `${c.key} ${Number.isFinite(c.measured) ? Math.round(c.measured * 100) / 100 : 'not measured'} > ${c.max}`).join('; ')}`);
+      rep.log(
+        `${bench}: check FAILED: over budget: ${checks
+          .filter((c) => c.regressed)
+          .map((c) => `${c.key} ${Number.isFinite(c.measured) ? Math.round(c.measured * 100) / 100 : 'not measured'} > ${c.max}`)
+          .join('; ')}`,
+      );
       process.exitCode = 1;
     } else rep.log(`${bench}: check passed: every budgeted count within its budget`);
   }

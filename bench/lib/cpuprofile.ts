@@ -64,14 +64,32 @@ export function summarizeProfiles(dir: string, top = 15): ProfileSummary | null 
   const share = (ms: number) => (totalMs > 0 ? ms / totalMs : 0);
   return {
     totalMs,
-    byArea: [...areas.entries()].sort((a, b) => b[1] - a[1]).slice(0, top).map(([area, ms]) => ({ area, ms, share: share(ms) })),
-    byFunction: [...fns.entries()].sort((a, b) => b[1].ms - a[1].ms).slice(0, top).map(([fn, e]) => ({ fn, area: e.area, ms: e.ms, share: share(e.ms) })),
+    byArea: [...areas.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, top)
+      .map(([area, ms]) => ({ area, ms, share: share(ms) })),
+    byFunction: [...fns.entries()]
+      .sort((a, b) => b[1].ms - a[1].ms)
+      .slice(0, top)
+      .map(([fn, e]) => ({ fn, area: e.area, ms: e.ms, share: share(e.ms) })),
   };
 }
 
 /** Prints the profile summary tables (nothing when no profile was written). */
-export function printProfile(rep: { table(title: string, header: string[], rows: (string | number)[][]): void }, what: string, summary: ProfileSummary | null): void {
+export function printProfile(
+  rep: { table(title: string, header: string[], rows: (string | number)[][]): void },
+  what: string,
+  summary: ProfileSummary | null,
+): void {
   if (!summary) return;
-  rep.table(`${what}: CPU profile, self time by area (${(summary.totalMs / 1000).toFixed(1)} s of CPU sampled, start-up included)`, ['area', 'self s', 'share %'], summary.byArea.map((a) => [a.area, Number((a.ms / 1000).toFixed(2)), Number((a.share * 100).toFixed(1))]));
-  rep.table(`${what}: hottest functions (self time)`, ['function', 'area', 'self s', 'share %'], summary.byFunction.map((f) => [f.fn.slice(0, 70), f.area, Number((f.ms / 1000).toFixed(2)), Number((f.share * 100).toFixed(1))]));
+  rep.table(
+    `${what}: CPU profile, self time by area (${(summary.totalMs / 1000).toFixed(1)} s of CPU sampled, start-up included)`,
+    ['area', 'self s', 'share %'],
+    summary.byArea.map((a) => [a.area, Number((a.ms / 1000).toFixed(2)), Number((a.share * 100).toFixed(1))]),
+  );
+  rep.table(
+    `${what}: hottest functions (self time)`,
+    ['function', 'area', 'self s', 'share %'],
+    summary.byFunction.map((f) => [f.fn.slice(0, 70), f.area, Number((f.ms / 1000).toFixed(2)), Number((f.share * 100).toFixed(1))]),
+  );
 }

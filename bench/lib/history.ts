@@ -35,7 +35,18 @@ const ms = (e: HistoryEvent): number => {
 };
 
 export function emptyStats(): HistoryStats {
-  return { workflows: 0, events: 0, activities: {}, workflowTasks: { count: 0, queueMs: 0, runMs: 0 }, signals: 0, upserts: 0, timers: 0, activityOrder: [], waitAfter: 0, wallMs: 0 };
+  return {
+    workflows: 0,
+    events: 0,
+    activities: {},
+    workflowTasks: { count: 0, queueMs: 0, runMs: 0 },
+    signals: 0,
+    upserts: 0,
+    timers: 0,
+    activityOrder: [],
+    waitAfter: 0,
+    wallMs: 0,
+  };
 }
 
 /** Adds one history to `acc` (mutates and returns a new object for the scalar fields). */

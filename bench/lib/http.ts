@@ -13,11 +13,7 @@ export interface HttpResponse {
 }
 
 export interface HttpClient {
-  request(
-    method: string,
-    path: string,
-    opts?: { headers?: Record<string, string>; body?: string | Buffer; timeoutMs?: number },
-  ): Promise<HttpResponse>;
+  request(method: string, path: string, opts?: { headers?: Record<string, string>; body?: string | Buffer; timeoutMs?: number }): Promise<HttpResponse>;
   close(): void;
 }
 

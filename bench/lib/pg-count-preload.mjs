@@ -48,7 +48,10 @@ if (file) {
   };
   const flush = () => {
     try {
-      fs.writeFileSync(`${file}.tmp`, JSON.stringify({ pid: process.pid, total, commits, rollbacks, statements: Object.fromEntries(counts), commitsBy: Object.fromEntries(commitsBy) }));
+      fs.writeFileSync(
+        `${file}.tmp`,
+        JSON.stringify({ pid: process.pid, total, commits, rollbacks, statements: Object.fromEntries(counts), commitsBy: Object.fromEntries(commitsBy) }),
+      );
       fs.renameSync(`${file}.tmp`, file);
     } catch {
       // best effort

@@ -23,7 +23,13 @@ export const NO_COUNTS: PgCounts = { total: 0, commits: 0, rollbacks: 0, stateme
 export function readPgCounts(file: string): PgCounts {
   try {
     const raw = JSON.parse(fs.readFileSync(file, 'utf8')) as Partial<PgCounts>;
-    return { total: raw.total ?? 0, commits: raw.commits ?? 0, rollbacks: raw.rollbacks ?? 0, statements: raw.statements ?? {}, commitsBy: raw.commitsBy ?? {} };
+    return {
+      total: raw.total ?? 0,
+      commits: raw.commits ?? 0,
+      rollbacks: raw.rollbacks ?? 0,
+      statements: raw.statements ?? {},
+      commitsBy: raw.commitsBy ?? {},
+    };
   } catch {
     return NO_COUNTS;
   }

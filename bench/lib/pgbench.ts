@@ -102,7 +102,8 @@ function run(args: string[], env: NodeJS.ProcessEnv, timeoutMs: number, onStderr
 export async function runPgbench(opts: PgbenchOptions): Promise<PgbenchResult> {
   const budget = await connectionBudget(opts.databaseUrl);
   const clients = Math.min(opts.clients, budget);
-  if (clients < opts.clients) opts.progress?.(`[${opts.label}] only ${clients} connections free on this server: running ${clients} clients, not ${opts.clients}`);
+  if (clients < opts.clients)
+    opts.progress?.(`[${opts.label}] only ${clients} connections free on this server: running ${clients} clients, not ${opts.clients}`);
   const threads = Math.max(1, Math.min(os.cpus().length, clients));
   const { args: conn, env, db } = connArgs(opts.databaseUrl);
   const vars = Object.entries(opts.vars).flatMap(([k, v]) => ['-D', `${k}=${v}`]);

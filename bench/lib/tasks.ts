@@ -41,7 +41,10 @@ export async function waitForTerminal(
       [ids],
     );
     const done = rows[0]?.done ?? 0;
-    if (done !== last) opts.rep.log(`[${opts.tag}] ${((performance.now() - t0) / 1000).toFixed(0).padStart(3)}s  ${done}/${ids.length} finished (${rows[0]?.ok ?? 0} SUCCEEDED)`);
+    if (done !== last)
+      opts.rep.log(
+        `[${opts.tag}] ${((performance.now() - t0) / 1000).toFixed(0).padStart(3)}s  ${done}/${ids.length} finished (${rows[0]?.ok ?? 0} SUCCEEDED)`,
+      );
     last = done;
     if (done >= ids.length) return;
     if (Date.now() > deadline) {

@@ -77,11 +77,7 @@ export function queryDelta(after: QueryCounts[], before: QueryCounts[]): QueryCo
   return { total, statements };
 }
 
-export async function startBenchWorld(
-  name: string,
-  overrides: Record<string, string>,
-  log: (line: string) => void,
-): Promise<BenchWorld> {
+export async function startBenchWorld(name: string, overrides: Record<string, string>, log: (line: string) => void): Promise<BenchWorld> {
   const world = await startDrillWorld(`bench_${name}`, { LOG_LEVEL: 'warn', ...overrides }, log);
   const dbName = decodeURIComponent(new URL(world.config.DATABASE_URL).pathname.slice(1));
   const runId = dbName.slice(-6);
@@ -155,7 +151,9 @@ export async function startBenchWorld(
       return rows.map((r) => r.pid);
     },
     temporalPids() {
-      return childProcesses().filter((c) => c.comm === 'temporal').map((c) => c.pid);
+      return childProcesses()
+        .filter((c) => c.comm === 'temporal')
+        .map((c) => c.pid);
     },
     async close() {
       for (const p of procs) await p.stop('SIGTERM', 5_000);

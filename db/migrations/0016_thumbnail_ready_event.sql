@@ -1,7 +1,7 @@
 ALTER TABLE "webhook_event" DROP CONSTRAINT "webhook_event_type_check";--> statement-breakpoint
 DROP INDEX "webhook_event_task_version";--> statement-breakpoint
 CREATE UNIQUE INDEX "webhook_event_task_version" ON "webhook_event" USING btree ("task_id","status_version","event_type");--> statement-breakpoint
-ALTER TABLE "webhook_event" ADD CONSTRAINT "webhook_event_type_check" CHECK ("webhook_event"."event_type" IN ('task.succeeded', 'task.failed', 'task.cancelled', 'task.needs_attention', 'task.output_at_risk', 'task.thumbnail_ready'));-- Hand-written: `task.thumbnail_ready` (docs/webhooks.md, docs/decisions/00XX-thumbnail-off-the-path.md).
+ALTER TABLE "webhook_event" ADD CONSTRAINT "webhook_event_type_check" CHECK ("webhook_event"."event_type" IN ('task.succeeded', 'task.failed', 'task.cancelled', 'task.needs_attention', 'task.output_at_risk', 'task.thumbnail_ready'));-- Hand-written: `task.thumbnail_ready` (docs/webhooks.md, docs/decisions/0036-thumbnail-off-the-path.md).
 -- The thumbnail is made after SUCCEEDED (activities/thumbnail.ts), so it has no transition of its
 -- own; its asset row's INSERT writes the event and its deliveries in the same transaction, the way
 -- a transition's INSERT does (0009, 0014): no thumbnail row without its event. The row is

@@ -40,8 +40,7 @@ export interface BulkheadOptions {
 }
 
 export type BulkheadDecision =
-  | { readonly admitted: true; readonly release: () => void }
-  | { readonly admitted: false; readonly inFlight: number; readonly allowed: number };
+  { readonly admitted: true; readonly release: () => void } | { readonly admitted: false; readonly inFlight: number; readonly allowed: number };
 
 export class Bulkhead {
   private rebuiltAt: number | null = null;

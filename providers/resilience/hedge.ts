@@ -5,7 +5,10 @@
 /** Keeps the last `size` latencies of one provider's reads. */
 export class LatencyWindow {
   private readonly samples: number[] = [];
-  constructor(private readonly size = 200, private readonly minSamples = 20) {}
+  constructor(
+    private readonly size = 200,
+    private readonly minSamples = 20,
+  ) {}
 
   record(ms: number): void {
     this.samples.push(ms);
@@ -33,11 +36,7 @@ export interface HedgedResult<T> {
  * more and resolves with the first success. The loser is aborted. Rejects only when every
  * request sent has failed (with the first request's error).
  */
-export function hedgedRead<T>(
-  read: (signal: AbortSignal) => Promise<T>,
-  hedgeAfterMs: number | null,
-  parent?: AbortSignal,
-): Promise<HedgedResult<T>> {
+export function hedgedRead<T>(read: (signal: AbortSignal) => Promise<T>, hedgeAfterMs: number | null, parent?: AbortSignal): Promise<HedgedResult<T>> {
   return new Promise((resolve, reject) => {
     const controllers: AbortController[] = [];
     let settled = false;

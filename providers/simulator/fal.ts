@@ -206,7 +206,7 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
     res.status(202).json({ status: 'CANCELLATION_REQUESTED' });
   });
   r.post('/*model', (req, res) => {
-    const model = (req.params).model.join('/');
+    const model = req.params.model.join('/');
     const webhook = typeof req.query['fal_webhook'] === 'string' ? req.query['fal_webhook'] : null;
     if (model.split('/').length < 2) return void res.status(404).json({ detail: 'Application not found' });
     const input = (INPUTS[model] ?? anyInput).safeParse(req.body);

@@ -61,7 +61,12 @@ export const faultConfigSchema = z.strictObject({
    * Serve output files this many bytes larger: the sample MP4 followed by an ISO BMFF 'free' box
    * (ignored by players and probes). A large output for resumed-download tests and drills.
    */
-  output_pad_bytes: z.number().int().min(0).max(256 * 1024 * 1024).optional(),
+  output_pad_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .max(256 * 1024 * 1024)
+    .optional(),
   /** GET /v1/predictions (listing) */
   list: z.enum(['ok', 'error_5xx']).optional(),
   /**
@@ -103,8 +108,14 @@ class Knob<F extends string> {
 
 export class Faults {
   private config: FaultConfig = {};
-  private readonly submitKnob = new Knob<SubmitFault>(() => this.config.submit ?? 'ok', () => this.config.submit_fault_rate);
-  private readonly outputKnob = new Knob<OutputFault>(() => this.config.output ?? 'ok', () => this.config.output_fault_rate);
+  private readonly submitKnob = new Knob<SubmitFault>(
+    () => this.config.submit ?? 'ok',
+    () => this.config.submit_fault_rate,
+  );
+  private readonly outputKnob = new Knob<OutputFault>(
+    () => this.config.output ?? 'ok',
+    () => this.config.output_fault_rate,
+  );
   /** Every submit that asked for its fault (i.e. every submit received), with what it was answered. */
   readonly submits = new SubmitLog();
 

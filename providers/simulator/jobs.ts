@@ -164,16 +164,19 @@ export class JobStore {
       const p = job.input['prompt'] ?? job.input['promptText'];
       const prompt = typeof p === 'string' ? p : '';
       job.timers.push(
-        setTimeout(() => {
-          job.startedAt = new Date();
-          this.setPhase(job, 'running');
-          job.timers.push(
-            setTimeout(() => {
-              if (prompt.includes('[sim:fail]')) this.finish(job, 'failed', 'simulated failure requested by [sim:fail]');
-              else this.finish(job, 'succeeded', null);
-            }, job.generationMs),
-          );
-        }, Math.min(200, job.generationMs / 4)),
+        setTimeout(
+          () => {
+            job.startedAt = new Date();
+            this.setPhase(job, 'running');
+            job.timers.push(
+              setTimeout(() => {
+                if (prompt.includes('[sim:fail]')) this.finish(job, 'failed', 'simulated failure requested by [sim:fail]');
+                else this.finish(job, 'succeeded', null);
+              }, job.generationMs),
+            );
+          },
+          Math.min(200, job.generationMs / 4),
+        ),
       );
     }
   }

@@ -157,7 +157,16 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
     if (deps.faults.for('kling').list === 'error_5xx') return envelope(res, 503, 5001, 'service temporarily unavailable');
     const size = Math.min(500, Math.max(1, Number(req.query['pageSize'] ?? 30)));
     const page = Math.max(1, Number(req.query['pageNum'] ?? 1));
-    envelope(res, 200, 0, 'SUCCEED', store.list().slice((page - 1) * size, page * size).map(taskJson));
+    envelope(
+      res,
+      200,
+      0,
+      'SUCCEED',
+      store
+        .list()
+        .slice((page - 1) * size, page * size)
+        .map(taskJson),
+    );
   });
 
   return {

@@ -42,7 +42,9 @@ export class MediaLibrary {
   sample(durationS: number): Promise<string> {
     const d = clampDuration(durationS);
     const pad = this.padBytes();
-    return pad > 0 ? this.once(`${d}+${pad}`, async () => this.pad(await this.once(String(d), () => this.generate(d)), pad)) : this.once(String(d), () => this.generate(d));
+    return pad > 0
+      ? this.once(`${d}+${pad}`, async () => this.pad(await this.once(String(d), () => this.generate(d)), pad))
+      : this.once(String(d), () => this.generate(d));
   }
 
   private once(key: string, make: () => Promise<string>): Promise<string> {
@@ -91,10 +93,25 @@ export class MediaLibrary {
     const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp.mp4`;
     try {
       await run(this.ffmpegPath, [
-        '-hide_banner', '-loglevel', 'error', '-y',
-        '-f', 'lavfi', '-i', `testsrc=size=320x240:rate=24:duration=${d}`,
-        '-pix_fmt', 'yuv420p', '-c:v', 'libx264', '-preset', 'ultrafast',
-        '-movflags', '+faststart', '-f', 'mp4', tmp,
+        '-hide_banner',
+        '-loglevel',
+        'error',
+        '-y',
+        '-f',
+        'lavfi',
+        '-i',
+        `testsrc=size=320x240:rate=24:duration=${d}`,
+        '-pix_fmt',
+        'yuv420p',
+        '-c:v',
+        'libx264',
+        '-preset',
+        'ultrafast',
+        '-movflags',
+        '+faststart',
+        '-f',
+        'mp4',
+        tmp,
       ]);
       await rename(tmp, file);
     } catch (err) {

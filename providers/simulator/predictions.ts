@@ -73,7 +73,10 @@ function modelAndVersion(req: CreatePrediction): { model: string; version: strin
 function tokenOf(url: string | null): string | null {
   if (!url) return null;
   try {
-    const seg = new URL(url).pathname.split('/').filter((x) => x.length > 0).pop();
+    const seg = new URL(url).pathname
+      .split('/')
+      .filter((x) => x.length > 0)
+      .pop();
     return seg ? decodeURIComponent(seg) : null;
   } catch {
     return null;
@@ -127,11 +130,14 @@ export class PredictionStore {
 
     this.emit(p, 'start');
     p.timers.push(
-      setTimeout(() => {
-        if (p.status !== 'starting') return;
-        p.status = 'processing';
-        p.startedAt = new Date();
-      }, Math.min(200, generationMs / 4)),
+      setTimeout(
+        () => {
+          if (p.status !== 'starting') return;
+          p.status = 'processing';
+          p.startedAt = new Date();
+        },
+        Math.min(200, generationMs / 4),
+      ),
       setTimeout(() => {
         if (prompt.includes('[sim:fail]')) this.finish(p, 'failed', 'simulated failure requested by [sim:fail]');
         else this.finish(p, 'succeeded', null);

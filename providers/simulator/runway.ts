@@ -27,10 +27,25 @@ const seed = z.int().min(0).max(4_294_967_295).optional();
 const moderation = z.strictObject({ publicFigureThreshold: z.enum(['auto', 'low']).optional() }).optional();
 const gen4Ratios = z.enum(['1280:720', '720:1280', '1104:832', '832:1104', '960:960', '1584:672']);
 const veoRatios = z.enum(['1280:720', '720:1280', '1080:1920', '1920:1080']);
-const veo = (model: 'veo3.1' | 'veo3.1_fast') => ({ model: z.literal(model), ratio: veoRatios, duration: veoDuration.optional(), seed, audio: z.boolean().optional(), negativePrompt: z.string().optional() });
+const veo = (model: 'veo3.1' | 'veo3.1_fast') => ({
+  model: z.literal(model),
+  ratio: veoRatios,
+  duration: veoDuration.optional(),
+  seed,
+  audio: z.boolean().optional(),
+  negativePrompt: z.string().optional(),
+});
 
 const imageBody = z.discriminatedUnion('model', [
-  z.strictObject({ model: z.literal('gen4_turbo'), promptImage, ratio: gen4Ratios, promptText: promptText.optional(), duration: twoToTen.optional(), seed, contentModeration: moderation }),
+  z.strictObject({
+    model: z.literal('gen4_turbo'),
+    promptImage,
+    ratio: gen4Ratios,
+    promptText: promptText.optional(),
+    duration: twoToTen.optional(),
+    seed,
+    contentModeration: moderation,
+  }),
   z.strictObject({ model: z.literal('gen4.5'), promptImage, promptText, ratio: gen4Ratios, duration: twoToTen, seed, contentModeration: moderation }),
   z.strictObject({ ...veo('veo3.1'), promptImage, promptText: promptText.optional() }),
   z.strictObject({ ...veo('veo3.1_fast'), promptImage, promptText: promptText.optional() }),

@@ -159,8 +159,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   let outputReads = 0;
   let outputRangeReads = 0;
   let outputBytes = 0;
-  const tokenCount = (token: string): number =>
-    (store.byToken.get(token) ?? 0) + jobStores.reduce((n, s) => n + (s.byToken.get(token) ?? 0), 0);
+  const tokenCount = (token: string): number => (store.byToken.get(token) ?? 0) + jobStores.reduce((n, s) => n + (s.byToken.get(token) ?? 0), 0);
   const stats = (): SimulatorStats => {
     const byToken = new Map(store.byToken);
     for (const s of jobStores) for (const [t, n] of s.byToken) byToken.set(t, (byToken.get(t) ?? 0) + n);

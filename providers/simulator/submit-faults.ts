@@ -17,14 +17,7 @@ export interface SubmitHandlers<T> {
 }
 
 /** Runs one submit under `fault`; timers of delayed answers are kept in `pending` (closed on shutdown). */
-export function runSubmit<T>(
-  req: Request,
-  res: Response,
-  fault: SubmitFault,
-  config: FaultConfig,
-  pending: Set<NodeJS.Timeout>,
-  h: SubmitHandlers<T>,
-): void {
+export function runSubmit<T>(req: Request, res: Response, fault: SubmitFault, config: FaultConfig, pending: Set<NodeJS.Timeout>, h: SubmitHandlers<T>): void {
   if (fault === 'error_5xx_before_accept') return h.errorBeforeAccept();
   if (fault === 'rate_limit') {
     if (config.retry_after_s !== undefined) res.set('Retry-After', String(config.retry_after_s));
@@ -56,7 +49,10 @@ export function runSubmit<T>(
 export function tokenOfUrl(url: string | null | undefined): string | null {
   if (!url) return null;
   try {
-    const seg = new URL(url).pathname.split('/').filter((x) => x.length > 0).pop();
+    const seg = new URL(url).pathname
+      .split('/')
+      .filter((x) => x.length > 0)
+      .pop();
     return seg ? decodeURIComponent(seg) : null;
   } catch {
     return null;

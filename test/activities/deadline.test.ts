@@ -22,7 +22,14 @@ async function newTask(deadlineSeconds?: number): Promise<string> {
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `deadline-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `deadline ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0, ...(deadlineSeconds ? { deadline_seconds: deadlineSeconds } : {}) },
+    body: {
+      model: 'minimax/video-01',
+      prompt: `deadline ${seq}`,
+      duration_seconds: 2,
+      resolution: '480p',
+      priority: 0,
+      ...(deadlineSeconds ? { deadline_seconds: deadlineSeconds } : {}),
+    },
     defaultDeadlineSeconds: 600,
   });
   await w.run('dispatchTask', created.task.task_id);

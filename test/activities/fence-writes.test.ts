@@ -27,7 +27,13 @@ before(async () => {
     deps: (d) => {
       const storage = withPresignFailures(d.storage, presignFailures);
       const replicate = d.providers['replicate']!;
-      const counted: ProviderAdapter = { ...replicate, cancel: async (...args) => { cancelCalls += 1; return replicate.cancel(...args); } };
+      const counted: ProviderAdapter = {
+        ...replicate,
+        cancel: async (...args) => {
+          cancelCalls += 1;
+          return replicate.cancel(...args);
+        },
+      };
       return { ...d, storage, providers: { ...d.providers, replicate: counted } };
     },
   });
@@ -49,15 +55,26 @@ async function whileEpochMoves(work: () => Promise<unknown>): Promise<unknown> {
     await client.query('SELECT 1 FROM region_write_fence WHERE resource_scope = $1 FOR UPDATE', [w.config.FENCE_SCOPE]);
     await client.query('UPDATE region_write_fence SET write_epoch = write_epoch + 1 WHERE resource_scope = $1', [w.config.FENCE_SCOPE]);
     let settled = false;
-    const outcome = work().then(() => null, (err: unknown) => err).finally(() => { settled = true; });
-    await eventually(async () => {
-      if (settled) return true;
-      await client.query('SELECT pg_stat_clear_snapshot()'); // the view is a per-transaction snapshot otherwise
-      const { rows } = await client.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
-      );
-      return (rows[0] as { n: number }).n > 0 ? true : undefined;
-    }, 30_000, 50);
+    const outcome = work()
+      .then(
+        () => null,
+        (err: unknown) => err,
+      )
+      .finally(() => {
+        settled = true;
+      });
+    await eventually(
+      async () => {
+        if (settled) return true;
+        await client.query('SELECT pg_stat_clear_snapshot()'); // the view is a per-transaction snapshot otherwise
+        const { rows } = await client.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`,
+        );
+        return (rows[0] as { n: number }).n > 0 ? true : undefined;
+      },
+      30_000,
+      50,
+    );
     await client.query('COMMIT');
     return await outcome;
   } finally {
@@ -94,16 +111,23 @@ describe('a stale-epoch worker writes nothing', () => {
     const [afterwards] = await db().select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
     assert.equal(afterwards!.next_poll_at?.getTime(), before!.next_poll_at?.getTime());
     assert.equal(afterwards!.last_polled_at?.getTime(), before!.last_polled_at?.getTime());
-    const polls = await db().select().from(callbackInbox).where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'poll')));
+    const polls = await db()
+      .select()
+      .from(callbackInbox)
+      .where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'poll')));
     assert.equal(polls.length, 0);
   });
 
   test('media: neither SUCCEEDED nor the thumbnail asset row is written under a moved epoch', async () => {
     const id = await submittedTask();
-    await eventually(async () => {
-      await w.run('pollProvider', id);
-      return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
-    }, 20_000, 300);
+    await eventually(
+      async () => {
+        await w.run('pollProvider', id);
+        return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+      },
+      20_000,
+      300,
+    );
     presignFailures.left = 1;
     await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
     fenceRejected(await whileEpochMoves(() => w.run('processMedia', id)));
@@ -113,9 +137,15 @@ describe('a stale-epoch worker writes nothing', () => {
 
     // The thumbnail follows SUCCEEDED (activities/thumbnail.ts). Its row taken away again (never
     // done outside this test), the maker, started under the old epoch, writes nothing.
-    const thumbnailRows = () => db().select().from(asset).where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
+    const thumbnailRows = () =>
+      db()
+        .select()
+        .from(asset)
+        .where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
     await eventually(async () => ((await thumbnailRows()).length === 1 ? true : undefined), 20_000, 100);
-    await db().delete(asset).where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
+    await db()
+      .delete(asset)
+      .where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
     fenceRejected(await whileEpochMoves(() => makeThumbnail(w.deps, id)));
     assert.equal((await thumbnailRows()).length, 0, 'no thumbnail row under a moved epoch');
   });
@@ -130,7 +160,7 @@ describe('a stale-epoch worker writes nothing', () => {
     assert.equal(cancelCalls, 1);
   });
 
-  test("relay: the outbox row is not marked published under a moved epoch", async () => {
+  test('relay: the outbox row is not marked published under a moved epoch', async () => {
     const config = { ...w.config, TEMPORAL_TASK_QUEUE: uniqueQueue('fence-relay') };
     const { client, close } = await temporalClient(config);
     try {
@@ -148,7 +178,10 @@ describe('a stale-epoch worker writes nothing', () => {
       assert.equal(row!.published_at, null);
       assert.equal(row!.publish_attempts, 0);
       assert.equal((await relayOnce(relay)).published, 1, 'the current epoch publishes it');
-      await client.workflow.getHandle(facade.workflowIdFor(id)).terminate('test cleanup').catch(() => undefined);
+      await client.workflow
+        .getHandle(facade.workflowIdFor(id))
+        .terminate('test cleanup')
+        .catch(() => undefined);
     } finally {
       await close();
     }

@@ -13,14 +13,7 @@ import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import type { ProviderJob, ProviderJobState } from '../../providers/types';
-import {
-  createTestDatabase,
-  createTestTenant,
-  startSimulator,
-  testConfig,
-  type RunningSimulator,
-  type TestDatabase,
-} from '../support/stack';
+import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
 
 let sim: RunningSimulator;
 let tdb: TestDatabase;
@@ -86,13 +79,22 @@ const job = (jobId: string, state: ProviderJobState, at: string, extra: Partial<
 
 async function inbox(taskId: string, attemptId: string, j: ProviderJob, source: 'callback' | 'poll', eventId: string | null = null) {
   return recordProviderEvent(tdb.database.db, {
-    provider: 'replicate', job: j, providerEventId: eventId, source, attemptId, taskId,
-    receivedRegion: config.REGION, signatureValid: true, raw: { status: j.rawStatus },
+    provider: 'replicate',
+    job: j,
+    providerEventId: eventId,
+    source,
+    attemptId,
+    taskId,
+    receivedRegion: config.REGION,
+    signatureValid: true,
+    raw: { status: j.rawStatus },
   });
 }
 
 const transitionsOf = async (taskId: string) =>
-  (await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version))).map((t) => t.to_status);
+  (await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version))).map(
+    (t) => t.to_status,
+  );
 const taskOf = async (taskId: string) => (await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!;
 
 describe('submit: the provider is called at most once per attempt', () => {
@@ -170,11 +172,14 @@ describe('callbacks and polls share one path', () => {
     await inbox(taskId, attemptId, job(jobId, 'running', '2026-01-01T00:00:03Z'), 'callback', `p-${jobId}`);
     const facts = await run('applyInbox', taskId);
     assert.equal(facts.status, 'PROVIDER_SUCCEEDED');
-    const [late] = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.provider_event_id, `p-${jobId}`));
+    const [late] = await tdb.database.db
+      .select()
+      .from(callbackInbox)
+      .where(eq(callbackInbox.provider_event_id, `p-${jobId}`));
     assert.match(late?.process_error ?? '', /stale/);
   });
 
-  test('out-of-order callbacks are applied in the provider\'s order', async () => {
+  test("out-of-order callbacks are applied in the provider's order", async () => {
     const { taskId, attemptId, jobId } = await submittedTask();
     await inbox(taskId, attemptId, job(jobId, 'succeeded', '2026-01-01T00:00:09Z'), 'callback', `b-${jobId}`);
     await inbox(taskId, attemptId, job(jobId, 'running', '2026-01-01T00:00:04Z'), 'callback', `a-${jobId}`);
@@ -191,7 +196,7 @@ describe('callbacks and polls share one path', () => {
     assert.equal(attempt?.provider_job_id, 'early-job-1');
   });
 
-  test('an event for a job that is not the attempt\'s job is refused', async () => {
+  test("an event for a job that is not the attempt's job is refused", async () => {
     const { taskId, attemptId } = await submittedTask();
     await inbox(taskId, attemptId, job('someone-elses-job', 'succeeded', '2026-01-01T00:00:01Z'), 'callback', 'foreign-1');
     const facts = await run('applyInbox', taskId);

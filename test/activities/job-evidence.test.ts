@@ -19,11 +19,13 @@ after(() => w?.close());
 beforeEach(async () => {
   w.sim.sim.clearFaults();
   // Earlier tests' open attempts would hold Kling's few bulkhead slots.
-  await w.tdb.database.db.update(taskAttempt).set({ submit_state: 'FAILED' }).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
+  await w.tdb.database.db
+    .update(taskAttempt)
+    .set({ submit_state: 'FAILED' })
+    .where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
 });
 
-const attemptsOf = (taskId: string) =>
-  w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
+const attemptsOf = (taskId: string) => w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
 const statusOf = async (taskId: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!.status;
 
 let seq = 0;
@@ -49,7 +51,16 @@ async function unknownKlingTask(): Promise<{ taskId: string; attemptId: string }
 const callbackFor = (taskId: string, attemptId: string, opts: { processed?: boolean } = {}) =>
   recordProviderEvent(w.tdb.database.db, {
     provider: 'kling',
-    job: { jobId: `k-${attemptId.slice(0, 8)}`, state: 'queued', rawStatus: 'submitted', updatedAt: new Date(), outputUrl: null, error: null, correlationToken: attemptId, metrics: null },
+    job: {
+      jobId: `k-${attemptId.slice(0, 8)}`,
+      state: 'queued',
+      rawStatus: 'submitted',
+      updatedAt: new Date(),
+      outputUrl: null,
+      error: null,
+      correlationToken: attemptId,
+      metrics: null,
+    },
     providerEventId: null,
     source: 'callback',
     attemptId,
@@ -119,8 +130,23 @@ describe('MANUAL_REVIEW keeps applying evidence', () => {
     await w.run('escalateTask', taskId, 'test: park with the job known');
     const again = await recordProviderEvent(w.tdb.database.db, {
       provider: 'kling',
-      job: { jobId: `k-${attemptId.slice(0, 8)}`, state: 'queued', rawStatus: 'submitted', updatedAt: new Date(), outputUrl: null, error: null, correlationToken: attemptId, metrics: null },
-      providerEventId: null, source: 'poll', attemptId, taskId, receivedRegion: w.config.REGION, signatureValid: true, raw: { again: true },
+      job: {
+        jobId: `k-${attemptId.slice(0, 8)}`,
+        state: 'queued',
+        rawStatus: 'submitted',
+        updatedAt: new Date(),
+        outputUrl: null,
+        error: null,
+        correlationToken: attemptId,
+        metrics: null,
+      },
+      providerEventId: null,
+      source: 'poll',
+      attemptId,
+      taskId,
+      receivedRegion: w.config.REGION,
+      signatureValid: true,
+      raw: { again: true },
     });
     assert.ok(again);
     assert.equal((await w.run('applyInbox', taskId)).status, 'MANUAL_REVIEW');

@@ -25,7 +25,12 @@ const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REG
 
 before(async () => {
   sim = await startSimulator(testConfig(), { generationMs: 60_000 });
-  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, UNKNOWN_PROOF_DELAY_MS: '0', UNKNOWN_OUTCOME_DEADLINE_MS: '600000', PROVIDER_READ_FAILURE_LIMIT: '5' });
+  config = testConfig({
+    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
+    UNKNOWN_PROOF_DELAY_MS: '0',
+    UNKNOWN_OUTCOME_DEADLINE_MS: '600000',
+    PROVIDER_READ_FAILURE_LIMIT: '5',
+  });
   tdb = await createTestDatabase(config);
   ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
 });
@@ -36,7 +41,13 @@ after(async () => {
 
 const real = () => buildProviders(config)['replicate']!;
 const activities = (replicate?: ProviderAdapter): TaskActivities =>
-  createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...(replicate ? { replicate } : {}) } }));
+  createTaskActivities(
+    testActivityDeps(config, {
+      db: tdb.database,
+      storage: buildStorage(config),
+      providers: { ...buildProviders(config), ...(replicate ? { replicate } : {}) },
+    }),
+  );
 
 function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
   return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
@@ -62,8 +73,20 @@ async function submitted(acts: TaskActivities, fault: 'accept_then_hang' | 'erro
 
 const attempt = async (attemptId: string) => (await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)))[0]!;
 const statusOf = async (taskId: string) => (await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!.status;
-const fakeJob = (jobId: string): ProviderJob => ({ jobId, state: 'running', rawStatus: 'processing', updatedAt: new Date(), outputUrl: null, error: null, correlationToken: null, metrics: null });
-const ambiguousAdapter = (ids: string[]): ProviderAdapter => ({ ...real(), findByCorrelationToken: () => Promise.resolve({ kind: 'ambiguous', jobs: ids.map(fakeJob), evidence: `${ids.length} jobs` }) });
+const fakeJob = (jobId: string): ProviderJob => ({
+  jobId,
+  state: 'running',
+  rawStatus: 'processing',
+  updatedAt: new Date(),
+  outputUrl: null,
+  error: null,
+  correlationToken: null,
+  metrics: null,
+});
+const ambiguousAdapter = (ids: string[]): ProviderAdapter => ({
+  ...real(),
+  findByCorrelationToken: () => Promise.resolve({ kind: 'ambiguous', jobs: ids.map(fakeJob), evidence: `${ids.length} jobs` }),
+});
 
 test('an inbox row whose job another attempt is bound to is set aside with the reason, not retried forever on the unique index', async () => {
   const acts = activities();
@@ -72,13 +95,23 @@ test('an inbox row whose job another attempt is bound to is set aside with the r
   const ownersJob = (await attempt(owner.attemptId)).provider_job_id!;
   // A lookup that matched the owner's job just before the owner bound it (the race).
   await recordProviderEvent(tdb.database.db, {
-    provider: 'replicate', job: { ...fakeJob(ownersJob), correlationToken: attemptId }, providerEventId: null, source: 'reconcile',
-    attemptId, taskId, receivedRegion: config.REGION, signatureValid: true, raw: { race: true },
+    provider: 'replicate',
+    job: { ...fakeJob(ownersJob), correlationToken: attemptId },
+    providerEventId: null,
+    source: 'reconcile',
+    attemptId,
+    taskId,
+    receivedRegion: config.REGION,
+    signatureValid: true,
+    raw: { race: true },
   });
   const facts = await run(acts, 'applyInbox', taskId);
   assert.equal(facts.status, 'SUBMIT_UNKNOWN');
   assert.equal((await attempt(attemptId)).provider_job_id, null);
-  const [row] = await tdb.database.db.select().from(callbackInbox).where(and(eq(callbackInbox.attempt_id, attemptId), isNotNull(callbackInbox.processed_at)));
+  const [row] = await tdb.database.db
+    .select()
+    .from(callbackInbox)
+    .where(and(eq(callbackInbox.attempt_id, attemptId), isNotNull(callbackInbox.processed_at)));
   assert.match(row?.process_error ?? '', /bound to another attempt/);
 });
 
@@ -87,7 +120,10 @@ test('"not-submitted" is refused after an ambiguous park: the candidate jobs are
   const { taskId } = await submitted(acts, 'error_5xx_before_accept');
   assert.equal((await run(acts, 'pollProvider', taskId)).result, 'parked');
   assert.equal(await statusOf(taskId), 'MANUAL_REVIEW');
-  await assert.rejects(run(acts, 'resolveReview', taskId, { kind: 'not-submitted', operator: 'ops-eve', reason: 'console shows nothing' }), /ambiguous lookup found job\(s\) amb-1, amb-2/);
+  await assert.rejects(
+    run(acts, 'resolveReview', taskId, { kind: 'not-submitted', operator: 'ops-eve', reason: 'console shows nothing' }),
+    /ambiguous lookup found job\(s\) amb-1, amb-2/,
+  );
   assert.equal(await statusOf(taskId), 'MANUAL_REVIEW');
   await run(acts, 'resolveReview', taskId, { kind: 'fail', operator: 'ops-eve', reason: 'test cleanup' });
 });
@@ -97,10 +133,17 @@ test('an ambiguous match while a twin with the same input is still submitting is
   const acts = activities(ambiguousAdapter(['amb-3', 'amb-4']));
   const { taskId } = await submitted(acts, 'error_5xx_before_accept', prompt);
   // The twin's submit is in flight: SUBMITTING, started now, no outcome yet.
-  const twin = await createTask(tdb.database.db, token(), { tenantId, idempotencyKey: `twin-${Date.now()}`, body: { model: 'minimax/video-01', prompt, duration_seconds: 2, resolution: '480p', priority: 0 } });
+  const twin = await createTask(tdb.database.db, token(), {
+    tenantId,
+    idempotencyKey: `twin-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
   await run(acts, 'dispatchTask', twin.task.task_id);
   const prepared = await run(acts, 'prepareAttempt', twin.task.task_id);
-  await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUBMITTING', submit_started_at: new Date() }).where(eq(taskAttempt.attempt_id, prepared.activeAttemptId!));
+  await tdb.database.db
+    .update(taskAttempt)
+    .set({ submit_state: 'SUBMITTING', submit_started_at: new Date() })
+    .where(eq(taskAttempt.attempt_id, prepared.activeAttemptId!));
   assert.equal((await run(acts, 'pollProvider', taskId)).result, 'not-found');
   assert.equal(await statusOf(taskId), 'SUBMIT_UNKNOWN');
   await tdb.database.db.update(taskAttempt).set({ submit_state: 'FAILED' }).where(eq(taskAttempt.attempt_id, prepared.activeAttemptId!));
@@ -161,8 +204,15 @@ test('a bounded-read park never parks a task whose provider success already wait
   const { taskId, attemptId } = await submitted(acts, null);
   const jobId = (await attempt(attemptId)).provider_job_id!;
   await recordProviderEvent(tdb.database.db, {
-    provider: 'replicate', job: { ...fakeJob(jobId), state: 'succeeded', rawStatus: 'succeeded', correlationToken: attemptId, outputUrl: `${sim.baseUrl}/replicate/files/x.mp4` },
-    providerEventId: null, source: 'callback', attemptId, taskId, receivedRegion: config.REGION, signatureValid: true, raw: { done: true },
+    provider: 'replicate',
+    job: { ...fakeJob(jobId), state: 'succeeded', rawStatus: 'succeeded', correlationToken: attemptId, outputUrl: `${sim.baseUrl}/replicate/files/x.mp4` },
+    providerEventId: null,
+    source: 'callback',
+    attemptId,
+    taskId,
+    receivedRegion: config.REGION,
+    signatureValid: true,
+    raw: { done: true },
   });
   assert.equal(await escalateAttempt(deps, token(), taskId, attemptId, { reason: 'test: past max run' }), false);
   assert.equal(await statusOf(taskId), 'SUBMITTED');
@@ -189,7 +239,9 @@ test('a lookup that never answers is given up after its budget: the poll returns
     findByCorrelationToken: (q) => new Promise((_, reject) => q.signal?.addEventListener('abort', () => reject(new Error('lookup aborted')), { once: true })),
   };
   const budgeted = { ...config, RECONCILE_LOOKUP_BUDGET_MS: 300, UNKNOWN_OUTCOME_DEADLINE_MS: 0 };
-  const acts = createTaskActivities(testActivityDeps(budgeted, { db: tdb.database, storage: buildStorage(budgeted), providers: { ...buildProviders(budgeted), replicate: stuck } }));
+  const acts = createTaskActivities(
+    testActivityDeps(budgeted, { db: tdb.database, storage: buildStorage(budgeted), providers: { ...buildProviders(budgeted), replicate: stuck } }),
+  );
   const { taskId } = await submitted(activities(), 'error_5xx_before_accept');
   assert.equal((await run(acts, 'pollProvider', taskId)).result, 'overdue');
 });

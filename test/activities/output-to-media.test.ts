@@ -2,7 +2,7 @@
 // output becomes SUCCEEDED without a second dispatch. When the media part fails, the task stays
 // in PROCESSING_MEDIA with its video stored once; the retry of the same activity skips the bytes
 // and finishes, and a run that stopped in PROCESSING_MEDIA can still finish with processMedia.
-// The thumbnail follows SUCCEEDED (docs/decisions/00XX-thumbnail-off-the-path.md): made by the
+// The thumbnail follows SUCCEEDED (docs/decisions/0036-thumbnail-off-the-path.md): made by the
 // worker's follow-up once the task succeeded, announced once (task.thumbnail_ready), and when the
 // follow-up fails, made by the thumbnails reconciler; SUCCEEDED never waits for it.
 // Real Postgres, S3 server and simulator (MockActivityEnvironment).
@@ -36,17 +36,26 @@ before(async () => {
       return { ...d, storage };
     },
   });
-  await insertEndpoint(w.tdb.database.db, { tenantId: w.tenantId, url: 'https://hooks.example.com/thumbnails', description: null, events: ['task.thumbnail_ready'] });
+  await insertEndpoint(w.tdb.database.db, {
+    tenantId: w.tenantId,
+    url: 'https://hooks.example.com/thumbnails',
+    description: null,
+    events: ['task.thumbnail_ready'],
+  });
 });
 after(() => w?.close());
 
 const providerSucceeded = () => providerSucceededTask(w, 'media');
 
 const statusOf = async (id: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status;
-const assetsOf = async (id: string) =>
-  (await w.tdb.database.db.select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind).sort();
+const assetsOf = async (id: string) => (await w.tdb.database.db.select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind).sort();
 const settlesOf = async (id: string) =>
-  (await w.tdb.database.db.select().from(creditLedger).where(and(eq(creditLedger.task_id, id), eq(creditLedger.entry_type, 'SETTLE')))).length;
+  (
+    await w.tdb.database.db
+      .select()
+      .from(creditLedger)
+      .where(and(eq(creditLedger.task_id, id), eq(creditLedger.entry_type, 'SETTLE')))
+  ).length;
 
 function withThumbnailPutFailures(inner: ObjectStorage, flag: { fail: boolean }): ObjectStorage {
   const wrapped: ObjectStorage = Object.create(inner) as ObjectStorage;
@@ -58,10 +67,12 @@ function withThumbnailPutFailures(inner: ObjectStorage, flag: { fail: boolean })
 }
 
 /** The thumbnail exists: its one row (and its one task.thumbnail_ready event). */
-const thumbnailMade = (id: string) =>
-  eventually(async () => ((await assetsOf(id)).includes('thumbnail') ? true : undefined), 20_000, 100);
+const thumbnailMade = (id: string) => eventually(async () => ((await assetsOf(id)).includes('thumbnail') ? true : undefined), 20_000, 100);
 const thumbnailEventsOf = (id: string) =>
-  w.tdb.database.db.select().from(webhookEvent).where(and(eq(webhookEvent.task_id, id), eq(webhookEvent.event_type, 'task.thumbnail_ready')));
+  w.tdb.database.db
+    .select()
+    .from(webhookEvent)
+    .where(and(eq(webhookEvent.task_id, id), eq(webhookEvent.event_type, 'task.thumbnail_ready')));
 
 const reconcileDeps = (): ReconcileDeps => ({
   db: w.tdb.database.db,
@@ -84,8 +95,14 @@ describe('rescueOutput goes on into the media step', () => {
     assert.deepEqual(await assetsOf(id), ['thumbnail', 'video']);
 
     const db = w.tdb.database.db;
-    const [succeeded] = await db.select().from(taskTransition).where(and(eq(taskTransition.task_id, id), eq(taskTransition.to_status, 'SUCCEEDED')));
-    const [thumb] = await db.select().from(asset).where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
+    const [succeeded] = await db
+      .select()
+      .from(taskTransition)
+      .where(and(eq(taskTransition.task_id, id), eq(taskTransition.to_status, 'SUCCEEDED')));
+    const [thumb] = await db
+      .select()
+      .from(asset)
+      .where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
     assert.ok(thumb!.created_at.getTime() >= succeeded!.created_at.getTime(), 'the thumbnail is recorded after SUCCEEDED, not before');
     const events = await thumbnailEventsOf(id);
     assert.equal(events.length, 1, 'one task.thumbnail_ready');
@@ -113,12 +130,18 @@ describe('rescueOutput goes on into the media step', () => {
       thumbnailPuts.fail = false;
     }
     const dry = await thumbnailsReconciler.run(reconcileDeps(), { dryRun: true, limit: 100 });
-    assert.ok(dry.findings.some((f) => f.taskId === id && f.kind === 'missing-thumbnail'), 'the reconciler finds it');
+    assert.ok(
+      dry.findings.some((f) => f.taskId === id && f.kind === 'missing-thumbnail'),
+      'the reconciler finds it',
+    );
     assert.equal(dry.changed, 0);
     assert.deepEqual(await assetsOf(id), ['video'], 'a dry run makes nothing');
 
     const run = await thumbnailsReconciler.run(reconcileDeps(), { dryRun: false, limit: 100 });
-    assert.ok(run.findings.some((f) => f.taskId === id && /made/.test(f.detail)), JSON.stringify(run.findings));
+    assert.ok(
+      run.findings.some((f) => f.taskId === id && /made/.test(f.detail)),
+      JSON.stringify(run.findings),
+    );
     assert.deepEqual(await assetsOf(id), ['thumbnail', 'video']);
     assert.equal((await thumbnailEventsOf(id)).length, 1);
     const again = await thumbnailsReconciler.run(reconcileDeps(), { dryRun: false, limit: 100 });
@@ -135,11 +158,20 @@ describe('rescueOutput goes on into the media step', () => {
       thumbnailPuts.fail = false;
     }
     const token = (await acquireFence(w.tdb.database.db, w.config.FENCE_SCOPE, w.config.REGION)).token;
-    const deleted = await deleteTaskOutput(w.tdb.database.db, { storage }, token, { taskId: id, tenantId: w.tenantId, actor: 'test', reason: 'test', now: new Date() });
+    const deleted = await deleteTaskOutput(w.tdb.database.db, { storage }, token, {
+      taskId: id,
+      tenantId: w.tenantId,
+      actor: 'test',
+      reason: 'test',
+      now: new Date(),
+    });
     assert.equal(deleted.kind, 'deleted');
     assert.equal(await makeThumbnail(reconcileDeps(), id), 'not-applicable');
     assert.deepEqual(await assetsOf(id), ['video']);
-    const [video] = await w.tdb.database.db.select().from(asset).where(and(eq(asset.task_id, id), eq(asset.kind, 'video')));
+    const [video] = await w.tdb.database.db
+      .select()
+      .from(asset)
+      .where(and(eq(asset.task_id, id), eq(asset.kind, 'video')));
     assert.equal(await storage.head(thumbnailObjectKey(video!.tenant_id, id, video!.attempt_id)), null, 'no thumbnail object either');
     const run = await thumbnailsReconciler.run(reconcileDeps(), { dryRun: true, limit: 100 });
     assert.ok(!run.findings.some((f) => f.taskId === id), 'the reconciler does not look for it');

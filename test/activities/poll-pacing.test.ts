@@ -90,8 +90,16 @@ const callbackJob = (n: number): ProviderJob => ({
 async function callbackReceived(provider: string, agoMs: number, source: 'callback' | 'poll' = 'callback'): Promise<void> {
   seq += 1;
   const id = await recordProviderEvent(tdb.database.db, {
-    provider, job: callbackJob(seq), providerEventId: `health-${seq}`, source, attemptId: null, taskId: null,
-    receivedRegion: config.REGION, signatureValid: true, raw: {}, processError: 'test row',
+    provider,
+    job: callbackJob(seq),
+    providerEventId: `health-${seq}`,
+    source,
+    attemptId: null,
+    taskId: null,
+    receivedRegion: config.REGION,
+    signatureValid: true,
+    raw: {},
+    processError: 'test row',
   });
   await tdb.database.db
     .update(callbackInbox)
@@ -203,6 +211,10 @@ describe('polls are paced by demand: never sooner than the quota lets every wait
     assert.equal(await demand.floorMs('replicate'), before, 'cached');
     now += 5_001;
     assert.equal(await demand.floorMs('replicate'), 0, 'nothing waits: no floor');
-    assert.equal(await createPollDemand({ db: tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => undefined, share: SHARE }).floorMs('replicate'), 0, 'no quota: no floor');
+    assert.equal(
+      await createPollDemand({ db: tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => undefined, share: SHARE }).floorMs('replicate'),
+      0,
+      'no quota: no floor',
+    );
   });
 });

@@ -43,11 +43,15 @@ const run = <K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskAc
   new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
 
 async function polledInterval(body: { model: string; duration_seconds: number; resolution: '480p' | '720p' }): Promise<number> {
-  const created = await createTask(tdb.database.db, { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 }, {
-    tenantId,
-    idempotencyKey: `retention-${body.model}-${Date.now()}`,
-    body: { ...body, prompt: 'a slow fox', priority: 0 },
-  });
+  const created = await createTask(
+    tdb.database.db,
+    { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 },
+    {
+      tenantId,
+      idempotencyKey: `retention-${body.model}-${Date.now()}`,
+      body: { ...body, prompt: 'a slow fox', priority: 0 },
+    },
+  );
   const taskId = created.task.task_id;
   await run('dispatchTask', taskId);
   const prepared = await run('prepareAttempt', taskId);

@@ -64,7 +64,10 @@ const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as co
 /** Jobs left in flight by earlier tests count against the bulkhead: end them. */
 const freeInFlight = async () => {
   await tdb.database.db.delete(slotWait);
-  await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, [...IN_FLIGHT]));
+  await tdb.database.db
+    .update(taskAttempt)
+    .set({ submit_state: 'SUCCEEDED' })
+    .where(inArray(taskAttempt.submit_state, [...IN_FLIGHT]));
 };
 
 class Waiting extends Error {}
@@ -72,8 +75,17 @@ class Waiting extends Error {}
 async function slotRequest(tx: Tx, attemptId: string, ceiling: number): Promise<SlotRequest> {
   const [a] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
   return {
-    attemptId, taskId: a!.task_id, provider: a!.provider, tenantId, priority: 0, ceiling,
-    policy: { mode: 'fifo', agingMs: 0 }, grantTtlMs: 60_000, weight: 1, tenantProviderCap: null, tenantTotalCap: null,
+    attemptId,
+    taskId: a!.task_id,
+    provider: a!.provider,
+    tenantId,
+    priority: 0,
+    ceiling,
+    policy: { mode: 'fifo', agingMs: 0 },
+    grantTtlMs: 60_000,
+    weight: 1,
+    tenantProviderCap: null,
+    tenantTotalCap: null,
   };
 }
 
@@ -119,16 +131,25 @@ test('forced open by an operator: no call reaches the provider and the attempt s
 test('the bulkhead holds under 10× overload: with 2 slots, 20 concurrent submits put exactly 2 jobs at the provider', async () => {
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 2 });
   // Jobs already in flight from earlier tests count too: free them first.
-  await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
+  await tdb.database.db
+    .update(taskAttempt)
+    .set({ submit_state: 'SUCCEEDED' })
+    .where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   const tasks = await Promise.all(Array.from({ length: 20 }, () => prepared()));
   const results = await Promise.all(tasks.map((t) => run('submitAttempt', t.taskId)));
   assert.equal(results.filter((r) => r.facts.status === 'SUBMITTED').length, 2);
   const waiting = results.filter((r) => r.facts.status !== 'SUBMITTED');
-  assert.ok(waiting.every((r) => r.facts.status === 'SUBMITTING' && (r.waitMs ?? 0) > 0), 'the others wait in the queue, asleep');
+  assert.ok(
+    waiting.every((r) => r.facts.status === 'SUBMITTING' && (r.waitMs ?? 0) > 0),
+    'the others wait in the queue, asleep',
+  );
   assert.equal((await tdb.database.db.select().from(slotWait)).length, 18, 'each waiter is a slot_wait fact');
   const jobs = tasks.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0);
   assert.equal(jobs, 2);
-  const inFlight = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
+  const inFlight = await tdb.database.db
+    .select()
+    .from(taskAttempt)
+    .where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   assert.equal(inFlight.length, 2, 'slots counted from facts equal the attempts really in flight');
   await tdb.database.db.delete(slotWait);
 });
@@ -145,9 +166,23 @@ test('a job the provider reported finished frees its slot while the report waits
   const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, a.attemptId));
   await recordProviderEvent(tdb.database.db, {
     provider: 'replicate',
-    job: { jobId: attempt!.provider_job_id!, state: 'succeeded', rawStatus: 'succeeded', updatedAt: new Date(), outputUrl: null, error: null, correlationToken: null, metrics: null },
-    providerEventId: `evt-${a.attemptId}`, source: 'callback', attemptId: a.attemptId, taskId: a.taskId,
-    receivedRegion: config.REGION, signatureValid: true, raw: {},
+    job: {
+      jobId: attempt!.provider_job_id!,
+      state: 'succeeded',
+      rawStatus: 'succeeded',
+      updatedAt: new Date(),
+      outputUrl: null,
+      error: null,
+      correlationToken: null,
+      metrics: null,
+    },
+    providerEventId: `evt-${a.attemptId}`,
+    source: 'callback',
+    attemptId: a.attemptId,
+    taskId: a.taskId,
+    receivedRegion: config.REGION,
+    signatureValid: true,
+    raw: {},
   });
   assert.equal((await inFlightByProvider(tdb.database.db))['replicate'] ?? 0, 0, 'not counted: it no longer runs at the provider');
   assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED', 'the slot went to the next attempt');
@@ -184,9 +219,17 @@ test('a probe slot taken by a claim that did not stand is given back: the next c
 test('the retry budget bounds retry attempts to a share of first attempts; over budget a retry waits instead of calling', async () => {
   const now = 5_000_000;
   const guard = testProviderGuard({ now: () => now, retryBudget: { ratio: 0.1, minRetriesPerSecond: 0, windowMs: 10_000 } });
-  const admit = (attemptNo: number) => tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES, attemptNo).then((a) => a.ticket));
-  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1_000_000 }).onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1_000_000 } });
-  for (let i = 0; i < 30; i += 1) guard.report('replicate', await admit(1), { kind: 'accepted', job: { jobId: `j${i}`, state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } });
+  const admit = (attemptNo: number) =>
+    tdb.database.db.transaction((tx) => guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES, attemptNo).then((a) => a.ticket));
+  await tdb.database.db
+    .insert(providerControl)
+    .values({ provider: 'replicate', max_in_flight: 1_000_000 })
+    .onConflictDoUpdate({ target: providerControl.provider, set: { max_in_flight: 1_000_000 } });
+  for (let i = 0; i < 30; i += 1)
+    guard.report('replicate', await admit(1), {
+      kind: 'accepted',
+      job: { jobId: `j${i}`, state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null },
+    });
   let allowed = 0;
   for (let i = 0; i < 10; i += 1) {
     try {
@@ -204,7 +247,11 @@ test('breaker state and retry budget are exported as metrics for operators', asy
   const admit = () => tdb.database.db.transaction((tx) => guard.admit(tx, 'metrics-provider', REPLICATE_CAPABILITIES).then((a) => a.ticket));
   for (let i = 0; i < 2; i += 1) guard.report('metrics-provider', await admit(), { kind: 'unknown', reason: 'timeout' });
   const registry = new Registry();
-  registerResilienceGauges(registry, () => guard.snapshots(), () => inFlightByProvider(tdb.database.db));
+  registerResilienceGauges(
+    registry,
+    () => guard.snapshots(),
+    () => inFlightByProvider(tdb.database.db),
+  );
   await assert.rejects(admit(), isUnavailable);
   const text = await registry.metrics();
   assert.match(text, /vidorch_breaker_state\{provider="metrics-provider",state="open",forced="no"\} 1/);
@@ -225,7 +272,15 @@ test('after a rebuild the bulkhead ramps up: a fresh guard admits 2 of 10, then 
   const guard = testProviderGuard({ now: () => now, bulkheadRamp: { startShare: 0.2, durationMs: 60_000, minSlots: 1 } });
   const tasks = await Promise.all(Array.from({ length: 12 }, () => prepared()));
   const waiting = async () => {
-    const rows = await tdb.database.db.select().from(taskAttempt).where(inArray(taskAttempt.attempt_id, tasks.map((t) => t.attemptId)));
+    const rows = await tdb.database.db
+      .select()
+      .from(taskAttempt)
+      .where(
+        inArray(
+          taskAttempt.attempt_id,
+          tasks.map((t) => t.attemptId),
+        ),
+      );
     return tasks.filter((t) => rows.find((r) => r.attempt_id === t.attemptId)?.submit_state === 'PREPARED');
   };
   assert.equal(await claimAll(guard, await waiting()), 2, 'at the guard start: 20 % of the limit');
@@ -276,7 +331,10 @@ test('DEGRADED_PROVIDER closes unhealthy providers at the claim: a lower trip ra
       await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');
       return (await guard.admit(tx, provider, REPLICATE_CAPABILITIES)).ticket;
     });
-  const ok = { kind: 'accepted', job: { jobId: 'j', state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null } } as const;
+  const ok = {
+    kind: 'accepted',
+    job: { jobId: 'j', state: 'queued', rawStatus: 'starting', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null },
+  } as const;
   for (const outcome of [ok, ok, ok, { kind: 'unknown', reason: 'timeout' } as const]) guard.report('flaky', await admitIn('flaky'), outcome);
   assert.equal(guard.breaker('flaky').state, 'closed', '25 % failures: under NORMAL the breaker stays closed');
   await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: 'DEGRADED_PROVIDER', actor: 'test', reason: 'provider incident' });

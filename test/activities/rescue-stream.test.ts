@@ -48,7 +48,10 @@ const retryable = (err: unknown) => !(err instanceof ApplicationFailure && err.n
 test('a download reset mid-body is a retryable rescue failure, the process lives, and the retry stores the whole output', { timeout: 60_000 }, async () => {
   const id = await providerSucceeded();
   w.sim.sim.setFaults({ output: 'reset_mid_body', output_fault_count: 1 });
-  const err = await w.run('rescueOutput', id).then(() => null, (e: unknown) => e);
+  const err = await w.run('rescueOutput', id).then(
+    () => null,
+    (e: unknown) => e,
+  );
   assert.ok(err, 'the cut download failed the activity');
   assert.ok(retryable(err), `retryable: ${inspect(err)}`);
   assert.deepEqual(uncaught, [], 'no unhandled error: a worker would still be running');
@@ -75,10 +78,7 @@ test('a rescue cancelled mid-body (heartbeat timeout, worker shutdown) fails wit
   });
   const id = await providerSucceeded();
   const url = `http://127.0.0.1:${(stalled.address() as AddressInfo).port}/files/x/output.mp4`;
-  await w.tdb.database.db
-    .update(taskAttempt)
-    .set({ output_url: url })
-    .where(eq(taskAttempt.task_id, id));
+  await w.tdb.database.db.update(taskAttempt).set({ output_url: url }).where(eq(taskAttempt.task_id, id));
 
   const env = new MockActivityEnvironment();
   const running = env.run(w.activities.rescueOutput, id);
@@ -91,26 +91,41 @@ test('a rescue cancelled mid-body (heartbeat timeout, worker shutdown) fails wit
   assert.equal(await statusOf(id), 'FETCHING_OUTPUT', 'the retry will fetch again');
 });
 
-test('an attempt that stored every part but stopped before publishing finishes from its stored parts: no download, the sha256 of the whole object', { timeout: 60_000 }, async () => {
-  const id = await providerSucceeded();
-  const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
-  const bytes = Buffer.from(await (await fetch(attempt!.output_url!)).arrayBuffer());
-  // What the previous attempt left: an upload holding all the bytes, not completed, and its checkpoint.
-  const storage = buildStorage(w.config);
-  const key = outputObjectKey(w.tenantId, id, attempt!.attempt_id, 'mp4');
-  const uploadId = await storage.createUpload(`${key}.partial`, { contentType: 'video/mp4' });
-  const part = await storage.uploadPart(`${key}.partial`, uploadId, 1, bytes);
-  await w.tdb.database.db.insert(outputDownload).values({
-    attempt_id: attempt!.attempt_id, task_id: id, location: 'primary', partial_key: `${key}.partial`, upload_id: uploadId,
-    parts: [part], bytes_stored: bytes.length, total_bytes: bytes.length, source_validator: null,
-  });
-  const reads = w.sim.sim.stats().output_reads;
+test(
+  'an attempt that stored every part but stopped before publishing finishes from its stored parts: no download, the sha256 of the whole object',
+  { timeout: 60_000 },
+  async () => {
+    const id = await providerSucceeded();
+    const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
+    const bytes = Buffer.from(await (await fetch(attempt!.output_url!)).arrayBuffer());
+    // What the previous attempt left: an upload holding all the bytes, not completed, and its checkpoint.
+    const storage = buildStorage(w.config);
+    const key = outputObjectKey(w.tenantId, id, attempt!.attempt_id, 'mp4');
+    const uploadId = await storage.createUpload(`${key}.partial`, { contentType: 'video/mp4' });
+    const part = await storage.uploadPart(`${key}.partial`, uploadId, 1, bytes);
+    await w.tdb.database.db.insert(outputDownload).values({
+      attempt_id: attempt!.attempt_id,
+      task_id: id,
+      location: 'primary',
+      partial_key: `${key}.partial`,
+      upload_id: uploadId,
+      parts: [part],
+      bytes_stored: bytes.length,
+      total_bytes: bytes.length,
+      source_validator: null,
+    });
+    const reads = w.sim.sim.stats().output_reads;
 
-  const facts = await w.run('rescueOutput', id);
-  assert.equal(facts.status, 'SUCCEEDED');
-  assert.equal(w.sim.sim.stats().output_reads, reads, 'the provider was not asked again');
-  const [video] = await videosOf(id);
-  assert.equal(video!.sha256, createHash('sha256').update(bytes).digest('hex'));
-  assert.deepEqual(await w.tdb.database.db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt!.attempt_id)), [], 'the checkpoint is gone');
-  assert.equal(await storage.head(`${key}.partial`), null, 'the partial object is removed');
-});
+    const facts = await w.run('rescueOutput', id);
+    assert.equal(facts.status, 'SUCCEEDED');
+    assert.equal(w.sim.sim.stats().output_reads, reads, 'the provider was not asked again');
+    const [video] = await videosOf(id);
+    assert.equal(video!.sha256, createHash('sha256').update(bytes).digest('hex'));
+    assert.deepEqual(
+      await w.tdb.database.db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt!.attempt_id)),
+      [],
+      'the checkpoint is gone',
+    );
+    assert.equal(await storage.head(`${key}.partial`), null, 'the partial object is removed');
+  },
+);

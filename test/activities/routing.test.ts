@@ -32,8 +32,7 @@ async function familyTask(extra: Record<string, unknown> = {}): Promise<string> 
   return created.task.task_id;
 }
 
-const attemptsOf = (taskId: string) =>
-  w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
+const attemptsOf = (taskId: string) => w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
 const taskOf = async (taskId: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!;
 
 describe('routing attempts through the activities', () => {
@@ -77,7 +76,10 @@ describe('routing attempts through the activities', () => {
     assert.equal(a1!.submit_state, 'REJECTED');
     assert.equal(a2!.provider, 'kling', 'never re-routed after an unknown outcome');
     const counts = w.deps.routeStats.decisionCounts();
-    assert.ok(counts.some((c) => c.provider === 'kling' && c.via === 'pinned' && c.reason === 'outcome-unknown'), JSON.stringify(counts));
+    assert.ok(
+      counts.some((c) => c.provider === 'kling' && c.via === 'pinned' && c.reason === 'outcome-unknown'),
+      JSON.stringify(counts),
+    );
   });
   test('a proven rejection (429, no job) fails over to the next compatible provider, which takes the job', async () => {
     const taskId = await familyTask();
@@ -99,7 +101,6 @@ describe('routing attempts through the activities', () => {
     const task = await taskOf(taskId);
     assert.equal(task.provider, 'fal', 'the task names the provider of its active attempt');
   });
-
 });
 
 describe('routeNextAttempt (pure)', () => {
@@ -141,7 +142,11 @@ describe('routeNextAttempt (pure)', () => {
   });
 
   test('once every compatible provider rejected, the family is tried again rather than given up early', () => {
-    const r = routeNextAttempt(task(), [attempt(1, 'kling', 'REJECTED'), attempt(2, 'fal', 'REJECTED')], { ...opts, maxAttempts: 5, available: ['kling', 'fal'] });
+    const r = routeNextAttempt(task(), [attempt(1, 'kling', 'REJECTED'), attempt(2, 'fal', 'REJECTED')], {
+      ...opts,
+      maxAttempts: 5,
+      available: ['kling', 'fal'],
+    });
     assert.equal(r.kind, 'route');
   });
 
@@ -160,7 +165,11 @@ describe('routeNextAttempt (pure)', () => {
   });
 
   test('a pinned model never leaves its provider', () => {
-    const r = routeNextAttempt({ ...task({ model: 'minimax/video-01', resolution: '480p' }), provider: 'replicate', providerModel: 'minimax/video-01' }, [attempt(1, 'replicate', 'REJECTED')], opts);
+    const r = routeNextAttempt(
+      { ...task({ model: 'minimax/video-01', resolution: '480p' }), provider: 'replicate', providerModel: 'minimax/video-01' },
+      [attempt(1, 'replicate', 'REJECTED')],
+      opts,
+    );
     assert.deepEqual(r, { kind: 'route', provider: 'replicate', model: 'minimax/video-01', via: 'pinned', reason: 'single-route' });
   });
 });

@@ -36,7 +36,16 @@ async function finishJob(t: { taskId: string; attemptId: string }) {
   const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId));
   await recordProviderEvent(w.tdb.database.db, {
     provider: 'replicate',
-    job: { jobId: attempt!.provider_job_id!, state: 'failed', rawStatus: 'failed', updatedAt: new Date(), outputUrl: null, error: 'done', correlationToken: null, metrics: null },
+    job: {
+      jobId: attempt!.provider_job_id!,
+      state: 'failed',
+      rawStatus: 'failed',
+      updatedAt: new Date(),
+      outputUrl: null,
+      error: 'done',
+      correlationToken: null,
+      metrics: null,
+    },
     providerEventId: `end-${t.attemptId}`,
     source: 'callback',
     attemptId: t.attemptId,
@@ -62,7 +71,10 @@ test('an expired grant of a dead waiter does not keep the slot away from a live 
   const live = await prepared();
   for (let round = 1; round <= 2; round += 1) {
     // Past SLOT_GRANT_TTL_MS (5 min): "grants nobody came for go back to the queue".
-    await w.tdb.database.db.update(slotWait).set({ granted_at: new Date(Date.now() - 10 * 60_000) }).where(eq(slotWait.task_id, dead.taskId));
+    await w.tdb.database.db
+      .update(slotWait)
+      .set({ granted_at: new Date(Date.now() - 10 * 60_000) })
+      .where(eq(slotWait.task_id, dead.taskId));
     const r = await w.run('submitAttempt', live.taskId);
     const [again] = await w.tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, dead.taskId));
     assert.equal(

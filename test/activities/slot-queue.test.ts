@@ -50,7 +50,10 @@ after(async () => {
 beforeEach(async () => {
   // Every test starts with nothing in flight and nobody waiting.
   await tdb.database.db.delete(slotWait);
-  await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUCCEEDED' }).where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
+  await tdb.database.db
+    .update(taskAttempt)
+    .set({ submit_state: 'SUCCEEDED' })
+    .where(inArray(taskAttempt.submit_state, ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN']));
   await tdb.database.db.delete(providerControl);
   await tdb.database.db.delete(tenantCapacity);
 });
@@ -65,7 +68,14 @@ async function prepared(tenantId: string, priority = 0, deadlineSeconds?: number
   const { task } = await createTask(tdb.database.db, token, {
     tenantId,
     idempotencyKey: `slot-${seq}`,
-    body: { model: 'minimax/video-01', prompt: `slot ${seq}`, duration_seconds: 1, resolution: '480p', priority, ...(deadlineSeconds ? { deadline_seconds: deadlineSeconds } : {}) },
+    body: {
+      model: 'minimax/video-01',
+      prompt: `slot ${seq}`,
+      duration_seconds: 1,
+      resolution: '480p',
+      priority,
+      ...(deadlineSeconds ? { deadline_seconds: deadlineSeconds } : {}),
+    },
   });
   await run('dispatchTask', task.task_id);
   const facts = await run('prepareAttempt', task.task_id);
@@ -77,7 +87,16 @@ async function finishJob(t: { taskId: string; attemptId: string }) {
   const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId));
   await recordProviderEvent(tdb.database.db, {
     provider: 'replicate',
-    job: { jobId: attempt!.provider_job_id!, state: 'failed', rawStatus: 'failed', updatedAt: new Date(), outputUrl: null, error: 'done', correlationToken: null, metrics: null },
+    job: {
+      jobId: attempt!.provider_job_id!,
+      state: 'failed',
+      rawStatus: 'failed',
+      updatedAt: new Date(),
+      outputUrl: null,
+      error: 'done',
+      correlationToken: null,
+      metrics: null,
+    },
     providerEventId: `end-${t.attemptId}`,
     source: 'callback',
     attemptId: t.attemptId,
@@ -93,8 +112,15 @@ const statusOf = async (taskId: string) => (await tdb.database.db.select().from(
 
 test('exactness: 50 concurrent claims against 5 slots and a tenant cap of 2 never put more than 5 jobs at the provider, nor more than 2 of that tenant, until all are served', async () => {
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 5 });
-  await setTenantLimit(tdb.database.db, { name: (await tenantName(tenantA)), provider: 'replicate', maxInFlight: 2, weight: null, actor: 'test', reason: 'exactness' }, DEFAULTS);
-  const tasks = [...(await Promise.all(Array.from({ length: 25 }, () => prepared(tenantA)))), ...(await Promise.all(Array.from({ length: 25 }, () => prepared(tenantB))))];
+  await setTenantLimit(
+    tdb.database.db,
+    { name: await tenantName(tenantA), provider: 'replicate', maxInFlight: 2, weight: null, actor: 'test', reason: 'exactness' },
+    DEFAULTS,
+  );
+  const tasks = [
+    ...(await Promise.all(Array.from({ length: 25 }, () => prepared(tenantA)))),
+    ...(await Promise.all(Array.from({ length: 25 }, () => prepared(tenantB)))),
+  ];
   const ended = new Set<string>();
   // Jobs at the simulator for tasks not yet ended: what the provider runs for us right now.
   const atProvider = (of?: string) => tasks.filter((t) => !ended.has(t.taskId) && (!of || t.tenantId === of)).reduce((n, t) => n + sim.jobsFor(t.attemptId), 0);
@@ -126,7 +152,11 @@ test('exactness: 50 concurrent claims against 5 slots and a tenant cap of 2 neve
   }
   assert.equal(peak, 5, 'the limit was reached');
   assert.equal(peakA, 2, "tenant A's cap was reached");
-  assert.equal(tasks.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0), 50, 'every task got exactly one job');
+  assert.equal(
+    tasks.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0),
+    50,
+    'every task got exactly one job',
+  );
   assert.equal((await tdb.database.db.select().from(slotWait)).length, 0, 'no wait or grant left behind');
 });
 
@@ -146,13 +176,20 @@ test('a slot freed by a task is granted in the same transaction to the next wait
     assert.ok(waitB.waitMs !== null && waitB.waitMs !== undefined && waitB.waitMs >= 1_000, 'b sleeps, with a fallback timer');
     await run('submitAttempt', c.taskId);
     const queue = await providerQueue(tdb.database.db, 'replicate', new Date());
-    assert.deepEqual(queue.entries.map((e) => [e.taskId, e.position, e.reason]), [[c.taskId, 1, 'provider_full'], [b.taskId, 2, 'provider_full']], "fair: tenant B (none in flight) goes before A's second task");
+    assert.deepEqual(
+      queue.entries.map((e) => [e.taskId, e.position, e.reason]),
+      [
+        [c.taskId, 1, 'provider_full'],
+        [b.taskId, 2, 'provider_full'],
+      ],
+      "fair: tenant B (none in flight) goes before A's second task",
+    );
     await finishJob(a);
     const [grant] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, c.taskId));
     assert.ok(grant?.granted_at, 'granted in the transaction that freed the slot');
     await eventuallyTrue(() => notified.includes(c.taskId));
     assert.ok(!notified.includes(b.taskId), 'only the granted waiter is woken');
-    assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING', 'b still waits: the grant is c\'s');
+    assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING', "b still waits: the grant is c's");
     assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTED');
     assert.equal(sim.jobsFor(b.attemptId), 0);
   } finally {
@@ -172,7 +209,11 @@ test('an operator raising the provider limit grants the waiters in the same tran
 
 test('ops tenant limit is audited and a tenant at its cap waits while others go', async () => {
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 10 });
-  const change = await setTenantLimit(tdb.database.db, { name: await tenantName(tenantA), provider: '*', maxInFlight: 1, weight: 2, actor: 'operator:test', reason: 'noisy tenant' }, DEFAULTS);
+  const change = await setTenantLimit(
+    tdb.database.db,
+    { name: await tenantName(tenantA), provider: '*', maxInFlight: 1, weight: 2, actor: 'operator:test', reason: 'noisy tenant' },
+    DEFAULTS,
+  );
   const [row] = await tdb.database.db.select().from(opsAudit).where(eq(opsAudit.audit_id, change.auditId));
   assert.equal(row?.action, 'tenant.limit');
   assert.deepEqual(row?.detail, { provider: '*', from: { max_in_flight: null, weight: null }, to: { max_in_flight: 1, weight: 2 } });
@@ -182,8 +223,16 @@ test('ops tenant limit is audited and a tenant at its cap waits while others go'
   assert.equal((await run('submitAttempt', b1.taskId)).facts.status, 'SUBMITTED', 'another tenant is not held up');
   const [w] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, a2.taskId));
   assert.equal(w?.reason, 'tenant_total_cap');
-  await setTenantLimit(tdb.database.db, { name: await tenantName(tenantA), provider: '*', maxInFlight: null, weight: null, actor: 'operator:test', reason: 'lifted' }, DEFAULTS);
-  assert.equal(((await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, a2.taskId)))[0])?.granted_at instanceof Date, true, 'lifting the cap grants it');
+  await setTenantLimit(
+    tdb.database.db,
+    { name: await tenantName(tenantA), provider: '*', maxInFlight: null, weight: null, actor: 'operator:test', reason: 'lifted' },
+    DEFAULTS,
+  );
+  assert.equal(
+    (await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, a2.taskId)))[0]?.granted_at instanceof Date,
+    true,
+    'lifting the cap grants it',
+  );
 });
 
 test('a waiting attempt past its deadline fails DEADLINE_EXCEEDED with its credits released and leaves the queue', async () => {
@@ -193,7 +242,10 @@ test('a waiting attempt past its deadline fails DEADLINE_EXCEEDED with its credi
   const late = await prepared(tenantB, 0, 60);
   const waited = await run('submitAttempt', late.taskId);
   assert.ok((waited.waitMs ?? 0) <= 60_000 - config.PROVIDER_HTTP_TIMEOUT_MS + 100, 'it sleeps no longer than its deadline allows');
-  await tdb.database.db.update(generationTask).set({ deadline_at: new Date(Date.now() - 1_000) }).where(eq(generationTask.task_id, late.taskId));
+  await tdb.database.db
+    .update(generationTask)
+    .set({ deadline_at: new Date(Date.now() - 1_000) })
+    .where(eq(generationTask.task_id, late.taskId));
   const r = await run('submitAttempt', late.taskId);
   assert.equal(r.facts.status, 'FAILED');
   const [t] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, late.taskId));
@@ -207,12 +259,18 @@ test('waiting attempts are metrics: per provider and tenant, and the oldest wait
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
   const ts = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
   for (const t of ts) await run('submitAttempt', t.taskId);
-  await tdb.database.db.update(slotWait).set({ since: new Date(Date.now() - 90_000) }).where(eq(slotWait.task_id, ts[1]!.taskId));
+  await tdb.database.db
+    .update(slotWait)
+    .set({ since: new Date(Date.now() - 90_000) })
+    .where(eq(slotWait.task_id, ts[1]!.taskId));
   const sampler = startFactSampler({ databaseUrl: tdb.url, intervalMs: 60_000, logger: testLogger, applicationName: 'slot-metrics-test' });
   await sampler.refresh();
   const text = await createMetrics({ service: 'slot-metrics-test', facts: sampler.latest }).registry.metrics();
   await sampler.stop();
-  const shown = text.split('\n').filter((l) => l.startsWith('vidorch_slot')).join('\n');
+  const shown = text
+    .split('\n')
+    .filter((l) => l.startsWith('vidorch_slot'))
+    .join('\n');
   assert.match(shown, new RegExp(`vidorch_slot_waiting\\{provider="replicate",tenant="${tenantA}",service="slot-metrics-test"\\} 2`));
   assert.match(shown, new RegExp(`vidorch_slot_waiting\\{provider="replicate",tenant="${tenantB}",service="slot-metrics-test"\\} 1`));
   const oldest = Number(/vidorch_slot_oldest_wait_seconds\{provider="replicate",service="slot-metrics-test"\} ([\d.]+)/.exec(text)?.[1]);
@@ -238,7 +296,7 @@ test('a waiting attempt never sent moves to another provider of its family with 
   assert.equal(firstSubmit.facts.status, 'SUBMITTED', `${first.provider}: ${fa?.last_error}`);
   const second = await prepare(2);
   const third = await prepare(3);
-  assert.equal(second.provider, first.provider, 'routed to the same provider (its slot is not the router\'s concern)');
+  assert.equal(second.provider, first.provider, "routed to the same provider (its slot is not the router's concern)");
   // The third task had an unknown outcome before (its attempt carries the fact): it must not move.
   await tdb.database.db.update(taskAttempt).set({ unknown_since: new Date() }).where(eq(taskAttempt.attempt_id, third.attemptId));
   const moved = await run('submitAttempt', second.taskId);

@@ -68,6 +68,6 @@ for (const c of cases) {
     assert.equal(after.active_attempt_id, second.activeAttemptId);
     assert.equal((await attemptOf(second.activeAttemptId!)).submit_state, 'PREPARED');
     const path = await db().select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version));
-    assert.equal(path.at(-1)?.attempt_id, second.activeAttemptId, 'the last transition is attempt 2\'s preparation');
+    assert.equal(path.at(-1)?.attempt_id, second.activeAttemptId, "the last transition is attempt 2's preparation");
   });
 }

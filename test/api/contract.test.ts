@@ -46,7 +46,12 @@ const key = (r: RouteKey) => `${r.method.toUpperCase()} ${r.path}`;
 
 describe('every route the app serves is in the document, and only those', () => {
   function appRoutes(extra?: (app: express.Express) => void) {
-    const ctx = buildApiContext(e.config, { db: e.tdb.database.db, facade: e.api.facade, logger: testLogger, metrics: createMetrics({ service: 'contract-test' }) });
+    const ctx = buildApiContext(e.config, {
+      db: e.tdb.database.db,
+      facade: e.api.facade,
+      logger: testLogger,
+      metrics: createMetrics({ service: 'contract-test' }),
+    });
     const app = createApp(ctx);
     extra?.(app);
     return { routes: expressRoutes(app).map(key).sort(), close: () => ctx.close() };
@@ -73,12 +78,16 @@ describe('every route the app serves is in the document, and only those', () => 
   test('every operation has an operation id, a summary, and its problem answers as application/problem+json', () => {
     const ids = new Set<string>();
     for (const [p, item] of Object.entries(doc.paths)) {
-      for (const [method, op] of Object.entries(item) as [string, { operationId: string; summary?: string; responses: Record<string, { content?: object; headers?: Record<string, unknown> }> }][]) {
+      for (const [method, op] of Object.entries(item) as [
+        string,
+        { operationId: string; summary?: string; responses: Record<string, { content?: object; headers?: Record<string, unknown> }> },
+      ][]) {
         assert.ok(op.operationId && !ids.has(op.operationId), `${method} ${p}: operationId`);
         ids.add(op.operationId);
         assert.ok(op.summary, `${method} ${p}: summary`);
         for (const [status, r] of Object.entries(op.responses)) {
-          if (Number(status) >= 400 && !(p === '/readyz' && status === '503')) assert.deepEqual(Object.keys(r.content ?? {}), ['application/problem+json'], `${op.operationId} ${status}`);
+          if (Number(status) >= 400 && !(p === '/readyz' && status === '503'))
+            assert.deepEqual(Object.keys(r.content ?? {}), ['application/problem+json'], `${op.operationId} ${status}`);
           if (status === '429' || status === '503') assert.ok(r.headers?.['Retry-After'], `${op.operationId} ${status}: Retry-After`);
         }
       }
@@ -88,11 +97,15 @@ describe('every route the app serves is in the document, and only those', () => 
 
 /** Sends a request and checks the answer against the document; returns the answer. */
 async function answer(method: string, url: string, init: { headers?: Record<string, string>; body?: string; api?: string } = {}) {
-  const res = await fetch(`${init.api ?? e.api.baseUrl}${url}`, { method, headers: init.headers ?? {}, ...(init.body !== undefined ? { body: init.body } : {}) });
+  const res = await fetch(`${init.api ?? e.api.baseUrl}${url}`, {
+    method,
+    headers: init.headers ?? {},
+    ...(init.body !== undefined ? { body: init.body } : {}),
+  });
   const text = await res.text();
   const errors = validator.check({ method, path: url }, { status: res.status, headers: res.headers, text });
   assert.deepEqual(errors, [], `${method} ${url} → ${res.status} ${text.slice(0, 300)}`);
-  return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text)) : null };
+  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
 }
 
 const auth = (apiKey = e.tenant.apiKey) => ({ authorization: `Bearer ${apiKey}` });
@@ -123,7 +136,10 @@ describe('real answers validate against the document', () => {
   });
 
   test('cancel: 202, and 409 for a task already SUCCEEDED, 404 for an unknown one', async () => {
-    const created = await answer('POST', '/v1/tasks', { headers: jsonHeaders('contract-cancel'), body: JSON.stringify({ ...defaultRequest, prompt: 'a fox to cancel [sim:gen=30000]' }) });
+    const created = await answer('POST', '/v1/tasks', {
+      headers: jsonHeaders('contract-cancel'),
+      body: JSON.stringify({ ...defaultRequest, prompt: 'a fox to cancel [sim:gen=30000]' }),
+    });
     assert.equal((await answer('POST', `/v1/tasks/${created.body.task_id}/cancel`, { headers: auth() })).status, 202);
     assert.equal((await answer('POST', `/v1/tasks/${succeeded.task_id}/cancel`, { headers: auth() })).status, 409);
     assert.equal((await answer('POST', `/v1/tasks/${randomUUID()}/cancel`, { headers: auth() })).status, 404);
@@ -142,7 +158,10 @@ describe('real answers validate against the document', () => {
     assert.match((await answer('POST', `/v1/webhook-endpoints/${id}/rotate-secret`, { headers: auth() })).body.secret, /^whsec_/);
     assert.equal((await answer('GET', `/v1/webhook-endpoints/${id}/deliveries?limit=5`, { headers: auth() })).status, 200);
     assert.equal((await answer('POST', `/v1/webhook-endpoints/${id}/deliveries/${randomUUID()}/redeliver`, { headers: auth() })).status, 404);
-    assert.equal((await answer('POST', '/v1/webhook-endpoints', { headers: jsonHeaders(), body: JSON.stringify({ url: hook, events: ['task.nope'] }) })).status, 400);
+    assert.equal(
+      (await answer('POST', '/v1/webhook-endpoints', { headers: jsonHeaders(), body: JSON.stringify({ url: hook, events: ['task.nope'] }) })).status,
+      400,
+    );
     assert.equal((await answer('DELETE', `/v1/webhook-endpoints/${id}`, { headers: auth() })).status, 204);
     assert.equal((await answer('GET', `/v1/webhook-endpoints/${id}`, { headers: auth() })).status, 404);
   });
@@ -161,19 +180,35 @@ describe('real answers validate against the document', () => {
     assert.equal((await answer('POST', '/v1/tasks', { headers: jsonHeaders('contract-poor', poor.apiKey), body })).status, 402);
     assert.equal((await answer('GET', `/v1/tasks/${randomUUID()}`, { headers: auth() })).status, 404);
     assert.equal((await answer('GET', '/v1/tasks/not-a-uuid', { headers: auth() })).status, 404);
-    assert.equal((await answer('POST', '/v1/tasks', { headers: jsonHeaders('contract-big'), body: JSON.stringify({ ...defaultRequest, prompt: 'x'.repeat(300_000) }) })).status, 413);
-    assert.equal((await answer('POST', '/v1/tasks', { headers: { ...auth(), 'content-type': 'text/plain', 'idempotency-key': 'contract-text' }, body })).status, 415);
-    assert.equal((await answer('POST', '/v1/tasks', { headers: jsonHeaders('contract-1'), body: JSON.stringify({ ...defaultRequest, prompt: 'another' }) })).status, 422);
+    assert.equal(
+      (await answer('POST', '/v1/tasks', { headers: jsonHeaders('contract-big'), body: JSON.stringify({ ...defaultRequest, prompt: 'x'.repeat(300_000) }) }))
+        .status,
+      413,
+    );
+    assert.equal(
+      (await answer('POST', '/v1/tasks', { headers: { ...auth(), 'content-type': 'text/plain', 'idempotency-key': 'contract-text' }, body })).status,
+      415,
+    );
+    assert.equal(
+      (await answer('POST', '/v1/tasks', { headers: jsonHeaders('contract-1'), body: JSON.stringify({ ...defaultRequest, prompt: 'another' }) })).status,
+      422,
+    );
   });
 
-  test('429 with Retry-After on create, read and cancel past the tenant\'s rate', async () => {
+  test("429 with Retry-After on create, read and cancel past the tenant's rate", async () => {
     const t = await createTestTenant(e.tdb.database, e.config, '100');
     const burst = async (send: () => Promise<{ status: number }>) => {
       const statuses = [];
       for (let i = 0; i < 4; i++) statuses.push((await send()).status);
       return statuses;
     };
-    const creates = await burst(() => answer('POST', '/v1/tasks', { api: limited.baseUrl, headers: jsonHeaders(`contract-rl-${randomUUID()}`, t.apiKey), body: JSON.stringify(defaultRequest) }));
+    const creates = await burst(() =>
+      answer('POST', '/v1/tasks', {
+        api: limited.baseUrl,
+        headers: jsonHeaders(`contract-rl-${randomUUID()}`, t.apiKey),
+        body: JSON.stringify(defaultRequest),
+      }),
+    );
     assert.ok(creates.includes(429), creates.join(','));
     const reads = await burst(() => answer('GET', '/v1/tasks', { api: limited.baseUrl, headers: auth(t.apiKey) }));
     assert.ok(reads.includes(429), reads.join(','));
@@ -201,12 +236,30 @@ describe('real answers validate against the document', () => {
     const signed = (status: string) => {
       const now = new Date();
       const body = JSON.stringify({
-        id: attempt.provider_job_id, version: 'minimax/video-01', input: { prompt: 'x' }, output: null, error: null, logs: '', status,
-        created_at: now.toISOString(), started_at: now.toISOString(), completed_at: null, webhook: `${e.config.PUBLIC_BASE_URL}${url}`, metrics: {},
+        id: attempt.provider_job_id,
+        version: 'minimax/video-01',
+        input: { prompt: 'x' },
+        output: null,
+        error: null,
+        logs: '',
+        status,
+        created_at: now.toISOString(),
+        started_at: now.toISOString(),
+        completed_at: null,
+        webhook: `${e.config.PUBLIC_BASE_URL}${url}`,
+        metrics: {},
       });
       const id = `msg_${randomUUID()}`;
       const signature = new Webhook(e.config.PROVIDER_REPLICATE_WEBHOOK_SECRET).sign(id, now, body);
-      return { body, headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': String(Math.floor(now.getTime() / 1000)), 'webhook-signature': signature } };
+      return {
+        body,
+        headers: {
+          'content-type': 'application/json',
+          'webhook-id': id,
+          'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+          'webhook-signature': signature,
+        },
+      };
     };
     const first = signed('processing');
     const stored = await answer('POST', url, first);
@@ -230,6 +283,9 @@ describe('real answers validate against the document', () => {
     const problem = new Headers({ 'content-type': 'application/problem+json' });
     const body = JSON.stringify({ type: 'https://docs.vidorch.dev/problems/rate-limited', title: 't', status: 429 });
     assert.match(validator.check({ method: 'POST', path: '/v1/tasks' }, { status: 429, headers: problem, text: body }).join(), /Retry-After is required/);
-    assert.match(validator.check({ method: 'POST', path: '/v1/tasks' }, { status: 202, headers: problem, text: '{}' }).join(), /content type application\/problem\+json is not declared/);
+    assert.match(
+      validator.check({ method: 'POST', path: '/v1/tasks' }, { status: 202, headers: problem, text: '{}' }).join(),
+      /content type application\/problem\+json is not declared/,
+    );
   });
 });

@@ -31,7 +31,10 @@ const tickStream = defineRoute({
   tags: ['example'],
   auth: 'bearer',
   request: { params: z.object({ id: z.string() }) },
-  responses: { 200: { description: 'The stream', content: sse(sseEvent(tick, { event: z.literal('tick') })) }, ...problemAnswers([401, 429], { bearer: true }) },
+  responses: {
+    200: { description: 'The stream', content: sse(sseEvent(tick, { event: z.literal('tick') })) },
+    ...problemAnswers([401, 429], { bearer: true }),
+  },
 });
 const tickWebhook = defineWebhook({
   event: 'example.tick',
@@ -41,13 +44,17 @@ const tickWebhook = defineWebhook({
   body: z.object({ type: z.literal('example.tick'), data: tick }),
   responses: { 200: { description: 'Received' } },
 });
-const doc = openApiDocument({ serverUrl: 'http://127.0.0.1', version: '0', routes: [tickStream], webhooks: [tickWebhook] }) as unknown as OpenApiDoc & Record<string, any>;
+const doc = openApiDocument({ serverUrl: 'http://127.0.0.1', version: '0', routes: [tickStream], webhooks: [tickWebhook] }) as unknown as OpenApiDoc &
+  Record<string, any>;
 
 test('a webhook contract is rendered under `webhooks`, typed by openapi-typescript, and payloads validate against it', async () => {
   const op = doc.webhooks?.['example.tick']?.['post'] as any;
   assert.equal(op.operationId, 'onExampleTick');
   assert.deepEqual(op.security, []);
-  assert.deepEqual(op.parameters.map((p: { name: string; in: string }) => `${p.in}:${p.name}`), ['header:webhook-id', 'header:webhook-timestamp', 'header:webhook-signature']);
+  assert.deepEqual(
+    op.parameters.map((p: { name: string; in: string }) => `${p.in}:${p.name}`),
+    ['header:webhook-id', 'header:webhook-timestamp', 'header:webhook-signature'],
+  );
   const types = astToString(await openapiTS(doc as unknown as OpenAPI3));
   assert.match(types, /export interface webhooks \{\s+"example\.tick"/);
   const v = contractValidator(doc);
@@ -104,7 +111,10 @@ function clientTypeChecks(c: VidorchClient = createVidorchClient({ baseUrl: 'htt
   });
   void c.GET('/v1/tasks/{id}', { params: { path: { id: 'x' } } });
   return async () => {
-    const { data, error } = await c.POST('/v1/tasks', { params: { header: { 'Idempotency-Key': 'k' } }, body: { model: 'm', prompt: 'p', duration_seconds: 2, resolution: '480p' } });
+    const { data, error } = await c.POST('/v1/tasks', {
+      params: { header: { 'Idempotency-Key': 'k' } },
+      body: { model: 'm', prompt: 'p', duration_seconds: 2, resolution: '480p' },
+    });
     if (error) return error.title satisfies string; // a Problem
     return data.task_id satisfies string;
   };

@@ -4,15 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { generationTask } from '../../db/schema';
-import {
-  createTestDatabase,
-  createTestTenant,
-  http,
-  startApi,
-  testConfig,
-  type RunningApi,
-  type TestDatabase,
-} from '../support/stack';
+import { createTestDatabase, createTestTenant, http, startApi, testConfig, type RunningApi, type TestDatabase } from '../support/stack';
 import { createGenerationFacade } from '../../temporal/facade';
 
 const body = { model: 'minimax/video-01', prompt: 'rate', duration_seconds: 1, resolution: '480p' };
@@ -33,9 +25,7 @@ after(async () => {
 
 async function burst(api: RunningApi, apiKey: string, n: number, prefix: string) {
   return Promise.all(
-    Array.from({ length: n }, (_, i) =>
-      http(api.baseUrl, 'POST', '/v1/tasks', { apiKey, body, headers: { 'idempotency-key': `${prefix}-${i}` } }),
-    ),
+    Array.from({ length: n }, (_, i) => http(api.baseUrl, 'POST', '/v1/tasks', { apiKey, body, headers: { 'idempotency-key': `${prefix}-${i}` } })),
   );
 }
 
@@ -53,7 +43,10 @@ test('over the shared per-tenant rate (Redis) creates get 429 with Retry-After a
   const stored = await tdb.database.db.select().from(generationTask).where(eq(generationTask.tenant_id, noisy.tenantId));
   assert.equal(stored.length, results.filter((r) => r.status === 202).length);
   const other = await burst(api, quiet.apiKey, 3, 'quiet');
-  assert.deepEqual(other.map((r) => r.status), [202, 202, 202]);
+  assert.deepEqual(
+    other.map((r) => r.status),
+    [202, 202, 202],
+  );
 });
 
 test('with Redis unreachable the local insurance limit still applies (rate / instances)', async () => {

@@ -44,8 +44,7 @@ after(async () => {
 const create = (key: string | null, payload: unknown = body, apiKey = alice.apiKey) =>
   http(api.baseUrl, 'POST', '/v1/tasks', { apiKey, body: payload, headers: key === null ? {} : { 'idempotency-key': key } });
 
-const ledgerRows = async (taskId: string) =>
-  tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+const ledgerRows = async (taskId: string) => tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
 
 describe('authentication and tenant scoping', () => {
   test('a request without an API key is refused with 401 problem+json', async () => {
@@ -83,13 +82,19 @@ describe('create: one transaction of task, reservation, outbox', () => {
     const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id));
     assert.equal(task?.reserved_amount, '2.000000'); // 4 s × 0.5 at 480p
     const ledger = await ledgerRows(id);
-    assert.deepEqual(ledger.map((e) => [e.entry_type, e.amount, e.business_key]), [['RESERVE', '2.000000', `task:${id}:reserve`]]);
+    assert.deepEqual(
+      ledger.map((e) => [e.entry_type, e.amount, e.business_key]),
+      [['RESERVE', '2.000000', `task:${id}:reserve`]],
+    );
     const outbox = await tdb.database.db.select().from(outboxEvent).where(eq(outboxEvent.aggregate_id, id));
     assert.equal(outbox.length, 1);
     // The fast path started the workflow and marked the row published.
     assert.ok(outbox[0]?.published_at, 'outbox row published by the fast path');
     const transitions = await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, id));
-    assert.deepEqual(transitions.map((t) => [t.from_status, t.to_status, t.to_version]), [[null, 'QUEUED', 0]]);
+    assert.deepEqual(
+      transitions.map((t) => [t.from_status, t.to_status, t.to_version]),
+      [[null, 'QUEUED', 0]],
+    );
   });
 
   test('the same Idempotency-Key and body returns the original task without a second reservation', async () => {
@@ -164,10 +169,13 @@ describe('validation: problem+json naming the field, never a 500', () => {
   ];
   for (const [name, payload, field] of cases) {
     test(`${name} → 400 naming ${field}`, async () => {
-      const res = await create(`bad-${name.replace(/\W+/g, "-")}`, payload);
+      const res = await create(`bad-${name.replace(/\W+/g, '-')}`, payload);
       assert.equal(res.status, 400, JSON.stringify(res.body));
       assert.match(res.headers.get('content-type') ?? '', /problem\+json/);
-      assert.ok(res.body.errors.some((e: { field: string }) => e.field === field), JSON.stringify(res.body.errors));
+      assert.ok(
+        res.body.errors.some((e: { field: string }) => e.field === field),
+        JSON.stringify(res.body.errors),
+      );
     });
   }
 
@@ -218,12 +226,9 @@ describe('reads, list and cancel', () => {
     const seen: string[] = [];
     let cursor: string | null = null;
     do {
-      const page: { status: number; body: any } = await http(
-        api.baseUrl,
-        'GET',
-        `/v1/tasks?limit=2&status=QUEUED${cursor ? `&cursor=${cursor}` : ''}`,
-        { apiKey: tenant.apiKey },
-      );
+      const page: { status: number; body: any } = await http(api.baseUrl, 'GET', `/v1/tasks?limit=2&status=QUEUED${cursor ? `&cursor=${cursor}` : ''}`, {
+        apiKey: tenant.apiKey,
+      });
       assert.equal(page.status, 200);
       seen.push(...page.body.tasks.map((t: { task_id: string }) => t.task_id));
       cursor = page.body.next_cursor;
@@ -295,7 +300,16 @@ describe('API_FAST_PATH_MODE=background: the 202 does not wait for Temporal', ()
         return { started: true } as never;
       },
     };
-    const bg = await startApi(testConfig({ TEMPORAL_TASK_QUEUE: config.TEMPORAL_TASK_QUEUE, API_FAST_PATH_MODE: 'background', API_FAST_PATH_MAX_IN_FLIGHT: '1', API_FAST_PATH_TIMEOUT_MS: '10000' }), tdb.database, { facade: slow });
+    const bg = await startApi(
+      testConfig({
+        TEMPORAL_TASK_QUEUE: config.TEMPORAL_TASK_QUEUE,
+        API_FAST_PATH_MODE: 'background',
+        API_FAST_PATH_MAX_IN_FLIGHT: '1',
+        API_FAST_PATH_TIMEOUT_MS: '10000',
+      }),
+      tdb.database,
+      { facade: slow },
+    );
     try {
       const t0 = Date.now();
       const a = await http(bg.baseUrl, 'POST', '/v1/tasks', { apiKey: alice.apiKey, body, headers: { 'idempotency-key': 'bg-1' } });

@@ -55,11 +55,18 @@ describe('the task waker', () => {
     const w = createTaskWaker(h.signal);
     w.wake('a');
     w.wake('b');
-    assert.deepEqual(h.calls.map((c) => c.taskId), ['a', 'b']);
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b'],
+    );
     w.wake('a');
     h.calls[0]!.release(false);
     await settle();
-    assert.deepEqual(h.calls.map((c) => c.taskId), ['a', 'b', 'a'], 'the follow-up after a failure');
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b', 'a'],
+      'the follow-up after a failure',
+    );
     h.calls[2]!.release(true);
     h.calls[1]!.release(true);
     await settle();

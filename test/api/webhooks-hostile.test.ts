@@ -6,7 +6,17 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { sql } from 'drizzle-orm';
 import { loadConfig } from '../../config/env';
-import { createTestDatabase, createTestTenant, http, startApi, temporalClient, testConfig, uniqueQueue, type RunningApi, type TestDatabase } from '../support/stack';
+import {
+  createTestDatabase,
+  createTestTenant,
+  http,
+  startApi,
+  temporalClient,
+  testConfig,
+  uniqueQueue,
+  type RunningApi,
+  type TestDatabase,
+} from '../support/stack';
 
 const config = testConfig({ TEMPORAL_TASK_QUEUE: uniqueQueue('wh_hostile'), WEBHOOK_ALLOW_PRIVATE: 'false' });
 let tdb: TestDatabase;
@@ -25,7 +35,10 @@ before(async () => {
   mine = await createTestTenant(tdb.database, config, '100');
   theirs = await createTestTenant(tdb.database, config, '100');
   const a = await http(api.baseUrl, 'POST', '/v1/webhook-endpoints', { apiKey: mine.apiKey, body: { url: 'https://hooks.example.com/vidorch' } });
-  const b = await http(api.baseUrl, 'POST', '/v1/webhook-endpoints', { apiKey: theirs.apiKey, body: { url: 'https://other.example.com/hook', events: ['task.failed'] } });
+  const b = await http(api.baseUrl, 'POST', '/v1/webhook-endpoints', {
+    apiKey: theirs.apiKey,
+    body: { url: 'https://other.example.com/hook', events: ['task.failed'] },
+  });
   assert.equal(a.status, 201, JSON.stringify(a.body));
   assert.equal(b.status, 201, JSON.stringify(b.body));
   mineEndpoint = a.body.id;
@@ -58,7 +71,14 @@ interface Case {
   readonly headers?: Record<string, string>;
 }
 
-const create = (body: unknown, field: string | undefined, name: string, status = 400): Case => ({ name, method: 'POST', path: () => '/v1/webhook-endpoints', body, status, ...(field ? { field } : {}) });
+const create = (body: unknown, field: string | undefined, name: string, status = 400): Case => ({
+  name,
+  method: 'POST',
+  path: () => '/v1/webhook-endpoints',
+  body,
+  status,
+  ...(field ? { field } : {}),
+});
 
 const CASES: readonly Case[] = [
   create({ url: 'http://hooks.example.com/x' }, 'url', 'a non-https URL'),
@@ -80,25 +100,90 @@ const CASES: readonly Case[] = [
   create({ url: 'https://hooks.example.com/x', events: 'task.failed' }, 'events', 'events that is not a list'),
   create({ url: 'https://hooks.example.com/x', secret: 'whsec_mine' }, 'secret', 'a secret of our own choosing'),
   create({ url: 'https://hooks.example.com/x', description: 'd'.repeat(501) }, 'description', 'an overlong description'),
-  { name: 'an oversized body', method: 'POST', path: () => '/v1/webhook-endpoints', raw: JSON.stringify({ url: 'https://hooks.example.com/x', description: 'x'.repeat(300 * 1024) }), status: 413 },
-  { name: 'a body that is not JSON', method: 'POST', path: () => '/v1/webhook-endpoints', raw: 'url=https://hooks.example.com', headers: { 'content-type': 'text/plain' }, status: 415 },
-  { name: 'a PATCH to a private URL', method: 'PATCH', path: () => `/v1/webhook-endpoints/${mineEndpoint}`, body: { url: 'https://192.168.0.10/hook' }, status: 400, field: 'url' },
-  { name: 'a PATCH to an http URL', method: 'PATCH', path: () => `/v1/webhook-endpoints/${mineEndpoint}`, body: { url: 'http://hooks.example.com/hook' }, status: 400, field: 'url' },
-  { name: 'a PATCH with bad events', method: 'PATCH', path: () => `/v1/webhook-endpoints/${mineEndpoint}`, body: { events: ['task.progress'] }, status: 400, field: 'events.0' },
+  {
+    name: 'an oversized body',
+    method: 'POST',
+    path: () => '/v1/webhook-endpoints',
+    raw: JSON.stringify({ url: 'https://hooks.example.com/x', description: 'x'.repeat(300 * 1024) }),
+    status: 413,
+  },
+  {
+    name: 'a body that is not JSON',
+    method: 'POST',
+    path: () => '/v1/webhook-endpoints',
+    raw: 'url=https://hooks.example.com',
+    headers: { 'content-type': 'text/plain' },
+    status: 415,
+  },
+  {
+    name: 'a PATCH to a private URL',
+    method: 'PATCH',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}`,
+    body: { url: 'https://192.168.0.10/hook' },
+    status: 400,
+    field: 'url',
+  },
+  {
+    name: 'a PATCH to an http URL',
+    method: 'PATCH',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}`,
+    body: { url: 'http://hooks.example.com/hook' },
+    status: 400,
+    field: 'url',
+  },
+  {
+    name: 'a PATCH with bad events',
+    method: 'PATCH',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}`,
+    body: { events: ['task.progress'] },
+    status: 400,
+    field: 'events.0',
+  },
   { name: 'an empty PATCH', method: 'PATCH', path: () => `/v1/webhook-endpoints/${mineEndpoint}`, body: {}, status: 400 },
-  { name: 'a PATCH of enabled that is not a boolean', method: 'PATCH', path: () => `/v1/webhook-endpoints/${mineEndpoint}`, body: { enabled: 'yes' }, status: 400, field: 'enabled' },
+  {
+    name: 'a PATCH of enabled that is not a boolean',
+    method: 'PATCH',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}`,
+    body: { enabled: 'yes' },
+    status: 400,
+    field: 'enabled',
+  },
   { name: "GET another tenant's endpoint", method: 'GET', path: () => `/v1/webhook-endpoints/${theirEndpoint}`, status: 404 },
   { name: "PATCH another tenant's endpoint", method: 'PATCH', path: () => `/v1/webhook-endpoints/${theirEndpoint}`, body: { enabled: false }, status: 404 },
   { name: "DELETE another tenant's endpoint", method: 'DELETE', path: () => `/v1/webhook-endpoints/${theirEndpoint}`, status: 404 },
   { name: "rotate another tenant's secret", method: 'POST', path: () => `/v1/webhook-endpoints/${theirEndpoint}/rotate-secret`, body: {}, status: 404 },
   { name: "another tenant's deliveries", method: 'GET', path: () => `/v1/webhook-endpoints/${theirEndpoint}/deliveries`, status: 404 },
-  { name: "a redeliver on another tenant's endpoint", method: 'POST', path: () => `/v1/webhook-endpoints/${theirEndpoint}/deliveries/0190a000-0000-7000-8000-000000000000/redeliver`, body: {}, status: 404 },
-  { name: 'a redeliver of an unknown delivery', method: 'POST', path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries/0190a000-0000-7000-8000-000000000000/redeliver`, body: {}, status: 404 },
+  {
+    name: "a redeliver on another tenant's endpoint",
+    method: 'POST',
+    path: () => `/v1/webhook-endpoints/${theirEndpoint}/deliveries/0190a000-0000-7000-8000-000000000000/redeliver`,
+    body: {},
+    status: 404,
+  },
+  {
+    name: 'a redeliver of an unknown delivery',
+    method: 'POST',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries/0190a000-0000-7000-8000-000000000000/redeliver`,
+    body: {},
+    status: 404,
+  },
   { name: 'an endpoint id that is not a uuid', method: 'GET', path: () => `/v1/webhook-endpoints/${'x'.repeat(500)}`, status: 404 },
   { name: 'bad percent-encoding in an endpoint id', method: 'GET', path: () => '/v1/webhook-endpoints/%ff%fe', status: 400 },
   { name: 'a deliveries limit of 0', method: 'GET', path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries?limit=0`, status: 400, field: 'query.limit' },
-  { name: 'a deliveries cursor that is not ours', method: 'GET', path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries?cursor=abc`, status: 400, field: 'query.cursor' },
-  { name: 'an unknown delivery state', method: 'GET', path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries?state=lost`, status: 400, field: 'query.state' },
+  {
+    name: 'a deliveries cursor that is not ours',
+    method: 'GET',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries?cursor=abc`,
+    status: 400,
+    field: 'query.cursor',
+  },
+  {
+    name: 'an unknown delivery state',
+    method: 'GET',
+    path: () => `/v1/webhook-endpoints/${mineEndpoint}/deliveries?state=lost`,
+    status: 400,
+    field: 'query.state',
+  },
   {
     name: "a task's webhook_url to a private address",
     method: 'POST',
@@ -133,7 +218,11 @@ for (const c of CASES) {
     assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/, text);
     const problem = JSON.parse(text) as { status: number; errors?: { field: string }[] };
     assert.equal(problem.status, res.status);
-    if (c.field) assert.ok(problem.errors?.some((e) => e.field === c.field), `names ${c.field}: ${text}`);
+    if (c.field)
+      assert.ok(
+        problem.errors?.some((e) => e.field === c.field),
+        `names ${c.field}: ${text}`,
+      );
     assert.equal(await countWrites(), before);
   });
 }

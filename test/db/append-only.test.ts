@@ -99,10 +99,11 @@ describe('the record cannot be rewritten', () => {
   });
 
   test('an INSERT still works in each of them: a correction is a new row with its own business key', async () => {
-    const one = async (sql: string) => ((await query(sql)).rows[0] as Record<string, string>);
+    const one = async (sql: string) => (await query(sql)).rows[0] as Record<string, string>;
     const { tenant_id: tenantId } = await one(`SELECT tenant_id FROM tenant LIMIT 1`);
     const { task_id: taskId } = await one(`SELECT task_id FROM generation_task LIMIT 1`);
-    const counts = async () => one(`SELECT (SELECT count(*) FROM credit_ledger) || ' ' || (SELECT count(*) FROM task_transition) || ' ' ||
+    const counts = async () =>
+      one(`SELECT (SELECT count(*) FROM credit_ledger) || ' ' || (SELECT count(*) FROM task_transition) || ' ' ||
       (SELECT count(*) FROM ops_audit) || ' ' || (SELECT count(*) FROM region_failover) AS n`);
     const before = (await counts()).n!.split(' ').map(Number);
     await query(`INSERT INTO credit_ledger (entry_id, tenant_id, business_key, entry_type, amount, region, write_epoch, note)
@@ -114,7 +115,10 @@ describe('the record cannot be rewritten', () => {
     await query(`INSERT INTO region_failover (failover_id, resource_scope, incident_id, operator, reason, old_region, new_region, old_epoch, new_epoch,
       replication_position, accepted_rpo_seconds, started_at, traffic_switch_time)
       VALUES ('${randomUUID()}', 'another-scope', 'INC-OTHER', 'test', 'test', 'region-a', 'region-b', 1, 2, '0/0', 0, now(), now())`);
-    assert.deepEqual((await counts()).n!.split(' ').map(Number), before.map((n) => n + 1));
+    assert.deepEqual(
+      (await counts()).n!.split(' ').map(Number),
+      before.map((n) => n + 1),
+    );
   });
 });
 
@@ -125,11 +129,19 @@ test('the failover records its first write and reconciliation result as new rows
   assert.deepEqual(await events(), ['reconciliation']);
 
   // Region-b's first write (an operator's canary grant there), then `fence status` records it.
-  await grantTenantCredits(tdb.database.db, { name: tenantName, credits: '1', reason: 'canary', actor: 'operator:test', fence: { scope: config.FENCE_SCOPE, region: 'region-b' } });
+  await grantTenantCredits(tdb.database.db, {
+    name: tenantName,
+    credits: '1',
+    reason: 'canary',
+    actor: 'operator:test',
+    fence: { scope: config.FENCE_SCOPE, region: 'region-b' },
+  });
   const env = { ...configToEnv(config), DATABASE_URL: tdb.url, LOG_LEVEL: 'warn' };
   const status = await runNodeScript('ops/cli.ts', ['fence', 'status', '--json'], env);
   assert.equal(status.code, 0, status.stderr);
-  const shown = (JSON.parse(status.stdout.trim().split('\n').pop()!) as { failovers: Array<Record<string, unknown>> }).failovers.find((f) => f['failover_id'] === failoverId);
+  const shown = (JSON.parse(status.stdout.trim().split('\n').pop()!) as { failovers: Array<Record<string, unknown>> }).failovers.find(
+    (f) => f['failover_id'] === failoverId,
+  );
   assert.ok(shown?.['first_successful_write_time'], 'first write shown');
   assert.equal((shown?.['reconciliation_result'] as { clean?: boolean } | undefined)?.clean !== undefined, true, 'reconciliation result shown');
   assert.deepEqual(await events(), ['first_write', 'reconciliation']);

@@ -68,8 +68,27 @@ describe('unique constraints', () => {
   });
 
   test('the inbox stores one row per (provider, dedupe key) and says when it was a duplicate', async () => {
-    const job: ProviderJob = { jobId: 'job-x', state: 'running', rawStatus: 'processing', updatedAt: new Date(), outputUrl: null, error: null, correlationToken: null, metrics: null };
-    const event = { provider: 'replicate', job, providerEventId: 'msg_1', source: 'callback' as const, attemptId: null, taskId: null, receivedRegion: 'r', signatureValid: true, raw: {} };
+    const job: ProviderJob = {
+      jobId: 'job-x',
+      state: 'running',
+      rawStatus: 'processing',
+      updatedAt: new Date(),
+      outputUrl: null,
+      error: null,
+      correlationToken: null,
+      metrics: null,
+    };
+    const event = {
+      provider: 'replicate',
+      job,
+      providerEventId: 'msg_1',
+      source: 'callback' as const,
+      attemptId: null,
+      taskId: null,
+      receivedRegion: 'r',
+      signatureValid: true,
+      raw: {},
+    };
     assert.ok(await recordProviderEvent(tdb.database.db, event));
     assert.equal(await recordProviderEvent(tdb.database.db, event), null);
   });
@@ -115,8 +134,14 @@ describe('compare-and-set on status_version', () => {
 
 describe('region fence', () => {
   test('holdFence rejects a token of an inactive region or an old epoch', async () => {
-    await assert.rejects(tdb.database.db.transaction((tx) => holdFence(tx, { ...token(), region: 'elsewhere' })), FenceRejectedError);
-    await assert.rejects(tdb.database.db.transaction((tx) => holdFence(tx, { ...token(), epoch: 0 })), FenceRejectedError);
+    await assert.rejects(
+      tdb.database.db.transaction((tx) => holdFence(tx, { ...token(), region: 'elsewhere' })),
+      FenceRejectedError,
+    );
+    await assert.rejects(
+      tdb.database.db.transaction((tx) => holdFence(tx, { ...token(), epoch: 0 })),
+      FenceRejectedError,
+    );
   });
 
   test('an epoch bump waits for a transaction holding the fence, and its writes commit under the old epoch first', async () => {
@@ -139,7 +164,10 @@ describe('region fence', () => {
     release();
     await Promise.all([writer, bump]);
     assert.deepEqual(order, ['writer holds fence', 'writer commits', 'epoch bumped']);
-    await assert.rejects(tdb.database.db.transaction((tx) => holdFence(tx, token())), FenceRejectedError);
+    await assert.rejects(
+      tdb.database.db.transaction((tx) => holdFence(tx, token())),
+      FenceRejectedError,
+    );
     await tdb.database.db.update(regionWriteFence).set({ write_epoch: 1 }).where(eq(regionWriteFence.resource_scope, config.FENCE_SCOPE));
   });
 });
@@ -161,7 +189,11 @@ describe('ledger', () => {
       await tdb.database.db.transaction((tx) => settleReservation(tx, token(), { tenantId: t, taskId, reserved: '4', charge: '2.5' }));
     }
     const rows = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
-    assert.deepEqual(rows.map((r) => [r.entry_type, r.amount]).sort(), [['RELEASE', '1.500000'], ['RESERVE', '4.000000'], ['SETTLE', '2.500000']]);
+    assert.deepEqual(rows.map((r) => [r.entry_type, r.amount]).sort(), [
+      ['RELEASE', '1.500000'],
+      ['RESERVE', '4.000000'],
+      ['SETTLE', '2.500000'],
+    ]);
     const [acct] = await tdb.database.db.select().from(creditAccount).where(eq(creditAccount.tenant_id, t));
     assert.equal(acct?.balance, '7.500000');
     assert.equal(acct?.reserved, '0.000000');

@@ -43,7 +43,11 @@ before(async () => {
   // Periodic reads once a minute: a change seen within seconds came through the LISTEN connection
   // (its NOTIFY, or the read it makes right after it connects).
   watcher = await startFenceWatcher({
-    db: database.db, databaseUrl: config.DATABASE_URL, failoverHosts: failoverHosts(config), scope: SCOPE, intervalMs: 60_000,
+    db: database.db,
+    databaseUrl: config.DATABASE_URL,
+    failoverHosts: failoverHosts(config),
+    scope: SCOPE,
+    intervalMs: 60_000,
     logger: createLogger({ name: 'test', level: 'silent', pretty: false }),
   });
 });
@@ -113,7 +117,10 @@ test('after the primary stops and the standby is promoted, the same pool writes 
       await crash;
       await tx.execute(sql`INSERT INTO failover_probe VALUES (0)`);
     })
-    .then(() => null, (err: unknown) => err);
+    .then(
+      () => null,
+      (err: unknown) => err,
+    );
   await open;
   await primary.crash();
   crashed();
@@ -121,7 +128,10 @@ test('after the primary stops and the standby is promoted, the same pool writes 
   assert.ok(err instanceof Error, 'the transaction failed');
   assert.ok(isDatabaseUnavailable(err), `classified as unavailable: ${err.message}`);
   // Before the promotion no candidate is read-write: every attempt fails, none reaches the standby for writing.
-  const before = await database.pool.query('INSERT INTO failover_probe VALUES (1)').then(() => 'written', (err: Error) => err.message);
+  const before = await database.pool.query('INSERT INTO failover_probe VALUES (1)').then(
+    () => 'written',
+    (err: Error) => err.message,
+  );
   assert.notEqual(before, 'written');
   await standby.promote();
   const { value } = await untilAnswered(async () => {
@@ -131,7 +141,10 @@ test('after the primary stops and the standby is promoted, the same pool writes 
   assert.equal(value, standby.port);
   // The table created on the old primary was streamed to the standby before the stop.
   const { rows } = await database.pool.query<{ n: number }>('SELECT n FROM failover_probe ORDER BY n');
-  assert.deepEqual(rows.map((r) => r.n), [2]);
+  assert.deepEqual(
+    rows.map((r) => r.n),
+    [2],
+  );
   // The LISTEN connection found the new primary too: a mode change there reaches the watcher by NOTIFY.
   await setMode(database.db, { scope: SCOPE, mode: 'RECONCILE_ONLY', actor: 'test', reason: 'after promotion' });
   assert.ok(await modeSeen('RECONCILE_ONLY', 20_000), 'the NOTIFY on the new primary reached the watcher');

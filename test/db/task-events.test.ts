@@ -25,7 +25,13 @@ after(async () => {
 });
 
 const newTask = async (key: string) =>
-  (await createTask(tdb.database.db, token, { tenantId, idempotencyKey: `${key}-${Date.now()}`, body: { model: 'minimax/video-01', prompt: key, duration_seconds: 2, resolution: '480p', priority: 0 } })).task.task_id;
+  (
+    await createTask(tdb.database.db, token, {
+      tenantId,
+      idempotencyKey: `${key}-${Date.now()}`,
+      body: { model: 'minimax/video-01', prompt: key, duration_seconds: 2, resolution: '480p', priority: 0 },
+    })
+  ).task.task_id;
 
 /** Moves the task QUEUED → DISPATCHING (version 0 → 1) on `client` (its own transaction, or one left open). */
 const dispatchSql = (taskId: string) => ({
@@ -70,17 +76,38 @@ test('the tenant cursor never passes a transition of a transaction still open: i
   }
 });
 
-test('a task\'s transitions after a status_version come in version order, with the failure on FAILED', async () => {
+test("a task's transitions after a status_version come in version order, with the failure on FAILED", async () => {
   const taskId = await newTask('versions');
   await tdb.database.db.transaction(async (tx) => {
     await holdFence(tx, token);
     await casTaskStatus(tx, token, { taskId, from: 'QUEUED', expectedVersion: 0, to: 'DISPATCHING', sourceEvent: 'test', actor: 'test' });
-    await casTaskStatus(tx, token, { taskId, from: 'DISPATCHING', expectedVersion: 1, to: 'FAILED', sourceEvent: 'test', actor: 'test', set: { failureCode: 'NO_ROUTE', failureMessage: 'none' } });
+    await casTaskStatus(tx, token, {
+      taskId,
+      from: 'DISPATCHING',
+      expectedVersion: 1,
+      to: 'FAILED',
+      sourceEvent: 'test',
+      actor: 'test',
+      set: { failureCode: 'NO_ROUTE', failureMessage: 'none' },
+    });
   });
   const all = await taskTransitionsAfter(tdb.database.db, taskId, -1, 10);
-  assert.deepEqual(all.map((e) => [e.version, e.toStatus]), [[0, 'QUEUED'], [1, 'DISPATCHING'], [2, 'FAILED']]);
-  assert.deepEqual(all.map((e) => e.failure), [null, null, { code: 'NO_ROUTE', message: 'none' }]);
-  assert.deepEqual((await taskTransitionsAfter(tdb.database.db, taskId, 1, 10)).map((e) => e.version), [2]);
+  assert.deepEqual(
+    all.map((e) => [e.version, e.toStatus]),
+    [
+      [0, 'QUEUED'],
+      [1, 'DISPATCHING'],
+      [2, 'FAILED'],
+    ],
+  );
+  assert.deepEqual(
+    all.map((e) => e.failure),
+    [null, null, { code: 'NO_ROUTE', message: 'none' }],
+  );
+  assert.deepEqual(
+    (await taskTransitionsAfter(tdb.database.db, taskId, 1, 10)).map((e) => e.version),
+    [2],
+  );
 });
 
 test('task_transition_notify: every committed transition NOTIFYs its tenant, task and version (ids only); a rolled-back one nothing', async () => {
@@ -100,7 +127,10 @@ test('task_transition_notify: every committed transition NOTIFYs its tenant, tas
       .catch(() => undefined);
     const taskId = await newTask('notify');
     await eventually(async () => (heard.some((n) => n.task === taskId) ? true : undefined), 5_000, 10);
-    assert.deepEqual(heard.find((n) => n.task === taskId), { k: 't', tenant: tenantId, task: taskId, v: 0 });
+    assert.deepEqual(
+      heard.find((n) => n.task === taskId),
+      { k: 't', tenant: tenantId, task: taskId, v: 0 },
+    );
     assert.equal(heard.filter((n) => n.task === rolledBack && n.v === 1).length, 0, 'no NOTIFY for a rolled-back transition');
   } finally {
     await listener.end();

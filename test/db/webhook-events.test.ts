@@ -65,12 +65,26 @@ test('a failing event write rolls the transition back: no transition without its
   assert.equal(task!.status, 'QUEUED');
   assert.equal(task!.status_version, 0);
   const transitions = await db().select().from(taskTransition).where(eq(taskTransition.task_id, id));
-  assert.deepEqual(transitions.map((t) => t.to_status), ['QUEUED']);
+  assert.deepEqual(
+    transitions.map((t) => t.to_status),
+    ['QUEUED'],
+  );
   assert.deepEqual(await eventsOf(id), []);
 });
 
 test('every status tenants hear about makes exactly one event of its type; the others none', async () => {
-  const walk: TaskStatus[] = ['QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'RUNNING', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'OUTPUT_AT_RISK', 'MANUAL_REVIEW', 'FAILED'];
+  const walk: TaskStatus[] = [
+    'QUEUED',
+    'DISPATCHING',
+    'SUBMITTING',
+    'SUBMITTED',
+    'RUNNING',
+    'PROVIDER_SUCCEEDED',
+    'FETCHING_OUTPUT',
+    'OUTPUT_AT_RISK',
+    'MANUAL_REVIEW',
+    'FAILED',
+  ];
   const id = await newTask('atom-3');
   for (let i = 1; i < walk.length; i += 1) {
     const [from, to] = [walk[i - 1]!, walk[i]!];

@@ -46,16 +46,34 @@ describe('backoff', () => {
   });
 
   test('poll intervals grow to the cap with ±20 % jitter', () => {
-    assert.equal(nextPollInterval(null, 1000, 8000, () => 0.5), 1000);
-    assert.equal(nextPollInterval(1000, 1000, 8000, () => 0.5), 2000);
-    assert.equal(nextPollInterval(8000, 1000, 8000, () => 0.5), 8000);
+    assert.equal(
+      nextPollInterval(null, 1000, 8000, () => 0.5),
+      1000,
+    );
+    assert.equal(
+      nextPollInterval(1000, 1000, 8000, () => 0.5),
+      2000,
+    );
+    assert.equal(
+      nextPollInterval(8000, 1000, 8000, () => 0.5),
+      8000,
+    );
     assert.ok(nextPollInterval(8000, 1000, 8000, () => 0.999) <= 8000);
   });
 
   test('a retry delay plus up to half again: never shorter than asked, never over one and a half times', () => {
-    assert.equal(plusUpToHalf(2_000, () => 0), 2_000);
-    assert.equal(plusUpToHalf(2_000, () => 0.5), 2_500);
-    assert.equal(plusUpToHalf(2_000, () => 0.999999), 3_000);
+    assert.equal(
+      plusUpToHalf(2_000, () => 0),
+      2_000,
+    );
+    assert.equal(
+      plusUpToHalf(2_000, () => 0.5),
+      2_500,
+    );
+    assert.equal(
+      plusUpToHalf(2_000, () => 0.999999),
+      3_000,
+    );
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 600_000 }), fc.double({ min: 0, max: 0.999999, noNaN: true }), (ms, r) => {
         const d = plusUpToHalf(ms, () => r);

@@ -32,10 +32,22 @@ describe('pollInterval', () => {
   });
 
   test('jitter is ±20 % and never exceeds the cap of the phase', () => {
-    assert.equal(pollInterval(null, 'waiting', false, pace, () => 0), 800);
-    assert.equal(pollInterval(null, 'waiting', false, pace, () => 0.999999), 1_200);
-    assert.equal(pollInterval(8_000, 'waiting', false, pace, () => 0.999999), 8_000);
-    assert.equal(pollInterval(24_000, 'waiting', true, pace, () => 0.999999), 24_000);
+    assert.equal(
+      pollInterval(null, 'waiting', false, pace, () => 0),
+      800,
+    );
+    assert.equal(
+      pollInterval(null, 'waiting', false, pace, () => 0.999999),
+      1_200,
+    );
+    assert.equal(
+      pollInterval(8_000, 'waiting', false, pace, () => 0.999999),
+      8_000,
+    );
+    assert.equal(
+      pollInterval(24_000, 'waiting', true, pace, () => 0.999999),
+      24_000,
+    );
     for (let i = 0; i < 1_000; i++) {
       const prev = Math.random() < 0.2 ? null : Math.random() * 30_000;
       const healthy = Math.random() < 0.5;
@@ -60,9 +72,21 @@ describe('withDemandFloor and demandFloorMs', () => {
   });
 
   test('an interval under the floor is raised to it, ±10 %; an interval over it is kept as it is', () => {
-    assert.equal(withDemandFloor(60_000, 1_250_000, () => 0.5), 1_250_000);
-    assert.equal(withDemandFloor(60_000, 1_250_000, () => 0), 1_125_000);
-    assert.equal(withDemandFloor(60_000, 1_250_000, () => 0.999999), 1_375_000);
-    assert.equal(withDemandFloor(60_000, 500, () => 0), 60_000);
+    assert.equal(
+      withDemandFloor(60_000, 1_250_000, () => 0.5),
+      1_250_000,
+    );
+    assert.equal(
+      withDemandFloor(60_000, 1_250_000, () => 0),
+      1_125_000,
+    );
+    assert.equal(
+      withDemandFloor(60_000, 1_250_000, () => 0.999999),
+      1_375_000,
+    );
+    assert.equal(
+      withDemandFloor(60_000, 500, () => 0),
+      60_000,
+    );
   });
 });

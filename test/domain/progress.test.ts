@@ -42,7 +42,11 @@ test('logs leave the API with URL queries and credential-like strings redacted (
     attemptId: '00000000-0000-4000-8000-000000000001',
     provider: 'replicate',
     providerStatus: 'processing',
-    progress: { fraction: null, queue_position: null, logs: 'fetching https://bucket.s3.amazonaws.com/in.png?X-Amz-Signature=abc123&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP\nstep 1/10' },
+    progress: {
+      fraction: null,
+      queue_position: null,
+      logs: 'fetching https://bucket.s3.amazonaws.com/in.png?X-Amz-Signature=abc123&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP\nstep 1/10',
+    },
     at: new Date('2026-01-01T00:00:00Z'),
   });
   assert.ok(!/X-Amz|AKIA|abc123/.test(view.logs ?? ''), view.logs ?? '');

@@ -14,7 +14,10 @@ test('each escalation of the code maps to its cause', () => {
   assert.equal(classifyReview({ ...job, detail: { reason: 'OutputGone: the output URL answered 404' } }), 'missing-data');
   assert.equal(classifyReview({ ...job, detail: { reason: 'InvalidMedia: no moov box' } }), 'missing-data');
   assert.equal(classifyReview({ ...job, detail: { reason: 'InvalidState: attempt is RUNNING' } }), 'code-defect');
-  assert.equal(classifyReview({ ...job, providerFinalState: 'failed', detail: { reason: 'reads of job j1 are refused', consecutive_read_failures: 5 } }), 'terminal-elsewhere');
+  assert.equal(
+    classifyReview({ ...job, providerFinalState: 'failed', detail: { reason: 'reads of job j1 are refused', consecutive_read_failures: 5 } }),
+    'terminal-elsewhere',
+  );
   assert.equal(classifyReview({ ...job, providerFinalState: 'succeeded', detail: { reason: 'InvalidState: x' } }), 'code-defect');
   assert.equal(classifyReview({ ...base, detail: { reason: 'something new' } }), 'unclassified');
   assert.equal(classifyReview({ ...base, detail: null }), 'unclassified');

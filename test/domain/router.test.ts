@@ -97,7 +97,12 @@ test('fallback on a scorer over its time budget, even when its answer is valid',
 
 test('fallback on a scorer error, an empty answer, or an invalid one (unknown provider, NaN score, not an array)', () => {
   const cases: [Scorer, string][] = [
-    [() => { throw new Error('boom'); }, 'scorer-error'],
+    [
+      () => {
+        throw new Error('boom');
+      },
+      'scorer-error',
+    ],
     [() => [], 'empty-output'],
     [() => [{ provider: 'nobody', score: 1 }], 'invalid-output'],
     [() => [{ provider: 'fal', score: Number.NaN }], 'invalid-output'],
@@ -162,16 +167,19 @@ test('failover only after a proven rejection; never while an attempt is SUBMITTI
   assert.deepEqual(mayFailOver([a(1, 'kling', 'RUNNING')], 3), { allowed: false, reason: 'job-exists' });
   assert.deepEqual(mayFailOver([a(1, 'kling', 'PREPARED')], 3), { allowed: false, reason: 'not-rejected' });
   assert.deepEqual(mayFailOver([], 3), { allowed: false, reason: 'no-attempt' });
-  assert.deepEqual(mayFailOver([a(1, 'kling', 'REJECTED'), a(2, 'fal', 'REJECTED'), a(3, 'x', 'REJECTED')], 3), { allowed: false, reason: 'attempts-exhausted' });
+  assert.deepEqual(mayFailOver([a(1, 'kling', 'REJECTED'), a(2, 'fal', 'REJECTED'), a(3, 'x', 'REJECTED')], 3), {
+    allowed: false,
+    reason: 'attempts-exhausted',
+  });
 });
 
 test('property: whatever the scorer does, the router answers a compatible provider or a typed rejection, never throws', () => {
   const anyScore = fc.oneof(fc.double(), fc.constant(Number.NaN), fc.integer());
   const scorerArb = fc.oneof(
-    fc.array(fc.record({ provider: fc.constantFrom('kling', 'fal', 'replicate', 'zzz'), score: anyScore })).map((ans) => (() => ans)),
-    fc.constant((() => {
+    fc.array(fc.record({ provider: fc.constantFrom('kling', 'fal', 'replicate', 'zzz'), score: anyScore })).map((ans) => () => ans),
+    fc.constant(() => {
       throw new Error('x');
-    })),
+    }),
   );
   fc.assert(
     fc.property(scorerArb, fc.integer({ min: -1, max: 12 }), fc.constantFrom('480p', '720p', '1080p', '8k'), fc.string(), (scorer, d, res, taskId) => {

@@ -8,10 +8,22 @@ import { attemptStateFor, decide, type TaskEvent } from '../../domain/task-machi
 
 const anyEvent: fc.Arbitrary<TaskEvent> = fc.oneof(
   fc.constantFrom<TaskEvent>(
-    { type: 'DISPATCH' }, { type: 'ATTEMPT_PREPARED' }, { type: 'SUBMIT_ACCEPTED' }, { type: 'SUBMIT_OUTCOME_UNKNOWN' },
-    { type: 'CANCEL' }, { type: 'OUTPUT_FETCH_STARTED' }, { type: 'OUTPUT_STORED' }, { type: 'OUTPUT_DEADLINE_NEAR' },
-    { type: 'OUTPUT_LOST' }, { type: 'MEDIA_VALID' }, { type: 'MEDIA_INVALID' }, { type: 'ESCALATE' },
-    { type: 'SUBMIT_PROVED_ABSENT' }, { type: 'REVIEW_BIND_JOB' }, { type: 'REVIEW_NOT_SUBMITTED' }, { type: 'REVIEW_FAIL' },
+    { type: 'DISPATCH' },
+    { type: 'ATTEMPT_PREPARED' },
+    { type: 'SUBMIT_ACCEPTED' },
+    { type: 'SUBMIT_OUTCOME_UNKNOWN' },
+    { type: 'CANCEL' },
+    { type: 'OUTPUT_FETCH_STARTED' },
+    { type: 'OUTPUT_STORED' },
+    { type: 'OUTPUT_DEADLINE_NEAR' },
+    { type: 'OUTPUT_LOST' },
+    { type: 'MEDIA_VALID' },
+    { type: 'MEDIA_INVALID' },
+    { type: 'ESCALATE' },
+    { type: 'SUBMIT_PROVED_ABSENT' },
+    { type: 'REVIEW_BIND_JOB' },
+    { type: 'REVIEW_NOT_SUBMITTED' },
+    { type: 'REVIEW_FAIL' },
   ),
   fc.boolean().map((retryable): TaskEvent => ({ type: 'SUBMIT_REJECTED', retryable })),
   fc.constantFrom(...PROVIDER_JOB_STATES).map((state): TaskEvent => ({ type: 'PROVIDER_STATE', state })),
@@ -74,7 +86,7 @@ test("any permutation of a provider's events (with duplicates) ends in the same 
   );
 });
 
-test('a task parked in MANUAL_REVIEW applies late provider evidence: any delivery of a job\'s events ends where an unknown outcome would', () => {
+test("a task parked in MANUAL_REVIEW applies late provider evidence: any delivery of a job's events ends where an unknown outcome would", () => {
   fc.assert(
     fc.property(
       providerLife.chain((life) =>

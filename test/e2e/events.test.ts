@@ -21,7 +21,20 @@ let second: RunningApi;
 before(async () => {
   // No periodic resync within a test's time: what arrives came by NOTIFY, or by the re-read after a reconnect.
   // The slow-client guards at 1 s: a stream lives on past them (only the request must arrive in time).
-  e = await startE2E('events', { API_REQUEST_TIMEOUT_MS: '1000', API_HEADERS_TIMEOUT_MS: '1000', EVENTS_RESYNC_MS: '600000', EVENTS_HEARTBEAT_MS: '500', EVENTS_PROGRESS_INTERVAL_MS: '200', EVENTS_MAX_STREAMS_PER_TENANT: '3', EVENTS_POLL_AFTER_MS: '700', EVENTS_RETRY_MS: '300' }, { generationMs: 1_500 });
+  e = await startE2E(
+    'events',
+    {
+      API_REQUEST_TIMEOUT_MS: '1000',
+      API_HEADERS_TIMEOUT_MS: '1000',
+      EVENTS_RESYNC_MS: '600000',
+      EVENTS_HEARTBEAT_MS: '500',
+      EVENTS_PROGRESS_INTERVAL_MS: '200',
+      EVENTS_MAX_STREAMS_PER_TENANT: '3',
+      EVENTS_POLL_AFTER_MS: '700',
+      EVENTS_RETRY_MS: '300',
+    },
+    { generationMs: 1_500 },
+  );
   second = await startApi(e.config, e.tdb.database, { client: e.client });
 });
 after(async () => {
@@ -105,9 +118,20 @@ test('a task stream cut off mid-way and resumed with Last-Event-ID delivers ever
     const task = await e.getTask(taskId);
     assert.equal(task.status, 'SUCCEEDED');
     const got = s.transitions();
-    assert.deepEqual(got.map((t) => t.data.status_version), versionsOf(task), 'every transition exactly once, in order');
-    assert.deepEqual(got.map((t) => t.id), versionsOf(task).map(String), 'the SSE id is the status_version');
-    assert.deepEqual(got.map((t) => t.data.status), task.transitions.map((t: any) => t.to));
+    assert.deepEqual(
+      got.map((t) => t.data.status_version),
+      versionsOf(task),
+      'every transition exactly once, in order',
+    );
+    assert.deepEqual(
+      got.map((t) => t.id),
+      versionsOf(task).map(String),
+      'the SSE id is the status_version',
+    );
+    assert.deepEqual(
+      got.map((t) => t.data.status),
+      task.transitions.map((t: any) => t.to),
+    );
     assert.equal(got.at(-1)!.data.terminal, true);
     assert.equal(got.filter((t) => t.data.terminal).length, 1);
     // The payloads are what api/events.schemas.ts says (strictly: no field it does not name).
@@ -127,10 +151,14 @@ test('a second API process on the same database streams transitions written thro
     await eventually(async () => (s.transitions().some((t) => t.data.task_id === taskId && t.data.terminal) ? true : undefined), 60_000, 50);
     const task = await e.getTask(taskId);
     const mine = s.transitions().filter((t) => t.data.task_id === taskId);
-    assert.deepEqual(mine.map((t) => t.data.status_version), versionsOf(task));
+    assert.deepEqual(
+      mine.map((t) => t.data.status_version),
+      versionsOf(task),
+    );
     // The tenant stream's ids are its own cursor, strictly increasing.
     const ids = s.transitions().map((t) => t.id.split('-').map(BigInt));
-    for (let i = 1; i < ids.length; i++) assert.ok(ids[i]![0]! > ids[i - 1]![0]! || (ids[i]![0] === ids[i - 1]![0] && ids[i]![1]! > ids[i - 1]![1]!), 'cursor order');
+    for (let i = 1; i < ids.length; i++)
+      assert.ok(ids[i]![0]! > ids[i - 1]![0]! || (ids[i]![0] === ids[i - 1]![0] && ids[i]![1]! > ids[i - 1]![1]!), 'cursor order');
   } finally {
     s.es.close();
   }
@@ -153,7 +181,10 @@ test('a lost NOTIFY loses no event: the LISTEN connection killed again and again
   }
   assert.ok(kills >= 2, `the listener was killed (${kills} times)`);
   const task = await e.getTask(taskId);
-  assert.deepEqual(s.transitions().map((t) => t.data.status_version), versionsOf(task));
+  assert.deepEqual(
+    s.transitions().map((t) => t.data.status_version),
+    versionsOf(task),
+  );
   // Metrics say it reconnected.
   const metrics = await (await fetch(`${e.api.opsUrl}/metrics`)).text();
   const connects = Number(/vidorch_event_listener_connects_total\{[^}]*\} (\d+)/.exec(metrics)?.[1]);
@@ -162,12 +193,18 @@ test('a lost NOTIFY loses no event: the LISTEN connection killed again and again
 
 const listenerUp = async () => /vidorch_event_listener_up\{[^}]*\} 1/.test(await (await fetch(`${e.api.opsUrl}/metrics`)).text());
 const killListener = () =>
-  e.tdb.database.db.execute(sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'vidorch-api-events' AND datname = current_database()`);
+  e.tdb.database.db.execute(
+    sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'vidorch-api-events' AND datname = current_database()`,
+  );
 
 test('a transition committed while no LISTEN connection was up reaches the stream through the re-read on reconnect (no periodic resync in this test)', async () => {
   // A task no workflow runs: only this test moves it.
   const token = { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 };
-  const { task } = await createTaskRow(e.tdb.database.db, token, { tenantId: e.tenant.tenantId, idempotencyKey: `sse-gap-${Date.now()}`, body: { model: 'minimax/video-01', prompt: 'a gap', duration_seconds: 2, resolution: '480p', priority: 0 } });
+  const { task } = await createTaskRow(e.tdb.database.db, token, {
+    tenantId: e.tenant.tenantId,
+    idempotencyKey: `sse-gap-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: 'a gap', duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
   const s = stream(e.api.baseUrl, `/v1/tasks/${task.task_id}/events`);
   try {
     await eventually(async () => (s.transitions().length === 1 && (await listenerUp()) ? true : undefined), 10_000, 20);
@@ -176,31 +213,56 @@ test('a transition committed while no LISTEN connection was up reaches the strea
       await killListener();
       await eventually(async () => ((await listenerUp()) ? undefined : true), 5_000, 5);
       committedUnheard = await e.tdb.database.db.transaction(async (tx) => {
-        const { rows } = await tx.execute(sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'vidorch-api-events' AND datname = current_database()`);
+        const { rows } = await tx.execute(
+          sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'vidorch-api-events' AND datname = current_database()`,
+        );
         // Reconnected already: its re-read would race the write; try again.
         if ((rows[0] as { n: number }).n > 0) return false;
         await holdFence(tx, token);
-        const v = await casTaskStatus(tx, token, { taskId: task.task_id, from: 'QUEUED', expectedVersion: 0, to: 'CANCELLED', sourceEvent: 'test.gap', actor: 'test' });
+        const v = await casTaskStatus(tx, token, {
+          taskId: task.task_id,
+          from: 'QUEUED',
+          expectedVersion: 0,
+          to: 'CANCELLED',
+          sourceEvent: 'test.gap',
+          actor: 'test',
+        });
         assert.equal(v, 1);
         return true;
       });
     }
     await eventually(async () => (s.transitions().some((t) => t.data.terminal) ? true : undefined), 15_000, 20);
-    assert.deepEqual(s.transitions().map((t) => [t.data.status_version, t.data.status]), [[0, 'QUEUED'], [1, 'CANCELLED']]);
+    assert.deepEqual(
+      s.transitions().map((t) => [t.data.status_version, t.data.status]),
+      [
+        [0, 'QUEUED'],
+        [1, 'CANCELLED'],
+      ],
+    );
   } finally {
     s.es.close();
   }
 });
 
 test('provider progress: a Runway task shows the task progress in GET /v1/tasks/:id and streams it as progress events', async () => {
-  const taskId = await e.createTask('sse-runway-progress', { model: 'gen4_turbo', prompt: 'a fox in progress', duration_seconds: 2, resolution: '720p', input_image_url: 'https://example.com/first-frame.png' });
+  const taskId = await e.createTask('sse-runway-progress', {
+    model: 'gen4_turbo',
+    prompt: 'a fox in progress',
+    duration_seconds: 2,
+    resolution: '720p',
+    input_image_url: 'https://example.com/first-frame.png',
+  });
   const s = stream(e.api.baseUrl, `/v1/tasks/${taskId}/events`);
   try {
-    const shown = await eventually(async () => {
-      const t = await e.getTask(taskId);
-      const fraction = t.progress?.fraction ?? 0;
-      return t.status === 'RUNNING' && fraction > 0 && fraction < 1 ? { task: t, progress: t.progress! } : undefined;
-    }, 30_000, 100);
+    const shown = await eventually(
+      async () => {
+        const t = await e.getTask(taskId);
+        const fraction = t.progress?.fraction ?? 0;
+        return t.status === 'RUNNING' && fraction > 0 && fraction < 1 ? { task: t, progress: t.progress! } : undefined;
+      },
+      30_000,
+      100,
+    );
     assert.equal(shown.progress.provider, 'runway');
     assert.equal(shown.progress.provider_status, 'RUNNING');
     assert.equal(shown.progress.attempt_id, shown.task.attempts[0]?.attempt_id);
@@ -224,17 +286,32 @@ test('provider progress: a Runway task shows the task progress in GET /v1/tasks/
 test('progress is rate-limited: twenty changes in 400 ms reach the stream as at most one event per EVENTS_PROGRESS_INTERVAL_MS, ending with the latest value', async () => {
   // A task no workflow runs, with an attempt the test writes progress to (as apply-inbox does).
   const token = { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 };
-  const { task } = await createTaskRow(e.tdb.database.db, token, { tenantId: e.tenant.tenantId, idempotencyKey: `sse-rate-${Date.now()}`, body: { model: 'minimax/video-01', prompt: 'rates', duration_seconds: 2, resolution: '480p', priority: 0 } });
+  const { task } = await createTaskRow(e.tdb.database.db, token, {
+    tenantId: e.tenant.tenantId,
+    idempotencyKey: `sse-rate-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: 'rates', duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
   const attemptId = crypto.randomUUID();
   const db = e.tdb.database.db;
-  await db.insert(taskAttempt).values({ attempt_id: attemptId, task_id: task.task_id, attempt_no: 1, provider: 'runway', provider_model: 'gen4_turbo', submit_state: 'RUNNING', provider_status: 'RUNNING' });
+  await db.insert(taskAttempt).values({
+    attempt_id: attemptId,
+    task_id: task.task_id,
+    attempt_no: 1,
+    provider: 'runway',
+    provider_model: 'gen4_turbo',
+    submit_state: 'RUNNING',
+    provider_status: 'RUNNING',
+  });
   await db.update(generationTask).set({ active_attempt_id: attemptId }).where(eq(generationTask.task_id, task.task_id));
   const s = stream(e.api.baseUrl, `/v1/tasks/${task.task_id}/events`);
   try {
     await eventually(async () => (s.transitions().length === 1 ? true : undefined), 10_000, 10);
     const started = Date.now();
     for (let i = 1; i <= 20; i++) {
-      await db.update(taskAttempt).set({ progress: { fraction: i / 20, queue_position: null, logs: null }, progress_at: new Date() }).where(eq(taskAttempt.attempt_id, attemptId));
+      await db
+        .update(taskAttempt)
+        .set({ progress: { fraction: i / 20, queue_position: null, logs: null }, progress_at: new Date() })
+        .where(eq(taskAttempt.attempt_id, attemptId));
       await new Promise((r) => setTimeout(r, 20));
     }
     const last = await eventually(async () => s.seen.filter((x) => x.type === 'progress').find((x) => x.data.fraction === 1), 5_000, 20);
@@ -249,7 +326,7 @@ test('progress is rate-limited: twenty changes in 400 ms reach the stream as at 
   }
 });
 
-test('refused before the stream starts, as problem+json: another tenant\'s task 404, a bad or future Last-Event-ID 400, a bad filter 400', async () => {
+test("refused before the stream starts, as problem+json: another tenant's task 404, a bad or future Last-Event-ID 400, a bad filter 400", async () => {
   const taskId = await e.createTask('sse-hostile');
   const other = await createTestTenant(e.tdb.database, e.config, '10');
   const problem = (r: { status: number; headers: Headers; body: any }, status: number) => {
@@ -290,12 +367,16 @@ test('the per-tenant cap: one stream over EVENTS_MAX_STREAMS_PER_TENANT answers 
     assert.equal(theirs.status, 200);
     c.abort();
     controllers[0]!.abort();
-    await eventually(async () => {
-      const c2 = new AbortController();
-      const r = await fetch(`${e.api.baseUrl}/v1/events`, { headers: { authorization: `Bearer ${e.tenant.apiKey}` }, signal: c2.signal });
-      c2.abort();
-      return r.status === 200 ? true : undefined;
-    }, 5_000, 50);
+    await eventually(
+      async () => {
+        const c2 = new AbortController();
+        const r = await fetch(`${e.api.baseUrl}/v1/events`, { headers: { authorization: `Bearer ${e.tenant.apiKey}` }, signal: c2.signal });
+        c2.abort();
+        return r.status === 200 ? true : undefined;
+      },
+      5_000,
+      50,
+    );
   } finally {
     for (const c of controllers) c.abort();
   }
@@ -331,7 +412,11 @@ test('DEGRADED_NOTIFY: an open stream is told to poll (degraded, with a retry hi
     // The client kept reconnecting every poll_after_ms with its Last-Event-ID; now it resumes and gets the rest.
     await eventually(async () => (s.es.readyState === EventSource.CLOSED ? true : undefined), 60_000, 50);
     const task = await e.getTask(taskId);
-    assert.deepEqual(s.transitions().map((t) => t.data.status_version), versionsOf(task), 'nothing missed, nothing repeated');
+    assert.deepEqual(
+      s.transitions().map((t) => t.data.status_version),
+      versionsOf(task),
+      'nothing missed, nothing repeated',
+    );
     assert.ok(s.requests.length >= 3, 'the client reconnected');
   } finally {
     s.es.close();

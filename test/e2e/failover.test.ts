@@ -21,7 +21,11 @@ const TASKS = 12;
 before(async () => {
   // Polls every 400–800 ms so that some tasks are seen RUNNING mid-flight: a poll rate above the
   // demand floor's reach (12 jobs at 10 reads/s would put polls 1.5 s apart, docs/providers.md).
-  s = await startModesStack('failover', { POLL_INITIAL_MS: '400', POLL_MAX_MS: '800', POLL_QUEUE_RATES: 'replicate=100' }, { generationMs: 2_000, worker: false });
+  s = await startModesStack(
+    'failover',
+    { POLL_INITIAL_MS: '400', POLL_MAX_MS: '800', POLL_QUEUE_RATES: 'replicate=100' },
+    { generationMs: 2_000, worker: false },
+  );
   a = await startRegionWorker(s.config, s.tdb.database, s.tdb.url, { region: 'region-a', identity: 'region-a-watching' });
   zombie = await startRegionWorker(s.config, s.tdb.database, s.tdb.url, { region: 'region-a', watch: false, identity: 'region-a-zombie' });
   b = await startRegionWorker(s.config, s.tdb.database, s.tdb.url, { region: 'region-b', identity: 'region-b' });
@@ -45,8 +49,13 @@ test('failover a → b mid-flight with a zombie region-a worker: every zombie wr
   const zombieBefore = { ...zombie.stats.failures };
 
   const result = await runFailover(s.tdb.database.db, {
-    scope: s.config.FENCE_SCOPE, toRegion: 'region-b', incidentId: 'INC-FAILOVER-TEST', acceptedRpoSeconds: 0,
-    operator: 'operator:test', reason: 'drill', awaitWriteMs: 20_000,
+    scope: s.config.FENCE_SCOPE,
+    toRegion: 'region-b',
+    incidentId: 'INC-FAILOVER-TEST',
+    acceptedRpoSeconds: 0,
+    operator: 'operator:test',
+    reason: 'drill',
+    awaitWriteMs: 20_000,
   });
   const switchedAt = result.record.traffic_switch_time;
   assert.ok(result.rtoSeconds !== null && result.rtoSeconds < 20, `RTO ${result.rtoSeconds} s`);

@@ -59,16 +59,13 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     assert.equal(acct?.reserved, '0.000000');
 
     // Transitions: every version once, in order, along the happy path.
-    const transitions = await tdb.database.db
-      .select()
-      .from(taskTransition)
-      .where(eq(taskTransition.task_id, taskId))
-      .orderBy(asc(taskTransition.to_version));
-    assert.deepEqual(transitions.map((t) => t.to_version), transitions.map((_, i) => i));
+    const transitions = await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version));
+    assert.deepEqual(
+      transitions.map((t) => t.to_version),
+      transitions.map((_, i) => i),
+    );
     const path = transitions.map((t) => t.to_status).filter((s) => s !== 'RUNNING');
-    assert.deepEqual(path, [
-      'QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'PROCESSING_MEDIA', 'SUCCEEDED',
-    ]);
+    assert.deepEqual(path, ['QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'PROCESSING_MEDIA', 'SUCCEEDED']);
 
     // Search attributes: operators find the task by status, tenant and provider.
     const handle = client.workflow.getHandle(api.facade.workflowIdFor(taskId));
@@ -92,7 +89,10 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     await waitForStatus(taskId, 'SUCCEEDED');
     const inbox = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
     assert.ok(inbox.length > 0);
-    assert.ok(inbox.every((r) => r.source === 'poll'), 'every applied event came from a poll');
+    assert.ok(
+      inbox.every((r) => r.source === 'poll'),
+      'every applied event came from a poll',
+    );
   });
 
   test('one callback delivered three times is stored once and applied once', async () => {
@@ -127,7 +127,10 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     await sim.sim.webhooksIdle();
     const inbox = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
     assert.ok(inbox.length > 0);
-    assert.ok(inbox.every((r) => r.source !== 'callback'), 'no forged callback reached the inbox');
+    assert.ok(
+      inbox.every((r) => r.source !== 'callback'),
+      'no forged callback reached the inbox',
+    );
     assert.ok(sim.sim.stats().webhooks_failed > 0, 'the simulator saw its deliveries refused');
   });
 

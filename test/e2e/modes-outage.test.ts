@@ -20,14 +20,18 @@ describe('Postgres unreachable from the API', () => {
   before(async () => {
     const pgPort = Number(new URL(process.env['DATABASE_URL'] ?? 'postgres://postgres@127.0.0.1:5432/x').port || 5432);
     proxy = await startTcpProxy(pgPort);
-    s = await startModesStack('pg-outage', {}, {
-      generationMs: 2_000,
-      apiDatabase: (url) => {
-        const proxied = new URL(url);
-        proxied.host = `127.0.0.1:${proxy.port}`;
-        return createDatabase({ url: proxied.toString(), max: 5, applicationName: 'vidorch-api-proxied' });
+    s = await startModesStack(
+      'pg-outage',
+      {},
+      {
+        generationMs: 2_000,
+        apiDatabase: (url) => {
+          const proxied = new URL(url);
+          proxied.host = `127.0.0.1:${proxy.port}`;
+          return createDatabase({ url: proxied.toString(), max: 5, applicationName: 'vidorch-api-proxied' });
+        },
       },
-    });
+    );
   });
   after(async () => {
     await proxy?.restore().catch(() => undefined);
@@ -71,7 +75,10 @@ describe('Postgres unreachable from the API', () => {
       }
       const ready = await http(s.opsUrl, 'GET', '/readyz');
       assert.equal(ready.status, 503);
-      assert.ok(ready.body.reasons.some((r: string) => /database is unreachable/.test(r)), JSON.stringify(ready.body));
+      assert.ok(
+        ready.body.reasons.some((r: string) => /database is unreachable/.test(r)),
+        JSON.stringify(ready.body),
+      );
       assert.equal(ready.body.admits.callback, 'spool');
 
       // The provider finishes while the API cannot reach Postgres: its callback is spooled.
@@ -118,7 +125,14 @@ describe('Temporal unreachable: creates go to the outbox up to its watermark', (
 
     // Temporal is back: the relay publishes the backlog and admission reopens.
     const facade = createGenerationFacade(async () => s.client, s.config.TEMPORAL_TASK_QUEUE);
-    const relayed = await relayOnce({ db: s.tdb.database.db, fence: { scope: s.config.FENCE_SCOPE, region: s.config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
+    const relayed = await relayOnce({
+      db: s.tdb.database.db,
+      fence: { scope: s.config.FENCE_SCOPE, region: s.config.REGION },
+      facade,
+      logger: testLogger,
+      batchSize: 10,
+      intervalMs: 10,
+    });
     assert.equal(relayed.published, 4);
     assert.equal((await s.create('wm-after')).status, 202);
     for (const id of ids) await s.client.workflow.getHandle(facade.workflowIdFor(id)).terminate('test cleanup');

@@ -25,7 +25,10 @@ const attemptsOf = (id: string) => s.tdb.database.db.select().from(taskAttempt).
 const ledgerOf = async (id: string) =>
   Object.fromEntries((await s.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, id))).map((r) => [r.entry_type, r.amount]));
 const callbackRows = (id: string) =>
-  s.tdb.database.db.select().from(callbackInbox).where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'callback')));
+  s.tdb.database.db
+    .select()
+    .from(callbackInbox)
+    .where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'callback')));
 /** Waits until the task's provider job exists (the submit happened). */
 const submitted = (id: string) =>
   eventually(async () => {

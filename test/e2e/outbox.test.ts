@@ -2,7 +2,7 @@
 // its reservation and its outbox row are committed), and the outbox relay starts the
 // workflow later. Two relays at once publish each row once; a relay holds no lock while it talks
 // to Temporal (its rows are claimed with a lease instead), and a claim left by a dead relay is
-// taken over once its lease has run out (docs/decisions/00XX-outbox-claim-lease.md).
+// taken over once its lease has run out (docs/decisions/0035-outbox-claim-lease.md).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Client } from '@temporalio/client';
@@ -67,7 +67,10 @@ test('with Temporal unreachable a create is still accepted, and the relay later 
   assert.equal(a.published + b.published + rest.published, 6);
 
   const rows = await tdb.database.db.select().from(outboxEvent);
-  assert.ok(rows.every((r) => r.published_at !== null && r.publish_attempts === 1), 'each row published once');
+  assert.ok(
+    rows.every((r) => r.published_at !== null && r.publish_attempts === 1),
+    'each row published once',
+  );
   for (const id of ids) {
     const d = await client.workflow.getHandle(facade.workflowIdFor(id)).describe();
     assert.equal(d.status.name, 'RUNNING');
@@ -116,13 +119,23 @@ async function runsOf(facade: GenerationFacade, taskId: string): Promise<number>
 }
 
 test('a relay starts workflows outside any transaction: its claimed rows stay unlocked, no other relay starts them, each is started once', async () => {
-  await tdb.database.db.update(outboxEvent).set({ published_at: sql`now()` }).where(isNull(outboxEvent.published_at));
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ published_at: sql`now()` })
+    .where(isNull(outboxEvent.published_at));
   const ids = await createTasks(`claim-${Date.now()}`, 4);
   const real = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
   let release!: () => void;
   const a = countingFacade(real, new Promise<void>((r) => (release = r)));
   const b = countingFacade(real);
-  const relay = (facade: GenerationFacade) => ({ db: tdb.database.db, fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 });
+  const relay = (facade: GenerationFacade) => ({
+    db: tdb.database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    facade,
+    logger: testLogger,
+    batchSize: 10,
+    intervalMs: 10,
+  });
 
   const passA = relayOnce(relay(a.facade));
   while (a.waiting() === 0) await new Promise((r) => setTimeout(r, 20));
@@ -138,7 +151,10 @@ test('a relay starts workflows outside any transaction: its claimed rows stay un
   assert.deepEqual(await passA, { published: 4, failed: 0 });
 
   const rows = await tdb.database.db.select().from(outboxEvent).where(inArray(outboxEvent.aggregate_id, ids));
-  assert.ok(rows.every((r) => r.published_at !== null && r.publish_attempts === 1 && r.claimed_until === null), 'each row published once, its claim cleared');
+  assert.ok(
+    rows.every((r) => r.published_at !== null && r.publish_attempts === 1 && r.claimed_until === null),
+    'each row published once, its claim cleared',
+  );
   for (const id of ids) {
     assert.equal(a.starts.get(id), 1, 'one start call per task');
     assert.equal(await runsOf(real, id), 1, 'one run per task');
@@ -147,28 +163,54 @@ test('a relay starts workflows outside any transaction: its claimed rows stay un
 });
 
 test('a claim left by a dead relay is taken over once its lease has run out, a live claim is not, and a task whose workflow already closed counts as started', async () => {
-  await tdb.database.db.update(outboxEvent).set({ published_at: sql`now()` }).where(isNull(outboxEvent.published_at));
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ published_at: sql`now()` })
+    .where(isNull(outboxEvent.published_at));
   const [expired, live, closed] = await createTasks(`lease-${Date.now()}`, 3);
   const real = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
   // The dead relay claimed two rows and never came back: one lease has run out, one has not.
-  await tdb.database.db.update(outboxEvent).set({ claimed_until: sql`now() - interval '1 second'` }).where(eq(outboxEvent.aggregate_id, expired!));
-  await tdb.database.db.update(outboxEvent).set({ claimed_until: sql`now() + interval '1 minute'` }).where(eq(outboxEvent.aggregate_id, live!));
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ claimed_until: sql`now() - interval '1 second'` })
+    .where(eq(outboxEvent.aggregate_id, expired!));
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ claimed_until: sql`now() + interval '1 minute'` })
+    .where(eq(outboxEvent.aggregate_id, live!));
   // The third task's workflow already ran and closed (here: terminated): starting it again is refused.
   await real.startGeneration({ taskId: closed!, tenantId: 'x', provider: 'replicate' });
   await client.workflow.getHandle(real.workflowIdFor(closed!)).terminate('closed before the relay');
 
   const c = countingFacade(real);
-  const relay = { db: tdb.database.db, fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade: c.facade, logger: testLogger, batchSize: 10, intervalMs: 10 };
+  const relay = {
+    db: tdb.database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    facade: c.facade,
+    logger: testLogger,
+    batchSize: 10,
+    intervalMs: 10,
+  };
   assert.deepEqual(await relayOnce(relay), { published: 2, failed: 0 });
   assert.deepEqual([...c.starts.keys()].sort(), [expired!, closed!].sort(), 'the live claim is left to its relay');
-  const byTask = new Map((await tdb.database.db.select().from(outboxEvent).where(inArray(outboxEvent.aggregate_id, [expired!, live!, closed!]))).map((r) => [r.aggregate_id, r]));
+  const byTask = new Map(
+    (
+      await tdb.database.db
+        .select()
+        .from(outboxEvent)
+        .where(inArray(outboxEvent.aggregate_id, [expired!, live!, closed!]))
+    ).map((r) => [r.aggregate_id, r]),
+  );
   assert.notEqual(byTask.get(expired!)!.published_at, null);
   assert.notEqual(byTask.get(closed!)!.published_at, null, 'WorkflowExecutionAlreadyStarted on a closed run is done');
   assert.equal(byTask.get(live!)!.published_at, null, 'not lost: still waiting for its lease');
   assert.equal(await runsOf(real, closed!), 1, 'the closed workflow was not started again');
 
   // Once the live claim runs out too, it is published: nothing is lost.
-  await tdb.database.db.update(outboxEvent).set({ claimed_until: sql`now() - interval '1 second'` }).where(eq(outboxEvent.aggregate_id, live!));
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ claimed_until: sql`now() - interval '1 second'` })
+    .where(eq(outboxEvent.aggregate_id, live!));
   assert.deepEqual(await relayOnce(relay), { published: 1, failed: 0 });
   assert.equal(await runsOf(real, live!), 1);
   for (const id of [expired!, live!]) await client.workflow.getHandle(real.workflowIdFor(id)).terminate('test cleanup');

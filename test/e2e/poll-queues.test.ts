@@ -28,7 +28,9 @@ function polls(history: History): { queue: string; scheduledMs: number; startedM
   return events.flatMap((ev) => {
     const s = ev.activityTaskScheduledEventAttributes;
     if (s?.activityType?.name !== 'pollProvider') return [];
-    const started = events.find((x) => x.activityTaskStartedEventAttributes && Number(x.activityTaskStartedEventAttributes.scheduledEventId) === Number(ev.eventId));
+    const started = events.find(
+      (x) => x.activityTaskStartedEventAttributes && Number(x.activityTaskStartedEventAttributes.scheduledEventId) === Number(ev.eventId),
+    );
     return [{ queue: s.taskQueue?.name ?? '', scheduledMs: ms(ev), startedMs: started ? ms(started) : null }];
   });
 }
@@ -50,7 +52,7 @@ const ACTIVITY_TIMEOUTS: Record<string, { startToCloseS: number; heartbeatS: num
   processMedia: { startToCloseS: 300, heartbeatS: 20 },
 };
 
-describe('a poll runs on the poll queue of the attempt\'s provider', () => {
+describe("a poll runs on the poll queue of the attempt's provider", () => {
   let e: E2E;
   let replicatePolls: RunningWorker | null = null;
   before(async () => {
@@ -77,14 +79,17 @@ describe('a poll runs on the poll queue of the attempt\'s provider', () => {
     await new Promise((r) => setTimeout(r, 2_000));
     const waiting = polls(await handle.fetchHistory());
     assert.equal(waiting.length, 1, 'still the first poll');
-    assert.equal(waiting[0]!.startedMs, null, 'no worker of the generation queue or of fal\'s poll queue took it');
+    assert.equal(waiting[0]!.startedMs, null, "no worker of the generation queue or of fal's poll queue took it");
     assert.equal((await e.getTask(taskId)).status, 'SUBMITTED');
 
     replicatePolls = await startWorker(e.config, e.tdb.database, { pollProviders: ['replicate'] });
     await e.waitForStatus(taskId, 'SUCCEEDED', 30_000);
     const done = polls(await handle.fetchHistory());
     assert.ok(done[0]!.startedMs !== null, 'the replicate poll worker ran it');
-    assert.ok(done.every((p) => p.queue === first!.queue), 'every poll of the task on the same queue');
+    assert.ok(
+      done.every((p) => p.queue === first!.queue),
+      'every poll of the task on the same queue',
+    );
   });
 
   test('every activity of a task is scheduled under its own timeouts (docs/timeouts.md), its polls too', async () => {
@@ -99,7 +104,7 @@ describe('a poll runs on the poll queue of the attempt\'s provider', () => {
     for (const { name, options } of scheduled) assert.deepEqual(options, ACTIVITY_TIMEOUTS[name], name);
     const names = new Set(scheduled.map((s) => s.name));
     for (const name of ['submitAttempt', 'pollProvider', 'rescueOutput']) assert.ok(names.has(name), `${name} scheduled`);
-    // The fact steps run as local activities (docs/decisions/00XX-local-fact-steps.md); one that
+    // The fact steps run as local activities (docs/decisions/0034-local-fact-steps.md); one that
     // falls back to its regular activity is scheduled under FACT_STEP, checked above.
     const local = new Set(localActivities(history));
     for (const name of ['getTaskFacts', 'dispatchAndPrepare', 'applyInbox']) assert.ok(local.has(name), `${name} ran as a local activity`);
@@ -107,7 +112,7 @@ describe('a poll runs on the poll queue of the attempt\'s provider', () => {
   });
 });
 
-describe('a poll queue is dispatched at most at the provider\'s query quota', () => {
+describe("a poll queue is dispatched at most at the provider's query quota", () => {
   const RATE = 2;
   let e: E2E;
   before(async () => {
@@ -118,7 +123,7 @@ describe('a poll queue is dispatched at most at the provider\'s query quota', ()
     await e?.close();
   });
 
-  test('the rate is the adapter\'s declared requestsPerSecond unless POLL_QUEUE_RATES overrides it', () => {
+  test("the rate is the adapter's declared requestsPerSecond unless POLL_QUEUE_RATES overrides it", () => {
     assert.deepEqual(Object.fromEntries(e.worker!.worker.pollRates), {
       replicate: RATE,
       fal: FAL_CAPABILITIES.requestsPerSecond,
@@ -150,7 +155,7 @@ describe('a poll queue is dispatched at most at the provider\'s query quota', ()
 });
 
 describe('the recorded history of the new path', () => {
-  test('polling-on-poll-queue schedules its polls on the provider\'s poll queue, behind the patch marker', () => {
+  test("polling-on-poll-queue schedules its polls on the provider's poll queue, behind the patch marker", () => {
     const history = historyFromJson(JSON.parse(fs.readFileSync(fixturePath('polling-on-poll-queue'), 'utf8')));
     const markers = (history.events ?? []).filter((ev) => ev.markerRecordedEventAttributes?.markerName === 'core_patch');
     assert.ok(markers.length >= 1, 'a patch marker');

@@ -51,7 +51,10 @@ test('Runway: a cancel racing a success deletes nothing; the output is rescued a
   const cancel = await e.cancelTask(taskId);
   assert.ok([200, 202].includes(cancel.status), JSON.stringify(cancel.body));
   const task = await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
-  assert.ok(task.transitions.some((t: { to: string }) => t.to === 'CANCEL_REQUESTED'), 'the cancel was recorded before the success');
+  assert.ok(
+    task.transitions.some((t: { to: string }) => t.to === 'CANCEL_REQUESTED'),
+    'the cancel was recorded before the success',
+  );
   assert.equal((await runway.getJob(attempt.provider_job_id!)).state, 'succeeded', 'the Runway task was not deleted');
   const rows = await ledgerRows(taskId);
   assert.equal(rows.filter((r) => r.entry_type === 'SETTLE').length, 1);
@@ -107,7 +110,11 @@ test('Runway: a combination it does not document is refused at create with a 400
     });
     assert.equal(res.status, 400, JSON.stringify(res.body));
     assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/);
-    assert.deepEqual(res.body.errors.map((x: { field: string }) => x.field), [field], JSON.stringify(res.body));
+    assert.deepEqual(
+      res.body.errors.map((x: { field: string }) => x.field),
+      [field],
+      JSON.stringify(res.body),
+    );
   }
   assert.deepEqual(await e.tdb.database.db.select({ n: count() }).from(generationTask), tasksBefore);
   assert.deepEqual(await e.tdb.database.db.select({ n: count() }).from(creditLedger), ledgerBefore);

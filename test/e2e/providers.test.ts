@@ -26,7 +26,13 @@ const cases = [
 for (const c of cases) {
   test(`${c.provider}: a task reaches SUCCEEDED through the provider's own protocol, with one provider job`, async () => {
     const image = 'image' in c ? { input_image_url: c.image } : {};
-    const taskId = await e.createTask(`prov-${c.provider}`, { model: c.model, prompt: `a ${c.provider} fox`, duration_seconds: 'duration' in c ? c.duration : 2, resolution: c.resolution, ...image });
+    const taskId = await e.createTask(`prov-${c.provider}`, {
+      model: c.model,
+      prompt: `a ${c.provider} fox`,
+      duration_seconds: 'duration' in c ? c.duration : 2,
+      resolution: c.resolution,
+      ...image,
+    });
     const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
     assert.equal(task.provider, c.provider);
     assert.equal(task.output.media.videoCodec, 'h264');
@@ -43,12 +49,24 @@ for (const c of cases) {
 test('a model family fails over after a proven rejection: kling answers 429, the task succeeds at fal with one job', async () => {
   e.sim.sim.setFaults({ providers: ['kling'], submit: 'rate_limit', retry_after_s: 1 });
   try {
-    const taskId = await e.createTask('family-failover', { model: 'kling-v2', prompt: 'a fox that changes provider', duration_seconds: 5, resolution: '720p', provider: 'kling' });
+    const taskId = await e.createTask('family-failover', {
+      model: 'kling-v2',
+      prompt: 'a fox that changes provider',
+      duration_seconds: 5,
+      resolution: '720p',
+      provider: 'kling',
+    });
     const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
     assert.equal(task.provider, 'fal');
     const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     const byNo = attempts.sort((a, b) => a.attempt_no - b.attempt_no);
-    assert.deepEqual(byNo.map((a) => [a.provider, a.submit_state]), [['kling', 'REJECTED'], ['fal', 'SUCCEEDED']]);
+    assert.deepEqual(
+      byNo.map((a) => [a.provider, a.submit_state]),
+      [
+        ['kling', 'REJECTED'],
+        ['fal', 'SUCCEEDED'],
+      ],
+    );
     assert.equal(e.sim.jobsFor(byNo[0]!.attempt_id), 0);
     assert.equal(e.sim.jobsFor(byNo[1]!.attempt_id), 1);
   } finally {

@@ -43,7 +43,10 @@ async function attemptOf(taskId: string) {
  */
 async function parked(provider: SimProvider, key: string, faults: { callback_delay_ms?: number } = {}) {
   e.sim.sim.setFaults({
-    providers: [provider], submit: 'accept_then_hang', submit_fault_count: 1, list: 'error_5xx',
+    providers: [provider],
+    submit: 'accept_then_hang',
+    submit_fault_count: 1,
+    list: 'error_5xx',
     ...(provider === 'kling' ? { status: 'error_5xx' as const } : {}),
     ...(faults.callback_delay_ms ? { callback_delay_ms: faults.callback_delay_ms } : { callbacks: 'off' as const }),
   });
@@ -83,8 +86,15 @@ describe('a parked task keeps applying evidence', () => {
     const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
     const job = await buildProviders(e.config)['replicate']!.getJob(jobId!);
     await recordProviderEvent(e.tdb.database.db, {
-      provider: 'replicate', job, providerEventId: null, source: 'callback', attemptId: attempt.attempt_id, taskId,
-      receivedRegion: e.config.REGION, signatureValid: true, raw: { unsignalled: true },
+      provider: 'replicate',
+      job,
+      providerEventId: null,
+      source: 'callback',
+      attemptId: attempt.attempt_id,
+      taskId,
+      receivedRegion: e.config.REGION,
+      signatureValid: true,
+      raw: { unsignalled: true },
     });
     const { applied } = await reconcileApply(e.tdb.database.db, e.api.facade, { actor: 'operator:test', reason: 'review sweep' });
     assert.ok(applied.workflowsWoken >= 1);
@@ -100,7 +110,10 @@ describe('every review action works for every provider', () => {
       e.sim.sim.clearFaults();
       const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
       assert.ok(jobId, 'the operator finds the job in the provider console');
-      const facts = await withinMs(20_000, e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId }));
+      const facts = await withinMs(
+        20_000,
+        e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId }),
+      );
       assert.equal(facts.status, 'SUBMITTED');
       await e.waitForStatus(taskId, 'SUCCEEDED');
       assert.equal(e.sim.jobsFor(attempt.attempt_id), 1);
@@ -112,7 +125,10 @@ describe('every review action works for every provider', () => {
     const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
     e.sim.sim.setFaults({ providers: ['fal'], status: 'error_5xx' });
     await assert.rejects(
-      withinMs(20_000, e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId! })),
+      withinMs(
+        20_000,
+        e.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: jobId! }),
+      ),
       (err: unknown) => err instanceof WorkflowUpdateFailedError && /could not read job .* try the resolution again/.test(causeChain(err)),
     );
     e.sim.sim.clearFaults();
@@ -120,5 +136,4 @@ describe('every review action works for every provider', () => {
     await withinMs(20_000, e.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-carol', reason: 'test cleanup' }));
     await e.waitForStatus(taskId, 'FAILED');
   });
-
 });

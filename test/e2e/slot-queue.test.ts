@@ -59,14 +59,20 @@ test('a task that finds its provider full waits as a fact and sleeps; the freed 
   await e.waitForStatus(second, 'SUCCEEDED', 30_000);
   const freedAt = await leftStatusAt(first, 'RUNNING');
   const submittedAt = await leftStatusAt(second, 'SUBMITTING');
-  assert.ok(submittedAt.getTime() - freedAt.getTime() < 5_000, `woken by the grant, not the ${e.config.SLOT_WAIT_FALLBACK_MS} ms fallback (${submittedAt.getTime() - freedAt.getTime()} ms)`);
+  assert.ok(
+    submittedAt.getTime() - freedAt.getTime() < 5_000,
+    `woken by the grant, not the ${e.config.SLOT_WAIT_FALLBACK_MS} ms fallback (${submittedAt.getTime() - freedAt.getTime()} ms)`,
+  );
   const history = await e.client.workflow.getHandle(workflowIdOf(second)).fetchHistory();
   const submits = scheduledActivities(history).filter((a) => a === 'submitAttempt');
   assert.ok(submits.length <= 3, `the waiter scheduled submitAttempt ${submits.length} times`);
   // The old loop retried the activity every 2–3 s (a retry is an attempt of one scheduled activity).
   const retries = Math.max(...(history.events ?? []).map((ev) => ev.activityTaskStartedEventAttributes?.attempt ?? 1));
   assert.equal(retries, 1, 'no activity retried while waiting for the slot');
-  assert.ok((history.events ?? []).some((ev) => ev.timerStartedEventAttributes), 'it slept on a (fallback) timer');
+  assert.ok(
+    (history.events ?? []).some((ev) => ev.timerStartedEventAttributes),
+    'it slept on a (fallback) timer',
+  );
   const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, second));
   assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
 });
@@ -80,14 +86,23 @@ test('reset while waiting, and reset just after a grant nobody was woken for: on
   // Reset while waiting: the new run re-claims and keeps its place (the same row, the same since).
   const before = await waitRow(waiter);
   const run2 = await resetWithCli(workflowIdOf(waiter), { type: 'FirstWorkflowTask' }, 'test: reset while waiting for a slot');
-  await eventually(async () => ((await e.client.workflow.getHandle(workflowIdOf(waiter), run2).fetchHistory()).events?.length ?? 0) > 10 || undefined, 15_000, 100);
+  await eventually(
+    async () => ((await e.client.workflow.getHandle(workflowIdOf(waiter), run2).fetchHistory()).events?.length ?? 0) > 10 || undefined,
+    15_000,
+    100,
+  );
   const afterReset = await waitRow(waiter);
   assert.equal(afterReset?.since.getTime(), before?.since.getTime(), 'its place in the queue survived the reset');
   assert.equal(afterReset?.granted_at, null);
   // Stop the worker so that nobody hears the grant, then grant by raising the limit.
   await e.worker?.stop();
   e.worker = null;
-  await changeProviderControl(e.tdb.database.db, { provider: 'replicate', change: { kind: 'limit', maxInFlight: 2 }, actor: 'test', reason: 'grant while no worker listens' });
+  await changeProviderControl(e.tdb.database.db, {
+    provider: 'replicate',
+    change: { kind: 'limit', maxInFlight: 2 },
+    actor: 'test',
+    reason: 'grant while no worker listens',
+  });
   assert.ok((await waitRow(waiter))?.granted_at, 'granted in Postgres');
   // Reset just after the grant, then bring a worker back: the new run re-reads the grant and uses it.
   const run3 = await resetWithCli(workflowIdOf(waiter), { type: 'FirstWorkflowTask' }, 'test: reset just after a grant');

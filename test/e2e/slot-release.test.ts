@@ -35,29 +35,33 @@ async function reviewEvidence(taskId: string): Promise<Record<string, unknown>> 
   return (rows.find((r) => r.to_status === 'MANUAL_REVIEW')?.detail as Record<string, unknown> | null) ?? {};
 }
 
-test('a job the provider answers 404 for ends in MANUAL_REVIEW within the read bound, frees its slot, and the next submit is not blocked', { timeout: 120_000 }, async () => {
-  await changeProviderControl(e.tdb.database.db, { provider: 'replicate', change: { kind: 'limit', maxInFlight: 1 }, actor: 'test', reason: 'one slot' });
-  try {
-    const wedged = await e.createTask('gone-1');
-    await eventually(async () => (['SUBMITTED', 'RUNNING'].includes((await e.getTask(wedged)).status) ? true : undefined), 30_000, 100);
-    e.sim.sim.reset(); // the provider forgets the job: every read of it answers 404
+test(
+  'a job the provider answers 404 for ends in MANUAL_REVIEW within the read bound, frees its slot, and the next submit is not blocked',
+  { timeout: 120_000 },
+  async () => {
+    await changeProviderControl(e.tdb.database.db, { provider: 'replicate', change: { kind: 'limit', maxInFlight: 1 }, actor: 'test', reason: 'one slot' });
+    try {
+      const wedged = await e.createTask('gone-1');
+      await eventually(async () => (['SUBMITTED', 'RUNNING'].includes((await e.getTask(wedged)).status) ? true : undefined), 30_000, 100);
+      e.sim.sim.reset(); // the provider forgets the job: every read of it answers 404
 
-    await e.waitForStatus(wedged, 'MANUAL_REVIEW', 60_000);
-    const evidence = await reviewEvidence(wedged);
-    assert.equal(evidence['failure'], 'gone', JSON.stringify(evidence));
-    assert.equal(evidence['http_status'], 404);
-    assert.equal(evidence['consecutive_read_failures'], READ_LIMIT);
-    assert.equal((await e.ledgerOf(wedged))['SETTLE'], undefined, 'the reservation waits for the operator');
+      await e.waitForStatus(wedged, 'MANUAL_REVIEW', 60_000);
+      const evidence = await reviewEvidence(wedged);
+      assert.equal(evidence['failure'], 'gone', JSON.stringify(evidence));
+      assert.equal(evidence['http_status'], 404);
+      assert.equal(evidence['consecutive_read_failures'], READ_LIMIT);
+      assert.equal((await e.ledgerOf(wedged))['SETTLE'], undefined, 'the reservation waits for the operator');
 
-    const next = await e.createTask('gone-2');
-    await e.waitForStatus(next, 'SUCCEEDED', 60_000);
-    assert.equal((await inFlightByProvider(e.tdb.database.db))['replicate'] ?? 0, 0, 'the parked task holds no slot');
-  } finally {
-    await changeProviderControl(e.tdb.database.db, { provider: 'replicate', change: { kind: 'limit', maxInFlight: null }, actor: 'test', reason: 'reset' });
-  }
-});
+      const next = await e.createTask('gone-2');
+      await e.waitForStatus(next, 'SUCCEEDED', 60_000);
+      assert.equal((await inFlightByProvider(e.tdb.database.db))['replicate'] ?? 0, 0, 'the parked task holds no slot');
+    } finally {
+      await changeProviderControl(e.tdb.database.db, { provider: 'replicate', change: { kind: 'limit', maxInFlight: null }, actor: 'test', reason: 'reset' });
+    }
+  },
+);
 
-test('a job still running past the provider\'s maximum run time ends in MANUAL_REVIEW with the evidence', { timeout: 120_000 }, async () => {
+test("a job still running past the provider's maximum run time ends in MANUAL_REVIEW with the evidence", { timeout: 120_000 }, async () => {
   const id = await e.createTask('overrun', { model: 'kling-v2-master', prompt: 'a slow fox [sim:gen=60000]', duration_seconds: 2, resolution: '720p' });
   await e.waitForStatus(id, 'MANUAL_REVIEW', 60_000);
   const evidence = await reviewEvidence(id);
@@ -66,21 +70,35 @@ test('a job still running past the provider\'s maximum run time ends in MANUAL_R
   assert.equal((await inFlightByProvider(e.tdb.database.db))['kling'] ?? 0, 0, 'the parked task holds no slot');
 });
 
-test('two reviews resolved "fail" on Runway (2 slots) close their attempts; a third Runway task still gets a slot and succeeds', { timeout: 150_000 }, async () => {
-  // gen4_turbo is image to video only (docs/providers.md "Documented evidence: Runway").
-  const runway = { model: 'gen4_turbo', prompt: 'a runway fox', duration_seconds: 2, resolution: '720p', input_image_url: 'https://example.com/first-frame.png' };
-  // The provider takes both submits and never answers: unknown outcomes, no lookup at Runway → review.
-  e.sim.sim.setFaults({ providers: ['runway'], submit: 'accept_then_hang', submit_fault_count: 2 });
-  const parked = [await e.createTask('rw-1', runway), await e.createTask('rw-2', runway)];
-  for (const id of parked) await e.waitForStatus(id, 'MANUAL_REVIEW', 60_000);
-  e.sim.sim.clearFaults();
-  for (const id of parked) await e.api.facade.resolveReview(id, { kind: 'fail', operator: 'ops-test', reason: 'gave up on it' });
-  for (const id of parked) await e.waitForStatus(id, 'FAILED', 30_000);
-  const closed = await attemptsOf(parked);
-  assert.deepEqual(closed.map((a) => a.submit_state), ['FAILED', 'FAILED'], 'every terminal path closes the active attempt');
+test(
+  'two reviews resolved "fail" on Runway (2 slots) close their attempts; a third Runway task still gets a slot and succeeds',
+  { timeout: 150_000 },
+  async () => {
+    // gen4_turbo is image to video only (docs/providers.md "Documented evidence: Runway").
+    const runway = {
+      model: 'gen4_turbo',
+      prompt: 'a runway fox',
+      duration_seconds: 2,
+      resolution: '720p',
+      input_image_url: 'https://example.com/first-frame.png',
+    };
+    // The provider takes both submits and never answers: unknown outcomes, no lookup at Runway → review.
+    e.sim.sim.setFaults({ providers: ['runway'], submit: 'accept_then_hang', submit_fault_count: 2 });
+    const parked = [await e.createTask('rw-1', runway), await e.createTask('rw-2', runway)];
+    for (const id of parked) await e.waitForStatus(id, 'MANUAL_REVIEW', 60_000);
+    e.sim.sim.clearFaults();
+    for (const id of parked) await e.api.facade.resolveReview(id, { kind: 'fail', operator: 'ops-test', reason: 'gave up on it' });
+    for (const id of parked) await e.waitForStatus(id, 'FAILED', 30_000);
+    const closed = await attemptsOf(parked);
+    assert.deepEqual(
+      closed.map((a) => a.submit_state),
+      ['FAILED', 'FAILED'],
+      'every terminal path closes the active attempt',
+    );
 
-  const third = await e.createTask('rw-3', runway);
-  await e.waitForStatus(third, 'SUCCEEDED', 90_000);
-  const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, third));
-  assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
-});
+    const third = await e.createTask('rw-3', runway);
+    await e.waitForStatus(third, 'SUCCEEDED', 90_000);
+    const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, third));
+    assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
+  },
+);

@@ -53,7 +53,13 @@ const reconcilerDeps = () => ({
   fallbackStorage: fallbackStore,
   token: async () => (await acquireFence(e.tdb.database.db, e.config.FENCE_SCOPE, e.config.REGION)).token,
 });
-const videoOf = async (taskId: string) => (await e.tdb.database.db.select().from(asset).where(and(eq(asset.task_id, taskId), eq(asset.kind, 'video'))))[0]!;
+const videoOf = async (taskId: string) =>
+  (
+    await e.tdb.database.db
+      .select()
+      .from(asset)
+      .where(and(eq(asset.task_id, taskId), eq(asset.kind, 'video')))
+  )[0]!;
 
 before(async () => {
   ports = { primary: await freePort(), fallback: await freePort() };
@@ -117,44 +123,61 @@ test('a download cut at half resumes with Range from its stored parts: about hal
   }
 });
 
-test('primary down: the rescue lands in the fallback bucket, SUCCEEDED, download URL works; the asset reconciler copies it back, a second run changes nothing', { timeout: 120_000 }, async () => {
-  await primary!.stop();
-  let taskId: string;
-  try {
-    taskId = await e.createTask('fallback-1');
-    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+test(
+  'primary down: the rescue lands in the fallback bucket, SUCCEEDED, download URL works; the asset reconciler copies it back, a second run changes nothing',
+  { timeout: 120_000 },
+  async () => {
+    await primary!.stop();
+    let taskId: string;
+    try {
+      taskId = await e.createTask('fallback-1');
+      const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+      const row = await videoOf(taskId);
+      assert.equal(row.location, 'fallback');
+      assert.equal(row.bucket, e.config.S3_FALLBACK_BUCKET);
+      assert.ok(row.downloaded_at && row.download_ms !== null, 'download time recorded');
+      assert.ok(row.source_url && !row.source_url.includes('?'), `source URL kept without its query: ${row.source_url}`);
+      assert.ok(task.output.download_url.startsWith(fallback!.endpoint), 'the download URL points at the fallback endpoint');
+      assert.equal(sha(await fetchBytes(task.output.download_url)), row.sha256);
+      // The thumbnail follows SUCCEEDED, next to its video: in the fallback bucket too.
+      const thumbnail = await eventually(
+        async () =>
+          (
+            await e.tdb.database.db
+              .select()
+              .from(asset)
+              .where(and(eq(asset.task_id, taskId), eq(asset.kind, 'thumbnail')))
+          )[0],
+        20_000,
+        100,
+      );
+      assert.equal(thumbnail.location, 'fallback');
+    } finally {
+      primary = await startStorage('primary');
+    }
+
+    const first = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
+    const copied = first.findings.filter((f) => f.kind === 'copied_back' && f.taskId === taskId);
+    assert.equal(copied.length, 2, `video and thumbnail copied back: ${JSON.stringify(first.findings)}`);
     const row = await videoOf(taskId);
-    assert.equal(row.location, 'fallback');
-    assert.equal(row.bucket, e.config.S3_FALLBACK_BUCKET);
-    assert.ok(row.downloaded_at && row.download_ms !== null, 'download time recorded');
-    assert.ok(row.source_url && !row.source_url.includes('?'), `source URL kept without its query: ${row.source_url}`);
-    assert.ok(task.output.download_url.startsWith(fallback!.endpoint), 'the download URL points at the fallback endpoint');
-    assert.equal(sha(await fetchBytes(task.output.download_url)), row.sha256);
-    // The thumbnail follows SUCCEEDED, next to its video: in the fallback bucket too.
-    const thumbnail = await eventually(async () => (await e.tdb.database.db.select().from(asset).where(and(eq(asset.task_id, taskId), eq(asset.kind, 'thumbnail'))))[0], 20_000, 100);
-    assert.equal(thumbnail.location, 'fallback');
-  } finally {
-    primary = await startStorage('primary');
-  }
+    assert.equal(row.location, 'primary');
+    assert.equal((await primaryStore.head(row.object_key))?.sha256, row.sha256);
+    assert.equal(await fallbackStore.head(row.object_key), null, 'the fallback copy is removed');
+    const task = await e.getTask(taskId);
+    const url = task.output?.download_url;
+    assert.ok(url?.startsWith(primary.endpoint), `the download URL points at the primary: ${url}`);
+    assert.equal(sha(await fetchBytes(url!)), row.sha256);
+    const audits = await e.tdb.database.db
+      .select()
+      .from(opsAudit)
+      .where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'asset.copy-back')));
+    assert.equal(audits.length, 2);
 
-  const first = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
-  const copied = first.findings.filter((f) => f.kind === 'copied_back' && f.taskId === taskId);
-  assert.equal(copied.length, 2, `video and thumbnail copied back: ${JSON.stringify(first.findings)}`);
-  const row = await videoOf(taskId);
-  assert.equal(row.location, 'primary');
-  assert.equal((await primaryStore.head(row.object_key))?.sha256, row.sha256);
-  assert.equal(await fallbackStore.head(row.object_key), null, 'the fallback copy is removed');
-  const task = await e.getTask(taskId);
-  const url = task.output?.download_url;
-  assert.ok(url?.startsWith(primary.endpoint), `the download URL points at the primary: ${url}`);
-  assert.equal(sha(await fetchBytes(url!)), row.sha256);
-  const audits = await e.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'asset.copy-back')));
-  assert.equal(audits.length, 2);
-
-  const second = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
-  assert.equal(second.changed, 0, JSON.stringify(second.findings));
-  assert.deepEqual(second.findings, []);
-});
+    const second = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
+    assert.equal(second.changed, 0, JSON.stringify(second.findings));
+    assert.deepEqual(second.findings, []);
+  },
+);
 
 test('the asset reconciler finds an orphaned object and a missing one, and a dry run changes nothing', async () => {
   const taskId = await e.createTask('reconcile-1');
@@ -165,66 +188,84 @@ test('the asset reconciler finds an orphaned object and a missing one, and a dry
   await primaryStore.delete(video.object_key);
 
   const report = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 500 });
-  assert.deepEqual(report.findings.filter((f) => f.kind === 'orphaned').map((f) => f.key), [orphanKey]);
-  assert.deepEqual(report.findings.filter((f) => f.kind === 'missing').map((f) => [f.taskId, f.key]), [[taskId, video.object_key]]);
+  assert.deepEqual(
+    report.findings.filter((f) => f.kind === 'orphaned').map((f) => f.key),
+    [orphanKey],
+  );
+  assert.deepEqual(
+    report.findings.filter((f) => f.kind === 'missing').map((f) => [f.taskId, f.key]),
+    [[taskId, video.object_key]],
+  );
   assert.equal(report.changed, 0);
   assert.notEqual(await primaryStore.head(orphanKey), null, 'the orphan is reported, not removed');
   await primaryStore.delete(orphanKey);
 });
 
-test('a provider URL refused (expired) after storage was down: FAILED OUTPUT_LOST, the reservation released, nothing charged', { timeout: 120_000 }, async () => {
-  await Promise.all([primary!.stop(), fallback!.stop()]);
-  let taskId: string;
-  try {
-    taskId = await e.createTask('lost-1');
-    await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
-    // What an expired signed URL answers: 403. (The simulator checks expiry and signature alike.)
-    const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-    const url = new URL(attempt!.output_url!);
-    url.searchParams.set('expires', String(Date.now() - 1000));
-    await e.tdb.database.db.update(taskAttempt).set({ output_url: url.toString() }).where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
-    // A rescue already running holds the old URL: let it fail on the stopped storage first.
-    await new Promise((r) => setTimeout(r, 4_000));
-  } finally {
-    [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
-  }
-  const task = await e.waitForStatus(taskId, 'FAILED', 90_000);
-  assert.equal(task.failure.code, 'OUTPUT_LOST');
-  assert.equal(task.output, null);
-  const ledger = await e.ledgerOf(taskId);
-  assert.equal(ledger['RELEASE'], ledger['RESERVE'], `the reservation is released: ${JSON.stringify(ledger)}`);
-  assert.equal(Number(ledger['SETTLE'] ?? 0), 0, 'nothing charged');
-});
+test(
+  'a provider URL refused (expired) after storage was down: FAILED OUTPUT_LOST, the reservation released, nothing charged',
+  { timeout: 120_000 },
+  async () => {
+    await Promise.all([primary!.stop(), fallback!.stop()]);
+    let taskId: string;
+    try {
+      taskId = await e.createTask('lost-1');
+      await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
+      // What an expired signed URL answers: 403. (The simulator checks expiry and signature alike.)
+      const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+      const url = new URL(attempt!.output_url!);
+      url.searchParams.set('expires', String(Date.now() - 1000));
+      await e.tdb.database.db.update(taskAttempt).set({ output_url: url.toString() }).where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
+      // A rescue already running holds the old URL: let it fail on the stopped storage first.
+      await new Promise((r) => setTimeout(r, 4_000));
+    } finally {
+      [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
+    }
+    const task = await e.waitForStatus(taskId, 'FAILED', 90_000);
+    assert.equal(task.failure.code, 'OUTPUT_LOST');
+    assert.equal(task.output, null);
+    const ledger = await e.ledgerOf(taskId);
+    assert.equal(ledger['RELEASE'], ledger['RESERVE'], `the reservation is released: ${JSON.stringify(ledger)}`);
+    assert.equal(Number(ledger['SETTLE'] ?? 0), 0, 'nothing charged');
+  },
+);
 
-test('a provider that reissues output URLs (Runway) is asked for a fresh one when the stored URL is refused: SUCCEEDED, not lost', { timeout: 120_000 }, async () => {
-  await Promise.all([primary!.stop(), fallback!.stop()]);
-  let taskId: string;
-  try {
-    taskId = await e.createTask('refresh-1', { model: 'gen4.5', prompt: 'a red fox', duration_seconds: 5, resolution: '720p' });
-    await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
+test(
+  'a provider that reissues output URLs (Runway) is asked for a fresh one when the stored URL is refused: SUCCEEDED, not lost',
+  { timeout: 120_000 },
+  async () => {
+    await Promise.all([primary!.stop(), fallback!.stop()]);
+    let taskId: string;
+    try {
+      taskId = await e.createTask('refresh-1', { model: 'gen4.5', prompt: 'a red fox', duration_seconds: 5, resolution: '720p' });
+      await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
+      const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+      assert.equal(attempt!.provider, 'runway');
+      const url = new URL(attempt!.output_url!);
+      url.searchParams.set('expires', String(Date.now() - 1000));
+      await e.tdb.database.db.update(taskAttempt).set({ output_url: url.toString() }).where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
+      await new Promise((r) => setTimeout(r, 4_000));
+    } finally {
+      [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
+    }
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
     const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-    assert.equal(attempt!.provider, 'runway');
-    const url = new URL(attempt!.output_url!);
-    url.searchParams.set('expires', String(Date.now() - 1000));
-    await e.tdb.database.db.update(taskAttempt).set({ output_url: url.toString() }).where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
-    await new Promise((r) => setTimeout(r, 4_000));
-  } finally {
-    [primary, fallback] = await Promise.all([startStorage('primary'), startStorage('fallback')]);
-  }
-  const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
-  const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-  assert.ok(attempt!.output_deadline_at! > new Date(), 'the attempt carries the reissued URL\'s deadline');
-  assert.equal(sha(await fetchBytes(task.output.download_url)), task.output.sha256);
-});
+    assert.ok(attempt!.output_deadline_at! > new Date(), "the attempt carries the reissued URL's deadline");
+    assert.equal(sha(await fetchBytes(task.output.download_url)), task.output.sha256);
+  },
+);
 
 test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts; another tenant 404, no output 409, repeat answers the same', async () => {
   const taskId = await e.createTask('delete-1');
   const done = await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
   // The video, and the thumbnail made just after SUCCEEDED.
-  const keys = await eventually(async () => {
-    const all = (await e.tdb.database.db.select().from(asset).where(eq(asset.task_id, taskId))).map((a) => a.object_key);
-    return all.length === 2 ? all : undefined;
-  }, 20_000, 100);
+  const keys = await eventually(
+    async () => {
+      const all = (await e.tdb.database.db.select().from(asset).where(eq(asset.task_id, taskId))).map((a) => a.object_key);
+      return all.length === 2 ? all : undefined;
+    },
+    20_000,
+    100,
+  );
 
   const other = await createTestTenant(e.tdb.database, e.config, '10');
   const foreign = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: other.apiKey });
@@ -245,16 +286,23 @@ test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts;
   const again = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${taskId}/output`, { apiKey: e.tenant.apiKey });
   assert.equal(again.status, 200);
   assert.equal(again.body.deleted_at, res.body.deleted_at);
-  const audits = await e.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'output.delete')));
+  const audits = await e.tdb.database.db
+    .select()
+    .from(opsAudit)
+    .where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'output.delete')));
   assert.equal(audits.length, 1);
   assert.equal(audits[0]!.actor, `tenant:${e.tenant.tenantId}`);
 
   // A task that has not produced an output: 409 problem+json, nothing written.
-  const queued = await createTaskRow(e.tdb.database.db, { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 }, {
-    tenantId: e.tenant.tenantId,
-    idempotencyKey: `no-output-${Date.now()}`,
-    body: { ...defaultRequest, resolution: '480p', priority: 0 },
-  });
+  const queued = await createTaskRow(
+    e.tdb.database.db,
+    { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 },
+    {
+      tenantId: e.tenant.tenantId,
+      idempotencyKey: `no-output-${Date.now()}`,
+      body: { ...defaultRequest, resolution: '480p', priority: 0 },
+    },
+  );
   const conflict = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${queued.task.task_id}/output`, { apiKey: e.tenant.apiKey });
   assert.equal(conflict.status, 409);
   assert.match(conflict.headers.get('content-type') ?? '', /application\/problem\+json/);
@@ -262,7 +310,10 @@ test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts;
 
   // The asset reconciler does not call the deleted output missing.
   const report = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 500 });
-  assert.deepEqual(report.findings.filter((f) => f.taskId === taskId), []);
+  assert.deepEqual(
+    report.findings.filter((f) => f.taskId === taskId),
+    [],
+  );
 });
 
 test("output retention: a task past its tenant's output_retention_days loses its objects (audited), one inside it keeps them, a second run changes nothing", async () => {
@@ -270,19 +321,34 @@ test("output retention: a task past its tenant's output_retention_days loses its
   await Promise.all([e.waitForStatus(oldTask, 'SUCCEEDED', 60_000), e.waitForStatus(newTask, 'SUCCEEDED', 60_000)]);
   const db = e.tdb.database.db;
   const [row] = await db.select().from(tenant).where(eq(tenant.tenant_id, e.tenant.tenantId));
-  await setTenantOutputRetention(db, { name: row!.name, days: 7, reason: 'test', actor: 'operator:test', fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION } });
-  await db.update(generationTask).set({ terminal_at: new Date(Date.now() - 8 * 86_400_000) }).where(eq(generationTask.task_id, oldTask));
+  await setTenantOutputRetention(db, {
+    name: row!.name,
+    days: 7,
+    reason: 'test',
+    actor: 'operator:test',
+    fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION },
+  });
+  await db
+    .update(generationTask)
+    .set({ terminal_at: new Date(Date.now() - 8 * 86_400_000) })
+    .where(eq(generationTask.task_id, oldTask));
   const deps = { db, stores: { storage: primaryStore, fallbackStorage: fallbackStore }, token: reconcilerDeps().token, now: () => new Date(), defaultDays: 0 };
 
   const dry = await expireOutputs(deps, { dryRun: true, limit: 100 });
-  assert.deepEqual(dry.findings.map((f) => f.taskId), [oldTask]);
+  assert.deepEqual(
+    dry.findings.map((f) => f.taskId),
+    [oldTask],
+  );
   assert.equal(dry.changed, 0);
   const applied = await expireOutputs(deps, { dryRun: false, limit: 100 });
   assert.equal(applied.changed, 1);
   assert.equal(await primaryStore.head((await videoOf(oldTask)).object_key), null);
   assert.notEqual(await primaryStore.head((await videoOf(newTask)).object_key), null, 'inside its retention: kept');
   assert.ok((await e.getTask(oldTask)).output?.deleted_at);
-  const audits = await db.select().from(opsAudit).where(and(eq(opsAudit.target_id, oldTask), eq(opsAudit.action, 'output.delete')));
+  const audits = await db
+    .select()
+    .from(opsAudit)
+    .where(and(eq(opsAudit.target_id, oldTask), eq(opsAudit.action, 'output.delete')));
   assert.equal(audits[0]?.actor, 'retention');
   assert.equal((await expireOutputs(deps, { dryRun: false, limit: 100 })).changed, 0);
 });

@@ -27,8 +27,7 @@ beforeEach(() => {
   e.sim.sim.clearFaults();
 });
 
-const attemptsOf = (taskId: string) =>
-  e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
+const attemptsOf = (taskId: string) => e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId)).orderBy(asc(taskAttempt.attempt_no));
 const jobsFor = (attemptId: string) => e.sim.jobsFor(attemptId);
 /** A request with its own prompt: identical inputs in one submit window are ambiguous by design. */
 const request = (prompt: string, over: Record<string, unknown> = {}) => ({ ...defaultRequest, prompt, ...over });
@@ -181,7 +180,10 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     await review.waitForStatus(taskId, 'SUCCEEDED');
     const attempts = await review.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
     assert.equal(attempts.length, 2);
-    const audit = await review.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'review.not-submitted')));
+    const audit = await review.tdb.database.db
+      .select()
+      .from(opsAudit)
+      .where(and(eq(opsAudit.target_id, taskId), eq(opsAudit.action, 'review.not-submitted')));
     assert.equal(audit[0]?.actor, 'operator:ops-bob');
     assert.equal(audit[0]?.reason, 'provider dashboard shows nothing');
   });
@@ -198,7 +200,12 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     const [task] = await review.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
     const found = await adapter.findByCorrelationToken(lookupQueryFor(attempt!, task!.request, new Date()));
     assert.ok(found.kind === 'found', 'the operator finds the job at the provider');
-    await review.api.facade.resolveReview(taskId, { kind: 'bind-job', operator: 'ops-carol', reason: 'job found in provider console', providerJobId: found.job.jobId });
+    await review.api.facade.resolveReview(taskId, {
+      kind: 'bind-job',
+      operator: 'ops-carol',
+      reason: 'job found in provider console',
+      providerJobId: found.job.jobId,
+    });
     await review.waitForStatus(taskId, 'SUCCEEDED');
     assert.equal(review.sim.jobsFor(attempt!.attempt_id), 1);
   });

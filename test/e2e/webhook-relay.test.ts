@@ -89,22 +89,35 @@ test('two relays: a hung receiver holds only its own slots (at most the cap, acr
   assert.ok(fast.received.every((r) => r.verifiedBy.length === 1));
 
   // The hung receiver: its attempts time out, never more than CAP at once across both relays.
-  await eventually(async () => {
-    const rows = await tdb.database.db
-      .select()
-      .from(webhookAttempt)
-      .innerJoin(webhookDelivery, eq(webhookDelivery.delivery_id, webhookAttempt.delivery_id))
-      .where(eq(webhookDelivery.endpoint_id, a.endpointId));
-    return rows.length >= CAP ? rows : undefined;
-  }, 15_000, 100).then((rows) => assert.ok(rows.every((r) => r.webhook_attempt.error === 'timed out'), 'logged as timed out'));
+  await eventually(
+    async () => {
+      const rows = await tdb.database.db
+        .select()
+        .from(webhookAttempt)
+        .innerJoin(webhookDelivery, eq(webhookDelivery.delivery_id, webhookAttempt.delivery_id))
+        .where(eq(webhookDelivery.endpoint_id, a.endpointId));
+      return rows.length >= CAP ? rows : undefined;
+    },
+    15_000,
+    100,
+  ).then((rows) =>
+    assert.ok(
+      rows.every((r) => r.webhook_attempt.error === 'timed out'),
+      'logged as timed out',
+    ),
+  );
   assert.ok(slow.maxConcurrent() <= CAP, `at most ${CAP} in flight to one endpoint (saw ${slow.maxConcurrent()})`);
   assert.ok(slow.maxConcurrent() >= 1);
 
   // The failing endpoint: disabled once it has failed for WEBHOOK_DISABLE_AFTER_MS, and told.
-  const disabled = await eventually(async () => {
-    const [ep] = await tdb.database.db.select().from(webhookEndpoint).where(eq(webhookEndpoint.endpoint_id, c.endpointId));
-    return ep && !ep.enabled ? ep : undefined;
-  }, 15_000, 100);
+  const disabled = await eventually(
+    async () => {
+      const [ep] = await tdb.database.db.select().from(webhookEndpoint).where(eq(webhookEndpoint.endpoint_id, c.endpointId));
+      return ep && !ep.enabled ? ep : undefined;
+    },
+    15_000,
+    100,
+  );
   assert.match(disabled.disabled_reason ?? '', /every delivery attempt failed since/);
   const attention = await tdb.database.db
     .select()

@@ -30,7 +30,8 @@ after(async () => {
   await e?.close();
 });
 
-const api = (method: string, path: string, body?: unknown) => http(e.api.baseUrl, method, path, { apiKey: e.tenant.apiKey, ...(body !== undefined ? { body } : {}) });
+const api = (method: string, path: string, body?: unknown) =>
+  http(e.api.baseUrl, method, path, { apiKey: e.tenant.apiKey, ...(body !== undefined ? { body } : {}) });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let endpointId = '';
 
@@ -45,7 +46,10 @@ test('an endpoint answers its whsec_ secret once; reads never show it', async ()
   const list = await api('GET', '/v1/webhook-endpoints');
   assert.equal(one.status, 200);
   assert.equal(one.body.secret, undefined);
-  assert.deepEqual(list.body.endpoints.map((x: { id: string }) => x.id), [endpointId]);
+  assert.deepEqual(
+    list.body.endpoints.map((x: { id: string }) => x.id),
+    [endpointId],
+  );
   assert.ok(!JSON.stringify([one.body, list.body]).includes('whsec_'), 'no secret in reads');
 });
 
@@ -58,37 +62,53 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
   await api('POST', `/v1/tasks/${cancelled}/cancel`, {});
   ids.push(cancelled);
   // Down while tasks finish, then failing, then up.
-  await eventually(async () => {
-    const rows = await e.tdb.database.db.select().from(webhookEvent).where(inArray(webhookEvent.task_id, ids));
-    return rows.length >= 3 ? true : undefined;
-  }, 30_000, 100);
+  await eventually(
+    async () => {
+      const rows = await e.tdb.database.db.select().from(webhookEvent).where(inArray(webhookEvent.task_id, ids));
+      return rows.length >= 3 ? true : undefined;
+    },
+    30_000,
+    100,
+  );
   await sleep(1_000);
   await receiver.setState('failing');
   await sleep(1_500);
   await receiver.setState('up');
 
   const db = e.tdb.database.db;
-  const tasks = await Promise.all(ids.map((id) => eventually(async () => {
-    const t = await e.getTask(id);
-    return ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(t.status) ? t : undefined;
-  }, 60_000)));
+  const tasks = await Promise.all(
+    ids.map((id) =>
+      eventually(async () => {
+        const t = await e.getTask(id);
+        return ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(t.status) ? t : undefined;
+      }, 60_000),
+    ),
+  );
   // One event per terminal task, and one more per SUCCEEDED task: its thumbnail.
   const expected = ids.length + tasks.filter((t) => t.status === 'SUCCEEDED').length;
-  const deliveries = await eventually(async () => {
-    const rows = await db
-      .select({ d: webhookDelivery, ev: webhookEvent })
-      .from(webhookDelivery)
-      .innerJoin(webhookEvent, eq(webhookEvent.event_id, webhookDelivery.event_id))
-      .where(inArray(webhookEvent.task_id, ids));
-    return rows.length === expected && rows.every((r) => r.d.state === 'succeeded') ? rows : undefined;
-  }, 60_000, 200);
+  const deliveries = await eventually(
+    async () => {
+      const rows = await db
+        .select({ d: webhookDelivery, ev: webhookEvent })
+        .from(webhookDelivery)
+        .innerJoin(webhookEvent, eq(webhookEvent.event_id, webhookDelivery.event_id))
+        .where(inArray(webhookEvent.task_id, ids));
+      return rows.length === expected && rows.every((r) => r.d.state === 'succeeded') ? rows : undefined;
+    },
+    60_000,
+    200,
+  );
 
   // Every terminal task had exactly one terminal event, of the right type, at its final version;
   // a SUCCEEDED one also its task.thumbnail_ready, at the same version.
   const typeOf: Record<string, string> = { SUCCEEDED: 'task.succeeded', FAILED: 'task.failed', CANCELLED: 'task.cancelled' };
   for (const t of tasks) {
     const mine = deliveries.filter((r) => r.ev.task_id === t.task_id).sort((a, b) => a.ev.created_at.getTime() - b.ev.created_at.getTime());
-    assert.deepEqual(mine.map((r) => r.ev.event_type), t.status === 'SUCCEEDED' ? ['task.succeeded', 'task.thumbnail_ready'] : [typeOf[t.status]], `deliveries for ${t.task_id}`);
+    assert.deepEqual(
+      mine.map((r) => r.ev.event_type),
+      t.status === 'SUCCEEDED' ? ['task.succeeded', 'task.thumbnail_ready'] : [typeOf[t.status]],
+      `deliveries for ${t.task_id}`,
+    );
     for (const r of mine) assert.equal(r.ev.status_version, t.status_version);
   }
   assert.ok(tasks.some((t) => t.status === 'FAILED') && tasks.some((t) => t.status === 'CANCELLED') && tasks.some((t) => t.status === 'SUCCEEDED'));
@@ -104,13 +124,19 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
   for (const r of receiver.received) byId.set(r.webhookId, [...(byId.get(r.webhookId) ?? []), r]);
   assert.equal(byId.size, expected, 'one webhook-id per event');
   for (const [id, seen] of byId) {
-    assert.ok(seen.some((s) => s.answered === 200), `${id} was answered 200`);
+    assert.ok(
+      seen.some((s) => s.answered === 200),
+      `${id} was answered 200`,
+    );
     const events = new Set(seen.map((s) => JSON.stringify([s.body.type, s.body.data.task_id, s.body.data.status_version])));
     assert.equal(events.size, 1, `duplicates of ${id} are the same event`);
     const payload = WebhookEventPayload.parse(seen[0]!.body);
     assert.equal(payload.data.links.task, `${e.config.PUBLIC_BASE_URL}/v1/tasks/${payload.data.task_id}`);
   }
-  assert.ok(receiver.received.some((r) => r.answered === 500), 'the failing window was hit');
+  assert.ok(
+    receiver.received.some((r) => r.answered === 500),
+    'the failing window was hit',
+  );
   const succeeded = tasks.find((t) => t.status === 'SUCCEEDED');
   assert.ok(succeeded?.output, 'a task succeeded with an output');
   const okBody = receiver.received.find((r) => r.body.data.task_id === succeeded.task_id && r.body.type === 'task.succeeded')!;
@@ -122,11 +148,22 @@ test('receiver down, then 500, then 200: every terminal event is delivered, veri
   assert.ok(!/X-Amz|download_url|whsec_/i.test(okBody.rawBody), 'no presigned URL or secret in a payload');
 
   // The log: attempts that reached the receiver are exactly the requests it saw, with its answers.
-  const attempts = await db.select().from(webhookAttempt).where(inArray(webhookAttempt.delivery_id, deliveries.map((r) => r.d.delivery_id)));
+  const attempts = await db
+    .select()
+    .from(webhookAttempt)
+    .where(
+      inArray(
+        webhookAttempt.delivery_id,
+        deliveries.map((r) => r.d.delivery_id),
+      ),
+    );
   const reached = attempts.filter((a) => a.response_status !== null);
   assert.equal(reached.length, receiver.received.length, 'one logged attempt with a status per request received');
   assert.deepEqual(reached.map((a) => a.response_status).sort(), receiver.received.map((r) => r.answered).sort());
-  assert.ok(attempts.some((a) => a.response_status === null && /ECONNREFUSED/.test(a.error ?? '')), 'attempts while down are logged with their error');
+  assert.ok(
+    attempts.some((a) => a.response_status === null && /ECONNREFUSED/.test(a.error ?? '')),
+    'attempts while down are logged with their error',
+  );
   for (const r of deliveries) {
     assert.equal(attempts.filter((a) => a.delivery_id === r.d.delivery_id).length, r.d.attempt_count);
   }
@@ -156,10 +193,14 @@ test('a redeliver sends the same event again under the same webhook-id', async (
   await eventually(async () => (receiver.received.filter((r) => r.webhookId === d.webhook_id).length > before ? true : undefined), 10_000, 100);
   const again = await api('GET', `/v1/webhook-endpoints/${endpointId}/deliveries?limit=1`);
   assert.equal(again.body.deliveries[0].id, d.id);
-  await eventually(async () => {
-    const r = await api('GET', `/v1/webhook-endpoints/${endpointId}/deliveries?limit=1`);
-    return r.body.deliveries[0].state === 'succeeded' && r.body.deliveries[0].attempt_count === d.attempt_count + 1 ? true : undefined;
-  }, 10_000, 100);
+  await eventually(
+    async () => {
+      const r = await api('GET', `/v1/webhook-endpoints/${endpointId}/deliveries?limit=1`);
+      return r.body.deliveries[0].state === 'succeeded' && r.body.deliveries[0].attempt_count === d.attempt_count + 1 ? true : undefined;
+    },
+    10_000,
+    100,
+  );
 });
 
 test("a task's own webhook_url gets its events, signed with the tenant's endpoint secret", async () => {

@@ -29,10 +29,14 @@ test('a worker SIGKILLed mid-submit: the retry never calls the provider again, t
   e.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 4000, submit_fault_count: 1 });
   const taskId = await e.createTask('crash-1');
 
-  const attempt = await eventually(async () => {
-    const [a] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-    return a?.submit_state === 'SUBMITTING' ? a : undefined;
-  }, 60_000, 50).catch((err: unknown) => {
+  const attempt = await eventually(
+    async () => {
+      const [a] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+      return a?.submit_state === 'SUBMITTING' ? a : undefined;
+    },
+    60_000,
+    50,
+  ).catch((err: unknown) => {
     throw new Error(`worker never reached the submit: ${(err as Error).message}\n${lines.slice(-20).join('\n')}`);
   });
   await new Promise((r) => setTimeout(r, 300));

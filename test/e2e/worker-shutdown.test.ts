@@ -27,10 +27,14 @@ test('SIGTERM during a provider call: readiness fails at once, the call finishes
   child = startNodeProcess('draining-worker', 'workers/main.ts', env, { log: (l) => lines.push(l) });
   e.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 2500, submit_fault_count: 1 });
   const taskId = await e.createTask('drain-1');
-  const attempt = await eventually(async () => {
-    const [a] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-    return a?.submit_state === 'SUBMITTING' ? a : undefined;
-  }, 60_000, 50);
+  const attempt = await eventually(
+    async () => {
+      const [a] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+      return a?.submit_state === 'SUBMITTING' ? a : undefined;
+    },
+    60_000,
+    50,
+  );
 
   // One scrape shows ours and the Temporal SDK's own worker metrics.
   const exposition = await (await ops('/metrics')).text();
@@ -40,10 +44,14 @@ test('SIGTERM during a provider call: readiness fails at once, the call finishes
 
   const stopping = child.stop('SIGTERM', 20_000);
   // Not ready from the start of the shutdown, while the in-flight call still drains.
-  const draining = await eventually(async () => {
-    const res = await ops('/readyz').catch(() => null);
-    return res?.status === 503 ? ((await res.json()) as { polling: string }) : undefined;
-  }, 5_000, 25);
+  const draining = await eventually(
+    async () => {
+      const res = await ops('/readyz').catch(() => null);
+      return res?.status === 503 ? ((await res.json()) as { polling: string }) : undefined;
+    },
+    5_000,
+    25,
+  );
   assert.equal(draining.polling, 'draining');
   const [inFlight] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
   assert.equal(inFlight?.submit_state, 'SUBMITTING', 'readiness failed before the drain finished the call');

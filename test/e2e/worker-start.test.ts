@@ -44,7 +44,10 @@ test('a worker whose Temporal is down at start-up keeps retrying, then polls onc
 
   temporal = await startTemporal({ port, headless: true });
   await eventually(async () => lines.some((l) => l.includes('worker polling')) || undefined, 60_000, 100);
-  assert.ok(lines.some((l) => l.includes('Temporal reachable; worker connected')), lines.slice(-5).join('\n'));
+  assert.ok(
+    lines.some((l) => l.includes('Temporal reachable; worker connected')),
+    lines.slice(-5).join('\n'),
+  );
   assert.equal(child.exitInfo, undefined);
   const ready = await ops('/readyz');
   assert.equal(ready?.status, 200);

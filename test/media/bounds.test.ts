@@ -36,7 +36,10 @@ test('a file of a million tiny top-level boxes is refused with one read, not wal
   }
   const file = Buffer.concat([ftyp(), tiny]);
   const r = fileReader(file);
-  await assert.rejects(probeMp4(r.read, file.length), (err: Error) => err instanceof InvalidMediaError && /within the first 64 top-level boxes/.test(err.message));
+  await assert.rejects(
+    probeMp4(r.read, file.length),
+    (err: Error) => err instanceof InvalidMediaError && /within the first 64 top-level boxes/.test(err.message),
+  );
   assert.equal(r.reads(), 1, 'only the head was read');
   assert.equal(MAX_TOP_LEVEL_BOXES, 64);
 });
@@ -50,14 +53,35 @@ test('boxes larger than the head: at most MAX_HEADER_READS reads past it, then r
 });
 
 test('ffprobe and ffmpeg get a protocol whitelist for their input and only our demuxers', () => {
-  assert.deepEqual(inputArgs('https://s3.example/b/k.mp4?X-Amz-Signature=x').slice(0, 4), ['-protocol_whitelist', 'https,tls,tcp', '-format_whitelist', 'mov,matroska']);
+  assert.deepEqual(inputArgs('https://s3.example/b/k.mp4?X-Amz-Signature=x').slice(0, 4), [
+    '-protocol_whitelist',
+    'https,tls,tcp',
+    '-format_whitelist',
+    'mov,matroska',
+  ]);
   assert.deepEqual(inputArgs('/tmp/out.mp4', 'mov'), ['-protocol_whitelist', 'file', '-format_whitelist', 'mov,matroska', '-f', 'mov', '-i', '/tmp/out.mp4']);
   assert.throws(() => inputArgs('concat:/etc/passwd|/etc/hosts'));
 });
 
 test('an HLS playlist (which would make ffprobe open its segments) is refused by the demuxer whitelist', async () => {
   const segment = path.join(dir, 'seg.ts');
-  await run('ffmpeg', ['-v', 'error', '-nostdin', '-f', 'lavfi', '-i', 'testsrc=size=64x64:rate=10', '-t', '1', '-c:v', 'libx264', '-f', 'mpegts', '-y', segment]);
+  await run('ffmpeg', [
+    '-v',
+    'error',
+    '-nostdin',
+    '-f',
+    'lavfi',
+    '-i',
+    'testsrc=size=64x64:rate=10',
+    '-t',
+    '1',
+    '-c:v',
+    'libx264',
+    '-f',
+    'mpegts',
+    '-y',
+    segment,
+  ]);
   const playlist = path.join(dir, 'list.m3u8');
   await fs.writeFile(playlist, `#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n${segment}\n#EXT-X-ENDLIST\n`);
   // Without the whitelists ffprobe follows the playlist and reads the segment (the test can fail).
@@ -68,7 +92,23 @@ test('an HLS playlist (which would make ffprobe open its segments) is refused by
 
 test('the thumbnail is read with the probed container fixed (-f): a WebM is not read as MOV', async () => {
   const webm = path.join(dir, 'v.webm');
-  await run('ffmpeg', ['-v', 'error', '-nostdin', '-f', 'lavfi', '-i', 'testsrc=size=64x64:rate=10', '-t', '1', '-c:v', 'libvpx-vp9', '-deadline', 'realtime', '-y', webm]);
+  await run('ffmpeg', [
+    '-v',
+    'error',
+    '-nostdin',
+    '-f',
+    'lavfi',
+    '-i',
+    'testsrc=size=64x64:rate=10',
+    '-t',
+    '1',
+    '-c:v',
+    'libvpx-vp9',
+    '-deadline',
+    'realtime',
+    '-y',
+    webm,
+  ]);
   assert.ok((await extractThumbnail(webm, 0.1, 'matroska')).length > 100);
   await assert.rejects(extractThumbnail(webm, 0.1, 'mov'));
 });

@@ -28,7 +28,6 @@ async function make(name: string, args: string[], input = ['-f', 'lavfi', '-i', 
   return file;
 }
 
-
 async function probeFile(file: string) {
   const bytes = await fs.readFile(file);
   const r = fileReader(bytes);

@@ -46,14 +46,8 @@ function exportedNames(exposition: string): Set<string> {
 const rules = parse(fs.readFileSync(RULES, 'utf8')) as RuleFile;
 const dashboard = JSON.parse(fs.readFileSync(DASHBOARD, 'utf8')) as { panels: Panel[] };
 const panelExprs = (panels: Panel[]): { where: string; expr: string }[] =>
-  panels.flatMap((p) => [
-    ...(p.targets ?? []).flatMap((t) => (t.expr ? [{ where: `panel "${p.title}"`, expr: t.expr }] : [])),
-    ...panelExprs(p.panels ?? []),
-  ]);
-const named = [
-  ...rules.groups.flatMap((g) => g.rules.map((r) => ({ where: `rule ${r.alert ?? r.record}`, expr: r.expr }))),
-  ...panelExprs(dashboard.panels),
-];
+  panels.flatMap((p) => [...(p.targets ?? []).flatMap((t) => (t.expr ? [{ where: `panel "${p.title}"`, expr: t.expr }] : [])), ...panelExprs(p.panels ?? [])]);
+const named = [...rules.groups.flatMap((g) => g.rules.map((r) => ({ where: `rule ${r.alert ?? r.record}`, expr: r.expr }))), ...panelExprs(dashboard.panels)];
 
 test('promtool accepts the rules and their unit tests pass', async () => {
   const promtool = readToolPaths().promtool;
@@ -93,19 +87,26 @@ test('every metric a rule or a dashboard panel names is exported by the API or a
   children.push(
     startNodeProcess('metrics-api', 'api/server.ts', { ...base, PORT: String(await freePort()), OPS_PORT: String(apiOps) }, { log: () => undefined }),
   );
-  const scrape = (port: number) =>
-    fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(3_000) }).then((r) => (r.ok ? r.text() : undefined));
+  const scrape = (port: number) => fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(3_000) }).then((r) => (r.ok ? r.text() : undefined));
 
   // A task through the worker process, so the SDK's workflow-task histograms have samples.
   const taskId = await e.createTask('metrics-1');
   await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
-  const exported = await eventually(async () => {
-    const [w, a] = await Promise.all([scrape(workerOps).catch(() => undefined), scrape(apiOps).catch(() => undefined)]);
-    if (!w || !a || !/^# TYPE temporal_workflow_task_schedule_to_start_latency /m.test(w)) return undefined;
-    return new Set([...exportedNames(w), ...exportedNames(a)]);
-  }, 30_000, 250);
+  const exported = await eventually(
+    async () => {
+      const [w, a] = await Promise.all([scrape(workerOps).catch(() => undefined), scrape(apiOps).catch(() => undefined)]);
+      if (!w || !a || !/^# TYPE temporal_workflow_task_schedule_to_start_latency /m.test(w)) return undefined;
+      return new Set([...exportedNames(w), ...exportedNames(a)]);
+    },
+    30_000,
+    250,
+  );
 
   assert.ok(named.length > 20, 'the rules and the dashboard name metrics');
-  const missing = named.flatMap(({ where, expr }) => metricNames(expr).filter((n) => !exported.has(n)).map((n) => `${where}: ${n}`));
+  const missing = named.flatMap(({ where, expr }) =>
+    metricNames(expr)
+      .filter((n) => !exported.has(n))
+      .map((n) => `${where}: ${n}`),
+  );
   assert.deepEqual(missing, [], 'metrics named in deploy/ that no process exports');
 });

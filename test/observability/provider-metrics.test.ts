@@ -25,11 +25,27 @@ let seq = 0;
  * One inbox row: `provider` learned `state` of `attemptId` through `source`, `agoS` seconds
  * ago, about a change the provider made `lagS` seconds before that.
  */
-async function event(o: { provider: string; attemptId: string; state: ProviderJobState; source: 'callback' | 'poll' | 'reconcile'; agoS: number; lagS: number }) {
+async function event(o: {
+  provider: string;
+  attemptId: string;
+  state: ProviderJobState;
+  source: 'callback' | 'poll' | 'reconcile';
+  agoS: number;
+  lagS: number;
+}) {
   seq += 1;
   const id = await recordProviderEvent(tdb.database.db, {
     provider: o.provider,
-    job: { jobId: `job-${o.attemptId}`, state: o.state, rawStatus: o.state, updatedAt: new Date(), outputUrl: null, error: null, correlationToken: null, metrics: null },
+    job: {
+      jobId: `job-${o.attemptId}`,
+      state: o.state,
+      rawStatus: o.state,
+      updatedAt: new Date(),
+      outputUrl: null,
+      error: null,
+      correlationToken: null,
+      metrics: null,
+    },
     providerEventId: `ev-${seq}`,
     source: o.source,
     attemptId: o.attemptId,

@@ -61,7 +61,10 @@ describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
   test('spans reach <endpoint>/v1/traces with the configured headers and the service name; shutdown flushes', async () => {
     const c = await collector();
     try {
-      const config = testConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: `${c.url}/`, OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20collector-token, x-tenant = ops' });
+      const config = testConfig({
+        OTEL_EXPORTER_OTLP_ENDPOINT: `${c.url}/`,
+        OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20collector-token, x-tenant = ops',
+      });
       const tracing = installTracing(tracingOptions(config, 'vidorch-worker'));
       assert.equal(tracing.enabled, true);
       assert.ok(tracing.exporter);
@@ -99,7 +102,10 @@ describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
     const started = Date.now();
     await tracing.shutdown();
     const reported = lines.slice(before).map((l) => JSON.parse(l) as Record<string, unknown>);
-    assert.ok(reported.some((l) => l['msg'] === 'trace export failed; spans dropped (next report in a minute at the earliest)' && l['level'] === 40), JSON.stringify(reported));
+    assert.ok(
+      reported.some((l) => l['msg'] === 'trace export failed; spans dropped (next report in a minute at the earliest)' && l['level'] === 40),
+      JSON.stringify(reported),
+    );
     assert.ok(Date.now() - started < 15_000);
   });
 

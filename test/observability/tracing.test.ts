@@ -25,7 +25,11 @@ const realFetch = globalThis.fetch;
 before(async () => {
   globalThis.fetch = async (input, init) => {
     const url = input instanceof Request ? input.url : String(input);
-    sent.push({ url, headers: new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined)), body: typeof init?.body === 'string' ? init.body : '' });
+    sent.push({
+      url,
+      headers: new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined)),
+      body: typeof init?.body === 'string' ? init.body : '',
+    });
     return realFetch(input, init);
   };
   tracing = installTracing({ serviceName: 'vidorch-test', exporter: memory });
@@ -88,23 +92,35 @@ describe('one task is one trace, from the API request to the provider call and S
     const run = one('RunWorkflow:generationWorkflow');
     assert.deepEqual(ancestors(run, trace), ['StartWorkflow:generationWorkflow', 'POST /v1/tasks']);
     assert.equal(run.attributes['workflowId'], e.api.facade.workflowIdFor(taskId));
-    // dispatchAndPrepare runs as a local activity (docs/decisions/00XX-local-fact-steps.md): traced the same way.
+    // dispatchAndPrepare runs as a local activity (docs/decisions/0034-local-fact-steps.md): traced the same way.
     for (const activity of ['dispatchAndPrepare', 'submitAttempt', 'rescueOutput']) {
       const exec = one(`RunActivity:${activity}`);
       assert.deepEqual(ancestors(exec, trace).slice(0, 2), [`StartActivity:${activity}`, 'RunWorkflow:generationWorkflow'], activity);
     }
-    const submitCall = trace.find((s) => s.kind === SpanKind.CLIENT && s.attributes['vidorch.provider'] === 'replicate' && s.attributes['http.request.method'] === 'POST');
+    const submitCall = trace.find(
+      (s) => s.kind === SpanKind.CLIENT && s.attributes['vidorch.provider'] === 'replicate' && s.attributes['http.request.method'] === 'POST',
+    );
     assert.ok(submitCall, 'the provider submit span');
     assert.equal(submitCall.attributes['url.template'], '/v1/models/{owner}/{name}/predictions');
     assert.equal(submitCall.attributes['http.response.status_code'], 201);
     assert.equal(ancestors(submitCall, trace)[0], 'RunActivity:submitAttempt');
     const s3 = trace.filter((s) => s.attributes['rpc.service'] === 'S3');
-    assert.ok(s3.some((s) => s.name === 'S3.UploadPart'), `an upload span among ${s3.map((s) => s.name).join(', ')}`);
+    assert.ok(
+      s3.some((s) => s.name === 'S3.UploadPart'),
+      `an upload span among ${s3.map((s) => s.name).join(', ')}`,
+    );
     for (const op of s3) {
       // The rescue looks for a published object in both buckets (docs/decisions/0029).
-      assert.ok([e.config.S3_BUCKET_OUTPUTS, e.config.S3_FALLBACK_BUCKET].includes(String(op.attributes['aws.s3.bucket'])), `${op.name} on ${String(op.attributes['aws.s3.bucket'])}`);
+      assert.ok(
+        [e.config.S3_BUCKET_OUTPUTS, e.config.S3_FALLBACK_BUCKET].includes(String(op.attributes['aws.s3.bucket'])),
+        `${op.name} on ${String(op.attributes['aws.s3.bucket'])}`,
+      );
       assert.equal(op.kind, SpanKind.CLIENT);
-      assert.match(ancestors(op, trace).find((n) => n.startsWith('RunActivity:'))!, /^RunActivity:(rescueOutput|processMedia)$/, op.name);
+      assert.match(
+        ancestors(op, trace).find((n) => n.startsWith('RunActivity:'))!,
+        /^RunActivity:(rescueOutput|processMedia)$/,
+        op.name,
+      );
     }
     // A HEAD that finds nothing (before the first upload) is an answer, not a failure.
     const heads = s3.filter((s) => s.name === 'S3.HeadObject');
@@ -115,7 +131,10 @@ describe('one task is one trace, from the API request to the provider call and S
     assert.equal(download.attributes['http.response.status_code'], 200);
     assert.equal(ancestors(download, trace)[0], 'RunActivity:rescueOutput');
     for (const op of ['S3.CreateMultipartUpload', 'S3.UploadPart', 'S3.CompleteMultipartUpload']) {
-      assert.ok(s3.some((s) => s.name === op && ancestors(s, trace)[0] === 'GET output'), `${op} under the transfer`);
+      assert.ok(
+        s3.some((s) => s.name === op && ancestors(s, trace)[0] === 'GET output'),
+        `${op} under the transfer`,
+      );
     }
   });
 
@@ -151,7 +170,14 @@ describe('one task is one trace, from the API request to the provider call and S
     const all = spans();
     assert.ok(all.length > 20);
     for (const s of all) {
-      const text = JSON.stringify({ name: s.name, attributes: s.attributes, events: s.events, status: s.status, links: s.links, resource: s.resource.attributes });
+      const text = JSON.stringify({
+        name: s.name,
+        attributes: s.attributes,
+        events: s.events,
+        status: s.status,
+        links: s.links,
+        resource: s.resource.attributes,
+      });
       for (const [what, value] of Object.entries(forbidden)) assert.ok(!text.includes(value), `${what} in span ${s.name}`);
     }
   });
@@ -168,7 +194,11 @@ describe('one task is one trace, from the API request to the provider call and S
   test('the run recorded with tracing on replays with the bundle without the interceptors and with it', async () => {
     const history = await e.client.workflow.getHandle(e.api.facade.workflowIdFor(taskId)).fetchHistory();
     await Worker.runReplayHistory({ workflowBundle: await workflowBundle({ tracing: false }), replayName: 'traced-untraced' }, history, 'traced:off');
-    await Worker.runReplayHistory({ workflowBundle: await workflowBundle({ tracing: true }), replayName: 'traced-traced', sinks: tracing.worker!.sinks }, history, 'traced:on');
+    await Worker.runReplayHistory(
+      { workflowBundle: await workflowBundle({ tracing: true }), replayName: 'traced-traced', sinks: tracing.worker!.sinks },
+      history,
+      'traced:on',
+    );
   });
 });
 
@@ -222,15 +252,19 @@ describe('problem+json bodies and log lines carry the trace id', () => {
 describe('a failed activity is recorded in its span only as redacted', () => {
   test("the activity span's exception has no presigned query, no bearer token (the worker's interceptor order)", async () => {
     const env = new MockActivityEnvironment({ activityType: 'rescueOutput' }, { interceptors: activityInterceptors(tracing.worker) });
-    const leaky = 'GET https://bucket.s3.example/out.mp4?X-Amz-Signature=abcdef0123456789&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP failed; Authorization: Bearer r8_secretsecretsecret';
-    await assert.rejects(env.run(async () => {
-      throw new Error(leaky);
-    }));
+    const leaky =
+      'GET https://bucket.s3.example/out.mp4?X-Amz-Signature=abcdef0123456789&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP failed; Authorization: Bearer r8_secretsecretsecret';
+    await assert.rejects(
+      env.run(async () => {
+        throw new Error(leaky);
+      }),
+    );
     const span = spans().findLast((s) => s.name === 'RunActivity:rescueOutput' && s.attributes['temporalActivityId'] === env.context.info.activityId)!;
     assert.ok(span, 'the activity span');
     assert.equal(span.status.code, SpanStatusCode.ERROR);
     const recorded = JSON.stringify({ status: span.status, events: span.events });
     assert.match(recorded, /bucket\.s3\.example\/out\.mp4/, 'the redacted message is there');
-    for (const secret of ['X-Amz-Signature=abcdef', 'abcdef0123456789', 'AKIAABCDEFGHIJKLMNOP', 'r8_secretsecretsecret']) assert.ok(!recorded.includes(secret), secret);
+    for (const secret of ['X-Amz-Signature=abcdef', 'abcdef0123456789', 'AKIAABCDEFGHIJKLMNOP', 'r8_secretsecretsecret'])
+      assert.ok(!recorded.includes(secret), secret);
   });
 });

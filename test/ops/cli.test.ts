@@ -113,7 +113,10 @@ test('reconcile: the dry run counts the recovery sets; apply starts the missing 
   assert.equal(audit?.actor, 'operator:alice');
   await s.waitForStatus(orphan, 'SUCCEEDED', 60_000);
   await db().execute(sql`UPDATE generation_task SET status = 'FAILED', terminal_at = now() WHERE task_id = ${unknown}`);
-  await s.client.workflow.getHandle(facade.workflowIdFor(unknown)).terminate('test cleanup').catch(() => undefined);
+  await s.client.workflow
+    .getHandle(facade.workflowIdFor(unknown))
+    .terminate('test cleanup')
+    .catch(() => undefined);
 });
 
 test('task inspect shows facts, transitions, ledger, the Temporal status and a UI link', async () => {
@@ -151,13 +154,22 @@ test('review list shows a MANUAL_REVIEW task with its reason; review resolve --f
   assert.equal(item?.reason, 'provider said nothing for an hour');
 
   // The workflow notices MANUAL_REVIEW once its paused step runs again.
-  await eventually(async () => (await s.client.workflow.getHandle(`task-${id}`).query<{ status?: string } | null>('facts'))?.status === 'MANUAL_REVIEW' ? true : undefined, 20_000);
+  await eventually(
+    async () => ((await s.client.workflow.getHandle(`task-${id}`).query<{ status?: string } | null>('facts'))?.status === 'MANUAL_REVIEW' ? true : undefined),
+    20_000,
+  );
   const resolved = await ops('review', 'resolve', id, '--fail', '--reason', 'customer asked to stop', '--json');
   assert.equal(resolved.code, 0, resolved.stderr);
   assert.equal(resolved.json().status, 'FAILED');
   const task = await s.waitForStatus(id, 'FAILED', 10_000);
-  assert.equal(task.ledger.find((l: { type: string }) => l.type === 'RELEASE')?.amount, task.ledger.find((l: { type: string }) => l.type === 'RESERVE')?.amount);
-  const [audit] = await s.tdb.database.db.select().from(opsAudit).where(and(eq(opsAudit.action, 'review.fail'), eq(opsAudit.target_id, id)));
+  assert.equal(
+    task.ledger.find((l: { type: string }) => l.type === 'RELEASE')?.amount,
+    task.ledger.find((l: { type: string }) => l.type === 'RESERVE')?.amount,
+  );
+  const [audit] = await s.tdb.database.db
+    .select()
+    .from(opsAudit)
+    .where(and(eq(opsAudit.action, 'review.fail'), eq(opsAudit.target_id, id)));
   assert.equal(audit?.actor, 'operator:alice');
   assert.equal(audit?.reason, 'customer asked to stop');
   const none = await ops('review', 'resolve', id, '--reason', 'x');
@@ -170,7 +182,15 @@ test('failover records the failover audit fields in order (RECONCILE_ONLY, epoch
   const result = out.json();
   assert.deepEqual(
     result.steps.map((st: { step: string }) => st.step.split(',')[0]),
-    ['incident declared', 'admission → RECONCILE_ONLY', 'replication position recorded', "isolate the old primary and revoke the old region's write credentials", 'write_epoch bumped', 'first successful write under the new epoch', 'reconciliation report'],
+    [
+      'incident declared',
+      'admission → RECONCILE_ONLY',
+      'replication position recorded',
+      "isolate the old primary and revoke the old region's write credentials",
+      'write_epoch bumped',
+      'first successful write under the new epoch',
+      'reconciliation report',
+    ],
   );
   const [rec] = await selectFailoverRecords(db()).where(eq(regionFailover.incident_id, 'INC-42'));
   assert.ok(rec);
@@ -244,6 +264,10 @@ test('reconcile schedules/status/run: the Schedules are created, listed with the
     const everything = await ops('task', 'cancel', '--reason', 'no filter');
     assert.match(everything.stderr, /never means every task/);
   } finally {
-    for (const id of ids) await s.client.schedule.getHandle(id).delete().catch(() => undefined);
+    for (const id of ids)
+      await s.client.schedule
+        .getHandle(id)
+        .delete()
+        .catch(() => undefined);
   }
 });

@@ -28,8 +28,14 @@ after(async () => {
 
 const switchTo = (region: string) =>
   switchActiveRegion(s.tdb.database.db, {
-    scope: s.config.FENCE_SCOPE, toRegion: region, incidentId: `INC-W-${++seq}`, operator: 'test', reason: 'test',
-    replicationPosition: '0/0', acceptedRpoSeconds: 0, startedAt: new Date(),
+    scope: s.config.FENCE_SCOPE,
+    toRegion: region,
+    incidentId: `INC-W-${++seq}`,
+    operator: 'test',
+    reason: 'test',
+    replicationPosition: '0/0',
+    acceptedRpoSeconds: 0,
+    startedAt: new Date(),
   });
 
 /** Milliseconds until `check` holds (polling every 50 ms), or throws after `timeoutMs`. */
@@ -62,7 +68,12 @@ test('a standby worker does not poll; after a failover to its region it polls wi
 
 test('without LISTEN the periodic read alone notices a failover within its interval', async () => {
   const watcher = await startFenceWatcher({
-    db: s.tdb.database.db, databaseUrl: s.tdb.url, scope: s.config.FENCE_SCOPE, intervalMs: 500, logger: testLogger, listen: false,
+    db: s.tdb.database.db,
+    databaseUrl: s.tdb.url,
+    scope: s.config.FENCE_SCOPE,
+    intervalMs: 500,
+    logger: testLogger,
+    listen: false,
   });
   try {
     const before = watcher.current()!.activeRegion;
@@ -78,7 +89,11 @@ test('without LISTEN the periodic read alone notices a failover within its inter
 
 test('a mode change reaches a watcher at once (NOTIFY) and an API process with a 1 s fence cache within 2 s', async () => {
   const watcher = await startFenceWatcher({
-    db: s.tdb.database.db, databaseUrl: s.tdb.url, scope: s.config.FENCE_SCOPE, intervalMs: 60_000, logger: testLogger,
+    db: s.tdb.database.db,
+    databaseUrl: s.tdb.url,
+    scope: s.config.FENCE_SCOPE,
+    intervalMs: 60_000,
+    logger: testLogger,
   });
   const admission = createAdmission(s.tdb.database.db, { scope: s.config.FENCE_SCOPE, region: s.config.REGION }, 1_000);
   try {
@@ -103,7 +118,11 @@ test('a mode change reaches a watcher at once (NOTIFY) and an API process with a
 
 test('a watcher whose LISTEN connection is terminated (as a Postgres restart does) does not crash the process and listens again', async () => {
   const watcher = await startFenceWatcher({
-    db: s.tdb.database.db, databaseUrl: s.tdb.url, scope: s.config.FENCE_SCOPE, intervalMs: 60_000, logger: testLogger,
+    db: s.tdb.database.db,
+    databaseUrl: s.tdb.url,
+    scope: s.config.FENCE_SCOPE,
+    intervalMs: 60_000,
+    logger: testLogger,
   });
   try {
     const { rows } = await s.tdb.database.db.execute(sql`

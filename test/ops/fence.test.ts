@@ -56,8 +56,14 @@ async function newTask(): Promise<string> {
 
 const failover = (to: string) =>
   switchActiveRegion(tdb.database.db, {
-    scope: config.FENCE_SCOPE, toRegion: to, incidentId: `INC-${to}-${++seq}`, operator: 'test', reason: 'test',
-    replicationPosition: '0/0', acceptedRpoSeconds: 0, startedAt: new Date(),
+    scope: config.FENCE_SCOPE,
+    toRegion: to,
+    incidentId: `INC-${to}-${++seq}`,
+    operator: 'test',
+    reason: 'test',
+    replicationPosition: '0/0',
+    acceptedRpoSeconds: 0,
+    startedAt: new Date(),
   });
 
 function assertFailure(err: unknown, type: string, retryable: boolean): true {
@@ -77,7 +83,14 @@ test('a write carrying a stale epoch is rejected even when its region is active 
       await tdb.database.db.transaction(async (tx) => {
         await holdFence(tx, token);
         const task = await lockTask(tx, taskId);
-        await casTaskStatus(tx, token, { taskId, from: 'QUEUED', expectedVersion: task!.status_version, to: 'DISPATCHING', sourceEvent: 'test', actor: 'test' });
+        await casTaskStatus(tx, token, {
+          taskId,
+          from: 'QUEUED',
+          expectedVersion: task!.status_version,
+          to: 'DISPATCHING',
+          sourceEvent: 'test',
+          actor: 'test',
+        });
       });
     }),
     (err) => {
@@ -130,12 +143,18 @@ test('READ_ONLY pauses fact steps with ModePaused (retryable, with a short next-
 
 test('dispatchAndPrepare records both transitions in one step; in QUEUE_ONLY it commits only the dispatch and prepareAttempt waits', async () => {
   const transitionsOf = async (id: string) =>
-    (await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, id))).map((t) => `${t.from_status}→${t.to_status}:${t.source_event}`).sort();
+    (await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, id)))
+      .map((t) => `${t.from_status}→${t.to_status}:${t.source_event}`)
+      .sort();
   const normal = await newTask();
   const prepared = await run('dispatchAndPrepare', normal);
   assert.equal(prepared.status, 'SUBMITTING');
   assert.equal(prepared.attemptState, 'PREPARED');
-  assert.deepEqual(await transitionsOf(normal), ['DISPATCHING→SUBMITTING:workflow.attempt-prepared', 'QUEUED→DISPATCHING:workflow.dispatch', 'null→QUEUED:api.create']);
+  assert.deepEqual(await transitionsOf(normal), [
+    'DISPATCHING→SUBMITTING:workflow.attempt-prepared',
+    'QUEUED→DISPATCHING:workflow.dispatch',
+    'null→QUEUED:api.create',
+  ]);
   // Run again (a retry, a reset): nothing more happens.
   assert.equal((await run('dispatchAndPrepare', normal)).statusVersion, prepared.statusVersion);
   assert.equal((await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, normal))).length, 1);

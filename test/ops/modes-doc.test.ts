@@ -13,7 +13,12 @@ const section = doc.slice(doc.indexOf('## Behaviour table'), doc.indexOf('## Aut
 const rows = section
   .split('\n')
   .filter((l) => /^\| [A-Z_]+ \|/.test(l))
-  .map((l) => l.split('|').slice(1, -1).map((c) => c.trim()));
+  .map((l) =>
+    l
+      .split('|')
+      .slice(1, -1)
+      .map((c) => c.trim()),
+  );
 
 test('docs/modes.md has exactly one row per system mode, in shedding order', () => {
   assert.deepEqual(

@@ -31,10 +31,26 @@ const liveUrl = urlFor(`vidorch_t_pitr_live_${suffix}`);
 const restoredUrl = urlFor(`vidorch_t_pitr_restored_${suffix}`);
 let live: Database;
 let restored: Database;
-const task: Record<'succeeded' | 'submitted' | 'queued' | 'created_after' | 'late', string> = { succeeded: '', submitted: '', queued: '', created_after: '', late: '' };
+const task: Record<'succeeded' | 'submitted' | 'queued' | 'created_after' | 'late', string> = {
+  succeeded: '',
+  submitted: '',
+  queued: '',
+  created_after: '',
+  late: '',
+};
 let otherKey = '';
 
-const PATH: TaskStatus[] = ['QUEUED', 'DISPATCHING', 'SUBMITTING', 'SUBMITTED', 'RUNNING', 'PROVIDER_SUCCEEDED', 'FETCHING_OUTPUT', 'PROCESSING_MEDIA', 'SUCCEEDED'];
+const PATH: TaskStatus[] = [
+  'QUEUED',
+  'DISPATCHING',
+  'SUBMITTING',
+  'SUBMITTED',
+  'RUNNING',
+  'PROVIDER_SUCCEEDED',
+  'FETCHING_OUTPUT',
+  'PROCESSING_MEDIA',
+  'SUCCEEDED',
+];
 
 /** Moves a task along the happy path through the CAS, from `from` to `to`. */
 async function walk(taskId: string, from: TaskStatus, to: TaskStatus): Promise<void> {
@@ -51,7 +67,11 @@ async function walk(taskId: string, from: TaskStatus, to: TaskStatus): Promise<v
 
 async function newTask(tenantId: string, key: string): Promise<string> {
   const { token } = await acquireFence(live.db, fence.scope, fence.region);
-  const out = await createTask(live.db, token, { tenantId, idempotencyKey: key, body: { model: 'minimax/video-01', prompt: key, duration_seconds: 1, resolution: '480p', priority: 0 } });
+  const out = await createTask(live.db, token, {
+    tenantId,
+    idempotencyKey: key,
+    body: { model: 'minimax/video-01', prompt: key, duration_seconds: 1, resolution: '480p', priority: 0 },
+  });
   return out.task.task_id;
 }
 
@@ -82,7 +102,9 @@ before(async () => {
   // Succeeds between the restore point and the mistake, which then hits it too.
   await walk(task.late, 'QUEUED', 'SUCCEEDED');
   task.created_after = await newTask(tenant.tenantId, 'd');
-  await live.db.execute(sql`UPDATE generation_task SET status = 'FAILED', failure_code = 'operator_cleanup' WHERE task_id IN (${task.succeeded}::uuid, ${task.queued}::uuid, ${task.late}::uuid)`);
+  await live.db.execute(
+    sql`UPDATE generation_task SET status = 'FAILED', failure_code = 'operator_cleanup' WHERE task_id IN (${task.succeeded}::uuid, ${task.queued}::uuid, ${task.late}::uuid)`,
+  );
   await live.db.execute(sql`DELETE FROM api_key WHERE tenant_id = ${other.tenantId}::uuid`);
 });
 
@@ -120,7 +142,10 @@ test('the live database itself is refused as the restored copy', async () => {
 
 test('a task rewritten after it changed since the restore point is left to the operator, named', () => {
   const plan = planPitrRepair(diff);
-  assert.deepEqual(plan.skipped.map((s) => s.task_id), [task.late]);
+  assert.deepEqual(
+    plan.skipped.map((s) => s.task_id),
+    [task.late],
+  );
   assert.match(plan.skipped[0]!.why, /restore a copy nearer the mistake/);
 });
 
@@ -131,7 +156,10 @@ test('a rewritten task whose own record disagrees with the restored copy is left
 });
 
 test('the repair is refused outside the active region', async () => {
-  await assert.rejects(applyPitrRepair(live.db, planPitrRepair(diff), { actor: 'operator:test', reason: 'test', fence: { ...fence, region: 'region-z' } }), FenceRejectedError);
+  await assert.rejects(
+    applyPitrRepair(live.db, planPitrRepair(diff), { actor: 'operator:test', reason: 'test', fence: { ...fence, region: 'region-z' } }),
+    FenceRejectedError,
+  );
   assert.equal((await statusOf(live, task.succeeded)).status, 'FAILED');
 });
 
@@ -154,7 +182,11 @@ test('the repair restores the mistake through the CAS with a transition row, aud
   assert.deepEqual(await statusOf(live, task.submitted), { status: 'RUNNING', v: 4 });
 
   const again = await pitrDiff(live.db, restored.db);
-  assert.deepEqual(again.tasks.rewritten.map((t) => t.task_id), [], 'the repaired task has moved past the restored version');
+  assert.deepEqual(
+    again.tasks.rewritten.map((t) => t.task_id),
+    [],
+    'the repaired task has moved past the restored version',
+  );
   assert.equal(again.deleted_api_keys.length, 0);
   const second = await applyPitrRepair(live.db, planPitrRepair(again), { actor: 'operator:test', reason: 'INC-PITR', fence });
   assert.deepEqual([second.tasks_repaired, second.api_keys_restored], [[], []]);

@@ -54,11 +54,29 @@ test('provider status: every provider with its switch, limit, jobs in flight and
   await attempt(tenantId, 'kling', 'REJECTED', '2 hours');
   const r = await ops('status', '--json');
   assert.equal(r.code, 0, r.stderr);
-  const rows = r.json() as { provider: string; force: string | null; limit: number | null; in_flight: number; unknown: number; waiting: number; rejected_recent: number }[];
-  assert.deepEqual(rows.map((x) => x.provider), ['fal', 'kling', 'replicate', 'runway']);
+  const rows = r.json() as {
+    provider: string;
+    force: string | null;
+    limit: number | null;
+    in_flight: number;
+    unknown: number;
+    waiting: number;
+    rejected_recent: number;
+  }[];
+  assert.deepEqual(
+    rows.map((x) => x.provider),
+    ['fal', 'kling', 'replicate', 'runway'],
+  );
   const kling = rows.find((x) => x.provider === 'kling');
   assert.deepEqual(
-    { force: kling?.force, limit: kling?.limit, inFlight: kling?.in_flight, unknown: kling?.unknown, waiting: kling?.waiting, rejected: kling?.rejected_recent },
+    {
+      force: kling?.force,
+      limit: kling?.limit,
+      inFlight: kling?.in_flight,
+      unknown: kling?.unknown,
+      waiting: kling?.waiting,
+      rejected: kling?.rejected_recent,
+    },
     { force: null, limit: 5, inFlight: 3, unknown: 1, waiting: 1, rejected: 1 },
     'in flight = SUBMITTED + RUNNING + SUBMIT_UNKNOWN; the rejection 2 h ago is outside the 15 min window',
   );
@@ -80,7 +98,12 @@ test('force-open, force-close, clear and limit change provider_control and are a
   const [audit] = await audits('provider.force-open');
   assert.deepEqual(
     { actor: audit?.actor, target: `${audit?.target_type}:${audit?.target_id}`, reason: audit?.reason, detail: audit?.detail },
-    { actor: 'operator:bob', target: 'provider:replicate', reason: 'INC-9 replicate 500s', detail: { from: { force: null, max_in_flight: null }, to: { force: 'open', max_in_flight: null } } },
+    {
+      actor: 'operator:bob',
+      target: 'provider:replicate',
+      reason: 'INC-9 replicate 500s',
+      detail: { from: { force: null, max_in_flight: null }, to: { force: 'open', max_in_flight: null } },
+    },
   );
 
   const closed = await ops('force-close', 'replicate', '--reason', 'false alarm');
@@ -98,7 +121,10 @@ test('force-open, force-close, clear and limit change provider_control and are a
   assert.equal((await ops('clear', 'replicate', '--reason', 'incident over')).code, 0);
   assert.equal((await ops('limit', 'replicate', 'none', '--reason', 'incident over')).code, 0);
   const row = await control('replicate');
-  assert.deepEqual({ force: row?.breaker_force, limit: row?.max_in_flight, by: row?.updated_by, reason: row?.reason }, { force: null, limit: null, by: 'operator:bob', reason: 'incident over' });
+  assert.deepEqual(
+    { force: row?.breaker_force, limit: row?.max_in_flight, by: row?.updated_by, reason: row?.reason },
+    { force: null, limit: null, by: 'operator:bob', reason: 'incident over' },
+  );
   assert.equal((await audits('provider.force-close')).length, 1);
   assert.equal((await audits('provider.clear')).length, 1);
   assert.equal((await audits('provider.limit')).length, 2);

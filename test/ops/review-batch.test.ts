@@ -20,7 +20,11 @@ import { createTestTenant, eventually, http } from '../support/stack';
 let e: E2E;
 before(async () => {
   // Unknown submits park at once (lookups fail, a 1.5 s deadline); other jobs run two minutes.
-  e = await startE2E('review-batch', { PROVIDER_HTTP_TIMEOUT_MS: '700', UNKNOWN_PROOF_DELAY_MS: '1000', UNKNOWN_OUTCOME_DEADLINE_MS: '1500' }, { generationMs: 120_000 });
+  e = await startE2E(
+    'review-batch',
+    { PROVIDER_HTTP_TIMEOUT_MS: '700', UNKNOWN_PROOF_DELAY_MS: '1000', UNKNOWN_OUTCOME_DEADLINE_MS: '1500' },
+    { generationMs: 120_000 },
+  );
 });
 after(async () => {
   await e?.close();
@@ -52,10 +56,21 @@ describe('bulk review', () => {
     providerDefect = await running('provider-defect');
     codeDefect = await running('code-defect');
     const job = await attemptOf(providerDefect);
-    assert.ok(await escalateAttempt(deps(), token(), providerDefect, job.attempt_id, {
-      reason: `reads of job ${job.provider_job_id} are refused`, provider_job_id: job.provider_job_id, failure: 'refused', http_status: 403, consecutive_read_failures: 5,
-    }));
-    assert.ok(await escalate(deps(), token(), codeDefect, { sourceEvent: 'workflow.escalate', detail: { reason: 'InvalidState: attempt is RUNNING but the step expected SUBMITTED (a bug since fixed)' } }));
+    assert.ok(
+      await escalateAttempt(deps(), token(), providerDefect, job.attempt_id, {
+        reason: `reads of job ${job.provider_job_id} are refused`,
+        provider_job_id: job.provider_job_id,
+        failure: 'refused',
+        http_status: 403,
+        consecutive_read_failures: 5,
+      }),
+    );
+    assert.ok(
+      await escalate(deps(), token(), codeDefect, {
+        sourceEvent: 'workflow.escalate',
+        detail: { reason: 'InvalidState: attempt is RUNNING but the step expected SUBMITTED (a bug since fixed)' },
+      }),
+    );
     for (const id of [providerDefect, codeDefect]) {
       await e.api.facade.wakeTask(id);
       await e.waitForWorkflowStatus(id, 'MANUAL_REVIEW');
@@ -72,7 +87,10 @@ describe('bulk review', () => {
   test('an action that does not suit a class is refused, and a hand-edited batch file is refused', async () => {
     await assert.rejects(planReviewBatch(db(), { cls: 'missing-data', action: 'replay', limit: 10 }), /does not suit missing-data/);
     const plan = await planReviewBatch(db(), { cls: 'code-defect', action: 'replay', limit: 10 });
-    assert.throws(() => checkPlan({ ...plan, items: [...plan.items, { ...plan.items[0]!, taskId: providerDefect }] }, 'review.resolve'), /changed after its dry run/);
+    assert.throws(
+      () => checkPlan({ ...plan, items: [...plan.items, { ...plan.items[0]!, taskId: providerDefect }] }, 'review.resolve'),
+      /changed after its dry run/,
+    );
   });
 
   test('a dry run lists exactly its class; applied, it resolves the unchanged tasks at its rate, refuses the changed one, one audited batch', async () => {
@@ -85,8 +103,15 @@ describe('bulk review', () => {
     const [jobId] = e.sim.jobIdsFor(attempt.attempt_id);
     const job = await buildProviders(e.config)['replicate']!.getJob(jobId!);
     await recordProviderEvent(db(), {
-      provider: 'replicate', job: { ...job, state: 'running', rawStatus: 'processing', outputUrl: null }, providerEventId: 'late-evidence', source: 'callback',
-      attemptId: attempt.attempt_id, taskId: changed, receivedRegion: e.config.REGION, signatureValid: true, raw: { late: true },
+      provider: 'replicate',
+      job: { ...job, state: 'running', rawStatus: 'processing', outputUrl: null },
+      providerEventId: 'late-evidence',
+      source: 'callback',
+      attemptId: attempt.attempt_id,
+      taskId: changed,
+      receivedRegion: e.config.REGION,
+      signatureValid: true,
+      raw: { late: true },
     });
 
     const r = await applyReviewBatch(db(), e.api.facade, plan, { operator: 'ops-batch', reason: 'bulk fail of unknown outcomes', ratePerSecond: 2 });
@@ -106,7 +131,10 @@ describe('bulk review', () => {
     const [left] = await db().select().from(generationTask).where(eq(generationTask.task_id, changed));
     assert.equal(left!.status, 'MANUAL_REVIEW', 'the changed task is left for a new look');
 
-    const batch = await db().select().from(opsAudit).where(and(eq(opsAudit.action, 'review.resolve.batch'), eq(opsAudit.target_id, r.batchId)));
+    const batch = await db()
+      .select()
+      .from(opsAudit)
+      .where(and(eq(opsAudit.action, 'review.resolve.batch'), eq(opsAudit.target_id, r.batchId)));
     assert.equal(batch.length, 1);
     assert.equal(batch[0]!.actor, 'operator:ops-batch');
     const detail = batch[0]!.detail as { results: { taskId: string; outcome: string }[]; dry_run_fingerprint: string };
@@ -117,7 +145,10 @@ describe('bulk review', () => {
 
     // The class now holds only the refused task; the other classes are untouched.
     const again = await planReviewBatch(db(), { cls: 'unknown-outcome', action: 'fail', limit: 100 });
-    assert.deepEqual(again.items.map((i) => i.taskId), [changed]);
+    assert.deepEqual(
+      again.items.map((i) => i.taskId),
+      [changed],
+    );
     const classes = Object.fromEntries((await classifyReviews(db())).map((x) => [x.taskId, x.class]));
     assert.equal(classes[providerDefect], 'provider-defect');
     assert.equal(classes[codeDefect], 'code-defect');
@@ -125,7 +156,7 @@ describe('bulk review', () => {
 });
 
 describe('bulk replay', () => {
-  test('replay of a code defect re-binds the attempt\'s own job: the task waits on the provider again, no second job', async () => {
+  test("replay of a code defect re-binds the attempt's own job: the task waits on the provider again, no second job", async () => {
     const plan = await planReviewBatch(db(), { cls: 'code-defect', action: 'replay', limit: 10 });
     assert.equal(plan.items.length, 1);
     const taskId = plan.items[0]!.taskId;
@@ -137,7 +168,10 @@ describe('bulk replay', () => {
     assert.equal(again.attempt_id, attempt.attempt_id, 'the same attempt');
     assert.equal(again.provider_job_id, attempt.provider_job_id, 'its own job');
     assert.equal(e.sim.jobsFor(attempt.attempt_id), 1, 'no second job');
-    const audit = await db().select().from(opsAudit).where(and(eq(opsAudit.action, 'review.bind-job'), eq(opsAudit.target_id, taskId)));
+    const audit = await db()
+      .select()
+      .from(opsAudit)
+      .where(and(eq(opsAudit.action, 'review.bind-job'), eq(opsAudit.target_id, taskId)));
     assert.equal(audit.length, 1);
   });
 });
@@ -150,21 +184,42 @@ describe('bulk cancel', () => {
     const [{ name }] = (await db().select({ name: tenant.name }).from(tenant).where(eq(tenant.tenant_id, other.tenantId))) as [{ name: string }];
     const ids: string[] = [];
     for (const key of ['cancel-a', 'cancel-b']) {
-      const res = await http(e.api.baseUrl, 'POST', '/v1/tasks', { apiKey: other.apiKey, body: { ...defaultRequest, prompt: key }, headers: { 'idempotency-key': `${key}-${Date.now()}` } });
+      const res = await http(e.api.baseUrl, 'POST', '/v1/tasks', {
+        apiKey: other.apiKey,
+        body: { ...defaultRequest, prompt: key },
+        headers: { 'idempotency-key': `${key}-${Date.now()}` },
+      });
       assert.equal(res.status, 202, JSON.stringify(res.body));
       ids.push(res.body.task_id as string);
     }
     for (const id of ids) {
-      await eventually(async () => (['SUBMITTED', 'RUNNING'].includes((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status) ? true : undefined));
+      await eventually(async () =>
+        ['SUBMITTED', 'RUNNING'].includes((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status) ? true : undefined,
+      );
     }
     const plan = await planCancelBatch(db(), { tenant: name, statuses: ['SUBMITTED', 'RUNNING'] }, 100);
     assert.deepEqual(plan.items.map((i) => i.taskId).sort(), [...ids].sort());
-    const r = await applyCancelBatch(db(), e.api.facade, plan, { operator: 'ops-batch', reason: 'provider incident: cancel running jobs', ratePerSecond: 10, fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION } });
-    assert.deepEqual(r.results.map((x) => x.outcome), ['done', 'done'], JSON.stringify(r.results));
+    const r = await applyCancelBatch(db(), e.api.facade, plan, {
+      operator: 'ops-batch',
+      reason: 'provider incident: cancel running jobs',
+      ratePerSecond: 10,
+      fence: { scope: e.config.FENCE_SCOPE, region: e.config.REGION },
+    });
+    assert.deepEqual(
+      r.results.map((x) => x.outcome),
+      ['done', 'done'],
+      JSON.stringify(r.results),
+    );
     for (const id of ids) {
-      await eventually(async () => ((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status === 'CANCELLED' ? true : undefined), 60_000);
+      await eventually(
+        async () => ((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]!.status === 'CANCELLED' ? true : undefined),
+        60_000,
+      );
     }
-    const batch = await db().select().from(opsAudit).where(and(eq(opsAudit.action, 'task.cancel.batch'), eq(opsAudit.target_id, r.batchId)));
+    const batch = await db()
+      .select()
+      .from(opsAudit)
+      .where(and(eq(opsAudit.action, 'task.cancel.batch'), eq(opsAudit.target_id, r.batchId)));
     assert.equal(batch.length, 1);
   });
 });

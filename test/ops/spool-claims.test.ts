@@ -13,14 +13,37 @@ import { testLogger } from '../support/stack';
 
 const LEASE_MS = 300;
 const tmpDir = () => path.join(os.tmpdir(), `vidorch-spool-claims-${process.pid}-${randomBytes(3).toString('hex')}`);
-const job = (id: string) => ({ jobId: id, state: 'succeeded' as const, rawStatus: 'succeeded', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null });
+const job = (id: string) => ({
+  jobId: id,
+  state: 'succeeded' as const,
+  rawStatus: 'succeeded',
+  updatedAt: null,
+  outputUrl: null,
+  error: null,
+  correlationToken: null,
+  metrics: null,
+});
 const rec = (id: string, provider = 'replicate') => ({
-  provider, token: `tok-${id}`, receivedAt: new Date().toISOString(), receivedRegion: 'region-a',
-  job: job(id), providerEventId: `evt-${id}`, needsRefetch: false, payload: { id }, why: 'database-unavailable' as const,
+  provider,
+  token: `tok-${id}`,
+  receivedAt: new Date().toISOString(),
+  receivedRegion: 'region-a',
+  job: job(id),
+  providerEventId: `evt-${id}`,
+  needsRefetch: false,
+  payload: { id },
+  why: 'database-unavailable' as const,
 });
 class DatabaseDown extends Error {}
 const open = (dir: string, onDeadLetter?: (provider: string) => void): CallbackSpool =>
-  createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: (err) => err instanceof DatabaseDown, maxBytes: 1 << 30, ...(onDeadLetter ? { onDeadLetter } : {}) });
+  createCallbackSpool({
+    dir,
+    logger: testLogger,
+    leaseMs: LEASE_MS,
+    isTransient: (err) => err instanceof DatabaseDown,
+    maxBytes: 1 << 30,
+    ...(onDeadLetter ? { onDeadLetter } : {}),
+  });
 
 /** A process that appended `ids` and died: its lease is no longer renewed and runs out. */
 async function deadWriter(dir: string, ids: string[]): Promise<void> {

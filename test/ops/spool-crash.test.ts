@@ -19,15 +19,20 @@ test('every acknowledged append survives a SIGKILL of the writer and is replayed
   const acked = new Set<number>();
   let sawEnough!: () => void;
   const enough = new Promise<void>((r) => (sawEnough = r));
-  const writer = startNodeProcess('spool-writer', 'test/fixtures/scripts/spool-writer.ts', {}, {
-    args: [dir, String(LEASE_MS)],
-    log: (line) => {
-      const m = /acked (\d+)/.exec(line);
-      if (!m) return;
-      acked.add(Number(m[1]));
-      if (acked.size >= 200) sawEnough();
+  const writer = startNodeProcess(
+    'spool-writer',
+    'test/fixtures/scripts/spool-writer.ts',
+    {},
+    {
+      args: [dir, String(LEASE_MS)],
+      log: (line) => {
+        const m = /acked (\d+)/.exec(line);
+        if (!m) return;
+        acked.add(Number(m[1]));
+        if (acked.size >= 200) sawEnough();
+      },
     },
-  });
+  );
   try {
     await Promise.race([enough, writer.exited.then(() => Promise.reject(new Error(`writer exited early: ${writer.recentOutput().join('\n')}`)))]);
     process.kill(writer.pid, 'SIGKILL');
@@ -57,10 +62,23 @@ test('an append that fails part way seals its file, so the next acknowledged app
   const dir = path.join(os.tmpdir(), `vidorch-spool-torn-${process.pid}-${randomBytes(3).toString('hex')}`);
   const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: LEASE_MS, isTransient: () => true, maxBytes: 1 << 30 });
   const base = {
-    provider: 'replicate', receivedAt: new Date().toISOString(), receivedRegion: 'region-a', providerEventId: null,
-    needsRefetch: false, why: 'database-unavailable' as const,
+    provider: 'replicate',
+    receivedAt: new Date().toISOString(),
+    receivedRegion: 'region-a',
+    providerEventId: null,
+    needsRefetch: false,
+    why: 'database-unavailable' as const,
   };
-  const job = (id: string) => ({ jobId: id, state: 'succeeded' as const, rawStatus: 'succeeded', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null });
+  const job = (id: string) => ({
+    jobId: id,
+    state: 'succeeded' as const,
+    rawStatus: 'succeeded',
+    updatedAt: null,
+    outputUrl: null,
+    error: null,
+    correlationToken: null,
+    metrics: null,
+  });
   try {
     await spool.append({ ...base, token: 'a', job: job('a'), payload: { id: 'a' } });
     // A write torn by the disk (ENOSPC, EIO): half a record at the end of the active file, and

@@ -11,10 +11,26 @@ import { createCallbackSpool, spoolDirFor, type SpooledCallback } from '../../ap
 import { testLogger } from '../support/stack';
 
 const tmpDir = () => path.join(os.tmpdir(), `vidorch-spool-test-${process.pid}-${randomBytes(3).toString('hex')}`);
-const job = (id: string) => ({ jobId: id, state: 'succeeded' as const, rawStatus: 'succeeded', updatedAt: null, outputUrl: null, error: null, correlationToken: null, metrics: null });
+const job = (id: string) => ({
+  jobId: id,
+  state: 'succeeded' as const,
+  rawStatus: 'succeeded',
+  updatedAt: null,
+  outputUrl: null,
+  error: null,
+  correlationToken: null,
+  metrics: null,
+});
 const rec = (id: string) => ({
-  provider: 'replicate', token: `tok-${id}`, receivedAt: new Date().toISOString(), receivedRegion: 'region-a',
-  job: job(id), providerEventId: `evt-${id}`, needsRefetch: false, payload: { id }, why: 'database-unavailable' as const,
+  provider: 'replicate',
+  token: `tok-${id}`,
+  receivedAt: new Date().toISOString(),
+  receivedRegion: 'region-a',
+  job: job(id),
+  providerEventId: `evt-${id}`,
+  needsRefetch: false,
+  payload: { id },
+  why: 'database-unavailable' as const,
 });
 
 test('spooled callbacks are replayed in order; a failed replay keeps the file and the next pass delivers everything again', async () => {

@@ -18,7 +18,14 @@ import type { SystemMode } from '../../domain/states';
 import { createInProcessWorkers, simulatorProviderSettings, startApiInProcess, worldActivityDeps } from '../../harness/world';
 import { createMetrics } from '../../observability/metrics';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionSupervisor } from '../../workers/fence-watcher';
+import {
+  regionSubmitSwitch,
+  runAsRegionService,
+  startFenceWatcher,
+  superviseRegion,
+  type FenceWatcher,
+  type RegionSupervisor,
+} from '../../workers/fence-watcher';
 import type { GenerationWorkers } from '../../workers/generation-worker';
 import { tenantTasks } from '../support/e2e';
 import {
@@ -35,7 +42,6 @@ import {
   type RunningSimulator,
   type TestDatabase,
 } from '../support/stack';
-
 
 /** What a worker's activities did: calls, and failures by ApplicationFailure type (or 'error'). */
 export interface ActivityStats {

@@ -32,7 +32,14 @@ before(async () => {
   endpointId = ep.endpoint_id;
   await addSigningSecret(db, createSecretBox(config.WEBHOOK_SECRET_KEY), endpointId);
   const token = { ...fence, epoch: 1 };
-  const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p' as const, priority: 0, webhook_url: 'https://per-task.example.com/x' };
+  const body = {
+    model: 'minimax/video-01',
+    prompt: 'a fox',
+    duration_seconds: 2,
+    resolution: '480p' as const,
+    priority: 0,
+    webhook_url: 'https://per-task.example.com/x',
+  };
   taskId = (await createTask(db, token, { tenantId: t.tenant_id, idempotencyKey: 'cli-1', body })).task.task_id;
   await cancelTask(db, token, t.tenant_id, taskId);
 });
@@ -62,7 +69,10 @@ test('ops webhook list and deliveries show the endpoint, its counts and both del
 test('ops webhook redeliver makes the delivery due now and audits who and why', async () => {
   const db = tdb.database.db;
   const [d] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.endpoint_id, endpointId));
-  await db.update(webhookDelivery).set({ state: 'failed', next_attempt_at: new Date(Date.now() + 3_600_000) }).where(eq(webhookDelivery.delivery_id, d!.delivery_id));
+  await db
+    .update(webhookDelivery)
+    .set({ state: 'failed', next_attempt_at: new Date(Date.now() + 3_600_000) })
+    .where(eq(webhookDelivery.delivery_id, d!.delivery_id));
   const r = await ops('webhook', 'redeliver', d!.delivery_id, '--reason', 'tenant fixed their receiver', '--json');
   assert.equal(r.state, 'pending');
   const [after] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, d!.delivery_id));

@@ -28,22 +28,36 @@ test('every request the fal adapter can send matches the documented request shap
     if (url.pathname.endsWith('/status')) return { status: 200, body: { status: 'COMPLETED', logs: null, metrics: {} } };
     return { status: 200, body: { video: { url: 'https://v3.fal.media/files/out.mp4' } } };
   });
-  const adapter = createFalAdapter({ baseUrl: 'https://queue.fal.run', apiKey: 'key-id:key-secret', jwksUrl: 'https://rest.alpha.fal.ai/.well-known/jwks.json', expectedUserId: 'fal-user', timeoutMs: 1_000, fetch: recordingFetch(calls, fal) });
+  const adapter = createFalAdapter({
+    baseUrl: 'https://queue.fal.run',
+    apiKey: 'key-id:key-secret',
+    jwksUrl: 'https://rest.alpha.fal.ai/.well-known/jwks.json',
+    expectedUserId: 'fal-user',
+    timeoutMs: 1_000,
+    fetch: recordingFetch(calls, fal),
+  });
   await submitEveryAdmitted(adapter, 'fal');
-  assert.ok(calls.every((c) => c.url.searchParams.get('fal_webhook')?.startsWith('https://api.example.com/')), 'the webhook rides as fal_webhook');
+  assert.ok(
+    calls.every((c) => c.url.searchParams.get('fal_webhook')?.startsWith('https://api.example.com/')),
+    'the webhook rides as fal_webhook',
+  );
   const before = calls.length;
   await adapter.getJob('req-1', undefined, { model: MODEL });
   await adapter.cancel('req-1', undefined, { model: MODEL });
-  assert.deepEqual(calls.slice(before).map((c) => `${c.method} ${c.url.pathname}`), [
-    'GET /fal-ai/kling-video/requests/req-1/status',
-    'GET /fal-ai/kling-video/requests/req-1',
-    'PUT /fal-ai/kling-video/requests/req-1/cancel',
-  ]);
+  assert.deepEqual(
+    calls.slice(before).map((c) => `${c.method} ${c.url.pathname}`),
+    ['GET /fal-ai/kling-video/requests/req-1/status', 'GET /fal-ai/kling-video/requests/req-1', 'PUT /fal-ai/kling-video/requests/req-1/cancel'],
+  );
   for (const c of calls) assert.deepEqual(problems(c), [], `${c.method} ${c.url.pathname} ${String(JSON.stringify(c.body)).slice(0, 160)}`);
 });
 
 test('the fixture is not vacuous: an undocumented input field or value, or a sub-path on a status read, is a finding', () => {
-  const r = (method: string, path: string, body?: unknown): RecordedRequest => ({ method, url: new URL(`https://queue.fal.run${path}`), headers: { authorization: 'Key k' }, body });
+  const r = (method: string, path: string, body?: unknown): RecordedRequest => ({
+    method,
+    url: new URL(`https://queue.fal.run${path}`),
+    headers: { authorization: 'Key k' },
+    body,
+  });
   assert.equal(problems(r('POST', `/${MODEL}`, { prompt: 'p', duration: 2 })).length, 1);
   assert.equal(problems(r('POST', `/${MODEL}`, { prompt: 'p', duration: '5', resolution: '720p' })).length, 1);
   assert.equal(problems(r('GET', '/fal-ai/kling-video/v2/master/text-to-video/requests/x/status')).length, 1);
@@ -74,7 +88,7 @@ test('@fal-ai/client against the simulator: queue.submit, status and result pars
   assert.match(result.data.video.url, /output\.mp4/);
 });
 
-test('@fal-ai/client against the simulator: a failed request completes and its result raises the model\'s error; a cancel is accepted', async () => {
+test("@fal-ai/client against the simulator: a failed request completes and its result raises the model's error; a cancel is accepted", async () => {
   const fal = client();
   const failed = await fal.queue.submit(MODEL, { input: { prompt: 'a fox [sim:fail]', duration: '5' } });
   await untilCompleted(fal, failed.request_id);

@@ -74,7 +74,12 @@ test('happy path: accepted IN_QUEUE with our token; status by app id reaches COM
   assert.equal(done.state, 'succeeded');
   const res = await fetch(done.outputUrl!);
   assert.equal(res.status, 200);
-  assert.equal(Buffer.from(await res.arrayBuffer()).subarray(4, 8).toString('latin1'), 'ftyp');
+  assert.equal(
+    Buffer.from(await res.arrayBuffer())
+      .subarray(4, 8)
+      .toString('latin1'),
+    'ftyp',
+  );
   assert.equal(h.sim.tokenCount(attemptId), 1);
   assert.equal(falAppId(MODEL), 'fal-ai/kling-video');
 });
@@ -99,7 +104,10 @@ test('inputs follow the documented Kling text-to-video input: duration "5" | "10
   });
   assert.equal(res.status, 422);
   const detail = ((await res.json()) as { detail: { loc: string[] }[] }).detail;
-  assert.deepEqual(detail.map((d) => d.loc.at(-1)), ['duration']);
+  assert.deepEqual(
+    detail.map((d) => d.loc.at(-1)),
+    ['duration'],
+  );
   assert.equal(h.sim.stats().jobs_by_provider.fal, 0);
 });
 
@@ -185,7 +193,10 @@ test('the sync verifyCallback: cold cache → keys-unavailable (answer 503), the
   const { job, attemptId } = await submitOk(a);
   await untilTerminal(job.jobId, a);
   const d = await webhookOf(attemptId);
-  assert.throws(() => a.verifyCallback(d.body, d.headers), (e: unknown) => e instanceof CallbackVerificationError && e.reason === 'keys-unavailable');
+  assert.throws(
+    () => a.verifyCallback(d.body, d.headers),
+    (e: unknown) => e instanceof CallbackVerificationError && e.reason === 'keys-unavailable',
+  );
   await waitFor('keys loaded in the background', () => {
     try {
       return a.verifyCallback(d.body, d.headers);
@@ -218,11 +229,16 @@ test('a failure shows only when the result is fetched: the status says COMPLETED
   const done = await untilTerminal(job.jobId);
   assert.equal(done.state, 'failed');
   assert.match(done.error ?? '', /simulated failure/);
-  const status = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, { headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}` } });
+  const status = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, {
+    headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}` },
+  });
   assert.equal(status.status, 200);
   const body = (await status.json()) as Record<string, unknown>;
   assert.equal(body['status'], 'COMPLETED');
-  assert.deepEqual(Object.keys(body).filter((k) => !['status', 'request_id', 'response_url', 'status_url', 'cancel_url', 'logs', 'metrics'].includes(k)), []);
+  assert.deepEqual(
+    Object.keys(body).filter((k) => !['status', 'request_id', 'response_url', 'status_url', 'cancel_url', 'logs', 'metrics'].includes(k)),
+    [],
+  );
   const d = await webhookOf(attemptId);
   const v = await adapter.verifyCallbackAsync!(d.body, d.headers);
   assert.equal(v.job.state, 'failed');
@@ -231,7 +247,9 @@ test('a failure shows only when the result is fetched: the status says COMPLETED
 test('a result read after fal stopped keeping it is failed with the reason, never a read that retries forever', async () => {
   const { job } = await submitOk(adapter, 'short-lived [sim:result_ttl=50]');
   await waitFor('completed', async () => {
-    const r = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, { headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}` } });
+    const r = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, {
+      headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}` },
+    });
     return ((await r.json()) as { status: string }).status === 'COMPLETED' ? true : undefined;
   });
   await new Promise((r) => setTimeout(r, 100));
@@ -243,9 +261,12 @@ test('a result answered 5xx is the outcome only when fal names the error type; o
   const answers: { status: number; headers: Record<string, string> }[] = [];
   const fake = createServer((req, res) => {
     // The status read asks for the logs (?logs=1).
-    if (req.url?.split('?')[0]?.endsWith('/status')) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'COMPLETED', logs: null }));
+    if (req.url?.split('?')[0]?.endsWith('/status'))
+      return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'COMPLETED', logs: null }));
     const a = answers.shift()!;
-    res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers }).end(JSON.stringify({ detail: 'Request timed out', error_type: a.headers['x-fal-error-type'] }));
+    res
+      .writeHead(a.status, { 'content-type': 'application/json', ...a.headers })
+      .end(JSON.stringify({ detail: 'Request timed out', error_type: a.headers['x-fal-error-type'] }));
   });
   const port = await listenOn(fake);
   try {
@@ -360,7 +381,10 @@ test('progress: fal status read with ?logs=1 gives the queue position while IN_Q
     assert.deepEqual(queued.progress, { fraction: null, queue_position: 3, logs: null });
     const running = await a.getJob('r1', undefined, REF);
     assert.deepEqual(running.progress, { fraction: null, queue_position: null, logs: 'loading model\nstep 1/10' });
-    assert.ok(urls.every((u) => u.endsWith('/status?logs=1')), urls.join(', '));
+    assert.ok(
+      urls.every((u) => u.endsWith('/status?logs=1')),
+      urls.join(', '),
+    );
   } finally {
     await closeServer(fake);
   }

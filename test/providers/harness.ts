@@ -24,8 +24,7 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export const listenOn = (s: Server): Promise<number> =>
-  new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as AddressInfo).port)));
+export const listenOn = (s: Server): Promise<number> => new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as AddressInfo).port)));
 
 export const closeServer = (s: Server): Promise<void> =>
   new Promise((resolve) => {

@@ -34,7 +34,10 @@ test('a read slower than the hedge delay sends exactly one more; the faster answ
 
 test('a first read that fails before the hedge is due is not hedged: the error surfaces', async () => {
   let calls = 0;
-  await assert.rejects(hedgedRead((s) => (calls++, after(5, 'x', s, true)), 50), /failed x/);
+  await assert.rejects(
+    hedgedRead((s) => (calls++, after(5, 'x', s, true)), 50),
+    /failed x/,
+  );
   await new Promise((r) => setTimeout(r, 80));
   assert.equal(calls, 1);
 });
@@ -47,7 +50,10 @@ test('when the hedge fails the first read can still win; both failing rejects', 
   }, 20);
   assert.equal(r.value, 'slow-ok');
   calls = 0;
-  await assert.rejects(hedgedRead((s) => after(calls++ === 0 ? 60 : 5, 'y', s, true), 20), /failed y/);
+  await assert.rejects(
+    hedgedRead((s) => after(calls++ === 0 ? 60 : 5, 'y', s, true), 20),
+    /failed y/,
+  );
 });
 
 test('the latency window gives no p95 until it has enough samples, then the 95th percentile', () => {

@@ -32,7 +32,11 @@ test('every request the Kling adapter can send matches the documented request sh
   for (const route of routes) {
     for (const resolution of route.resolutions) {
       for (const duration of [1, 5, 6, route.maxDurationSeconds]) {
-        const out = await adapter.submit({ ...newAttempt('https://api.example.com', 'kling'), model: route.model, input: { prompt: 'contract', duration, resolution } });
+        const out = await adapter.submit({
+          ...newAttempt('https://api.example.com', 'kling'),
+          model: route.model,
+          input: { prompt: 'contract', duration, resolution },
+        });
         assert.equal(out.kind, 'accepted', `${route.model} ${resolution} ${duration}s: ${JSON.stringify(out)}`);
         if (out.kind === 'accepted') ids.push(out.job.jobId);
       }
@@ -46,7 +50,11 @@ test('every request the Kling adapter can send matches the documented request sh
     assert.deepEqual(contractProblems(KLING_ENDPOINTS, '/kling', c), []);
     assert.match(c.headers['authorization'] ?? '', /^Bearer [\w-]+\.[\w-]+\.[\w-]+$/);
   }
-  assert.equal(calls.filter((c) => c.method === 'GET' && c.url.pathname.endsWith('/v1/videos/text2video')).length, 0, 'the list is never used to look for a key');
+  assert.equal(
+    calls.filter((c) => c.method === 'GET' && c.url.pathname.endsWith('/v1/videos/text2video')).length,
+    0,
+    'the list is never used to look for a key',
+  );
 });
 
 test('tasks the simulator serves carry only documented fields; a miss is the documented 404 with code 1203', async () => {
@@ -59,7 +67,9 @@ test('tasks the simulator serves carry only documented fields; a miss is the doc
   const calls: RecordedRequest[] = [];
   const peek = recordingFetch(calls);
   const get = async (path: string) => {
-    const res = await peek(`${h.sim.baseUrl()}/kling${path}`, { headers: { authorization: `Bearer ${signKlingJwt(accessKey, secretKey, Math.floor(Date.now() / 1000), 600)}` } });
+    const res = await peek(`${h.sim.baseUrl()}/kling${path}`, {
+      headers: { authorization: `Bearer ${signKlingJwt(accessKey, secretKey, Math.floor(Date.now() / 1000), 600)}` },
+    });
     bodies.push({ status: res.status, json: (await res.json()) as Record<string, unknown> });
   };
   await get(`/v1/videos/text2video/${a.attemptId}`);

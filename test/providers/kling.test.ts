@@ -111,7 +111,16 @@ test('an ignored list filter can never fake a miss: with the lost task off the n
     const a = createKlingAdapter({ baseUrl: `${wide.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 2_000 });
     wide.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1 });
     const lost = newAttempt(wide.receiverUrl, 'kling');
-    assert.equal((await createKlingAdapter({ baseUrl: `${wide.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 300 }).submit({ ...lost, model: MODEL, input: { prompt: 'lost [sim:gen=20000]' } })).kind, 'unknown');
+    assert.equal(
+      (
+        await createKlingAdapter({ baseUrl: `${wide.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 300 }).submit({
+          ...lost,
+          model: MODEL,
+          input: { prompt: 'lost [sim:gen=20000]' },
+        })
+      ).kind,
+      'unknown',
+    );
     for (let i = 0; i < 31; i++) await submitOk(`cover ${i} [sim:gen=20000]`, a, wide);
     const r = await a.findByCorrelationToken(lookupQuery(lost.attemptId));
     assert.equal(r.kind, 'found', JSON.stringify(r));

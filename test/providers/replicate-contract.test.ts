@@ -92,9 +92,22 @@ test('every request the adapter can send matches the documented request shapes (
   // Webhooks would go to api.example.com: none leaves this machine.
   h.sim.setFaults({ callbacks: 'off' });
   const calls: RecordedRequest[] = [];
-  const adapter = createReplicateAdapter({ baseUrl: `${h.sim.baseUrl()}/replicate`, apiToken: TOKEN, webhookSecret: SECRET, timeoutMs: 2_000, fetch: recordingFetch(calls) });
+  const adapter = createReplicateAdapter({
+    baseUrl: `${h.sim.baseUrl()}/replicate`,
+    apiToken: TOKEN,
+    webhookSecret: SECRET,
+    timeoutMs: 2_000,
+    fetch: recordingFetch(calls),
+  });
   // Every Replicate model of the catalog, and a versioned one.
-  const models = [...new Set(MODEL_CATALOG.flatMap((m) => m.routes).filter((r) => r.provider === 'replicate').map((r) => r.model)), VERSION];
+  const models = [
+    ...new Set(
+      MODEL_CATALOG.flatMap((m) => m.routes)
+        .filter((r) => r.provider === 'replicate')
+        .map((r) => r.model),
+    ),
+    VERSION,
+  ];
   const jobs: string[] = [];
   for (const model of models) {
     const a = newAttempt('https://api.example.com', 'replicate');
@@ -108,7 +121,9 @@ test('every request the adapter can send matches the documented request shapes (
   for (const id of jobs) await adapter.getJob(id);
   await adapter.cancel(jobs[0]!);
   // A lookup over several pages (page size 3) follows `next` with its cursor.
-  const found = await adapter.findByCorrelationToken(lookupQuery('t', { model: models[0]!, input: { prompt: `contract ${models[0]}`, duration: 5, resolution: '720p' } }));
+  const found = await adapter.findByCorrelationToken(
+    lookupQuery('t', { model: models[0]!, input: { prompt: `contract ${models[0]}`, duration: 5, resolution: '720p' } }),
+  );
   assert.equal(found.kind, 'found');
   assert.ok(calls.filter((c) => c.method === 'GET' && c.url.pathname.endsWith('/v1/predictions')).length >= 2, 'the walk took several pages');
 

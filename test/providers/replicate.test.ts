@@ -30,8 +30,7 @@ let deliveries: Delivery[] = [];
 let receiverFailNext = 0;
 let seq = 0;
 
-const listenOn = (s: Server): Promise<number> =>
-  new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as AddressInfo).port)));
+const listenOn = (s: Server): Promise<number> => new Promise((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as AddressInfo).port)));
 const closeServer = (s: Server): Promise<void> =>
   new Promise((resolve) => {
     s.close(() => resolve());
@@ -191,7 +190,10 @@ test('webhooks: start and completed are delivered, signed, and verified by adapt
   const got = deliveriesFor(attemptId);
   assert.equal(got.length, 2);
   const verified = got.map((d) => adapter.verifyCallback(d.body, d.headers));
-  assert.deepEqual(verified.map((v) => v.job.state), ['queued', 'succeeded']);
+  assert.deepEqual(
+    verified.map((v) => v.job.state),
+    ['queued', 'succeeded'],
+  );
   for (const [i, v] of verified.entries()) {
     assert.equal(v.job.jobId, job.jobId);
     // The token rides in the callback URL only: the body is the get-prediction object, no `webhook`.
@@ -233,10 +235,16 @@ test('verifyCallback: tampered body → bad-signature; stale timestamp → stale
     }
     return 'verified';
   };
-  assert.equal(reasonOf(() => adapter.verifyCallback(d.body, d.headers)), 'verified');
+  assert.equal(
+    reasonOf(() => adapter.verifyCallback(d.body, d.headers)),
+    'verified',
+  );
   const tampered = Buffer.from(d.body.toString('utf8').replace('"succeeded"', '"failed"'));
   assert.notDeepEqual(tampered, d.body);
-  assert.equal(reasonOf(() => adapter.verifyCallback(tampered, d.headers)), 'bad-signature');
+  assert.equal(
+    reasonOf(() => adapter.verifyCallback(tampered, d.headers)),
+    'bad-signature',
+  );
 
   // Correctly signed, but 10 minutes old (tolerance is 5 minutes).
   const old = new Date(Date.now() - 10 * 60_000);
@@ -245,11 +253,20 @@ test('verifyCallback: tampered body → bad-signature; stale timestamp → stale
     'webhook-timestamp': String(Math.floor(old.getTime() / 1000)),
     'webhook-signature': new Webhook(SECRET).sign('msg_stale', old, d.body.toString('utf8')),
   };
-  assert.equal(reasonOf(() => adapter.verifyCallback(d.body, stale)), 'stale-timestamp');
+  assert.equal(
+    reasonOf(() => adapter.verifyCallback(d.body, stale)),
+    'stale-timestamp',
+  );
 
   const { 'webhook-signature': _sig, ...noSig } = headersOf(d);
-  assert.equal(reasonOf(() => adapter.verifyCallback(d.body, noSig)), 'missing-headers');
-  assert.equal(reasonOf(() => adapter.verifyCallback(d.body, {})), 'missing-headers');
+  assert.equal(
+    reasonOf(() => adapter.verifyCallback(d.body, noSig)),
+    'missing-headers',
+  );
+  assert.equal(
+    reasonOf(() => adapter.verifyCallback(d.body, {})),
+    'missing-headers',
+  );
 
   // Correctly signed, but not a prediction.
   const now = new Date();
@@ -259,7 +276,10 @@ test('verifyCallback: tampered body → bad-signature; stale timestamp → stale
     'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
     'webhook-signature': new Webhook(SECRET).sign('msg_junk', now, junk.toString('utf8')),
   };
-  assert.equal(reasonOf(() => adapter.verifyCallback(junk, junkHeaders)), 'bad-payload');
+  assert.equal(
+    reasonOf(() => adapter.verifyCallback(junk, junkHeaders)),
+    'bad-payload',
+  );
 });
 
 test('submit fault accept_then_hang: our timeout → unknown, and the provider did create exactly one job', async () => {
@@ -294,10 +314,11 @@ test('submit fault rate_limit → rejected retryable with retryAfterMs from Retr
   sim.setFaults({ submit: 'rate_limit', retry_after_s: 7 });
   const a = newAttempt();
   const out = await adapter.submit({ ...a, model: 'acme/video', input: {} });
-  assert.deepEqual(
-    out.kind === 'rejected' ? { retryable: out.retryable, status: out.status, retryAfterMs: out.retryAfterMs } : out,
-    { retryable: true, status: 429, retryAfterMs: 7_000 },
-  );
+  assert.deepEqual(out.kind === 'rejected' ? { retryable: out.retryable, status: out.status, retryAfterMs: out.retryAfterMs } : out, {
+    retryable: true,
+    status: 429,
+    retryAfterMs: 7_000,
+  });
   assert.equal(sim.tokenCount(a.attemptId), 0);
 });
 
@@ -414,7 +435,8 @@ async function lostSubmit(input: Record<string, unknown>): Promise<string> {
 }
 
 const inputOf = async (id: string): Promise<unknown> =>
-  ((await (await fetch(`${sim.baseUrl()}/replicate/v1/predictions/${id}`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { input: unknown }).input;
+  ((await (await fetch(`${sim.baseUrl()}/replicate/v1/predictions/${id}`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { input: unknown })
+    .input;
 
 test('reconciling by fingerprint: the exact input and model inside the submit window bind the one prediction a lost submit created, across pages', async () => {
   const input = { prompt: 'the lost one', duration: 2 };
@@ -475,13 +497,19 @@ test('the list `next` is followed by host, not scheme: another scheme on our hos
   sim.setFaults({ list_next_origin: `http://localhost:${port}` });
   await assert.rejects(adapter.findByCorrelationToken(fingerprint(token, input)), /another host/);
   // Replicate's own documented example: an http `next` on api.replicate.com, fetched over https.
-  assert.equal(nextPageUrl('http://api.replicate.com/v1/predictions?cursor=abc', 'https://api.replicate.com'), 'https://api.replicate.com/v1/predictions?cursor=abc');
+  assert.equal(
+    nextPageUrl('http://api.replicate.com/v1/predictions?cursor=abc', 'https://api.replicate.com'),
+    'https://api.replicate.com/v1/predictions?cursor=abc',
+  );
   assert.equal(nextPageUrl('https://api.replicate.com.evil.example/v1/predictions?cursor=abc', 'https://api.replicate.com'), null);
 });
 
 test('a relative list `next` keeps the configured base path', () => {
   assert.equal(nextPageUrl('/v1/predictions?cursor=abc', 'https://proxy.example/replicate'), 'https://proxy.example/replicate/v1/predictions?cursor=abc');
-  assert.equal(nextPageUrl('/replicate/v1/predictions?cursor=abc', 'https://proxy.example/replicate'), 'https://proxy.example/replicate/v1/predictions?cursor=abc');
+  assert.equal(
+    nextPageUrl('/replicate/v1/predictions?cursor=abc', 'https://proxy.example/replicate'),
+    'https://proxy.example/replicate/v1/predictions?cursor=abc',
+  );
   assert.equal(nextPageUrl('/v1/predictions?cursor=abc', 'https://api.replicate.com'), 'https://api.replicate.com/v1/predictions?cursor=abc');
   assert.equal(nextPageUrl('//evil.example/v1/predictions', 'https://proxy.example/replicate'), null);
 });
@@ -514,7 +542,10 @@ test('callback_reorder: completed arrives before start; updatedAt still orders t
   await untilTerminal(job.jobId);
   await sim.webhooksIdle();
   const jobs = deliveriesFor(attemptId).map((d) => adapter.verifyCallback(d.body, d.headers).job);
-  assert.deepEqual(jobs.map((j) => j.state), ['succeeded', 'queued']);
+  assert.deepEqual(
+    jobs.map((j) => j.state),
+    ['succeeded', 'queued'],
+  );
   assert.ok(jobs[0]!.updatedAt!.getTime() > jobs[1]!.updatedAt!.getTime());
 });
 

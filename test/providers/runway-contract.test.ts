@@ -23,16 +23,29 @@ test('every request the Runway adapter can send matches the documented request s
   const calls: RecordedRequest[] = [];
   let status = 'RUNNING';
   const runway = standIn((method) =>
-    method === 'POST' ? { status: 200, body: { id: 'task-1' } } : method === 'DELETE' ? { status: 204 } : { status: 200, body: { id: 'task-1', status, createdAt: new Date().toISOString() } },
+    method === 'POST'
+      ? { status: 200, body: { id: 'task-1' } }
+      : method === 'DELETE'
+        ? { status: 204 }
+        : { status: 200, body: { id: 'task-1', status, createdAt: new Date().toISOString() } },
   );
-  const adapter = createRunwayAdapter({ baseUrl: 'https://api.dev.runwayml.com', apiSecret: 'key_contract', timeoutMs: 1_000, fetch: recordingFetch(calls, runway) });
+  const adapter = createRunwayAdapter({
+    baseUrl: 'https://api.dev.runwayml.com',
+    apiSecret: 'key_contract',
+    timeoutMs: 1_000,
+    fetch: recordingFetch(calls, runway),
+  });
   await submitEveryAdmitted(adapter, 'runway');
   await adapter.getJob('task-1');
   await adapter.cancel('task-1');
   status = 'SUCCEEDED';
   const before = calls.length;
   await adapter.cancel('task-1');
-  assert.deepEqual(calls.slice(before).map((c) => c.method), ['GET'], 'a finished task is never DELETEd (that would delete its output)');
+  assert.deepEqual(
+    calls.slice(before).map((c) => c.method),
+    ['GET'],
+    'a finished task is never DELETEd (that would delete its output)',
+  );
   for (const c of calls) assert.deepEqual(problems(c), [], `${c.method} ${c.url.pathname} ${String(JSON.stringify(c.body)).slice(0, 160)}`);
   assert.ok(calls.some((c) => c.url.pathname === '/v1/text_to_video') && calls.some((c) => c.url.pathname === '/v1/image_to_video'));
 });
@@ -54,7 +67,13 @@ const sdk = () => new RunwayML({ apiKey: SIM_RUNWAY_DEFAULTS.apiSecret, baseURL:
 
 test('@runwayml/sdk against the simulator: imageToVideo and textToVideo create, tasks.retrieve reaches SUCCEEDED, tasks.delete, then 404', async () => {
   const runway = sdk();
-  const image = await runway.imageToVideo.create({ model: 'gen4_turbo', promptImage: 'https://example.com/a.png', promptText: 'a heron', ratio: '1280:720', duration: 5 });
+  const image = await runway.imageToVideo.create({
+    model: 'gen4_turbo',
+    promptImage: 'https://example.com/a.png',
+    promptText: 'a heron',
+    ratio: '1280:720',
+    duration: 5,
+  });
   assert.equal(typeof image.estimatedCost.credits, 'number');
   const text = await runway.textToVideo.create({ model: 'gen4.5', promptText: 'a heron', ratio: '1280:720', duration: 5 });
   for (const id of [image.id, text.id]) {
@@ -72,7 +91,9 @@ test('@runwayml/sdk against the simulator: imageToVideo and textToVideo create, 
 test('@runwayml/sdk against the simulator: a body outside the documented matrix is a BadRequestError, and nothing is created', async () => {
   const runway = sdk();
   const jobs = h.sim.stats().jobs_by_provider.runway;
-  const undocumented = { model: 'gen4_turbo', promptText: 'a heron', ratio: '1280:720', duration: 5 } as unknown as Parameters<typeof runway.textToVideo.create>[0];
+  const undocumented = { model: 'gen4_turbo', promptText: 'a heron', ratio: '1280:720', duration: 5 } as unknown as Parameters<
+    typeof runway.textToVideo.create
+  >[0];
   await assert.rejects(runway.textToVideo.create(undocumented), (e: unknown) => e instanceof BadRequestError);
   assert.equal(h.sim.stats().jobs_by_provider.runway, jobs);
 });

@@ -81,11 +81,15 @@ test('a combination Runway does not document is refused before any call: no task
   }
 });
 
-test('the simulator refuses undocumented bodies with Runway\'s 400 and creates nothing', async () => {
+test("the simulator refuses undocumented bodies with Runway's 400 and creates nothing", async () => {
   const post = (path: string, body: object) =>
     fetch(`${h.sim.baseUrl()}/runway${path}`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${SIM_RUNWAY_DEFAULTS.apiSecret}`, 'x-runway-version': SIM_RUNWAY_DEFAULTS.version, 'content-type': 'application/json' },
+      headers: {
+        authorization: `Bearer ${SIM_RUNWAY_DEFAULTS.apiSecret}`,
+        'x-runway-version': SIM_RUNWAY_DEFAULTS.version,
+        'content-type': 'application/json',
+      },
       body: JSON.stringify(body),
     });
   for (const [path, body] of [

@@ -30,11 +30,19 @@ before(async () => {
     { reconcile: { onRun: recordRun } },
   );
   // Hourly: in this file they run when triggered.
-  await ensureReconcileSchedules(e.client, e.config.TEMPORAL_TASK_QUEUE, RECONCILERS.map((r) => ({ name: r.name, intervalMs: 3_600_000 })));
+  await ensureReconcileSchedules(
+    e.client,
+    e.config.TEMPORAL_TASK_QUEUE,
+    RECONCILERS.map((r) => ({ name: r.name, intervalMs: 3_600_000 })),
+  );
 });
 after(async () => {
   if (!e) return;
-  for (const r of RECONCILERS) await e.client.schedule.getHandle(scheduleIdFor(e.config.TEMPORAL_TASK_QUEUE, r.name)).delete().catch(() => undefined);
+  for (const r of RECONCILERS)
+    await e.client.schedule
+      .getHandle(scheduleIdFor(e.config.TEMPORAL_TASK_QUEUE, r.name))
+      .delete()
+      .catch(() => undefined);
   await e.close();
 });
 
@@ -71,7 +79,11 @@ describe('the reconciler Schedules', () => {
     const q = e.config.TEMPORAL_TASK_QUEUE;
     const handle = e.client.schedule.getHandle(scheduleIdFor(q, 'billing'));
     await handle.pause('operator pause (test)');
-    const ids = await ensureReconcileSchedules(e.client, q, RECONCILERS.map((r) => ({ name: r.name, intervalMs: 3_600_000 })));
+    const ids = await ensureReconcileSchedules(
+      e.client,
+      q,
+      RECONCILERS.map((r) => ({ name: r.name, intervalMs: 3_600_000 })),
+    );
     assert.equal(ids.length, RECONCILERS.length);
     const d = await handle.describe();
     assert.equal(d.state.paused, true, 'still paused');
@@ -84,7 +96,10 @@ describe('the reconciler Schedules', () => {
     assert.equal(await publishedAt(taskId), null);
     const run = await triggerRun('outbox');
     assert.equal(run.error, null);
-    assert.ok(run.findings.some((f) => f.kind === 'unpublished-outbox' && f.taskId === taskId), JSON.stringify(run.findings));
+    assert.ok(
+      run.findings.some((f) => f.kind === 'unpublished-outbox' && f.taskId === taskId),
+      JSON.stringify(run.findings),
+    );
     assert.equal(run.changed, 1);
     assert.notEqual(await publishedAt(taskId), null);
     await e.waitForStatus(taskId, 'SUCCEEDED');
@@ -105,7 +120,10 @@ describe('the reconciler Schedules', () => {
     const [task] = await db().select().from(generationTask).where(eq(generationTask.task_id, taskId));
 
     const run = await triggerRun('billing');
-    assert.ok(run.findings.some((f) => f.kind === 'open-reservation' && f.taskId === taskId), JSON.stringify(run.findings));
+    assert.ok(
+      run.findings.some((f) => f.kind === 'open-reservation' && f.taskId === taskId),
+      JSON.stringify(run.findings),
+    );
     assert.equal(run.changed, 1);
     const ledger = await e.ledgerOf(taskId);
     assert.equal(Number(ledger['SETTLE']), 0);
@@ -134,7 +152,10 @@ describe('the reconciler Schedules', () => {
     const [stuck] = await db().select().from(generationTask).where(eq(generationTask.task_id, taskId));
     assert.equal(stuck!.status, 'SUBMIT_UNKNOWN');
     // Its lookup has long been due.
-    await db().update(taskAttempt).set({ next_poll_at: new Date(Date.now() - 60_000) }).where(eq(taskAttempt.task_id, taskId));
+    await db()
+      .update(taskAttempt)
+      .set({ next_poll_at: new Date(Date.now() - 60_000) })
+      .where(eq(taskAttempt.task_id, taskId));
 
     const run = await triggerRun('provider');
     const finding = run.findings.find((f) => f.taskId === taskId);
@@ -165,15 +186,25 @@ describe('the reconciler Schedules', () => {
     const later = await succeededAtProvider('output-later');
     const sooner = await succeededAtProvider('output-sooner');
     for (const taskId of [later, sooner]) {
-      await eventually(async () => {
-        await env.run(acts.pollProvider, taskId);
-        await env.run(acts.applyInbox, taskId);
-        const [t] = await db().select().from(generationTask).where(eq(generationTask.task_id, taskId));
-        return t!.status === 'PROVIDER_SUCCEEDED' ? true : undefined;
-      }, 20_000, 300);
+      await eventually(
+        async () => {
+          await env.run(acts.pollProvider, taskId);
+          await env.run(acts.applyInbox, taskId);
+          const [t] = await db().select().from(generationTask).where(eq(generationTask.task_id, taskId));
+          return t!.status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+        },
+        20_000,
+        300,
+      );
     }
-    await db().update(taskAttempt).set({ output_deadline_at: new Date(Date.now() + 50 * 60_000) }).where(eq(taskAttempt.task_id, later));
-    await db().update(taskAttempt).set({ output_deadline_at: new Date(Date.now() + 20 * 60_000) }).where(eq(taskAttempt.task_id, sooner));
+    await db()
+      .update(taskAttempt)
+      .set({ output_deadline_at: new Date(Date.now() + 50 * 60_000) })
+      .where(eq(taskAttempt.task_id, later));
+    await db()
+      .update(taskAttempt)
+      .set({ output_deadline_at: new Date(Date.now() + 20 * 60_000) })
+      .where(eq(taskAttempt.task_id, sooner));
 
     const run = await triggerRun('output');
     const order = run.findings.filter((f) => f.kind === 'stuck-rescue').map((f) => f.taskId);
@@ -197,11 +228,21 @@ describe('the reconciler Schedules', () => {
     const job = await buildProviders(e.config)['replicate']!.getJob(jobId!);
     // The job's final state reached the inbox but the wake was lost (the API died after the insert).
     await recordProviderEvent(db(), {
-      provider: 'replicate', job, providerEventId: null, source: 'callback', attemptId: attempt!.attempt_id, taskId,
-      receivedRegion: e.config.REGION, signatureValid: true, raw: { unsignalled: true },
+      provider: 'replicate',
+      job,
+      providerEventId: null,
+      source: 'callback',
+      attemptId: attempt!.attempt_id,
+      taskId,
+      receivedRegion: e.config.REGION,
+      signatureValid: true,
+      raw: { unsignalled: true },
     });
     const run = await triggerRun('callbacks');
-    assert.ok(run.findings.some((f) => f.kind === 'unprocessed-inbox' && f.taskId === taskId && /woken/.test(f.detail)), JSON.stringify(run.findings));
+    assert.ok(
+      run.findings.some((f) => f.kind === 'unprocessed-inbox' && f.taskId === taskId && /woken/.test(f.detail)),
+      JSON.stringify(run.findings),
+    );
     assert.equal(run.changed, 1);
     // The next lookup is two minutes away: only the wake can have moved it.
     await e.waitForStatus(taskId, 'SUCCEEDED', 30_000);
@@ -218,7 +259,10 @@ describe('retention', () => {
     // A finished task (from the tests above) with old processed inbox rows: past the window.
     const [done] = await db().select().from(generationTask).where(eq(generationTask.status, 'SUCCEEDED')).limit(1);
     assert.ok(done);
-    await db().update(callbackInbox).set({ processed_at: days(e.config.RETENTION_INBOX_DAYS + 1) }).where(eq(callbackInbox.task_id, done.task_id));
+    await db()
+      .update(callbackInbox)
+      .set({ processed_at: days(e.config.RETENTION_INBOX_DAYS + 1) })
+      .where(eq(callbackInbox.task_id, done.task_id));
     const oldInbox = await db().select({ id: callbackInbox.inbox_id }).from(callbackInbox).where(eq(callbackInbox.task_id, done.task_id));
     assert.ok(oldInbox.length > 0);
 
@@ -233,28 +277,56 @@ describe('retention', () => {
     await eventually(async () => ((await buildProviders(e.config)['replicate']!.getJob(jobId!)).state === 'succeeded' ? true : undefined));
     const job = await buildProviders(e.config)['replicate']!.getJob(jobId!);
     await recordProviderEvent(db(), {
-      provider: 'replicate', job: { ...job, state: 'running', rawStatus: 'processing', outputUrl: null, updatedAt: new Date(Date.now() - 60_000) }, providerEventId: 'retention-old-start', source: 'callback', attemptId: attempt!.attempt_id, taskId: waiting,
-      receivedRegion: e.config.REGION, signatureValid: true, raw: { old: true },
+      provider: 'replicate',
+      job: { ...job, state: 'running', rawStatus: 'processing', outputUrl: null, updatedAt: new Date(Date.now() - 60_000) },
+      providerEventId: 'retention-old-start',
+      source: 'callback',
+      attemptId: attempt!.attempt_id,
+      taskId: waiting,
+      receivedRegion: e.config.REGION,
+      signatureValid: true,
+      raw: { old: true },
     });
-    await db().update(callbackInbox).set({ processed_at: days(e.config.RETENTION_INBOX_DAYS + 1), received_at: days(e.config.RETENTION_INBOX_DAYS + 1) })
+    await db()
+      .update(callbackInbox)
+      .set({ processed_at: days(e.config.RETENTION_INBOX_DAYS + 1), received_at: days(e.config.RETENTION_INBOX_DAYS + 1) })
       .where(eq(callbackInbox.task_id, waiting));
 
     // Outbox: one published two days ago (past), one published now (inside).
-    const [oldOutbox, newOutbox] = await db().select().from(outboxEvent).where(sql`published_at IS NOT NULL`).limit(2);
+    const [oldOutbox, newOutbox] = await db()
+      .select()
+      .from(outboxEvent)
+      .where(sql`published_at IS NOT NULL`)
+      .limit(2);
     assert.ok(oldOutbox && newOutbox);
-    await db().update(outboxEvent).set({ published_at: days(2) }).where(eq(outboxEvent.event_id, oldOutbox.event_id));
+    await db()
+      .update(outboxEvent)
+      .set({ published_at: days(2) })
+      .where(eq(outboxEvent.event_id, oldOutbox.event_id));
     await db().update(outboxEvent).set({ published_at: new Date() }).where(eq(outboxEvent.event_id, newOutbox.event_id));
     const recordCounts = async () => {
-      const { rows } = await e.tdb.database.db.execute(sql`SELECT (SELECT count(*) FROM task_transition)::int AS t, (SELECT count(*) FROM credit_ledger)::int AS l, (SELECT count(*) FROM ops_audit)::int AS a`);
+      const { rows } = await e.tdb.database.db.execute(
+        sql`SELECT (SELECT count(*) FROM task_transition)::int AS t, (SELECT count(*) FROM credit_ledger)::int AS l, (SELECT count(*) FROM ops_audit)::int AS a`,
+      );
       return rows[0];
     };
     const recordBefore = await recordCounts();
 
     const run = await triggerRun('retention');
     assert.equal(run.error, null);
-    assert.ok(run.findings.some((f) => f.kind === 'inbox-expired'), JSON.stringify(run.findings));
-    assert.equal((await db().select().from(callbackInbox).where(eq(callbackInbox.task_id, done.task_id))).length, 0, 'the finished task\'s old inbox rows are gone');
-    const kept = await db().select().from(callbackInbox).where(and(eq(callbackInbox.task_id, waiting), eq(callbackInbox.provider_event_id, 'retention-old-start')));
+    assert.ok(
+      run.findings.some((f) => f.kind === 'inbox-expired'),
+      JSON.stringify(run.findings),
+    );
+    assert.equal(
+      (await db().select().from(callbackInbox).where(eq(callbackInbox.task_id, done.task_id))).length,
+      0,
+      "the finished task's old inbox rows are gone",
+    );
+    const kept = await db()
+      .select()
+      .from(callbackInbox)
+      .where(and(eq(callbackInbox.task_id, waiting), eq(callbackInbox.provider_event_id, 'retention-old-start')));
     assert.equal(kept.length, 1, 'the waiting task keeps its evidence');
     assert.equal((await db().select().from(outboxEvent).where(eq(outboxEvent.event_id, oldOutbox.event_id))).length, 0);
     assert.equal((await db().select().from(outboxEvent).where(eq(outboxEvent.event_id, newOutbox.event_id))).length, 1);
@@ -263,8 +335,15 @@ describe('retention', () => {
 
     // The waiting task carries on: its job's final state arrives and it completes with one job.
     await recordProviderEvent(db(), {
-      provider: 'replicate', job, providerEventId: null, source: 'callback', attemptId: attempt!.attempt_id, taskId: waiting,
-      receivedRegion: e.config.REGION, signatureValid: true, raw: { late: true },
+      provider: 'replicate',
+      job,
+      providerEventId: null,
+      source: 'callback',
+      attemptId: attempt!.attempt_id,
+      taskId: waiting,
+      receivedRegion: e.config.REGION,
+      signatureValid: true,
+      raw: { late: true },
     });
     await e.api.facade.wakeTask(waiting);
     await e.waitForStatus(waiting, 'SUCCEEDED', 30_000);

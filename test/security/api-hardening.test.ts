@@ -56,7 +56,7 @@ test('/openapi.json names PUBLIC_BASE_URL whatever Host header the request carri
 });
 
 describe('per-tenant limits on reads and cancels', () => {
-  test('past TENANT_READ_RATE_PER_SECOND a tenant\'s reads answer 429 with Retry-After; another tenant is not affected', async () => {
+  test("past TENANT_READ_RATE_PER_SECOND a tenant's reads answer 429 with Retry-After; another tenant is not affected", async () => {
     await sleep(1_100); // a fresh one-second window
     const statuses: number[] = [];
     for (let i = 0; i < 5; i += 1) statuses.push((await http(api.baseUrl, 'GET', '/v1/tasks', { apiKey: alice.apiKey })).status);
@@ -83,7 +83,11 @@ describe('per-tenant limits on reads and cancels', () => {
     assert.equal(refused?.status, 'QUEUED');
     assert.equal(refused?.cancel_requested_at, null);
     const ledger = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, ids[2]!));
-    assert.deepEqual(ledger.map((e) => e.entry_type), ['RESERVE'], 'no release was written');
+    assert.deepEqual(
+      ledger.map((e) => e.entry_type),
+      ['RESERVE'],
+      'no release was written',
+    );
   });
 });
 

@@ -15,7 +15,10 @@ test('an oversized job id is a 400 naming the field: no provider read, nothing s
   const victim = await w.attempt('kling');
   const res = await w.post(`/v1/callbacks/kling/${victim.token}`, JSON.stringify({ task_id: 'x'.repeat(100_000) }));
   assert.equal(res.status, 400, JSON.stringify(res.body).slice(0, 300));
-  assert.deepEqual(res.body.errors.map((e: { field: string }) => e.field), ['job id']);
+  assert.deepEqual(
+    res.body.errors.map((e: { field: string }) => e.field),
+    ['job id'],
+  );
   assert.equal(w.providerReads.length, 0);
   assert.equal(await w.inboxRows(), 0);
 });

@@ -22,15 +22,25 @@ after(() => w?.close());
 function replicateWebhook(jobId: string, callbackUrl: string) {
   const now = new Date();
   const body = JSON.stringify({
-    id: jobId, version: 'minimax/video-01', input: { prompt: 'x' }, output: 'https://replicate.delivery/attacker.mp4', error: null, logs: '',
-    status: 'succeeded', created_at: now.toISOString(), started_at: now.toISOString(), completed_at: now.toISOString(), webhook: callbackUrl, metrics: {},
+    id: jobId,
+    version: 'minimax/video-01',
+    input: { prompt: 'x' },
+    output: 'https://replicate.delivery/attacker.mp4',
+    error: null,
+    logs: '',
+    status: 'succeeded',
+    created_at: now.toISOString(),
+    started_at: now.toISOString(),
+    completed_at: now.toISOString(),
+    webhook: callbackUrl,
+    metrics: {},
   });
   const id = `msg_${randomUUID()}`;
   const signature = new Webhook(w.config.PROVIDER_REPLICATE_WEBHOOK_SECRET).sign(id, now, body);
   return { body, headers: { 'webhook-id': id, 'webhook-timestamp': String(Math.floor(now.getTime() / 1000)), 'webhook-signature': signature } };
 }
 
-test('callbacks to the attempt id, a tampered token or another key\'s token are refused (404), nothing stored or bound', async () => {
+test("callbacks to the attempt id, a tampered token or another key's token are refused (404), nothing stored or bound", async () => {
   const victim = await w.attempt('replicate', { model: 'minimax/video-01' });
   const other = createCallbackTokens('another-deployment-secret-0123456789abcdef').tokenFor(victim.attemptId);
   const flipped = `${victim.token.slice(0, 10)}${victim.token[10] === 'A' ? 'B' : 'A'}${victim.token.slice(11)}`;
@@ -50,7 +60,11 @@ test('a forged token is refused before any I/O: with the database unreachable it
   const dead = createDatabase({ url: 'postgres://postgres@127.0.0.1:1/none', max: 1, applicationName: 'dead' });
   const api = await startApi({ ...w.config, CALLBACK_SPOOL_DIR: `/tmp/vidorch-dead-spool-${process.pid}` }, dead);
   try {
-    const res = await fetch(`${api.baseUrl}/v1/callbacks/kling/${randomUUID()}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"task_id":"x"}' });
+    const res = await fetch(`${api.baseUrl}/v1/callbacks/kling/${randomUUID()}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"task_id":"x"}',
+    });
     assert.equal(res.status, 404);
   } finally {
     await api.close();

@@ -27,7 +27,12 @@ after(async () => {
 });
 
 function falWebhook(userId: string, requestId: string) {
-  const body = JSON.stringify({ request_id: requestId, gateway_request_id: requestId, status: 'OK', payload: { video: { url: 'https://v3.fal.media/files/attacker/their-bytes.mp4' } } });
+  const body = JSON.stringify({
+    request_id: requestId,
+    gateway_request_id: requestId,
+    status: 'OK',
+    payload: { video: { url: 'https://v3.fal.media/files/attacker/their-bytes.mp4' } },
+  });
   const ts = String(Math.floor(Date.now() / 1000));
   const signature = sign(null, falSignedMessage(requestId, userId, ts, Buffer.from(body)), fal.privateKey).toString('hex');
   return {

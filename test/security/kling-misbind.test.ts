@@ -17,7 +17,12 @@ after(() => w?.close());
 
 /** A real Kling job submitted for `attemptId` (through the simulator, as our submit step would). */
 async function klingJob(attemptId: string): Promise<string> {
-  const out = await buildProviders(w.config)['kling']!.submit({ attemptId, model: 'kling-v2-master', input: { prompt: 'mine', duration: 5 }, webhookUrl: 'http://127.0.0.1:9/unused' });
+  const out = await buildProviders(w.config)['kling']!.submit({
+    attemptId,
+    model: 'kling-v2-master',
+    input: { prompt: 'mine', duration: 5 },
+    webhookUrl: 'http://127.0.0.1:9/unused',
+  });
   assert.equal(out.kind, 'accepted');
   return out.kind === 'accepted' ? out.job.jobId : '';
 }
@@ -42,7 +47,7 @@ test("a tenant's own Kling job posted to a victim's callback URL is not bound: 4
   await eventually(async () => ((await w.inboxRows()) === 1 ? true : undefined), 5_000);
 });
 
-test('a job id other than the bound one, or one the body says is someone else\'s, is refused without a Kling read', async () => {
+test("a job id other than the bound one, or one the body says is someone else's, is refused without a Kling read", async () => {
   const victim = await w.attempt('kling', { jobId: 'victim-job' });
   const before = w.providerReads.length;
   const res = await w.post(`/v1/callbacks/kling/${victim.token}`, JSON.stringify({ task_id: 'another-job' }));
@@ -51,5 +56,5 @@ test('a job id other than the bound one, or one the body says is someone else\'s
   const lie = await w.post(`/v1/callbacks/kling/${unbound.token}`, JSON.stringify({ task_id: 'x', task_info: { external_task_id: victim.attemptId } }));
   assert.equal(lie.status, 409, JSON.stringify(lie.body));
   assert.equal(w.providerReads.length, before, 'no provider read');
-  assert.equal(await w.inboxRows(), 1, 'only the first test\'s own-URL row');
+  assert.equal(await w.inboxRows(), 1, "only the first test's own-URL row");
 });

@@ -80,7 +80,13 @@ describe('the operator listener', () => {
       VALUES (gen_random_uuid(), ${tenant.tenantId}, ${task}, ${`task:${task}:${kind.toLowerCase()}`}, ${kind}, ${amount}, 'region-a', 1, now() - ${age}::interval)`;
     await db.execute(entry('RESERVE', '2', '2 days'));
     await db.execute(entry('SETTLE', '1', '2 days'));
-    const ledger = startFactSampler({ databaseUrl: tdb.url, intervalMs: 60_000, logger: testLogger, applicationName: 'facts-ledger-test', ledgerLookbackMs: 3 * 86_400_000 });
+    const ledger = startFactSampler({
+      databaseUrl: tdb.url,
+      intervalMs: 60_000,
+      logger: testLogger,
+      applicationName: 'facts-ledger-test',
+      ledgerLookbackMs: 3 * 86_400_000,
+    });
     try {
       assert.equal((await ledger.refresh()).ledgerImbalance, 1, 'reserve 2 ≠ settle 1 + release 0');
       // Older than the window of every later pass: still counted, because it was found before.

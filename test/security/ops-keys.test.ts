@@ -23,7 +23,11 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vidorch-keys-'));
 
 before(async () => {
   tdb = await createTestDatabase(config);
-  api = await startApi(config, tdb.database, { facade: createGenerationFacade(async () => { throw new Error('no Temporal here'); }, 'unused') });
+  api = await startApi(config, tdb.database, {
+    facade: createGenerationFacade(async () => {
+      throw new Error('no Temporal here');
+    }, 'unused'),
+  });
   env = { ...configToEnv(config), DATABASE_URL: tdb.url, OPS_OPERATOR: 'alice', LOG_LEVEL: 'warn' };
 });
 after(async () => {
@@ -51,7 +55,11 @@ const keyFile = (key: string) => {
   return file;
 };
 const tenantsNamed = (name: string) => tdb.database.db.select().from(tenant).where(eq(tenant.name, name));
-const keyRows = (key: string) => tdb.database.db.select().from(apiKey).where(eq(apiKey.key_hash, hashApiKey(key)));
+const keyRows = (key: string) =>
+  tdb.database.db
+    .select()
+    .from(apiKey)
+    .where(eq(apiKey.key_hash, hashApiKey(key)));
 const asTenant = (key: string) => http(api.baseUrl, 'GET', '/v1/tasks', { apiKey: key });
 const auditText = async () => JSON.stringify(await tdb.database.db.select().from(opsAudit));
 
@@ -72,7 +80,10 @@ describe('a key that belongs to another tenant', () => {
     assert.match(r.stderr, /already issued to another tenant; refused \(the refusal is audited\)/);
     assert.doesNotMatch(r.stdout + r.stderr, new RegExp(victimKey));
     assert.equal((await tenantsNamed('attacker')).length, 0);
-    assert.deepEqual((await keyRows(victimKey)).map((k) => k.tenant_id), [victimId]);
+    assert.deepEqual(
+      (await keyRows(victimKey)).map((k) => k.tenant_id),
+      [victimId],
+    );
     const [refusal] = await tdb.database.db.select().from(opsAudit).where(eq(opsAudit.action, 'tenant.create.refused'));
     assert.equal(refusal?.actor, 'operator:alice');
     assert.equal((refusal?.detail as { owner_tenant_id: string }).owner_tenant_id, victimId);
@@ -85,7 +96,10 @@ describe('a key that belongs to another tenant', () => {
     assert.notEqual(r.code, 0);
     assert.match(r.stderr, /already issued to another tenant/);
     assert.equal(r.stdout.trim(), '');
-    assert.deepEqual((await keyRows(victimKey)).map((k) => k.tenant_id), [victimId]);
+    assert.deepEqual(
+      (await keyRows(victimKey)).map((k) => k.tenant_id),
+      [victimId],
+    );
     assert.equal((await asTenant(victimKey)).status, 200, 'the key still works for its own tenant');
   });
 
@@ -115,7 +129,10 @@ describe('ops key list | rotate | revoke', () => {
     const { api_key: first, key_id: firstId } = json(created.stdout);
     const list = await ops(['key', 'list', '--tenant', 'rotating', '--json']);
     assert.equal(list.code, 0, list.stderr);
-    assert.deepEqual(json(list.stdout).keys.map((k: { key_id: string }) => k.key_id), [firstId]);
+    assert.deepEqual(
+      json(list.stdout).keys.map((k: { key_id: string }) => k.key_id),
+      [firstId],
+    );
     assert.doesNotMatch(list.stdout, new RegExp(`${first}|${hashApiKey(first)}`));
 
     const rotated = await ops(['key', 'rotate', '--tenant', 'rotating', '--key-id', firstId, '--reason', 'laptop lost']);
@@ -128,7 +145,9 @@ describe('ops key list | rotate | revoke', () => {
     const again = await ops(['key', 'list', '--tenant', 'rotating']);
     assert.doesNotMatch(again.stdout, new RegExp(second), 'never shown again');
     assert.match(again.stdout, /revoked/);
-    const secondId = json((await ops(['key', 'list', '--tenant', 'rotating', '--json'])).stdout).keys.find((k: { revoked_at: string | null }) => !k.revoked_at).key_id;
+    const secondId = json((await ops(['key', 'list', '--tenant', 'rotating', '--json'])).stdout).keys.find(
+      (k: { revoked_at: string | null }) => !k.revoked_at,
+    ).key_id;
 
     const revoked = await ops(['key', 'revoke', '--tenant', 'rotating', '--key-id', secondId, '--reason', 'offboarding']);
     assert.equal(revoked.code, 0, revoked.stderr);

@@ -46,7 +46,7 @@ function refusedFields(env: Record<string, string | undefined>): Map<string, str
 }
 
 describe('the production profile (loadConfig)', () => {
-  test('a complete safe set loads, and no dev value fills in anywhere (output hosts are the providers\' own)', () => {
+  test("a complete safe set loads, and no dev value fills in anywhere (output hosts are the providers' own)", () => {
     const config = loadConfig(SAFE_PRODUCTION_ENV);
     assert.equal(config.PUBLIC_BASE_URL, 'https://api.vidorch.example');
     assert.equal(config.OUTPUT_FETCH_ALLOW_PRIVATE, false);

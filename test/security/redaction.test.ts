@@ -72,6 +72,9 @@ test('an activity failure quoting a presigned URL and a key reaches history and 
   const history = await historyText(taskId);
   assert.match(history, /Command failed: ffprobe/, 'the failure is in history');
   assert.doesNotMatch(history, SECRETS);
-  assert.ok(logs.some((l) => l.includes('Command failed: ffprobe')), 'the failure was logged');
+  assert.ok(
+    logs.some((l) => l.includes('Command failed: ffprobe')),
+    'the failure was logged',
+  );
   assert.doesNotMatch(logs.join(''), SECRETS);
 });

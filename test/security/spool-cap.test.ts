@@ -33,7 +33,10 @@ test('in READ_ONLY a callback flood fills the spool to its cap, then gets 503 + 
     if (res.status === 503) assert.ok(Number(res.headers.get('retry-after')) >= 1);
   }
   assert.ok(statuses.includes(202), statuses.join(','));
-  assert.ok(statuses.slice(statuses.indexOf(503)).every((s) => s === 503), statuses.join(','));
+  assert.ok(
+    statuses.slice(statuses.indexOf(503)).every((s) => s === 503),
+    statuses.join(','),
+  );
   const dir = spoolDirFor(spoolBase, w.config.DATABASE_URL);
   let bytes = 0;
   for (const f of await fs.readdir(dir)) bytes += (await fs.stat(path.join(dir, f))).size;

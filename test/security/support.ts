@@ -9,7 +9,16 @@ import { attemptIdFor } from '../../activities/dispatch';
 import type { Config } from '../../config/env';
 import { callbackInbox, taskAttempt } from '../../db/schema';
 import { createCallbackTokens } from '../../providers/callback-token';
-import { createTestDatabase, createTestTenant, startApi, startSimulator, testConfig, type RunningApi, type RunningSimulator, type TestDatabase } from '../support/stack';
+import {
+  createTestDatabase,
+  createTestTenant,
+  startApi,
+  startSimulator,
+  testConfig,
+  type RunningApi,
+  type RunningSimulator,
+  type TestDatabase,
+} from '../support/stack';
 
 export interface CallbackWorld {
   readonly config: Config;
@@ -73,11 +82,15 @@ export async function startCallbackWorld(overrides: Record<string, string> = {})
     providerReads,
     async attempt(provider, opts = {}) {
       seq += 1;
-      const created = await createTask(db, { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 }, {
-        tenantId: tenant.tenantId,
-        idempotencyKey: `sec-${seq}-${Date.now()}`,
-        body: { model: 'minimax/video-01', prompt: `security ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
-      });
+      const created = await createTask(
+        db,
+        { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 },
+        {
+          tenantId: tenant.tenantId,
+          idempotencyKey: `sec-${seq}-${Date.now()}`,
+          body: { model: 'minimax/video-01', prompt: `security ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+        },
+      );
       const taskId = created.task.task_id;
       const attemptId = attemptIdFor(taskId, 1);
       const jobId = opts.jobId ?? null;

@@ -44,7 +44,13 @@ after(async () => {
   await new Promise((r) => server.close(r));
 });
 
-const request = (path: string, secrets = [a]) => ({ url: `${base}${path}`, webhookId: 'msg_test', timestamp: new Date(), body: '{"type":"task.succeeded"}', secrets });
+const request = (path: string, secrets = [a]) => ({
+  url: `${base}${path}`,
+  webhookId: 'msg_test',
+  timestamp: new Date(),
+  body: '{"type":"task.succeeded"}',
+  secrets,
+});
 const loose = { dispatcher: createSafeDispatcher({ allowPrivate: true }), allowPrivate: true, timeoutMs: 3_000, maxResponseBytes: 4_096 };
 
 test('an endless answer is read only up to WEBHOOK_RESPONSE_MAX_BYTES: the attempt ends at once, 512 characters kept', async () => {
@@ -94,7 +100,11 @@ test('every secret signs: two signatures, each verifies alone', async () => {
     const h = seen[0]!;
     assert.equal(String(h['webhook-signature']).split(' ').length, 2);
     for (const secret of [a, b]) {
-      new Webhook(secret).verify(req.body, { 'webhook-id': String(h['webhook-id']), 'webhook-timestamp': String(h['webhook-timestamp']), 'webhook-signature': String(h['webhook-signature']) });
+      new Webhook(secret).verify(req.body, {
+        'webhook-id': String(h['webhook-id']),
+        'webhook-timestamp': String(h['webhook-timestamp']),
+        'webhook-signature': String(h['webhook-signature']),
+      });
     }
   } finally {
     s2.closeAllConnections();

@@ -25,14 +25,16 @@ export interface ActivityWorld {
   close(): Promise<void>;
 }
 
-export async function startActivityWorld(opts: {
-  readonly config?: Record<string, string>;
-  readonly generationMs?: number;
-  /** Adjusts the activities' dependencies (e.g. a fixed provider-health view). */
-  readonly deps?: (deps: TaskActivityDeps) => TaskActivityDeps;
-  /** The tenant's credits (default 1000). */
-  readonly credits?: string;
-} = {}): Promise<ActivityWorld> {
+export async function startActivityWorld(
+  opts: {
+    readonly config?: Record<string, string>;
+    readonly generationMs?: number;
+    /** Adjusts the activities' dependencies (e.g. a fixed provider-health view). */
+    readonly deps?: (deps: TaskActivityDeps) => TaskActivityDeps;
+    /** The tenant's credits (default 1000). */
+    readonly credits?: string;
+  } = {},
+): Promise<ActivityWorld> {
   const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 60_000 });
   const config = testConfig({
     ...simulatorProviderSettings(sim.baseUrl),
@@ -76,10 +78,14 @@ export async function providerSucceededTask(w: ActivityWorld, label: string): Pr
   await w.run('dispatchTask', id);
   await w.run('prepareAttempt', id);
   assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
-  await eventually(async () => {
-    await w.run('pollProvider', id);
-    return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
-  }, 20_000, 300);
+  await eventually(
+    async () => {
+      await w.run('pollProvider', id);
+      return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+    },
+    20_000,
+    300,
+  );
   return id;
 }
 

@@ -65,7 +65,11 @@ export interface OpenApiDoc {
 
 /** The operations of a document as route keys. */
 export function documentedRoutes(doc: OpenApiDoc): RouteKey[] {
-  return Object.entries(doc.paths).flatMap(([path, item]) => Object.keys(item).filter((k) => k !== 'parameters').map((method) => ({ method, path })));
+  return Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.keys(item)
+      .filter((k) => k !== 'parameters')
+      .map((method) => ({ method, path })),
+  );
 }
 
 export interface RealAnswer {
@@ -148,12 +152,17 @@ export function contractValidator(doc: OpenApiDoc) {
         if (h.required) errors.push(`${op.operationId} ${status}: header ${header} is required but absent`);
         continue;
       }
-      errors.push(...validate(pointer(...base, 'responses', key, 'headers', header, 'schema'), value).map((e) => `${op.operationId} ${status} header ${header}=${value}: ${e}`));
+      errors.push(
+        ...validate(pointer(...base, 'responses', key, 'headers', header, 'schema'), value).map(
+          (e) => `${op.operationId} ${status} header ${header}=${value}: ${e}`,
+        ),
+      );
     }
     if (!res.content) return errors;
     const got = (answer.headers.get('content-type') ?? '').split(';')[0]!.trim();
     const media = res.content[got] ? got : res.content['*/*'] ? '*/*' : null;
-    if (!media) return [...errors, `${op.operationId} ${status}: content type ${got || '(none)'} is not declared (declared: ${Object.keys(res.content).join(', ')})`];
+    if (!media)
+      return [...errors, `${op.operationId} ${status}: content type ${got || '(none)'} is not declared (declared: ${Object.keys(res.content).join(', ')})`];
     const schemaPtr = pointer(...base, 'responses', key, 'content', media, 'schema');
     const label = `${op.operationId} ${status} ${media}`;
     if (media === 'text/event-stream') {

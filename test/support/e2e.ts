@@ -94,13 +94,17 @@ export function tenantTasks(vidorch: VidorchClient, defaultBody: Record<string, 
     },
     /** The task once it has `status`; fails as soon as it ends in another status. */
     waitForStatus(taskId: string, status: string, timeoutMs = 60_000): Promise<any> {
-      return eventually(async () => {
-        const body = await tasks.getTask(taskId);
-        if (TERMINAL_OR_REVIEW.includes(body.status) && body.status !== status) {
-          throw new Error(`task ended ${body.status}, expected ${status}: ${JSON.stringify(body.failure)}`);
-        }
-        return body.status === status ? body : undefined;
-      }, timeoutMs, 200);
+      return eventually(
+        async () => {
+          const body = await tasks.getTask(taskId);
+          if (TERMINAL_OR_REVIEW.includes(body.status) && body.status !== status) {
+            throw new Error(`task ended ${body.status}, expected ${status}: ${JSON.stringify(body.failure)}`);
+          }
+          return body.status === status ? body : undefined;
+        },
+        timeoutMs,
+        200,
+      );
     },
   };
   return tasks;
@@ -127,7 +131,10 @@ export async function startE2E(
   const worker =
     opts.worker === false
       ? null
-      : await startWorker(config, tdb.database, { ...(opts.tracing ? { tracing: opts.tracing } : {}), ...(opts.reconcile ? { reconcile: opts.reconcile } : {}) });
+      : await startWorker(config, tdb.database, {
+          ...(opts.tracing ? { tracing: opts.tracing } : {}),
+          ...(opts.reconcile ? { reconcile: opts.reconcile } : {}),
+        });
   const tenant = await createTestTenant(tdb.database, config, '1000');
   const vidorch = createVidorchClient({ baseUrl: api.baseUrl, apiKey: tenant.apiKey });
   const tasks = tenantTasks(vidorch, defaultRequest);
@@ -169,11 +176,15 @@ export async function startE2E(
  * `input` (e.g. a run length), and the handle of that first run.
  */
 export async function startTaskWorkflow(e: E2E, key: string, input: Omit<GenerationInput, 'taskId'> = {}) {
-  const created = await createTaskRow(e.tdb.database.db, { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 }, {
-    tenantId: e.tenant.tenantId,
-    idempotencyKey: `${key}-${Date.now()}`,
-    body: { ...defaultRequest, resolution: '480p', prompt: key, priority: 0 },
-  });
+  const created = await createTaskRow(
+    e.tdb.database.db,
+    { scope: e.config.FENCE_SCOPE, region: e.config.REGION, epoch: 1 },
+    {
+      tenantId: e.tenant.tenantId,
+      idempotencyKey: `${key}-${Date.now()}`,
+      body: { ...defaultRequest, resolution: '480p', prompt: key, priority: 0 },
+    },
+  );
   const taskId = created.task.task_id;
   const handle = await e.client.workflow.start<typeof generationWorkflow>('generationWorkflow', {
     taskQueue: e.config.TEMPORAL_TASK_QUEUE,

@@ -112,7 +112,12 @@ export async function startApi(
   opts: { facade?: GenerationFacade; client?: Client; storage?: ObjectStorage; port?: number } = {},
 ): Promise<RunningApi> {
   const facade = opts.facade ?? worldFacade(config, () => opts.client);
-  const facts = startFactSampler({ databaseUrl: db.url, intervalMs: config.METRICS_FACTS_INTERVAL_MS, logger: testLogger, applicationName: 'vidorch-test-facts' });
+  const facts = startFactSampler({
+    databaseUrl: db.url,
+    intervalMs: config.METRICS_FACTS_INTERVAL_MS,
+    logger: testLogger,
+    applicationName: 'vidorch-test-facts',
+  });
   const api = await startApiInProcess(config, db, {
     facade,
     logger: testLogger,
@@ -260,6 +265,5 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
-
 
 export { configToEnv } from '../../config/env';

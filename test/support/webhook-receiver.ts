@@ -54,7 +54,12 @@ function verifiers(secrets: readonly string[], raw: string, headers: http.Incomi
  * Starts a receiver on `port` (0: any) in `initial` state ('down' reserves the port without
  * listening). `secrets()` is read at each request (tests add the rotated secret).
  */
-export async function startWebhookReceiver(opts: { port: number; secrets: () => readonly string[]; initial?: ReceiverState; delayMs?: number }): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(opts: {
+  port: number;
+  secrets: () => readonly string[];
+  initial?: ReceiverState;
+  delayMs?: number;
+}): Promise<WebhookReceiver> {
   const received: ReceivedWebhook[] = [];
   let state: ReceiverState = opts.initial ?? 'up';
   let open = 0;
@@ -82,7 +87,9 @@ export async function startWebhookReceiver(opts: { port: number; secrets: () => 
         body,
         rawBody,
         verifiedBy: verifiers(opts.secrets(), rawBody, req.headers),
-        signatures: String(req.headers['webhook-signature'] ?? '').split(' ').filter(Boolean).length,
+        signatures: String(req.headers['webhook-signature'] ?? '')
+          .split(' ')
+          .filter(Boolean).length,
         answered,
         at: Date.now(),
       });

@@ -42,6 +42,9 @@ test('the inbox is applied across continue-as-new: a task polled over many runs 
   assert.ok(succeeded.filter((r) => r.source === 'callback').length <= 1 && succeeded.filter((r) => r.source === 'poll').length <= 1);
   const moves = await e.tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId));
   assert.equal(moves.filter((m) => m.to_status === 'PROVIDER_SUCCEEDED').length, 1);
-  assert.ok(inbox.every((r) => r.processed_at !== null), 'every inbox row was applied');
+  assert.ok(
+    inbox.every((r) => r.processed_at !== null),
+    'every inbox row was applied',
+  );
   assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
 });

@@ -1,5 +1,5 @@
 // A wait cycle applies the inbox once, after the wait (patch 'lean-steps',
-// docs/decisions/00XX-local-fact-steps.md). No wake may be lost for it: the wake flag is cleared
+// docs/decisions/0034-local-fact-steps.md). No wake may be lost for it: the wake flag is cleared
 // only right before an activity that reads what a wake announces (submitAttempt, applyInbox),
 // and every run starts woken. Here each wake arrives at the worst moment, and the poll fallback
 // is pushed out to 10 minutes, so only a kept wake can finish the task in time: it must end

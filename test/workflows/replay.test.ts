@@ -102,7 +102,10 @@ describe('the tracing workflow interceptors change no command (observability/tra
         assert.equal(r.error, undefined, `${r.workflowId}: ${describeError(r.error)}`);
       }
       // A replay is not a run: its spans are not exported again.
-      assert.deepEqual(spans.getFinishedSpans().map((s) => s.name), []);
+      assert.deepEqual(
+        spans.getFinishedSpans().map((s) => s.name),
+        [],
+      );
     } finally {
       await tracing.shutdown();
     }

@@ -65,13 +65,17 @@ describe('a reset never repeats a cost-bearing side effect', () => {
     e.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3_000, submit_fault_count: 1 });
     const taskId = await e.createTask('reset-in-submit');
     const attemptId = attemptIdFor(taskId, 1);
-    await eventually(async () => {
-      const [a] = await e.tdb.database.db
-        .select()
-        .from(taskAttempt)
-        .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')));
-      return a && e.sim.jobsFor(attemptId) === 1 ? a : undefined;
-    }, 15_000, 20);
+    await eventually(
+      async () => {
+        const [a] = await e.tdb.database.db
+          .select()
+          .from(taskAttempt)
+          .where(and(eq(taskAttempt.attempt_id, attemptId), eq(taskAttempt.submit_state, 'SUBMITTING')));
+        return a && e.sim.jobsFor(attemptId) === 1 ? a : undefined;
+      },
+      15_000,
+      20,
+    );
     const oldRun = (await handleOf(taskId).describe()).runId;
 
     const newRun = await resetAndConverge(taskId, { type: 'FirstWorkflowTask' }, 'test: reset while submit in flight', oldRun);
@@ -88,7 +92,7 @@ describe('a reset never repeats a cost-bearing side effect', () => {
   });
 
   // That workflow task also ran the fact steps before it as local activities (patch 'lean-steps',
-  // docs/decisions/00XX-local-fact-steps.md), so the reset re-runs them: the new run reads the
+  // docs/decisions/0034-local-fact-steps.md), so the reset re-runs them: the new run reads the
   // facts afresh and has no step that would submit. (A submit re-run on SUBMITTED facts never
   // calls the provider either: test/activities/interleavings.test.ts.)
   test('after submit, running at the provider: reset to the workflow task that scheduled submitAttempt → the new run re-reads RUNNING, never submits again, one provider job', async (t) => {
@@ -120,10 +124,14 @@ describe('a reset never repeats a cost-bearing side effect', () => {
     const taskId = await e.createTask('reset-signals');
     const oldRun = await runWhen(taskId, ['RUNNING']);
     for (let i = 0; i < 3; i += 1) await handleOf(taskId).signal(wakeSignal);
-    await eventually(async () => {
-      const h = await handleOf(taskId, oldRun).fetchHistory();
-      return eventsWhere(h, (ev) => ev.workflowExecutionSignaledEventAttributes).length >= 3 ? true : undefined;
-    }, 10_000, 50);
+    await eventually(
+      async () => {
+        const h = await handleOf(taskId, oldRun).fetchHistory();
+        return eventsWhere(h, (ev) => ev.workflowExecutionSignaledEventAttributes).length >= 3 ? true : undefined;
+      },
+      10_000,
+      50,
+    );
 
     // Reset to the first workflow task: every signal after it is re-applied to the new run.
     const newRun = await resetAndConverge(taskId, { type: 'FirstWorkflowTask' }, 'test: reset with signals after the point', oldRun);
@@ -146,7 +154,9 @@ describe('a reset never repeats a cost-bearing side effect', () => {
 
     const f = await assertConvergedOnce(e, taskId);
     assert.deepEqual(f.attemptIds, before.attemptIds);
-    t.diagnostic(`reset to event ${eventId}; provider jobs ${f.providerJobs}, ledger ${JSON.stringify(f.ledger)}, assets ${JSON.stringify(f.assets)}, objects ${f.objects.length}`);
+    t.diagnostic(
+      `reset to event ${eventId}; provider jobs ${f.providerJobs}, ledger ${JSON.stringify(f.ledger)}, assets ${JSON.stringify(f.assets)}, objects ${f.objects.length}`,
+    );
   });
 
   test('after settlement: resets to an event in the middle, the last and the first workflow task of a completed workflow change no fact', async (t) => {
@@ -167,7 +177,9 @@ describe('a reset never repeats a cost-bearing side effect', () => {
 
     await resetAndConverge(taskId, { type: 'FirstWorkflowTask' }, 'test: reset settled task, first workflow task', afterLast);
     assert.deepEqual(await assertConvergedOnce(e, taskId), settled);
-    t.diagnostic(`3 resets; provider jobs ${settled.providerJobs}, ledger ${JSON.stringify(settled.ledger)}, assets ${JSON.stringify(settled.assets)}, versions 0..${settled.versions.at(-1)}`);
+    t.diagnostic(
+      `3 resets; provider jobs ${settled.providerJobs}, ledger ${JSON.stringify(settled.ledger)}, assets ${JSON.stringify(settled.assets)}, versions 0..${settled.versions.at(-1)}`,
+    );
   });
 });
 
@@ -192,8 +204,7 @@ describe('a reset re-delivers an operator Update, and that is harmless', () => {
     return taskId;
   }
 
-  const auditRows = (taskId: string) =>
-    review.tdb.database.db.select().from(opsAudit).where(eq(opsAudit.target_id, taskId));
+  const auditRows = (taskId: string) => review.tdb.database.db.select().from(opsAudit).where(eq(opsAudit.target_id, taskId));
   const attemptsOf = (taskId: string) => review.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
 
   test('confirm-not-submitted, then reset to the workflow task that accepted it: the re-delivered Update is refused by the facts; one audit row, one job for the second attempt, one settlement', async (t) => {
@@ -216,36 +227,38 @@ describe('a reset re-delivers an operator Update, and that is harmless', () => {
     assert.equal((await auditRows(taskId)).length, 1, 'one audit row');
     const f = await figuresOf(review, taskId);
     assert.deepEqual(f.ledger, { RESERVE: 1, SETTLE: 1, RELEASE: 1 });
-    assert.deepEqual(f.versions, f.versions.map((_, i) => i));
+    assert.deepEqual(
+      f.versions,
+      f.versions.map((_, i) => i),
+    );
     t.diagnostic(`reset to event ${eventId}; jobs per attempt [0, 1], ledger ${JSON.stringify(f.ledger)}, audit rows 1`);
   });
 
   // The re-delivered Update passes the validator (the replayed memory still says MANUAL_REVIEW)
   // and its activity refuses it (the task is FAILED). Unless a refused Update also wakes the
   // main loop, the new run waits in MANUAL_REVIEW forever with NeedsAttention=true.
-  test(
-    'fail, then reset to the workflow task that accepted it: the refused re-delivered Update still wakes the new run, which re-reads FAILED and completes',
-    async (t) => {
-      const taskId = await parkInReview('reset-review-fail');
-      await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-frank', reason: 'customer withdrew the order' });
-      await review.waitForStatus(taskId, 'FAILED');
-      const workflowId = review.api.facade.workflowIdFor(taskId);
-      const oldRun = (await review.client.workflow.getHandle(workflowId).describe()).runId;
-      await resultOfRun(review.client, workflowId, oldRun);
-      const eventId = wftAcceptingUpdate(await review.client.workflow.getHandle(workflowId, oldRun).fetchHistory());
+  test('fail, then reset to the workflow task that accepted it: the refused re-delivered Update still wakes the new run, which re-reads FAILED and completes', async (t) => {
+    const taskId = await parkInReview('reset-review-fail');
+    await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-frank', reason: 'customer withdrew the order' });
+    await review.waitForStatus(taskId, 'FAILED');
+    const workflowId = review.api.facade.workflowIdFor(taskId);
+    const oldRun = (await review.client.workflow.getHandle(workflowId).describe()).runId;
+    await resultOfRun(review.client, workflowId, oldRun);
+    const eventId = wftAcceptingUpdate(await review.client.workflow.getHandle(workflowId, oldRun).fetchHistory());
 
-      const newRun = await resetWithCli(workflowId, { eventId, runId: oldRun }, 'test: reset to the failing review Update');
-      const handle = review.client.workflow.getHandle(workflowId, newRun);
-      try {
-        const closed = await Promise.race([handle.result(), new Promise<null>((r) => setTimeout(() => r(null), 5_000))]);
-        const d = await handle.describe();
-        t.diagnostic(`new run ${d.status.name}; TaskStatus=${d.typedSearchAttributes.get(SA_TASK_STATUS)}, NeedsAttention=${d.typedSearchAttributes.get(SA_NEEDS_ATTENTION)}`);
-        assert.deepEqual(closed, { taskId, status: 'FAILED' }, 'the reset run converges to the task status in Postgres');
-      } finally {
-        if ((await handle.describe()).status.name === 'RUNNING') await handle.terminate('test cleanup');
-      }
-      assert.equal((await auditRows(taskId)).length, 1, 'one audit row');
-      assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
-    },
-  );
+    const newRun = await resetWithCli(workflowId, { eventId, runId: oldRun }, 'test: reset to the failing review Update');
+    const handle = review.client.workflow.getHandle(workflowId, newRun);
+    try {
+      const closed = await Promise.race([handle.result(), new Promise<null>((r) => setTimeout(() => r(null), 5_000))]);
+      const d = await handle.describe();
+      t.diagnostic(
+        `new run ${d.status.name}; TaskStatus=${d.typedSearchAttributes.get(SA_TASK_STATUS)}, NeedsAttention=${d.typedSearchAttributes.get(SA_NEEDS_ATTENTION)}`,
+      );
+      assert.deepEqual(closed, { taskId, status: 'FAILED' }, 'the reset run converges to the task status in Postgres');
+    } finally {
+      if ((await handle.describe()).status.name === 'RUNNING') await handle.terminate('test cleanup');
+    }
+    assert.equal((await auditRows(taskId)).length, 1, 'one audit row');
+    assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+  });
 });

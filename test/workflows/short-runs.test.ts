@@ -26,8 +26,10 @@ test('a run of a waiting task continues as new after 50 steps, with the patch ma
   const events = (await first.fetchHistory()).events ?? [];
   const markers = events.filter((ev) => ev.markerRecordedEventAttributes?.markerName === 'core_patch');
   assert.ok(markers.length >= 1, 'the short-runs patch marker is in the new history');
-  // Scheduled and local (the fact steps, docs/decisions/00XX-local-fact-steps.md) alike.
-  const activities = events.filter((ev) => ev.activityTaskScheduledEventAttributes || ev.markerRecordedEventAttributes?.markerName === 'core_local_activity').length;
+  // Scheduled and local (the fact steps, docs/decisions/0034-local-fact-steps.md) alike.
+  const activities = events.filter(
+    (ev) => ev.activityTaskScheduledEventAttributes || ev.markerRecordedEventAttributes?.markerName === 'core_local_activity',
+  ).length;
   // 50 steps: the first few move the task to the provider, every later one is a wait (1–3 activities).
   assert.ok(activities >= 50 && activities <= 160, `${activities} activities in the first run`);
   assert.ok(events.length < 1_500, `${events.length} events in the first run`);

@@ -42,8 +42,7 @@ export async function resetWithCli(workflowId: string, point: ResetPoint, reason
 }
 
 /** Events of a history that match, e.g. `(ev) => ev.workflowExecutionSignaledEventAttributes`. */
-export const eventsWhere = (history: History, has: (ev: HistoryEvent) => unknown): HistoryEvent[] =>
-  (history.events ?? []).filter((ev) => Boolean(has(ev)));
+export const eventsWhere = (history: History, has: (ev: HistoryEvent) => unknown): HistoryEvent[] => (history.events ?? []).filter((ev) => Boolean(has(ev)));
 
 /** Activity types scheduled in a history, in order. */
 export function scheduledActivities(history: History): string[] {
@@ -55,7 +54,7 @@ export function scheduledActivities(history: History): string[] {
 
 /**
  * Activity types run as local activities (a `core_local_activity` marker each, its result or
- * failure recorded; docs/decisions/00XX-local-fact-steps.md), in order.
+ * failure recorded; docs/decisions/0034-local-fact-steps.md), in order.
  */
 export function localActivities(history: History): string[] {
   return (history.events ?? []).flatMap((ev) => {
@@ -116,9 +115,7 @@ export async function figuresOf(e: E2E, taskId: string): Promise<TaskFigures> {
   const assetRows = await db.select().from(asset).where(eq(asset.task_id, taskId));
   const transitions = await db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version));
   const storage = buildStorage(e.config);
-  const listed = await storage.client.send(
-    new ListObjectsV2Command({ Bucket: storage.bucket, Prefix: `tenants/${task.tenant_id}/tasks/${taskId}/` }),
-  );
+  const listed = await storage.client.send(new ListObjectsV2Command({ Bucket: storage.bucket, Prefix: `tenants/${task.tenant_id}/tasks/${taskId}/` }));
   storage.client.destroy();
   const tally = (xs: string[]) => xs.reduce<Record<string, number>>((acc, x) => ({ ...acc, [x]: (acc[x] ?? 0) + 1 }), {});
   return {
@@ -149,14 +146,30 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
   assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1, 'one provider job for the correlation token');
 
   // The thumbnail follows SUCCEEDED in the worker (activities/thumbnail.ts): wait for it.
-  await eventually(async () => ((await db.select().from(asset).where(and(eq(asset.task_id, taskId), eq(asset.kind, 'thumbnail')))).length > 0 ? true : undefined), 20_000, 100);
+  await eventually(
+    async () =>
+      (
+        await db
+          .select()
+          .from(asset)
+          .where(and(eq(asset.task_id, taskId), eq(asset.kind, 'thumbnail')))
+      ).length > 0
+        ? true
+        : undefined,
+    20_000,
+    100,
+  );
   const f = await figuresOf(e, taskId);
   assert.deepEqual(f.ledger, { RESERVE: 1, SETTLE: 1, RELEASE: 1 }, 'one ledger row per kind');
   assert.deepEqual(f.assets, { video: 1, thumbnail: 1 }, 'one asset row per kind');
   const assetKeys = (await db.select().from(asset).where(eq(asset.task_id, taskId))).map((a) => a.object_key).sort();
   assert.deepEqual(f.objects, assetKeys, 'exactly one object per asset under the task prefix (no strays, no .partial)');
 
-  assert.deepEqual(f.versions, f.versions.map((_, i) => i), 'transition versions 0..N, unique and gapless');
+  assert.deepEqual(
+    f.versions,
+    f.versions.map((_, i) => i),
+    'transition versions 0..N, unique and gapless',
+  );
   assert.equal(f.versions.at(-1), task.status_version, 'the last transition is the task version');
   const transitions = await db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId));
   for (const t of transitions) if (t.from_version !== null) assert.equal(t.to_version, t.from_version + 1);
@@ -173,18 +186,36 @@ export async function assertConvergedOnce(e: E2E, taskId: string): Promise<TaskF
 export const RECORDED_SCENARIOS = {
   'happy-path': { about: 'callbacks on: submit, callback, rescue, media, settle', activities: ['submitAttempt', 'applyInbox', 'rescueOutput', 'processMedia'] },
   'polling-only': { about: 'callbacks off: the poll timer fires and polls find the result', activities: ['pollProvider', 'rescueOutput', 'processMedia'] },
-  'polling-on-poll-queue': { about: "callbacks off, patch 'per-provider-poll-queues': polls on the provider's poll queue find the result", activities: ['pollProvider', 'rescueOutput', 'processMedia'] },
-  'unknown-outcome-resolved': { about: 'accept then hang: SUBMIT_UNKNOWN, found by its correlation token', activities: ['submitAttempt', 'pollProvider', 'processMedia'] },
+  'polling-on-poll-queue': {
+    about: "callbacks off, patch 'per-provider-poll-queues': polls on the provider's poll queue find the result",
+    activities: ['pollProvider', 'rescueOutput', 'processMedia'],
+  },
+  'unknown-outcome-resolved': {
+    about: 'accept then hang: SUBMIT_UNKNOWN, found by its correlation token',
+    activities: ['submitAttempt', 'pollProvider', 'processMedia'],
+  },
   'rejected-then-retried': { about: '429 with Retry-After: a workflow timer, then attempt 2', activities: ['submitAttempt', 'prepareAttempt', 'processMedia'] },
   'cancel-while-running': { about: 'cancel while RUNNING: provider cancel requested, CANCELLED', activities: ['requestProviderCancel'] },
-  'manual-review-resolved': { about: 'deadline → MANUAL_REVIEW; a refused Update, then confirm-not-submitted; attempt 2 succeeds', activities: ['escalateTask', 'resolveReview', 'processMedia'] },
-  'slot-queue-wait': { about: "patch 'slot-queue': the provider's one slot is taken, the task waits for a grant, is woken and succeeds", activities: ['submitAttempt', 'applyInbox', 'rescueOutput'] },
-  'review-late-webhook': { about: "deadline → MANUAL_REVIEW, patch 'review-applies-inbox': the late webhook is applied in review, the task succeeds", activities: ['escalateTask', 'applyInbox', 'rescueOutput'] },
+  'manual-review-resolved': {
+    about: 'deadline → MANUAL_REVIEW; a refused Update, then confirm-not-submitted; attempt 2 succeeds',
+    activities: ['escalateTask', 'resolveReview', 'processMedia'],
+  },
+  'slot-queue-wait': {
+    about: "patch 'slot-queue': the provider's one slot is taken, the task waits for a grant, is woken and succeeds",
+    activities: ['submitAttempt', 'applyInbox', 'rescueOutput'],
+  },
+  'review-late-webhook': {
+    about: "deadline → MANUAL_REVIEW, patch 'review-applies-inbox': the late webhook is applied in review, the task succeeds",
+    activities: ['escalateTask', 'applyInbox', 'rescueOutput'],
+  },
   'lean-happy-path': {
     about: "patch 'lean-steps': fact steps local, one dispatch-and-prepare step, the callbacks applied after each wait",
     activities: ['getTaskFacts', 'dispatchAndPrepare', 'submitAttempt', 'applyInbox', 'rescueOutput'],
   },
-  'lean-polling': { about: "callbacks off, patch 'lean-steps': each wait cycle is a timer, a poll and one local applyInbox", activities: ['pollProvider', 'applyInbox', 'rescueOutput'] },
+  'lean-polling': {
+    about: "callbacks off, patch 'lean-steps': each wait cycle is a timer, a poll and one local applyInbox",
+    activities: ['pollProvider', 'applyInbox', 'rescueOutput'],
+  },
   'local-step-falls-back': {
     about: "QUEUE_ONLY, patch 'lean-steps': the local prepareAttempt fails ModePaused and the regular one waits for the mode, then the task succeeds",
     activities: ['dispatchAndPrepare', 'prepareAttempt', 'submitAttempt', 'rescueOutput'],
