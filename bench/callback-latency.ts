@@ -19,7 +19,7 @@ import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTas
 import type { bareWorkflow, BareShape } from './workflows/bare';
 import { checkGoals } from './lib/budgets';
 import { printProfile, summarizeProfiles } from './lib/cpuprofile';
-import { afterLastSignal, type HistoryCounts, type StepStat } from './lib/history';
+import { LOCAL_PREFIX, activityTypeOf, afterLastSignal, type HistoryCounts, type StepStat } from './lib/history';
 import { createTaskClient } from './lib/http';
 import { createTaskOrThrow, waitForTerminal } from './lib/tasks';
 import { describeCpu, measured } from './lib/measure';
@@ -163,7 +163,7 @@ async function runBare(bw: BenchWorld, o: CallbackLatencyOptions, rep: Reporter,
     'bare-worker',
     'bench/workflows/bare-worker.ts',
     { ...configToEnv(bw.world.config), LOG_LEVEL: 'warn', WORKER_MAX_CONCURRENT_ACTIVITIES: String(maxActivities) },
-    { args: [queue, [...new Set(shape.activities)].join(',')], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
+    { args: [queue, [...new Set(shape.activities.map(activityTypeOf))].join(',')], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
   );
   try {
     await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), {
@@ -244,8 +244,12 @@ export async function runCallbackLatency(o: CallbackLatencyOptions, rep: Reporte
     if (!o.skipBaseline) {
       // The bare workflow runs what the real one ran after its last wake, as no-ops.
       const after = Object.keys(real.breakdown.activities);
-      const order = ['applyInbox', 'rescueOutput', 'processMedia'].filter((n) => after.includes(n));
-      const shape: BareShape = { activities: order.length ? order : after, waitAfter: 0, signals: 1, upserts: 2 };
+      const dispatched = ['applyInbox', 'rescueOutput', 'processMedia'].filter((n) => after.includes(n));
+      // Under the 'lean-steps' patch the inbox apply after a wake is a local activity (a marker,
+      // not a dispatch): the bare workflow runs it as a local no-op too.
+      const localAfter = real.breakdown.workflows ? real.breakdown.counts.localActivityMarkers / real.breakdown.workflows : 0;
+      const order = [...(localAfter >= 0.5 && !dispatched.includes('applyInbox') ? [`${LOCAL_PREFIX}applyInbox`] : []), ...dispatched];
+      const shape: BareShape = { activities: dispatched.length ? order : after, waitAfter: 0, signals: 1, upserts: 2 };
       rep.log(`callback-latency: bare shape after the signal: ${shape.activities.join(' → ')}, ${shape.upserts} upserts`);
       const bare = await runBare(bw, o, rep, shape, maxActivities);
       rep.log(`callback-latency: cpu (bare) ${describeCpu(bare.cpu)}`);

@@ -16,7 +16,7 @@ import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
 import { checkGoals, reportCounts, type CountDef } from './lib/budgets';
-import { addHistory, emptyStats, historyCounts, spreadOf, type CountSpread, type HistoryCounts, type HistoryStats } from './lib/history';
+import { activityTypeOf, addHistory, emptyStats, historyCounts, spreadOf, type CountSpread, type HistoryCounts, type HistoryStats } from './lib/history';
 import { createTaskClient } from './lib/http';
 import { describeCpu, measured, topStatements } from './lib/measure';
 import { pgDelta, readPgCounts, withoutBackground, type PgCounts } from './lib/pg-counts';
@@ -209,7 +209,7 @@ async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: Bare
           LOG_LEVEL: 'warn',
           WORKER_MAX_CONCURRENT_ACTIVITIES: String(o.maxConcurrentActivities),
         },
-        { args: [queue, [...new Set(shape.activities)].join(',')], log: fileLogger(path.join(bw.logDir, `bare-worker-${i}.log`)) },
+        { args: [queue, [...new Set(shape.activities.map(activityTypeOf))].join(',')], log: fileLogger(path.join(bw.logDir, `bare-worker-${i}.log`)) },
       ),
     );
   }

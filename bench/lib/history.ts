@@ -21,7 +21,7 @@ export interface HistoryStats {
   readonly signals: number;
   readonly upserts: number;
   readonly timers: number;
-  /** Activity types in scheduling order (of the last history analysed). */
+  /** Activity types in scheduling order (of the last history analysed); local ones prefixed LOCAL_PREFIX. */
   readonly activityOrder: string[];
   /** How many activities were scheduled before the last signal arrived (last history). */
   readonly waitAfter: number;
@@ -49,6 +49,22 @@ export function emptyStats(): HistoryStats {
   };
 }
 
+/** In `activityOrder`, a step that ran as a local activity (a marker in the history, no dispatch). */
+export const LOCAL_PREFIX = 'local:';
+
+/** The activity type a step of `activityOrder` registers under (local or not). */
+export const activityTypeOf = (step: string): string => (step.startsWith(LOCAL_PREFIX) ? step.slice(LOCAL_PREFIX.length) : step);
+
+/** The activity type of a local activity's marker event, else null. */
+function localActivityType(e: HistoryEvent): string | null {
+  const marker = e.markerRecordedEventAttributes;
+  if (marker?.markerName !== 'core_local_activity') return null;
+  const data = marker.details?.['data']?.payloads?.[0]?.data;
+  if (!data) return null;
+  const parsed = JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type?: string };
+  return parsed.activity_type ?? null;
+}
+
 /** Adds one history to `acc` (mutates and returns a new object for the scalar fields). */
 export function addHistory(acc: HistoryStats, history: History): HistoryStats {
   const events = history.events ?? [];
@@ -68,6 +84,8 @@ export function addHistory(acc: HistoryStats, history: History): HistoryStats {
       activityName.set(id, name);
       order.push(name);
     }
+    const local = localActivityType(e);
+    if (local) order.push(`${LOCAL_PREFIX}${local}`);
     if (e.workflowExecutionSignaledEventAttributes) {
       signals++;
       waitAfter = order.length;

@@ -32,6 +32,7 @@ const worker = await Worker.create({
   }),
   activities,
   maxConcurrentActivityTaskExecutions: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
+  maxConcurrentLocalActivityExecutions: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
   shutdownGraceTime: config.WORKER_SHUTDOWN_GRACE_MS,
   // The same cache, workflow-task and poller settings as the generation worker (config WORKER_*).
   ...tuningOptions(tuningFromConfig(config)),

@@ -2,11 +2,11 @@
 // same activity types in the same order, the same number of wake signals and search-attribute
 // upserts) but no-op activities. What Temporal and the worker cost on their own, measured on
 // the same server with the same worker settings. Workflow sandbox code: no I/O.
-import { condition, proxyActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import { condition, proxyActivities, proxyLocalActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
 import { SA_TASK_STATUS, wakeSignal } from '../../workflows/definitions';
 
 export interface BareShape {
-  /** Activity types, in the order a real task's history scheduled them. */
+  /** Activity types, in the order a real task's history ran them; `local:<type>` ran as a local activity. */
   readonly activities: readonly string[];
   /** How many of them run before the workflow waits for the signals. */
   readonly waitAfter: number;
@@ -17,10 +17,13 @@ export interface BareShape {
 }
 
 type NoOp = (taskId: string) => Promise<{ ok: true }>;
-const acts = proxyActivities<Record<string, NoOp>>({
-  startToCloseTimeout: '30s',
-  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s' },
-});
+const retry = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s' };
+const acts = proxyActivities<Record<string, NoOp>>({ startToCloseTimeout: '30s', retry });
+/** The real workflow's local fact steps' options (workflows/generation.ts LOCAL_ACTIVITY_OPTIONS). */
+const localActs = proxyLocalActivities<Record<string, NoOp>>({ startToCloseTimeout: '5s', scheduleToCloseTimeout: '10s', retry: { maximumAttempts: 1 } });
+/** bench/lib/history.ts LOCAL_PREFIX (the sandbox imports no bench code). */
+const LOCAL = 'local:';
+const run = (step: string, taskId: string) => (step.startsWith(LOCAL) ? localActs[step.slice(LOCAL.length)]!(taskId) : acts[step]!(taskId));
 
 export async function bareWorkflow(shape: BareShape, taskId: string): Promise<number> {
   let woken = 0;
@@ -36,7 +39,7 @@ export async function bareWorkflow(shape: BareShape, taskId: string): Promise<nu
   for (let i = 0; i < shape.activities.length; i++) {
     if (i === shape.waitAfter) await condition(() => woken >= shape.signals);
     upsert();
-    await acts[shape.activities[i]!]!(taskId);
+    await run(shape.activities[i]!, taskId);
   }
   if (shape.waitAfter >= shape.activities.length) await condition(() => woken >= shape.signals);
   while (upserted < shape.upserts) upsert();
@@ -45,7 +48,7 @@ export async function bareWorkflow(shape: BareShape, taskId: string): Promise<nu
 
 /**
  * The open-tasks benchmark's baseline: a task waiting on its provider, bare. One upsert, then
- * forever: wait for a wake signal or the poll interval, a no-op poll activity, a no-op apply
+ * forever: wait for a wake signal or the poll interval, a no-op poll activity, a no-op local apply
  * activity — the real wait loop's commands with nothing behind them.
  */
 export async function barePollingWorkflow(pollMs: number, taskId: string): Promise<number> {
@@ -59,7 +62,8 @@ export async function barePollingWorkflow(pollMs: number, taskId: string): Promi
     // ±20 % like the real poll interval, so polls do not line up.
     const jittered = Math.round(pollMs * (0.8 + Math.random() * 0.4));
     if (!(await condition(() => woken, jittered))) await acts['pollProvider']!(taskId);
-    await acts['applyInbox']!(taskId);
+    // The real loop applies the inbox as a local activity ('lean-steps').
+    await localActs['applyInbox']!(taskId);
     if (polls > 500) return polls;
   }
 }
