@@ -20,16 +20,21 @@ export async function ensureProviderControl(tx: DbOrTx, provider: string): Promi
  * switch and limit, and the system mode assertModeAllows left in the transaction (null: unset).
  */
 export async function readClaimControl(tx: DbOrTx, provider: string) {
+  const read = () =>
+    tx
+      .select({
+        breaker_force: providerControl.breaker_force,
+        max_in_flight: providerControl.max_in_flight,
+        mode: sql<string | null>`current_setting(${MODE_SETTING}, true)`,
+      })
+      .from(providerControl)
+      .where(eq(providerControl.provider, provider));
+  // The row exists after the provider's first claim: create it only when the read finds none
+  // (one round trip per claim instead of two).
+  const [row] = await read();
+  if (row) return row;
   await ensureProviderControl(tx, provider);
-  const [row] = await tx
-    .select({
-      breaker_force: providerControl.breaker_force,
-      max_in_flight: providerControl.max_in_flight,
-      mode: sql<string | null>`current_setting(${MODE_SETTING}, true)`,
-    })
-    .from(providerControl)
-    .where(eq(providerControl.provider, provider));
-  return row;
+  return (await read())[0];
 }
 
 /** Every provider's control row. */
@@ -39,8 +44,12 @@ export async function providerControls(db: DbOrTx): Promise<ProviderControlRow[]
 
 /** Locks the provider's control row (creating it first) and returns it: what an operator's change starts from. */
 export async function lockProviderControl(tx: DbOrTx, provider: string): Promise<ProviderControlRow> {
-  await ensureProviderControl(tx, provider);
-  const [row] = await tx.select().from(providerControl).where(eq(providerControl.provider, provider)).for('update');
+  const lock = () => tx.select().from(providerControl).where(eq(providerControl.provider, provider)).for('update');
+  let [row] = await lock();
+  if (!row) {
+    await ensureProviderControl(tx, provider);
+    [row] = await lock();
+  }
   if (!row) throw new Error(`provider_control row of ${provider} vanished under its lock`);
   return row;
 }

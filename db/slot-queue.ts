@@ -94,8 +94,13 @@ interface ProviderQueueConfig {
 }
 
 async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueueConfig> {
-  await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
-  const [row] = await tx.select().from(providerControl).where(eq(providerControl.provider, provider)).for('update');
+  const lock = () => tx.select().from(providerControl).where(eq(providerControl.provider, provider)).for('update');
+  // Created on the provider's first claim; after that one round trip, not two.
+  let [row] = await lock();
+  if (!row) {
+    await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
+    [row] = await lock();
+  }
   return {
     // The ceiling the last claim used (it ramps after a rebuild), else the operator's limit.
     limit: row?.queue_limit ?? row?.max_in_flight ?? null,
