@@ -5,6 +5,8 @@
 // follows the same way. Real private clusters (pg_basebackup -R).
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { sql } from 'drizzle-orm';
@@ -17,9 +19,11 @@ import { setMode } from '../../db/modes';
 import { createLogger } from '../../observability/logger';
 import { startFenceWatcher, type FenceWatcher } from '../../workers/fence-watcher';
 import { startPrivatePostgres, startStandby, type PrivatePostgres } from '../../bench/drills/private-postgres';
-import { REPO_ROOT, freePort } from '../../harness';
+import { freePort } from '../../harness';
 
-const root = path.join(REPO_ROOT, '.data', 'test', `failover_hosts_${randomBytes(3).toString('hex')}`);
+// Under the system's temp folder, not the checkout: the clusters run as the postgres user, who
+// must be able to reach them (a clone in a private folder, e.g. one made by mktemp -d, is not).
+const root = path.join(os.tmpdir(), `vidorch_failover_hosts_${randomBytes(3).toString('hex')}`);
 let primary: PrivatePostgres;
 let standby: PrivatePostgres;
 let database: Database;
@@ -57,6 +61,7 @@ after(async () => {
   await database?.close();
   await standby?.destroy();
   await primary?.destroy();
+  fs.rmSync(root, { recursive: true, force: true });
 });
 
 async function modeSeen(mode: string, timeoutMs: number): Promise<boolean> {
