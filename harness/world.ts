@@ -233,7 +233,7 @@ export function worldActivityDeps(config: Config, db: Database, logger: Logger):
 
 /**
  * The generation worker and its poll workers (workers/generation-worker.ts) in this process, on
- * `config`'s queue, with `deps` (default: worldActivityDeps) and `activities` (default: built from
+ * `config`'s queue, with `deps` and `activities` (default: built from
  * them); `connection` stays the caller's. Not yet running: the caller runs it (or a supervisor does).
  */
 export function createInProcessWorkers(
@@ -242,22 +242,19 @@ export function createInProcessWorkers(
   opts: {
     connection: NativeConnection;
     workflowBundle: WorkflowBundle;
-    /** The activities' dependencies, or a logger to build the default ones with (worldActivityDeps). */
-    deps?: TaskActivityDeps;
-    logger?: Logger;
+    /** The activities' dependencies (worldActivityDeps builds the default ones). */
+    deps: TaskActivityDeps;
     activities?: TaskActivities;
     /** Further worker options (poll providers, tracing, identity, the reconcile activities). */
     extra?: Partial<GenerationWorkerOptions>;
   },
 ): Promise<GenerationWorkers> {
-  const deps = opts.deps ?? (opts.logger ? worldActivityDeps(config, db, opts.logger) : undefined);
-  if (!deps) throw new Error('createInProcessWorkers: pass deps, or a logger to build them with');
   return createGenerationWorkers({
     connection: opts.connection,
     databaseUrl: db.url,
     namespace: config.TEMPORAL_NAMESPACE,
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
-    deps,
+    deps: opts.deps,
     workflowBundle: opts.workflowBundle,
     shutdownGraceMs: 2_000,
     ...(opts.activities ? { activities: opts.activities } : {}),
