@@ -4,17 +4,16 @@
 import { and, asc, eq, isNull, ne, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
-import { holdFence, type FenceToken } from '../db/fence';
+import type { FenceToken } from '../db/fence';
 import { deserializeJob, type StoredJob } from '../db/inbox';
 import { callbackInbox, generationTask, taskAttempt, type TaskRow } from '../db/schema';
-import { casTaskStatus, lockTask } from '../db/tasks';
+import { casTaskStatus } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
-import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
+import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
 import { finishTask } from '../db/settlement';
-import { readTaskFacts } from './task-facts';
 
 async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {
   const rows = await tx
@@ -117,56 +116,54 @@ export function createInboxActivities(deps: TaskActivityDeps) {
         ...(d.to === 'FAILED' ? { failureCode: 'PROVIDER_FAILED', failureMessage: job.error ?? `provider ${job.rawStatus}` } : {}),
         detail: { provider_status: job.rawStatus },
       });
-    } else {
-      const version = await casTaskStatus(tx, token, {
-        taskId: task.task_id,
-        from,
-        expectedVersion: task.status_version,
-        to: d.to,
-        sourceEvent,
-        actor: 'workflow',
-        attemptId: attempt.attempt_id,
-        detail: { provider_status: job.rawStatus, provider_job_id: job.jobId },
-      });
-      if (version === null) throw new Error(`task ${task.task_id} changed under its row lock`);
+      processed.set(row.inbox_id, null);
+      // Settled: the row as finishTask left it (charge, failure, version).
+      const [fresh] = await tx.select().from(generationTask).where(eq(generationTask.task_id, task.task_id));
+      return fresh ?? task;
     }
+    const version = await casTaskStatus(tx, token, {
+      taskId: task.task_id,
+      from,
+      expectedVersion: task.status_version,
+      to: d.to,
+      sourceEvent,
+      actor: 'workflow',
+      attemptId: attempt.attempt_id,
+      detail: { provider_status: job.rawStatus, provider_job_id: job.jobId },
+    });
+    if (version === null) throw new Error(`task ${task.task_id} changed under its row lock`);
     processed.set(row.inbox_id, null);
-    const [fresh] = await tx.select().from(generationTask).where(eq(generationTask.task_id, task.task_id));
-    return fresh ?? task;
+    // What the CAS changed that the rows after this one read: the status and its version.
+    return { ...task, status: d.to, status_version: version };
   }
 
   return {
     /** Applies every pending inbox row of the task, oldest provider time first. */
     async applyInbox(taskId: string): Promise<TaskFacts> {
-      await fenced(deps, (token) =>
-        deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          let task = await lockTask(tx, taskId);
-          if (!task) throw notFound(`task ${taskId}`);
-          const rows = await tx
-            .select()
-            .from(callbackInbox)
-            .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
-            .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
-            .for('update');
-          const processed: Processed = new Map();
-          for (const row of rows) task = await applyOne(tx, token, task, row, processed);
-          await markProcessed(tx, processed);
-          // A cancel that arrived while the submit outcome was open is honoured once the job is known.
-          if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
-            await casTaskStatus(tx, token, {
-              taskId,
-              from: task.status,
-              expectedVersion: task.status_version,
-              to: 'CANCEL_REQUESTED',
-              sourceEvent: 'workflow.deferred-cancel',
-              actor: 'workflow',
-              attemptId: task.active_attempt_id,
-            });
-          }
-        }),
-      );
-      return readTaskFacts(deps.db, taskId, deps.clock.now());
+      return taskFactStep(deps, taskId, async (tx, locked, { token }) => {
+        let task = locked;
+        const rows = await tx
+          .select()
+          .from(callbackInbox)
+          .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
+          .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
+          .for('update');
+        const processed: Processed = new Map();
+        for (const row of rows) task = await applyOne(tx, token, task, row, processed);
+        await markProcessed(tx, processed);
+        // A cancel that arrived while the submit outcome was open is honoured once the job is known.
+        if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
+          await casTaskStatus(tx, token, {
+            taskId,
+            from: task.status,
+            expectedVersion: task.status_version,
+            to: 'CANCEL_REQUESTED',
+            sourceEvent: 'workflow.deferred-cancel',
+            actor: 'workflow',
+            attemptId: task.active_attempt_id,
+          });
+        }
+      });
     },
   };
 }

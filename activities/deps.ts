@@ -2,7 +2,9 @@
 // to createTaskActivities(); tests pass real test databases and servers.
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
-import type { Db } from '../db/client';
+import type { Db, Tx } from '../db/client';
+import { inTaskTransaction, type TaskLock, type TaskTransactionOptions, type TaskTransactionResult } from '../db/task-tx';
+import type { TaskFacts } from '../domain/facts';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
 import { InvalidTransitionError } from '../db/tasks';
@@ -10,7 +12,7 @@ import { plusUpToHalf } from '../domain/backoff';
 import { FailureType } from '../domain/errors';
 import { modeForbids } from '../domain/modes';
 import type { ProviderAdapter } from '../providers/types';
-import type { StorageLocation } from '../db/schema';
+import type { StorageLocation, TaskRow } from '../db/schema';
 import type { ObjectStorage } from '../storage/s3';
 import type { PollDemand } from './poll-demand';
 import type { ProviderGuard } from './provider-guard';
@@ -181,6 +183,47 @@ export async function fenced<T>(deps: TaskActivityDeps, work: (token: FenceToken
   } catch (err) {
     throw toActivityFailure(err, deps.modePauseRetryMs);
   }
+}
+
+/**
+ * One transaction on one task (db/task-tx.ts): the fence, the mode and the task row taken in the
+ * round trip that begins it, the facts read in the one that commits it. Its refusals (fence,
+ * mode) become the activity failures fenced() gives.
+ */
+export async function inTaskStep<T>(
+  deps: TaskActivityDeps,
+  taskId: string,
+  work: (tx: Tx, lock: TaskLock) => Promise<T>,
+  options: TaskTransactionOptions = {},
+): Promise<TaskTransactionResult<T>> {
+  try {
+    return await inTaskTransaction(deps.db, deps.fence, taskId, work, options);
+  } catch (err) {
+    throw toActivityFailure(err, deps.modePauseRetryMs);
+  }
+}
+
+/**
+ * A fact step that is one task transaction: `work` gets the task (NotFound when there is none)
+ * and the step returns the facts after the commit.
+ */
+export async function taskFactStep(
+  deps: TaskActivityDeps,
+  taskId: string,
+  work: (tx: Tx, task: TaskRow, lock: TaskLock) => Promise<unknown>,
+  options: Omit<TaskTransactionOptions, 'facts'> = {},
+): Promise<TaskFacts> {
+  const { facts } = await inTaskStep(
+    deps,
+    taskId,
+    async (tx, lock) => {
+      if (!lock.task) throw notFound(`task ${taskId}`);
+      await work(tx, lock.task, lock);
+    },
+    { ...options, facts: () => deps.clock.now() },
+  );
+  if (!facts) throw notFound(`task ${taskId}`);
+  return facts;
 }
 
 /** Throws a retryable FenceRejected when this process's submit switch is closed. */

@@ -2,16 +2,16 @@
 import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import type { Tx } from '../db/client';
-import { holdFence, type FenceToken } from '../db/fence';
-import { ModePausedError, assertModeAllows } from '../db/modes';
+import { ModePausedError } from '../db/modes';
+import type { TaskLock } from '../db/task-tx';
+import { modeForbids } from '../domain/modes';
 import { generationTask, taskAttempt } from '../db/schema';
-import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
+import { applyTaskEvent, casTaskStatus } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
-import { fenced, notFound, type TaskActivityDeps } from './deps';
+import { taskFactStep, type TaskActivityDeps } from './deps';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
 import { failedUncharged, finishTask } from '../db/settlement';
-import { readTaskFacts } from './task-facts';
 
 /**
  * Attempt ids are derived from (task id, attempt number), name-based like a UUIDv5: every
@@ -34,22 +34,27 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
    * budget. `pause: 'stay'` returns without a change where the mode forbids a new provider job
    * (instead of throwing ModePaused), so the caller's earlier writes commit.
    */
-  async function prepareLocked(tx: Tx, token: FenceToken, task: TaskRow, pause: 'throw' | 'stay'): Promise<void> {
+  async function prepareLocked(tx: Tx, lock: TaskLock, task: TaskRow, pause: 'throw' | 'stay'): Promise<void> {
+    const { token } = lock;
     const taskId = task.task_id;
     if (task.status !== 'DISPATCHING') return;
     if (task.cancel_requested_at) {
       await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
       return;
     }
-    const history = await tx
-      .select({
-        attempt_no: taskAttempt.attempt_no,
-        provider: taskAttempt.provider,
-        submit_state: taskAttempt.submit_state,
-        unknown_since: taskAttempt.unknown_since,
-      })
-      .from(taskAttempt)
-      .where(eq(taskAttempt.task_id, taskId));
+    // Attempts are only created here, with the task naming the new one in the same transaction:
+    // a task with no active attempt has none yet.
+    const history = task.active_attempt_id
+      ? await tx
+          .select({
+            attempt_no: taskAttempt.attempt_no,
+            provider: taskAttempt.provider,
+            submit_state: taskAttempt.submit_state,
+            unknown_since: taskAttempt.unknown_since,
+          })
+          .from(taskAttempt)
+          .where(eq(taskAttempt.task_id, taskId))
+      : [];
     const used = history.length;
     const attemptNo = used + 1;
     if (attemptNo > deps.settings.maxSubmitAttempts) {
@@ -61,12 +66,10 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
       return;
     }
     // QUEUE_ONLY / RECONCILE_ONLY: no new provider job. The task waits here (ModePaused, retried).
-    // The check is a read, so catching its error leaves the transaction usable.
-    try {
-      await assertModeAllows(tx, token.scope, 'submit');
-    } catch (err) {
-      if (pause === 'stay' && err instanceof ModePausedError) return;
-      throw err;
+    // The mode is the fence row's, share-locked since the transaction began.
+    if (modeForbids(lock.mode, 'submit')) {
+      if (pause === 'stay') return;
+      throw new ModePausedError(lock.mode, 'submit');
     }
     const route = routeNextAttempt({ taskId, request: task.request, provider: task.provider, providerModel: task.provider_model }, history, {
       available: Object.keys(deps.providers),
@@ -111,28 +114,14 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
   return {
     /** QUEUED → DISPATCHING. A no-op in any later state. */
     async dispatchTask(taskId: string): Promise<TaskFacts> {
-      await fenced(deps, (token) =>
-        deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          const task = await lockTask(tx, taskId);
-          if (!task) throw notFound(`task ${taskId}`);
-          await applyTaskEvent(tx, token, task, { type: 'DISPATCH' }, { sourceEvent: 'workflow.dispatch', actor: 'workflow' });
-        }),
+      return taskFactStep(deps, taskId, (tx, task, { token }) =>
+        applyTaskEvent(tx, token, task, { type: 'DISPATCH' }, { sourceEvent: 'workflow.dispatch', actor: 'workflow' }),
       );
-      return readTaskFacts(deps.db, taskId, deps.clock.now());
     },
 
     /** DISPATCHING → SUBMITTING with attempt N in PREPARED (prepareLocked). A no-op in any other state. */
     async prepareAttempt(taskId: string): Promise<TaskFacts> {
-      await fenced(deps, (token) =>
-        deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          const task = await lockTask(tx, taskId);
-          if (!task) throw notFound(`task ${taskId}`);
-          await prepareLocked(tx, token, task, 'throw');
-        }),
-      );
-      return readTaskFacts(deps.db, taskId, deps.clock.now());
+      return taskFactStep(deps, taskId, (tx, task, lock) => prepareLocked(tx, lock, task, 'throw'));
     },
 
     /**
@@ -142,27 +131,22 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
      * waits for the mode (docs/decisions/0006). A task already past QUEUED is only prepared.
      */
     async dispatchAndPrepare(taskId: string): Promise<TaskFacts> {
-      await fenced(deps, (token) =>
-        deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
-          let task = await lockTask(tx, taskId);
-          if (!task) throw notFound(`task ${taskId}`);
-          if (task.status === 'QUEUED') {
-            const version = await casTaskStatus(tx, token, {
-              taskId,
-              from: 'QUEUED',
-              expectedVersion: task.status_version,
-              to: 'DISPATCHING',
-              sourceEvent: 'workflow.dispatch',
-              actor: 'workflow',
-            });
-            if (version === null) throw new Error(`task ${taskId} changed under its row lock`);
-            task = { ...task, status: 'DISPATCHING', status_version: version };
-          }
-          await prepareLocked(tx, token, task, 'stay');
-        }),
-      );
-      return readTaskFacts(deps.db, taskId, deps.clock.now());
+      return taskFactStep(deps, taskId, async (tx, locked, lock) => {
+        let task = locked;
+        if (task.status === 'QUEUED') {
+          const version = await casTaskStatus(tx, lock.token, {
+            taskId,
+            from: 'QUEUED',
+            expectedVersion: task.status_version,
+            to: 'DISPATCHING',
+            sourceEvent: 'workflow.dispatch',
+            actor: 'workflow',
+          });
+          if (version === null) throw new Error(`task ${taskId} changed under its row lock`);
+          task = { ...task, status: 'DISPATCHING', status_version: version };
+        }
+        await prepareLocked(tx, lock, task, 'stay');
+      });
     },
   };
 }

@@ -5,67 +5,83 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { and, eq } from 'drizzle-orm';
-import { holdFence } from '../db/fence';
 import { asset, generationTask } from '../db/schema';
-import { lockTask } from '../db/tasks';
 import { findModel, priceFor, type Resolution } from '../domain/catalog';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
 import { InvalidMediaError, type MediaInfo } from '../media/media-info';
 import { probeStored } from '../media/probe';
-import { fenced, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
+import { inTaskStep, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 import type { ThumbnailFollowUp } from './thumbnail';
 
+/** The video asset the media step validates: what a rescue recorded. */
+export type StoredVideo = Pick<typeof asset.$inferSelect, 'asset_id' | 'location' | 'object_key' | 'size_bytes'>;
+
 export function createMediaActivities(deps: TaskActivityDeps, thumbnails: ThumbnailFollowUp) {
+  /** The task's video asset, when the task is in PROCESSING_MEDIA (null: nothing to do). */
+  async function videoToCheck(taskId: string): Promise<StoredVideo | null> {
+    const [row] = await deps.db
+      .select({
+        status: generationTask.status,
+        video: { asset_id: asset.asset_id, location: asset.location, object_key: asset.object_key, size_bytes: asset.size_bytes },
+      })
+      .from(generationTask)
+      .leftJoin(asset, and(eq(asset.task_id, generationTask.task_id), eq(asset.kind, 'video')))
+      .where(eq(generationTask.task_id, taskId));
+    if (!row) throw notFound(`task ${taskId}`);
+    if (row.status !== 'PROCESSING_MEDIA') return null;
+    if (!row.video) throw ApplicationFailure.create({ type: FailureType.InvalidState, message: `task ${taskId} has no video asset`, nonRetryable: true });
+    return row.video;
+  }
+
+  /** Validates `video` and finishes the task in one task transaction; the facts after it. */
+  async function check(taskId: string, video: StoredVideo): Promise<TaskFacts | null> {
+    // The video is read where the rescue stored it.
+    const store = storageAt(deps, video.location);
+    const url = await store.presignGet(video.object_key, 900);
+    let info: MediaInfo | null = null;
+    let invalid: string | null = null;
+    try {
+      // The MP4's boxes in process when it can, ffprobe on the presigned URL otherwise.
+      info = await probeStored(store, video.object_key, Number(video.size_bytes), url);
+    } catch (err) {
+      if (!(err instanceof InvalidMediaError)) throw err;
+      invalid = err.message;
+    }
+    const { facts } = await inTaskStep(
+      deps,
+      taskId,
+      async (tx, { token, task: current }) => {
+        if (!current || current.status !== 'PROCESSING_MEDIA') return;
+        if (!info) {
+          await finishTask(tx, token, current, failedUncharged('workflow.media-invalid', 'INVALID_MEDIA', invalid ?? 'invalid media'));
+          return;
+        }
+        await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
+        await finishTask(tx, token, current, {
+          to: 'SUCCEEDED',
+          charge: chargeFor(current.request, current.reserved_amount, info),
+          sourceEvent: 'workflow.media-valid',
+          actor: 'workflow',
+          detail: { duration_seconds: info.durationSeconds, codec: info.videoCodec },
+        });
+      },
+      { facts: () => deps.clock.now() },
+    );
+    return facts;
+  }
+
   return {
-    async processMedia(taskId: string): Promise<TaskFacts> {
-      await withHeartbeat(() =>
-        fenced(deps, async (token) => {
-          const [task] = await deps.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
-          if (!task) throw notFound(`task ${taskId}`);
-          if (task.status !== 'PROCESSING_MEDIA') return;
-          const [video] = await deps.db
-            .select()
-            .from(asset)
-            .where(and(eq(asset.task_id, taskId), eq(asset.kind, 'video')));
-          if (!video) throw ApplicationFailure.create({ type: FailureType.InvalidState, message: `task ${taskId} has no video asset`, nonRetryable: true });
-
-          // The video is read where the rescue stored it.
-          const store = storageAt(deps, video.location);
-          const url = await store.presignGet(video.object_key, 900);
-          let info: MediaInfo | null = null;
-          let invalid: string | null = null;
-          try {
-            // The MP4's boxes in process when it can, ffprobe on the presigned URL otherwise.
-            info = await probeStored(store, video.object_key, Number(video.size_bytes), url);
-          } catch (err) {
-            if (!(err instanceof InvalidMediaError)) throw err;
-            invalid = err.message;
-          }
-
-          await deps.db.transaction(async (tx) => {
-            await holdFence(tx, token);
-            const current = await lockTask(tx, taskId);
-            if (!current || current.status !== 'PROCESSING_MEDIA') return;
-            if (!info) {
-              await finishTask(tx, token, current, failedUncharged('workflow.media-invalid', 'INVALID_MEDIA', invalid ?? 'invalid media'));
-              return;
-            }
-            await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
-            await finishTask(tx, token, current, {
-              to: 'SUCCEEDED',
-              charge: chargeFor(current.request, current.reserved_amount, info),
-              sourceEvent: 'workflow.media-valid',
-              actor: 'workflow',
-              detail: { duration_seconds: info.durationSeconds, codec: info.videoCodec },
-            });
-          });
-        }),
-      );
-      const facts = await readTaskFacts(deps.db, taskId, deps.clock.now());
+    /** `video`: the asset the rescue just recorded (its own run), else read with the task. */
+    async processMedia(taskId: string, video?: StoredVideo): Promise<TaskFacts> {
+      const checked = await withHeartbeat(async () => {
+        const toCheck = video ?? (await videoToCheck(taskId));
+        return toCheck ? check(taskId, toCheck) : null;
+      });
+      const facts = checked ?? (await readTaskFacts(deps.db, taskId, deps.clock.now()));
       // After SUCCEEDED (this run's or an earlier one's: a retry after a lost answer asks again,
       // and the maker finds the row it wrote): the thumbnail, in the background of this worker.
       if (facts.status === 'SUCCEEDED') thumbnails.after(taskId, Context.current().log);

@@ -8,21 +8,24 @@ import { SpanKind } from '@opentelemetry/api';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
+import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
-import { asset, taskAttempt, type StorageLocation } from '../db/schema';
-import { applyTaskEvent, casTaskStatus, lockTask, newId } from '../db/tasks';
+import { inTaskTransaction } from '../db/task-tx';
+import { asset, taskAttempt, type StorageLocation, type TaskRow } from '../db/schema';
+import { applyTaskEvent, casTaskStatus, newId } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import { inSpan } from '../observability/trace-context';
 import { outputObjectKey } from '../storage/s3';
-import { fenced, notFound, withHeartbeat, type TaskActivityDeps } from './deps';
+import { notFound, toActivityFailure, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createSafeDispatcher } from '../net/safe-fetch';
 import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget } from './output-download';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
+import type { StoredVideo } from './process-media';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
 
@@ -40,7 +43,7 @@ type AttemptRow = typeof taskAttempt.$inferSelect;
 
 /** What step 1 found to fetch. */
 interface FetchTarget {
-  readonly task: NonNullable<Awaited<ReturnType<typeof lockTask>>>;
+  readonly task: TaskRow;
   readonly attempt: AttemptRow;
 }
 
@@ -51,9 +54,9 @@ interface FetchOutcome {
   readonly outputUrl: string | null;
 }
 
-/** The step after a stored output (activities/process-media.ts), run in the same activity. */
+/** The step after a stored output (activities/process-media.ts), run in the same activity; `video`: the asset just recorded. */
 export interface NextMediaStep {
-  processMedia(taskId: string): Promise<TaskFacts>;
+  processMedia(taskId: string, video?: StoredVideo): Promise<TaskFacts>;
 }
 
 /** The provider URL without its query and fragment: where the bytes came from, without the signature. */
@@ -187,50 +190,68 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
   /** FETCHING_OUTPUT → OUTPUT_AT_RISK when the provider URL expires within the margin; true if moved now. */
   async function markAtRisk(token: FenceToken, taskId: string, deadline: Date | null, reason: string): Promise<boolean> {
     if (!deadline || deps.clock.now().getTime() < deadline.getTime() - deps.settings.outputAtRiskMarginMs) return false;
-    return deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const task = await lockTask(tx, taskId);
-      if (!task) return false;
-      const moved = await applyTaskEvent(
-        tx,
-        token,
-        task,
-        { type: 'OUTPUT_DEADLINE_NEAR' },
-        {
-          sourceEvent: 'workflow.output-at-risk',
-          actor: 'workflow',
-          attemptId: task.active_attempt_id,
-          detail: { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) },
-        },
-      );
-      return moved !== null;
-    });
+    const { value } = await inTaskTransaction(
+      deps.db,
+      deps.fence,
+      taskId,
+      async (tx, { task }) => {
+        if (!task) return false;
+        const moved = await applyTaskEvent(
+          tx,
+          token,
+          task,
+          { type: 'OUTPUT_DEADLINE_NEAR' },
+          {
+            sourceEvent: 'workflow.output-at-risk',
+            actor: 'workflow',
+            attemptId: task.active_attempt_id,
+            detail: { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) },
+          },
+        );
+        return moved !== null;
+      },
+      { token },
+    );
+    return value;
   }
 
-  /** Step 1: PROVIDER_SUCCEEDED → FETCHING_OUTPUT; the task and its attempt, or null when there is nothing to fetch. */
-  async function startFetch(token: FenceToken, taskId: string): Promise<FetchTarget | null> {
-    return deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const task = await lockTask(tx, taskId);
-      if (!task) throw notFound(`task ${taskId}`);
-      const d = decide(task.status, { type: 'OUTPUT_FETCH_STARTED' });
-      if (d.kind === 'move') {
-        await casTaskStatus(tx, token, {
-          taskId,
-          from: task.status,
-          expectedVersion: task.status_version,
-          to: d.to,
-          sourceEvent: 'workflow.rescue-output',
-          actor: 'workflow',
-          attemptId: task.active_attempt_id,
-        });
-      } else if (!FETCHING.includes(task.status)) {
-        return null;
-      }
-      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
-      if (!attempt) throw notFound(`attempt of task ${taskId}`);
-      return { task, attempt };
-    });
+  /**
+   * Step 1: PROVIDER_SUCCEEDED → FETCHING_OUTPUT; the task and its attempt, or null when there is
+   * nothing to fetch (then with the facts). Its token is the rescue's: every later write commits
+   * under it or not at all.
+   */
+  async function startFetch(taskId: string): Promise<{ target: FetchTarget | null; token: FenceToken; facts: TaskFacts | null }> {
+    const { value, facts } = await inTaskTransaction(
+      deps.db,
+      deps.fence,
+      taskId,
+      async (tx, { task, token }) => ({ target: await startLocked(tx, token, taskId, task), token }),
+      {
+        facts: () => deps.clock.now(),
+      },
+    );
+    return { ...value, facts };
+  }
+
+  async function startLocked(tx: Tx, token: FenceToken, taskId: string, task: TaskRow | null): Promise<FetchTarget | null> {
+    if (!task) throw notFound(`task ${taskId}`);
+    const d = decide(task.status, { type: 'OUTPUT_FETCH_STARTED' });
+    if (d.kind === 'move') {
+      await casTaskStatus(tx, token, {
+        taskId,
+        from: task.status,
+        expectedVersion: task.status_version,
+        to: d.to,
+        sourceEvent: 'workflow.rescue-output',
+        actor: 'workflow',
+        attemptId: task.active_attempt_id,
+      });
+    } else if (!FETCHING.includes(task.status)) {
+      return null;
+    }
+    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
+    if (!attempt) throw notFound(`attempt of task ${taskId}`);
+    return { task, attempt };
   }
 
   /**
@@ -273,69 +294,89 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     }
   }
 
-  /** Step 3: record the asset and move on to PROCESSING_MEDIA, or record the loss (FAILED OUTPUT_LOST). */
-  async function recordOutcome(token: FenceToken, taskId: string, attempt: AttemptRow, key: string, outcome: FetchOutcome): Promise<void> {
+  /**
+   * Step 3: record the asset and move on to PROCESSING_MEDIA, or record the loss (FAILED
+   * OUTPUT_LOST). The asset recorded now (null when none was), and the facts after.
+   */
+  async function recordOutcome(token: FenceToken, taskId: string, attempt: AttemptRow, key: string, outcome: FetchOutcome) {
     const { object, lostReason, outputUrl } = outcome;
-    await deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const current = await lockTask(tx, taskId);
-      if (!current || !FETCHING.includes(current.status)) return;
-      if (!object) {
-        await finishTask(tx, token, current, failedUncharged('workflow.output-lost', 'OUTPUT_LOST', lostReason ?? 'output lost'));
-        return;
-      }
-      await tx
-        .insert(asset)
-        .values({
-          asset_id: newId(),
-          tenant_id: current.tenant_id,
-          task_id: current.task_id,
-          attempt_id: attempt.attempt_id,
-          kind: 'video',
-          bucket: object.bucket,
-          region: deps.storage.region,
-          location: object.location,
-          object_key: key,
-          sha256: object.sha256,
-          size_bytes: object.size,
-          content_type: object.contentType,
-          source_url: outputUrl ? sourceUrlOf(outputUrl) : null,
-          downloaded_at: deps.clock.now(),
-          download_ms: object.downloadMs,
-        })
-        .onConflictDoNothing();
-      await casTaskStatus(tx, token, {
-        taskId,
-        from: current.status,
-        expectedVersion: current.status_version,
-        to: 'PROCESSING_MEDIA',
-        sourceEvent: 'workflow.output-stored',
-        actor: 'workflow',
-        attemptId: attempt.attempt_id,
-        detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
-      });
-    });
+    const assetId = newId();
+    const { value, facts } = await inTaskTransaction(
+      deps.db,
+      deps.fence,
+      taskId,
+      async (tx, { task: current }): Promise<StoredVideo | null> => {
+        if (!current || !FETCHING.includes(current.status)) return null;
+        if (!object) {
+          await finishTask(tx, token, current, failedUncharged('workflow.output-lost', 'OUTPUT_LOST', lostReason ?? 'output lost'));
+          return null;
+        }
+        const [stored] = await tx
+          .insert(asset)
+          .values({
+            asset_id: assetId,
+            tenant_id: current.tenant_id,
+            task_id: current.task_id,
+            attempt_id: attempt.attempt_id,
+            kind: 'video',
+            bucket: object.bucket,
+            region: deps.storage.region,
+            location: object.location,
+            object_key: key,
+            sha256: object.sha256,
+            size_bytes: object.size,
+            content_type: object.contentType,
+            source_url: outputUrl ? sourceUrlOf(outputUrl) : null,
+            downloaded_at: deps.clock.now(),
+            download_ms: object.downloadMs,
+          })
+          .onConflictDoNothing()
+          .returning({ asset_id: asset.asset_id, location: asset.location, object_key: asset.object_key, size_bytes: asset.size_bytes });
+        await casTaskStatus(tx, token, {
+          taskId,
+          from: current.status,
+          expectedVersion: current.status_version,
+          to: 'PROCESSING_MEDIA',
+          sourceEvent: 'workflow.output-stored',
+          actor: 'workflow',
+          attemptId: attempt.attempt_id,
+          detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
+        });
+        // Null when an asset row was there already (an earlier run's): the media step reads it.
+        return stored ?? null;
+      },
+      { token, facts: () => deps.clock.now() },
+    );
+    return { video: value, facts };
+  }
+
+  /** The three steps under one token; the facts where the last step read them (null: read them after). */
+  async function rescue(taskId: string): Promise<{ facts: TaskFacts | null; video: StoredVideo | null }> {
+    const started = await startFetch(taskId);
+    if (!started.target) return { facts: started.facts, video: null };
+    const { token } = started;
+    const { task, attempt } = started.target;
+    const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
+    const outcome = await fetchOutput(token, taskId, attempt, key);
+    if (!outcome) return { facts: null, video: null };
+    return recordOutcome(token, taskId, attempt, key, outcome);
   }
 
   return {
     async rescueOutput(taskId: string): Promise<TaskFacts> {
-      await withHeartbeat(() =>
-        fenced(deps, async (token) => {
-          const target = await startFetch(token, taskId);
-          if (!target) return;
-          const { task, attempt } = target;
-          const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
-          const outcome = await fetchOutput(token, taskId, attempt, key);
-          if (!outcome) return;
-          await recordOutcome(token, taskId, attempt, key, outcome);
-        }),
-      );
-      const after = await readTaskFacts(deps.db, taskId, deps.clock.now());
+      const rescued = await withHeartbeat(async () => {
+        try {
+          return await rescue(taskId);
+        } catch (err) {
+          throw toActivityFailure(err, deps.modePauseRetryMs);
+        }
+      });
+      const after = rescued.facts ?? (await readTaskFacts(deps.db, taskId, deps.clock.now()));
       // The media step follows in the same activity (docs/decisions/0009): one dispatch and one
       // workflow task fewer between the callback and SUCCEEDED. It decides on the facts as its own
       // step would; if it fails, this activity's retry finds PROCESSING_MEDIA, skips the bytes
       // and runs it again (the workflow's processMedia step remains for runs that stop there).
-      if (after.status === 'PROCESSING_MEDIA') return media.processMedia(taskId);
+      if (after.status === 'PROCESSING_MEDIA') return media.processMedia(taskId, rescued.video ?? undefined);
       return after;
     },
   };

@@ -6,20 +6,21 @@ import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
-import { holdFence, type FenceToken } from '../db/fence';
-import { assertModeAllows } from '../db/modes';
+import type { FenceToken } from '../db/fence';
+import { ModePausedError } from '../db/modes';
+import { inTaskTransaction, type TaskLock } from '../db/task-tx';
+import { modeForbids } from '../domain/modes';
 import { taskAttempt, type AttemptRow, type TaskRow } from '../db/schema';
-import { applyTaskEvent, casTaskStatus, lockTask } from '../db/tasks';
+import { applyTaskEvent, casTaskStatus } from '../db/tasks';
 import { fullJitterDelay, nextPollInterval } from '../domain/backoff';
 import type { TaskFacts } from '../domain/facts';
 import { decide } from '../domain/task-machine';
 import { callbackUrl, createCallbackTokens } from '../providers/callback-token';
 import type { SubmitOutcome } from '../providers/types';
-import { assertSubmitSwitchOpen, fenced, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
+import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { readTaskFacts } from './task-facts';
 import { takeSlot, tenantSlotTerms } from '../db/slot-queue';
 import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
@@ -88,10 +89,10 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
    * to call. A guard ticket taken inside a transaction that then fails (or fails to commit) is
    * given back, so a lost claim cannot hold a half-open probe slot or a retry token.
    */
-  async function claim(token: FenceToken, taskId: string) {
+  async function claim(taskId: string) {
     const held: { admitted: Admitted | null } = { admitted: null };
     try {
-      return await claimTx(token, taskId, (a) => {
+      return await claimTx(taskId, (a) => {
         held.admitted = a;
       });
     } catch (err) {
@@ -100,163 +101,178 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     }
   }
 
-  async function claimTx(token: FenceToken, taskId: string, onAdmitted: (a: Admitted | null) => void) {
-    return deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const task = await lockTask(tx, taskId);
-      if (!task) throw notFound(`task ${taskId}`);
-      if (task.status !== 'SUBMITTING' || !task.active_attempt_id) return null;
-      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id)).for('update');
-      if (!attempt) throw notFound(`attempt ${task.active_attempt_id}`);
-      if (attempt.submit_state === 'SUBMITTING') {
-        await markUnknown(tx, token, task, attempt, 'an earlier submit execution did not record its outcome');
-        return null;
-      }
-      if (attempt.submit_state !== 'PREPARED') return null;
-      if (task.cancel_requested_at) {
-        // Cancelled before the provider was called: nothing to pay for, nothing to cancel there.
-        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED' });
-        await finishTask(tx, token, task, {
-          to: 'CANCELLED',
-          charge: '0',
-          sourceEvent: 'workflow.cancel-before-submit',
-          actor: 'workflow',
-          attemptId: attempt.attempt_id,
-        });
-        return null;
-      }
-      // The task's deadline, set at the API edge: a call that could not finish by then never starts.
-      if (pastDeadline(task, now(), deps.settings.providerCallTimeoutMs)) {
-        await casAttempt(
-          tx,
-          attempt.attempt_id,
-          { from: 'PREPARED' },
-          { submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called' },
-        );
-        await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
-        return null;
-      }
-      // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
-      await assertModeAllows(tx, token.scope, 'submit');
-      // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
-      const admission = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
-      const { ticket } = admission;
-      onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
-      // The bulkhead: a slot from the queue, or the attempt waits for one as a fact (slot_wait) and
-      // its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
-      if (Number.isFinite(admission.ceiling)) {
-        const q = deps.settings.slotQueue;
-        const terms = await tenantSlotTerms(tx, task.tenant_id, attempt.provider, q.tenantDefaults);
-        const slot = await takeSlot(
-          tx,
-          {
-            attemptId: attempt.attempt_id,
-            taskId,
-            provider: attempt.provider,
-            tenantId: task.tenant_id,
-            priority: task.priority,
-            ceiling: admission.ceiling,
-            policy: q.policy,
-            grantTtlMs: q.grantTtlMs,
-            ...terms,
-          },
-          now(),
-        );
-        if (slot.kind === 'waiting') {
-          onAdmitted(null);
-          guard.queued(attempt.provider, admission, attempt.attempt_no);
-          // Never sent, so it may go where there is room now; the next claim takes that slot.
-          const moved = await rerouteWaiting(deps, tx, task, attempt);
-          if (moved) {
-            Context.current().log.info('waiting attempt re-routed to a provider with room', {
-              taskId,
-              attemptId: attempt.attempt_id,
-              from: attempt.provider,
-              to: moved.provider,
-            });
-            return { kind: 'rerouted' as const, task };
-          }
-          return { kind: 'waiting' as const, task, slot };
-        }
-      }
-      await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'SUBMITTING', submit_started_at: now() });
-      return { kind: 'claimed' as const, task, attempt, ticket };
-    });
+  /** The claim's transaction; its token is the unit of work's (the record must commit under it too), its facts what a step without a call returns. */
+  async function claimTx(taskId: string, onAdmitted: (a: Admitted | null) => void) {
+    const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, lock) => claimLocked(tx, taskId, lock, onAdmitted), { facts: now });
+    if (!facts) throw notFound(`task ${taskId}`);
+    return { claimed: value, facts };
   }
 
-  /** Phase 3: record the outcome of the one call. */
-  async function record(token: FenceToken, taskId: string, attemptId: string, outcome: SubmitOutcome): Promise<number | null> {
-    return deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const task = await lockTask(tx, taskId);
-      if (!task) throw notFound(`task ${taskId}`);
-      const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
-      if (!attempt) throw notFound(`attempt ${attemptId}`);
-      const from = task.status;
-      const base = { taskId, from, expectedVersion: task.status_version, actor: 'workflow', attemptId };
-      switch (outcome.kind) {
-        case 'accepted': {
-          const { job } = outcome;
-          const bound = {
-            provider_job_id: sql`coalesce(${taskAttempt.provider_job_id}, ${job.jobId})`,
-            submit_finished_at: now(),
-            provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
-          };
-          const moved = await casAttempt(
-            tx,
-            attemptId,
-            { from: ['SUBMITTING', 'SUBMIT_UNKNOWN'] },
-            { ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() },
-          );
-          if (!moved) {
-            // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
-            // evidence on the attempt, never as a task event.
-            await casAttempt(tx, attemptId, {}, bound);
-            // An attempt proved absent that turns out to have a job: the proof was wrong and the
-            // provider may bill a second job for this task. Say so loudly; an operator decides.
-            if (attempt.submit_state === 'REJECTED') {
-              Context.current().log.error('a provider accepted a job for an attempt proved absent: possible duplicate cost', {
-                taskId,
-                attemptId,
-                provider: attempt.provider,
-                providerJobId: job.jobId,
-              });
-            }
-          }
-          if (!drivesTask(task, attemptId, moved)) return null;
-          const d = decide(from, { type: 'SUBMIT_ACCEPTED' });
-          if (d.kind === 'move') {
-            await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.accepted', detail: { provider_job_id: job.jobId } });
-          }
-          return null;
+  async function claimLocked(tx: Tx, taskId: string, { token, mode, task }: TaskLock, onAdmitted: (a: Admitted | null) => void) {
+    if (!task) throw notFound(`task ${taskId}`);
+    if (task.status !== 'SUBMITTING' || !task.active_attempt_id) return null;
+    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id)).for('update');
+    if (!attempt) throw notFound(`attempt ${task.active_attempt_id}`);
+    if (attempt.submit_state === 'SUBMITTING') {
+      await markUnknown(tx, token, task, attempt, 'an earlier submit execution did not record its outcome');
+      return null;
+    }
+    if (attempt.submit_state !== 'PREPARED') return null;
+    if (task.cancel_requested_at) {
+      // Cancelled before the provider was called: nothing to pay for, nothing to cancel there.
+      await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED' });
+      await finishTask(tx, token, task, {
+        to: 'CANCELLED',
+        charge: '0',
+        sourceEvent: 'workflow.cancel-before-submit',
+        actor: 'workflow',
+        attemptId: attempt.attempt_id,
+      });
+      return null;
+    }
+    // The task's deadline, set at the API edge: a call that could not finish by then never starts.
+    if (pastDeadline(task, now(), deps.settings.providerCallTimeoutMs)) {
+      await casAttempt(
+        tx,
+        attempt.attempt_id,
+        { from: 'PREPARED' },
+        { submit_state: 'CANCELLED', last_error: 'deadline exceeded before the provider was called' },
+      );
+      await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
+      return null;
+    }
+    // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
+    if (modeForbids(mode, 'submit')) throw new ModePausedError(mode, 'submit');
+    // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
+    const admission = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
+    const { ticket } = admission;
+    onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
+    // The bulkhead: a slot from the queue, or the attempt waits for one as a fact (slot_wait) and
+    // its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
+    if (Number.isFinite(admission.ceiling)) {
+      const q = deps.settings.slotQueue;
+      const terms = await tenantSlotTerms(tx, task.tenant_id, attempt.provider, q.tenantDefaults);
+      const slot = await takeSlot(
+        tx,
+        {
+          attemptId: attempt.attempt_id,
+          taskId,
+          provider: attempt.provider,
+          tenantId: task.tenant_id,
+          priority: task.priority,
+          ceiling: admission.ceiling,
+          policy: q.policy,
+          grantTtlMs: q.grantTtlMs,
+          ...terms,
+        },
+        now(),
+      );
+      if (slot.kind === 'waiting') {
+        onAdmitted(null);
+        guard.queued(attempt.provider, admission, attempt.attempt_no);
+        // Never sent, so it may go where there is room now; the next claim takes that slot.
+        const moved = await rerouteWaiting(deps, tx, task, attempt);
+        if (moved) {
+          Context.current().log.info('waiting attempt re-routed to a provider with room', {
+            taskId,
+            attemptId: attempt.attempt_id,
+            from: attempt.provider,
+            to: moved.provider,
+          });
+          return { kind: 'rerouted' as const, task };
         }
-        case 'unknown':
-          await markUnknown(tx, token, task, attempt, outcome.reason);
-          return null;
-        case 'rejected': {
-          const moved = await casAttempt(
-            tx,
-            attemptId,
-            { from: 'SUBMITTING' },
-            {
-              submit_state: 'REJECTED',
-              submit_finished_at: now(),
-              last_error: outcome.reason.slice(0, 2000),
-            },
-          );
-          if (!drivesTask(task, attemptId, moved)) return null;
-          const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
-          const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
-          if (d.kind !== 'move') return null;
-          if (d.to === 'FAILED') {
-            await finishTask(tx, token, task, failedUncharged('submit.rejected', 'PROVIDER_REJECTED', outcome.reason, attemptId));
-            return null;
-          }
-          await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.rejected', detail: { status: outcome.status, reason: outcome.reason } });
-          return outcome.retryAfterMs ?? fullJitterDelay(attempt.attempt_no, 1_000, 30_000, Math.random);
-        }
+        return { kind: 'waiting' as const, task, slot };
       }
+    }
+    await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'SUBMITTING', submit_started_at: now() });
+    return { kind: 'claimed' as const, task, attempt, ticket, token };
+  }
+
+  /** Phase 3: record the outcome of the one call, under the claim's token; the facts after it. */
+  async function record(token: FenceToken, taskId: string, attemptId: string, outcome: SubmitOutcome): Promise<{ retryInMs: number | null; facts: TaskFacts }> {
+    const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, { task }) => recordLocked(tx, token, taskId, task, attemptId, outcome), {
+      token,
+      facts: now,
     });
+    if (!facts) throw notFound(`task ${taskId}`);
+    return { retryInMs: value, facts };
+  }
+
+  async function recordLocked(
+    tx: Tx,
+    token: FenceToken,
+    taskId: string,
+    task: TaskRow | null,
+    attemptId: string,
+    outcome: SubmitOutcome,
+  ): Promise<number | null> {
+    if (!task) throw notFound(`task ${taskId}`);
+    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+    if (!attempt) throw notFound(`attempt ${attemptId}`);
+    const from = task.status;
+    const base = { taskId, from, expectedVersion: task.status_version, actor: 'workflow', attemptId };
+    switch (outcome.kind) {
+      case 'accepted': {
+        const { job } = outcome;
+        const bound = {
+          provider_job_id: sql`coalesce(${taskAttempt.provider_job_id}, ${job.jobId})`,
+          submit_finished_at: now(),
+          provider_status: sql`coalesce(${taskAttempt.provider_status}, ${job.rawStatus})`,
+        };
+        const moved = await casAttempt(
+          tx,
+          attemptId,
+          { from: ['SUBMITTING', 'SUBMIT_UNKNOWN'] },
+          { ...bound, submit_state: 'SUBMITTED', next_poll_at: pollAt() },
+        );
+        if (!moved) {
+          // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
+          // evidence on the attempt, never as a task event.
+          await casAttempt(tx, attemptId, {}, bound);
+          // An attempt proved absent that turns out to have a job: the proof was wrong and the
+          // provider may bill a second job for this task. Say so loudly; an operator decides.
+          if (attempt.submit_state === 'REJECTED') {
+            Context.current().log.error('a provider accepted a job for an attempt proved absent: possible duplicate cost', {
+              taskId,
+              attemptId,
+              provider: attempt.provider,
+              providerJobId: job.jobId,
+            });
+          }
+        }
+        if (!drivesTask(task, attemptId, moved)) return null;
+        const d = decide(from, { type: 'SUBMIT_ACCEPTED' });
+        if (d.kind === 'move') {
+          await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.accepted', detail: { provider_job_id: job.jobId } });
+        }
+        return null;
+      }
+      case 'unknown':
+        await markUnknown(tx, token, task, attempt, outcome.reason);
+        return null;
+      case 'rejected': {
+        const moved = await casAttempt(
+          tx,
+          attemptId,
+          { from: 'SUBMITTING' },
+          {
+            submit_state: 'REJECTED',
+            submit_finished_at: now(),
+            last_error: outcome.reason.slice(0, 2000),
+          },
+        );
+        if (!drivesTask(task, attemptId, moved)) return null;
+        const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
+        const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
+        if (d.kind !== 'move') return null;
+        if (d.to === 'FAILED') {
+          await finishTask(tx, token, task, failedUncharged('submit.rejected', 'PROVIDER_REJECTED', outcome.reason, attemptId));
+          return null;
+        }
+        await casTaskStatus(tx, token, { ...base, to: d.to, sourceEvent: 'submit.rejected', detail: { status: outcome.status, reason: outcome.reason } });
+        return outcome.retryAfterMs ?? fullJitterDelay(attempt.attempt_no, 1_000, 30_000, Math.random);
+      }
+    }
   }
 
   /** How long a waiting workflow sleeps without a wake: the fallback, or less when its deadline comes first. */
@@ -268,6 +284,53 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     return Math.max(1_000, Math.min(fallback, untilDeadline));
   }
 
+  async function submit(taskId: string): Promise<SubmitResult> {
+    assertSubmitSwitchOpen(deps);
+    const { claimed, facts } = await claim(taskId);
+    if (!claimed) return { facts, retryInMs: null, waitMs: null };
+    if (claimed.kind === 'waiting') return { facts, retryInMs: null, waitMs: waitFor(claimed.task) };
+    // Re-routed while waiting: the workflow claims again at once, on the new provider.
+    if (claimed.kind === 'rerouted') return { facts, retryInMs: null, waitMs: null };
+    const { task, attempt, ticket, token } = claimed;
+    const adapter = providerFor(deps, attempt.provider);
+    // The switch closed after the claim (a failover): never call. The attempt stays
+    // SUBMITTING, so whoever runs next records the outcome as unknown and proves it absent.
+    try {
+      assertSubmitSwitchOpen(deps);
+    } catch (err) {
+      guard.release(attempt.provider, ticket, attempt.attempt_no);
+      throw err;
+    }
+    const ctx = Context.current();
+    const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
+    let outcome: SubmitOutcome;
+    const callStarted = Date.now();
+    // Cancelled before the request could leave (a heartbeat timeout): the adapter answers a
+    // retryable rejection without sending. That is our trouble, not the provider's.
+    const cancelledBeforeCall = ctx.cancellationSignal.aborted;
+    try {
+      outcome = await adapter.submit({
+        attemptId: attempt.attempt_id,
+        model: attempt.provider_model,
+        input: providerInput(task.request),
+        // A keyed token, not the (public) attempt id: docs/decisions/0016.
+        webhookUrl: callbackUrl(deps.settings.publicBaseUrl, attempt.provider, tokens.tokenFor(attempt.attempt_id)),
+        signal: ctx.cancellationSignal,
+      });
+    } catch (err) {
+      // An adapter must return a typed outcome; anything thrown is treated as unknown.
+      outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };
+    } finally {
+      clearInterval(beat);
+      deps.routeStats.recordSubmitLatency(attempt.provider, Date.now() - callStarted);
+    }
+    if (cancelledBeforeCall) guard.release(attempt.provider, ticket, attempt.attempt_no);
+    else guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
+    ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
+    const recorded = await record(token, taskId, attempt.attempt_id, outcome);
+    return { facts: recorded.facts, retryInMs: recorded.retryInMs, waitMs: null };
+  }
+
   return {
     /**
      * Submits the task's active attempt to its provider, at most once. With no free slot the
@@ -275,60 +338,11 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
      * the workflow sooner).
      */
     async submitAttempt(taskId: string): Promise<SubmitResult> {
-      let waitMs: number | null = null;
-      const retryInMs = await fenced(deps, async (token) => {
-        assertSubmitSwitchOpen(deps);
-        const claimed = await claim(token, taskId);
-        if (!claimed) return null;
-        if (claimed.kind === 'waiting') {
-          waitMs = waitFor(claimed.task);
-          return null;
-        }
-        // Re-routed while waiting: the workflow claims again at once, on the new provider.
-        if (claimed.kind === 'rerouted') return null;
-        const { task, attempt, ticket } = claimed;
-        const adapter = providerFor(deps, attempt.provider);
-        // The switch closed after the claim (a failover): never call. The attempt stays
-        // SUBMITTING, so whoever runs next records the outcome as unknown and proves it absent.
-        try {
-          assertSubmitSwitchOpen(deps);
-        } catch (err) {
-          guard.release(attempt.provider, ticket, attempt.attempt_no);
-          throw err;
-        }
-        const ctx = Context.current();
-        const beat = setInterval(() => ctx.heartbeat({ phase: 'calling-provider' }), 1_000);
-        let outcome: SubmitOutcome;
-        const callStarted = Date.now();
-        // Cancelled before the request could leave (a heartbeat timeout): the adapter answers a
-        // retryable rejection without sending. That is our trouble, not the provider's.
-        const cancelledBeforeCall = ctx.cancellationSignal.aborted;
-        try {
-          outcome = await adapter.submit({
-            attemptId: attempt.attempt_id,
-            model: attempt.provider_model,
-            input: providerInput(task.request),
-            // A keyed token, not the (public) attempt id: docs/decisions/0016.
-            webhookUrl: callbackUrl(deps.settings.publicBaseUrl, attempt.provider, tokens.tokenFor(attempt.attempt_id)),
-            signal: ctx.cancellationSignal,
-          });
-        } catch (err) {
-          // An adapter must return a typed outcome; anything thrown is treated as unknown.
-          outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };
-        } finally {
-          clearInterval(beat);
-          deps.routeStats.recordSubmitLatency(attempt.provider, Date.now() - callStarted);
-        }
-        if (cancelledBeforeCall) guard.release(attempt.provider, ticket, attempt.attempt_no);
-        else guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
-        ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
-        try {
-          return await record(token, taskId, attempt.attempt_id, outcome);
-        } catch (err) {
-          throw toActivityFailure(err, deps.modePauseRetryMs);
-        }
-      });
-      return { facts: await readTaskFacts(deps.db, taskId, now()), retryInMs, waitMs };
+      try {
+        return await submit(taskId);
+      } catch (err) {
+        throw toActivityFailure(err, deps.modePauseRetryMs);
+      }
     },
   };
 }

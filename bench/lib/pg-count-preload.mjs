@@ -32,18 +32,26 @@ if (file) {
     total += 1;
     const key = text.replace(/\s+/g, ' ').trim().slice(0, 160);
     counts.set(key, (counts.get(key) || 0) + 1);
-    const verb = /^\s*(\w+)(?:\s+(\w+))?/.exec(text);
-    const first = verb ? verb[1].toLowerCase() : '';
-    const second = verb && verb[2] ? verb[2].toLowerCase() : '';
-    if (first === 'begin' || (first === 'start' && second === 'transaction')) open.set(this, '');
-    else if (first === 'commit' || first === 'end') {
-      commit(`tx: ${open.get(this) || '(empty)'}`);
-      open.delete(this);
-    } else if (first === 'rollback' && second !== 'to') {
-      rollbacks += 1;
-      open.delete(this);
-    } else if (!open.has(this)) commit(key);
-    else if (open.get(this) === '') open.set(this, key);
+    // A simple-protocol message may carry several statements ("BEGIN; SELECT …", "SELECT …; COMMIT",
+    // db/task-tx.ts): one round trip, each statement tracked in order. Ours carry no ';' in literals.
+    const given = values !== undefined && typeof values !== 'function' ? values : config && config.values;
+    const parts = !given || (Array.isArray(given) && given.length === 0) ? text.split(';') : [text];
+    for (const part of parts) {
+      const verb = /^\s*(\w+)(?:\s+(\w+))?/.exec(part);
+      if (!verb) continue;
+      const first = verb[1].toLowerCase();
+      const second = verb[2] ? verb[2].toLowerCase() : '';
+      const partKey = part.replace(/\s+/g, ' ').trim().slice(0, 160);
+      if (first === 'begin' || (first === 'start' && second === 'transaction')) open.set(this, '');
+      else if (first === 'commit' || first === 'end') {
+        commit(`tx: ${open.get(this) || '(empty)'}`);
+        open.delete(this);
+      } else if (first === 'rollback' && second !== 'to') {
+        rollbacks += 1;
+        open.delete(this);
+      } else if (!open.has(this)) commit(partKey);
+      else if (open.get(this) === '') open.set(this, partKey);
+    }
     return original.call(this, config, values, callback);
   };
   const flush = () => {

@@ -1,5 +1,6 @@
 // Every fact write holds the region fence in its own transaction (docs/design.md §3, db/fence.ts):
 // a worker whose epoch moved while it was mid-step (a failover bumps it) writes nothing — not
+// the media step's SUCCEEDED (a task transaction: refused once the region is another's), not
 // the poll's next_poll_at nor its inbox row, not the thumbnail's asset row, not the relay's
 // outbox update — and sends no provider cancel the new epoch did not decide.
 import assert from 'node:assert/strict';
@@ -10,7 +11,7 @@ import { cancelTask } from '../../api/tasks.service';
 import { createTask } from '../support/deps';
 import { makeThumbnail } from '../../activities/thumbnail';
 import { acquireFence } from '../../db/fence';
-import { asset, callbackInbox, outboxEvent, taskAttempt } from '../../db/schema';
+import { asset, callbackInbox, generationTask, outboxEvent, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
 import { createGenerationFacade } from '../../temporal/facade';
 import { relayOnce } from '../../workers/outbox-relay';
@@ -19,6 +20,9 @@ import { eventually, temporalClient, testLogger, uniqueQueue } from '../support/
 
 let w: ActivityWorld;
 let cancelCalls = 0;
+let submitCalls = 0;
+/** Runs inside the next provider submit, before the request leaves. */
+let duringSubmit: (() => Promise<void>) | null = null;
 /** While above 0, the media step's presigned GET fails: the rescue stops in PROCESSING_MEDIA. */
 const presignFailures = { left: 0 };
 before(async () => {
@@ -32,6 +36,13 @@ before(async () => {
         cancel: async (...args) => {
           cancelCalls += 1;
           return replicate.cancel(...args);
+        },
+        submit: async (...args) => {
+          submitCalls += 1;
+          const hook = duringSubmit;
+          duringSubmit = null;
+          if (hook) await hook();
+          return replicate.submit(...args);
         },
       };
       return { ...d, storage, providers: { ...d.providers, replicate: counted } };
@@ -48,12 +59,15 @@ const token = async () => (await acquireFence(db(), w.config.FENCE_SCOPE, w.conf
  * `work` read the old epoch at its start; the bump commits once `work` waits on the fence row
  * (or has finished without touching it). Returns what `work` threw, or null.
  */
-async function whileEpochMoves(work: () => Promise<unknown>): Promise<unknown> {
+async function whileEpochMoves(work: () => Promise<unknown>, to: { region?: string } = {}): Promise<unknown> {
   const client = await w.tdb.database.pool.connect();
   try {
     await client.query('BEGIN');
     await client.query('SELECT 1 FROM region_write_fence WHERE resource_scope = $1 FOR UPDATE', [w.config.FENCE_SCOPE]);
-    await client.query('UPDATE region_write_fence SET write_epoch = write_epoch + 1 WHERE resource_scope = $1', [w.config.FENCE_SCOPE]);
+    await client.query('UPDATE region_write_fence SET write_epoch = write_epoch + 1, active_region = coalesce($2, active_region) WHERE resource_scope = $1', [
+      w.config.FENCE_SCOPE,
+      to.region ?? null,
+    ]);
     let settled = false;
     const outcome = work()
       .then(
@@ -130,9 +144,16 @@ describe('a stale-epoch worker writes nothing', () => {
     );
     presignFailures.left = 1;
     await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
-    fenceRejected(await whileEpochMoves(() => w.run('processMedia', id)));
+    // The media step is one task transaction: it takes its token in the statement that begins it
+    // (docs/decisions/0040-task-transactions.md), so what stops it is a failover that committed
+    // while it waited for the fence row: the region is another's by the time it holds the row.
+    fenceRejected(await whileEpochMoves(() => w.run('processMedia', id), { region: 'region-b' }));
     const kinds = (await db().select().from(asset).where(eq(asset.task_id, id))).map((a) => a.kind);
     assert.deepEqual(kinds, ['video'], 'no thumbnail row');
+    assert.equal((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]?.status, 'PROCESSING_MEDIA', 'not SUCCEEDED');
+    await db().execute(
+      sql`UPDATE region_write_fence SET active_region = ${w.config.REGION}, write_epoch = write_epoch + 1 WHERE resource_scope = ${w.config.FENCE_SCOPE}`,
+    );
     assert.equal((await w.run('processMedia', id)).status, 'SUCCEEDED', 'the current epoch finishes it');
 
     // The thumbnail follows SUCCEEDED (activities/thumbnail.ts). Its row taken away again (never
@@ -148,6 +169,34 @@ describe('a stale-epoch worker writes nothing', () => {
       .where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
     fenceRejected(await whileEpochMoves(() => makeThumbnail(w.deps, id)));
     assert.equal((await thumbnailRows()).length, 0, 'no thumbnail row under a moved epoch');
+  });
+
+  test("submit: the outcome is not recorded once the epoch moved during the provider call (the claim's token)", async () => {
+    seq += 1;
+    const created = await createTask(db(), await token(), {
+      tenantId: w.tenantId,
+      idempotencyKey: `fence-writes-${seq}-${Date.now()}`,
+      body: { model: 'minimax/video-01', prompt: `fence ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    });
+    const id = created.task.task_id;
+    await w.run('dispatchTask', id);
+    await w.run('prepareAttempt', id);
+    submitCalls = 0;
+    duringSubmit = async () => {
+      await db().execute(sql`UPDATE region_write_fence SET write_epoch = write_epoch + 1 WHERE resource_scope = ${w.config.FENCE_SCOPE}`);
+    };
+    fenceRejected(
+      await w.run('submitAttempt', id).then(
+        () => null,
+        (err: unknown) => err,
+      ),
+    );
+    const attempts = () => db().select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
+    assert.equal((await attempts())[0]?.submit_state, 'SUBMITTING', 'the outcome was not recorded under the claim token');
+    assert.equal((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]?.status, 'SUBMITTING');
+    // The current epoch finds the attempt mid-call and never calls again: the outcome is unknown.
+    assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMIT_UNKNOWN');
+    assert.equal(submitCalls, 1);
   });
 
   test('cancel: the provider cancel is not sent once the epoch moved after the step began', async () => {
