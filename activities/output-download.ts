@@ -7,6 +7,9 @@
 // The sha256 covers the whole object: a download that starts at byte 0 hashes as it streams; a
 // resumed one re-hashes the completed object from storage (Node's hash state cannot be saved,
 // and reading our own bucket is cheaper and never expires, unlike the provider's URL).
+//
+// An output that declares a length of at most one part has nothing to resume (the resume unit is
+// a part): it is stored with one PUT under its key, without checkpoint rows or a multipart upload.
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
@@ -162,6 +165,26 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
     return { sha256, size: cp.bytes_stored, contentType: 'video/mp4', bytesTransferred: 0, resumed: true };
   }
 
+  /** The whole body of a one-part output, hashed, then stored under its key in one PUT. */
+  async function storeWhole(req: DownloadRequest, body: ReadableStream<Uint8Array>, declared: number): Promise<DownloadedObject> {
+    const { target, key } = req;
+    const hash = createHash('sha256');
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of Readable.fromWeb(body)) {
+      const buf = chunk as Buffer;
+      size += buf.length;
+      if (size > declared) throw new Error(`output longer than its declared ${declared} bytes`);
+      hash.update(buf);
+      chunks.push(buf);
+    }
+    if (size !== declared) throw new Error(`output truncated: ${size} of ${declared} bytes`);
+    const sha256 = hash.digest('hex');
+    await onStorage(target.location, () => target.storage.put(key, Buffer.concat(chunks, size), { contentType: 'video/mp4', sha256 }));
+    req.heartbeat({ phase: 'stored', bytes: size });
+    return { sha256, size, contentType: 'video/mp4', bytesTransferred: size, resumed: false };
+  }
+
   return {
     /**
      * Streams the output into `target` under `${key}.partial`, then publishes it under `key` with
@@ -210,6 +233,14 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
         throw new OutputGoneError(`output content type ${contentType} is not a video`);
       }
 
+      // An output that fits in one part has nothing to resume: a cut download loses at most that
+      // one part either way. It is stored with one PUT under its key (atomic, as the publish
+      // copy is) and no checkpoint rows, partial object or multipart upload.
+      const declared = res.headers.get('content-length');
+      if (!cp && res.status === 200 && declared !== null && Number(declared) <= Math.min(partBytes, maxBytes)) {
+        return storeWhole(req, res.body, Number(declared));
+      }
+
       let resumed = false;
       let total: number | null = null;
       if (res.status === 206 && cp) {
@@ -224,7 +255,6 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
       } else {
         // A whole body: a first download, or the source changed (If-Range) and it starts over.
         if (cp) await discard(req.token, cp, stores);
-        const declared = res.headers.get('content-length');
         total = declared === null ? null : Number(declared);
         const uploadId = await onStorage(target.location, () => target.storage.createUpload(partial, { contentType: 'video/mp4' }));
         cp = {
