@@ -6,7 +6,7 @@ import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
 import { deserializeJob, type StoredJob } from '../db/inbox';
-import { callbackInbox, generationTask, taskAttempt, type TaskRow } from '../db/schema';
+import { callbackInbox, generationTask, taskAttempt, type AttemptRow, type TaskRow } from '../db/schema';
 import { casTaskStatus } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
@@ -39,12 +39,14 @@ export function createInboxActivities(deps: TaskActivityDeps) {
   }
 
   /** Applies one event; returns the task as it is afterwards. */
-  async function applyOne(tx: Tx, token: FenceToken, task: TaskRow, row: InboxRow, processed: Processed): Promise<TaskRow> {
+  /** `locked`: the active attempt as the transaction's opening read it, while no row has changed it yet. */
+  async function applyOne(tx: Tx, token: FenceToken, task: TaskRow, row: InboxRow, processed: Processed, locked: AttemptRow | null): Promise<TaskRow> {
     if (row.attempt_id !== task.active_attempt_id) {
       processed.set(row.inbox_id, 'event for an attempt that is not the active one');
       return task;
     }
-    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, row.attempt_id!)).for('update');
+    const [attempt] =
+      locked?.attempt_id === row.attempt_id ? [locked] : await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, row.attempt_id!)).for('update');
     if (!attempt) {
       processed.set(row.inbox_id, 'attempt not found');
       return task;
@@ -140,30 +142,40 @@ export function createInboxActivities(deps: TaskActivityDeps) {
   return {
     /** Applies every pending inbox row of the task, oldest provider time first. */
     async applyInbox(taskId: string): Promise<TaskFacts> {
-      return taskFactStep(deps, taskId, async (tx, locked, { token }) => {
-        let task = locked;
-        const rows = await tx
-          .select()
-          .from(callbackInbox)
-          .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
-          .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
-          .for('update');
-        const processed: Processed = new Map();
-        for (const row of rows) task = await applyOne(tx, token, task, row, processed);
-        await markProcessed(tx, processed);
-        // A cancel that arrived while the submit outcome was open is honoured once the job is known.
-        if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
-          await casTaskStatus(tx, token, {
-            taskId,
-            from: task.status,
-            expectedVersion: task.status_version,
-            to: 'CANCEL_REQUESTED',
-            sourceEvent: 'workflow.deferred-cancel',
-            actor: 'workflow',
-            attemptId: task.active_attempt_id,
-          });
-        }
-      });
+      return taskFactStep(
+        deps,
+        taskId,
+        async (tx, locked, { token, attempt }) => {
+          let task = locked;
+          const rows = await tx
+            .select()
+            .from(callbackInbox)
+            .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
+            .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
+            .for('update');
+          const processed: Processed = new Map();
+          // The opening read's attempt row serves the first row; a later one re-reads what it changed.
+          let current = attempt;
+          for (const row of rows) {
+            task = await applyOne(tx, token, task, row, processed, current);
+            current = null;
+          }
+          await markProcessed(tx, processed);
+          // A cancel that arrived while the submit outcome was open is honoured once the job is known.
+          if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
+            await casTaskStatus(tx, token, {
+              taskId,
+              from: task.status,
+              expectedVersion: task.status_version,
+              to: 'CANCEL_REQUESTED',
+              sourceEvent: 'workflow.deferred-cancel',
+              actor: 'workflow',
+              attemptId: task.active_attempt_id,
+            });
+          }
+        },
+        { activeAttempt: true },
+      );
     },
   };
 }

@@ -225,15 +225,13 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       deps.db,
       deps.fence,
       taskId,
-      async (tx, { task, token }) => ({ target: await startLocked(tx, token, taskId, task), token }),
-      {
-        facts: () => deps.clock.now(),
-      },
+      async (tx, { task, attempt, token }) => ({ target: await startLocked(tx, token, taskId, task, attempt), token }),
+      { facts: () => deps.clock.now(), activeAttempt: true },
     );
     return { ...value, facts };
   }
 
-  async function startLocked(tx: Tx, token: FenceToken, taskId: string, task: TaskRow | null): Promise<FetchTarget | null> {
+  async function startLocked(tx: Tx, token: FenceToken, taskId: string, task: TaskRow | null, attempt: AttemptRow | null): Promise<FetchTarget | null> {
     if (!task) throw notFound(`task ${taskId}`);
     const d = decide(task.status, { type: 'OUTPUT_FETCH_STARTED' });
     if (d.kind === 'move') {
@@ -249,7 +247,6 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     } else if (!FETCHING.includes(task.status)) {
       return null;
     }
-    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id!));
     if (!attempt) throw notFound(`attempt of task ${taskId}`);
     return { task, attempt };
   }

@@ -103,15 +103,17 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
 
   /** The claim's transaction; its token is the unit of work's (the record must commit under it too), its facts what a step without a call returns. */
   async function claimTx(taskId: string, onAdmitted: (a: Admitted | null) => void) {
-    const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, lock) => claimLocked(tx, taskId, lock, onAdmitted), { facts: now });
+    const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, lock) => claimLocked(tx, taskId, lock, onAdmitted), {
+      facts: now,
+      activeAttempt: true,
+    });
     if (!facts) throw notFound(`task ${taskId}`);
     return { claimed: value, facts };
   }
 
-  async function claimLocked(tx: Tx, taskId: string, { token, mode, task }: TaskLock, onAdmitted: (a: Admitted | null) => void) {
+  async function claimLocked(tx: Tx, taskId: string, { token, mode, task, attempt }: TaskLock, onAdmitted: (a: Admitted | null) => void) {
     if (!task) throw notFound(`task ${taskId}`);
     if (task.status !== 'SUBMITTING' || !task.active_attempt_id) return null;
-    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id)).for('update');
     if (!attempt) throw notFound(`attempt ${task.active_attempt_id}`);
     if (attempt.submit_state === 'SUBMITTING') {
       await markUnknown(tx, token, task, attempt, 'an earlier submit execution did not record its outcome');
@@ -190,9 +192,10 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
 
   /** Phase 3: record the outcome of the one call, under the claim's token; the facts after it. */
   async function record(token: FenceToken, taskId: string, attemptId: string, outcome: SubmitOutcome): Promise<{ retryInMs: number | null; facts: TaskFacts }> {
-    const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, { task }) => recordLocked(tx, token, taskId, task, attemptId, outcome), {
+    const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, lock) => recordLocked(tx, token, taskId, lock, attemptId, outcome), {
       token,
       facts: now,
+      activeAttempt: true,
     });
     if (!facts) throw notFound(`task ${taskId}`);
     return { retryInMs: value, facts };
@@ -202,12 +205,14 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     tx: Tx,
     token: FenceToken,
     taskId: string,
-    task: TaskRow | null,
+    { task, attempt: active }: TaskLock,
     attemptId: string,
     outcome: SubmitOutcome,
   ): Promise<number | null> {
     if (!task) throw notFound(`task ${taskId}`);
-    const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
+    // The claimed attempt is the active one unless the task moved on meanwhile (then read it).
+    const [attempt] =
+      active?.attempt_id === attemptId ? [active] : await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId)).for('update');
     if (!attempt) throw notFound(`attempt ${attemptId}`);
     const from = task.status;
     const base = { taskId, from, expectedVersion: task.status_version, actor: 'workflow', attemptId };

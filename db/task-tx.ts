@@ -17,7 +17,7 @@ import type { AttemptState, SystemMode, TaskStatus } from '../domain/states';
 import type { Db, Tx } from './client';
 import { FenceRejectedError, readFence, type FenceToken } from './fence';
 import { MODE_SETTING, ModePausedError } from './modes';
-import { generationTask, type TaskRow } from './schema';
+import { generationTask, taskAttempt, type AttemptRow, type TaskRow } from './schema';
 
 export interface TaskLock {
   /** The unit of work's token: the one it carried in, or this transaction's fence row's. */
@@ -26,6 +26,8 @@ export interface TaskLock {
   readonly mode: SystemMode;
   /** The task row, locked FOR UPDATE; null when there is no such task. */
   readonly task: TaskRow | null;
+  /** With options.activeAttempt: the task's active attempt row, locked FOR UPDATE after the task (null: none). */
+  readonly attempt: AttemptRow | null;
 }
 
 export interface TaskTransactionOptions {
@@ -39,6 +41,8 @@ export interface TaskTransactionOptions {
   readonly action?: ModeAction;
   /** Read the facts in the commit round trip, `now` giving the clock for the poll time. */
   readonly facts?: () => Date;
+  /** Also lock the task's active attempt in the opening round trip (TaskLock.attempt). */
+  readonly activeAttempt?: boolean;
 }
 
 export interface TaskTransactionResult<T> {
@@ -92,7 +96,7 @@ export async function inTaskTransaction<T>(
   let broken: Error | undefined;
   let open = true;
   try {
-    const opened = await client.query({ text: openingText(fence.scope, taskId), types: DRIZZLE_TYPES });
+    const opened = await client.query({ text: openingText(fence.scope, taskId, options.activeAttempt === true), types: DRIZZLE_TYPES });
     const lock = lockFrom(lastResult(opened).rows[0] as Record<string, unknown> | undefined, fence, options);
     if (!(lock instanceof Error)) {
       const value = await work(transactionOn(db, client), lock);
@@ -117,12 +121,20 @@ export async function inTaskTransaction<T>(
   }
 }
 
-/** Fence row first (share), then the task row (update): the order every fact transaction takes. */
-function openingText(scope: string, taskId: string): string {
-  return `BEGIN; SELECT f.*, set_config(${pg.escapeLiteral(MODE_SETTING)}, f.fence_mode, true) AS fence_mode_set, t.*
+const ATTEMPT_COLUMNS = Object.entries(getTableColumns(taskAttempt));
+/** The attempt's columns under names of their own (its column names overlap the task's). */
+const ATTEMPT_SELECT = ATTEMPT_COLUMNS.map(([, c]) => `a.${c.name} AS "attempt.${c.name}"`).join(', ');
+
+/** Fence row first (share), then the task row (update), then its active attempt's: the order every fact transaction takes. */
+function openingText(scope: string, taskId: string, activeAttempt: boolean): string {
+  const attempt = activeAttempt
+    ? { select: `, ${ATTEMPT_SELECT}`, join: 'LEFT JOIN LATERAL (SELECT * FROM task_attempt WHERE attempt_id = t.active_attempt_id FOR UPDATE) a ON true' }
+    : { select: '', join: '' };
+  return `BEGIN; SELECT f.*, set_config(${pg.escapeLiteral(MODE_SETTING)}, f.fence_mode, true) AS fence_mode_set, t.*${attempt.select}
     FROM (SELECT active_region AS fence_region, write_epoch AS fence_epoch, mode AS fence_mode
           FROM region_write_fence WHERE resource_scope = ${pg.escapeLiteral(scope)} FOR SHARE) f
-    LEFT JOIN LATERAL (SELECT * FROM generation_task WHERE task_id = ${pg.escapeLiteral(taskId)} FOR UPDATE) t ON true`;
+    LEFT JOIN LATERAL (SELECT * FROM generation_task WHERE task_id = ${pg.escapeLiteral(taskId)} FOR UPDATE) t ON true
+    ${attempt.join}`;
 }
 
 /** The lock, or the error that refuses it (the caller rolls back first). */
@@ -138,19 +150,21 @@ function lockFrom(
   const mode = row.fence_mode as SystemMode;
   const action = options.action ?? 'factWrites';
   if (modeForbids(mode, action)) return new ModePausedError(mode, action);
-  return { token, mode, task: row.task_id == null ? null : taskFromDriver(row) };
+  const task = row.task_id == null ? null : (fromDriver(TASK_COLUMNS, row, '') as TaskRow);
+  const attempt = row['attempt.attempt_id'] == null ? null : (fromDriver(ATTEMPT_COLUMNS, row, 'attempt.') as AttemptRow);
+  return { token, mode, task, attempt };
 }
 
 const TASK_COLUMNS = Object.entries(getTableColumns(generationTask));
 
-/** A generation_task row as the driver returned it (drizzle's type parsers) → the row drizzle's select gives. */
-function taskFromDriver(raw: Record<string, unknown>): TaskRow {
+/** A row as the driver returned it (drizzle's type parsers), its columns named `prefix` + name → the row drizzle's select gives. */
+function fromDriver(columns: typeof TASK_COLUMNS | typeof ATTEMPT_COLUMNS, raw: Record<string, unknown>, prefix: string): Record<string, unknown> {
   const row: Record<string, unknown> = {};
-  for (const [key, column] of TASK_COLUMNS) {
-    const value = raw[column.name];
+  for (const [key, column] of columns) {
+    const value = raw[`${prefix}${column.name}`];
     row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
   }
-  return row as TaskRow;
+  return row;
 }
 
 interface FactsRow {
