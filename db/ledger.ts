@@ -75,26 +75,41 @@ export async function grantCredits(
  * account cannot cover it: the caller must roll back (its ledger row is already written) and answer 402.
  */
 export async function reserveCredits(tx: DbOrTx, token: FenceToken, args: { tenantId: string; taskId: string; amount: string }): Promise<boolean> {
-  const inserted = await insertEntry(tx, token, {
-    tenantId: args.tenantId,
-    taskId: args.taskId,
-    businessKey: ledgerKey(args.taskId, 'reserve'),
-    type: 'RESERVE',
-    amount: args.amount,
-  });
-  if (!inserted) throw new Error(`reserve for task ${args.taskId} already exists`);
-  // The account CAS goes last: its row lock is held until COMMIT. On false the caller rolls back.
-  const moved = await tx
-    .update(creditAccount)
-    .set({
-      reserved: sql`${creditAccount.reserved} + ${args.amount}`,
-      version: sql`${creditAccount.version} + 1`,
-      updated_at: sql`now()`,
-    })
-    .where(and(eq(creditAccount.tenant_id, args.tenantId), sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`))
-    .returning({ version: creditAccount.version });
-  if (moved.length === 0) return false;
-  return true;
+  const entry = tx.$with('entry').as(
+    tx
+      .insert(creditLedger)
+      .values(
+        entryRow(token, { tenantId: args.tenantId, taskId: args.taskId, businessKey: ledgerKey(args.taskId, 'reserve'), type: 'RESERVE', amount: args.amount }),
+      )
+      .onConflictDoNothing({ target: creditLedger.business_key })
+      .returning({ id: creditLedger.entry_id }),
+  );
+  // The account CAS, in the same statement, moves only with its ledger row. Its row lock is held
+  // until COMMIT, so the caller makes this its last write. On false the caller rolls back.
+  const moved = tx.$with('moved').as(
+    tx
+      .update(creditAccount)
+      .set({
+        reserved: sql`${creditAccount.reserved} + ${args.amount}`,
+        version: sql`${creditAccount.version} + 1`,
+        updated_at: sql`now()`,
+      })
+      .where(
+        and(
+          eq(creditAccount.tenant_id, args.tenantId),
+          sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`,
+          sql`EXISTS (SELECT 1 FROM ${entry})`,
+        ),
+      )
+      .returning({ version: creditAccount.version }),
+  );
+  const [row] = await tx
+    .with(entry, moved)
+    .select({ entry: entry.id, version: moved.version })
+    .from(entry)
+    .leftJoin(moved, sql`true`);
+  if (!row) throw new Error(`reserve for task ${args.taskId} already exists`);
+  return row.version !== null;
 }
 
 /**
