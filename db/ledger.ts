@@ -19,21 +19,24 @@ interface Entry {
   readonly note?: string;
 }
 
+/** The row of a ledger entry, under the writer's region and epoch. */
+const entryRow = (token: Pick<FenceToken, 'region' | 'epoch'>, e: Entry): typeof creditLedger.$inferInsert => ({
+  entry_id: randomUUID(),
+  tenant_id: e.tenantId,
+  task_id: e.taskId,
+  business_key: e.businessKey,
+  entry_type: e.type,
+  amount: e.amount,
+  region: token.region,
+  write_epoch: token.epoch,
+  note: e.note ?? null,
+});
+
 /** Inserts the ledger row unless its business key exists; true when inserted. */
 async function insertEntry(tx: DbOrTx, token: Pick<FenceToken, 'region' | 'epoch'>, e: Entry): Promise<boolean> {
   const inserted = await tx
     .insert(creditLedger)
-    .values({
-      entry_id: randomUUID(),
-      tenant_id: e.tenantId,
-      task_id: e.taskId,
-      business_key: e.businessKey,
-      entry_type: e.type,
-      amount: e.amount,
-      region: token.region,
-      write_epoch: token.epoch,
-      note: e.note ?? null,
-    })
+    .values(entryRow(token, e))
     .onConflictDoNothing({ target: creditLedger.business_key })
     .returning({ id: creditLedger.entry_id });
   return inserted.length > 0;
@@ -72,31 +75,46 @@ export async function grantCredits(
  * account cannot cover it: the caller must roll back (its ledger row is already written) and answer 402.
  */
 export async function reserveCredits(tx: DbOrTx, token: FenceToken, args: { tenantId: string; taskId: string; amount: string }): Promise<boolean> {
-  const inserted = await insertEntry(tx, token, {
-    tenantId: args.tenantId,
-    taskId: args.taskId,
-    businessKey: ledgerKey(args.taskId, 'reserve'),
-    type: 'RESERVE',
-    amount: args.amount,
-  });
-  if (!inserted) throw new Error(`reserve for task ${args.taskId} already exists`);
-  // The account CAS goes last: its row lock is held until COMMIT. On false the caller rolls back.
-  const moved = await tx
-    .update(creditAccount)
-    .set({
-      reserved: sql`${creditAccount.reserved} + ${args.amount}`,
-      version: sql`${creditAccount.version} + 1`,
-      updated_at: sql`now()`,
-    })
-    .where(and(eq(creditAccount.tenant_id, args.tenantId), sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`))
-    .returning({ version: creditAccount.version });
-  if (moved.length === 0) return false;
-  return true;
+  const entry = tx.$with('entry').as(
+    tx
+      .insert(creditLedger)
+      .values(
+        entryRow(token, { tenantId: args.tenantId, taskId: args.taskId, businessKey: ledgerKey(args.taskId, 'reserve'), type: 'RESERVE', amount: args.amount }),
+      )
+      .onConflictDoNothing({ target: creditLedger.business_key })
+      .returning({ id: creditLedger.entry_id }),
+  );
+  // The account CAS, in the same statement, moves only with its ledger row. Its row lock is held
+  // until COMMIT, so the caller makes this its last write. On false the caller rolls back.
+  const moved = tx.$with('moved').as(
+    tx
+      .update(creditAccount)
+      .set({
+        reserved: sql`${creditAccount.reserved} + ${args.amount}`,
+        version: sql`${creditAccount.version} + 1`,
+        updated_at: sql`now()`,
+      })
+      .where(
+        and(
+          eq(creditAccount.tenant_id, args.tenantId),
+          sql`${creditAccount.balance} - ${creditAccount.reserved} >= ${args.amount}`,
+          sql`EXISTS (SELECT 1 FROM ${entry})`,
+        ),
+      )
+      .returning({ version: creditAccount.version }),
+  );
+  const [row] = await tx
+    .with(entry, moved)
+    .select({ entry: entry.id, version: moved.version })
+    .from(entry)
+    .leftJoin(moved, sql`true`);
+  if (!row) throw new Error(`reserve for task ${args.taskId} already exists`);
+  return row.version !== null;
 }
 
 /**
  * Closes a task's reservation: charges `charge` (≤ reserved) and releases the rest.
- * Idempotent by business key. Returns the amount actually charged by this call's rows.
+ * Idempotent by business key: a second call writes nothing and moves nothing.
  */
 export async function settleReservation(
   tx: DbOrTx,
@@ -108,31 +126,33 @@ export async function settleReservation(
   }
   const release = subMoney(args.reserved, args.charge);
   const note = args.note ? { note: args.note } : {};
-  const settled = await insertEntry(tx, token, {
-    tenantId: args.tenantId,
-    taskId: args.taskId,
-    businessKey: ledgerKey(args.taskId, 'settle'),
-    type: 'SETTLE',
-    amount: args.charge,
-    ...note,
-  });
-  const released = await insertEntry(tx, token, {
-    tenantId: args.tenantId,
-    taskId: args.taskId,
-    businessKey: ledgerKey(args.taskId, 'release'),
-    type: 'RELEASE',
-    amount: release,
-    ...note,
-  });
-  if (settled !== released) throw new Error(`ledger for task ${args.taskId} is half settled`);
-  if (!settled) return;
-  await tx
-    .update(creditAccount)
-    .set({
-      balance: sql`${creditAccount.balance} - ${args.charge}`,
-      reserved: sql`${creditAccount.reserved} - ${args.reserved}`,
-      version: sql`${creditAccount.version} + 1`,
-      updated_at: sql`now()`,
-    })
-    .where(eq(creditAccount.tenant_id, args.tenantId));
+  const task = { tenantId: args.tenantId, taskId: args.taskId, ...note };
+  // Both rows (docs/billing.md) and the account move are one statement: the account moves only
+  // when both rows were inserted by it.
+  const entries = tx.$with('entries').as(
+    tx
+      .insert(creditLedger)
+      .values([
+        entryRow(token, { ...task, businessKey: ledgerKey(args.taskId, 'settle'), type: 'SETTLE', amount: args.charge }),
+        entryRow(token, { ...task, businessKey: ledgerKey(args.taskId, 'release'), type: 'RELEASE', amount: release }),
+      ])
+      .onConflictDoNothing({ target: creditLedger.business_key })
+      .returning({ type: creditLedger.entry_type }),
+  );
+  const moved = tx.$with('moved').as(
+    tx
+      .update(creditAccount)
+      .set({
+        balance: sql`${creditAccount.balance} - ${args.charge}`,
+        reserved: sql`${creditAccount.reserved} - ${args.reserved}`,
+        version: sql`${creditAccount.version} + 1`,
+        updated_at: sql`now()`,
+      })
+      .where(and(eq(creditAccount.tenant_id, args.tenantId), sql`(SELECT count(*) FROM ${entries}) = 2`))
+      .returning({ version: creditAccount.version }),
+  );
+  // `moved` runs though the query does not read it (a data-modifying WITH always runs to completion).
+  const rows = await tx.with(entries, moved).select({ type: entries.type }).from(entries);
+  // One of the two existed already: the caller's transaction rolls back (the account did not move).
+  if (rows.length === 1) throw new Error(`ledger for task ${args.taskId} is half settled`);
 }

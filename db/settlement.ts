@@ -7,7 +7,7 @@ import type { Tx } from './client';
 import type { FenceToken } from './fence';
 import { settleReservation } from './ledger';
 import type { TaskRow } from './schema';
-import { casTaskStatus } from './tasks';
+import { casTaskStatusRow } from './tasks';
 
 export interface FinishArgs {
   readonly to: Extract<TaskStatus, 'SUCCEEDED' | 'FAILED' | 'CANCELLED'>;
@@ -34,7 +34,12 @@ const FINISHED_ATTEMPT_STATES: readonly AttemptState[] = ['SUCCEEDED', 'FAILED',
  * db/slot-queue.ts) and close its reservation. False when the CAS lost.
  */
 export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args: FinishArgs): Promise<boolean> {
-  const version = await casTaskStatus(tx, token, {
+  return (await finishTaskRow(tx, token, task, args)) !== null;
+}
+
+/** finishTask that returns the finished task row (null when the CAS lost), for a caller that would read it again. */
+export async function finishTaskRow(tx: Tx, token: FenceToken, task: TaskRow, args: FinishArgs): Promise<TaskRow | null> {
+  const finished = await casTaskStatusRow(tx, token, {
     taskId: task.task_id,
     from: task.status,
     expectedVersion: task.status_version,
@@ -50,7 +55,7 @@ export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args:
       ...(args.failureMessage ? { failureMessage: redactText(args.failureMessage) } : {}),
     },
   });
-  if (version === null) return false;
+  if (finished === null) return null;
   if (task.active_attempt_id) {
     await casAttempt(tx, task.active_attempt_id, { notFrom: FINISHED_ATTEMPT_STATES }, { submit_state: args.to });
   }
@@ -61,5 +66,5 @@ export async function finishTask(tx: Tx, token: FenceToken, task: TaskRow, args:
     charge: args.charge,
     note: `${args.to.toLowerCase()} via ${args.sourceEvent}`,
   });
-  return true;
+  return finished;
 }

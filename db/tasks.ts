@@ -1,5 +1,5 @@
 // Compare-and-set on a task's status (docs/design.md §3): the only way a task changes state.
-// Each successful CAS writes one task_transition row in the same transaction.
+// Each successful CAS writes one task_transition row, in the same statement.
 import { randomUUID } from 'node:crypto';
 import { and, eq, lte, sql } from 'drizzle-orm';
 import type { TaskStatus } from '../domain/states';
@@ -46,52 +46,62 @@ export interface TaskTransitionInput {
  * Call holdFence(tx, token) earlier in the same transaction.
  */
 export async function casTaskStatus(tx: DbOrTx, token: FenceToken, input: TaskTransitionInput): Promise<number | null> {
+  const row = await casTaskStatusRow(tx, token, input);
+  return row === null ? null : row.status_version;
+}
+
+/**
+ * casTaskStatus that returns the task row as the CAS left it (null when the CAS lost), for a
+ * caller that would otherwise read the task again after moving it.
+ */
+export async function casTaskStatusRow(tx: DbOrTx, token: FenceToken, input: TaskTransitionInput): Promise<TaskRow | null> {
   if (!canTransition(input.from, input.to)) throw new InvalidTransitionError(input.from, input.to);
   const set = input.set ?? {};
-  const updated = await tx
-    .update(generationTask)
-    .set({
-      status: input.to,
-      status_version: sql`${generationTask.status_version} + 1`,
-      home_region: token.region,
-      write_epoch: token.epoch,
-      updated_at: sql`now()`,
-      ...(isTerminal(input.to) ? { terminal_at: sql`now()` } : {}),
-      ...(set.activeAttemptId !== undefined ? { active_attempt_id: set.activeAttemptId } : {}),
-      ...(set.failureCode !== undefined ? { failure_code: set.failureCode } : {}),
-      ...(set.failureMessage !== undefined ? { failure_message: set.failureMessage.slice(0, 2000) } : {}),
-      ...(set.settledAmount !== undefined ? { settled_amount: set.settledAmount } : {}),
-      ...(set.cancelRequestedAt !== undefined ? { cancel_requested_at: set.cancelRequestedAt } : {}),
-    })
-    .where(
-      and(
-        eq(generationTask.task_id, input.taskId),
-        eq(generationTask.status, input.from),
-        eq(generationTask.status_version, input.expectedVersion),
-        // A stale epoch never overwrites a newer one (docs/design.md §3).
-        lte(generationTask.write_epoch, token.epoch),
-      ),
-    )
-    .returning({ version: generationTask.status_version });
-  const row = updated[0];
+  const moved = tx.$with('moved').as(
+    tx
+      .update(generationTask)
+      .set({
+        status: input.to,
+        status_version: sql`${generationTask.status_version} + 1`,
+        home_region: token.region,
+        write_epoch: token.epoch,
+        updated_at: sql`now()`,
+        ...(isTerminal(input.to) ? { terminal_at: sql`now()` } : {}),
+        ...(set.activeAttemptId !== undefined ? { active_attempt_id: set.activeAttemptId } : {}),
+        ...(set.failureCode !== undefined ? { failure_code: set.failureCode } : {}),
+        ...(set.failureMessage !== undefined ? { failure_message: set.failureMessage.slice(0, 2000) } : {}),
+        ...(set.settledAmount !== undefined ? { settled_amount: set.settledAmount } : {}),
+        ...(set.cancelRequestedAt !== undefined ? { cancel_requested_at: set.cancelRequestedAt } : {}),
+      })
+      .where(
+        and(
+          eq(generationTask.task_id, input.taskId),
+          eq(generationTask.status, input.from),
+          eq(generationTask.status_version, input.expectedVersion),
+          // A stale epoch never overwrites a newer one (docs/design.md §3).
+          lte(generationTask.write_epoch, token.epoch),
+        ),
+      )
+      .returning(),
+  );
+  // The transition row is selected from the CAS's own output, in the same statement: a CAS that
+  // matched nothing writes no transition, and a move costs one round trip (docs/performance.md
+  // "A transition in one statement"). The query does not read `logged`; a data-modifying WITH
+  // runs all the same. The triggers on task_transition fire at the statement's end and see the
+  // moved task row (its webhook event is frozen from it, docs/decisions/0018-tenant-webhooks.md).
+  const logged = tx.$with('logged', { id: taskTransition.transition_id }).as(sql`
+    INSERT INTO ${taskTransition}
+      (task_id, from_status, to_status, from_version, to_version, source_event, actor, attempt_id, detail, region, write_epoch)
+    SELECT ${moved.task_id}, ${input.from}, ${moved.status}, ${input.expectedVersion}, ${moved.status_version}, ${input.sourceEvent},
+      ${input.actor}, ${input.attemptId ?? null}, ${input.detail === undefined ? null : JSON.stringify(input.detail)}, ${moved.home_region}, ${moved.write_epoch}
+    FROM ${moved}
+    RETURNING ${taskTransition.transition_id}`);
+  const [row] = await tx.with(moved, logged).select().from(moved);
   if (!row) return null;
-  await tx.insert(taskTransition).values({
-    task_id: input.taskId,
-    from_status: input.from,
-    to_status: input.to,
-    from_version: input.expectedVersion,
-    to_version: row.version,
-    source_event: input.sourceEvent,
-    actor: input.actor,
-    attempt_id: input.attemptId ?? null,
-    detail: input.detail ?? null,
-    region: token.region,
-    write_epoch: token.epoch,
-  });
   // Out of the slot-holding states: the task's slot (or its place in the queue) goes to the
   // next waiter in this same transaction (docs/providers.md "The slot queue").
   if (transitionFreesSlot(input.from, input.to)) await releaseTaskSlots(tx, input.taskId, new Date());
-  return row.version;
+  return row;
 }
 
 /** Records the creation of a task (version 0) as its first transition. */
