@@ -34,6 +34,9 @@ export function createApp(ctx: ApiContext): express.Express {
     next();
   });
 
+  // First of the routes: the busiest (a provider's callbacks), matched before the others are tried.
+  const callbacks = callbackHandlers(ctx);
+  mountRoute(app, '', callbackRoutes.receive, express.raw({ type: () => true, limit: ctx.settings.bodyLimit }), callbacks.receive);
   mountRoute(app, '', systemRoutes.healthz, (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -51,9 +54,6 @@ export function createApp(ctx: ApiContext): express.Express {
     document ??= apiDocument(ctx.settings.publicBaseUrl);
     res.json(document);
   });
-
-  const callbacks = callbackHandlers(ctx);
-  mountRoute(app, '', callbackRoutes.receive, express.raw({ type: () => true, limit: ctx.settings.bodyLimit }), callbacks.receive);
 
   const tasks = taskHandlers(ctx);
   const v1 = express.Router();

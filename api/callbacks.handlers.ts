@@ -30,6 +30,10 @@ export interface CallbackEvent {
 /** 'unknown_token' and 'mismatch' store nothing (docs/security.md "Callbacks"). */
 export type IngestOutcome = 'stored' | 'duplicate' | 'unknown_token' | 'mismatch';
 
+// The 200 bodies of POST /v1/callbacks (api/callbacks.routes.ts), serialised once.
+const ANSWER_STORED = Buffer.from(JSON.stringify({ received: true, duplicate: false }));
+const ANSWER_DUPLICATE = Buffer.from(JSON.stringify({ received: true, duplicate: true }));
+
 /** Longest provider field we store; longer is a 400 naming the field (and never a provider read). */
 const FIELD_LIMITS: readonly [string, (v: VerifiedCallback) => string | null, number][] = [
   ['job id', (v) => v.job.jobId, 256],
@@ -180,7 +184,9 @@ export function callbackHandlers(ctx: ApiContext) {
           'The callback is not about this attempt',
           "the job does not carry this callback URL's correlation token",
         );
-      res.status(200).json({ received: true, duplicate: outcome === 'duplicate' });
+      // The two answers are constant: written as prepared bytes (no serialisation, no ETag hash per callback).
+      res.status(200).setHeader('Content-Type', 'application/json; charset=utf-8');
+      res.end(outcome === 'duplicate' ? ANSWER_DUPLICATE : ANSWER_STORED);
     } catch (err) {
       if (err instanceof SpoolFullError) throw problems.unavailable('callbacks cannot be stored now; redeliver later', 60);
       throw err;

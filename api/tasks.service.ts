@@ -1,20 +1,19 @@
-// Task admission and reads against the fact source. Creation is one transaction: task row
-// (unique tenant + Idempotency-Key), credit reservation, outbox row, first transition.
+// Task admission and reads against the fact source. Creation is one transaction of one statement
+// (db/task-admission.ts): task row (unique tenant + Idempotency-Key), outbox row, first
+// transition, credit reservation.
 import { taskSlotWait } from '../db/slot-queue';
 import { createHash, randomUUID } from 'node:crypto';
-import { and, asc, desc, eq, lt, or, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, lt, or } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { holdFence, type FenceToken } from '../db/fence';
-import { reserveCredits } from '../db/ledger';
-import { recordTaskCreatedEvent } from '../db/outbox';
-import { asset, creditAccount, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
-import { casTaskStatus, lockTask, recordTaskCreated } from '../db/tasks';
+import { FenceRejectedError, holdFence, readFence, type FenceToken } from '../db/fence';
+import { asset, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
+import { casTaskStatus, lockTask } from '../db/tasks';
+import { admitTask } from '../db/task-admission';
 import { taskUrlSigningEndpoint } from '../db/webhooks';
 import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../db/settlement';
 import { canonicalJson } from '../domain/canonical-json';
 import { findModel, priceFor, primaryRoute, requestRefusal } from '../domain/catalog';
-import { subMoney } from '../domain/money';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
@@ -76,37 +75,35 @@ export async function createTask(
   const outboxEventId = randomUUID();
   try {
     const task = await db.transaction(async (tx) => {
-      await holdFence(tx, token);
-      const [task] = await tx
-        .insert(generationTask)
-        .values({
-          task_id: taskId,
-          tenant_id: tenantId,
-          project_id: body.project_id ?? tenantId,
-          home_region: token.region,
-          write_epoch: token.epoch,
-          status: 'QUEUED',
-          idempotency_key: idempotencyKey,
-          reserved_amount: cost,
-          request_hash: hash,
-          request: body,
-          provider: first.provider,
-          provider_model: first.model,
-          priority: body.priority,
-          // On the database's clock, like created_at.
-          deadline_at: sql`now() + make_interval(secs => ${body.deadline_seconds ?? args.defaultDeadlineSeconds})`,
-        })
-        .onConflictDoNothing({ target: [generationTask.tenant_id, generationTask.idempotency_key] })
-        .returning();
-      if (!task) throw new IdempotencyRace();
-      await recordTaskCreatedEvent(tx, token, { eventId: outboxEventId, taskId, tenantId, provider: first.provider, priority: body.priority });
-      await recordTaskCreated(tx, token, taskId, `tenant:${tenantId}`);
-      // Last: the account row stays locked from this update until COMMIT, so keep that short.
-      if (!(await reserveCredits(tx, token, { tenantId, taskId, amount: cost }))) {
-        const [acct] = await tx.select().from(creditAccount).where(eq(creditAccount.tenant_id, tenantId));
-        throw problems.insufficientCredits(cost, acct ? subMoney(acct.balance, acct.reserved) : '0.000000');
+      // One statement for every write (db/task-admission.ts); any refusal rolls the transaction back.
+      const r = await admitTask(tx, token, {
+        taskId,
+        outboxEventId,
+        tenantId,
+        projectId: body.project_id ?? tenantId,
+        idempotencyKey,
+        requestHash: hash,
+        request: body,
+        provider: first.provider,
+        providerModel: first.model,
+        priority: body.priority,
+        cost,
+        // On the database's clock, like created_at.
+        deadlineSeconds: body.deadline_seconds ?? args.defaultDeadlineSeconds,
+        actor: `tenant:${tenantId}`,
+      });
+      switch (r.kind) {
+        case 'admitted':
+          return r.task;
+        case 'fence-rejected':
+          throw new FenceRejectedError(token, await readFence(tx, token.scope));
+        case 'key-taken':
+          throw new IdempotencyRace();
+        case 'reserve-exists':
+          throw new Error(`reserve for task ${taskId} already exists`);
+        case 'insufficient-credits':
+          throw problems.insufficientCredits(cost, r.available);
       }
-      return task;
     });
     return { kind: 'created', task, outboxEventId };
   } catch (err) {

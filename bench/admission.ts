@@ -90,28 +90,47 @@ async function apiPhase(
 }
 
 // The bare admission baseline (issue #19): what one create costs without the API. The create
-// transaction of api/tasks.service.ts createTask() statement for statement (bench/sql/admission-tx.sql,
-// parameterised as the API sends it), then the same workflow start (the world's facade: the
+// transaction of api/tasks.service.ts createTask() statement for statement (BEGIN, the one
+// statement of db/task-admission.ts, COMMIT; bench/sql/admission-tx.sql is the same for pgbench),
+// parameterised as the API sends it, then the same workflow start (the world's facade: the
 // options the API uses) and the same outbox mark. A pool as large as the API's (DATABASE_POOL_MAX).
 const BARE_SQL = {
-  fence: 'SELECT active_region, write_epoch FROM region_write_fence WHERE resource_scope = $1 FOR SHARE',
-  task: `INSERT INTO generation_task (task_id, tenant_id, project_id, home_region, write_epoch, status, idempotency_key,
-      reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
-    VALUES ($1, $2, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, 'replicate', 'minimax/video-01', 0, now() + make_interval(secs => 3600))
-    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING task_id`,
-  outbox: `INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, schema_version, home_region, write_epoch)
-    VALUES ($1, 'generation_task', $2, 'GenerationTaskCreated', $3, 1, $4, $5)`,
-  transition: `INSERT INTO task_transition (task_id, from_status, to_status, from_version, to_version, source_event, actor, region, write_epoch)
-    VALUES ($1, NULL, 'QUEUED', NULL, 0, 'api.create', $2, $3, $4)`,
-  ledger: `INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch)
-    VALUES ($1, $2, $3, $4, 'RESERVE', $5, $6, $7) ON CONFLICT (business_key) DO NOTHING RETURNING entry_id`,
-  cas: `UPDATE credit_account SET reserved = reserved + $2, version = version + 1, updated_at = now()
-    WHERE tenant_id = $1 AND balance - reserved >= $2 RETURNING version`,
+  // The one statement of db/task-admission.ts admitTask(): fence share lock, task, outbox row,
+  // first transition, reserve ledger row and account CAS, each gated on the one before.
+  admit: `WITH fence AS (
+      SELECT 1 FROM region_write_fence WHERE resource_scope = $1 AND active_region = $2 AND write_epoch = $3 FOR SHARE
+    ), task AS (
+      INSERT INTO generation_task (task_id, tenant_id, project_id, home_region, write_epoch, status, idempotency_key,
+          reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
+      SELECT $4::uuid, $5::uuid, $5::uuid, $2::text, $3::bigint, 'QUEUED', $6::text, $7::numeric, $8::text, $9::jsonb,
+          'replicate', 'minimax/video-01', 0, now() + make_interval(secs => 3600)
+      FROM fence
+      ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+      RETURNING *
+    ), outbox AS (
+      INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, schema_version, home_region, write_epoch)
+      SELECT $10::uuid, 'generation_task', task_id, 'GenerationTaskCreated', $11::jsonb, 1, $2::text, $3::bigint FROM task
+    ), transition AS (
+      INSERT INTO task_transition (task_id, from_status, to_status, from_version, to_version, source_event, actor, region, write_epoch)
+      SELECT task_id, NULL, 'QUEUED', NULL::bigint, 0, 'api.create', $12::text, $2::text, $3::bigint FROM task
+    ), ledger AS (
+      INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch, note)
+      SELECT $13::uuid, $5::uuid, task_id, $14::text, 'RESERVE', $7::numeric, $2::text, $3::bigint, NULL FROM task
+      ON CONFLICT (business_key) DO NOTHING
+      RETURNING entry_id
+    ), account AS (
+      UPDATE credit_account SET reserved = reserved + $7::numeric, version = version + 1, updated_at = now()
+      WHERE tenant_id = $5::uuid AND balance - reserved >= $7::numeric AND EXISTS (SELECT 1 FROM ledger)
+      RETURNING version
+    )
+    SELECT EXISTS (SELECT 1 FROM fence) AS fence_held, EXISTS (SELECT 1 FROM ledger) AS reserved, EXISTS (SELECT 1 FROM account) AS moved,
+      (SELECT (balance - reserved)::text FROM credit_account WHERE tenant_id = $5::uuid) AS available_credits, task.*
+    FROM (SELECT 1) AS one LEFT JOIN task ON true`,
   mark: `UPDATE outbox_event SET published_at = now(), publish_attempts = publish_attempts + 1
     WHERE event_id IN (SELECT event_id FROM outbox_event WHERE event_id = $1 AND published_at IS NULL FOR UPDATE SKIP LOCKED)`,
 } as const;
-/** BEGIN, the six statements above up to the CAS, COMMIT, the mark. */
-const BARE_ROUND_TRIPS = 9;
+/** BEGIN, the admission statement, COMMIT, the mark. */
+const BARE_ROUND_TRIPS = 4;
 const BARE_MODE = 'bare: same transaction + start, minimal client';
 
 async function bareCreate(pool: pg.Pool, bw: BenchWorld, tenantId: string, key: string): Promise<void> {
@@ -123,15 +142,26 @@ async function bareCreate(pool: pg.Pool, bw: BenchWorld, tenantId: string, key: 
   const c = await pool.connect();
   try {
     await c.query('BEGIN');
-    const fence = await c.query<{ active_region: string; write_epoch: string }>(BARE_SQL.fence, [config.FENCE_SCOPE]);
-    if (fence.rows[0]?.active_region !== config.REGION || Number(fence.rows[0].write_epoch) !== epoch) throw new Error('fence rejected');
-    const task = await c.query(BARE_SQL.task, [taskId, tenantId, config.REGION, epoch, key, amount, randomUUID(), BODY]);
-    if (task.rowCount !== 1) throw new Error('duplicate key');
-    await c.query(BARE_SQL.outbox, [eventId, taskId, { task_id: taskId, tenant_id: tenantId, provider: 'replicate', priority: 0 }, config.REGION, epoch]);
-    await c.query(BARE_SQL.transition, [taskId, `tenant:${tenantId}`, config.REGION, epoch]);
-    await c.query(BARE_SQL.ledger, [randomUUID(), tenantId, taskId, `task:${taskId}:reserve`, amount, config.REGION, epoch]);
-    const cas = await c.query(BARE_SQL.cas, [tenantId, amount]);
-    if (cas.rowCount !== 1) throw new Error('insufficient credits');
+    const { rows } = await c.query<{ fence_held: boolean; reserved: boolean; moved: boolean; task_id: string | null }>(BARE_SQL.admit, [
+      config.FENCE_SCOPE,
+      config.REGION,
+      epoch,
+      taskId,
+      tenantId,
+      key,
+      amount,
+      randomUUID(),
+      BODY,
+      eventId,
+      { task_id: taskId, tenant_id: tenantId, provider: 'replicate', priority: 0 },
+      `tenant:${tenantId}`,
+      randomUUID(),
+      `task:${taskId}:reserve`,
+    ]);
+    const r = rows[0];
+    if (!r?.fence_held) throw new Error('fence rejected');
+    if (r.task_id === null) throw new Error('duplicate key');
+    if (!r.reserved || !r.moved) throw new Error('insufficient credits');
     await c.query('COMMIT');
   } catch (err) {
     await c.query('ROLLBACK').catch(() => undefined);
@@ -258,7 +288,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
           progress: rep.log,
         }),
       );
-      rows.push(fromPgbench('pgbench: create transaction', p, 8));
+      rows.push(fromPgbench('pgbench: create transaction', p, 3));
       rep.log(`admission: cpu ${describeCpu(p.cpu)}`);
       if (o.casLast) {
         const f = await measured({ cpuGroups: pgGroups }, () =>
@@ -289,7 +319,7 @@ export async function runAdmission(o: AdmissionOptions, rep: Reporter): Promise<
             progress: rep.log,
           }),
         );
-        rows.push(fromPgbench('pgbench: every round trip of a create', f, 13));
+        rows.push(fromPgbench('pgbench: every round trip of a create', f, 6));
         rep.log(`admission: cpu ${describeCpu(f.cpu)}`);
       }
       await sleep(500);

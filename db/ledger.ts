@@ -1,7 +1,7 @@
 // The credit ledger: every movement is a row with a unique business key, and the account row
 // moves only when its ledger row was actually inserted. A retried settle changes nothing.
 import { randomUUID } from 'node:crypto';
-import { and, eq, sql } from 'drizzle-orm';
+import { and, eq, sql, type SQL } from 'drizzle-orm';
 import type { LedgerEntryType } from '../domain/states';
 import { compareMoney, subMoney } from '../domain/money';
 import type { DbOrTx } from './client';
@@ -110,6 +110,30 @@ export async function reserveCredits(tx: DbOrTx, token: FenceToken, args: { tena
     .leftJoin(moved, sql`true`);
   if (!row) throw new Error(`reserve for task ${args.taskId} already exists`);
   return row.version !== null;
+}
+
+/**
+ * The creating statement's reserve (db/task-admission.ts), as reserveCredits writes it, as two CTE
+ * bodies: `entry`, the ledger row for each row of `from.task` (the task row just written), deduped
+ * by its business key, returning `entry_id`; `account`, the CAS, which moves only when the CTE
+ * named `from.entry` (the entry's) inserted its row and the account covers the amount, returning
+ * `version`. The caller rolls back unless both returned a row.
+ */
+export function reserveCreditsFrom(
+  from: { task: SQL; entry: SQL },
+  token: FenceToken,
+  args: { tenantId: string; taskId: string; amount: string },
+): { entry: SQL; account: SQL } {
+  return {
+    entry: sql`INSERT INTO credit_ledger (entry_id, tenant_id, task_id, business_key, entry_type, amount, region, write_epoch, note)
+      SELECT ${randomUUID()}::uuid, ${args.tenantId}::uuid, ${args.taskId}::uuid, ${ledgerKey(args.taskId, 'reserve')}::text, 'RESERVE', ${args.amount}::numeric, ${token.region}::text, ${token.epoch}::bigint, NULL
+      FROM ${from.task}
+      ON CONFLICT (business_key) DO NOTHING
+      RETURNING entry_id`,
+    account: sql`UPDATE credit_account SET reserved = reserved + ${args.amount}::numeric, version = version + 1, updated_at = now()
+      WHERE tenant_id = ${args.tenantId}::uuid AND balance - reserved >= ${args.amount}::numeric AND EXISTS (SELECT 1 FROM ${from.entry})
+      RETURNING version`,
+  };
 }
 
 /**

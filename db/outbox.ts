@@ -1,26 +1,23 @@
 // The transactional outbox (docs/design.md §4): the one module that writes `outbox_event` rows for
 // a task and marks them published. The relay's claim of unpublished rows is workers/outbox-relay.ts.
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import type { FenceToken } from './fence';
 import { outboxEvent } from './schema';
 
-/** Records, in the creating transaction, that the task's workflow is to be started. */
-export async function recordTaskCreatedEvent(
-  tx: DbOrTx,
+/**
+ * The creating statement's outbox row (db/task-admission.ts): that the task's workflow is to be
+ * started, inserted for each row of `gate` (the task row that statement just wrote, or none).
+ */
+export function taskCreatedEventInsert(
+  gate: SQL,
   token: FenceToken,
   event: { readonly eventId: string; readonly taskId: string; readonly tenantId: string; readonly provider: string; readonly priority: number },
-): Promise<void> {
-  await tx.insert(outboxEvent).values({
-    event_id: event.eventId,
-    aggregate_type: 'generation_task',
-    aggregate_id: event.taskId,
-    event_type: 'GenerationTaskCreated',
-    payload: { task_id: event.taskId, tenant_id: event.tenantId, provider: event.provider, priority: event.priority },
-    schema_version: 1,
-    home_region: token.region,
-    write_epoch: token.epoch,
-  });
+): SQL {
+  const payload = { task_id: event.taskId, tenant_id: event.tenantId, provider: event.provider, priority: event.priority };
+  return sql`INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, schema_version, home_region, write_epoch)
+    SELECT ${event.eventId}::uuid, 'generation_task', ${event.taskId}::uuid, 'GenerationTaskCreated', ${JSON.stringify(payload)}::jsonb, 1, ${token.region}::text, ${token.epoch}::bigint
+    FROM ${gate}`;
 }
 
 /**

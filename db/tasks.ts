@@ -1,7 +1,7 @@
 // Compare-and-set on a task's status (docs/design.md §3): the only way a task changes state.
 // Each successful CAS writes one task_transition row, in the same statement.
 import { randomUUID } from 'node:crypto';
-import { and, eq, lte, sql } from 'drizzle-orm';
+import { and, eq, lte, sql, type SQL } from 'drizzle-orm';
 import type { TaskStatus } from '../domain/states';
 import { isTerminal } from '../domain/states';
 import { canTransition, decide, type TaskEvent } from '../domain/task-machine';
@@ -104,19 +104,14 @@ export async function casTaskStatusRow(tx: DbOrTx, token: FenceToken, input: Tas
   return row;
 }
 
-/** Records the creation of a task (version 0) as its first transition. */
-export async function recordTaskCreated(tx: DbOrTx, token: FenceToken, taskId: string, actor: string): Promise<void> {
-  await tx.insert(taskTransition).values({
-    task_id: taskId,
-    from_status: null,
-    to_status: 'QUEUED',
-    from_version: null,
-    to_version: 0,
-    source_event: 'api.create',
-    actor,
-    region: token.region,
-    write_epoch: token.epoch,
-  });
+/**
+ * The creating statement's first transition of a task (version 0, db/task-admission.ts),
+ * inserted for each row of `gate` (the task row that statement just wrote, or none).
+ */
+export function taskCreatedTransitionInsert(gate: SQL, token: FenceToken, taskId: string, actor: string): SQL {
+  return sql`INSERT INTO task_transition (task_id, from_status, to_status, from_version, to_version, source_event, actor, region, write_epoch)
+    SELECT ${taskId}::uuid, NULL, 'QUEUED', NULL::bigint, 0, 'api.create', ${actor}::text, ${token.region}::text, ${token.epoch}::bigint
+    FROM ${gate}`;
 }
 
 /** Locks and returns the task row (serialises writers of one task inside a transaction). */
