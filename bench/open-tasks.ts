@@ -303,18 +303,28 @@ async function runReal(
 /** Terminates every open workflow (a batch operation) so the next phase has the server to itself. */
 async function terminateAll(bw: BenchWorld, rep: Reporter): Promise<void> {
   const client = bw.world.client;
-  await client.workflowService.startBatchOperation({
-    namespace: bw.world.config.TEMPORAL_NAMESPACE,
-    jobId: randomUUID(),
-    reason: 'bench open-tasks: phase over',
-    visibilityQuery: 'ExecutionStatus = "Running"',
-    terminationOperation: {},
-  });
+  const batch = () =>
+    client.workflowService.startBatchOperation({
+      namespace: bw.world.config.TEMPORAL_NAMESPACE,
+      jobId: randomUUID(),
+      reason: 'bench open-tasks: phase over',
+      visibilityQuery: 'ExecutionStatus = "Running"',
+      terminationOperation: {},
+    });
+  await batch();
   const deadline = Date.now() + 300_000;
+  let last = -1;
+  let since = Date.now();
   for (;;) {
     const { count } = await client.workflow.count('ExecutionStatus = "Running"');
     rep.log(`open-tasks: terminating the phase's workflows, ${count} still running`);
     if (count === 0 || Date.now() > deadline) return;
+    if (count !== last) [last, since] = [count, Date.now()];
+    else if (Date.now() - since > 30_000) {
+      // Runs the batch did not list (started after it, a reschedule, a continue-as-new): again.
+      await batch();
+      since = Date.now();
+    }
     await sleep(3_000);
   }
 }
