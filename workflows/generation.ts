@@ -124,6 +124,23 @@ function factStepOf<K extends LocalFactStep>(name: K, local: boolean): TaskActiv
   return step as unknown as TaskActivities[K];
 }
 
+/**
+ * Every fact step in both forms, built once per module rather than per run: a run picks its
+ * table by the 'lean-steps' patch. The proxies schedule nothing until called, so which table
+ * exists changes no command (docs/performance.md, "Worker memory").
+ */
+function factStepsOf(local: boolean) {
+  return {
+    getTaskFacts: factStepOf('getTaskFacts', local),
+    dispatchTask: factStepOf('dispatchTask', local),
+    prepareAttempt: factStepOf('prepareAttempt', local),
+    dispatchAndPrepare: factStepOf('dispatchAndPrepare', local),
+    applyInbox: factStepOf('applyInbox', local),
+    escalateTask: factStepOf('escalateTask', local),
+  };
+}
+const FACT_STEPS = { lean: factStepsOf(true), regular: factStepsOf(false) };
+
 const resolveReview = activity('resolveReview');
 const requestProviderCancel = activity('requestProviderCancel');
 const submitAttempt = activity('submitAttempt');
@@ -162,12 +179,7 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
    * Runs started before the patch keep the old steps for their whole run.
    */
   const lean = patched('lean-steps');
-  const getTaskFacts = factStepOf('getTaskFacts', lean);
-  const dispatchTask = factStepOf('dispatchTask', lean);
-  const prepareAttempt = factStepOf('prepareAttempt', lean);
-  const dispatchAndPrepare = factStepOf('dispatchAndPrepare', lean);
-  const applyInbox = factStepOf('applyInbox', lean);
-  const escalateTask = factStepOf('escalateTask', lean);
+  const { getTaskFacts, dispatchTask, prepareAttempt, dispatchAndPrepare, applyInbox, escalateTask } = lean ? FACT_STEPS.lean : FACT_STEPS.regular;
   let woken = lean;
   let current: TaskFacts | null = null;
   let published = '';

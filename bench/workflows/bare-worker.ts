@@ -1,7 +1,12 @@
 // The worker of the e2e benchmark's baseline: `node --import tsx bench/workflows/bare-worker.ts
 // <taskQueue> <activity types,comma-separated>`. Same connection and worker settings as
 // workers/main.ts (max concurrent activities, shutdown grace, cache and pollers), no-op activities registered
-// under the real activity names. Stops on SIGINT/SIGTERM.
+// under the real activity names. Stops on SIGINT/SIGTERM. With BENCH_ACTIVITY_COUNT_FILE set, the
+// activities run so far, by name, and the main thread's memory are written to that file as JSON
+// every second (open-tasks reads how many polls its bare loops made in the measured window). With
+// BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND, the queue's global activity rate is capped there, as
+// the real poll queue's is at the provider's quota.
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
@@ -20,7 +25,23 @@ const logger = createLogger({ name: 'bare-worker', level: config.LOG_LEVEL, pret
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
 
 const noop = async () => ({ ok: true as const });
-const activities = Object.fromEntries(names.split(',').map((n) => [n, noop]));
+const countFile = process.env['BENCH_ACTIVITY_COUNT_FILE'];
+const counts: Record<string, number> = {};
+const counted = (name: string) => async () => {
+  counts[name] = (counts[name] ?? 0) + 1;
+  return { ok: true as const };
+};
+const activities = Object.fromEntries(names.split(',').map((n) => [n, countFile ? counted(n) : noop]));
+if (countFile) {
+  const write = () => {
+    const { heapUsed, heapTotal, external } = process.memoryUsage();
+    // Whole or not at all: the reader never sees half a file.
+    fs.writeFileSync(`${countFile}.tmp`, JSON.stringify({ ...counts, memory: { heapUsed, heapTotal, external } }));
+    fs.renameSync(`${countFile}.tmp`, countFile);
+  };
+  write();
+  setInterval(write, 1_000).unref();
+}
 const connection = await NativeConnection.connect({ address: config.TEMPORAL_ADDRESS });
 const worker = await Worker.create({
   connection,
@@ -31,6 +52,9 @@ const worker = await Worker.create({
     logger: { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop },
   }),
   activities,
+  ...(process.env['BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND']
+    ? { maxTaskQueueActivitiesPerSecond: Number(process.env['BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND']) }
+    : {}),
   maxConcurrentActivityTaskExecutions: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
   maxConcurrentLocalActivityExecutions: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
   shutdownGraceTime: config.WORKER_SHUTDOWN_GRACE_MS,
