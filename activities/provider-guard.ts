@@ -59,6 +59,8 @@ export interface Admission {
   readonly limit: number;
   /** The limit, or below it while ramping after a rebuild. */
   readonly ceiling: number;
+  /** The claim holds the provider's control row lock (taken by admit's read): takeSlot need not take it. */
+  readonly locked: boolean;
 }
 
 export interface BulkheadSnapshot {
@@ -176,8 +178,11 @@ export class ProviderGuard {
    */
   async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<Admission> {
     const s = this.state(provider);
-    // The in-memory breaker first (cheap); the slot count follows under the row lock.
-    const control = await readClaimControl(tx, provider);
+    // An adapter with a limit always has a finite one (the operator's replaces it): its claim
+    // takes a slot under the control row's lock, so this read takes the lock (no second trip for
+    // it). Without one, the read stays a plain read: claims without a ceiling never serialise.
+    const locked = Number.isFinite(capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY);
+    const control = await readClaimControl(tx, provider, { lock: locked });
     const breaker = s.breaker;
     breaker.setForced(control?.breaker_force ?? null);
     const strict = MODE_POLICIES[modeOf(control?.mode)].providers === 'healthy';
@@ -197,7 +202,7 @@ export class ProviderGuard {
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) s.lastLimit = limit;
     if (attemptNo === 1) s.budget.recordRequest();
-    return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit };
+    return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit, locked };
   }
 
   /**

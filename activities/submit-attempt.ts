@@ -21,7 +21,7 @@ import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, type 
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { takeSlot, tenantSlotTerms } from '../db/slot-queue';
+import { takeSlot } from '../db/slot-queue';
 import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
 
@@ -153,7 +153,6 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     // its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
     if (Number.isFinite(admission.ceiling)) {
       const q = deps.settings.slotQueue;
-      const terms = await tenantSlotTerms(tx, task.tenant_id, attempt.provider, q.tenantDefaults);
       const slot = await takeSlot(
         tx,
         {
@@ -165,7 +164,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           ceiling: admission.ceiling,
           policy: q.policy,
           grantTtlMs: q.grantTtlMs,
-          ...terms,
+          tenantDefaults: q.tenantDefaults,
+          locked: admission.locked,
         },
         now(),
       );

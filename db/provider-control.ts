@@ -18,23 +18,22 @@ export async function ensureProviderControl(tx: DbOrTx, provider: string): Promi
 /**
  * What a submit claim reads of its provider (activities/provider-guard.ts admit): the operator's
  * switch and limit, and the system mode assertModeAllows left in the transaction (null: unset).
+ * With `lock`, the read takes the row's lock, the bulkhead's (docs/providers.md "The slot
+ * queue"): the claim's slot is then counted and taken without another round trip for the lock.
  */
-export async function readClaimControl(tx: DbOrTx, provider: string) {
-  const read = () =>
-    tx
-      .select({
-        breaker_force: providerControl.breaker_force,
-        max_in_flight: providerControl.max_in_flight,
-        mode: sql<string | null>`current_setting(${MODE_SETTING}, true)`,
-      })
-      .from(providerControl)
-      .where(eq(providerControl.provider, provider));
+export async function readClaimControl(tx: DbOrTx, provider: string, opts: { readonly lock: boolean }) {
+  const read = async () => {
+    const { rows } = await tx.execute<Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight'> & { mode: string | null }>(sql`
+      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode
+      FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``}`);
+    return rows[0];
+  };
   // The row exists after the provider's first claim: create it only when the read finds none
   // (one round trip per claim instead of two).
-  const [row] = await read();
+  const row = await read();
   if (row) return row;
   await ensureProviderControl(tx, provider);
-  return (await read())[0];
+  return read();
 }
 
 /** Every provider's control row. */

@@ -4,10 +4,10 @@
 // transaction that freed them. A granted attempt's workflow is woken after the commit by a
 // NOTIFY on SLOT_GRANTED_CHANNEL (workers/slot-grant-waker.ts); a long fallback timer covers a
 // lost notification.
-import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
+import { and, eq, isNull, sql } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import { providerControl, slotWait, tenantCapacity, type SlotWaitRow, type TenantCapacityRow } from './schema';
-import { chooseGrants, queueOrder, type QueuePolicy, type SlotLoad, type WaitReason, type Waiter } from '../domain/slot-queue';
+import { chooseGrants, queueOrder, takesFreeSlot, type QueuePolicy, type SlotLoad, type WaitReason, type Waiter } from '../domain/slot-queue';
 import { FINISHED_PROVIDER_JOB_STATES, TERMINAL_TASK_STATES, type TaskStatus } from '../domain/states';
 
 /** pg_notify channel carrying the task id of each granted waiter (delivered on commit only). */
@@ -60,22 +60,26 @@ async function countSlots(tx: DbOrTx, provider: string, totalsFor: readonly stri
     atProvider.set(r.tenant, (atProvider.get(r.tenant) ?? 0) + r.n);
     inFlight += r.n;
   }
+  return { load: { inFlight, tenantAtProvider: atProvider, tenantTotal: await tenantTotals(tx, totalsFor) } };
+}
+
+/** Slots taken by each of `tenants` over every provider (attempts holding one + unused grants). */
+async function tenantTotals(tx: DbOrTx, tenants: readonly string[]): Promise<Map<string, number>> {
   const total = new Map<string, number>();
-  if (totalsFor.length > 0) {
-    const { rows: totals } = await tx.execute(sql`
-      SELECT tenant, sum(n)::int AS n FROM (
-        SELECT t.tenant_id::text AS tenant, count(*)::int AS n
-        FROM task_attempt a JOIN generation_task t ON t.task_id = a.task_id
-        WHERE t.tenant_id = ANY(${sql.param(totalsFor)}::uuid[]) AND ${holdsSlot}
-        GROUP BY t.tenant_id
-        UNION ALL
-        SELECT w.tenant_id::text, count(*)::int FROM slot_wait w
-        WHERE w.tenant_id = ANY(${sql.param(totalsFor)}::uuid[]) AND w.granted_at IS NOT NULL
-        GROUP BY w.tenant_id) x
-      GROUP BY tenant`);
-    for (const r of totals as { tenant: string; n: number }[]) total.set(r.tenant, r.n);
-  }
-  return { load: { inFlight, tenantAtProvider: atProvider, tenantTotal: total } };
+  if (tenants.length === 0) return total;
+  const { rows } = await tx.execute(sql`
+    SELECT tenant, sum(n)::int AS n FROM (
+      SELECT t.tenant_id::text AS tenant, count(*)::int AS n
+      FROM task_attempt a JOIN generation_task t ON t.task_id = a.task_id
+      WHERE t.tenant_id = ANY(${sql.param(tenants)}::uuid[]) AND ${holdsSlot}
+      GROUP BY t.tenant_id
+      UNION ALL
+      SELECT w.tenant_id::text, count(*)::int FROM slot_wait w
+      WHERE w.tenant_id = ANY(${sql.param(tenants)}::uuid[]) AND w.granted_at IS NOT NULL
+      GROUP BY w.tenant_id) x
+    GROUP BY tenant`);
+  for (const r of rows as { tenant: string; n: number }[]) total.set(r.tenant, r.n);
+  return total;
 }
 
 const toWaiter = (r: SlotWaitRow): Waiter => ({
@@ -111,6 +115,8 @@ async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueue
 export interface GrantPass {
   /** Attempt ids granted in this pass. */
   readonly granted: readonly string[];
+  /** Why each waiter not granted still waits. */
+  readonly waiting: ReadonlyMap<string, WaitReason>;
   /** Slots taken after the pass, and the ceiling. */
   readonly inFlight: number;
   readonly limit: number | null;
@@ -123,7 +129,11 @@ export interface GrantPass {
  * (advisory, sorted), so the cap is exact across providers.
  */
 export async function grantFreeSlots(tx: DbOrTx, provider: string, now: Date): Promise<GrantPass> {
-  const config = await lockProvider(tx, provider);
+  return grantPass(tx, provider, await lockProvider(tx, provider), now);
+}
+
+/** The grant pass, the provider's control row lock held and its rules (`config`) known. */
+async function grantPass(tx: DbOrTx, provider: string, config: ProviderQueueConfig, now: Date): Promise<GrantPass> {
   const rows = await tx
     .select()
     .from(slotWait)
@@ -138,7 +148,7 @@ export async function grantFreeSlots(tx: DbOrTx, provider: string, now: Date): P
       { inFlight: rows.length, limit: null },
     );
   }
-  if (rows.length === 0) return { granted: [], inFlight: 0, limit: config.limit };
+  if (rows.length === 0) return { granted: [], waiting: new Map(), inFlight: 0, limit: config.limit };
   const capped = [...new Set(rows.filter((r) => r.tenant_total_cap !== null).map((r) => r.tenant_id))].sort();
   for (const tenant of capped) await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtext(${`tenant-slots:${tenant}`}))`);
   const { load } = await countSlots(tx, provider, capped);
@@ -169,7 +179,7 @@ async function markGranted(
       FROM unnest(${sql.param(changed.map((r) => r.attempt_id))}::uuid[], ${sql.param(changed.map((r) => waiting.get(r.attempt_id)!))}::text[]) AS v(id, reason)
       WHERE w.attempt_id = v.id AND w.granted_at IS NULL`);
   }
-  return { granted, ...after };
+  return { granted, waiting, ...after };
 }
 
 export interface SlotRequest {
@@ -183,58 +193,130 @@ export interface SlotRequest {
   readonly policy: QueuePolicy;
   /** Grants older than this go back to the queue (their workflow never came for them). */
   readonly grantTtlMs: number;
-  /** The tenant's caps and weight (tenant_capacity rows, else the configured defaults). */
-  readonly weight: number;
-  readonly tenantProviderCap: number | null;
-  readonly tenantTotalCap: number | null;
+  /** The tenant's caps and weight where it has no tenant_capacity row. */
+  readonly tenantDefaults: TenantSlotDefaults;
+  /** The claim already holds the provider's control row lock (guard.admit read it so). */
+  readonly locked: boolean;
 }
 
 export type SlotDecision =
   | { readonly kind: 'granted' }
   | { readonly kind: 'waiting'; readonly reason: WaitReason; readonly since: Date; readonly inFlight: number; readonly limit: number };
 
+/** What the claim found at its provider (checkClaim), under the provider's lock. */
+type ClaimCheck = {
+  /** Its own grant at this provider, used: the check deleted the row. */
+  readonly used: boolean;
+  /** The provider its slot_wait row names (before the check), or null: it has none. */
+  readonly queuedAt: string | null;
+  /** Someone else waits (not granted) at the provider. */
+  readonly othersWait: boolean;
+  /** Slots taken at the provider (as countSlots counts, grants past their TTL left out), and the tenant's share of them. */
+  readonly taken: number;
+  readonly tenantTaken: number;
+  readonly weight: number;
+  readonly tenantProviderCap: number | null;
+  readonly tenantTotalCap: number | null;
+  /** The tenant's overall-cap lock was taken (after the provider's), for the count that follows. */
+  readonly totalLocked: boolean;
+};
+
 /**
  * In the claim transaction (task and attempt locked), before PREPARED → SUBMITTING: takes a slot
  * for the attempt (its own grant, or a free slot it wins in a grant pass), or leaves it waiting.
  * A granted row is deleted here, in the transaction that moves the attempt into a counted state.
+ * Fast path (docs/providers.md "The slot queue"): with no row of its own and nobody waiting at
+ * the provider, a claim with room takes its slot from the check alone, writing no row.
  */
 export async function takeSlot(tx: DbOrTx, req: SlotRequest, now: Date): Promise<SlotDecision> {
-  await lockProvider(tx, req.provider);
-  await tx
-    .update(providerControl)
-    .set({ queue_limit: req.ceiling, queue_policy: req.policy.mode, queue_aging_ms: req.policy.agingMs })
-    .where(
-      and(
-        eq(providerControl.provider, req.provider),
-        sql`(${providerControl.queue_limit}, ${providerControl.queue_policy}, ${providerControl.queue_aging_ms})
-          IS DISTINCT FROM (${req.ceiling}::int, ${req.policy.mode}::text, ${req.policy.agingMs}::int)`,
-      ),
-    );
+  if (!req.locked) await lockProvider(tx, req.provider);
+  const claim = await checkClaim(tx, req, now);
+  if (claim.used) return { kind: 'granted' };
+  if (claim.queuedAt === null && !claim.othersWait) {
+    // Nobody to jump ahead of: the chooser would pass this claimant alone, so decide as it would.
+    const me = waiterOf(req, claim, now);
+    const load = {
+      inFlight: claim.taken,
+      limit: req.ceiling,
+      tenantAtProvider: new Map([[req.tenantId, claim.tenantTaken]]),
+      tenantTotal: new Map<string, number>(),
+    };
+    if (takesFreeSlot(me, load)) {
+      if (me.tenantTotalCap === null) return { kind: 'granted' };
+      if (claim.totalLocked && takesFreeSlot(me, { ...load, tenantTotal: await tenantTotals(tx, [req.tenantId]) })) return { kind: 'granted' };
+    }
+  }
+  return queueForSlot(tx, req, claim, now);
+}
+
+const waiterOf = (req: SlotRequest, claim: ClaimCheck, now: Date): Waiter => ({
+  id: req.attemptId,
+  tenant: req.tenantId,
+  priority: req.priority,
+  sinceMs: now.getTime(),
+  weight: claim.weight,
+  tenantProviderCap: claim.tenantProviderCap,
+  tenantTotalCap: claim.tenantTotalCap,
+});
+
+/**
+ * One statement, under the provider's lock: keeps the rules the grant passes of other
+ * transactions use (the ceiling with the ramp, the policy) on the control row when they changed,
+ * drops the grants nobody came for, uses the attempt's own grant, and reads what the decision
+ * needs: its row, whether anyone else waits, the slots taken and the tenant's terms. A tenant
+ * with an overall cap and nobody waiting here has its cap's lock taken last (the grant pass's
+ * order: the provider, then the tenant), so the count that follows sees every claim before it.
+ */
+async function checkClaim(tx: DbOrTx, req: SlotRequest, now: Date): Promise<ClaimCheck> {
+  const cutoff = new Date(now.getTime() - req.grantTtlMs);
   // Grants nobody came for (a terminated workflow) are dropped: put back in the queue, the dead
   // waiter would be granted again in this very pass (it is queued; a live newcomer is not yet) and
   // the slot would never reach a live claimant. A live but slow workflow queues again when it
-  // claims (a new row, at the end), so nothing that still runs is lost.
-  await tx.execute(sql`
-    DELETE FROM slot_wait
-    WHERE provider = ${req.provider} AND granted_at < ${new Date(now.getTime() - req.grantTtlMs)} AND attempt_id <> ${req.attemptId}`);
-  const [mine] = await tx.select().from(slotWait).where(eq(slotWait.attempt_id, req.attemptId));
-  if (mine && mine.provider !== req.provider) {
-    // Re-routed while waiting: the place in the old provider's queue is given up.
-    await tx.delete(slotWait).where(eq(slotWait.attempt_id, req.attemptId));
-  }
-  if (mine?.granted_at && mine.provider === req.provider) {
-    await tx.delete(slotWait).where(eq(slotWait.attempt_id, req.attemptId));
-    return { kind: 'granted' };
-  }
+  // claims (a new row, at the end), so nothing that still runs is lost. Deleted in this same
+  // statement, so the count leaves them out by the same condition.
+  const { rows } = await tx.execute<ClaimCheck>(sql`
+    WITH rules AS (
+      UPDATE provider_control SET queue_limit = ${req.ceiling}, queue_policy = ${req.policy.mode}, queue_aging_ms = ${req.policy.agingMs}
+      WHERE provider = ${req.provider}
+        AND (queue_limit, queue_policy, queue_aging_ms) IS DISTINCT FROM (${req.ceiling}::int, ${req.policy.mode}::text, ${req.policy.agingMs}::int)),
+    expired AS (
+      DELETE FROM slot_wait WHERE provider = ${req.provider} AND granted_at < ${cutoff} AND attempt_id <> ${req.attemptId}),
+    used AS (
+      DELETE FROM slot_wait WHERE attempt_id = ${req.attemptId} AND provider = ${req.provider} AND granted_at IS NOT NULL RETURNING attempt_id),
+    held AS (
+      SELECT t.tenant_id FROM task_attempt a JOIN generation_task t ON t.task_id = a.task_id
+      WHERE a.provider = ${req.provider} AND ${holdsSlot}
+      UNION ALL
+      SELECT w.tenant_id FROM slot_wait w WHERE w.provider = ${req.provider} AND w.granted_at >= ${cutoff}),
+    claim AS (
+      SELECT EXISTS (SELECT 1 FROM used) AS used,
+        (SELECT provider FROM slot_wait WHERE attempt_id = ${req.attemptId}) AS "queuedAt",
+        EXISTS (SELECT 1 FROM slot_wait w WHERE w.provider = ${req.provider} AND w.granted_at IS NULL AND w.attempt_id <> ${req.attemptId}) AS "othersWait",
+        (SELECT count(*)::int FROM held) AS taken,
+        (SELECT count(*)::int FROM held WHERE tenant_id = ${req.tenantId}) AS "tenantTaken",
+        terms.*
+      FROM (${termsOf(req.tenantId, req.provider, req.tenantDefaults)}) terms)
+    SELECT claim.*,
+      CASE WHEN claim."queuedAt" IS NULL AND NOT claim."othersWait" AND claim."tenantTotalCap" IS NOT NULL
+        THEN (SELECT true FROM pg_advisory_xact_lock(hashtext(${`tenant-slots:${req.tenantId}`})))
+        ELSE false END AS "totalLocked"
+    FROM claim`);
+  return rows[0]!;
+}
+
+/** The queue's way: the attempt joins (or keeps its place in) the queue, and a grant pass decides. */
+async function queueForSlot(tx: DbOrTx, req: SlotRequest, claim: ClaimCheck, now: Date): Promise<SlotDecision> {
+  // Re-routed while waiting: the place in the old provider's queue is given up.
+  if (claim.queuedAt !== null && claim.queuedAt !== req.provider) await leaveQueue(tx, req.attemptId);
   const values = {
     attempt_id: req.attemptId,
     task_id: req.taskId,
     provider: req.provider,
     tenant_id: req.tenantId,
     priority: Math.min(9, Math.max(0, req.priority)),
-    weight: req.weight,
-    tenant_provider_cap: req.tenantProviderCap,
-    tenant_total_cap: req.tenantTotalCap,
+    weight: claim.weight,
+    tenant_provider_cap: claim.tenantProviderCap,
+    tenant_total_cap: claim.tenantTotalCap,
   };
   const [row] = await tx
     .insert(slotWait)
@@ -244,15 +326,15 @@ export async function takeSlot(tx: DbOrTx, req: SlotRequest, now: Date): Promise
       set: { weight: values.weight, tenant_provider_cap: values.tenant_provider_cap, tenant_total_cap: values.tenant_total_cap },
     })
     .returning();
-  const pass = await grantFreeSlots(tx, req.provider, now);
+  // The check left the claim's rules on the control row; the lock is still held.
+  const pass = await grantPass(tx, req.provider, { limit: req.ceiling, policy: req.policy }, now);
   if (pass.granted.includes(req.attemptId)) {
-    await tx.delete(slotWait).where(eq(slotWait.attempt_id, req.attemptId));
+    await leaveQueue(tx, req.attemptId);
     return { kind: 'granted' };
   }
-  const [after] = await tx.select({ reason: slotWait.reason }).from(slotWait).where(eq(slotWait.attempt_id, req.attemptId));
   return {
     kind: 'waiting',
-    reason: (after?.reason ?? 'provider_full') as WaitReason,
+    reason: pass.waiting.get(req.attemptId) ?? 'provider_full',
     since: row!.since,
     inFlight: pass.inFlight,
     limit: pass.limit ?? req.ceiling,
@@ -261,14 +343,16 @@ export async function takeSlot(tx: DbOrTx, req: SlotRequest, now: Date): Promise
 
 /**
  * A task left the slot-holding states (db/tasks.ts casTaskStatus): its place in any queue is
- * given up, and each provider it used hands its free slots on in this same transaction.
+ * given up, and each provider it used hands its free slots on in this same transaction. One
+ * statement when nobody else waits: the delete, and the providers with someone else waiting
+ * (the task's own rows left out by the delete's condition; the statement does not see its delete).
  */
 export async function releaseTaskSlots(tx: DbOrTx, taskId: string, now: Date): Promise<void> {
-  await tx.delete(slotWait).where(eq(slotWait.task_id, taskId));
   const { rows } = await tx.execute(sql`
+    WITH gone AS (DELETE FROM slot_wait WHERE task_id = ${taskId})
     SELECT DISTINCT a.provider FROM task_attempt a
     WHERE a.task_id = ${taskId}
-      AND EXISTS (SELECT 1 FROM slot_wait w WHERE w.provider = a.provider AND w.granted_at IS NULL)
+      AND EXISTS (SELECT 1 FROM slot_wait w WHERE w.provider = a.provider AND w.granted_at IS NULL AND w.task_id <> ${taskId})
     ORDER BY a.provider`);
   for (const r of rows as { provider: string }[]) await grantFreeSlots(tx, r.provider, now);
 }
@@ -352,19 +436,27 @@ export interface TenantSlotDefaults {
   readonly weight: number;
 }
 
-/** A tenant's caps and weight at `provider`: its tenant_capacity rows (provider, then '*'), else the defaults. */
-export async function tenantSlotTerms(tx: DbOrTx, tenantId: string, provider: string, defaults: TenantSlotDefaults) {
-  const rows = await tx
-    .select()
-    .from(tenantCapacity)
-    .where(and(eq(tenantCapacity.tenant_id, tenantId), inArray(tenantCapacity.provider, [provider, '*'])));
-  const exact = rows.find((r) => r.provider === provider);
-  const all = rows.find((r) => r.provider === '*');
-  return {
-    tenantProviderCap: exact ? exact.max_in_flight : defaults.perProvider,
-    tenantTotalCap: all ? all.max_in_flight : defaults.total,
-    weight: exact?.weight ?? all?.weight ?? defaults.weight,
-  };
+/**
+ * A tenant's caps and weight at `provider`, one row: its tenant_capacity rows (provider, then
+ * '*'), else the defaults. A row whose max_in_flight is null means no cap there.
+ */
+const termsOf = (tenantId: string, provider: string, d: TenantSlotDefaults) => sql`
+  SELECT CASE WHEN e.tenant_id IS NULL THEN ${d.perProvider}::int ELSE e.max_in_flight END AS "tenantProviderCap",
+    CASE WHEN s.tenant_id IS NULL THEN ${d.total}::int ELSE s.max_in_flight END AS "tenantTotalCap",
+    coalesce(e.weight, s.weight, ${d.weight}::int) AS weight
+  FROM (SELECT 1) one
+  LEFT JOIN tenant_capacity e ON e.tenant_id = ${tenantId} AND e.provider = ${provider}
+  LEFT JOIN tenant_capacity s ON s.tenant_id = ${tenantId} AND s.provider = '*'`;
+
+type TenantSlotTerms = {
+  readonly weight: number;
+  readonly tenantProviderCap: number | null;
+  readonly tenantTotalCap: number | null;
+};
+
+async function tenantSlotTerms(tx: DbOrTx, tenantId: string, provider: string, defaults: TenantSlotDefaults): Promise<TenantSlotTerms> {
+  const { rows } = await tx.execute<TenantSlotTerms>(termsOf(tenantId, provider, defaults));
+  return rows[0]!;
 }
 
 /**

@@ -65,7 +65,7 @@ export function effectivePriority(w: Pick<Waiter, 'priority' | 'sinceMs'>, now: 
 
 const older = (a: Waiter, b: Waiter): boolean => a.sinceMs < b.sinceMs || (a.sinceMs === b.sinceMs && a.id < b.id);
 
-function capReason(w: Waiter, atProvider: Map<string, number>, total: Map<string, number>): WaitReason | null {
+function capReason(w: Waiter, atProvider: ReadonlyMap<string, number>, total: ReadonlyMap<string, number>): WaitReason | null {
   if (w.tenantProviderCap !== null && (atProvider.get(w.tenant) ?? 0) >= w.tenantProviderCap) return 'tenant_provider_cap';
   if (w.tenantTotalCap !== null && (total.get(w.tenant) ?? 0) >= w.tenantTotalCap) return 'tenant_total_cap';
   return null;
@@ -123,6 +123,14 @@ export function chooseGrants(waiters: readonly Waiter[], load: SlotLoad, policy:
     waiting.set(w.id, capped ?? (inFlight >= load.limit ? 'provider_full' : 'queued_behind'));
   }
   return { granted, waiting };
+}
+
+/**
+ * The fast path's decision (docs/providers.md "The slot queue"): a claimant at a provider where
+ * nobody waits takes a free slot exactly when the chooser would grant it as the only waiter.
+ */
+export function takesFreeSlot(w: Waiter, load: SlotLoad): boolean {
+  return load.inFlight < load.limit && capReason(w, load.tenantAtProvider, load.tenantTotal) === null;
 }
 
 /** Every waiter in the order it would be granted if slots kept freeing and nobody new arrived (caps aside). */

@@ -7,7 +7,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, inArray } from 'drizzle-orm';
 import { createTaskActivities, type TaskActivities } from '../../activities';
-import { breakerVerdict, type ProviderGuard } from '../../activities/provider-guard';
+import { breakerVerdict, type Admission, type ProviderGuard } from '../../activities/provider-guard';
 import { inFlightByProvider } from '../../db/provider-control';
 import { Registry } from 'prom-client';
 import { registerResilienceGauges } from '../../observability/metrics';
@@ -72,7 +72,7 @@ const freeInFlight = async () => {
 
 class Waiting extends Error {}
 /** What submitAttempt asks the slot queue for this attempt (no tenant caps, FIFO). */
-async function slotRequest(tx: Tx, attemptId: string, ceiling: number): Promise<SlotRequest> {
+async function slotRequest(tx: Tx, attemptId: string, admission: Admission): Promise<SlotRequest> {
   const [a] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
   return {
     attemptId,
@@ -80,12 +80,11 @@ async function slotRequest(tx: Tx, attemptId: string, ceiling: number): Promise<
     provider: a!.provider,
     tenantId,
     priority: 0,
-    ceiling,
+    ceiling: admission.ceiling,
     policy: { mode: 'fifo', agingMs: 0 },
     grantTtlMs: 60_000,
-    weight: 1,
-    tenantProviderCap: null,
-    tenantTotalCap: null,
+    tenantDefaults: { perProvider: null, total: null, weight: 1 },
+    locked: admission.locked,
   };
 }
 
@@ -95,7 +94,7 @@ async function claimWith(guard: ProviderGuard, attemptId: string): Promise<boole
     await tdb.database.db.transaction(async (tx) => {
       await assertModeAllows(tx, config.FENCE_SCOPE, 'submit');
       const admission = await guard.admit(tx, 'replicate', REPLICATE_CAPABILITIES);
-      const slot = await takeSlot(tx, await slotRequest(tx, attemptId, admission.ceiling), new Date());
+      const slot = await takeSlot(tx, await slotRequest(tx, attemptId, admission), new Date());
       if (slot.kind === 'waiting') {
         guard.queued('replicate', admission);
         throw new Waiting();

@@ -12,7 +12,7 @@ import { createTask, testActivityDeps } from '../support/deps';
 import { buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { generationTask, opsAudit, providerControl, slotWait, taskAttempt, tenantCapacity } from '../../db/schema';
-import { SLOT_GRANTED_CHANNEL, providerQueue } from '../../db/slot-queue';
+import { SLOT_GRANTED_CHANNEL, providerQueue, takeSlot, type SlotRequest } from '../../db/slot-queue';
 import { changeProviderControl } from '../../ops/providers';
 import { setTenantLimit } from '../../ops/capacity';
 import { startFactSampler } from '../../observability/facts';
@@ -62,17 +62,22 @@ const run = <K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskAc
   new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
 
 let seq = 0;
-async function prepared(tenantId: string, priority = 0, deadlineSeconds?: number): Promise<{ taskId: string; attemptId: string; tenantId: string }> {
+/** A model pinned to fal (the other tasks go to replicate). */
+const AT_FAL = { model: 'fal-ai/kling-video/v2/master/text-to-video', duration_seconds: 5, resolution: '720p' } as const;
+async function prepared(
+  tenantId: string,
+  priority = 0,
+  deadlineSeconds?: number,
+  route: { model: string; duration_seconds: number; resolution: '480p' | '720p' } = { model: 'minimax/video-01', duration_seconds: 1, resolution: '480p' },
+): Promise<{ taskId: string; attemptId: string; tenantId: string }> {
   seq += 1;
   const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };
   const { task } = await createTask(tdb.database.db, token, {
     tenantId,
     idempotencyKey: `slot-${seq}`,
     body: {
-      model: 'minimax/video-01',
+      ...route,
       prompt: `slot ${seq}`,
-      duration_seconds: 1,
-      resolution: '480p',
       priority,
       ...(deadlineSeconds ? { deadline_seconds: deadlineSeconds } : {}),
     },
@@ -84,9 +89,15 @@ async function prepared(tenantId: string, priority = 0, deadlineSeconds?: number
 
 /** Ends a job the way production does: the provider's terminal event in the inbox, applied by the task's activity. */
 async function finishJob(t: { taskId: string; attemptId: string }) {
+  await reportEnd(t);
+  await run('applyInbox', t.taskId);
+}
+
+/** The provider's terminal event, in the inbox and not yet applied: the job holds no slot, and no transition has handed it on. */
+async function reportEnd(t: { taskId: string; attemptId: string }) {
   const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId));
   await recordProviderEvent(tdb.database.db, {
-    provider: 'replicate',
+    provider: attempt!.provider,
     job: {
       jobId: attempt!.provider_job_id!,
       state: 'failed',
@@ -105,7 +116,6 @@ async function finishJob(t: { taskId: string; attemptId: string }) {
     signatureValid: true,
     raw: {},
   });
-  await run('applyInbox', t.taskId);
 }
 
 const statusOf = async (taskId: string) => (await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!.status;
@@ -314,6 +324,183 @@ test('a waiting attempt never sent moves to another provider of its family with 
   const [a3] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, third.attemptId));
   assert.equal(a3?.provider, first.provider);
   assert.equal(sim.jobsFor(third.attemptId), 0);
+});
+
+/** Listens on the grant channel: the task ids notified, as they arrive. */
+async function grantWakes(): Promise<{ notified: string[]; close: () => Promise<void> }> {
+  const listener = new pg.Client({ connectionString: tdb.database.url });
+  await listener.connect();
+  const notified: string[] = [];
+  listener.on('notification', (n) => notified.push(n.payload ?? ''));
+  await listener.query(`LISTEN ${SLOT_GRANTED_CHANNEL}`);
+  return { notified, close: () => listener.end() };
+}
+
+test('fast path: a claim with room and nobody waiting takes its slot without a queue row or a wake', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 2 });
+  const wakes = await grantWakes();
+  try {
+    const first = await prepared(tenantA);
+    const second = await prepared(tenantB);
+    assert.equal((await run('submitAttempt', first.taskId)).facts.status, 'SUBMITTED');
+    assert.equal((await run('submitAttempt', second.taskId)).facts.status, 'SUBMITTED');
+    assert.equal((await tdb.database.db.select().from(slotWait)).length, 0, 'no queue row written');
+    // The channel works: the slot the first one frees is granted to the third, which is woken.
+    const third = await prepared(tenantA);
+    assert.equal((await run('submitAttempt', third.taskId)).facts.status, 'SUBMITTING');
+    const [control] = await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate'));
+    assert.equal(control?.queue_limit, 2, "the claim's ceiling is left on the control row for other transactions' grant passes");
+    await finishJob(first);
+    await eventuallyTrue(() => wakes.notified.includes(third.taskId));
+    assert.deepEqual(wakes.notified, [third.taskId], 'the slot-free claims sent no wake');
+  } finally {
+    await wakes.close();
+  }
+});
+
+test('fast path: a newcomer never takes a free slot ahead of a waiter; the pass hands it to the one who waited', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  const holder = await prepared(tenantA);
+  assert.equal((await run('submitAttempt', holder.taskId)).facts.status, 'SUBMITTED');
+  const waiter = await prepared(tenantA);
+  assert.equal((await run('submitAttempt', waiter.taskId)).facts.status, 'SUBMITTING');
+  // The holder's job ended at the provider; its report waits in the inbox: the slot is free, and
+  // no transition has granted it yet.
+  await reportEnd(holder);
+  const newcomer = await prepared(tenantB);
+  const r = await run('submitAttempt', newcomer.taskId);
+  assert.equal(r.facts.status, 'SUBMITTING', 'the newcomer waits');
+  assert.equal(sim.jobsFor(newcomer.attemptId), 0);
+  assert.ok((await waitRowOf(waiter.taskId))?.granted_at, "the newcomer's pass granted the slot to the earlier waiter");
+  assert.equal((await waitRowOf(newcomer.taskId))?.reason, 'provider_full');
+  assert.equal((await run('submitAttempt', waiter.taskId)).facts.status, 'SUBMITTED');
+});
+
+test('fast path: the last free slot claimed by eight at once goes to exactly one; the others wait in the queue', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 3 });
+  for (const t of [await prepared(tenantA), await prepared(tenantB)]) assert.equal((await run('submitAttempt', t.taskId)).facts.status, 'SUBMITTED');
+  const claimants = await Promise.all(Array.from({ length: 8 }, (_, i) => prepared(i % 2 ? tenantA : tenantB)));
+  const results = await Promise.all(claimants.map((t) => run('submitAttempt', t.taskId)));
+  assert.equal(results.filter((r) => r.facts.status === 'SUBMITTED').length, 1);
+  assert.equal(
+    claimants.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0),
+    1,
+    'one job at the provider',
+  );
+  const rows = await tdb.database.db.select().from(slotWait);
+  assert.equal(rows.filter((w) => w.granted_at === null).length, 7, 'the seven others wait');
+});
+
+test('fast path: an expired grant neither counts nor blocks a claim with room, and is cleaned up', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  // A dead waiter's grant past SLOT_GRANT_TTL_MS: its workflow never came for it.
+  const dead = await prepared(tenantA);
+  await tdb.database.db.insert(slotWait).values({
+    attempt_id: dead.attemptId,
+    task_id: dead.taskId,
+    provider: 'replicate',
+    tenant_id: tenantA,
+    priority: 0,
+    since: new Date(Date.now() - 20 * 60_000),
+    granted_at: new Date(Date.now() - 10 * 60_000),
+  });
+  const wakes = await grantWakes();
+  try {
+    const live = await prepared(tenantB);
+    assert.equal((await run('submitAttempt', live.taskId)).facts.status, 'SUBMITTED');
+    assert.equal(await waitRowOf(dead.taskId), undefined, 'the expired grant is dropped');
+    assert.equal(await waitRowOf(live.taskId), undefined, 'the live claim wrote no row');
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(wakes.notified, [], 'and woke nobody');
+  } finally {
+    await wakes.close();
+  }
+});
+
+test('fast path: a tenant at its provider cap waits though the provider has room; another tenant goes', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 10 });
+  await setTenantLimit(
+    tdb.database.db,
+    { name: await tenantName(tenantA), provider: 'replicate', maxInFlight: 1, weight: null, actor: 'test', reason: 'cap' },
+    DEFAULTS,
+  );
+  const [a1, b1, a2] = [await prepared(tenantA), await prepared(tenantB), await prepared(tenantA)];
+  assert.equal((await run('submitAttempt', a1.taskId)).facts.status, 'SUBMITTED');
+  assert.equal((await run('submitAttempt', b1.taskId)).facts.status, 'SUBMITTED');
+  assert.equal((await run('submitAttempt', a2.taskId)).facts.status, 'SUBMITTING', 'at its cap');
+  assert.equal((await waitRowOf(a2.taskId))?.reason, 'tenant_provider_cap');
+  assert.equal(sim.jobsFor(a2.attemptId), 0);
+});
+
+test("fast path: a tenant's overall cap counts its slots at every provider, exactly, under concurrent claims at two providers", async () => {
+  await setTenantLimit(
+    tdb.database.db,
+    { name: await tenantName(tenantA), provider: '*', maxInFlight: 2, weight: null, actor: 'test', reason: 'cap' },
+    DEFAULTS,
+  );
+  const tasks = await Promise.all([
+    ...Array.from({ length: 3 }, () => prepared(tenantA)),
+    ...Array.from({ length: 3 }, () => prepared(tenantA, 0, undefined, AT_FAL)),
+  ]);
+  const results = await Promise.all(tasks.map((t) => run('submitAttempt', t.taskId)));
+  assert.equal(results.filter((r) => r.facts.status === 'SUBMITTED').length, 2, 'two slots over both providers');
+  assert.equal(
+    tasks.reduce((n, t) => n + sim.jobsFor(t.attemptId), 0),
+    2,
+  );
+  const waiting = (await tdb.database.db.select().from(slotWait)).filter((w) => w.granted_at === null);
+  assert.equal(waiting.length, 4);
+  assert.ok(
+    waiting.every((w) => w.reason === 'tenant_total_cap'),
+    waiting.map((w) => w.reason).join(),
+  );
+  // At a provider with nobody waiting, the claim still waits: its slots elsewhere count.
+  await tdb.database.db.delete(slotWait).where(eq(slotWait.provider, 'fal'));
+  const late = await prepared(tenantA, 0, undefined, AT_FAL);
+  assert.equal((await run('submitAttempt', late.taskId)).facts.status, 'SUBMITTING');
+  assert.equal((await waitRowOf(late.taskId))?.reason, 'tenant_total_cap');
+});
+
+test("fast path: a tenant's overall cap is exact across providers: a claim elsewhere waits for the one in progress, then counts it", async () => {
+  await setTenantLimit(
+    tdb.database.db,
+    { name: await tenantName(tenantA), provider: '*', maxInFlight: 1, weight: null, actor: 'test', reason: 'cap' },
+    DEFAULTS,
+  );
+  const atReplicate = await prepared(tenantA);
+  const atFal = await prepared(tenantA, 0, undefined, AT_FAL);
+  const request = (t: { taskId: string; attemptId: string }, provider: string): SlotRequest => ({
+    attemptId: t.attemptId,
+    taskId: t.taskId,
+    provider,
+    tenantId: tenantA,
+    priority: 0,
+    ceiling: 10,
+    policy: { mode: 'fair', agingMs: 0 },
+    grantTtlMs: 300_000,
+    tenantDefaults: DEFAULTS,
+    locked: false,
+  });
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let took!: () => void;
+  const taken = new Promise<void>((resolve) => (took = resolve));
+  // The first claim takes its slot at replicate and has not committed yet.
+  const first = tdb.database.db.transaction(async (tx) => {
+    assert.equal((await takeSlot(tx, request(atReplicate, 'replicate'), new Date())).kind, 'granted');
+    await tx.update(taskAttempt).set({ submit_state: 'SUBMITTING' }).where(eq(taskAttempt.attempt_id, atReplicate.attemptId));
+    took();
+    await held;
+  });
+  await taken;
+  const second = tdb.database.db.transaction((tx) => takeSlot(tx, request(atFal, 'fal'), new Date()));
+  const early = await Promise.race([second.then(() => 'decided'), new Promise((r) => setTimeout(() => r('blocked'), 300))]);
+  assert.equal(early, 'blocked', "the claim at fal waits for the tenant's cap lock");
+  release();
+  await first;
+  const decision = await second;
+  assert.equal(decision.kind, 'waiting');
+  assert.equal(decision.kind === 'waiting' && decision.reason, 'tenant_total_cap', 'it counted the slot taken at replicate');
 });
 
 const waitRowOf = async (taskId: string) => (await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, taskId)))[0];

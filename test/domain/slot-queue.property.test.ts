@@ -4,7 +4,16 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { MAX_PRIORITY, chooseGrants, effectivePriority, queueOrder, type QueuePolicy, type SlotLoad, type Waiter } from '../../domain/slot-queue';
+import {
+  MAX_PRIORITY,
+  chooseGrants,
+  effectivePriority,
+  queueOrder,
+  takesFreeSlot,
+  type QueuePolicy,
+  type SlotLoad,
+  type Waiter,
+} from '../../domain/slot-queue';
 
 const FAIR: QueuePolicy = { mode: 'fair', agingMs: 60_000 };
 const NOW = 10_000_000;
@@ -127,6 +136,23 @@ test('law: with room and no caps, nobody is left waiting; without room, nobody i
       assert.equal(chooseGrants(free, load(0, free.length), policy, NOW).granted.length, free.length);
       assert.equal(chooseGrants(free, load(5, 5), policy, NOW).granted.length, 0);
     }),
+  );
+});
+
+test('law: the fast path decides as the chooser would for a claimant alone in the queue', () => {
+  fc.assert(
+    fc.property(
+      arbWaiters,
+      arbLoad,
+      arbPolicy,
+      fc.dictionary(fc.constantFrom('A', 'B', 'C', 'D'), fc.integer({ min: 0, max: 9 })),
+      (waiters, l, policy, total) => {
+        const [me] = waiters;
+        if (!me) return;
+        const now = load(l.inFlight, l.limit, l.at, total);
+        assert.equal(takesFreeSlot(me, now), chooseGrants([me], now, policy, NOW).granted.length === 1);
+      },
+    ),
   );
 });
 
