@@ -96,8 +96,6 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
         submit_state: 'PREPARED',
       })
       .onConflictDoNothing();
-    // The task names the provider of its active attempt.
-    await tx.update(generationTask).set({ provider: route.provider, provider_model: route.model }).where(eq(generationTask.task_id, taskId));
     await casTaskStatus(tx, token, {
       taskId,
       from: 'DISPATCHING',
@@ -107,7 +105,8 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
       actor: 'workflow',
       attemptId,
       detail: { attempt_no: attemptNo, provider: route.provider, model: route.model, route: { via: route.via, reason: route.reason } },
-      set: { activeAttemptId: attemptId },
+      // The task names the provider of its active attempt.
+      set: { activeAttemptId: attemptId, provider: { name: route.provider, model: route.model } },
     });
   }
 

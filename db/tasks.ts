@@ -33,6 +33,8 @@ export interface TaskTransitionInput {
   readonly detail?: Record<string, unknown>;
   readonly set?: {
     readonly activeAttemptId?: string;
+    /** The provider and model of the active attempt (set with it). */
+    readonly provider?: { readonly name: string; readonly model: string };
     readonly failureCode?: string;
     readonly failureMessage?: string;
     readonly settledAmount?: string;
@@ -68,6 +70,7 @@ export async function casTaskStatusRow(tx: DbOrTx, token: FenceToken, input: Tas
         updated_at: sql`now()`,
         ...(isTerminal(input.to) ? { terminal_at: sql`now()` } : {}),
         ...(set.activeAttemptId !== undefined ? { active_attempt_id: set.activeAttemptId } : {}),
+        ...(set.provider !== undefined ? { provider: set.provider.name, provider_model: set.provider.model } : {}),
         ...(set.failureCode !== undefined ? { failure_code: set.failureCode } : {}),
         ...(set.failureMessage !== undefined ? { failure_message: set.failureMessage.slice(0, 2000) } : {}),
         ...(set.settledAmount !== undefined ? { settled_amount: set.settledAmount } : {}),
