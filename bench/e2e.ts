@@ -12,6 +12,7 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
+import { printProfile, summarizeProfiles } from './lib/cpuprofile';
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
@@ -45,6 +46,8 @@ export interface E2EOptions {
   readonly check: boolean;
   /** Rewrite the e2e entry of bench/budgets.json from this run. */
   readonly writeBudgets: boolean;
+  /** Profile the (first) worker process (node --cpu-prof) and print where its CPU went in the real phase. */
+  readonly cpuProfile?: boolean;
 }
 
 const HISTORY_KEYS = ['events', 'activityDispatches', 'localActivityMarkers', 'workflowTasks', 'signals', 'timers', 'upserts'] as const;
@@ -307,7 +310,8 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
   try {
     const api = await bw.startApi('api');
     const workers = [];
-    for (let i = 0; i < o.workers; i++) workers.push(await bw.startWorker(`worker-${i}`, { PUBLIC_BASE_URL: api.url }));
+    for (let i = 0; i < o.workers; i++)
+      workers.push(await bw.startWorker(`worker-${i}`, { PUBLIC_BASE_URL: api.url }, { cpuProfile: o.cpuProfile === true && i === 0 }));
 
     // Calibrate: one real task, its history gives the baseline's shape.
     rep.log('e2e: calibrating with one task');
@@ -341,6 +345,8 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
     );
     rep.log(`e2e: cpu (real) ${describeCpu(real.result.cpu)}`);
     for (const w of workers) await w.proc.stop('SIGTERM', 10_000);
+    const profileDir = workers[0]?.profileDir;
+    if (profileDir) printProfile(rep, 'e2e: worker process (real phase, start-up included)', summarizeProfiles(profileDir));
     const phases: PhaseResult[] = [real.result];
     if (!o.skipBaseline) {
       const bare = await runBare(bw, o, rep, shape);

@@ -151,6 +151,7 @@ program
   .option('--quiet-seconds <s>', "quiet window that measures the processes' timer loops, taken out of the counts", positiveInt(600), 15)
   .option('--check', 'exit 1 when a count per task is over its budget in bench/budgets.json (or a task did not succeed)', false)
   .option('--write-budgets', "rewrite bench/budgets.json's e2e entry from this run's counts", false)
+  .option('--cpu-prof', 'profile the worker process and print where its CPU went', false)
   .option('--json', 'print the figures as one JSON line', false)
   .action(
     async (o: {
@@ -165,6 +166,7 @@ program
       quietSeconds: number;
       check: boolean;
       writeBudgets: boolean;
+      cpuProf: boolean;
       json: boolean;
     }) => {
       await runE2E(
@@ -180,6 +182,7 @@ program
           quietSeconds: o.quietSeconds,
           check: o.check,
           writeBudgets: o.writeBudgets,
+          cpuProfile: o.cpuProf,
         },
         createReporter(o.json),
       );
