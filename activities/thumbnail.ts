@@ -11,10 +11,11 @@
 import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { acquireFence, FenceRejectedError, holdFence } from '../db/fence';
+import { FenceRejectedError } from '../db/fence';
+import { ModePausedError } from '../db/modes';
+import { inTaskTransaction } from '../db/task-tx';
 import { asset, generationTask } from '../db/schema';
 import { newId } from '../db/tasks';
-import { modeForbids } from '../domain/modes';
 import { demuxerOf, extractThumbnail } from '../media/probe';
 import { redactText } from '../observability/redact';
 import { thumbnailObjectKey, type ObjectStorage } from '../storage/s3';
@@ -61,16 +62,8 @@ export async function makeThumbnail(deps: ThumbnailDeps, taskId: string): Promis
     thumb = { sha256, size: jpeg.length };
   }
 
-  let fence;
-  try {
-    fence = await acquireFence(deps.db, deps.fence.scope, deps.fence.region);
-  } catch (err) {
-    if (err instanceof FenceRejectedError) return 'paused';
-    throw err;
-  }
-  if (modeForbids(fence.state.mode, 'factWrites')) return 'paused';
-  const outcome = await deps.db.transaction(async (tx): Promise<ThumbnailOutcome> => {
-    await holdFence(tx, fence.token);
+  // A task transaction (db/task-tx.ts): the fence and the mode are checked as it begins.
+  const outcome = await inTaskTransaction(deps.db, deps.fence, taskId, async (tx): Promise<ThumbnailOutcome> => {
     // The video row, locked: an output deletion (storage/output-lifecycle.ts) marks it in its own
     // transaction, so a thumbnail is never recorded beside a deleted video.
     const [current] = await tx.select().from(asset).where(eq(asset.asset_id, video.asset_id)).for('update');
@@ -94,7 +87,13 @@ export async function makeThumbnail(deps: ThumbnailDeps, taskId: string): Promis
       .onConflictDoNothing()
       .returning({ id: asset.asset_id });
     return inserted.length > 0 ? 'made' : 'present';
-  });
+  }).then(
+    (r) => r.value,
+    (err: unknown) => {
+      if (err instanceof FenceRejectedError || err instanceof ModePausedError) return 'paused' as const;
+      throw err;
+    },
+  );
   // The video went while the frame was taken: the object is not left behind.
   if (outcome === 'not-applicable') await store.delete(key);
   return outcome;

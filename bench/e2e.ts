@@ -154,6 +154,22 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
     },
   );
   http.close();
+  // A task's thumbnail follows its SUCCEEDED (docs/decisions/0036-thumbnail-off-the-path.md): its
+  // cost is the task's too, so the counts are read once every succeeded task has it (or after 60 s).
+  const thumbnails = async () => {
+    const { rows } = await bw.world.db.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM asset WHERE kind = 'thumbnail' AND task_id = ANY($1::uuid[])`,
+      [taskIds],
+    );
+    return rows[0]?.n ?? 0;
+  };
+  const { rows: succeeded } = await bw.world.db.pool.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM generation_task WHERE status = 'SUCCEEDED' AND task_id = ANY($1::uuid[])`,
+    [taskIds],
+  );
+  const wanted = succeeded[0]?.n ?? 0;
+  await waitUntil(async () => (await thumbnails()) >= wanted, { timeoutMs: 60_000, intervalMs: 250, what: 'the thumbnails' }).catch(() => undefined);
+  rep.log(`e2e: ${await thumbnails()} of ${wanted} thumbnails made before the counts were read`);
   const counts1 = await readCounts(countFiles);
   const commits = (await xactCommits(bw)) - commits0;
   const all = pgDelta(counts1.counts, counts0.counts);

@@ -167,8 +167,23 @@ describe('a stale-epoch worker writes nothing', () => {
     await db()
       .delete(asset)
       .where(and(eq(asset.task_id, id), eq(asset.kind, 'thumbnail')));
-    fenceRejected(await whileEpochMoves(() => makeThumbnail(w.deps, id)));
-    assert.equal((await thumbnailRows()).length, 0, 'no thumbnail row under a moved epoch');
+    // A task transaction too (docs/decisions/0040-task-transactions.md): refused once the region
+    // is another's; the maker says so ('paused') and the reconciler comes back.
+    let outcome: string | null = null;
+    assert.equal(
+      await whileEpochMoves(
+        async () => {
+          outcome = await makeThumbnail(w.deps, id);
+        },
+        { region: 'region-b' },
+      ),
+      null,
+    );
+    assert.equal(outcome, 'paused');
+    assert.equal((await thumbnailRows()).length, 0, 'no thumbnail row once the region moved');
+    await db().execute(
+      sql`UPDATE region_write_fence SET active_region = ${w.config.REGION}, write_epoch = write_epoch + 1 WHERE resource_scope = ${w.config.FENCE_SCOPE}`,
+    );
   });
 
   test("submit: the outcome is not recorded once the epoch moved during the provider call (the claim's token)", async () => {
