@@ -61,7 +61,12 @@ export interface DownloadRequest {
   readonly dispatcher: Dispatcher;
   readonly signal: AbortSignal;
   readonly heartbeat: (details: { phase: string; bytes: number }) => void;
+  /** The attempt's checkpoint as the caller read it in its own transaction (null: none); absent: read here. */
+  readonly checkpoint?: OutputCheckpoint | null;
 }
+
+/** A resumable download's state (one row per attempt). */
+export type OutputCheckpoint = typeof outputDownload.$inferSelect;
 
 const GONE = new Set([403, 404, 410]);
 
@@ -87,7 +92,7 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
   const partBytes = deps.settings.outputPartBytes;
   const maxBytes = deps.settings.outputMaxBytes;
 
-  type Checkpoint = typeof outputDownload.$inferSelect;
+  type Checkpoint = OutputCheckpoint;
 
   const writeCheckpoint = (token: FenceToken, row: Checkpoint) =>
     db.transaction(async (tx) => {
@@ -194,7 +199,12 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
     async download(req: DownloadRequest, stores: (l: StorageLocation) => ObjectStorage | null): Promise<DownloadedObject> {
       const { target, key } = req;
       const partial = `${key}.partial`;
-      let [cp] = await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, req.attemptId));
+      let [cp] =
+        req.checkpoint !== undefined
+          ? req.checkpoint === null
+            ? []
+            : [req.checkpoint]
+          : await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, req.attemptId));
       if (cp && cp.location !== target.location) {
         await discard(req.token, cp, stores);
         cp = undefined;

@@ -15,10 +15,10 @@ import { probeStored } from '../media/probe';
 import { inTaskStep, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
-import type { ThumbnailFollowUp } from './thumbnail';
+import type { ThumbnailFollowUp, ValidatedVideo } from './thumbnail';
 
 /** The video asset the media step validates: what a rescue recorded. */
-export type StoredVideo = Pick<typeof asset.$inferSelect, 'asset_id' | 'location' | 'object_key' | 'size_bytes'>;
+export type StoredVideo = Pick<typeof asset.$inferSelect, 'asset_id' | 'tenant_id' | 'attempt_id' | 'location' | 'object_key' | 'size_bytes'>;
 
 export function createMediaActivities(deps: TaskActivityDeps, thumbnails: ThumbnailFollowUp) {
   /** The task's video asset, when the task is in PROCESSING_MEDIA (null: nothing to do). */
@@ -26,7 +26,14 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
     const [row] = await deps.db
       .select({
         status: generationTask.status,
-        video: { asset_id: asset.asset_id, location: asset.location, object_key: asset.object_key, size_bytes: asset.size_bytes },
+        video: {
+          asset_id: asset.asset_id,
+          tenant_id: asset.tenant_id,
+          attempt_id: asset.attempt_id,
+          location: asset.location,
+          object_key: asset.object_key,
+          size_bytes: asset.size_bytes,
+        },
       })
       .from(generationTask)
       .leftJoin(asset, and(eq(asset.task_id, generationTask.task_id), eq(asset.kind, 'video')))
@@ -37,8 +44,8 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
     return row.video;
   }
 
-  /** Validates `video` and finishes the task in one task transaction; the facts after it. */
-  async function check(taskId: string, video: StoredVideo): Promise<TaskFacts | null> {
+  /** Validates `video` and finishes the task in one task transaction; the facts after it, and the video when this made it SUCCEEDED. */
+  async function check(taskId: string, video: StoredVideo): Promise<{ facts: TaskFacts | null; validated: ValidatedVideo | null }> {
     // The video is read where the rescue stored it.
     const store = storageAt(deps, video.location);
     const url = await store.presignGet(video.object_key, 900);
@@ -51,14 +58,14 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
       if (!(err instanceof InvalidMediaError)) throw err;
       invalid = err.message;
     }
-    const { facts } = await inTaskStep(
+    const { value: validated, facts } = await inTaskStep(
       deps,
       taskId,
-      async (tx, { token, task: current }) => {
-        if (!current || current.status !== 'PROCESSING_MEDIA') return;
+      async (tx, { token, task: current }): Promise<ValidatedVideo | null> => {
+        if (!current || current.status !== 'PROCESSING_MEDIA') return null;
         if (!info) {
           await finishTask(tx, token, current, failedUncharged('workflow.media-invalid', 'INVALID_MEDIA', invalid ?? 'invalid media'));
-          return;
+          return null;
         }
         await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
         await finishTask(tx, token, current, {
@@ -68,10 +75,11 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
           actor: 'workflow',
           detail: { duration_seconds: info.durationSeconds, codec: info.videoCodec },
         });
+        return { ...video, media_info: info };
       },
       { facts: () => deps.clock.now() },
     );
-    return facts;
+    return { facts, validated };
   }
 
   return {
@@ -81,10 +89,10 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
         const toCheck = video ?? (await videoToCheck(taskId));
         return toCheck ? check(taskId, toCheck) : null;
       });
-      const facts = checked ?? (await readTaskFacts(deps.db, taskId, deps.clock.now()));
+      const facts = checked?.facts ?? (await readTaskFacts(deps.db, taskId, deps.clock.now()));
       // After SUCCEEDED (this run's or an earlier one's: a retry after a lost answer asks again,
       // and the maker finds the row it wrote): the thumbnail, in the background of this worker.
-      if (facts.status === 'SUCCEEDED') thumbnails.after(taskId, Context.current().log);
+      if (facts.status === 'SUCCEEDED') thumbnails.after(taskId, Context.current().log, checked?.validated ?? undefined);
       return facts;
     },
   };

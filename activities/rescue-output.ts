@@ -11,7 +11,7 @@ import { eq } from 'drizzle-orm';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { inTaskTransaction } from '../db/task-tx';
-import { asset, taskAttempt, type StorageLocation, type TaskRow } from '../db/schema';
+import { asset, outputDownload, taskAttempt, type StorageLocation, type TaskRow } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, newId } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
@@ -21,7 +21,7 @@ import { inSpan } from '../observability/trace-context';
 import { outputObjectKey } from '../storage/s3';
 import { notFound, toActivityFailure, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createSafeDispatcher } from '../net/safe-fetch';
-import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget } from './output-download';
+import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget, type OutputCheckpoint } from './output-download';
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
@@ -45,6 +45,8 @@ type AttemptRow = typeof taskAttempt.$inferSelect;
 interface FetchTarget {
   readonly task: TaskRow;
   readonly attempt: AttemptRow;
+  /** The attempt's download checkpoint, read in the same transaction (null: none). */
+  readonly checkpoint: OutputCheckpoint | null;
 }
 
 /** What step 2 got: the stored object, or why the output is lost; and the URL it came from. */
@@ -86,6 +88,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     rawUrl: string | null,
     key: string,
     provider: string,
+    checkpoint?: OutputCheckpoint | null,
   ): Promise<RescuedObject> {
     const reachable: DownloadTarget[] = [];
     let lastStorageError: StorageWriteError | null = null;
@@ -129,8 +132,12 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       allowPrivate: deps.settings.outputAllowPrivate,
     });
     const ctx = Context.current();
+    // The checkpoint read with the task serves the first target tried; a later one reads its own.
+    let known = checkpoint;
     for (const target of reachable) {
       const started = Date.now();
+      const given = known;
+      known = undefined;
       try {
         // One client span for the whole transfer (its S3 calls are children): the host, never the
         // URL, whose query is the provider's signature (docs/observability.md).
@@ -139,7 +146,18 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
           { 'http.request.method': 'GET', 'url.template': '(provider output URL)', 'server.address': url.host, 'vidorch.storage_location': target.location },
           () =>
             downloader.download(
-              { token, taskId, attemptId, url, key, target, dispatcher, signal: ctx.cancellationSignal, heartbeat: (d) => ctx.heartbeat(d) },
+              {
+                token,
+                taskId,
+                attemptId,
+                url,
+                key,
+                target,
+                dispatcher,
+                signal: ctx.cancellationSignal,
+                heartbeat: (d) => ctx.heartbeat(d),
+                ...(given !== undefined ? { checkpoint: given } : {}),
+              },
               storageAt,
             ),
           SpanKind.CLIENT,
@@ -248,7 +266,8 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       return null;
     }
     if (!attempt) throw notFound(`attempt of task ${taskId}`);
-    return { task, attempt };
+    const [checkpoint] = await tx.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt.attempt_id));
+    return { task, attempt, checkpoint: checkpoint ?? null };
   }
 
   /**
@@ -257,7 +276,13 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
    * refusal. Null when the task was marked OUTPUT_AT_RISK instead (the workflow raises
    * NeedsAttention and comes straight back); a lost output is an outcome, anything else throws.
    */
-  async function fetchOutput(token: FenceToken, taskId: string, attempt: AttemptRow, key: string): Promise<FetchOutcome | null> {
+  async function fetchOutput(
+    token: FenceToken,
+    taskId: string,
+    attempt: AttemptRow,
+    key: string,
+    checkpoint: OutputCheckpoint | null,
+  ): Promise<FetchOutcome | null> {
     let outputUrl = attempt.output_url;
     let deadline = attempt.output_deadline_at;
     let refreshed = false;
@@ -271,7 +296,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       // Near its expiry, a provider that can reissue the URL is asked to first.
       if (nearDeadline(deadline)) await refresh();
       try {
-        return { object: await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider), lostReason: null, outputUrl };
+        return { object: await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider, checkpoint), lostReason: null, outputUrl };
       } catch (err) {
         // Refused (expired) but reissuable: once more with a fresh URL.
         if (!(err instanceof OutputGoneError) || refreshed || !(await refresh())) throw err;
@@ -328,7 +353,14 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
             download_ms: object.downloadMs,
           })
           .onConflictDoNothing()
-          .returning({ asset_id: asset.asset_id, location: asset.location, object_key: asset.object_key, size_bytes: asset.size_bytes });
+          .returning({
+            asset_id: asset.asset_id,
+            tenant_id: asset.tenant_id,
+            attempt_id: asset.attempt_id,
+            location: asset.location,
+            object_key: asset.object_key,
+            size_bytes: asset.size_bytes,
+          });
         await casTaskStatus(tx, token, {
           taskId,
           from: current.status,
@@ -354,7 +386,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     const { token } = started;
     const { task, attempt } = started.target;
     const key = outputObjectKey(task.tenant_id, task.task_id, attempt.attempt_id, 'mp4');
-    const outcome = await fetchOutput(token, taskId, attempt, key);
+    const outcome = await fetchOutput(token, taskId, attempt, key, started.target.checkpoint);
     if (!outcome) return { facts: null, video: null };
     return recordOutcome(token, taskId, attempt, key, outcome);
   }

@@ -15,6 +15,7 @@ import { FenceRejectedError } from '../db/fence';
 import { ModePausedError } from '../db/modes';
 import { inTaskTransaction } from '../db/task-tx';
 import { asset, generationTask } from '../db/schema';
+import type { MediaInfo } from '../media/media-info';
 import { newId } from '../db/tasks';
 import { demuxerOf, extractThumbnail } from '../media/probe';
 import { redactText } from '../observability/redact';
@@ -38,19 +39,37 @@ export interface ThumbnailDeps {
  */
 export type ThumbnailOutcome = 'made' | 'present' | 'not-applicable' | 'paused';
 
-export async function makeThumbnail(deps: ThumbnailDeps, taskId: string): Promise<ThumbnailOutcome> {
+/** A SUCCEEDED task's validated video: what a thumbnail is made from. */
+export type ValidatedVideo = Pick<typeof asset.$inferSelect, 'asset_id' | 'tenant_id' | 'attempt_id' | 'location' | 'object_key'> & {
+  readonly media_info: MediaInfo;
+};
+
+/** The task's video when a thumbnail is to be made of it, else why not. */
+async function videoToThumbnail(deps: ThumbnailDeps, taskId: string): Promise<ValidatedVideo | 'present' | 'not-applicable'> {
   const rows = await deps.db
-    .select({ status: generationTask.status, tenantId: generationTask.tenant_id, asset })
+    .select({ status: generationTask.status, asset })
     .from(generationTask)
     .innerJoin(asset, eq(asset.task_id, generationTask.task_id))
     .where(eq(generationTask.task_id, taskId));
   if (rows.some((r) => r.asset.kind === 'thumbnail')) return 'present';
   const video = rows.find((r) => r.asset.kind === 'video')?.asset;
   if (rows[0]?.status !== 'SUCCEEDED' || !video || video.deleted_at || !video.media_info) return 'not-applicable';
+  return { ...video, media_info: video.media_info };
+}
+
+/**
+ * `validated`: the video the media step has just validated, in the transaction that made the task
+ * SUCCEEDED (its follow-up); the task and its assets are read otherwise. Whether the video is still
+ * there is decided in the transaction that records the thumbnail either way.
+ */
+export async function makeThumbnail(deps: ThumbnailDeps, taskId: string, validated?: ValidatedVideo): Promise<ThumbnailOutcome> {
+  const found = validated ?? (await videoToThumbnail(deps, taskId));
+  if (typeof found === 'string') return found;
+  const video = found;
   const info = video.media_info;
 
   const store = storageAt(deps, video.location);
-  const key = thumbnailObjectKey(rows[0].tenantId, taskId, video.attempt_id);
+  const key = thumbnailObjectKey(video.tenant_id, taskId, video.attempt_id);
   // A put whose row was not written (the process stopped between them) is found, not redone.
   const existing = await store.head(key);
   let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
@@ -113,8 +132,8 @@ interface FollowUpLog {
 }
 
 export interface ThumbnailFollowUp {
-  /** Makes the task's thumbnail soon, in this process; never throws and never waits. */
-  after(taskId: string, log: FollowUpLog): void;
+  /** Makes the task's thumbnail soon, in this process (of `validated` when given); never throws and never waits. */
+  after(taskId: string, log: FollowUpLog, validated?: ValidatedVideo): void;
 }
 
 /**
@@ -123,14 +142,14 @@ export interface ThumbnailFollowUp {
  * process that stops loses only what it had queued (the reconciler again).
  */
 export function createThumbnailFollowUp(deps: ThumbnailDeps): ThumbnailFollowUp {
-  const waiting: { taskId: string; log: FollowUpLog }[] = [];
+  const waiting: { taskId: string; log: FollowUpLog; validated: ValidatedVideo | undefined }[] = [];
   const queued = new Set<string>();
   let running = 0;
   const next = (): void => {
     while (running < FOLLOW_UP_CONCURRENCY && waiting.length > 0) {
-      const { taskId, log } = waiting.shift()!;
+      const { taskId, log, validated } = waiting.shift()!;
       running += 1;
-      makeThumbnail(deps, taskId)
+      makeThumbnail(deps, taskId, validated)
         .catch((err: unknown) => log.warn('thumbnail follow-up failed; the thumbnails reconciler will make it', { taskId, error: failureText(err) }))
         .finally(() => {
           running -= 1;
@@ -140,10 +159,10 @@ export function createThumbnailFollowUp(deps: ThumbnailDeps): ThumbnailFollowUp 
     }
   };
   return {
-    after(taskId, log) {
+    after(taskId, log, validated) {
       if (queued.has(taskId) || waiting.length >= FOLLOW_UP_MAX_WAITING) return;
       queued.add(taskId);
-      waiting.push({ taskId, log });
+      waiting.push({ taskId, log, validated });
       next();
     },
   };
