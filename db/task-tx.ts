@@ -7,7 +7,7 @@
 // The two framing round trips are simple-protocol queries (several statements in one message
 // carry no parameters), so their only values are a task id checked to be a UUID and the fence
 // scope, both quoted by pg's escapeLiteral.
-import { getTableColumns } from 'drizzle-orm';
+import { eq, getTableColumns } from 'drizzle-orm';
 import { NodePgSession, NodePgTransaction } from 'drizzle-orm/node-postgres';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
@@ -99,7 +99,8 @@ export async function inTaskTransaction<T>(
     const opened = await client.query({ text: openingText(fence.scope, taskId, options.activeAttempt === true), types: DRIZZLE_TYPES });
     const lock = lockFrom(lastResult(opened).rows[0] as Record<string, unknown> | undefined, fence, options);
     if (!(lock instanceof Error)) {
-      const value = await work(transactionOn(db, client), lock);
+      const tx = transactionOn(db, client);
+      const value = await work(tx, options.activeAttempt ? await withActiveAttempt(tx, lock) : lock);
       const closed = await client.query({ text: options.facts ? `${factsText(taskId)}; COMMIT` : 'COMMIT', types: DRIZZLE_TYPES });
       open = false;
       const facts = options.facts ? factsFrom(firstResult(closed).rows[0] as FactsRow | undefined, options.facts()) : null;
@@ -124,6 +125,18 @@ export async function inTaskTransaction<T>(
 const ATTEMPT_COLUMNS = Object.entries(getTableColumns(taskAttempt));
 /** The attempt's columns under names of their own (its column names overlap the task's). */
 const ATTEMPT_SELECT = ATTEMPT_COLUMNS.map(([, c]) => `a.${c.name} AS "attempt.${c.name}"`).join(', ');
+
+/**
+ * The lock with the task's active attempt as of the task row it holds. The opening statement's
+ * join reads attempts as of its own start: an attempt committed while it waited for the task
+ * row (the task row it then returns names it) is read again here, locked.
+ */
+async function withActiveAttempt(tx: Tx, lock: TaskLock): Promise<TaskLock> {
+  const active = lock.task?.active_attempt_id ?? null;
+  if (active === null || lock.attempt?.attempt_id === active) return lock;
+  const [attempt] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, active)).for('update');
+  return { ...lock, attempt: attempt ?? null };
+}
 
 /** Fence row first (share), then the task row (update), then its active attempt's: the order every fact transaction takes. */
 function openingText(scope: string, taskId: string, activeAttempt: boolean): string {

@@ -86,6 +86,33 @@ describe('inTaskTransaction', () => {
     assert.equal(facts?.status, 'RUNNING');
   });
 
+  test('the active attempt comes locked with the task, also one named while the step waited for the task row', async () => {
+    const taskId = await insertTask();
+    const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+    const first = await inTaskTransaction(tdb.database.db, fence, taskId, async (_tx, lock) => lock.attempt?.attempt_id, { activeAttempt: true });
+    assert.equal(first.value, task!.active_attempt_id);
+    // Another writer holds the task row, adds attempt 2 and names it; the step waits meanwhile.
+    const holder = await tdb.database.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM generation_task WHERE task_id = $1 FOR UPDATE', [taskId]);
+      const waiting = inTaskTransaction(tdb.database.db, fence, taskId, async (_tx, lock) => lock.attempt, { activeAttempt: true });
+      await new Promise((r) => setTimeout(r, 300));
+      const second = randomUUID();
+      await holder.query(
+        `INSERT INTO task_attempt (attempt_id, task_id, attempt_no, provider, provider_model, submit_state) VALUES ($1, $2, 2, 'replicate', 'minimax/video-01', 'PREPARED')`,
+        [second, taskId],
+      );
+      await holder.query('UPDATE generation_task SET active_attempt_id = $1 WHERE task_id = $2', [second, taskId]);
+      await holder.query('COMMIT');
+      const { value: attempt } = await waiting;
+      assert.equal(attempt?.attempt_id, second, 'the attempt the task row names, not the one the statement saw at its start');
+      assert.equal(attempt?.submit_state, 'PREPARED');
+    } finally {
+      holder.release();
+    }
+  });
+
   test('a task that does not exist is null; a non-UUID id is refused before any query', async () => {
     const missing = await inTaskTransaction(tdb.database.db, fence, randomUUID(), async (_tx, lock) => lock.task, { facts: () => new Date() });
     assert.equal(missing.value, null);
