@@ -17,8 +17,16 @@ import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 import type { ThumbnailFollowUp, ValidatedVideo } from './thumbnail';
 
-/** The video asset the media step validates: what a rescue recorded. */
-export type StoredVideo = Pick<typeof asset.$inferSelect, 'asset_id' | 'tenant_id' | 'attempt_id' | 'location' | 'object_key' | 'size_bytes'>;
+/** The columns of the video asset the media step validates: what a rescue returns when it records one, and what the step reads otherwise. */
+export const STORED_VIDEO_COLUMNS = {
+  asset_id: asset.asset_id,
+  tenant_id: asset.tenant_id,
+  attempt_id: asset.attempt_id,
+  location: asset.location,
+  object_key: asset.object_key,
+  size_bytes: asset.size_bytes,
+};
+export type StoredVideo = Pick<typeof asset.$inferSelect, keyof typeof STORED_VIDEO_COLUMNS>;
 
 export function createMediaActivities(deps: TaskActivityDeps, thumbnails: ThumbnailFollowUp) {
   /** The task's video asset, when the task is in PROCESSING_MEDIA (null: nothing to do). */
@@ -26,14 +34,7 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
     const [row] = await deps.db
       .select({
         status: generationTask.status,
-        video: {
-          asset_id: asset.asset_id,
-          tenant_id: asset.tenant_id,
-          attempt_id: asset.attempt_id,
-          location: asset.location,
-          object_key: asset.object_key,
-          size_bytes: asset.size_bytes,
-        },
+        video: STORED_VIDEO_COLUMNS,
       })
       .from(generationTask)
       .leftJoin(asset, and(eq(asset.task_id, generationTask.task_id), eq(asset.kind, 'video')))

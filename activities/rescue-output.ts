@@ -25,7 +25,7 @@ import { createOutputDownloader, OutputGoneError, StorageWriteError, type Downlo
 import { validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
-import type { StoredVideo } from './process-media';
+import { STORED_VIDEO_COLUMNS, type StoredVideo } from './process-media';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
 
@@ -353,14 +353,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
             download_ms: object.downloadMs,
           })
           .onConflictDoNothing()
-          .returning({
-            asset_id: asset.asset_id,
-            tenant_id: asset.tenant_id,
-            attempt_id: asset.attempt_id,
-            location: asset.location,
-            object_key: asset.object_key,
-            size_bytes: asset.size_bytes,
-          });
+          .returning(STORED_VIDEO_COLUMNS);
         await casTaskStatus(tx, token, {
           taskId,
           from: current.status,
