@@ -76,7 +76,11 @@ export interface CallbackSpool {
   readonly dir: string;
   /** Appends and fsyncs one callback. Resolves only once it is on disk; SpoolFullError past the size limit. */
   append(rec: Omit<SpooledCallback, 'v' | 'spoolId'>): Promise<void>;
-  /** Spooled callbacks not yet replayed (lines in all files but dead letters). */
+  /**
+   * Spooled callbacks not yet replayed (lines in all files but dead letters). A line being
+   * replayed still counts until its file is removed, so 0 means every line is in the inbox (or
+   * set aside as a dead letter), even while a replayer renames files under the count.
+   */
   pending(): Promise<number>;
   /**
    * Seals the active file and replays every sealed file through `ingest` (each in its order; the
@@ -122,8 +126,39 @@ async function fsyncDir(dir: string): Promise<void> {
 }
 
 async function readLines(file: string): Promise<string[]> {
-  const text = await fs.readFile(file, 'utf8').catch((err: unknown) => (errno(err) === 'ENOENT' ? '' : Promise.reject(err)));
-  return text.split('\n').filter((l) => l.trim());
+  return (await readLinesIfPresent(file)) ?? [];
+}
+
+/** The file's lines, or null when it is gone (renamed or removed since it was listed). */
+async function readLinesIfPresent(file: string): Promise<string[] | null> {
+  const text = await fs.readFile(file, 'utf8').catch((err: unknown) => (errno(err) === 'ENOENT' ? null : Promise.reject(err)));
+  return text === null ? null : text.split('\n').filter((l) => l.trim());
+}
+
+/**
+ * Every `.ndjson` file of the directory with its lines, as one consistent listing. A replayer
+ * renames files while we read (active → ready on a seal, ready → replaying on a claim), and a
+ * file renamed between the listing and its read would otherwise count as empty: a spool with a
+ * callback in flight would report nothing pending. A rename keeps the lines, so when a listed
+ * file has vanished the directory is listed again; a file removed for good (replayed) is gone
+ * from the next listing too.
+ */
+async function readSpoolFiles(dir: string): Promise<Array<{ name: string; lines: string[] }>> {
+  for (let pass = 1; ; pass += 1) {
+    const names = (await fs.readdir(dir).catch((err: unknown) => (errno(err) === 'ENOENT' ? [] : Promise.reject(err))))
+      .filter((n) => n.endsWith('.ndjson'))
+      .sort();
+    const files: Array<{ name: string; lines: string[] }> = [];
+    let vanished = false;
+    for (const name of names) {
+      const lines = await readLinesIfPresent(path.join(dir, name));
+      if (lines === null) vanished = true;
+      else files.push({ name, lines });
+    }
+    // Ten listings in a row each losing a file to a rename is a directory under constant churn;
+    // the last listing is then as good as any.
+    if (!vanished || pass >= 10) return files;
+  }
 }
 
 export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
@@ -342,7 +377,7 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
 
     async pending() {
       let n = 0;
-      for (const f of await listDir()) if (f.endsWith('.ndjson') && !isDead(f)) n += (await readLines(path.join(dir, f))).length;
+      for (const f of await readSpoolFiles(dir)) if (!isDead(f.name)) n += f.lines.length;
       return n;
     },
 
@@ -362,13 +397,11 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
 
 /** What an operator sees of a spool directory (`ops spool status`); reads files only. */
 export async function spoolStatus(dir: string): Promise<SpoolStatus> {
-  const files = await fs.readdir(dir).catch((err: unknown) => (errno(err) === 'ENOENT' ? [] : Promise.reject(err)));
   let pending = 0;
   let queued = 0;
   const dead: DeadLetter[] = [];
-  for (const f of files.filter((n) => n.endsWith('.ndjson'))) {
-    const lines = await readLines(path.join(dir, f));
-    if (!isDead(f)) {
+  for (const { name, lines } of await readSpoolFiles(dir)) {
+    if (!isDead(name)) {
       pending += lines.length;
       if (lines.length) queued += 1;
       continue;

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { createCallbackSpool, spoolDirFor, type SpooledCallback } from '../../api/spool';
+import { createCallbackSpool, spoolDirFor, spoolStatus, type SpooledCallback } from '../../api/spool';
 import { testLogger } from '../support/stack';
 
 const tmpDir = () => path.join(os.tmpdir(), `vidorch-spool-test-${process.pid}-${randomBytes(3).toString('hex')}`);
@@ -77,6 +77,47 @@ test('a torn last line is skipped, and files of a dead process are adopted and r
     assert.equal(pass.corrupt, 1);
     assert.deepEqual(await fs.readdir(dir), []);
   } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a count taken while the replayer seals and claims files never misses a line not yet in the inbox', async () => {
+  const dir = tmpDir();
+  const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: 30_000, isTransient: () => true, maxBytes: 1 << 30 });
+  try {
+    // Each round: a line is appended, then replayed (sealed active → ready, claimed ready →
+    // replaying, ingested, removed) while counts are taken as fast as they come. A count of 0
+    // before the line is in would tell a caller waiting for "nothing pending" that it may look
+    // in the inbox when the line is not there yet.
+    const missed: number[] = [];
+    let counts = 0;
+    for (let round = 0; round < 150; round += 1) {
+      await spool.append(rec(`r${round}`));
+      let ingested = false;
+      let done = false;
+      const pass = spool
+        .replay(async () => {
+          await new Promise((resolve) => setImmediate(resolve));
+          ingested = true;
+        })
+        .finally(() => {
+          done = true;
+        });
+      while (!done) {
+        // A 0 is wrong only for a count that ended before the line was in.
+        const n = await spool.pending();
+        counts += 1;
+        if (n === 0 && !ingested) missed.push(round);
+        const status = await spoolStatus(dir);
+        counts += 1;
+        if (status.pending === 0 && !ingested) missed.push(round);
+      }
+      assert.equal((await pass).error, null);
+    }
+    assert.deepEqual(missed, [], `${missed.length} of ${counts} counts taken before the line was in said nothing was pending`);
+    assert.equal(await spool.pending(), 0);
+  } finally {
+    spool.close();
     await fs.rm(dir, { recursive: true, force: true });
   }
 });
