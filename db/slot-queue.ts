@@ -132,6 +132,30 @@ export async function grantFreeSlots(tx: DbOrTx, provider: string, now: Date): P
   return grantPass(tx, provider, await lockProvider(tx, provider), now);
 }
 
+/**
+ * Grant passes at several providers in one transaction, in the one lock order every slot writer
+ * keeps: providers' control rows (sorted), then tenants' cap locks (sorted). A claim holds its
+ * provider and then takes its tenant's lock; a pass that took a tenant's lock and then a second
+ * provider's row would wait for a claim at that provider while the claim waits for the tenant
+ * (a deadlock Postgres breaks by aborting one). So every provider is locked first, `between` runs
+ * (writes to those providers' queue rows), every capped tenant waiting at any of them is locked,
+ * and only then do the passes run; their own tenant locks are already held.
+ */
+export async function grantFreeSlotsAt(tx: DbOrTx, providers: readonly string[], now: Date, between?: () => Promise<void>): Promise<void> {
+  const sorted = [...new Set(providers)].sort();
+  const configs: ProviderQueueConfig[] = [];
+  for (const provider of sorted) configs.push(await lockProvider(tx, provider));
+  await between?.();
+  if (sorted.length > 1) {
+    const { rows } = await tx.execute(sql`
+      SELECT DISTINCT tenant_id::text AS tenant FROM slot_wait
+      WHERE provider = ANY(${sql.param(sorted)}::text[]) AND granted_at IS NULL AND tenant_total_cap IS NOT NULL`);
+    const tenants = (rows as { tenant: string }[]).map((r) => r.tenant).sort();
+    for (const tenant of tenants) await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtext(${`tenant-slots:${tenant}`}))`);
+  }
+  for (const [i, provider] of sorted.entries()) await grantPass(tx, provider, configs[i]!, now);
+}
+
 /** The grant pass, the provider's control row lock held and its rules (`config`) known. */
 async function grantPass(tx: DbOrTx, provider: string, config: ProviderQueueConfig, now: Date): Promise<GrantPass> {
   const rows = await tx
@@ -354,7 +378,11 @@ export async function releaseTaskSlots(tx: DbOrTx, taskId: string, now: Date): P
     WHERE a.task_id = ${taskId}
       AND EXISTS (SELECT 1 FROM slot_wait w WHERE w.provider = a.provider AND w.granted_at IS NULL AND w.task_id <> ${taskId})
     ORDER BY a.provider`);
-  for (const r of rows as { provider: string }[]) await grantFreeSlots(tx, r.provider, now);
+  await grantFreeSlotsAt(
+    tx,
+    (rows as { provider: string }[]).map((r) => r.provider),
+    now,
+  );
 }
 
 /** Providers with someone waiting that `tenantId` takes part in (after an operator changed its caps). */
@@ -479,15 +507,18 @@ export async function setTenantCapacity(
     .insert(tenantCapacity)
     .values({ tenant_id: input.tenantId, provider: input.provider, ...set })
     .onConflictDoUpdate({ target: [tenantCapacity.tenant_id, tenantCapacity.provider], set });
+  // The waiting rows' terms change under their providers' locks (a claim writes them holding its
+  // provider's), then the passes run: grantFreeSlotsAt keeps the lock order.
   const providers = await providersWithWaiters(tx, input.tenantId);
-  for (const provider of providers) {
-    const terms = await tenantSlotTerms(tx, input.tenantId, provider, defaults);
-    await tx
-      .update(slotWait)
-      .set({ weight: terms.weight, tenant_provider_cap: terms.tenantProviderCap, tenant_total_cap: terms.tenantTotalCap })
-      .where(and(eq(slotWait.tenant_id, input.tenantId), eq(slotWait.provider, provider)));
-    await grantFreeSlots(tx, provider, now);
-  }
+  await grantFreeSlotsAt(tx, providers, now, async () => {
+    for (const provider of providers) {
+      const terms = await tenantSlotTerms(tx, input.tenantId, provider, defaults);
+      await tx
+        .update(slotWait)
+        .set({ weight: terms.weight, tenant_provider_cap: terms.tenantProviderCap, tenant_total_cap: terms.tenantTotalCap })
+        .where(and(eq(slotWait.tenant_id, input.tenantId), eq(slotWait.provider, provider)));
+    }
+  });
   return { before: before ?? null };
 }
 

@@ -12,7 +12,7 @@ import { createTask, testActivityDeps } from '../support/deps';
 import { buildProviders, buildStorage } from '../../config/services';
 import { recordProviderEvent } from '../../db/inbox';
 import { generationTask, opsAudit, providerControl, slotWait, taskAttempt, tenantCapacity } from '../../db/schema';
-import { SLOT_GRANTED_CHANNEL, providerQueue, takeSlot, type SlotRequest } from '../../db/slot-queue';
+import { SLOT_GRANTED_CHANNEL, providerQueue, releaseTaskSlots, takeSlot, type SlotRequest } from '../../db/slot-queue';
 import { changeProviderControl } from '../../ops/providers';
 import { setTenantLimit } from '../../ops/capacity';
 import { startFactSampler } from '../../observability/facts';
@@ -501,6 +501,51 @@ test("fast path: a tenant's overall cap is exact across providers: a claim elsew
   const decision = await second;
   assert.equal(decision.kind, 'waiting');
   assert.equal(decision.kind === 'waiting' && decision.reason, 'tenant_total_cap', 'it counted the slot taken at replicate');
+});
+
+test('a task leaving two providers hands their slots on without a deadlock against a claim at the second (the lock order: providers, then tenants)', async () => {
+  // The leaving task used replicate and then fal (its second attempt); a capped tenant waits at
+  // both, so the release runs a grant pass at each: fal's first (sorted), which takes the
+  // tenant's lock, then replicate's.
+  const leaving = await prepared(tenantB);
+  await tdb.database.pool.query(
+    `INSERT INTO task_attempt SELECT (jsonb_populate_record(NULL::task_attempt, to_jsonb(a) || jsonb_build_object('attempt_id', gen_random_uuid(), 'provider', 'fal', 'attempt_no', a.attempt_no + 1))).*
+     FROM task_attempt a WHERE a.attempt_id = $1`,
+    [leaving.attemptId],
+  );
+  const waiters = [await prepared(tenantA), await prepared(tenantA, 0, undefined, AT_FAL)];
+  for (const [i, w] of waiters.entries()) {
+    await tdb.database.db
+      .insert(slotWait)
+      .values({ attempt_id: w.attemptId, task_id: w.taskId, provider: i === 0 ? 'replicate' : 'fal', tenant_id: tenantA, priority: 0, tenant_total_cap: 1 });
+  }
+  await tdb.database.db.insert(providerControl).values([
+    { provider: 'replicate', queue_limit: 0 },
+    { provider: 'fal', queue_limit: 0 },
+  ]);
+  // A claim at replicate: it holds replicate's control row, then takes the tenant's cap lock (checkClaim's order).
+  const claim = await tdb.database.pool.connect();
+  try {
+    await claim.query('BEGIN');
+    await claim.query(`SELECT 1 FROM provider_control WHERE provider = 'replicate' FOR UPDATE`);
+    const release = tdb.database.db.transaction((tx) => releaseTaskSlots(tx, leaving.taskId, new Date()));
+    // The release has had time to lock fal and run its pass there (taking the tenant's lock, if
+    // it takes it then), and waits for replicate.
+    await new Promise((r) => setTimeout(r, 400));
+    await claim.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`tenant-slots:${tenantA}`]);
+    await claim.query('COMMIT');
+    await release;
+  } catch (err) {
+    await claim.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    claim.release();
+  }
+  assert.deepEqual(
+    (await tdb.database.db.select().from(slotWait)).map((w) => w.granted_at),
+    [null, null],
+    'a ceiling of 0 grants nothing',
+  );
 });
 
 const waitRowOf = async (taskId: string) => (await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, taskId)))[0];
