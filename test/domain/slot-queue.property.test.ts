@@ -188,3 +188,26 @@ test('law (fair): a waiter in the top class is granted within (tenants × its ol
     }),
   );
 });
+
+test('law: the queue order (positions) is the order the chooser grants in with every slot free and caps aside', () => {
+  // Ages from a small set too, so equal ages (the id breaks the tie) and equal shares are common.
+  const arbTied = fc
+    .array(
+      fc.record({
+        tenant: fc.constantFrom('A', 'B', 'C', 'D', 'E'),
+        priority: fc.integer({ min: 0, max: 9 }),
+        ageMs: fc.constantFrom(0, 1_000, 60_000, 120_000, 600_000),
+        weight: fc.integer({ min: 1, max: 4 }),
+      }),
+      { maxLength: 80 },
+    )
+    .map((rows) => rows.map((r, i) => w(`t${String(i).padStart(2, '0')}`, r.tenant, r.priority, r.ageMs, { weight: r.weight })));
+  fc.assert(
+    fc.property(fc.oneof(arbWaiters, arbTied), arbLoad, arbPolicy, (waiters, l, policy) => {
+      const shares = { tenantAtProvider: new Map(Object.entries(l.at)), tenantTotal: new Map(Object.entries(l.at)) };
+      const chooser = chooseGrants(waiters, { ...shares, inFlight: 0, limit: Number.POSITIVE_INFINITY }, policy, NOW, { caps: false }).granted;
+      assert.deepEqual(queueOrder(waiters, shares, policy, NOW), chooser);
+    }),
+    { numRuns: 500 },
+  );
+});
