@@ -497,6 +497,9 @@ export interface ReconcileFindingRow {
   readonly detail: string;
 }
 
+/** Where a paging reconciler stopped (reconcilers/types.ts): its own named positions. */
+export type ReconcileCursor = Readonly<Record<string, string>>;
+
 /**
  * Addition: one row per reconciler run (reconcilers/run.ts): what it examined, what it found and
  * how much it changed. The audit of the scheduled reconcilers and the source of `ops reconcile`'s
@@ -519,6 +522,11 @@ export const reconcileRun = pgTable(
     /** Findings beyond the stored ones (at most 200 are kept per run). */
     findings_total: integer('findings_total').notNull(),
     error: text('error'),
+    /**
+     * Addition (paging): where a reconciler that pages (assets) stopped; the next run goes on from
+     * the latest run's cursor, null after a full pass (the next starts over).
+     */
+    cursor: jsonb('cursor').$type<ReconcileCursor>(),
   },
   (t) => [index('idx_reconcile_run_latest').on(t.reconciler, t.started_at)],
 );

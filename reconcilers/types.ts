@@ -5,6 +5,7 @@
 // workflow itself): every change it makes is idempotent or a compare-and-set. With `dryRun` it
 // only looks. Adding one: write `{ name, run }` and put it in the list in reconcilers/index.ts.
 import type { Db } from '../db/client';
+import type { ReconcileCursor } from '../db/schema';
 import type { Logger } from '../observability/logger';
 import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
@@ -25,12 +26,19 @@ export interface ReconcileReport {
   readonly findings: ReconcileFinding[];
   /** Facts this run changed or workflows it started or woke (0 on a dry run). */
   readonly changed: number;
+  /**
+   * A reconciler that pages (more to look at than `limit` a run): where the next run goes on;
+   * null or absent after a full pass, so the next run starts over.
+   */
+  readonly cursor?: ReconcileCursor | null;
 }
 
 export interface ReconcileRunOptions {
   readonly dryRun: boolean;
   /** At most this many rows, tasks or objects per run; the rest waits for the next run. */
   readonly limit: number;
+  /** The cursor the last run (not a dry run) left; null: start from the beginning. */
+  readonly cursor?: ReconcileCursor | null;
 }
 
 /** Thresholds and retention windows, from config/env.ts (reconcilers/settings.ts). */

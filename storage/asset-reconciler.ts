@@ -10,7 +10,7 @@
 // Safe next to everything else: every change is a compare-and-set on the row under the fence,
 // and what it copied is undone when the row changed under it.
 import { randomUUID } from 'node:crypto';
-import { and, asc, eq, inArray, isNull } from 'drizzle-orm';
+import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { asset, generationTask, opsAudit, outputDownload, type StorageLocation } from '../db/schema';
@@ -22,7 +22,17 @@ interface ReconcileReport {
   examined: number;
   findings: ReconcileFinding[];
   changed: number;
+  cursor: Record<string, string> | null;
 }
+
+/**
+ * Where a run stopped: `rows` the last asset row checked (created_at and id), `primary` and
+ * `fallback` the last object key listed in each bucket. A part whose page came back short has
+ * been seen to its end, and starts over next run; when every part has, the pass is complete
+ * (cursor null). So with more assets than `limit` every row and object is still reached, a run
+ * at a time, instead of the same oldest `limit` each run.
+ */
+type AssetCursor = { rows?: string; primary?: string; fallback?: string };
 
 export interface AssetReconcilerDeps {
   readonly db: Db;
@@ -33,11 +43,21 @@ export interface AssetReconcilerDeps {
 
 const TASK_OF_KEY = /^tenants\/[^/]+\/tasks\/([0-9a-f-]{36})\//i;
 
-export async function reconcileAssets(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limit: number }): Promise<ReconcileReport> {
-  const report: ReconcileReport = { examined: 0, findings: [], changed: 0 };
+export async function reconcileAssets(
+  deps: AssetReconcilerDeps,
+  opts: { dryRun: boolean; limit: number; cursor?: Readonly<AssetCursor> | null },
+): Promise<ReconcileReport> {
+  const report: ReconcileReport = { examined: 0, findings: [], changed: 0, cursor: null };
+  const from = opts.cursor ?? {};
+  const next: AssetCursor = {};
   await copyBack(deps, opts, report);
-  await checkRows(deps, opts, report);
-  for (const [location, store] of stores(deps)) await findOrphans(deps, location, store, opts, report);
+  const rowsTo = await checkRows(deps, { limit: opts.limit, after: from.rows }, report);
+  if (rowsTo) next.rows = rowsTo;
+  for (const [location, store] of stores(deps)) {
+    const keyTo = await findOrphans(deps, location, store, { ...opts, after: from[location] }, report);
+    if (keyTo) next[location] = keyTo;
+  }
+  report.cursor = Object.keys(next).length > 0 ? next : null;
   return report;
 }
 
@@ -107,8 +127,32 @@ async function copyBack(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limi
   }
 }
 
-async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number }, report: ReconcileReport): Promise<void> {
-  const rows = await deps.db.select().from(asset).where(isNull(asset.deleted_at)).orderBy(asc(asset.created_at)).limit(opts.limit);
+/** Checks the next `limit` live rows after `after`; returns where to go on, or undefined at the end. */
+async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number; after: string | undefined }, report: ReconcileReport): Promise<string | undefined> {
+  const after = opts.after ? parseRowCursor(opts.after) : null;
+  const rows = await deps.db
+    .select()
+    .from(asset)
+    .where(
+      and(
+        isNull(asset.deleted_at),
+        after ? sql`(${asset.created_at}, ${asset.asset_id}) > (${after.createdAt}::timestamptz, ${after.assetId}::uuid)` : undefined,
+      ),
+    )
+    .orderBy(asc(asset.created_at), asc(asset.asset_id))
+    .limit(opts.limit);
+  const last = rows.at(-1);
+  await checkRowObjects(deps, rows, report);
+  return last && rows.length >= opts.limit ? `${last.created_at.toISOString()}|${last.asset_id}` : undefined;
+}
+
+function parseRowCursor(cursor: string): { createdAt: string; assetId: string } | null {
+  const [createdAt, assetId] = cursor.split('|');
+  // A cursor this code did not write (or an older one) starts the pass over.
+  return createdAt && assetId && !Number.isNaN(Date.parse(createdAt)) && /^[0-9a-f-]{36}$/i.test(assetId) ? { createdAt, assetId } : null;
+}
+
+async function checkRowObjects(deps: AssetReconcilerDeps, rows: ReadonlyArray<typeof asset.$inferSelect>, report: ReconcileReport): Promise<void> {
   for (const row of rows) {
     report.examined += 1;
     const store = row.location === 'fallback' ? deps.fallbackStorage : deps.storage;
@@ -132,21 +176,34 @@ async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number }, rep
   }
 }
 
+/** Looks at the next `limit` objects after `after`; returns where to go on, or undefined at the end (or when the bucket did not answer: the same page next run). */
 async function findOrphans(
   deps: AssetReconcilerDeps,
   location: StorageLocation,
   store: ObjectStorage,
-  opts: { dryRun: boolean; limit: number },
+  opts: { dryRun: boolean; limit: number; after: string | undefined },
   report: ReconcileReport,
-): Promise<void> {
+): Promise<string | undefined> {
   let objects;
   try {
-    objects = await store.list('tenants/', { limit: opts.limit });
+    objects = await store.list('tenants/', { limit: opts.limit, ...(opts.after ? { after: opts.after } : {}) });
   } catch (err) {
     report.findings.push({ kind: 'unreachable', detail: `${location} storage: ${(err as Error).message}` });
-    return;
+    return opts.after;
   }
-  if (objects.length === 0) return;
+  if (objects.length === 0) return undefined;
+  await classifyObjects(deps, location, store, objects, opts, report);
+  return objects.length >= opts.limit ? objects.at(-1)!.key : undefined;
+}
+
+async function classifyObjects(
+  deps: AssetReconcilerDeps,
+  location: StorageLocation,
+  store: ObjectStorage,
+  objects: ReadonlyArray<{ key: string; size: number }>,
+  opts: { dryRun: boolean },
+  report: ReconcileReport,
+): Promise<void> {
   report.examined += objects.length;
   const keys = objects.map((o) => o.key);
   const rows = await deps.db.select().from(asset).where(inArray(asset.object_key, keys));

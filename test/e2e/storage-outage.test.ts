@@ -371,3 +371,37 @@ test('DELETE /v1/tasks/:id/output while the primary is down: 503 problem+json wi
   assert.equal(res.status, 200);
   assert.equal(await primaryStore.head((await videoOf(taskId)).object_key), null);
 });
+
+test('the asset reconciler pages: with more rows and objects than one run looks at, successive runs reach every one, then start over', async () => {
+  const db = e.tdb.database.db;
+  const taskIds = [await e.createTask('paging-1'), await e.createTask('paging-2'), await e.createTask('paging-3')];
+  for (const id of taskIds) await e.waitForStatus(id, 'SUCCEEDED', 60_000);
+  // Three rows whose objects are gone, and four objects no row knows.
+  const videos = await Promise.all(taskIds.map(videoOf));
+  for (const v of videos) await primaryStore.delete(v.object_key);
+  const orphans = Array.from({ length: 4 }, () => `tenants/${e.tenant.tenantId}/tasks/${randomUUID()}/attempts/${randomUUID()}/output.mp4`);
+  for (const key of orphans) await primaryStore.put(key, Buffer.from(key), { contentType: 'video/mp4', sha256: sha(Buffer.from(key)) });
+  const live = (await db.select().from(asset)).filter((a) => a.deleted_at === null).length;
+
+  const missing = new Set<string>();
+  const orphaned = new Set<string>();
+  let cursor: Parameters<typeof reconcileAssets>[1]['cursor'] = null;
+  let runs = 0;
+  do {
+    const report = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 2, cursor });
+    for (const f of report.findings) {
+      if (f.kind === 'missing' && f.key) missing.add(f.key);
+      if (f.kind === 'orphaned' && f.key) orphaned.add(f.key);
+    }
+    cursor = report.cursor;
+    runs += 1;
+  } while (cursor && runs < 200);
+  assert.equal(cursor, null, 'a pass ends');
+  assert.ok(runs >= Math.ceil(live / 2), `${runs} runs of 2 for ${live} live rows`);
+  for (const v of videos) assert.ok(missing.has(v.object_key), `row ${v.object_key} reached`);
+  for (const key of orphans) assert.ok(orphaned.has(key), `object ${key} reached`);
+  // The pass over, the next run starts from the first page again.
+  const again = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 2, cursor: null });
+  assert.ok(again.cursor !== null, 'more than one page: the new pass goes on');
+  for (const key of orphans) await primaryStore.delete(key);
+});

@@ -1,0 +1,1 @@
+ALTER TABLE "reconcile_run" ADD COLUMN "cursor" jsonb;
