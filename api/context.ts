@@ -165,7 +165,7 @@ export function buildApiContext(
     rateLimiter,
     callbackLimiter,
     callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET),
-    webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
+    webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),
     fallbackStorage: parts.fallbackStorage !== undefined ? parts.fallbackStorage : buildFallbackStorage(config),

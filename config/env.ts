@@ -4,16 +4,17 @@
 // values serve development and tests only, and the production profile refuses them.
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
-import { devDefault, outputHosts, productionProblems, profileOf, publicUrl, refusedInProduction, secret, withDevValues } from './profile';
+import { devDefault, outputHosts, productionProblems, profileOf, publicUrl, refusedInProduction, secret, unsafeInProduction, withDevValues } from './profile';
 
 const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
 
-const csv = z.string().transform((v) =>
+const csvItems = (v: string): string[] =>
   v
     .split(',')
     .map((s) => s.trim())
-    .filter((s) => s.length > 0),
-);
+    .filter((s) => s.length > 0);
+const csv = z.string().transform(csvItems);
+const DEV_WEBHOOK_SECRET_KEY = 'dev-webhook-secret-key-not-for-production';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const ms = z.coerce.number().int().min(0);
@@ -401,7 +402,16 @@ export const envSchema = z.object({
     'true is refused in production (it allows http and loopback/private webhook URLs)',
   ),
   /** Key that seals the endpoints' signing secrets at rest (AES-256-GCM of a key derived from it); the dev default is public. */
-  WEBHOOK_SECRET_KEY: secret(z.string().min(32, 'at least 32 characters'), 'dev-webhook-secret-key-not-for-production'),
+  WEBHOOK_SECRET_KEY: secret(z.string().min(32, 'at least 32 characters'), DEV_WEBHOOK_SECRET_KEY),
+  /**
+   * Retired values of WEBHOOK_SECRET_KEY, comma-separated: they still open the secrets sealed
+   * under them (never seal), so the key rotates without a flag day (docs/webhooks.md "Rotating
+   * the sealing key"). Empty once `ops webhook reseal` has run.
+   */
+  WEBHOOK_SECRET_KEY_PREVIOUS: unsafeInProduction(
+    csv.pipe(z.array(z.string().min(32, 'each at least 32 characters')).max(10, 'at most 10 retired keys')).default([]),
+    (v) => (csvItems(v).includes(DEV_WEBHOOK_SECRET_KEY) ? 'the dev WEBHOOK_SECRET_KEY is refused in production, as a retired key too' : null),
+  ),
   /**
    * Delay before each delivery attempt, ms, comma-separated: the first is the first attempt's
    * (0 = at once). Default Svix's: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.

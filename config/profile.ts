@@ -49,6 +49,11 @@ export function refusedInProduction<T extends z.ZodType>(schema: T, values: read
   return withRule(schema, { unsafe: (v) => (values.includes(v.trim().toLowerCase()) ? why : null) });
 }
 
+/** A setting whose value `unsafe` explains why production refuses (null: fine), e.g. a list holding a dev key. */
+export function unsafeInProduction<T extends z.ZodType>(schema: T, unsafe: (value: string) => string | null): T {
+  return withRule(schema, { unsafe });
+}
+
 /**
  * Hosts a provider's outputs may be downloaded from: `hosts` everywhere; dev and tests add the
  * simulator's loopback names; production refuses loopback and private entries.

@@ -48,7 +48,8 @@ import { changeProviderControl, providerStatus, type ProviderControlChange } fro
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
 import { listReviews, resolveReview } from './review';
 import { auditOps, createTenant, grantTenantCredits, setTenantOutputRetention } from './tenants';
-import { redeliverWebhook, tenantWebhooks, webhookDeliveries } from './webhooks';
+import { redeliverWebhook, resealWebhookSecrets, tenantWebhooks, webhookDeliveries } from './webhooks';
+import { createSecretBox } from '../db/webhook-secrets';
 import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
 import { providerQueueReport, setTenantLimit } from './capacity';
 import { pitrDiff } from './pitr';
@@ -784,6 +785,27 @@ async function resolveBatch(operator: string, o: ResolveOpts) {
   const r = await withDb((d) => withTemporal((facade) => applyReviewBatch(d.db, facade, plan, { operator, reason: o.reason, ratePerSecond: rate(o.rate) })));
   print(o.json, r, () => printBatchResults(r));
 }
+
+webhook
+  .command('reseal')
+  .description(
+    'after a WEBHOOK_SECRET_KEY rotation: seal every stored signing secret under the current key (the retired one listed in WEBHOOK_SECRET_KEY_PREVIOUS); then the retired key can go',
+  )
+  .requiredOption('--reason <text>', 'why (audited)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (o: { reason: string; json: boolean }) => {
+    const box = createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS);
+    const r = await withDb((d) => resealWebhookSecrets(d.db, box, { reason: o.reason, actor, fence }));
+    print(o.json, r, () =>
+      [
+        `${r.examined} signing secrets: ${r.resealed} sealed again under the current key, ${r.examined - r.resealed - r.unreadable} already were; audit ${r.audit_id}`,
+        r.unreadable > 0
+          ? `${r.unreadable} open under no configured key: keep WEBHOOK_SECRET_KEY_PREVIOUS, find the key they were sealed under, or rotate those endpoints' secrets`
+          : 'none needs a retired key now: WEBHOOK_SECRET_KEY_PREVIOUS can be emptied',
+      ].join('\n'),
+    );
+    if (r.unreadable > 0) process.exitCode = 1;
+  });
 
 const spool = program.command('spool').description("this host's callback spool (callbacks acknowledged while the inbox could not be written)");
 const spoolDir = spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL);

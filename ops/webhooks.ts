@@ -1,6 +1,7 @@
 // `ops webhook …` (docs/webhooks.md "Operators"): a tenant's endpoints with their health and
 // backlog, the delivery log (a task's own webhook_url too, which the tenant API does not list),
-// and a redeliver, audited in ops_audit in the same transaction. Secrets are never read here.
+// and a redeliver, audited in ops_audit in the same transaction. Secrets are never shown here; the
+// reseal (after a WEBHOOK_SECRET_KEY rotation) opens and seals them again without printing them.
 import { randomUUID } from 'node:crypto';
 import { and, desc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
@@ -8,6 +9,7 @@ import { inFence, acquireFence } from '../db/fence';
 import { opsAudit, webhookAttempt, webhookDelivery, webhookEvent, type WebhookDeliveryState } from '../db/schema';
 import { findTenantByName } from '../db/tenants';
 import { listEndpoints, openAttention, redeliverAny } from '../db/webhooks';
+import { resealSigningSecrets, type SecretBox } from '../db/webhook-secrets';
 import { redactText } from '../observability/redact';
 import { webhookIdOf } from '../workers/webhook-relay';
 
@@ -112,5 +114,29 @@ export async function redeliverWebhook(db: Db, args: { deliveryId: string; reaso
       detail: { tenant_id: row.tenant_id, endpoint_id: row.endpoint_id, event_id: row.event_id },
     });
     return { delivery_id: row.delivery_id, state: row.state, next_attempt_at: row.next_attempt_at, audit_id: auditId };
+  });
+}
+
+/**
+ * After a WEBHOOK_SECRET_KEY rotation: every stored signing secret not sealed under the current
+ * key is sealed under it again, in one fenced transaction with its audit row. Unreadable ones
+ * (sealed under a key that is no longer configured) are counted; the command then fails, so the
+ * retired key is not dropped while a secret still needs it.
+ */
+export async function resealWebhookSecrets(db: Db, box: SecretBox, args: { reason: string; actor: string; fence: FenceScope }) {
+  const { token } = await acquireFence(db, args.fence.scope, args.fence.region);
+  return inFence(db, token, async (tx) => {
+    const counts = await resealSigningSecrets(tx, box);
+    const auditId = randomUUID();
+    await tx.insert(opsAudit).values({
+      audit_id: auditId,
+      actor: args.actor,
+      action: 'webhook.reseal',
+      target_type: 'webhook_endpoint_secret',
+      target_id: '*',
+      reason: args.reason,
+      detail: counts,
+    });
+    return { ...counts, audit_id: auditId };
   });
 }

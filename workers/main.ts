@@ -207,7 +207,7 @@ async function startWebhooks(): Promise<RegionService> {
   const relay = startWebhookRelay({
     db: database.db,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-    secrets: createSecretBox(config.WEBHOOK_SECRET_KEY),
+    secrets: createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS),
     publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
     logger: logger.child({ component: 'webhook-relay' }),
     settings: webhookRelaySettings(config),

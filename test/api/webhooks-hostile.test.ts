@@ -255,4 +255,10 @@ test('the production profile refuses WEBHOOK_ALLOW_PRIVATE=true and the dev WEBH
       return fields.includes('WEBHOOK_ALLOW_PRIVATE') && fields.includes('WEBHOOK_SECRET_KEY');
     },
   );
+  // The dev key as a retired key would keep secrets sealed under a public key readable.
+  assert.throws(
+    () => loadConfig({ VIDORCH_ENV: 'production', WEBHOOK_SECRET_KEY_PREVIOUS: 'x'.repeat(40) + ', dev-webhook-secret-key-not-for-production' }),
+    (err: Error & { issues?: { field: string; message: string }[] }) =>
+      (err.issues ?? []).some((i) => i.field === 'WEBHOOK_SECRET_KEY_PREVIOUS' && /dev WEBHOOK_SECRET_KEY is refused/.test(i.message)),
+  );
 });

@@ -3,6 +3,7 @@
 // transaction, so a failing event write rolls the transition back, and every transition to a
 // status tenants hear about has exactly one event. Also the secret box and the schedule.
 import assert from 'node:assert/strict';
+import { createCipheriv, createHash, randomBytes } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { cancelTask } from '../../api/tasks.service';
@@ -148,6 +149,32 @@ test('sealed signing secrets open only for their own endpoint and only with the 
   assert.equal(box.open('endpoint-a', sealed), 'whsec_abc');
   assert.throws(() => box.open('endpoint-b', sealed));
   assert.throws(() => createSecretBox('j'.repeat(40)).open('endpoint-a', sealed));
+});
+
+test('the sealing key rotates: a retired key still opens (both formats), only the current one seals, and a key not configured is named', () => {
+  const oldKey = 'o'.repeat(40);
+  const newKey = 'n'.repeat(40);
+  const before = createSecretBox(oldKey);
+  const sealedV2 = before.seal('endpoint-a', 'whsec_old');
+  // The first format (no key id), as sealed before keys had one.
+  const key = createHash('sha256').update(`vidorch-webhook-secret:${oldKey}`).digest();
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  cipher.setAAD(Buffer.from('endpoint-a'));
+  const body = Buffer.concat([cipher.update('whsec_v1', 'utf8'), cipher.final()]);
+  const sealedV1 = `v1.${iv.toString('base64url')}.${body.toString('base64url')}.${cipher.getAuthTag().toString('base64url')}`;
+
+  const rotated = createSecretBox(newKey, [oldKey]);
+  assert.equal(rotated.open('endpoint-a', sealedV2), 'whsec_old');
+  assert.equal(rotated.open('endpoint-a', sealedV1), 'whsec_v1');
+  assert.ok(rotated.isStale(sealedV2) && rotated.isStale(sealedV1));
+  const resealed = rotated.seal('endpoint-a', 'whsec_old');
+  assert.ok(!rotated.isStale(resealed));
+  assert.equal(createSecretBox(newKey).open('endpoint-a', resealed), 'whsec_old', 'the current key alone opens it');
+  assert.throws(() => createSecretBox(newKey).open('endpoint-a', sealedV2), /neither WEBHOOK_SECRET_KEY nor in WEBHOOK_SECRET_KEY_PREVIOUS/);
+  assert.throws(() => createSecretBox(newKey).open('endpoint-a', sealedV1), /neither WEBHOOK_SECRET_KEY nor WEBHOOK_SECRET_KEY_PREVIOUS/);
+  assert.throws(() => rotated.open('endpoint-b', sealedV2), 'the endpoint stays bound in');
+  assert.ok(!sealedV2.includes(oldKey) && !resealed.includes(newKey));
 });
 
 test('the retry schedule: delays by step, exhausted after the last; disable after the failure window', () => {

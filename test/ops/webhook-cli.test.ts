@@ -8,7 +8,7 @@ import { eq } from 'drizzle-orm';
 import { cancelTask } from '../../api/tasks.service';
 import { createTask } from '../support/deps';
 import { configToEnv } from '../../config/env';
-import { opsAudit, webhookDelivery } from '../../db/schema';
+import { opsAudit, webhookDelivery, webhookEndpointSecret } from '../../db/schema';
 import { addSigningSecret, createSecretBox } from '../../db/webhook-secrets';
 import { insertEndpoint } from '../../db/webhooks';
 import { createTenant } from '../../ops/tenants';
@@ -47,8 +47,10 @@ after(async () => {
   await tdb?.drop();
 });
 
-async function ops(...args: string[]) {
-  const r = await runNodeScript('ops/cli.ts', args, env, { timeoutMs: 60_000 });
+const ops = (...args: string[]) => opsWith({}, ...args);
+
+async function opsWith(extra: Record<string, string>, ...args: string[]) {
+  const r = await runNodeScript('ops/cli.ts', args, { ...env, ...extra }, { timeoutMs: 60_000 });
   assert.equal(r.code, 0, r.stderr);
   assert.ok(!/whsec_/.test(r.stdout + r.stderr), 'no secret printed');
   return JSON.parse(r.stdout.trim().split('\n').pop() ?? 'null');
@@ -82,4 +84,36 @@ test('ops webhook redeliver makes the delivery due now and audits who and why', 
   assert.equal(audit!.action, 'webhook.redeliver');
   assert.equal(audit!.actor, 'operator:alice');
   assert.equal(audit!.reason, 'tenant fixed their receiver');
+});
+
+test('ops webhook reseal: after a key rotation every secret is sealed under the new key (audited), the retired key can go; a secret under no configured key fails the command', async () => {
+  const oldKey = config.WEBHOOK_SECRET_KEY;
+  const newKey = `rotated-${randomBytes(16).toString('hex')}`;
+  const db = tdb.database.db;
+  const rows = async () => db.select().from(webhookEndpointSecret).where(eq(webhookEndpointSecret.endpoint_id, endpointId));
+  const plainBefore = (await rows()).map((r) => createSecretBox(oldKey).open(endpointId, r.sealed));
+  const rotatedEnv = { WEBHOOK_SECRET_KEY: newKey, WEBHOOK_SECRET_KEY_PREVIOUS: oldKey };
+  const first = await opsWith(rotatedEnv, 'webhook', 'reseal', '--reason', 'key rotation', '--json');
+  assert.equal(first.resealed, plainBefore.length);
+  assert.equal(first.unreadable, 0);
+  // The new key alone opens every one now, to the same secret.
+  assert.deepEqual(
+    (await rows()).map((r) => createSecretBox(newKey).open(endpointId, r.sealed)),
+    plainBefore,
+  );
+  const [audit] = await db.select().from(opsAudit).where(eq(opsAudit.audit_id, first.audit_id));
+  assert.equal(audit?.action, 'webhook.reseal');
+  assert.equal(audit?.actor, 'operator:alice');
+  assert.equal((await opsWith(rotatedEnv, 'webhook', 'reseal', '--reason', 'again', '--json')).resealed, 0, 'a second run has nothing to do');
+
+  // A key nobody listed: the secret is counted unreadable, left as it is, and the command fails.
+  const stray = { WEBHOOK_SECRET_KEY: `other-${randomBytes(16).toString('hex')}` };
+  const r = await runNodeScript('ops/cli.ts', ['webhook', 'reseal', '--reason', 'wrong key'], { ...env, ...stray }, { timeoutMs: 60_000 });
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stdout, /open under no configured key/);
+  assert.ok(!/whsec_/.test(r.stdout + r.stderr), 'no secret printed');
+  assert.deepEqual(
+    (await rows()).map((r2) => createSecretBox(newKey).open(endpointId, r2.sealed)),
+    plainBefore,
+  );
 });
