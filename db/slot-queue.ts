@@ -368,21 +368,23 @@ async function queueForSlot(tx: DbOrTx, req: SlotRequest, claim: ClaimCheck, now
 /**
  * A task left the slot-holding states (db/tasks.ts casTaskStatus): its place in any queue is
  * given up, and each provider it used hands its free slots on in this same transaction. One
- * statement when nobody else waits: the delete, and the providers with someone else waiting
- * (the task's own rows left out by the delete's condition; the statement does not see its delete).
+ * statement when the task has no queue row and nobody else waits where it ran (the common case).
+ * Otherwise every provider involved is locked first and only then are the task's rows deleted
+ * (grantFreeSlotsAt's `between`): a grant pass holds its provider and writes that provider's rows,
+ * so deleting a row before taking its provider's lock would deadlock with a pass choosing it.
  */
 export async function releaseTaskSlots(tx: DbOrTx, taskId: string, now: Date): Promise<void> {
   const { rows } = await tx.execute(sql`
-    WITH gone AS (DELETE FROM slot_wait WHERE task_id = ${taskId})
-    SELECT DISTINCT a.provider FROM task_attempt a
+    SELECT a.provider FROM task_attempt a
     WHERE a.task_id = ${taskId}
       AND EXISTS (SELECT 1 FROM slot_wait w WHERE w.provider = a.provider AND w.granted_at IS NULL AND w.task_id <> ${taskId})
-    ORDER BY a.provider`);
-  await grantFreeSlotsAt(
-    tx,
-    (rows as { provider: string }[]).map((r) => r.provider),
-    now,
-  );
+    UNION
+    SELECT provider FROM slot_wait WHERE task_id = ${taskId}`);
+  const providers = (rows as { provider: string }[]).map((r) => r.provider);
+  if (providers.length === 0) return;
+  await grantFreeSlotsAt(tx, providers, now, async () => {
+    await tx.execute(sql`DELETE FROM slot_wait WHERE task_id = ${taskId}`);
+  });
 }
 
 /** Providers with someone waiting that `tenantId` takes part in (after an operator changed its caps). */

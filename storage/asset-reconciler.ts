@@ -10,7 +10,7 @@
 // Safe next to everything else: every change is a compare-and-set on the row under the fence,
 // and what it copied is undone when the row changed under it.
 import { randomUUID } from 'node:crypto';
-import { and, asc, eq, inArray, isNull, sql } from 'drizzle-orm';
+import { and, asc, eq, getTableColumns, inArray, isNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { asset, generationTask, opsAudit, outputDownload, type StorageLocation } from '../db/schema';
@@ -127,11 +127,16 @@ async function copyBack(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limi
   }
 }
 
-/** Checks the next `limit` live rows after `after`; returns where to go on, or undefined at the end. */
+/**
+ * Checks the next `limit` live rows after `after`; returns where to go on, or undefined at the
+ * end. The cursor carries created_at to the microsecond as Postgres has it (a JS Date keeps
+ * milliseconds, and a page of rows from one millisecond would then come back for ever). A row
+ * whose bucket did not answer stops the page there: the next run starts at it, not past it.
+ */
 async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number; after: string | undefined }, report: ReconcileReport): Promise<string | undefined> {
   const after = opts.after ? parseRowCursor(opts.after) : null;
   const rows = await deps.db
-    .select()
+    .select({ ...getTableColumns(asset), at: sql<string>`to_char(${asset.created_at} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')` })
     .from(asset)
     .where(
       and(
@@ -141,19 +146,21 @@ async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number; after
     )
     .orderBy(asc(asset.created_at), asc(asset.asset_id))
     .limit(opts.limit);
-  const last = rows.at(-1);
-  await checkRowObjects(deps, rows, report);
-  return last && rows.length >= opts.limit ? `${last.created_at.toISOString()}|${last.asset_id}` : undefined;
+  const checked = await checkRowObjects(deps, rows, report);
+  const last = checked > 0 ? rows[checked - 1] : undefined;
+  if (checked < rows.length) return last ? `${last.at}|${last.asset_id}` : opts.after;
+  return last && rows.length >= opts.limit ? `${last.at}|${last.asset_id}` : undefined;
 }
 
 function parseRowCursor(cursor: string): { createdAt: string; assetId: string } | null {
   const [createdAt, assetId] = cursor.split('|');
-  // A cursor this code did not write (or an older one) starts the pass over.
-  return createdAt && assetId && !Number.isNaN(Date.parse(createdAt)) && /^[0-9a-f-]{36}$/i.test(assetId) ? { createdAt, assetId } : null;
+  // A cursor this code did not write starts the pass over.
+  return createdAt && assetId && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/.test(createdAt) && /^[0-9a-f-]{36}$/i.test(assetId) ? { createdAt, assetId } : null;
 }
 
-async function checkRowObjects(deps: AssetReconcilerDeps, rows: ReadonlyArray<typeof asset.$inferSelect>, report: ReconcileReport): Promise<void> {
-  for (const row of rows) {
+/** Checks each row's object; returns how many were checked before a bucket did not answer (all of them when every one did). */
+async function checkRowObjects(deps: AssetReconcilerDeps, rows: ReadonlyArray<typeof asset.$inferSelect>, report: ReconcileReport): Promise<number> {
+  for (const [i, row] of rows.entries()) {
     report.examined += 1;
     const store = row.location === 'fallback' ? deps.fallbackStorage : deps.storage;
     const base = { taskId: row.task_id, key: row.object_key };
@@ -166,7 +173,7 @@ async function checkRowObjects(deps: AssetReconcilerDeps, rows: ReadonlyArray<ty
       head = await store.head(row.object_key);
     } catch (err) {
       report.findings.push({ kind: 'unreachable', ...base, detail: `${row.location} storage: ${(err as Error).message}` });
-      continue;
+      return i;
     }
     if (!head) report.findings.push({ kind: 'missing', ...base, detail: `${row.kind} not in ${row.location} bucket ${store.bucket}` });
     else if (head.sha256 !== row.sha256)
@@ -174,6 +181,7 @@ async function checkRowObjects(deps: AssetReconcilerDeps, rows: ReadonlyArray<ty
     else if (head.size !== Number(row.size_bytes))
       report.findings.push({ kind: 'checksum_mismatch', ...base, detail: `object is ${head.size} bytes, the row says ${row.size_bytes}` });
   }
+  return rows.length;
 }
 
 /** Looks at the next `limit` objects after `after`; returns where to go on, or undefined at the end (or when the bucket did not answer: the same page next run). */

@@ -193,10 +193,26 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
       return out.Body as Readable;
     },
     async list(prefix, opts) {
-      const out = await s3Span('ListObjectsV2', bucket, prefix, () =>
-        client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, MaxKeys: opts.limit, ...(opts.after ? { StartAfter: opts.after } : {}) })),
-      );
-      return (out.Contents ?? []).map((o) => ({ key: o.Key ?? '', size: o.Size ?? 0 }));
+      // ListObjectsV2 answers at most 1,000 keys a request (MaxKeys above that is capped): page
+      // with its continuation token until `limit` keys or the end, so a short answer means the end.
+      const objects: Array<{ key: string; size: number }> = [];
+      if (opts.limit <= 0) return objects;
+      let token: string | undefined;
+      do {
+        const out = await s3Span('ListObjectsV2', bucket, prefix, () =>
+          client.send(
+            new ListObjectsV2Command({
+              Bucket: bucket,
+              Prefix: prefix,
+              MaxKeys: Math.min(1_000, opts.limit - objects.length),
+              ...(token ? { ContinuationToken: token } : opts.after ? { StartAfter: opts.after } : {}),
+            }),
+          ),
+        );
+        for (const o of out.Contents ?? []) objects.push({ key: o.Key ?? '', size: o.Size ?? 0 });
+        token = out.IsTruncated ? out.NextContinuationToken : undefined;
+      } while (token && objects.length < opts.limit);
+      return objects.slice(0, opts.limit);
     },
     async copyFrom(from, key, opts) {
       // The sha256 goes on the upload up front and the upload is completed only if the bytes

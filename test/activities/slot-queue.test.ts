@@ -548,6 +548,36 @@ test('a task leaving two providers hands their slots on without a deadlock again
   );
 });
 
+test("a waiting task leaving the queue waits for its provider's lock before it deletes its row, so a grant pass writing that row does not deadlock with it", async () => {
+  // X and Z wait at replicate; a claim there holds the provider's row and its pass is about to
+  // write X's queue row (grant it, or refresh why it waits) when X is cancelled.
+  const [x, z] = [await prepared(tenantA), await prepared(tenantB)];
+  for (const w of [x, z]) {
+    await tdb.database.db.insert(slotWait).values({ attempt_id: w.attemptId, task_id: w.taskId, provider: 'replicate', tenant_id: w.tenantId, priority: 0 });
+  }
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', queue_limit: 0 });
+  const claim = await tdb.database.pool.connect();
+  try {
+    await claim.query('BEGIN');
+    await claim.query(`SELECT 1 FROM provider_control WHERE provider = 'replicate' FOR UPDATE`);
+    const release = tdb.database.db.transaction((tx) => releaseTaskSlots(tx, x.taskId, new Date()));
+    await new Promise((r) => setTimeout(r, 400));
+    await claim.query(`UPDATE slot_wait SET reason = 'provider_full' WHERE attempt_id = $1`, [x.attemptId]);
+    await claim.query('COMMIT');
+    await release;
+  } catch (err) {
+    await claim.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    claim.release();
+  }
+  assert.deepEqual(
+    (await tdb.database.db.select().from(slotWait)).map((w) => w.task_id),
+    [z.taskId],
+    'X left the queue; Z still waits',
+  );
+});
+
 const waitRowOf = async (taskId: string) => (await tdb.database.db.select().from(slotWait).where(eq(slotWait.task_id, taskId)))[0];
 
 async function tenantName(tenantId: string): Promise<string> {

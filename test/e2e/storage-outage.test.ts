@@ -13,7 +13,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { and, eq } from 'drizzle-orm';
+import { and, eq, inArray, sql } from 'drizzle-orm';
 import { createTask as createTaskRow } from '../support/deps';
 import { buildFallbackStorage, buildStorage } from '../../config/services';
 import { acquireFence } from '../../db/fence';
@@ -382,6 +382,17 @@ test('the asset reconciler pages: with more rows and objects than one run looks 
   const orphans = Array.from({ length: 4 }, () => `tenants/${e.tenant.tenantId}/tasks/${randomUUID()}/attempts/${randomUUID()}/output.mp4`);
   for (const key of orphans) await primaryStore.put(key, Buffer.from(key), { contentType: 'video/mp4', sha256: sha(Buffer.from(key)) });
   const live = (await db.select().from(asset)).filter((a) => a.deleted_at === null).length;
+  // The three rows share one created_at to the microsecond (rows of one transaction's now()), and
+  // are the oldest: a page boundary falls inside the group.
+  await db
+    .update(asset)
+    .set({ created_at: sql`'2000-01-01 00:00:00.123456+00'::timestamptz` })
+    .where(
+      inArray(
+        asset.asset_id,
+        videos.map((v) => v.asset_id),
+      ),
+    );
 
   const missing = new Set<string>();
   const orphaned = new Set<string>();
@@ -404,4 +415,25 @@ test('the asset reconciler pages: with more rows and objects than one run looks 
   const again = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 2, cursor: null });
   assert.ok(again.cursor !== null, 'more than one page: the new pass goes on');
   for (const key of orphans) await primaryStore.delete(key);
+});
+
+test('a bucket listing past the 1,000 keys ListObjectsV2 answers at a time is paged to the limit asked, and goes on after its last key', async () => {
+  const prefix = `tenants/listing-${randomUUID()}/`;
+  const keys = Array.from({ length: 1_005 }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
+  for (let i = 0; i < keys.length; i += 50) {
+    await Promise.all(
+      keys.slice(i, i + 50).map((key) => primaryStore.put(key, Buffer.from('x'), { contentType: 'text/plain', sha256: sha(Buffer.from('x')) })),
+    );
+  }
+  const first = await primaryStore.list(prefix, { limit: 1_003 });
+  assert.deepEqual(
+    first.map((o) => o.key),
+    keys.slice(0, 1_003),
+  );
+  const rest = await primaryStore.list(prefix, { limit: 1_003, after: first.at(-1)!.key });
+  assert.deepEqual(
+    rest.map((o) => o.key),
+    keys.slice(1_003),
+  );
+  for (let i = 0; i < keys.length; i += 50) await Promise.all(keys.slice(i, i + 50).map((key) => primaryStore.delete(key)));
 });
