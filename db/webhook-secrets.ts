@@ -11,82 +11,91 @@ import { webhookEndpointSecret } from './schema';
 export interface SecretBox {
   seal(endpointId: string, secret: string): string;
   open(endpointId: string, sealed: string): string;
-  /** Whether `sealed` is under a key other than the current one (or in the old format): `ops webhook reseal` seals it again. */
-  isStale(sealed: string): boolean;
+  /** Whether `sealed` does not open under the current key (a retired one sealed it): `ops webhook reseal` seals it again. */
+  isStale(endpointId: string, sealed: string): boolean;
 }
+
+const TAG_BYTES = 16;
 
 /**
  * WEBHOOK_SECRET_KEY seals; each of WEBHOOK_SECRET_KEY_PREVIOUS still opens, so the key can be
- * rotated: deploy the new key with the old one listed as previous, run `ops webhook reseal`, then
- * drop the old one. A sealed secret names its key by a fingerprint (`v2.<kid>.…`: the first 8
- * bytes of a hash of the derived key, which tells nothing of it); the first format (`v1.…`) names
- * none and is tried under each key in turn.
+ * rotated (docs/webhooks.md "Rotating the sealing key"). A sealed value does not name its key:
+ * it is tried under the current key, then each retired one, and GCM's tag (always the full 16
+ * bytes: a shorter tag is refused, not accepted) tells which opens it. The format stays the one
+ * every deployed version reads (`v1.<iv>.<body>.<tag>`), so a rolling deploy or a rollback never
+ * meets a value it cannot parse.
  */
 export function createSecretBox(keyMaterial: string, previous: readonly string[] = []): SecretBox {
-  const derive = (material: string) => {
-    const key = createHash('sha256').update(`vidorch-webhook-secret:${material}`).digest();
-    return { key, kid: createHash('sha256').update(key).digest('hex').slice(0, 16) };
-  };
+  const derive = (material: string) => createHash('sha256').update(`vidorch-webhook-secret:${material}`).digest();
   const current = derive(keyMaterial);
-  const keys = [current, ...previous.filter((p) => p !== keyMaterial).map(derive)];
-  const byKid = new Map(keys.map((k) => [k.kid, k.key]));
-  const openWith = (key: Buffer, endpointId: string, iv: string, body: string, tag: string) => {
-    const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(iv, 'base64url'));
-    decipher.setAAD(Buffer.from(endpointId));
-    decipher.setAuthTag(Buffer.from(tag, 'base64url'));
-    return Buffer.concat([decipher.update(Buffer.from(body, 'base64url')), decipher.final()]).toString('utf8');
+  const retired = previous.filter((p) => p !== keyMaterial).map(derive);
+  const parse = (sealed: string) => {
+    const [version, iv, body, tag, ...rest] = sealed.split('.');
+    if (version !== 'v1' || !iv || !body || !tag || rest.length > 0) throw new Error('not a sealed webhook secret');
+    const tagBytes = Buffer.from(tag, 'base64url');
+    if (tagBytes.length !== TAG_BYTES) throw new Error('not a sealed webhook secret');
+    return { iv: Buffer.from(iv, 'base64url'), body: Buffer.from(body, 'base64url'), tag: tagBytes };
+  };
+  const openWith = (key: Buffer, endpointId: string, p: ReturnType<typeof parse>): string | null => {
+    try {
+      const decipher = createDecipheriv('aes-256-gcm', key, p.iv, { authTagLength: TAG_BYTES });
+      decipher.setAAD(Buffer.from(endpointId));
+      decipher.setAuthTag(p.tag);
+      return Buffer.concat([decipher.update(p.body), decipher.final()]).toString('utf8');
+    } catch {
+      return null; // not this key (the tag does not verify), or not this endpoint's value
+    }
   };
   return {
     seal(endpointId, secret) {
       const iv = randomBytes(12);
-      const cipher = createCipheriv('aes-256-gcm', current.key, iv);
+      const cipher = createCipheriv('aes-256-gcm', current, iv, { authTagLength: TAG_BYTES });
       cipher.setAAD(Buffer.from(endpointId));
       const body = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
-      return `v2.${current.kid}.${iv.toString('base64url')}.${body.toString('base64url')}.${cipher.getAuthTag().toString('base64url')}`;
+      return `v1.${iv.toString('base64url')}.${body.toString('base64url')}.${cipher.getAuthTag().toString('base64url')}`;
     },
     open(endpointId, sealed) {
-      const parts = sealed.split('.');
-      if (parts[0] === 'v2' && parts.length === 5 && parts.every(Boolean)) {
-        const [, kid, iv, body, tag] = parts as [string, string, string, string, string];
-        const key = byKid.get(kid);
-        if (!key) throw new Error(`a webhook secret is sealed under key ${kid}, which is neither WEBHOOK_SECRET_KEY nor in WEBHOOK_SECRET_KEY_PREVIOUS`);
-        return openWith(key, endpointId, iv, body, tag);
+      const p = parse(sealed);
+      for (const key of [current, ...retired]) {
+        const plain = openWith(key, endpointId, p);
+        if (plain !== null) return plain;
       }
-      if (parts[0] === 'v1' && parts.length === 4 && parts.every(Boolean)) {
-        const [, iv, body, tag] = parts as [string, string, string, string];
-        for (const { key } of keys) {
-          try {
-            return openWith(key, endpointId, iv, body, tag);
-          } catch {
-            // Not this key (GCM's tag does not verify): the next one.
-          }
-        }
-        throw new Error('a webhook secret (first format) opens under neither WEBHOOK_SECRET_KEY nor WEBHOOK_SECRET_KEY_PREVIOUS');
-      }
-      throw new Error('not a sealed webhook secret');
+      throw new Error("a webhook secret opens under neither WEBHOOK_SECRET_KEY nor WEBHOOK_SECRET_KEY_PREVIOUS (or it is not this endpoint's)");
     },
-    isStale(sealed) {
-      return !sealed.startsWith(`v2.${current.kid}.`);
+    isStale(endpointId, sealed) {
+      try {
+        return openWith(current, endpointId, parse(sealed)) === null;
+      } catch {
+        return true; // not a sealed value at all: open() says so
+      }
     },
   };
 }
 
 /**
- * Seals every stored secret that is not under the current key again under it, one row at a
- * time, each guarded by its old value (a rotation racing this leaves that row to the next run).
- * Rows that open under no configured key are counted, not touched.
+ * Seals every signing secret still in use (not expired) that does not open under the current key
+ * again under it, one row at a time, each guarded by its old value (a rotation racing this leaves
+ * that row to the next run: `raced`). Rows that open under no configured key are named by secret
+ * and endpoint id, and left as they are.
  */
-export async function resealSigningSecrets(db: DbOrTx, box: SecretBox): Promise<{ examined: number; resealed: number; unreadable: number }> {
-  const rows = await db.select().from(webhookEndpointSecret);
+export async function resealSigningSecrets(
+  db: DbOrTx,
+  box: SecretBox,
+): Promise<{ examined: number; resealed: number; raced: number; unreadable: Array<{ secret_id: string; endpoint_id: string }> }> {
+  const rows = await db
+    .select()
+    .from(webhookEndpointSecret)
+    .where(or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`)));
   let resealed = 0;
-  let unreadable = 0;
+  let raced = 0;
+  const unreadable: Array<{ secret_id: string; endpoint_id: string }> = [];
   for (const row of rows) {
-    if (!box.isStale(row.sealed)) continue;
+    if (!box.isStale(row.endpoint_id, row.sealed)) continue;
     let plain: string;
     try {
       plain = box.open(row.endpoint_id, row.sealed);
     } catch {
-      unreadable += 1;
+      unreadable.push({ secret_id: row.secret_id, endpoint_id: row.endpoint_id });
       continue;
     }
     const updated = await db
@@ -94,9 +103,10 @@ export async function resealSigningSecrets(db: DbOrTx, box: SecretBox): Promise<
       .set({ sealed: box.seal(row.endpoint_id, plain) })
       .where(and(eq(webhookEndpointSecret.secret_id, row.secret_id), eq(webhookEndpointSecret.sealed, row.sealed)))
       .returning({ id: webhookEndpointSecret.secret_id });
-    resealed += updated.length;
+    if (updated.length > 0) resealed += 1;
+    else raced += 1;
   }
-  return { examined: rows.length, resealed, unreadable };
+  return { examined: rows.length, resealed, raced, unreadable };
 }
 
 /** A new Standard Webhooks secret: "whsec_" + base64 of 32 random bytes. */

@@ -796,15 +796,20 @@ webhook
   .action(async (o: { reason: string; json: boolean }) => {
     const box = createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS);
     const r = await withDb((d) => resealWebhookSecrets(d.db, box, { reason: o.reason, actor, fence }));
+    const already = r.examined - r.resealed - r.raced - r.unreadable.length;
     print(o.json, r, () =>
       [
-        `${r.examined} signing secrets: ${r.resealed} sealed again under the current key, ${r.examined - r.resealed - r.unreadable} already were; audit ${r.audit_id}`,
-        r.unreadable > 0
-          ? `${r.unreadable} open under no configured key: keep WEBHOOK_SECRET_KEY_PREVIOUS, find the key they were sealed under, or rotate those endpoints' secrets`
-          : 'none needs a retired key now: WEBHOOK_SECRET_KEY_PREVIOUS can be emptied',
+        `${r.examined} signing secrets in use: ${r.resealed} sealed again under the current key, ${already} already were; audit ${r.audit_id}`,
+        ...(r.raced > 0 ? [`${r.raced} changed meanwhile (an endpoint rotated its secret): run it again`] : []),
+        ...r.unreadable.map((u) => `secret ${u.secret_id} of endpoint ${u.endpoint_id} opens under no configured key`),
+        r.unreadable.length > 0
+          ? "keep WEBHOOK_SECRET_KEY_PREVIOUS: list the key they were sealed under, or rotate those endpoints' secrets"
+          : r.raced > 0
+            ? 'run it again before emptying WEBHOOK_SECRET_KEY_PREVIOUS'
+            : 'none needs a retired key now: WEBHOOK_SECRET_KEY_PREVIOUS can be emptied (every process runs with the new key)',
       ].join('\n'),
     );
-    if (r.unreadable > 0) process.exitCode = 1;
+    if (r.unreadable.length > 0 || r.raced > 0) process.exitCode = 1;
   });
 
 const spool = program.command('spool').description("this host's callback spool (callbacks acknowledged while the inbox could not be written)");

@@ -135,7 +135,7 @@ export async function resealWebhookSecrets(db: Db, box: SecretBox, args: { reaso
       target_type: 'webhook_endpoint_secret',
       target_id: '*',
       reason: args.reason,
-      detail: counts,
+      detail: { examined: counts.examined, resealed: counts.resealed, raced: counts.raced, unreadable: counts.unreadable.length },
     });
     return { ...counts, audit_id: auditId };
   });
