@@ -155,11 +155,16 @@ async function readSpoolFiles(dir: string): Promise<Array<{ name: string; lines:
       if (lines === null) vanished = true;
       else files.push({ name, lines });
     }
-    // Ten listings in a row each losing a file to a rename is a directory under constant churn;
-    // the last listing is then as good as any.
-    if (!vanished || pass >= 10) return files;
+    if (!vanished) return files;
+    // Ten listings in a row each losing a file to a rename is a directory under constant churn:
+    // a file that vanished is counted as one line rather than none, so "nothing pending" is
+    // never said while something may be.
+    if (pass >= 10) return [...files, ...names.filter((n) => !files.some((f) => f.name === n)).map((name) => ({ name, lines: ['(moved while counted)'] }))];
   }
 }
+
+/** A line the replay cannot use, as a dead letter: the line itself kept (bounded) for a person. */
+const unreadableLine = (line: string): SpooledCallback => ({ provider: '?', unreadable: line.slice(0, 64 * 1024) }) as unknown as SpooledCallback;
 
 export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
   const dir = path.resolve(opts.dir);
@@ -283,15 +288,30 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
     let replayed = 0;
     let corrupt = 0;
     let deadLettered = 0;
-    for (const line of await readLines(file)) {
-      let rec: SpooledCallback;
+    const lines = await readLines(file);
+    for (const [i, line] of lines.entries()) {
+      let parsed: unknown;
       try {
-        rec = JSON.parse(line) as SpooledCallback;
-        if (rec.v !== 1 || typeof rec.provider !== 'string' || !rec.job) throw new Error('not a spooled callback');
+        parsed = JSON.parse(line);
       } catch {
-        // A torn last line from a crash mid-append (never acknowledged to the provider, which retries).
-        corrupt += 1;
-        opts.logger.warn({ file: path.basename(file) }, 'skipping an unreadable spool line');
+        // Only a file's last line can be torn (a crash mid-append; the append seals its file after
+        // a failed write), and a torn line was never acknowledged to the provider, which retries.
+        // Any other unreadable line was acknowledged: it is kept as a dead letter.
+        if (i === lines.length - 1) {
+          corrupt += 1;
+          opts.logger.warn({ file: path.basename(file) }, 'skipping a torn last spool line');
+        } else {
+          await deadLetter(unreadableLine(line), new Error('an unreadable spool line before the last'));
+          deadLettered += 1;
+        }
+        continue;
+      }
+      const rec = parsed as SpooledCallback;
+      if (rec === null || typeof rec !== 'object' || rec.v !== 1 || typeof rec.provider !== 'string' || !rec.job) {
+        // Readable but not a line this version writes (another version sharing the directory?):
+        // acknowledged once, so kept for a person, never dropped.
+        await deadLetter(unreadableLine(line), new Error('not a spooled callback of this version'));
+        deadLettered += 1;
         continue;
       }
       try {
@@ -361,7 +381,11 @@ export function createCallbackSpool(opts: CallbackSpoolOptions): CallbackSpool {
           if (before + bytes > opts.maxBytes) throw new SpoolFullError(opts.maxBytes);
           // Twice at most: a file taken from us between our write and our check may have been
           // read before the write; the record goes again into a fresh file (the inbox dedupes).
-          if (!(await appendLine(line))) await appendLine(line);
+          if (!(await appendLine(line)) && !(await appendLine(line))) {
+            // Taken from us twice running: nothing says the line is on disk where a replayer will
+            // read it, so it is not acknowledged (the provider retries).
+            throw new Error('the spool file was taken over twice while appending; not acknowledged');
+          }
           spooledBytes = before + bytes;
         } catch (err) {
           // Refused before a byte was written: the file needs no sealing.

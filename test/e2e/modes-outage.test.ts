@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { createAdmission } from '../../api/admission';
+import { spoolStatus } from '../../api/spool';
 import { HttpProblem } from '../../api/problem';
 import { createDatabase } from '../../db/client';
 import { callbackInbox } from '../../db/schema';
@@ -56,9 +57,10 @@ describe('Postgres unreachable from the API', () => {
     const spool = s.ctx.spool as { append: typeof s.ctx.spool.append };
     const append = spool.append.bind(s.ctx.spool);
     spool.append = async (rec) => {
+      await append(rec);
+      // Recorded once on disk: a line that failed to append was never acknowledged.
       whys.push(rec.why);
       if (rec.providerEventId) spooledEvents.push(rec.providerEventId);
-      return append(rec);
     };
 
     await proxy.cut();
@@ -88,14 +90,22 @@ describe('Postgres unreachable from the API', () => {
       await proxy.restore();
     }
     await eventually(async () => ((await s.ctx.spool.pending()) === 0 ? true : undefined), 15_000);
-    const inboxAfter = await s.tdb.database.db
-      .select()
-      .from(callbackInbox)
-      .where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'callback')));
-    // Every spooled event is in the inbox now: replayed, or stored before the cut if the spooled
-    // one was a redelivery (a provider retries a webhook whose 2xx came too slowly).
-    const stored = new Set(inboxAfter.map((r) => r.provider_event_id));
-    assert.ok(spooledEvents.length >= 1 && spooledEvents.every((ev) => stored.has(ev)), `spooled ${spooledEvents.join(', ')}; inbox ${[...stored].join(', ')}`);
+    // Every spooled event reaches the inbox: replayed, or stored before the cut if the spooled one
+    // was a redelivery (a provider retries a webhook whose 2xx came too slowly). Read until it is
+    // there: a callback whose handler began during the cut may be spooled after the count above.
+    const inboxRows = () =>
+      s.tdb.database.db
+        .select()
+        .from(callbackInbox)
+        .where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'callback')));
+    let stored = new Set<string | null>();
+    const inboxAfter = await eventually(async () => {
+      const rows = await inboxRows();
+      stored = new Set(rows.map((r) => r.provider_event_id));
+      return spooledEvents.every((ev) => stored.has(ev)) ? rows : undefined;
+    }, 15_000).catch(() => assert.fail(`spooled ${spooledEvents.join(', ')}; inbox ${[...stored].join(', ')}`));
+    assert.ok(spooledEvents.length >= 1);
+    assert.equal((await spoolStatus(s.ctx.spool.dir)).deadLetters, 0, 'no spooled callback was set aside');
     assert.ok(inboxAfter.length >= inboxBefore.length);
     await s.waitForStatus(id, 'SUCCEEDED', 60_000);
     assert.equal((await s.create('pg-3')).status, 202, 'creates admitted again');

@@ -122,6 +122,30 @@ test('a count taken while the replayer seals and claims files never misses a lin
   }
 });
 
+test('an acknowledged line the replay cannot use is kept as a dead letter, never dropped; only a torn last line is skipped', async () => {
+  const dir = tmpDir();
+  await fs.mkdir(dir, { recursive: true });
+  try {
+    const good = JSON.stringify({ v: 1, spoolId: 'g', ...rec('good') });
+    const otherVersion = JSON.stringify({ v: 2, spoolId: 'n', provider: 'replicate', job: job('v2') });
+    await fs.writeFile(path.join(dir, 'ready-00000009.ndjson'), `${good}\n{not json at all\n${otherVersion}\n${good.slice(0, 20)}`);
+    const spool = createCallbackSpool({ dir, logger: testLogger, leaseMs: 30_000, isTransient: () => true, maxBytes: 1 << 30 });
+    const ids: string[] = [];
+    const pass = await spool.replay(async (r) => {
+      ids.push(r.job.jobId);
+    });
+    spool.close();
+    assert.deepEqual(ids, ['good']);
+    assert.equal(pass.corrupt, 1, 'the torn last line');
+    assert.equal(pass.deadLettered, 2, 'the unreadable line before it and the line of another version');
+    const status = await spoolStatus(dir);
+    assert.equal(status.deadLetters, 2);
+    assert.equal(status.pending, 0);
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('each database has its own spool directory, so a callback is only replayed into the database it was meant for', () => {
   const a = spoolDirFor('.data/spool', 'postgres://postgres@127.0.0.1:5432/vidorch');
   const b = spoolDirFor('.data/spool', 'postgres://postgres@127.0.0.1:5432/vidorch_test_1');
