@@ -395,7 +395,8 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
         // Busy samples per completed task: the profile's own view of the worker's CPU a task.
         rep.log(
           `e2e: worker profile: ${(summary.totalMs / Math.max(1, real.result.completed)).toFixed(1)} ms of busy samples a completed task in the phase (all its threads), ` +
-            `${(summary.outsideMs / 1000).toFixed(1)} s outside it (start-up, calibration, shutdown)`,
+            `${(summary.outsideMs / 1000).toFixed(1)} s outside it (start-up, calibration, shutdown); again: npx tsx bench/lib/cpuprofile.ts ${profileDir} ` +
+            `--from ${real.profileWindow.fromUs} --to ${real.profileWindow.toUs}`,
         );
       }
     }
