@@ -194,6 +194,18 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
   const ok = rows.filter((r) => r.status === 'SUCCEEDED' && r.terminal_ms);
   const first = Math.min(...rows.map((r) => Number(r.created_ms)));
   const lastDone = Math.max(...ok.map((r) => Number(r.terminal_ms)));
+  // The rate's window ends at the last SUCCEEDED; the thumbnails made after it are not in its CPU
+  // columns (they are in the counts and the profile): say how many.
+  const { rows: thumbs } = await bw.world.db.pool.query<{ inside: number; n: number; last_ms: string | null }>(
+    `SELECT count(*) FILTER (WHERE created_at <= to_timestamp($2::float8 / 1000))::int AS inside, count(*)::int AS n,
+       (extract(epoch FROM max(created_at)) * 1000)::text AS last_ms
+     FROM asset WHERE kind = 'thumbnail' AND task_id = ANY($1::uuid[])`,
+    [taskIds, lastDone],
+  );
+  const t = thumbs[0];
+  rep.log(
+    `e2e: thumbnails: ${t?.inside ?? 0} of ${t?.n ?? 0} made by the last SUCCEEDED (inside the rate's window); the last ${t?.last_ms ? ((Number(t.last_ms) - lastDone) / 1000).toFixed(1) : '-'} s after it`,
+  );
   const seconds = (lastDone - first) / 1000;
   const { stats: history, counts } = await fetchHistories(bw, taskIds.map(workflowIdForTask), o.historySample);
   const rss = workerPids.map(processRss).reduce<number>((a, b) => a + (b ?? 0), 0);
