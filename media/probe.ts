@@ -169,7 +169,11 @@ export function extractFrames(requests: readonly FrameRequest[], timeoutMs = 30_
         else frames[i]!.push(chunk);
       });
     });
-    child.on('error', (err) => fail(err));
+    // Not started (no ffmpeg) or not killable: 'close' may never come.
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(failure ?? err);
+    });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       if (failure) return reject(failure);
