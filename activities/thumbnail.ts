@@ -1,6 +1,8 @@
 // The thumbnail of a SUCCEEDED task, made after the task succeeded rather than before
-// (docs/decisions/0036-thumbnail-off-the-path.md): one ffmpeg per task (~0.1 s of CPU, most of it
-// loading shared libraries) no longer stands between a provider's callback and SUCCEEDED.
+// (docs/decisions/0036-thumbnail-off-the-path.md): its ffmpeg (~0.1 s of CPU a run, most of it
+// loading shared libraries) no longer stands between a provider's callback and SUCCEEDED, and
+// the follow-up takes the frames of thumbnails asked for together in one run
+// (docs/decisions/00XX-thumbnail-batches.md).
 // `makeThumbnail` is idempotent and decides on the facts: a SUCCEEDED task whose video is
 // validated (media_info) and not deleted, and that has no thumbnail row yet, gets one JPEG next
 // to its video and one `asset` row of kind 'thumbnail', written under the fence; the row's insert
@@ -17,6 +19,7 @@ import { inTaskTransaction } from '../db/task-tx';
 import { asset, generationTask } from '../db/schema';
 import type { MediaInfo } from '../media/media-info';
 import { newId } from '../db/tasks';
+import { createFrameBatcher, type FrameSource } from '../media/frame-batches';
 import { demuxerOf, extractThumbnail } from '../media/probe';
 import { redactText } from '../observability/redact';
 import { thumbnailObjectKey, type ObjectStorage } from '../storage/s3';
@@ -30,7 +33,12 @@ export interface ThumbnailDeps {
   readonly fence: { readonly scope: string; readonly region: string };
   readonly storage: ObjectStorage;
   readonly fallbackStorage?: ObjectStorage | null;
+  /** Where the frame is taken (default: one ffmpeg run for this thumbnail alone). */
+  readonly frames?: FrameSource;
 }
+
+/** One ffmpeg run per frame. */
+const frameAlone: FrameSource = (r) => extractThumbnail(r.input, r.atSeconds, r.demuxer);
 
 /**
  * made: this call wrote the row; present: a row was there; not-applicable: the task is not
@@ -75,7 +83,11 @@ export async function makeThumbnail(deps: ThumbnailDeps, taskId: string, validat
   let thumb = existing?.sha256 ? { sha256: existing.sha256, size: existing.size } : null;
   if (!thumb) {
     const url = await store.presignGet(video.object_key, 900);
-    const jpeg = await extractThumbnail(url, Math.min(THUMBNAIL_AT_SECONDS, info.durationSeconds / 2), demuxerOf(info.container));
+    const jpeg = await (deps.frames ?? frameAlone)({
+      input: url,
+      atSeconds: Math.min(THUMBNAIL_AT_SECONDS, info.durationSeconds / 2),
+      demuxer: demuxerOf(info.container),
+    });
     const sha256 = createHash('sha256').update(jpeg).digest('hex');
     await store.put(key, jpeg, { contentType: 'image/jpeg', sha256 });
     thumb = { sha256, size: jpeg.length };
@@ -121,8 +133,14 @@ export async function makeThumbnail(deps: ThumbnailDeps, taskId: string, validat
 /** A failure for a log line or a finding: ffmpeg's message names its input, a presigned URL, so it is redacted. */
 export const failureText = (err: unknown): string => redactText(err instanceof Error ? err.message : String(err)).slice(0, 500);
 
-/** Thumbnails made at once by one worker's follow-up; more wait their turn (each is ~0.1 s of one core). */
-const FOLLOW_UP_CONCURRENCY = 2;
+/**
+ * The follow-up's frames: up to 8 in one ffmpeg run, 2 runs at once (a run is ~0.1 s of one core,
+ * most of it ffmpeg's start-up, and ~0.02 s more a frame), the first frame waiting up to 0.5 s for
+ * others (docs/decisions/00XX-thumbnail-batches.md).
+ */
+const FOLLOW_UP_FRAMES = { maxBatch: 8, lingerMs: 500, maxRuns: 2, timeoutMs: 30_000 } as const;
+/** Thumbnails in the making at once by one worker's follow-up: enough to fill both runs; more wait their turn. */
+const FOLLOW_UP_CONCURRENCY = FOLLOW_UP_FRAMES.maxBatch * FOLLOW_UP_FRAMES.maxRuns;
 /** Beyond this many waiting, the follow-up drops new ones and leaves them to the reconciler. */
 const FOLLOW_UP_MAX_WAITING = 1_000;
 
@@ -141,7 +159,8 @@ export interface ThumbnailFollowUp {
  * tasks succeeded. Best effort by design: a failure is logged and left to the reconciler, and a
  * process that stops loses only what it had queued (the reconciler again).
  */
-export function createThumbnailFollowUp(deps: ThumbnailDeps): ThumbnailFollowUp {
+export function createThumbnailFollowUp(base: ThumbnailDeps): ThumbnailFollowUp {
+  const deps: ThumbnailDeps = { ...base, frames: base.frames ?? createFrameBatcher(FOLLOW_UP_FRAMES) };
   const waiting: { taskId: string; log: FollowUpLog; validated: ValidatedVideo | undefined }[] = [];
   const queued = new Set<string>();
   let running = 0;

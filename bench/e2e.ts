@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { WorkflowIdConflictPolicy } from '@temporalio/common';
 import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
-import { printProfile, summarizeProfiles } from './lib/cpuprofile';
+import { hrtimeUs, printProfile, summarizeProfiles, type ProfileWindow } from './lib/cpuprofile';
 import { configToEnv } from '../config/env';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { bareWorkflow, BareShape } from './workflows/bare';
@@ -22,7 +22,7 @@ import { createTaskClient } from './lib/http';
 import { describeCpu, measured, topStatements } from './lib/measure';
 import { pgDelta, readPgCounts, withoutBackground, type PgCounts } from './lib/pg-counts';
 import type { CpuUsage } from './lib/procstat';
-import { processRss } from './lib/procstat';
+import { childProcesses, processRss } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { ratio, round, sortNumbers, summarize, type LatencySummary } from './lib/stats';
 import { createTaskOrThrow, waitForTerminal } from './lib/tasks';
@@ -86,6 +86,12 @@ interface PhaseResult {
 
 const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench e2e ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
 
+/** The S3 server (versitygw, a child of this process). */
+const s3Pids = (): number[] =>
+  childProcesses()
+    .filter((c) => c.comm === 'versitygw')
+    .map((c) => c.pid);
+
 async function xactCommits(bw: BenchWorld): Promise<number> {
   const { rows } = await bw.world.db.pool.query<{ n: string }>('SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1', [bw.dbName]);
   return Number(rows[0]?.n ?? 0);
@@ -134,9 +140,14 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
   const quiet = await quietWindow(countFiles, o.quietSeconds, rep);
   const commits0 = await xactCommits(bw);
   const counts0 = await readCounts(countFiles);
+  // The worker's profile is read over this phase alone: from the first create until the counts
+  // are read (the thumbnails made), so start-up and calibration stay out of the per-task figures.
+  const profileFromUs = hrtimeUs();
   const m = await measured(
     {
-      cpuGroups: async () => ({ api: [apiPid], worker: workerPids, postgres: await bw.backendPids(), temporal: bw.temporalPids() }),
+      cpuGroups: async () => ({ api: [apiPid], worker: workerPids, postgres: await bw.backendPids(), temporal: bw.temporalPids(), s3: s3Pids() }),
+      // The worker's ffmpeg runs (the thumbnails), counted as they exit.
+      childCpuGroups: { ffmpeg: workerPids },
     },
     async () => {
       let next = 0;
@@ -171,6 +182,7 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
   await waitUntil(async () => (await thumbnails()) >= wanted, { timeoutMs: 60_000, intervalMs: 250, what: 'the thumbnails' }).catch(() => undefined);
   rep.log(`e2e: ${await thumbnails()} of ${wanted} thumbnails made before the counts were read`);
   const counts1 = await readCounts(countFiles);
+  const profileWindow: ProfileWindow = { fromUs: profileFromUs, toUs: hrtimeUs() };
   const commits = (await xactCommits(bw)) - commits0;
   const all = pgDelta(counts1.counts, counts0.counts);
   const own = withoutBackground(all, quiet.counts, quiet.seconds, (counts1.at - counts0.at) / 1000);
@@ -182,6 +194,18 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
   const ok = rows.filter((r) => r.status === 'SUCCEEDED' && r.terminal_ms);
   const first = Math.min(...rows.map((r) => Number(r.created_ms)));
   const lastDone = Math.max(...ok.map((r) => Number(r.terminal_ms)));
+  // The rate's window ends at the last SUCCEEDED; the thumbnails made after it are not in its CPU
+  // columns (they are in the counts and the profile): say how many.
+  const { rows: thumbs } = await bw.world.db.pool.query<{ inside: number; n: number; last_ms: string | null }>(
+    `SELECT count(*) FILTER (WHERE created_at <= to_timestamp($2::float8 / 1000))::int AS inside, count(*)::int AS n,
+       (extract(epoch FROM max(created_at)) * 1000)::text AS last_ms
+     FROM asset WHERE kind = 'thumbnail' AND task_id = ANY($1::uuid[])`,
+    [taskIds, lastDone],
+  );
+  const t = thumbs[0];
+  rep.log(
+    `e2e: thumbnails: ${t?.inside ?? 0} of ${t?.n ?? 0} made by the last SUCCEEDED (inside the rate's window); the last ${t?.last_ms ? ((Number(t.last_ms) - lastDone) / 1000).toFixed(1) : '-'} s after it`,
+  );
   const seconds = (lastDone - first) / 1000;
   const { stats: history, counts } = await fetchHistories(bw, taskIds.map(workflowIdForTask), o.historySample);
   const rss = workerPids.map(processRss).reduce<number>((a, b) => a + (b ?? 0), 0);
@@ -212,6 +236,7 @@ async function runReal(bw: BenchWorld, o: E2EOptions, rep: Reporter, apiUrl: str
       },
       databaseCommits: commits / ok.length,
     },
+    profileWindow,
   };
 }
 
@@ -240,7 +265,10 @@ async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: Bare
     const ids: string[] = [];
     const tenantId = randomUUID();
     const m = await measured(
-      { cpuGroups: async () => ({ worker: workers.map((w) => w.pid), postgres: await bw.backendPids(), temporal: bw.temporalPids() }) },
+      {
+        cpuGroups: async () => ({ worker: workers.map((w) => w.pid), postgres: await bw.backendPids(), temporal: bw.temporalPids(), s3: s3Pids() }),
+        childCpuGroups: { ffmpeg: workers.map((w) => w.pid) },
+      },
       async () => {
         let next = 0;
         const t0 = performance.now();
@@ -311,6 +339,16 @@ async function runBare(bw: BenchWorld, o: E2EOptions, rep: Reporter, shape: Bare
   }
 }
 
+/**
+ * CPU seconds a completed task of `groups` (the measured window's cores × its length): "ours" is
+ * every group the benchmark counts (API, worker, its ffmpeg runs, Postgres, Temporal, the S3
+ * server, the benchmark process with the in-process simulator), not the machine's other load.
+ */
+function coreSecondsPerTask(p: PhaseResult, groups: readonly string[]): number {
+  const cores = groups.reduce((n, g) => n + (p.cpu.cores[g] ?? 0), 0);
+  return (cores * p.cpu.seconds) / Math.max(1, p.completed);
+}
+
 export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
   const bw = await startBenchWorld(
     'e2e',
@@ -362,7 +400,18 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
     rep.log(`e2e: cpu (real) ${describeCpu(real.result.cpu)}`);
     for (const w of workers) await w.proc.stop('SIGTERM', 10_000);
     const profileDir = workers[0]?.profileDir;
-    if (profileDir) printProfile(rep, 'e2e: worker process (real phase, start-up included)', summarizeProfiles(profileDir));
+    if (profileDir) {
+      const summary = summarizeProfiles(profileDir, { window: real.profileWindow });
+      printProfile(rep, 'e2e: worker process (real phase: first create to the last thumbnail)', summary);
+      if (summary) {
+        // Busy samples per completed task: the profile's own view of the worker's CPU a task.
+        rep.log(
+          `e2e: worker profile: ${(summary.totalMs / Math.max(1, real.result.completed)).toFixed(1)} ms of busy samples a completed task in the phase (all its threads), ` +
+            `${(summary.outsideMs / 1000).toFixed(1)} s outside it (start-up, calibration, shutdown); again: npx tsx bench/lib/cpuprofile.ts ${profileDir} ` +
+            `--from ${real.profileWindow.fromUs} --to ${real.profileWindow.toUs}`,
+        );
+      }
+    }
     const phases: PhaseResult[] = [real.result];
     if (!o.skipBaseline) {
       const bare = await runBare(bw, o, rep, shape);
@@ -389,8 +438,12 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
         'worker',
         'postgres',
         'temporal',
-        'bench',
+        's3',
+        'ffmpeg',
+        'bench + simulator',
         'machine busy',
+        'core-s/task: ours',
+        'worker',
         'worker RSS MB',
       ],
       phases.map((p) => [
@@ -409,8 +462,12 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
         round(p.cpu.cores['worker'] ?? 0, 2),
         round(p.cpu.cores['postgres'] ?? 0, 2),
         round(p.cpu.cores['temporal'] ?? 0, 2),
+        round(p.cpu.cores['s3'] ?? 0, 2),
+        round(p.cpu.cores['ffmpeg'] ?? 0, 2),
         round(p.cpu.cores['bench (load generator)'] ?? 0, 2),
         `${p.cpu.machineBusyCores.toFixed(2)}/${p.cpu.machineCores}`,
+        round(coreSecondsPerTask(p, Object.keys(p.cpu.cores)), 3),
+        round(coreSecondsPerTask(p, ['worker']), 3),
         p.workerRssMb === null ? null : round(p.workerRssMb, 0),
       ]),
     );

@@ -4,7 +4,8 @@
 // file for a local path), only the demuxers of the containers we accept (-format_whitelist),
 // and a fixed demuxer (-f) once the container is known. No playlist, concat or data: URL inside
 // a file can make them open anything else.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 
@@ -104,28 +105,88 @@ export async function probeStored(storage: Pick<ObjectStorage, 'readRange'>, key
   return info ?? probeMedia(url);
 }
 
+/** One frame to take: the video (a URL or a local path), where in it, and its demuxer (from the probe). */
+export interface FrameRequest {
+  readonly input: string;
+  readonly atSeconds: number;
+  readonly demuxer: Demuxer;
+}
+
+/** Largest JPEG read back for one frame. */
+const MAX_FRAME_BYTES = 8 * 1024 * 1024;
+
+/**
+ * ffmpeg's arguments for one JPEG frame of each request in one run: input i (seeked before it is
+ * opened, fenced in by inputArgs) gives the first frame of its first video stream, scaled to
+ * 320 px wide, on file descriptor 3 + i.
+ */
+export function frameArgs(requests: readonly FrameRequest[]): string[] {
+  const inputs = requests.flatMap((r) => ['-ss', r.atSeconds.toFixed(2), ...inputArgs(r.input, r.demuxer)]);
+  const outputs = requests.flatMap((_, i) => [
+    '-map',
+    `${i}:v:0`,
+    '-frames:v',
+    '1',
+    '-vf',
+    'scale=320:-2',
+    '-f',
+    'image2pipe',
+    '-vcodec',
+    'mjpeg',
+    `pipe:${3 + i}`,
+  ]);
+  return ['-v', 'error', '-nostdin', ...inputs, ...outputs];
+}
+
+/**
+ * One JPEG frame of each request, from one ffmpeg run: most of a run's CPU is ffmpeg's start-up
+ * (loading its shared libraries), paid once for the lot (docs/decisions/00XX-thumbnail-batches.md).
+ * An entry is an InvalidMediaError when ffmpeg gave no frame for it; the whole call rejects when
+ * ffmpeg fails (which input it could not read is not known then) or runs out of time.
+ */
+export function extractFrames(requests: readonly FrameRequest[], timeoutMs = 30_000): Promise<(Buffer | InvalidMediaError)[]> {
+  if (requests.length === 0) return Promise.resolve([]);
+  return new Promise((resolve, reject) => {
+    const child = spawn('ffmpeg', frameArgs(requests), { stdio: ['ignore', 'ignore', 'pipe', ...requests.map(() => 'pipe' as const)] });
+    const frames = requests.map(() => [] as Buffer[]);
+    const sizes = requests.map(() => 0);
+    let stderr = '';
+    let failure: Error | null = null;
+    const fail = (err: Error) => {
+      failure ??= err;
+      child.kill('SIGKILL');
+    };
+    const timer = setTimeout(() => fail(new Error('ffmpeg timed out')), timeoutMs);
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (d: string) => {
+      if (stderr.length < 64 * 1024) stderr += d;
+    });
+    requests.forEach((_, i) => {
+      const out = child.stdio[3 + i] as Readable;
+      out.on('data', (chunk: Buffer) => {
+        sizes[i]! += chunk.length;
+        if (sizes[i]! > MAX_FRAME_BYTES) fail(new Error(`ffmpeg wrote more than ${MAX_FRAME_BYTES} bytes for one frame`));
+        else frames[i]!.push(chunk);
+      });
+    });
+    // Not started (no ffmpeg) or not killable: 'close' may never come.
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(failure ?? err);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      if (failure) return reject(failure);
+      // Its first line names an input (a presigned URL): redacted, as every error leaving the process.
+      if (code !== 0) return reject(new Error(`ffmpeg exited ${code ?? signal}: ${redactText(stderr.trim().split('\n')[0] ?? '')}`));
+      resolve(frames.map((f) => (f.length === 0 ? new InvalidMediaError('ffmpeg produced no thumbnail') : Buffer.concat(f))));
+    });
+  });
+}
+
 /** One JPEG frame from near the start of the video (its container known from the probe). */
 export async function extractThumbnail(input: string, atSeconds: number, demuxer: Demuxer, timeoutMs = 30_000): Promise<Buffer> {
-  const { stdout } = await run(
-    'ffmpeg',
-    [
-      '-v',
-      'error',
-      '-ss',
-      atSeconds.toFixed(2),
-      ...inputArgs(input, demuxer),
-      '-frames:v',
-      '1',
-      '-vf',
-      'scale=320:-2',
-      '-f',
-      'image2pipe',
-      '-vcodec',
-      'mjpeg',
-      'pipe:1',
-    ],
-    { timeout: timeoutMs, encoding: 'buffer', maxBuffer: 8 * 1024 * 1024 },
-  );
-  if (stdout.length === 0) throw new InvalidMediaError('ffmpeg produced no thumbnail');
-  return stdout;
+  const [frame] = await extractFrames([{ input, atSeconds, demuxer }], timeoutMs);
+  if (frame instanceof Buffer) return frame;
+  throw frame instanceof Error ? frame : new InvalidMediaError('ffmpeg produced no thumbnail');
 }

@@ -11,13 +11,18 @@ export interface Measured<T> {
 }
 
 export async function measured<T>(
-  opts: { cpuGroups: () => Promise<Record<string, number[]>> | Record<string, number[]>; countFiles?: string[] },
+  opts: {
+    cpuGroups: () => Promise<Record<string, number[]>> | Record<string, number[]>;
+    /** Groups counted by their processes' reaped children (procstat.startCpuProbe). */
+    childCpuGroups?: Record<string, number[]>;
+    countFiles?: string[];
+  },
   fn: () => Promise<T>,
 ): Promise<Measured<T>> {
   const files = opts.countFiles ?? [];
   if (files.length) await sleep(1_100); // the preload flushes twice a second
   const before = files.map(readQueryCounts);
-  const probe = startCpuProbe(opts.cpuGroups);
+  const probe = startCpuProbe(opts.cpuGroups, opts.childCpuGroups);
   let result: T;
   let cpu: CpuUsage;
   try {

@@ -17,6 +17,20 @@ export function processTicks(pid: number): number | null {
   }
 }
 
+/**
+ * cutime + cstime of a process in ticks: the CPU of its children it has waited for (a worker's
+ * ffmpeg runs, once they exited), or null when it is gone.
+ */
+export function reapedChildTicks(pid: number): number | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(rest[13]) + Number(rest[14]);
+  } catch {
+    return null;
+  }
+}
+
 /** Resident set size of a process in bytes, or null. */
 export function processRss(pid: number): number | null {
   try {
@@ -67,8 +81,13 @@ export interface CpuUsage {
  * backends of a pgbench run): a pid first seen after the start counts all its ticks, one that
  * exits counts the ticks it had at its last sample.
  */
-export function startCpuProbe(groups: () => Promise<Record<string, number[]>> | Record<string, number[]>) {
+export function startCpuProbe(
+  groups: () => Promise<Record<string, number[]>> | Record<string, number[]>,
+  /** Groups counted by their processes' reaped children (cutime + cstime), e.g. a worker's ffmpeg runs. */
+  childGroups: Record<string, number[]> = {},
+) {
   const seen = new Map<number, { group: string; first: number; last: number }>();
+  const reaped = new Map<string, { group: string; first: number; last: number }>();
   const t0 = performance.now();
   const self0 = process.cpuUsage();
   const m0 = machineTicks();
@@ -84,6 +103,15 @@ export function startCpuProbe(groups: () => Promise<Record<string, number[]>> | 
         else seen.set(pid, { group: name, first: initial ? ticks : 0, last: ticks });
       }
     }
+    for (const [name, pids] of Object.entries(childGroups)) {
+      for (const pid of pids) {
+        const ticks = reapedChildTicks(pid);
+        if (ticks === null) continue;
+        const entry = reaped.get(`${name}:${pid}`);
+        if (entry) entry.last = ticks;
+        else reaped.set(`${name}:${pid}`, { group: name, first: ticks, last: ticks });
+      }
+    }
     initial = false;
   };
   let chain = sample();
@@ -96,7 +124,7 @@ export function startCpuProbe(groups: () => Promise<Record<string, number[]>> | 
       await chain.then(sample).catch(() => undefined);
       const seconds = (performance.now() - t0) / 1000;
       const cores: Record<string, number> = {};
-      for (const e of seen.values()) cores[e.group] = (cores[e.group] ?? 0) + (e.last - e.first) / TICKS_PER_SECOND / seconds;
+      for (const e of [...seen.values(), ...reaped.values()]) cores[e.group] = (cores[e.group] ?? 0) + (e.last - e.first) / TICKS_PER_SECOND / seconds;
       const self = process.cpuUsage(self0);
       cores['bench (load generator)'] = (self.user + self.system) / 1e6 / seconds;
       const m = machineTicks();
