@@ -2,7 +2,7 @@
 // (docs/decisions/0036-thumbnail-off-the-path.md): its ffmpeg (~0.1 s of CPU a run, most of it
 // loading shared libraries) no longer stands between a provider's callback and SUCCEEDED, and
 // the follow-up takes the frames of thumbnails asked for together in one run
-// (docs/decisions/00XX-thumbnail-batches.md).
+// (docs/decisions/0042-thumbnail-batches.md).
 // `makeThumbnail` is idempotent and decides on the facts: a SUCCEEDED task whose video is
 // validated (media_info) and not deleted, and that has no thumbnail row yet, gets one JPEG next
 // to its video and one `asset` row of kind 'thumbnail', written under the fence; the row's insert
@@ -136,7 +136,7 @@ export const failureText = (err: unknown): string => redactText(err instanceof E
 /**
  * The follow-up's frames: up to 8 in one ffmpeg run, 2 runs at once (a run is ~0.1 s of one core,
  * most of it ffmpeg's start-up, and ~0.02 s more a frame), the first frame waiting up to 0.5 s for
- * others (docs/decisions/00XX-thumbnail-batches.md).
+ * others (docs/decisions/0042-thumbnail-batches.md).
  */
 const FOLLOW_UP_FRAMES = { maxBatch: 8, lingerMs: 500, maxRuns: 2, timeoutMs: 30_000 } as const;
 /** Thumbnails in the making at once by one worker's follow-up: enough to fill both runs; more wait their turn. */

@@ -1,6 +1,6 @@
 // Thumbnail frames taken together: the frames asked for within a short wait go to one ffmpeg
 // run (media/probe.ts extractFrames), so its start-up, most of a thumbnail's CPU, is paid once
-// for the lot (docs/decisions/00XX-thumbnail-batches.md). A run that fails as a whole (ffmpeg
+// for the lot (docs/decisions/0042-thumbnail-batches.md). A run that fails as a whole (ffmpeg
 // exits non-zero or runs out of time: which input it could not read is not known) is not
 // charged to its neighbours: each of its frames is asked for again in a run of its own, so a bad
 // video fails only itself, with the error it would have had alone.

@@ -140,7 +140,7 @@ export function frameArgs(requests: readonly FrameRequest[]): string[] {
 
 /**
  * One JPEG frame of each request, from one ffmpeg run: most of a run's CPU is ffmpeg's start-up
- * (loading its shared libraries), paid once for the lot (docs/decisions/00XX-thumbnail-batches.md).
+ * (loading its shared libraries), paid once for the lot (docs/decisions/0042-thumbnail-batches.md).
  * An entry is an InvalidMediaError when ffmpeg gave no frame for it; the whole call rejects when
  * ffmpeg fails (which input it could not read is not known then) or runs out of time.
  */
@@ -157,12 +157,15 @@ export function extractFrames(requests: readonly FrameRequest[], timeoutMs = 30_
       child.kill('SIGKILL');
     };
     const timer = setTimeout(() => fail(new Error('ffmpeg timed out')), timeoutMs);
+    // A stream error (a pipe torn down under us) ends this run, never the worker.
+    child.stderr!.on('error', (err) => fail(err));
     child.stderr!.setEncoding('utf8');
     child.stderr!.on('data', (d: string) => {
       if (stderr.length < 64 * 1024) stderr += d;
     });
     requests.forEach((_, i) => {
       const out = child.stdio[3 + i] as Readable;
+      out.on('error', (err) => fail(err));
       out.on('data', (chunk: Buffer) => {
         sizes[i]! += chunk.length;
         if (sizes[i]! > MAX_FRAME_BYTES) fail(new Error(`ffmpeg wrote more than ${MAX_FRAME_BYTES} bytes for one frame`));

@@ -1,4 +1,4 @@
-// Thumbnail frames taken together (media/frame-batches.ts, docs/decisions/00XX-thumbnail-batches.md):
+// Thumbnail frames taken together (media/frame-batches.ts, docs/decisions/0042-thumbnail-batches.md):
 // one ffmpeg run gives each video its own frame; frames asked for together share a run, at most
 // maxBatch a run and maxRuns runs at once; a run that fails as a whole fails only the video that
 // would fail alone.
