@@ -15,6 +15,38 @@ interface Profile {
   startTime: number;
   endTime: number;
   samples?: number[];
+  timeDeltas?: number[];
+}
+
+/**
+ * A span of a profile, on the clock V8 stamps its samples with (CLOCK_MONOTONIC, µs; Node's
+ * process.hrtime on Linux): a benchmark takes `monotonicUs()` at a window's start and end and
+ * summarises only the samples the profiled process took in between.
+ */
+export interface ProfileWindow {
+  readonly fromUs: number;
+  readonly toUs: number;
+}
+export const monotonicUs = (): number => Number(process.hrtime.bigint() / 1000n);
+
+/** Self time (ms) per profile node: every sample, or those inside `window` (each weighed by its own interval). */
+function selfMsByNode(p: Profile, window: ProfileWindow | undefined): Map<number, number> {
+  const out = new Map<number, number>();
+  if (!window || !p.samples || !p.timeDeltas) {
+    const samples = p.samples?.length ?? p.nodes.reduce((n, x) => n + (x.hitCount ?? 0), 0);
+    const msPerSample = samples > 0 ? (p.endTime - p.startTime) / 1000 / samples : 0;
+    for (const n of p.nodes) if (n.hitCount) out.set(n.id, n.hitCount * msPerSample);
+    return out;
+  }
+  let t = p.startTime;
+  for (let i = 0; i < p.samples.length; i++) {
+    const delta = p.timeDeltas[i] ?? 0;
+    t += delta;
+    if (t < window.fromUs || t > window.toUs) continue;
+    const id = p.samples[i]!;
+    out.set(id, (out.get(id) ?? 0) + delta / 1000);
+  }
+  return out;
 }
 
 export interface ProfileSummary {
@@ -35,7 +67,7 @@ function areaOf(url: string, fn: string): string {
   return path.relative(REPO_ROOT, file).split('/').slice(0, 2).join('/') || file;
 }
 
-export function summarizeProfiles(dir: string, top = 15): ProfileSummary | null {
+export function summarizeProfiles(dir: string, top = 15, window?: ProfileWindow): ProfileSummary | null {
   if (!fs.existsSync(dir)) return null;
   const files = fs.readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'));
   if (files.length === 0) return null;
@@ -44,12 +76,10 @@ export function summarizeProfiles(dir: string, top = 15): ProfileSummary | null 
   let totalMs = 0;
   for (const f of files) {
     const p = JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as Profile;
-    const samples = p.samples?.length ?? p.nodes.reduce((n, x) => n + (x.hitCount ?? 0), 0);
-    const msPerSample = samples > 0 ? (p.endTime - p.startTime) / 1000 / samples : 0;
+    const self = selfMsByNode(p, window);
     for (const n of p.nodes) {
-      const hits = n.hitCount ?? 0;
-      if (!hits) continue;
-      const ms = hits * msPerSample;
+      const ms = self.get(n.id) ?? 0;
+      if (!ms) continue;
       const fn = n.callFrame.functionName || '(anonymous)';
       const area = areaOf(n.callFrame.url, fn);
       if (area === '(idle)') continue;
@@ -80,10 +110,11 @@ export function printProfile(
   rep: { table(title: string, header: string[], rows: (string | number)[][]): void },
   what: string,
   summary: ProfileSummary | null,
+  span = 'start-up included',
 ): void {
   if (!summary) return;
   rep.table(
-    `${what}: CPU profile, self time by area (${(summary.totalMs / 1000).toFixed(1)} s of CPU sampled, start-up included)`,
+    `${what}: CPU profile, self time by area (${(summary.totalMs / 1000).toFixed(1)} s of CPU sampled, ${span})`,
     ['area', 'self s', 'share %'],
     summary.byArea.map((a) => [a.area, Number((a.ms / 1000).toFixed(2)), Number((a.share * 100).toFixed(1))]),
   );
