@@ -47,7 +47,7 @@ export interface OpenTasksOptions {
   readonly skipBaseline: boolean;
   /** Fail the run (exit 1) when a goal of issue #19 is missed. */
   readonly check: boolean;
-  /** Profile the real worker (node --cpu-prof) and print where its CPU went in the idle window. */
+  /** Profile both workers (node --cpu-prof) and print where their CPU went in their idle windows. */
   readonly cpuProfile?: boolean;
 }
 
@@ -349,9 +349,10 @@ async function terminateAll(bw: BenchWorld, rep: Reporter): Promise<void> {
  * quota): where the demand N / interval exceeds it, the real loops' polls wait in their queue, and
  * so do the bare loops' (only their polls are regular activities; the apply is local).
  */
-async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota: number): Promise<IdleResult> {
+async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota: number): Promise<IdleResult & { profileDir: string | null }> {
   const queue = `bench-open-bare-${randomUUID().slice(0, 8)}`;
   const countFile = path.join(bw.logDir, 'bare-worker.activities.json');
+  const profileDir = o.cpuProfile ? path.join(bw.logDir, 'bare-worker.cpuprofile') : null;
   const worker: ManagedProcess = startWorkerProcess(
     'bare-worker',
     'bench/workflows/bare-worker.ts',
@@ -362,7 +363,11 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
       BENCH_ACTIVITY_COUNT_FILE: countFile,
       ...(Number.isFinite(quota) ? { BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND: String(quota) } : {}),
     },
-    { args: [queue, 'pollProvider,applyInbox'], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
+    {
+      args: [queue, 'pollProvider,applyInbox'],
+      log: fileLogger(path.join(bw.logDir, 'bare-worker.log')),
+      ...(profileDir ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] } : {}),
+    },
   );
   try {
     await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), {
@@ -419,7 +424,7 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
       return m ? { usedMb: mb(m.heapUsed), totalMb: mb(m.heapTotal), externalMb: mb(m.external) } : null;
     };
     const w = await idleWindow(bw, o, rep, 'bare', ids, async () => ({ worker: [worker.pid], temporal: bw.temporalPids() }), worker.pid, polls, mainHeap);
-    return { mode: 'bare: the wait loop, no-op activities', open: ids.length, rssStartMb, ...w };
+    return { mode: 'bare: the wait loop, no-op activities', open: ids.length, rssStartMb, ...w, profileDir };
   } finally {
     await worker.stop('SIGTERM', 15_000);
   }
@@ -453,15 +458,20 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         topStatements(real.queries, per, 16).map((t) => [t.statement, Number.isFinite(t.perUnit) ? round(t.perUnit, 2) : '-', t.count]),
       );
     }
-    if (real.profileDir) {
-      const summary = summarizeProfiles(real.profileDir, 25, real.span);
-      printProfile(rep, 'open-tasks: real worker (every thread)', summary, `the ${real.windowSeconds.toFixed(0)} s idle window only`);
-    }
+    const profiled = (p: IdleResult & { profileDir: string | null }, what: string) => {
+      // The window's CPU by area and function, and per poll: the two phases poll at different rates.
+      if (!p.profileDir) return;
+      const summary = summarizeProfiles(p.profileDir, 25, p.span);
+      const perPoll = summary && p.pollsInWindow > 0 ? `, ${(summary.totalMs / p.pollsInWindow).toFixed(1)} ms per poll` : '';
+      printProfile(rep, `open-tasks: ${what} (every thread)`, summary, `the ${p.windowSeconds.toFixed(0)} s idle window only${perPoll}`);
+    };
+    profiled(real, 'real worker');
     const phases: IdleResult[] = [real];
     if (!o.skipBaseline) {
       await terminateAll(bw, rep);
       const bare = await runBare(bw, o, rep, quota);
       rep.log(`open-tasks: cpu (bare, idle) ${describeCpu(bare.cpu)}`);
+      profiled(bare, 'bare worker');
       phases.push(bare);
     }
     const bare = phases[1];
