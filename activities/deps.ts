@@ -3,7 +3,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import type { Db, Tx } from '../db/client';
-import { inTaskTransaction, type TaskLock, type TaskTransactionOptions, type TaskTransactionResult } from '../db/task-tx';
+import { inTaskTransaction, readTaskRows, type TaskLock, type TaskTransactionOptions, type TaskTransactionResult } from '../db/task-tx';
 import type { TaskFacts } from '../domain/facts';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
@@ -198,6 +198,20 @@ export async function inTaskStep<T>(
 ): Promise<TaskTransactionResult<T>> {
   try {
     return await inTaskTransaction(deps.db, deps.fence, taskId, work, options);
+  } catch (err) {
+    throw toActivityFailure(err, deps.modePauseRetryMs);
+  }
+}
+
+/**
+ * A step that reads, calls a provider, then writes (a poll): `work` gets the fence's token, the
+ * mode, the task and its active attempt, read in one round trip without a transaction
+ * (db/task-tx.ts readTaskRows); its writes go in task transactions carrying that token. Refused
+ * (fence, mode) before `work` runs, and every failure mapped, as fenced() does.
+ */
+export async function readTaskStep<T>(deps: TaskActivityDeps, taskId: string, work: (read: TaskLock) => Promise<T>): Promise<T> {
+  try {
+    return await work(await readTaskRows(deps.db, deps.fence, taskId));
   } catch (err) {
     throw toActivityFailure(err, deps.modePauseRetryMs);
   }

@@ -10,10 +10,12 @@
 import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
+import type { Tx } from '../db/client';
 import { holdFence, inFence, type FenceToken } from '../db/fence';
+import { inTaskTransaction } from '../db/task-tx';
 import { recordProviderEvent } from '../db/inbox';
 import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
-import { generationTask, taskAttempt, type AttemptRow } from '../db/schema';
+import { taskAttempt, type AttemptRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
@@ -22,7 +24,7 @@ import { withinRetention } from '../providers/result-retention';
 import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { escalate } from './escalate';
-import { fenced, notFound, providerFor, withHeartbeat, type TaskActivityDeps } from './deps';
+import { notFound, providerFor, readTaskStep, withHeartbeat, type TaskActivityDeps } from './deps';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
 
@@ -109,6 +111,14 @@ export function createPollActivities(deps: TaskActivityDeps) {
     });
   }
 
+  /** Past the provider's maximum run time with the job still in flight (or unreadable): the evidence, else null. */
+  const overrunOf = (attempt: AttemptRow, adapter: ProviderAdapter, job: ProviderJob | null, now: Date) =>
+    !job || !FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
+
+  /** Whether boundKnownJobRead has anything to do after this read of a known job. */
+  const needsBound = (attempt: AttemptRow, adapter: ProviderAdapter, job: ProviderJob | null, readFailed: { err: unknown } | null, now: Date) =>
+    readFailed !== null || attempt.read_failures > 0 || overrunOf(attempt, adapter, job, now) !== null;
+
   /**
    * After a read of a known job: past the provider's maximum run time, a job still in flight (or
    * unreadable) parks the task; a failed read is counted (parking at the limit); a good read
@@ -123,7 +133,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
     readFailed: { err: unknown } | null,
     now: Date,
   ): Promise<'escalated' | 'read-failed' | null> {
-    const overrun = !job || !FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? pastMaxRun(deps, adapter, attempt, now) : null;
+    const overrun = overrunOf(attempt, adapter, job, now);
     if (overrun && (await escalateAttempt(deps, token, taskId, attempt.attempt_id, overrun))) return 'escalated';
     if (!readFailed) {
       await clearReadFailures(deps, token, attempt);
@@ -137,14 +147,8 @@ export function createPollActivities(deps: TaskActivityDeps) {
   return {
     async pollProvider(taskId: string): Promise<PollResult> {
       return withHeartbeat(() =>
-        fenced(deps, async (token) => {
-          const [row] = await deps.db
-            .select({ task: generationTask, attempt: taskAttempt })
-            .from(generationTask)
-            .innerJoin(taskAttempt, eq(taskAttempt.attempt_id, generationTask.active_attempt_id))
-            .where(eq(generationTask.task_id, taskId));
-          if (!row) throw notFound(`active attempt of task ${taskId}`);
-          const { attempt } = row;
+        readTaskStep(deps, taskId, async ({ token, task, attempt }) => {
+          if (!task || !attempt) throw notFound(`active attempt of task ${taskId}`);
           const adapter = providerFor(deps, attempt.provider);
           const signal = Context.current().cancellationSignal;
           const now = deps.clock.now();
@@ -166,7 +170,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
               window.record(Date.now() - started);
             } catch (err) {
               if (signal.aborted) throw err;
-              if (row.task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
+              if (task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
                 // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
                 // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
                 job = goneAfterCancel(jobId);
@@ -180,7 +184,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
             try {
               // Bounded, so a long list walk never outlasts the activity and the deadline check below runs.
               const budget = AbortSignal.any([signal, AbortSignal.timeout(deps.settings.reconcileLookupBudgetMs)]);
-              lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, row.task.request, now, budget));
+              lookup = await lookupUnknownSubmit(deps.db, adapter, attempt, lookupQueryFor(attempt, task.request, now, budget));
               job = lookup.kind === 'found' ? lookup.job : null;
             } catch (err) {
               // A failed lookup proves nothing either way; the deadline still runs.
@@ -191,19 +195,47 @@ export function createPollActivities(deps: TaskActivityDeps) {
           }
 
           const previous = attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
-          const phase: PollPhase = unknown ? 'reconciling' : row.task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
+          const phase: PollPhase = unknown ? 'reconciling' : task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
           const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
           // Never sooner than the provider's quota lets every waiting job be read in turn.
           // A provider that keeps results only for a while is read inside that window, even over its quota.
           const paced = withDemandFloor(pollInterval(previous, phase, healthy, pace, Math.random), await demand.floorMs(attempt.provider), Math.random);
           const interval = withinRetention(paced, adapter.capabilities);
-          await inFence(deps.db, token, (tx) =>
+          const polled = (tx: Tx) =>
             tx
               .update(taskAttempt)
               .set({ last_polled_at: now, next_poll_at: new Date(now.getTime() + interval) })
-              .where(eq(taskAttempt.attempt_id, attempt.attempt_id)),
-          );
+              .where(eq(taskAttempt.attempt_id, attempt.attempt_id));
+          const event = (found: ProviderJob) => ({
+            provider: attempt.provider,
+            job: found,
+            providerEventId: null,
+            source: unknown ? ('reconcile' as const) : ('poll' as const),
+            attemptId: attempt.attempt_id,
+            taskId,
+            receivedRegion: deps.fence.region,
+            signatureValid: true,
+            raw: { polled_at: now.toISOString(), status: found.rawStatus },
+          });
 
+          // A waiting task's poll: the job read, nothing to bound (activities/provider-reads.ts).
+          // The next poll time and the inbox row go in one task transaction under the token read.
+          if (job && !(attempt.provider_job_id && needsBound(attempt, adapter, job, readFailed, now))) {
+            const found = job;
+            const { value: inboxId } = await inTaskTransaction(
+              deps.db,
+              deps.fence,
+              taskId,
+              async (tx) => {
+                await polled(tx);
+                return recordProviderEvent(tx, event(found));
+              },
+              { token },
+            );
+            return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
+          }
+
+          await inFence(deps.db, token, polled);
           if (attempt.provider_job_id) {
             const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
             if (parked) return { result: parked };
@@ -226,19 +258,8 @@ export function createPollActivities(deps: TaskActivityDeps) {
             const overdue = now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
             return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
           }
-          const inboxId = await inFence(deps.db, token, (tx) =>
-            recordProviderEvent(tx, {
-              provider: attempt.provider,
-              job,
-              providerEventId: null,
-              source: unknown ? 'reconcile' : 'poll',
-              attemptId: attempt.attempt_id,
-              taskId,
-              receivedRegion: deps.fence.region,
-              signatureValid: true,
-              raw: { polled_at: now.toISOString(), status: job.rawStatus },
-            }),
-          );
+          const found = job;
+          const inboxId = await inFence(deps.db, token, (tx) => recordProviderEvent(tx, event(found)));
           return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
         }),
       );

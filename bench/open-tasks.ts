@@ -22,13 +22,14 @@ import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '..
 import type { barePollingWorkflow } from './workflows/bare';
 import { createTaskClient } from './lib/http';
 import { createTask } from './lib/tasks';
-import { describeCpu, measured } from './lib/measure';
+import { describeCpu, measured, topStatements } from './lib/measure';
+import { hrtimeUs, printProfile, summarizeProfiles, type ProfileWindow } from './lib/cpuprofile';
 import { processRss, type CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { checkGoals } from './lib/budgets';
 import { ratio, round } from './lib/stats';
 import { parseMetrics } from './lib/scrape';
-import { startBenchWorld, type BenchWorld } from './lib/world';
+import { startBenchWorld, type BenchWorld, type QueryCounts } from './lib/world';
 
 export interface OpenTasksOptions {
   readonly tasks: number;
@@ -46,6 +47,8 @@ export interface OpenTasksOptions {
   readonly skipBaseline: boolean;
   /** Fail the run (exit 1) when a goal of issue #19 is missed. */
   readonly check: boolean;
+  /** Profile both workers (node --cpu-prof) and print where their CPU went in their idle windows. */
+  readonly cpuProfile?: boolean;
 }
 
 interface IdleResult {
@@ -69,6 +72,10 @@ interface IdleResult {
   readonly historyMax: number;
   readonly sampled: number;
   readonly windowSeconds: number;
+  /** The window on the profiles' clock (bench/lib/cpuprofile.ts). */
+  readonly span: ProfileWindow;
+  /** The worker's Postgres round trips in the window (the counting preload; real phase only). */
+  readonly queries: QueryCounts | null;
 }
 
 /**
@@ -109,7 +116,7 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.l
 
 /**
  * The settle time (settleMs), then the measured idle window: RSS every second, CPU per group,
- * polls (`polls`: a running count).
+ * polls (`polls`: a running count), and the round trips in `countFiles`.
  */
 async function idleWindow(
   bw: BenchWorld,
@@ -121,6 +128,7 @@ async function idleWindow(
   workerPid: number,
   polls: () => number,
   mainHeap: () => Promise<MainHeap | null>,
+  countFiles: string[] = [],
 ): Promise<Omit<IdleResult, 'mode' | 'open' | 'rssStartMb'>> {
   const settleStart = Date.now();
   const settleUntil = settleStart + settleMs(o);
@@ -138,8 +146,10 @@ async function idleWindow(
   let rssMax = 0;
   let rssEnd = 0;
   let readsStart = 0;
-  const m = await measured({ cpuGroups: groups }, async () => {
+  const span = { fromUs: 0, toUs: 0 };
+  const m = await measured({ cpuGroups: groups, countFiles }, async () => {
     readsStart = polls();
+    span.fromUs = hrtimeUs();
     const t0 = Date.now();
     for (let s = 0; s < o.idleSeconds; s++) {
       await sleep(Math.max(0, t0 + (s + 1) * 1000 - Date.now()));
@@ -152,6 +162,7 @@ async function idleWindow(
         `[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${o.idleSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}`,
       );
     }
+    span.toUs = hrtimeUs();
   });
   const heap = await mainHeap();
   const h1 = await historyLengths(bw, ids, o.historySample);
@@ -174,6 +185,8 @@ async function idleWindow(
     rssEndMb: rssEnd,
     mainHeap: heap,
     windowSeconds: m.cpu.seconds,
+    span,
+    queries: countFiles.length ? m.queries : null,
   };
 }
 
@@ -186,9 +199,9 @@ async function runReal(
   bw: BenchWorld,
   o: OpenTasksOptions,
   rep: Reporter,
-): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number }> {
+): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number; profileDir: string | null }> {
   const api = await bw.startApi('api', { OUTBOX_WATERMARK_COUNT: String(o.tasks * 10) });
-  const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv });
+  const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv }, { cpuProfile: o.cpuProfile === true });
   const [tenant] = await bw.createTenants(1);
   const http = createTaskClient(api.url, o.createConcurrency, { timeoutMs: 60_000 });
   const vidorch = http.as(tenant!.apiKey);
@@ -294,10 +307,12 @@ async function runReal(
         return null;
       }
     },
+    [worker.countFile],
   );
+  // A profile is written when its process exits.
   await worker.proc.stop('SIGTERM', 15_000);
   await api.proc.stop('SIGTERM', 5_000);
-  return { mode: 'real: waiting on the provider', open, rssStartMb, ...w, ids, createSeconds, reachSeconds };
+  return { mode: 'real: waiting on the provider', open, rssStartMb, ...w, ids, createSeconds, reachSeconds, profileDir: worker.profileDir };
 }
 
 /** Terminates every open workflow (a batch operation) so the next phase has the server to itself. */
@@ -334,9 +349,10 @@ async function terminateAll(bw: BenchWorld, rep: Reporter): Promise<void> {
  * quota): where the demand N / interval exceeds it, the real loops' polls wait in their queue, and
  * so do the bare loops' (only their polls are regular activities; the apply is local).
  */
-async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota: number): Promise<IdleResult> {
+async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota: number): Promise<IdleResult & { profileDir: string | null }> {
   const queue = `bench-open-bare-${randomUUID().slice(0, 8)}`;
   const countFile = path.join(bw.logDir, 'bare-worker.activities.json');
+  const profileDir = o.cpuProfile ? path.join(bw.logDir, 'bare-worker.cpuprofile') : null;
   const worker: ManagedProcess = startWorkerProcess(
     'bare-worker',
     'bench/workflows/bare-worker.ts',
@@ -347,7 +363,11 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
       BENCH_ACTIVITY_COUNT_FILE: countFile,
       ...(Number.isFinite(quota) ? { BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND: String(quota) } : {}),
     },
-    { args: [queue, 'pollProvider,applyInbox'], log: fileLogger(path.join(bw.logDir, 'bare-worker.log')) },
+    {
+      args: [queue, 'pollProvider,applyInbox'],
+      log: fileLogger(path.join(bw.logDir, 'bare-worker.log')),
+      ...(profileDir ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] } : {}),
+    },
   );
   try {
     await waitUntil(async () => worker.recentOutput().some((l) => l.includes('bare worker polling')), {
@@ -404,7 +424,7 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
       return m ? { usedMb: mb(m.heapUsed), totalMb: mb(m.heapTotal), externalMb: mb(m.external) } : null;
     };
     const w = await idleWindow(bw, o, rep, 'bare', ids, async () => ({ worker: [worker.pid], temporal: bw.temporalPids() }), worker.pid, polls, mainHeap);
-    return { mode: 'bare: the wait loop, no-op activities', open: ids.length, rssStartMb, ...w };
+    return { mode: 'bare: the wait loop, no-op activities', open: ids.length, rssStartMb, ...w, profileDir };
   } finally {
     await worker.stop('SIGTERM', 15_000);
   }
@@ -430,11 +450,28 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
     const quota = REPLICATE_CAPABILITIES.requestsPerSecond ?? NaN;
     const real = await runReal(bw, o, rep);
     rep.log(`open-tasks: cpu (real, idle) ${describeCpu(real.cpu)}`);
+    if (real.queries) {
+      const per = real.pollsInWindow;
+      rep.table(
+        `open-tasks: the real worker's Postgres round trips in the idle window: ${real.queries.total} (${per > 0 ? (real.queries.total / per).toFixed(1) : '-'} per poll, ${per} polls; the relays, reconcilers and samplers included)`,
+        ['statement', 'per poll', 'count'],
+        topStatements(real.queries, per, 16).map((t) => [t.statement, Number.isFinite(t.perUnit) ? round(t.perUnit, 2) : '-', t.count]),
+      );
+    }
+    const profiled = (p: IdleResult & { profileDir: string | null }, what: string) => {
+      // The window's CPU by area and function, and per poll: the two phases poll at different rates.
+      if (!p.profileDir) return;
+      const summary = summarizeProfiles(p.profileDir, { top: 25, window: p.span });
+      const perPoll = summary && p.pollsInWindow > 0 ? `, ${(summary.totalMs / p.pollsInWindow).toFixed(1)} ms per poll` : '';
+      printProfile(rep, `open-tasks: ${what}, the ${p.windowSeconds.toFixed(0)} s idle window${perPoll}`, summary);
+    };
+    profiled(real, 'real worker');
     const phases: IdleResult[] = [real];
     if (!o.skipBaseline) {
       await terminateAll(bw, rep);
       const bare = await runBare(bw, o, rep, quota);
       rep.log(`open-tasks: cpu (bare, idle) ${describeCpu(bare.cpu)}`);
+      profiled(bare, 'bare worker');
       phases.push(bare);
     }
     const bare = phases[1];
@@ -564,6 +601,7 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         workerTemporalCores: round(cpuOf(p), 3),
         cpuRatio: round(vsBare(cpuOf(p), cpuOf(bare)), 3),
         ids: undefined,
+        queries: undefined,
       })),
       unmeasured,
       goals,

@@ -294,6 +294,7 @@ program
   .option('--max-activities <n>', 'WORKER_MAX_CONCURRENT_ACTIVITIES (default: config)')
   .option('--no-baseline', 'skip the bare-workflow baseline')
   .option('--check', 'exit 1 when RSS or (worker + Temporal) CPU exceeds the bare wait loops, or polls exceed the quota', false)
+  .option('--cpu-prof', 'profile both workers (every thread) and print where their CPU went in the idle windows (costs CPU: not for the ratios)', false)
   .option('--json', 'print the figures as one JSON line', false)
   .action(
     async (o: {
@@ -308,6 +309,7 @@ program
       maxActivities?: string;
       baseline: boolean;
       check: boolean;
+      cpuProf: boolean;
       json: boolean;
     }) => {
       const workerEnv: Record<string, string> = {};
@@ -325,6 +327,7 @@ program
           workerEnv,
           skipBaseline: !o.baseline,
           check: o.check,
+          cpuProfile: o.cpuProf,
         },
         createReporter(o.json),
       );

@@ -4,7 +4,11 @@
 // one that sends COMMIT also reads the facts the step returns. What comes between is the step's
 // own statements, through an ordinary drizzle transaction handle on the same connection.
 //
-// The two framing round trips are simple-protocol queries (several statements in one message
+// A step that calls a provider between its read and its write (a poll) reads first with
+// readTaskRows: the same fence, mode, task and active attempt in one round trip, outside any
+// transaction and without locks; its write is then a task transaction carrying the token read.
+//
+// The framing round trips are simple-protocol queries (several statements in one message
 // carry no parameters), so their only values are a task id checked to be a UUID and the fence
 // scope, both quoted by pg's escapeLiteral.
 import { eq, getTableColumns } from 'drizzle-orm';
@@ -122,6 +126,28 @@ export async function inTaskTransaction<T>(
   }
 }
 
+/**
+ * The fence, the mode, the task and its active attempt in one round trip, outside any
+ * transaction and without locks, refused as inTaskTransaction's opening refuses (FenceRejectedError
+ * when this region does not own writes, ModePausedError when the mode forbids `action`). For a
+ * step that calls a provider before it writes: no lock is held across the call, and the token
+ * returned carries the epoch read into the write's task transaction (options.token), which
+ * refuses if the region or the epoch moved meanwhile.
+ */
+export async function readTaskRows(
+  db: Db,
+  fence: { readonly scope: string; readonly region: string },
+  taskId: string,
+  options: Pick<TaskTransactionOptions, 'action'> = {},
+): Promise<TaskLock> {
+  if (!UUID.test(taskId)) throw new Error(`not a task id: ${JSON.stringify(taskId.slice(0, 60))}`);
+  const read = await db.$client.query({ text: readingText(fence.scope, taskId), types: DRIZZLE_TYPES });
+  const lock = lockFrom(read.rows[0] as Record<string, unknown> | undefined, fence, options);
+  if (lock instanceof FenceRejectedError) throw new FenceRejectedError(lock.token, await readFence(db, fence.scope));
+  if (lock instanceof Error) throw lock;
+  return lock;
+}
+
 const ATTEMPT_COLUMNS = Object.entries(getTableColumns(taskAttempt));
 /** The attempt's columns under names of their own (its column names overlap the task's). */
 const ATTEMPT_SELECT = ATTEMPT_COLUMNS.map(([, c]) => `a.${c.name} AS "attempt.${c.name}"`).join(', ');
@@ -148,6 +174,15 @@ function openingText(scope: string, taskId: string, activeAttempt: boolean): str
           FROM region_write_fence WHERE resource_scope = ${pg.escapeLiteral(scope)} FOR SHARE) f
     LEFT JOIN LATERAL (SELECT * FROM generation_task WHERE task_id = ${pg.escapeLiteral(taskId)} FOR UPDATE) t ON true
     ${attempt.join}`;
+}
+
+/** readTaskRows' statement: the opening's rows, unlocked (the active attempt as the task row names it). */
+function readingText(scope: string, taskId: string): string {
+  return `SELECT f.*, t.*, ${ATTEMPT_SELECT}
+    FROM (SELECT active_region AS fence_region, write_epoch AS fence_epoch, mode AS fence_mode
+          FROM region_write_fence WHERE resource_scope = ${pg.escapeLiteral(scope)}) f
+    LEFT JOIN generation_task t ON t.task_id = ${pg.escapeLiteral(taskId)}
+    LEFT JOIN task_attempt a ON a.attempt_id = t.active_attempt_id`;
 }
 
 /** The lock, or the error that refuses it (the caller rolls back first). */

@@ -1,9 +1,10 @@
 // One Temporal Schedule per reconciler: visible, pausable and triggerable in the Temporal UI
 // (Schedules), overlap policy SKIP (a run still going skips the next), its action the reconciler
-// workflow on the reconcile queue. Created idempotently by the worker at start and by
-// `npm run dev`; an existing Schedule gets the configured interval and action but keeps its
-// paused state and note (an operator's pause survives a deploy).
-import { ScheduleAlreadyRunning, ScheduleNotFoundError, ScheduleOverlapPolicy, type Client } from '@temporalio/client';
+// workflow on the generation queue, its activity on the reconcile queue (one workflow thread per
+// worker process: docs/performance.md, "Worker memory"). Created idempotently by the worker at
+// start and by `npm run dev`; an existing Schedule gets the configured interval and action but
+// keeps its paused state and note (an operator's pause survives a deploy).
+import { ScheduleAlreadyRunning, ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { reconcileWorkflow } from '../workflows/reconcile';
 import { queues } from '../temporal/queues';
 
@@ -18,15 +19,18 @@ function action(taskQueueBase: string, name: string) {
   return {
     type: 'startWorkflow' as const,
     workflowType: 'reconcileWorkflow',
-    args: [{ reconciler: name }] as Parameters<typeof reconcileWorkflow>,
-    taskQueue: queues.reconcile(taskQueueBase),
+    args: [{ reconciler: name, activityQueue: queues.reconcile(taskQueueBase) }] as Parameters<typeof reconcileWorkflow>,
+    taskQueue: queues.generation(taskQueueBase),
     // Each run's id: the Schedule appends its time; the prefix names the reconciler.
     workflowId: `${scheduleIdFor(taskQueueBase, name)}-run`,
     workflowRunTimeout: '30 minutes',
   };
 }
 
-/** Creates each Schedule, or updates an existing one's interval and action; returns the ids. */
+/**
+ * Creates each Schedule, or updates an existing one's interval and action; then ends the
+ * reconciler runs left on the reconcile queue. Returns the ids.
+ */
 export async function ensureReconcileSchedules(client: Client, taskQueueBase: string, specs: readonly ScheduleSpecInput[]): Promise<string[]> {
   const ids: string[] = [];
   for (const s of specs) {
@@ -51,7 +55,31 @@ export async function ensureReconcileSchedules(client: Client, taskQueueBase: st
     }
     ids.push(scheduleId);
   }
+  await endRunsOnReconcileQueue(client, taskQueueBase);
   return ids;
+}
+
+/**
+ * Runs started before the action moved to the generation queue run their workflow on the
+ * reconcile queue, where no worker polls for workflows any more: left alone, such a run would
+ * hold its Schedule (overlap SKIP) until its 30-minute run timeout. Terminated instead, so the
+ * next interval runs the reconciler again, on the generation queue. Safe whatever the run was
+ * doing: a reconciler is a sweep whose every write is idempotent and fenced, and a second run
+ * beside it is safe too (docs/runbooks/reconcilers.md, "Deploys"). Found by a visibility query,
+ * so runs an operator triggered (which their Schedule does not track) are ended too.
+ */
+async function endRunsOnReconcileQueue(client: Client, taskQueueBase: string): Promise<void> {
+  const query = `WorkflowType = 'reconcileWorkflow' AND TaskQueue = '${queues.reconcile(taskQueueBase)}' AND ExecutionStatus = 'Running'`;
+  for await (const run of client.workflow.list({ query })) {
+    try {
+      await client.workflow
+        .getHandle(run.workflowId, run.runId)
+        .terminate('the reconciler workflows run on the generation queue now (docs/runbooks/reconcilers.md, "Deploys")');
+    } catch (err) {
+      // Finished meanwhile: nothing left to end.
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+    }
+  }
 }
 
 /** Triggers a run now (as the Temporal UI's "Trigger" does); refused (skipped) while one is running. */

@@ -1,6 +1,7 @@
 // The workers that run generation workflows and their activities. Used by workers/main.ts, the
 // tests and the scripts, so all of them run the same thing: one worker on the generation queue
-// (workflows, every task activity, and the fact steps' local attempts) and one per configured
+// (every workflow, the reconciler Schedules' included; every task activity; the fact steps' local
+// attempts), one on the reconcile queue for the reconcilers' activity, and one per configured
 // provider on that provider's poll queue (provider reads only), whose global dispatch rate is
 // the provider's query quota (docs/design.md §5 "Polling"; docs/providers.md "Poll queues").
 import { execFile } from 'node:child_process';
@@ -112,7 +113,7 @@ export interface GenerationWorkerOptions {
   readonly pollProviders?: readonly string[];
   /** Tracing on (observability/tracing.ts): activity spans and the workflow span sink; the bundle must be `bundleWorkflows({ tracing: true })`. */
   readonly tracing?: WorkerTracing | null;
-  /** With these, a worker on the reconcile queue runs the reconciler Schedules' workflows (reconcilers/schedules.ts). */
+  /** With these, a worker on the reconcile queue runs the reconciler workflows' activity (the workflows run on the generation queue: reconcilers/schedules.ts). */
   readonly reconcileActivities?: ReconcileActivities;
 }
 
@@ -121,7 +122,7 @@ export interface GenerationWorkers {
   readonly generation: Worker;
   /** Provider → its poll worker. */
   readonly polls: ReadonlyMap<string, Worker>;
-  /** The reconcile-queue worker, when reconcileActivities were given. */
+  /** The reconcile-queue worker (activities only), when reconcileActivities were given. */
   readonly reconcile: Worker | null;
   /** The global rate each poll queue was given (undefined: the provider declares no quota). */
   readonly pollRates: ReadonlyMap<string, number | undefined>;
@@ -182,7 +183,9 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         connection: opts.connection,
         namespace: opts.namespace,
         taskQueue: queues.reconcile(opts.taskQueueBase),
-        workflowBundle: opts.workflowBundle,
+        // Activities only: the reconcile workflows run on the generation worker (their Schedules
+        // start them there, reconcilers/schedules.ts), so the process has one workflow thread,
+        // not two (a V8 isolate of ~45 MB each: docs/performance.md, "Worker memory").
         activities: opts.reconcileActivities,
         // Reconcilers run one at a time per worker: each is a sweep, not a hot path.
         maxConcurrentActivityTaskExecutions: 2,

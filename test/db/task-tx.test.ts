@@ -4,11 +4,12 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
+import pg from 'pg';
 import { readTaskFacts } from '../../activities/task-facts';
 import { FenceRejectedError } from '../../db/fence';
 import { MODE_SETTING, ModePausedError } from '../../db/modes';
 import { generationTask, regionWriteFence, taskAttempt } from '../../db/schema';
-import { inTaskTransaction } from '../../db/task-tx';
+import { inTaskTransaction, readTaskRows } from '../../db/task-tx';
 import { createTestDatabase, createTestTenant, testConfig, type TestDatabase } from '../support/stack';
 
 const config = testConfig();
@@ -194,6 +195,57 @@ describe('inTaskTransaction', () => {
     } finally {
       holder.release();
       await setFence({ active_region: config.REGION, write_epoch: 1 });
+    }
+  });
+});
+
+describe('readTaskRows', () => {
+  test('reads the task and its active attempt as drizzle selects read them, the token and the mode, in one round trip that waits for no lock', async () => {
+    const taskId = await insertTask();
+    const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+    const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task!.active_attempt_id!));
+    // Another step holds the task, its attempt and the fence row: the read does not wait for them.
+    const holder = await tdb.database.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM region_write_fence WHERE resource_scope = $1 FOR UPDATE', [fence.scope]);
+      await holder.query('SELECT 1 FROM generation_task WHERE task_id = $1 FOR UPDATE', [taskId]);
+      await holder.query('SELECT 1 FROM task_attempt WHERE attempt_id = $1 FOR UPDATE', [attempt!.attempt_id]);
+      const sent: string[] = [];
+      const query = pg.Client.prototype.query;
+      pg.Client.prototype.query = function counted(this: pg.Client, ...args: Parameters<typeof query>) {
+        sent.push(String(typeof args[0] === 'string' ? args[0] : (args[0] as { text: string }).text));
+        return query.apply(this, args);
+      } as typeof query;
+      let read;
+      try {
+        read = await readTaskRows(tdb.database.db, fence, taskId);
+      } finally {
+        pg.Client.prototype.query = query;
+      }
+      assert.equal(sent.length, 1, sent.join('\n'));
+      assert.doesNotMatch(sent[0]!, /BEGIN|FOR UPDATE|FOR SHARE/);
+      assert.deepEqual(read, { token: { ...fence, epoch: 1 }, mode: 'NORMAL', task, attempt });
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    const missing = await readTaskRows(tdb.database.db, fence, randomUUID());
+    assert.equal(missing.task, null);
+    assert.equal(missing.attempt, null);
+    await assert.rejects(readTaskRows(tdb.database.db, fence, "x' OR true; --"), /not a task id/);
+  });
+
+  test('a region that is not active is refused naming the owner; a mode that forbids the action pauses the step', async () => {
+    const taskId = await insertTask();
+    const rejected = await readTaskRows(tdb.database.db, { ...fence, region: 'region-elsewhere' }, taskId).catch((e: unknown) => e);
+    assert.ok(rejected instanceof FenceRejectedError);
+    assert.equal(rejected.current?.activeRegion, config.REGION);
+    try {
+      await setFence({ mode: 'MAINTENANCE' });
+      await assert.rejects(readTaskRows(tdb.database.db, fence, taskId), (e: unknown) => e instanceof ModePausedError && e.action === 'factWrites');
+    } finally {
+      await setFence({ mode: 'NORMAL' });
     }
   });
 });

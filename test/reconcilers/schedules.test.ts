@@ -4,6 +4,7 @@
 // window only, and a task that waits across a retention run still completes.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { and, eq, sql } from 'drizzle-orm';
 import { Registry } from 'prom-client';
@@ -15,6 +16,7 @@ import { callbackInbox, creditAccount, creditLedger, generationTask, outboxEvent
 import { registerReconcileMetrics } from '../../observability/metrics';
 import { RECONCILERS } from '../../reconcilers';
 import { ensureReconcileSchedules, scheduleIdFor } from '../../reconcilers/schedules';
+import { queues } from '../../temporal/queues';
 import { defaultRequest, startE2E, type E2E } from '../support/e2e';
 import { eventually } from '../support/stack';
 
@@ -89,6 +91,52 @@ describe('the reconciler Schedules', () => {
     assert.equal(d.state.paused, true, 'still paused');
     assert.equal(d.policies.overlap, 'SKIP');
     await handle.unpause('test');
+  });
+
+  test("a reconciler's workflow runs on the generation queue and its activity on the reconcile queue, whose worker runs no workflows", async () => {
+    const q = e.config.TEMPORAL_TASK_QUEUE;
+    assert.equal(e.worker!.worker.reconcile!.options.workflowBundle, undefined, 'the reconcile worker has no workflow bundle (no workflow thread)');
+    const run = await triggerRun('billing');
+    assert.equal(run.error, null);
+    const { info } = await e.client.schedule.getHandle(scheduleIdFor(q, 'billing')).describe();
+    const action = info.recentActions.at(-1)!.action;
+    const history = await e.client.workflow.getHandle(action.workflow.workflowId, action.workflow.firstExecutionRunId).fetchHistory();
+    const events = history.events ?? [];
+    assert.equal(events[0]?.workflowExecutionStartedEventAttributes?.taskQueue?.name, queues.generation(q));
+    const scheduled = events.flatMap((ev) => (ev.activityTaskScheduledEventAttributes ? [ev.activityTaskScheduledEventAttributes] : []));
+    assert.deepEqual(
+      scheduled.map((a) => [a.activityType?.name, a.taskQueue?.name]),
+      [['runReconciler', queues.reconcile(q)]],
+    );
+    assert.ok(events.at(-1)?.workflowExecutionCompletedEventAttributes, 'the run completed');
+  });
+
+  test("a deploy: the Schedule's run left on the reconcile queue (no workflow poller there) is ended at start, and the next run goes to the generation queue", async () => {
+    const q = e.config.TEMPORAL_TASK_QUEUE;
+    const scheduleId = scheduleIdFor(q, 'outbox');
+    const handle = e.client.schedule.getHandle(scheduleId);
+    // The action as the previous version wrote it: the workflow and its activity on the reconcile queue.
+    await handle.update((prev) => ({
+      ...prev,
+      action: { ...prev.action, type: 'startWorkflow', workflowType: 'reconcileWorkflow', args: [{ reconciler: 'outbox' }], taskQueue: queues.reconcile(q) },
+    }));
+    await handle.trigger();
+    const stuck = await eventually(async () => (await handle.describe()).info.recentActions.at(-1)?.action.workflow, 20_000);
+    const stuckRun = e.client.workflow.getHandle(stuck.workflowId, stuck.firstExecutionRunId);
+    // Listed by visibility, as the start-up finds it.
+    await eventually(async () => ((await e.client.workflow.count(`WorkflowId = '${stuck.workflowId}'`)).count === 1 ? true : undefined), 20_000);
+    assert.equal((await stuckRun.describe()).taskQueue, queues.reconcile(q));
+    await sleep(2_000);
+    assert.equal((await stuckRun.describe()).status.name, 'RUNNING', 'no worker takes its workflow task');
+
+    await ensureReconcileSchedules(
+      e.client,
+      q,
+      RECONCILERS.map((r) => ({ name: r.name, intervalMs: 3_600_000 })),
+    );
+    assert.equal((await stuckRun.describe()).status.name, 'TERMINATED');
+    const run = await triggerRun('outbox');
+    assert.equal(run.error, null);
   });
 
   test('outbox: an unpublished start is published by the Schedule and the task runs; a second run changes nothing', async () => {
