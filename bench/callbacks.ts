@@ -240,7 +240,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     const barePool = o.bare
       ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-callbacks' })
       : null;
-    const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId));
+    const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId), { maxInFlight: world.config.WAKE_SIGNALS_MAX_IN_FLIGHT });
     const bare = barePool
       ? bareIngest(barePool, new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION)
       : null;
