@@ -4,7 +4,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import type { ApiContext } from './context';
 import { readGate } from './admission';
 import { requireTenant } from './auth';
-import { callbackHandlers } from './callbacks.handlers';
+import { callbackHandlers, writeCallbackAnswer } from './callbacks.handlers';
 import { callbackRoutes } from './callbacks.routes';
 import { mountRoute } from './contract';
 import { apiDocument } from './openapi';
@@ -34,9 +34,19 @@ export function createApp(ctx: ApiContext): express.Express {
     next();
   });
 
-  // First of the routes: the busiest (a provider's callbacks), matched before the others are tried.
+  // A provider's callbacks: plain ones are served before express (api/callbacks.listener.ts);
+  // the others (odd paths, chunked, compressed or oversized bodies) here, by the same handler.
   const callbacks = callbackHandlers(ctx);
-  mountRoute(app, '', callbackRoutes.receive, express.raw({ type: () => true, limit: ctx.settings.bodyLimit }), callbacks.receive);
+  mountRoute(app, '', callbackRoutes.receive, express.raw({ type: () => true, limit: ctx.settings.bodyLimit }), async (req: Request, res: Response) => {
+    const answer = await callbacks.receive({
+      provider: String(req.params['provider']),
+      token: String(req.params['token']),
+      headers: req.headers,
+      body: Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0),
+      source: req.ip ?? req.socket.remoteAddress ?? 'unknown',
+    });
+    writeCallbackAnswer(res, answer);
+  });
   mountRoute(app, '', systemRoutes.healthz, (_req, res) => {
     res.json({ status: 'ok' });
   });

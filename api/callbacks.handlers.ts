@@ -5,14 +5,14 @@
 // When the inbox cannot be written — Postgres is unreachable, or the mode makes facts read-only
 // (READ_ONLY, MAINTENANCE) — the verified callback goes to the fallback spool (fsync'd) and is
 // still acknowledged; the spool replayer feeds it through ingestCallback() later.
-import type { Request, Response } from 'express';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { eq } from 'drizzle-orm';
 import { deserializeJob, recordAttemptCallback, recordProviderEvent, serializeJob } from '../db/inbox';
 import { taskAttempt } from '../db/schema';
 import { ProviderHttpError } from '../providers/provider-http';
 import { CallbackVerificationError, verifyProviderCallback, type ProviderJob, type VerifiedCallback } from '../providers/types';
 import type { ApiContext } from './context';
-import { HttpProblem, isDatabaseUnavailable, problems, type FieldError } from './problem';
+import { HttpProblem, isDatabaseUnavailable, problems, weakEtag, type FieldError } from './problem';
 import { SpoolFullError, startSpoolReplayer, type SpooledCallback } from './spool';
 
 /** A callback whose signature and URL token were checked, ready for the inbox. */
@@ -30,9 +30,39 @@ export interface CallbackEvent {
 /** 'unknown_token' and 'mismatch' store nothing (docs/security.md "Callbacks"). */
 export type IngestOutcome = 'stored' | 'duplicate' | 'unknown_token' | 'mismatch';
 
-// The 200 bodies of POST /v1/callbacks (api/callbacks.routes.ts), serialised once.
-const ANSWER_STORED = Buffer.from(JSON.stringify({ received: true, duplicate: false }));
-const ANSWER_DUPLICATE = Buffer.from(JSON.stringify({ received: true, duplicate: true }));
+/** A callback request as both routes to the handler see it (api/callbacks.listener.ts, app.ts). */
+export interface CallbackRequest {
+  readonly provider: string;
+  readonly token: string;
+  readonly headers: IncomingHttpHeaders;
+  /** The body's bytes as received. */
+  readonly body: Buffer;
+  /** The peer's address (the rate limit's source). */
+  readonly source: string;
+}
+
+/** A 2xx answer of POST /v1/callbacks (api/callbacks.routes.ts): status and prepared bytes. */
+export interface CallbackAnswer {
+  readonly status: 200 | 202;
+  readonly body: Buffer;
+  /** The weak ETag express gave these bodies before they were prepared (202 only, as before). */
+  readonly etag?: string;
+}
+
+// The answers are constant: serialised once (no serialisation, no ETag hash per callback).
+const ANSWER_STORED: CallbackAnswer = { status: 200, body: Buffer.from(JSON.stringify({ received: true, duplicate: false })) };
+const ANSWER_DUPLICATE: CallbackAnswer = { status: 200, body: Buffer.from(JSON.stringify({ received: true, duplicate: true })) };
+const SPOOLED_BODY = Buffer.from(JSON.stringify({ received: true, spooled: true }));
+const ANSWER_SPOOLED: CallbackAnswer = { status: 202, body: SPOOLED_BODY, etag: weakEtag(SPOOLED_BODY) };
+
+/** Writes a 2xx callback answer in one write: headers and body, with its length (no chunking). */
+export function writeCallbackAnswer(res: ServerResponse, a: CallbackAnswer): void {
+  res.statusCode = a.status;
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.setHeader('Content-Length', a.body.length);
+  if (a.etag) res.setHeader('ETag', a.etag);
+  res.end(a.body);
+}
 
 /** Longest provider field we store; longer is a 400 naming the field (and never a provider read). */
 const FIELD_LIMITS: readonly [string, (v: VerifiedCallback) => string | null, number][] = [
@@ -128,7 +158,7 @@ export async function replaySpooledCallback(ctx: ApiContext, rec: SpooledCallbac
 }
 
 export function callbackHandlers(ctx: ApiContext) {
-  async function spool(res: Response, cb: CallbackEvent, why: SpooledCallback['why']) {
+  async function spool(cb: CallbackEvent, why: SpooledCallback['why']): Promise<CallbackAnswer> {
     await ctx.spool.append({
       provider: cb.provider,
       token: cb.attemptId,
@@ -142,16 +172,15 @@ export function callbackHandlers(ctx: ApiContext) {
     });
     ctx.metrics.callbacksReceived.inc({ provider: cb.provider, outcome: 'spooled' });
     ctx.logger.warn({ provider: cb.provider, why }, 'callback spooled; it is replayed into the inbox later');
-    res.status(202).json({ received: true, spooled: true });
+    return ANSWER_SPOOLED;
   }
 
-  async function verify(providerName: string, req: Request): Promise<VerifiedCallback> {
+  async function verify(providerName: string, req: CallbackRequest): Promise<VerifiedCallback> {
     // Own keys only: `constructor`, `__proto__` and friends are not providers.
     const adapter = Object.hasOwn(ctx.providers, providerName) ? ctx.providers[providerName] : undefined;
     if (!adapter) throw problems.notFound('provider');
-    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     try {
-      return await verifyProviderCallback(adapter, raw, req.headers);
+      return await verifyProviderCallback(adapter, req.body, req.headers);
     } catch (err) {
       if (!(err instanceof CallbackVerificationError)) throw err;
       ctx.metrics.callbacksReceived.inc({ provider: providerName, outcome: err.reason === 'keys-unavailable' ? 'keys_unavailable' : 'bad_signature' });
@@ -162,15 +191,15 @@ export function callbackHandlers(ctx: ApiContext) {
     }
   }
 
-  async function route(res: Response, cb: CallbackEvent): Promise<void> {
+  async function route(cb: CallbackEvent): Promise<CallbackAnswer> {
     const where = await ctx.admission.callbackRoute();
     try {
-      if (where.route === 'spool') return await spool(res, cb, where.why);
+      if (where.route === 'spool') return await spool(cb, where.why);
       let outcome: IngestOutcome;
       try {
         outcome = await ingestCallback(ctx, cb);
       } catch (err) {
-        if (isDatabaseUnavailable(err)) return await spool(res, cb, 'database-unavailable');
+        if (isDatabaseUnavailable(err)) return await spool(cb, 'database-unavailable');
         // The authenticated re-fetch failed (the provider is down, or the job id is not one it knows).
         if (err instanceof ProviderHttpError) throw problems.unavailable('the provider could not confirm the job; redeliver later', 30);
         throw err;
@@ -184,9 +213,7 @@ export function callbackHandlers(ctx: ApiContext) {
           'The callback is not about this attempt',
           "the job does not carry this callback URL's correlation token",
         );
-      // The two answers are constant: written as prepared bytes (no serialisation, no ETag hash per callback).
-      res.status(200).setHeader('Content-Type', 'application/json; charset=utf-8');
-      res.end(outcome === 'duplicate' ? ANSWER_DUPLICATE : ANSWER_STORED);
+      return outcome === 'duplicate' ? ANSWER_DUPLICATE : ANSWER_STORED;
     } catch (err) {
       if (err instanceof SpoolFullError) throw problems.unavailable('callbacks cannot be stored now; redeliver later', 60);
       throw err;
@@ -194,20 +221,21 @@ export function callbackHandlers(ctx: ApiContext) {
   }
 
   return {
-    async receive(req: Request, res: Response) {
-      const providerName = String(req.params['provider']);
+    /** The 2xx answer of a callback, or throws the HttpProblem (or other error) to answer instead. */
+    async receive(req: CallbackRequest): Promise<CallbackAnswer> {
+      const providerName = req.provider;
       // The token is checked first, in constant time and without I/O: a forged or guessed URL
       // costs nothing and reaches neither the database nor a provider.
-      const attemptId = ctx.callbackTokens.attemptIdOf(String(req.params['token']));
+      const attemptId = ctx.callbackTokens.attemptIdOf(req.token);
       if (!attemptId) {
         ctx.metrics.callbacksReceived.inc({ provider: 'unknown', outcome: 'bad_token' });
         throw problems.notFound('callback token');
       }
-      await ctx.callbackLimiter.admit(req.ip ?? req.socket.remoteAddress ?? 'unknown', attemptId);
+      await ctx.callbackLimiter.admit(req.source, attemptId);
       const verified = await verify(providerName, req);
       const oversized = oversizedFields(verified);
       if (oversized.length > 0) throw problems.validation(oversized);
-      await route(res, {
+      return await route({
         provider: providerName,
         attemptId,
         job: verified.job,

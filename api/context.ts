@@ -82,7 +82,7 @@ export function buildApiContext(
     databaseUrl?: string;
   },
 ): ApiContext {
-  const waker = createTaskWaker((taskId) => parts.facade.wakeTask(taskId));
+  const waker = createTaskWaker((taskId) => parts.facade.wakeTask(taskId), { maxInFlight: config.WAKE_SIGNALS_MAX_IN_FLIGHT });
   registerWakeMetrics(parts.metrics.registry, waker.stats);
   const fenceCacheMs = parts.fenceCacheMs ?? 1_000;
   const admission = createAdmission(parts.db, { scope: config.FENCE_SCOPE, region: config.REGION }, fenceCacheMs, {

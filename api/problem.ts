@@ -1,5 +1,7 @@
 // RFC 9457 problem+json: every error the API returns, mapped in one place.
-import type { ErrorRequestHandler, Response } from 'express';
+import { createHash } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import type { ErrorRequestHandler } from 'express';
 import { z } from 'zod';
 import { FenceRejectedError } from '../db/fence';
 import type { Logger } from '../observability/logger';
@@ -125,11 +127,25 @@ export function zodFieldErrors(error: z.ZodError, prefix = ''): FieldError[] {
   });
 }
 
-export function sendProblem(res: Response, p: HttpProblem, instance?: string): void {
+/**
+ * express's default ETag of a body (weak: `W/"<length hex>-<sha1 base64, 27 characters>"`), so
+ * answers written without express carry the header express gave them.
+ */
+export function weakEtag(body: Buffer): string {
+  const hash = createHash('sha1').update(body).digest('base64').slice(0, 27);
+  return `W/"${body.length.toString(16)}-${hash}"`;
+}
+
+/**
+ * Writes the problem answer. Plain node:http, so the callback route served before express
+ * (api/callbacks.listener.ts) answers byte for byte as express's routes do: the problem's own
+ * headers, then Content-Type, Content-Length and the weak ETag in the order res.json() set them.
+ */
+export function sendProblem(res: ServerResponse, p: HttpProblem, instance?: string): void {
   for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);
   // The request span's trace id (tracing on), so a client's report leads to the trace.
   const traceId = activeTraceId();
-  const body: ProblemDocument = {
+  const doc: ProblemDocument = {
     type: `https://docs.vidorch.dev/problems/${p.code}`,
     title: p.title,
     status: p.status,
@@ -138,7 +154,12 @@ export function sendProblem(res: Response, p: HttpProblem, instance?: string): v
     ...(instance ? { instance } : {}),
     ...(traceId ? { trace_id: traceId } : {}),
   };
-  res.status(p.status).type('application/problem+json').json(body);
+  const body = Buffer.from(JSON.stringify(doc));
+  res.statusCode = p.status;
+  res.setHeader('Content-Type', 'application/problem+json; charset=utf-8');
+  res.setHeader('Content-Length', body.length);
+  res.setHeader('ETag', weakEtag(body));
+  res.end(body);
 }
 
 /** Postgres could not be reached or refused work: 503 with Retry-After, never a 500. */
@@ -155,35 +176,45 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   return false;
 }
 
+/**
+ * The problem answering an error, and the instance it names (`path`, the request's original
+ * URL, unless the path itself is what is wrong). Logs what is the server's fault.
+ */
+export function problemFor(err: unknown, logger: Logger, path: string): { problem: HttpProblem; instance: string | undefined } {
+  const at = (problem: HttpProblem, instance: string | undefined = path) => ({ problem, instance });
+  if (err instanceof HttpProblem) return at(err);
+  const bodyErr = err as { type?: string; status?: number; limit?: number };
+  if (bodyErr.type === 'entity.too.large') {
+    return at(new HttpProblem(413, 'body-too-large', 'The request body is too large', `limit is ${bodyErr.limit} bytes`));
+  }
+  if (bodyErr.type === 'entity.parse.failed') {
+    return at(problems.validation([{ field: '(body)', message: 'body is not valid JSON' }]));
+  }
+  if (bodyErr.type === 'encoding.unsupported' || bodyErr.type === 'charset.unsupported') {
+    return at(new HttpProblem(415, 'unsupported-encoding', 'Unsupported body encoding'));
+  }
+  if (err instanceof URIError) {
+    // The router could not percent-decode a path parameter (e.g. /v1/tasks/%ff%fe).
+    return at(problems.validation([{ field: 'path', message: 'not valid percent-encoding' }]), undefined);
+  }
+  if (typeof bodyErr.status === 'number' && bodyErr.status >= 400 && bodyErr.status < 500) {
+    // Anything else the HTTP layer refused as the client's fault (http-errors with a 4xx status).
+    return at(new HttpProblem(bodyErr.status, 'bad-request', 'The request is not valid'), undefined);
+  }
+  if (err instanceof FenceRejectedError) {
+    return at(problems.unavailable('the region fence moved (failover or mode change); retry', 1));
+  }
+  if (isDatabaseUnavailable(err)) {
+    logger.warn({ err, path }, 'database unavailable');
+    return at(problems.unavailable('the task database is unreachable; retry later', 5));
+  }
+  logger.error({ err, path }, 'unhandled error');
+  return at(new HttpProblem(500, 'internal', 'Internal error'));
+}
+
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
-    if (err instanceof HttpProblem) return sendProblem(res, err, req.originalUrl);
-    const bodyErr = err as { type?: string; status?: number; limit?: number };
-    if (bodyErr.type === 'entity.too.large') {
-      return sendProblem(res, new HttpProblem(413, 'body-too-large', 'The request body is too large', `limit is ${bodyErr.limit} bytes`), req.originalUrl);
-    }
-    if (bodyErr.type === 'entity.parse.failed') {
-      return sendProblem(res, problems.validation([{ field: '(body)', message: 'body is not valid JSON' }]), req.originalUrl);
-    }
-    if (bodyErr.type === 'encoding.unsupported' || bodyErr.type === 'charset.unsupported') {
-      return sendProblem(res, new HttpProblem(415, 'unsupported-encoding', 'Unsupported body encoding'), req.originalUrl);
-    }
-    if (err instanceof URIError) {
-      // The router could not percent-decode a path parameter (e.g. /v1/tasks/%ff%fe).
-      return sendProblem(res, problems.validation([{ field: 'path', message: 'not valid percent-encoding' }]), undefined);
-    }
-    if (typeof bodyErr.status === 'number' && bodyErr.status >= 400 && bodyErr.status < 500) {
-      // Anything else the HTTP layer refused as the client's fault (http-errors with a 4xx status).
-      return sendProblem(res, new HttpProblem(bodyErr.status, 'bad-request', 'The request is not valid'), undefined);
-    }
-    if (err instanceof FenceRejectedError) {
-      return sendProblem(res, problems.unavailable('the region fence moved (failover or mode change); retry', 1), req.originalUrl);
-    }
-    if (isDatabaseUnavailable(err)) {
-      logger.warn({ err, path: req.originalUrl }, 'database unavailable');
-      return sendProblem(res, problems.unavailable('the task database is unreachable; retry later', 5), req.originalUrl);
-    }
-    logger.error({ err, path: req.originalUrl }, 'unhandled error');
-    sendProblem(res, new HttpProblem(500, 'internal', 'Internal error'), req.originalUrl);
+    const { problem, instance } = problemFor(err, logger, req.originalUrl);
+    sendProblem(res, problem, instance);
   };
 }

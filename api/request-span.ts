@@ -2,34 +2,48 @@
 // the tenant once authenticated. Never the path itself (a callback URL's path holds its token,
 // docs/decisions/0016), the query, a header (the API key) or a body. An incoming traceparent is
 // ignored: a client's trace id must not pick our trace (and its sampling).
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, context, trace } from '@opentelemetry/api';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, context, trace, type Context } from '@opentelemetry/api';
 import type { NextFunction, Request, Response } from 'express';
 import { tracer } from '../observability/trace-context';
 
-export function requestSpans() {
-  return (req: Request, res: Response, next: NextFunction) => {
-    const span = tracer().startSpan(`${req.method}`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method } }, ROOT_CONTEXT);
-    if (!span.isRecording()) return next();
-    const ctx = trace.setSpan(ROOT_CONTEXT, span);
-    // The body is read in stream callbacks that would otherwise run outside the request's context.
-    context.bind(ctx, req);
-    context.bind(ctx, res);
-    let ended = false;
-    const end = () => {
+/** A request's server span, ended once with its route and answer. Null when tracing is off. */
+export interface ServerSpan {
+  /** The context to run the request in (the span active, for trace ids in problems and logs). */
+  readonly context: Context;
+  end(route: string, status: number, finished: boolean, tenantId?: string): void;
+}
+
+export function startServerSpan(method: string): ServerSpan | null {
+  const span = tracer().startSpan(method, { kind: SpanKind.SERVER, attributes: { 'http.request.method': method } }, ROOT_CONTEXT);
+  if (!span.isRecording()) return null;
+  let ended = false;
+  return {
+    context: trace.setSpan(ROOT_CONTEXT, span),
+    end(route, status, finished, tenantId) {
       if (ended) return;
       ended = true;
-      const route = routeOf(req);
-      span.updateName(`${req.method} ${route}`);
+      span.updateName(`${method} ${route}`);
       span.setAttribute('http.route', route);
-      span.setAttribute('http.response.status_code', res.statusCode);
-      if (req.tenant) span.setAttribute('vidorch.tenant_id', req.tenant.tenantId);
-      if (!res.writableFinished) span.setAttribute('error.type', 'aborted');
-      if (res.statusCode >= 500 || !res.writableFinished) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.setAttribute('http.response.status_code', status);
+      if (tenantId) span.setAttribute('vidorch.tenant_id', tenantId);
+      if (!finished) span.setAttribute('error.type', 'aborted');
+      if (status >= 500 || !finished) span.setStatus({ code: SpanStatusCode.ERROR });
       span.end();
-    };
+    },
+  };
+}
+
+export function requestSpans() {
+  return (req: Request, res: Response, next: NextFunction) => {
+    const span = startServerSpan(req.method);
+    if (!span) return next();
+    // The body is read in stream callbacks that would otherwise run outside the request's context.
+    context.bind(span.context, req);
+    context.bind(span.context, res);
+    const end = () => span.end(routeOf(req), res.statusCode, res.writableFinished, req.tenant?.tenantId);
     res.once('finish', end);
     res.once('close', end);
-    context.with(ctx, next);
+    context.with(span.context, next);
   };
 }
 

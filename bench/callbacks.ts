@@ -54,7 +54,28 @@ interface Row {
   readonly p99: number;
   readonly errors: number;
   readonly roundTripsPerOp: number | null;
+  /** Wake signals sent to Temporal per callback stored (the waker coalesces per task), warm-up included. */
+  readonly signalsPerStored: number | null;
   readonly cpu: CpuUsage;
+}
+
+/** The API's wake signals sent so far (vidorch_callback_wakes_total{result="sent"} on its operator listener). */
+async function wakesSent(opsUrl: string): Promise<number> {
+  const text = await (await fetch(`${opsUrl}/metrics`)).text();
+  const m = /^vidorch_callback_wakes_total\{[^}]*result="sent"[^}]*\} (\d+)/m.exec(text);
+  return m ? Number(m[1]) : NaN;
+}
+
+/** Waits (bounded) until a count of signals sent stops moving: a level's signals are its own. */
+async function settleWakes(sent: () => Promise<number> | number, timeoutMs = 5_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  let last = -1;
+  for (;;) {
+    const n = await sent();
+    if (n === last || Date.now() > until) return;
+    last = n;
+    await new Promise((r) => setTimeout(r, 300));
+  }
 }
 
 function predictionBody(a: Attempt, seq: number): string {
@@ -219,7 +240,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     const barePool = o.bare
       ? new pg.Pool({ connectionString: world.config.DATABASE_URL, max: world.config.DATABASE_POOL_MAX, application_name: 'bench-bare-callbacks' })
       : null;
-    const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId));
+    const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId), { maxInFlight: world.config.WAKE_SIGNALS_MAX_IN_FLIGHT });
     const bare = barePool
       ? bareIngest(barePool, new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION)
       : null;
@@ -231,6 +252,8 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       const http = createHttpClient(api.url, clients);
       // Ids unique across levels (a level's stream starts its counter at 0).
       const events = eventStream(`${prefix}_${level}`, attempts, o.duplicateShare);
+      const sentBefore = await wakesSent(api.opsUrl);
+      let storedHere = 0;
       let m: Measured<LoadResult>;
       try {
         m = await measured(
@@ -257,6 +280,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
                 } else {
                   if (stored.has(ev.id)) storedAgain++;
                   stored.add(ev.id);
+                  storedHere++;
                   if (!repeat) events.remember(ev, seq);
                 }
                 return { ok: true, status: dup ? `${res.status} duplicate` : `${res.status} stored` };
@@ -266,6 +290,8 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       } finally {
         http.close();
       }
+      await settleWakes(() => wakesSent(api.opsUrl));
+      const apiSignals = (await wakesSent(api.opsUrl)) - sentBefore;
       rows.push({
         mode: 'API: verify + inbox + signal',
         clients,
@@ -274,6 +300,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         p99: m.result.latency.p99,
         errors: m.result.errors,
         roundTripsPerOp: m.result.started > 0 ? m.queries.total / m.result.started : null,
+        signalsPerStored: storedHere > 0 ? apiSignals / storedHere : null,
         cpu: m.cpu,
       });
       statementReport.push({ clients, statements: topStatements(m.queries, m.result.started, 6) });
@@ -281,6 +308,8 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
 
       if (bare) {
         const bareEvents = eventStream(`${prefix}b${level}`, attempts, o.duplicateShare);
+        const bareSentBefore = bareWaker.stats().sent;
+        let bareStored = 0;
         const b = await measured({ cpuGroups: async () => ({ postgres: await bw.backendPids(), temporal: bw.temporalPids() }) }, () =>
           closedLoop({
             label: `bare c=${clients}`,
@@ -291,11 +320,13 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
             async request(seq) {
               const { ev, repeat } = bareEvents.next(seq);
               const isNew = await bare(ev, signedHeaders(signer, ev));
+              if (isNew) bareStored++;
               if (isNew && !repeat) bareEvents.remember(ev, seq);
               return { ok: true, status: isNew ? 'stored' : 'duplicate' };
             },
           }),
         );
+        await settleWakes(() => bareWaker.stats().sent);
         // One INSERT per callback (the signal is Temporal's).
         rows.push({
           mode: BARE_MODE,
@@ -305,6 +336,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
           p99: b.result.latency.p99,
           errors: b.result.errors,
           roundTripsPerOp: 1,
+          signalsPerStored: bareStored > 0 ? (bareWaker.stats().sent - bareSentBefore) / bareStored : null,
           cpu: b.cpu,
         });
         rep.log(`callbacks: cpu ${describeCpu(b.cpu)}`);
@@ -337,6 +369,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         p99: p.result.latency.p99,
         errors: p.result.failed,
         roundTripsPerOp: 1,
+        signalsPerStored: null,
         cpu: p.cpu,
       });
       rep.log(`callbacks: cpu ${describeCpu(p.cpu)}`);
@@ -371,6 +404,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         'ratio',
         '÷ bare',
         'PG round trips/op',
+        'signals/stored',
         'cores: api',
         'postgres',
         'temporal',
@@ -387,6 +421,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 3),
         round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 3),
         r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 1),
+        r.signalsPerStored === null ? null : round(r.signalsPerStored, 2),
         round(r.cpu.cores['api'] ?? NaN, 2),
         round(r.cpu.cores['postgres'] ?? 0, 2),
         round(r.cpu.cores['temporal'] ?? 0, 2),
@@ -446,6 +481,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         ratio: round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 4),
         ratioToBare: round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 4),
         roundTripsPerOp: r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 2),
+        signalsPerStored: r.signalsPerStored === null ? null : round(r.signalsPerStored, 3),
         cores: Object.fromEntries(Object.entries(r.cpu.cores).map(([k, v]) => [k, round(v, 2)])),
         machineBusyCores: round(r.cpu.machineBusyCores, 2),
       })),

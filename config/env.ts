@@ -277,6 +277,11 @@ export const envSchema = z.object({
   OUTBOX_WATERMARK_AGE_MS: ms.default(10 * 60 * 1000),
   /** Durable fallback for callbacks when the inbox cannot be written (Postgres down, READ_ONLY). */
   CALLBACK_SPOOL_DIR: z.string().min(1).default('.data/spool'),
+  /**
+   * Wake signals after callbacks (and slot grants) in flight at once from one process, across
+   * tasks (api/wakes.ts): past it a task's wake waits its turn and later wakes of it fold in.
+   */
+  WAKE_SIGNALS_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(16),
   /** How often the API replays spooled callbacks into the inbox. */
   CALLBACK_SPOOL_REPLAY_MS: ms.default(2_000),
   /** A process's spool lease: its files are adopted by another process once it has not renewed it for this long (api/spool.ts). */

@@ -256,6 +256,7 @@ export function createInProcessWorkers(
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps: opts.deps,
     workflowBundle: opts.workflowBundle,
+    maxWakesInFlight: config.WAKE_SIGNALS_MAX_IN_FLIGHT,
     shutdownGraceMs: 2_000,
     ...(opts.activities ? { activities: opts.activities } : {}),
     ...opts.extra,

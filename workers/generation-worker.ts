@@ -102,6 +102,8 @@ export interface GenerationWorkerOptions {
   /** DATABASE_FAILOVER_HOSTS for the slot-grant waker's LISTEN connection. */
   readonly databaseFailoverHosts?: readonly DatabaseHost[];
   readonly workflowBundle: WorkflowBundle;
+  /** Slot grants' wake signals in flight at once (WAKE_SIGNALS_MAX_IN_FLIGHT, api/wakes.ts). */
+  readonly maxWakesInFlight: number;
   /** Prebuilt activities (tests wrap them to count calls); default createTaskActivities(deps). */
   readonly activities?: TaskActivities;
   readonly maxConcurrentActivities?: number;
@@ -196,7 +198,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   const all = [generation, ...polls.values(), ...(reconcile ? [reconcile] : [])];
   // Slot grants wake their workflows through the facade, coalesced per task (api/wakes.ts).
   const facade = createGenerationFacade(async () => new Client({ connection: opts.connection, namespace: opts.namespace }), opts.taskQueueBase);
-  const waker = createTaskWaker((taskId) => facade.wakeTask(taskId));
+  const waker = createTaskWaker((taskId) => facade.wakeTask(taskId), { maxInFlight: opts.maxWakesInFlight });
   let grants: SlotGrantWaker | null = null;
   const shutdown = () => {
     const g = grants;

@@ -163,6 +163,7 @@ async function startWorker(): Promise<RegionService> {
     taskQueueBase: config.TEMPORAL_TASK_QUEUE,
     deps,
     workflowBundle: bundle,
+    maxWakesInFlight: config.WAKE_SIGNALS_MAX_IN_FLIGHT,
     maxConcurrentActivities: config.WORKER_MAX_CONCURRENT_ACTIVITIES,
     shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
     tuning: tuningFromConfig(config),

@@ -23,6 +23,8 @@ export interface ApiProcess {
   readonly url: string;
   readonly proc: ManagedProcess;
   readonly countFile: string;
+  /** The process's operator listener (loopback, no bearer): /metrics. */
+  readonly opsUrl: string;
   /** Where `node --cpu-prof` writes the process's profile at exit, when asked for. */
   readonly profileDir: string | null;
 }
@@ -100,6 +102,7 @@ export async function startBenchWorld(name: string, overrides: Record<string, st
     logDir,
     async startApi(apiName, env = {}, opts = {}) {
       const port = await freePort();
+      const opsPort = await freePort();
       const countFile = path.join(logDir, `${apiName}.queries.json`);
       const profileDir = opts.cpuProfile ? path.join(logDir, `${apiName}.cpuprofile`) : null;
       const proc = startNodeProcess(
@@ -108,7 +111,7 @@ export async function startBenchWorld(name: string, overrides: Record<string, st
         {
           ...baseEnv(),
           PORT: String(port),
-          OPS_PORT: String(await freePort()),
+          OPS_PORT: String(opsPort),
           PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
           // The benchmarks measure capacity, not the per-tenant limits: lift them, and keep
           // them process-local (no Redis round trip). Override through `env` to measure them.
@@ -124,7 +127,7 @@ export async function startBenchWorld(name: string, overrides: Record<string, st
       procs.push(proc);
       const url = `http://127.0.0.1:${port}`;
       await waitForHttp(`${url}/healthz`, { process: proc, timeoutMs: 60_000, what: `${apiName} /healthz` });
-      return { url, proc, countFile, profileDir };
+      return { url, proc, countFile, opsUrl: `http://127.0.0.1:${opsPort}`, profileDir };
     },
     async startWorker(workerName, env = {}, opts = {}) {
       const countFile = path.join(logDir, `${workerName}.queries.json`);

@@ -1,5 +1,6 @@
 // api/wakes.ts: wake signals after callbacks, at most one in flight per task, and always one
-// sent after the last wake (so no inbox row committed before a wake is left without a signal).
+// sent after the last wake (so no inbox row committed before a wake is left without a signal);
+// at most maxInFlight signals at once across tasks, the others queued once per task.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { createTaskWaker } from '../../api/wakes';
@@ -19,7 +20,7 @@ const settle = () => new Promise((r) => setImmediate(r));
 describe('the task waker', () => {
   test('one wake, one signal; the entry is gone once it returns', async () => {
     const h = heldSignals();
-    const w = createTaskWaker(h.signal);
+    const w = createTaskWaker(h.signal, { maxInFlight: 16 });
     w.wake('a');
     assert.equal(h.calls.length, 1);
     assert.equal(w.inFlight(), 1);
@@ -31,7 +32,7 @@ describe('the task waker', () => {
 
   test('wakes while a signal is in flight fold into one more signal, sent after the last of them', async () => {
     const h = heldSignals();
-    const w = createTaskWaker(h.signal);
+    const w = createTaskWaker(h.signal, { maxInFlight: 16 });
     w.wake('a');
     const lastWakeAt: number[] = [];
     for (let i = 0; i < 10; i++) {
@@ -52,7 +53,7 @@ describe('the task waker', () => {
 
   test('tasks do not wait for each other, and a failed signal still sends its follow-up', async () => {
     const h = heldSignals();
-    const w = createTaskWaker(h.signal);
+    const w = createTaskWaker(h.signal, { maxInFlight: 16 });
     w.wake('a');
     w.wake('b');
     assert.deepEqual(
@@ -73,5 +74,66 @@ describe('the task waker', () => {
     assert.equal(w.inFlight(), 0);
     w.wake('a');
     assert.equal(h.calls.length, 4, 'a later wake signals again');
+  });
+
+  test('past maxInFlight a wake queues once per task, first come first served, and is sent after its last wake', async () => {
+    const h = heldSignals();
+    const w = createTaskWaker(h.signal, { maxInFlight: 2 });
+    w.wake('a');
+    w.wake('b');
+    w.wake('c');
+    w.wake('d');
+    const lastWakeOfC = (w.wake('c'), h.tick());
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b'],
+      'two in flight, c and d wait',
+    );
+    assert.equal(w.inFlight(), 2);
+    h.calls[0]!.release(true);
+    await settle();
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b', 'c'],
+      'the first queued takes the place',
+    );
+    assert.ok(h.calls[2]!.at > lastWakeOfC, 'sent after its last wake');
+    h.calls[1]!.release(true);
+    await settle();
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b', 'c', 'd'],
+    );
+    h.calls[2]!.release(true);
+    h.calls[3]!.release(true);
+    await settle();
+    assert.equal(w.inFlight(), 0);
+    assert.deepEqual(w.stats(), { sent: 4, coalesced: 1 });
+  });
+
+  test('a task woken during its signal queues behind waiting tasks instead of keeping its place', async () => {
+    const h = heldSignals();
+    const w = createTaskWaker(h.signal, { maxInFlight: 1 });
+    w.wake('a');
+    w.wake('b');
+    w.wake('a');
+    h.calls[0]!.release(true);
+    await settle();
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b'],
+      'b was waiting: it goes first',
+    );
+    h.calls[1]!.release(false);
+    await settle();
+    assert.deepEqual(
+      h.calls.map((c) => c.taskId),
+      ['a', 'b', 'a'],
+      "then a's follow-up, after a failed signal too",
+    );
+    h.calls[2]!.release(true);
+    await settle();
+    assert.equal(w.inFlight(), 0);
+    assert.deepEqual(w.stats(), { sent: 3, coalesced: 0 });
   });
 });
