@@ -1,5 +1,5 @@
 // POST /v1/callbacks/:provider/:token served on node:http in front of express
-// (docs/decisions/00XX-callback-route-outside-express.md). A provider's callbacks are the
+// (docs/decisions/0043-callback-route-outside-express.md). A provider's callbacks are the
 // API's busiest route and need none of express: no router walk, no middleware chain, no
 // prototype swap of the request and answer, no body-parser stream. Only a plain request takes
 // this way — the exact path shape, a Content-Length within API_BODY_LIMIT, no Content-Encoding

@@ -205,10 +205,10 @@ export function problemFor(err: unknown, logger: Logger, path: string): { proble
     return at(problems.unavailable('the region fence moved (failover or mode change); retry', 1));
   }
   if (isDatabaseUnavailable(err)) {
-    logger.warn({ err, path }, 'database unavailable');
+    logger.warn({ err, path: redactText(path) }, 'database unavailable');
     return at(problems.unavailable('the task database is unreachable; retry later', 5));
   }
-  logger.error({ err, path }, 'unhandled error');
+  logger.error({ err, path: redactText(path) }, 'unhandled error');
   return at(new HttpProblem(500, 'internal', 'Internal error'));
 }
 

@@ -13,6 +13,8 @@ const TOKEN_PATTERNS: readonly [RegExp, string][] = [
   [/\b(r8|sk|pk|rk|key)_[A-Za-z0-9]{8,}/g, '$1_[redacted]'],
   [/\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g, '[redacted-jwt]'],
   [/\bAKIA[0-9A-Z]{16}\b/g, '[redacted-access-key]'],
+  // A callback URL's token authenticates the attempt it names (providers/callback-token.ts).
+  [/(\/v1\/callbacks\/[^/\s?#'"<>]+\/)[^/\s?#'"<>]+/g, '$1[redacted]'],
   [/\b(X-Amz-[A-Za-z-]+|Signature|Credential|token|secret|api[_-]?key|password)=[^&\s'"]+/gi, '$1=[redacted]'],
 ];
 

@@ -9,6 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { buildStorage } from '../../config/services';
 import { startE2E, type E2E } from '../support/e2e';
 import { startWorker, tapLogs } from '../support/stack';
+import { redactText } from '../../observability/redact';
 
 let e: E2E;
 const logs: string[] = [];
@@ -77,4 +78,13 @@ test('an activity failure quoting a presigned URL and a key reaches history and 
     'the failure was logged',
   );
   assert.doesNotMatch(logs.join(''), SECRETS);
+});
+
+test("a callback URL's token is masked wherever its path is logged (it authenticates the attempt it names)", () => {
+  const token = 'kq3F0a9_bC-xYz0123456789abcdefghijklmnopqrs';
+  const text = `unhandled error at /v1/callbacks/replicate/${token} (http://api.example.com/v1/callbacks/kling/${token}?x=1)`;
+  const out = redactText(text);
+  assert.ok(!out.includes(token), out);
+  assert.match(out, /\/v1\/callbacks\/replicate\/\[redacted\]/);
+  assert.match(out, /\/v1\/callbacks\/kling\/\[redacted\]/);
 });
