@@ -1,6 +1,7 @@
 // Parking a task in MANUAL_REVIEW (the ESCALATE event) with the evidence as the transition's
 // detail: one transaction for every caller (the deadline, a bounded read, an ambiguous lookup).
-import { holdFence, type FenceToken } from '../db/fence';
+import type { FenceToken } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import type { Tx } from '../db/client';
 import type { TaskRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
@@ -18,7 +19,7 @@ export interface Escalation {
 /** Parks the task in MANUAL_REVIEW (when `when` allows it); true if it moved. */
 export async function escalate(deps: TaskActivityDeps, token: FenceToken, taskId: string, e: Escalation): Promise<boolean> {
   return deps.db.transaction(async (tx) => {
-    await holdFence(tx, token);
+    await holdFenceForFacts(tx, token);
     const task = await lockTask(tx, taskId);
     if (!task) throw notFound(`task ${taskId}`);
     if (e.when && !(await e.when(tx, task))) return false;

@@ -11,7 +11,8 @@ import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
-import { holdFence, inFence, type FenceToken } from '../db/fence';
+import type { FenceToken } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import { inTaskTransaction } from '../db/task-tx';
 import { recordProviderEvent } from '../db/inbox';
 import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
@@ -57,6 +58,13 @@ export function createPollActivities(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
   const demand = deps.pollDemand;
+  // The writes after the provider call: the fence and the mode again (the call took a while, and
+  // an operator narrowing the mode leaves the epoch where it was: db/modes.ts holdFenceForFacts).
+  const inFactFence = <T>(token: FenceToken, work: (tx: Tx) => Promise<T>): Promise<T> =>
+    deps.db.transaction(async (tx) => {
+      await holdFenceForFacts(tx, token);
+      return work(tx);
+    });
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {
     let w = latencies.get(provider);
@@ -67,7 +75,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
   /** Returns false (and writes nothing) when the task is no longer waiting on this unknown outcome or a job was heard of. */
   async function markProvedAbsent(token: FenceToken, taskId: string, attempt: AttemptRow, reason: string): Promise<boolean> {
     return deps.db.transaction(async (tx) => {
-      await holdFence(tx, token);
+      await holdFenceForFacts(tx, token);
       const task = await lockTask(tx, taskId);
       if (!task) throw notFound(`task ${taskId}`);
       // A miss proves nothing against a callback or an earlier hit for this token (db/job-evidence.ts);
@@ -235,7 +243,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
             return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
           }
 
-          await inFence(deps.db, token, polled);
+          await inFactFence(token, polled);
           if (attempt.provider_job_id) {
             const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
             if (parked) return { result: parked };
@@ -259,7 +267,7 @@ export function createPollActivities(deps: TaskActivityDeps) {
             return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
           }
           const found = job;
-          const inboxId = await inFence(deps.db, token, (tx) => recordProviderEvent(tx, event(found)));
+          const inboxId = await inFactFence(token, (tx) => recordProviderEvent(tx, event(found)));
           return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
         }),
       );

@@ -4,7 +4,8 @@
 // (docs/decisions/0012-bounded-provider-reads.md). Failures are counted on the attempt in
 // Postgres, so the bound holds across activity retries, workers and workflow resets.
 import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
-import { holdFence, type FenceToken } from '../db/fence';
+import type { FenceToken } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import { callbackInbox, taskAttempt, type AttemptRow } from '../db/schema';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { ProviderHttpError } from '../providers/provider-http';
@@ -101,7 +102,7 @@ export async function recordReadFailure(deps: TaskActivityDeps, token: FenceToke
   // run time, so an outage followed by one 404 does not park a healthy job.
   const counted = failure.kind !== 'transient';
   const count = await deps.db.transaction(async (tx) => {
-    await holdFence(tx, token);
+    await holdFenceForFacts(tx, token);
     const [row] = await tx
       .update(taskAttempt)
       .set({ ...(counted ? { read_failures: sql`${taskAttempt.read_failures} + 1` } : {}), last_error: failure.message.slice(0, 2000) })
@@ -124,7 +125,7 @@ export async function recordReadFailure(deps: TaskActivityDeps, token: FenceToke
 export async function clearReadFailures(deps: TaskActivityDeps, token: FenceToken, attempt: AttemptRow): Promise<void> {
   if (attempt.read_failures === 0) return;
   await deps.db.transaction(async (tx) => {
-    await holdFence(tx, token);
+    await holdFenceForFacts(tx, token);
     await tx.update(taskAttempt).set({ read_failures: 0 }).where(eq(taskAttempt.attempt_id, attempt.attempt_id));
   });
 }

@@ -49,7 +49,14 @@ export function createTaskWaker(signal: (taskId: string) => Promise<unknown>, op
       do {
         entry.again = false;
         sent += 1;
-        await signal(taskId).catch(() => undefined);
+        // A `signal` that throws at once must not end this drive without handing its place on.
+        let sending: Promise<unknown>;
+        try {
+          sending = signal(taskId);
+        } catch {
+          sending = Promise.resolve();
+        }
+        await sending.catch(() => undefined);
         // A wake during the signal needs one more. It keeps this place unless others wait for
         // one: then it queues behind them, so one busy task cannot hold a place for ever.
         if (!entry.again) next = undefined;

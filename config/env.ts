@@ -106,7 +106,11 @@ export const envSchema = z.object({
   TEMPORAL_ADDRESS: z.string().min(1).default('127.0.0.1:7233'),
   TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
   TEMPORAL_UI_URL: z.url().default('http://127.0.0.1:8233'),
-  TEMPORAL_TASK_QUEUE: z.string().min(1).default('generation'),
+  /** The base of every queue name (and so of visibility queries: letters, digits, `.`, `_`, `-` only). */
+  TEMPORAL_TASK_QUEUE: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,200}$/, 'letters, digits, ".", "_" and "-" only (it is spliced into visibility queries)')
+    .default('generation'),
 
   /** May be private (a store inside the network), but production names it. */
   S3_ENDPOINT: devDefault(z.url(), 'http://127.0.0.1:7070'),

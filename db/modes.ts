@@ -9,7 +9,7 @@ import { alias } from 'drizzle-orm/pg-core';
 import { modeForbids, type ModeAction } from '../domain/modes';
 import type { SystemMode } from '../domain/states';
 import type { Db, DbOrTx } from './client';
-import type { FenceState } from './fence';
+import { holdFence, type FenceState, type FenceToken } from './fence';
 import { opsAudit, regionFailover, regionFailoverEvent, regionWriteFence } from './schema';
 
 /** The LISTEN/NOTIFY channel for fence changes; the payload is the scope's JSON state. */
@@ -75,6 +75,17 @@ export async function assertModeAllows(tx: DbOrTx, scope: string, action: ModeAc
   const mode = ((rows[0] as { mode: string } | undefined)?.mode ?? 'MAINTENANCE') as SystemMode;
   if (modeForbids(mode, action)) throw new ModePausedError(mode, action);
   return mode;
+}
+
+/**
+ * holdFence and the mode check of a fact write in one step, for a write that follows a provider
+ * call made on a token read before it: the epoch alone does not move when an operator narrows
+ * the mode (setMode changes the mode under the same epoch), so a token still valid may belong to
+ * a mode that forbids the write now. Throws FenceRejectedError or ModePausedError.
+ */
+export async function holdFenceForFacts(tx: DbOrTx, token: FenceToken): Promise<void> {
+  await holdFence(tx, token);
+  await assertModeAllows(tx, token.scope, 'factWrites');
 }
 
 export interface ModeChange {

@@ -6,6 +6,9 @@ import type { TaskFacts } from '../domain/facts';
 import type { ReviewResolution } from '../domain/review';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, factsQuery, resolveReviewUpdate, wakeSignal, workflowIdForTask } from '../workflows/definitions';
 import type { generationWorkflow } from '../workflows/generation';
+
+/** How long one wake signal may take before it counts as not delivered (the poll covers it). */
+const WAKE_SIGNAL_DEADLINE_MS = 5_000;
 import { queues } from './queues';
 
 export interface TaskRef {
@@ -72,7 +75,9 @@ export function createGenerationFacade(getClient: () => Promise<Client>, taskQue
     async wakeTask(taskId) {
       try {
         const client = await getClient();
-        await client.workflow.getHandle(workflowIdForTask(taskId)).signal(wakeSignal);
+        // A deadline: a signal Temporal accepts but never answers would otherwise hold one of
+        // the waker's bounded slots (api/wakes.ts) for good, and with it every other task's wake.
+        await client.withDeadline(Date.now() + WAKE_SIGNAL_DEADLINE_MS, () => client.workflow.getHandle(workflowIdForTask(taskId)).signal(wakeSignal));
         return true;
       } catch (err) {
         if (err instanceof WorkflowNotFoundError) return false;

@@ -10,6 +10,7 @@ import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTask, testActivityDeps } from '../support/deps';
 import { buildProviders, buildStorage } from '../../config/services';
 import type { FenceToken } from '../../db/fence';
+import { setMode } from '../../db/modes';
 import { generationTask, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
 import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
@@ -82,5 +83,30 @@ test('pollProvider trusts "not-found-proven" only from an adapter that declares 
   // The same answer from an adapter that declares 'exact-lookup' is proof.
   const exact: ProviderAdapter = { ...lying, capabilities: { ...real.capabilities, absenceProof: 'exact-lookup' } };
   assert.equal((await run(activities({ replicate: exact }), 'pollProvider', taskId)).result, 'absent');
+  assert.deepEqual(await stateOf(taskId, attemptId), ['DISPATCHING', 'REJECTED']);
+});
+
+test('a proof of absence that comes back after an operator set READ_ONLY during the lookup writes nothing: the poll pauses, and proves it once the mode allows', async () => {
+  const real = buildProviders(config)['replicate']!;
+  const scope = config.FENCE_SCOPE;
+  const exact: ProviderAdapter = {
+    ...real,
+    capabilities: { ...real.capabilities, absenceProof: 'exact-lookup' },
+    async findByCorrelationToken() {
+      // The operator narrows the mode while the provider is being asked (the epoch stays).
+      await setMode(tdb.database.db, { scope, mode: 'READ_ONLY', actor: 'operator:test', reason: 'pitr repair' });
+      return { kind: 'not-found-proven', evidence: 'the documented not-found answer' };
+    },
+  };
+  const acts = activities({ replicate: exact });
+  const { taskId, attemptId } = await unknownTask(activities());
+  try {
+    await assert.rejects(run(acts, 'pollProvider', taskId), /READ_ONLY/);
+    assert.deepEqual(await stateOf(taskId, attemptId), ['SUBMIT_UNKNOWN', 'SUBMIT_UNKNOWN'], 'nothing written under READ_ONLY');
+  } finally {
+    await setMode(tdb.database.db, { scope, mode: 'NORMAL', actor: 'operator:test', reason: 'done' });
+  }
+  const lying: ProviderAdapter = { ...exact, findByCorrelationToken: () => Promise.resolve({ kind: 'not-found-proven', evidence: 'says so' }) };
+  assert.equal((await run(activities({ replicate: lying }), 'pollProvider', taskId)).result, 'absent');
   assert.deepEqual(await stateOf(taskId, attemptId), ['DISPATCHING', 'REJECTED']);
 });
