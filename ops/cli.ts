@@ -524,7 +524,12 @@ program
   .command('assets')
   .description('asset rows vs objects in storage: copy fallback objects back, report missing, orphaned and checksum mismatches')
   .option('--apply', 'copy back and remove leftovers of deleted outputs (default: report only)', false)
-  .option('--limit <n>', 'rows and objects examined per check', (v) => Number.parseInt(v, 10), 500)
+  .option(
+    '--limit <n>',
+    'rows and objects examined per check: the first page of each (the scheduled `assets` reconciler pages through them all)',
+    (v) => Number.parseInt(v, 10),
+    500,
+  )
   .option('--json', 'print one JSON line', false)
   .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
     const report = await withDb((d) => reconcileAssets(storageDeps(d), { dryRun: !o.apply, limit: o.limit }));
