@@ -167,3 +167,11 @@ describe('the production profile stops the real processes before they serve', ()
     assert.equal(r.stdout.trim(), '');
   });
 });
+
+test('TEMPORAL_TASK_QUEUE is refused unless a plain name: it is spliced into a visibility query that terminates the runs it matches', () => {
+  assert.throws(
+    () => loadConfig({ TEMPORAL_TASK_QUEUE: "x' OR WorkflowType = 'generationWorkflow" }),
+    (err: Error & { issues?: { field: string }[] }) => err instanceof ConfigError && (err.issues ?? []).some((i) => i.field === 'TEMPORAL_TASK_QUEUE'),
+  );
+  assert.equal(loadConfig({ TEMPORAL_TASK_QUEUE: 'tq_pg-outage_1234_ab.c' }).TEMPORAL_TASK_QUEUE, 'tq_pg-outage_1234_ab.c');
+});
