@@ -61,7 +61,17 @@ export async function holdFence(tx: DbOrTx, token: FenceToken): Promise<void> {
   const result = await tx.execute(sql`
     SELECT active_region, write_epoch FROM region_write_fence
     WHERE resource_scope = ${token.scope} FOR SHARE`);
-  const row = result.rows[0] as { active_region: string; write_epoch: string | number } | undefined;
+  await checkFenceRow(tx, token, result.rows[0] as FenceRowRead | undefined);
+}
+
+/** The fence row as a holding read sees it (FOR SHARE). */
+export interface FenceRowRead {
+  readonly active_region: string;
+  readonly write_epoch: string | number;
+}
+
+/** Refuses `token` unless the held row is its region at its epoch (FenceRejectedError, with the fence as it is now). */
+export async function checkFenceRow(tx: DbOrTx, token: FenceToken, row: FenceRowRead | undefined): Promise<void> {
   if (!row || row.active_region !== token.region || Number(row.write_epoch) !== token.epoch) {
     throw new FenceRejectedError(token, await readFence(tx, token.scope));
   }

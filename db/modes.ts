@@ -9,7 +9,7 @@ import { alias } from 'drizzle-orm/pg-core';
 import { modeForbids, type ModeAction } from '../domain/modes';
 import type { SystemMode } from '../domain/states';
 import type { Db, DbOrTx } from './client';
-import { FenceRejectedError, readFence, type FenceState, type FenceToken } from './fence';
+import { checkFenceRow, type FenceRowRead, type FenceState, type FenceToken } from './fence';
 import { opsAudit, regionFailover, regionFailoverEvent, regionWriteFence } from './schema';
 
 /** The LISTEN/NOTIFY channel for fence changes; the payload is the scope's JSON state. */
@@ -88,11 +88,9 @@ export async function holdFenceForFacts(tx: DbOrTx, token: FenceToken): Promise<
   const { rows } = await tx.execute(sql`
     SELECT active_region, write_epoch, mode, set_config(${MODE_SETTING}, mode, true)
     FROM region_write_fence WHERE resource_scope = ${token.scope} FOR SHARE`);
-  const row = rows[0] as { active_region: string; write_epoch: string | number; mode: SystemMode } | undefined;
-  if (!row || row.active_region !== token.region || Number(row.write_epoch) !== token.epoch) {
-    throw new FenceRejectedError(token, await readFence(tx, token.scope));
-  }
-  if (modeForbids(row.mode, 'factWrites')) throw new ModePausedError(row.mode, 'factWrites');
+  const row = rows[0] as (FenceRowRead & { mode: SystemMode }) | undefined;
+  await checkFenceRow(tx, token, row);
+  if (modeForbids(row!.mode, 'factWrites')) throw new ModePausedError(row!.mode, 'factWrites');
 }
 
 export interface ModeChange {
