@@ -12,6 +12,7 @@ import { listEndpoints, openAttention, redeliverAny } from '../db/webhooks';
 import { resealSigningSecrets, type SecretBox } from '../db/webhook-secrets';
 import { redactText } from '../observability/redact';
 import { webhookIdOf } from '../workers/webhook-relay';
+import { audit } from './tenants';
 
 interface FenceScope {
   readonly scope: string;
@@ -127,13 +128,11 @@ export async function resealWebhookSecrets(db: Db, box: SecretBox, args: { reaso
   const { token } = await acquireFence(db, args.fence.scope, args.fence.region);
   return inFence(db, token, async (tx) => {
     const counts = await resealSigningSecrets(tx, box);
-    const auditId = randomUUID();
-    await tx.insert(opsAudit).values({
-      audit_id: auditId,
+    const auditId = await audit(tx, {
       actor: args.actor,
       action: 'webhook.reseal',
-      target_type: 'webhook_endpoint_secret',
-      target_id: '*',
+      targetType: 'webhook_endpoint_secret',
+      targetId: '*',
       reason: args.reason,
       detail: { examined: counts.examined, resealed: counts.resealed, raced: counts.raced, unreadable: counts.unreadable.length },
     });
