@@ -26,13 +26,14 @@ interface ReconcileReport {
 }
 
 /**
- * Where a run stopped: `rows` the last asset row checked (created_at and id), `primary` and
+ * Where a run stopped: `copy` the last fallback row copy-back looked at and `rows` the last
+ * asset row checked (each created_at and id), `primary` and
  * `fallback` the last object key listed in each bucket. A part whose page came back short has
  * been seen to its end, and starts over next run; when every part has, the pass is complete
  * (cursor null). So with more assets than `limit` every row and object is still reached, a run
  * at a time, instead of the same oldest `limit` each run.
  */
-type AssetCursor = { rows?: string; primary?: string; fallback?: string };
+type AssetCursor = { copy?: string; rows?: string; primary?: string; fallback?: string };
 
 export interface AssetReconcilerDeps {
   readonly db: Db;
@@ -50,7 +51,8 @@ export async function reconcileAssets(
   const report: ReconcileReport = { examined: 0, findings: [], changed: 0, cursor: null };
   const from = opts.cursor ?? {};
   const next: AssetCursor = {};
-  await copyBack(deps, opts, report);
+  const copyTo = await copyBack(deps, { ...opts, after: from.copy }, report);
+  if (copyTo) next.copy = copyTo;
   const rowsTo = await checkRows(deps, { limit: opts.limit, after: from.rows }, report);
   if (rowsTo) next.rows = rowsTo;
   for (const [location, store] of stores(deps)) {
@@ -66,15 +68,38 @@ const stores = (deps: AssetReconcilerDeps): Array<[StorageLocation, ObjectStorag
   ...(deps.fallbackStorage ? [['fallback', deps.fallbackStorage] as [StorageLocation, ObjectStorage]] : []),
 ];
 
-async function copyBack(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limit: number }, report: ReconcileReport): Promise<void> {
+/**
+ * Copies the next `limit` fallback rows after `after` back to the primary; returns where to go
+ * on, or undefined at the end. A row that could not be copied (its object unreadable, a
+ * checksum mismatch) stays in the fallback and is passed over, so rows that fail for good never
+ * hold back the ones behind them; the next pass tries them again.
+ */
+async function copyBack(
+  deps: AssetReconcilerDeps,
+  opts: { dryRun: boolean; limit: number; after: string | undefined },
+  report: ReconcileReport,
+): Promise<string | undefined> {
   const fallback = deps.fallbackStorage;
-  if (!fallback) return;
+  if (!fallback) return undefined;
+  const after = opts.after ? parseRowCursor(opts.after) : null;
   const rows = await deps.db
-    .select()
+    .select({ ...getTableColumns(asset), at: rowCursorColumn })
     .from(asset)
-    .where(and(eq(asset.location, 'fallback'), isNull(asset.deleted_at)))
-    .orderBy(asc(asset.created_at))
+    .where(and(eq(asset.location, 'fallback'), isNull(asset.deleted_at), after ? rowsAfter(after) : undefined))
+    .orderBy(asc(asset.created_at), asc(asset.asset_id))
     .limit(opts.limit);
+  await copyRowsBack(deps, fallback, rows, opts, report);
+  const last = rows.at(-1);
+  return last && rows.length >= opts.limit ? `${last.at}|${last.asset_id}` : undefined;
+}
+
+async function copyRowsBack(
+  deps: AssetReconcilerDeps,
+  fallback: ObjectStorage,
+  rows: ReadonlyArray<typeof asset.$inferSelect>,
+  opts: { dryRun: boolean },
+  report: ReconcileReport,
+): Promise<void> {
   for (const row of rows) {
     report.examined += 1;
     const base = { taskId: row.task_id, key: row.object_key };
@@ -136,14 +161,9 @@ async function copyBack(deps: AssetReconcilerDeps, opts: { dryRun: boolean; limi
 async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number; after: string | undefined }, report: ReconcileReport): Promise<string | undefined> {
   const after = opts.after ? parseRowCursor(opts.after) : null;
   const rows = await deps.db
-    .select({ ...getTableColumns(asset), at: sql<string>`to_char(${asset.created_at} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')` })
+    .select({ ...getTableColumns(asset), at: rowCursorColumn })
     .from(asset)
-    .where(
-      and(
-        isNull(asset.deleted_at),
-        after ? sql`(${asset.created_at}, ${asset.asset_id}) > (${after.createdAt}::timestamptz, ${after.assetId}::uuid)` : undefined,
-      ),
-    )
+    .where(and(isNull(asset.deleted_at), after ? rowsAfter(after) : undefined))
     .orderBy(asc(asset.created_at), asc(asset.asset_id))
     .limit(opts.limit);
   const checked = await checkRowObjects(deps, rows, report);
@@ -151,6 +171,11 @@ async function checkRows(deps: AssetReconcilerDeps, opts: { limit: number; after
   if (checked < rows.length) return last ? `${last.at}|${last.asset_id}` : opts.after;
   return last && rows.length >= opts.limit ? `${last.at}|${last.asset_id}` : undefined;
 }
+
+/** created_at as the cursor carries it: to the microsecond, in UTC. */
+const rowCursorColumn = sql<string>`to_char(${asset.created_at} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+const rowsAfter = (after: { createdAt: string; assetId: string }) =>
+  sql`(${asset.created_at}, ${asset.asset_id}) > (${after.createdAt}::timestamptz, ${after.assetId}::uuid)`;
 
 function parseRowCursor(cursor: string): { createdAt: string; assetId: string } | null {
   const [createdAt, assetId] = cursor.split('|');

@@ -417,6 +417,48 @@ test('the asset reconciler pages: with more rows and objects than one run looks 
   for (const key of orphans) await primaryStore.delete(key);
 });
 
+test('copy-back pages past fallback rows that fail for good: the one behind them is copied back, the others stay and are reported', async () => {
+  const db = e.tdb.database.db;
+  const taskIds = [await e.createTask('copy-page-1'), await e.createTask('copy-page-2')];
+  for (const id of taskIds) await e.waitForStatus(id, 'SUCCEEDED', 60_000);
+  const rows = await eventually(async () => {
+    const all = await db.select().from(asset).where(inArray(asset.task_id, taskIds));
+    return all.length === 4 ? all : undefined;
+  }, 20_000);
+  // Three rows whose fallback copy does not hash to their sha256, then one good row: the oldest
+  // three fill a run of 2 and a half, so a copy-back that always took the oldest page would
+  // never reach the good one.
+  const order = [...rows].sort((a, b) => (a.kind === b.kind ? a.task_id.localeCompare(b.task_id) : a.kind === 'video' ? -1 : 1));
+  const [bad1, bad2, bad3, good] = order as [typeof asset.$inferSelect, typeof asset.$inferSelect, typeof asset.$inferSelect, typeof asset.$inferSelect];
+  for (const [i, row] of [bad1, bad2, bad3, good].entries()) {
+    const bytes = row === good ? await fetchBytes(await primaryStore.presignGet(row.object_key, 60)) : Buffer.from(`not the bytes of ${row.object_key}`);
+    await fallbackStore.put(row.object_key, bytes, { contentType: row.content_type, sha256: row.sha256 });
+    await primaryStore.delete(row.object_key);
+    await db
+      .update(asset)
+      .set({ location: 'fallback', bucket: e.config.S3_FALLBACK_BUCKET, created_at: sql`${`2000-01-02 00:00:00.00000${i}+00`}::timestamptz` })
+      .where(eq(asset.asset_id, row.asset_id));
+  }
+
+  let cursor: Parameters<typeof reconcileAssets>[1]['cursor'] = null;
+  const mismatched = new Set<string>();
+  for (let run = 0; run < 3; run++) {
+    const report = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 2, cursor });
+    for (const f of report.findings) if (f.kind === 'checksum_mismatch' && f.key) mismatched.add(f.key);
+    cursor = report.cursor;
+  }
+  const [after] = await db.select().from(asset).where(eq(asset.asset_id, good.asset_id));
+  assert.equal(after!.location, 'primary', 'the row behind three failing ones is copied back');
+  assert.equal((await primaryStore.head(good.object_key))?.sha256, good.sha256);
+  for (const bad of [bad1, bad2, bad3]) {
+    assert.ok(mismatched.has(bad.object_key), `${bad.object_key} reported`);
+    const [now] = await db.select().from(asset).where(eq(asset.asset_id, bad.asset_id));
+    assert.equal(now!.location, 'fallback', 'a failing row stays where it is');
+    await db.update(asset).set({ deleted_at: new Date() }).where(eq(asset.asset_id, bad.asset_id));
+    await fallbackStore.delete(bad.object_key);
+  }
+});
+
 test('a bucket listing past the 1,000 keys ListObjectsV2 answers at a time is paged to the limit asked, and goes on after its last key', async () => {
   const prefix = `tenants/listing-${randomUUID()}/`;
   const keys = Array.from({ length: 1_005 }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
