@@ -6,6 +6,7 @@ import type { Db } from '../db/client';
 import {
   activeAttemptProgress,
   formatTenantCursor,
+  laterCursor,
   taskTransitionsAfter,
   tenantTransitionsAfter,
   type TenantCursor,
@@ -278,6 +279,7 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
             position = e.cursor;
             if (!wanted || wanted.has(e.toStatus)) send({ event: 'transition', id: formatTenantCursor(e.cursor), data: transitionData(e) });
           }
+          if (page.through) position = laterCursor(position, page.through);
           if (page.heldBack && !retryTimer && !w.closed) {
             // A committed transition waits behind a transaction still open: read again soon.
             retryTimer = setTimeout(() => {

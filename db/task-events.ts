@@ -89,21 +89,34 @@ export interface TenantPage {
   readonly heldBack: boolean;
   /** True when the page was full (read again at once). */
   readonly more: boolean;
+  /**
+   * When the page was not full: a cursor past every row of the tenant's this read could see and
+   * before any it could not (the snapshot's xmin). A stream that goes on from it instead of its
+   * last event no longer reads the other tenants' transitions since then again on every wake.
+   */
+  readonly through: TenantCursor | null;
 }
 
 /** The tenant's final transitions after `cursor`, in (xact_id, transition_id) order. */
 export async function tenantTransitionsAfter(db: Db, tenantId: string, cursor: TenantCursor, limit: number): Promise<TenantPage> {
   // One statement, one snapshot: pg_current_snapshot() is the snapshot the rows are read with, so
   // every transaction below its xmin has ended and its rows here are all there will ever be.
+  // The outer join keeps the xmin when the tenant has no row: `through` below.
   const { rows } = await db.execute(sql`
-    WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
-    SELECT tt.transition_id, tt.task_id, tt.from_status, tt.to_status, tt.to_version, tt.source_event, tt.actor,
-           tt.created_at, tt.xact_id::text AS xact_id, g.failure_code, g.failure_message, (tt.xact_id < h.xmin) AS final
-    FROM task_transition tt JOIN generation_task g ON g.task_id = tt.task_id CROSS JOIN h
-    WHERE g.tenant_id = ${tenantId} AND (tt.xact_id, tt.transition_id) > (${cursor.xactId}::xid8, ${cursor.transitionId}::bigint)
-    ORDER BY tt.xact_id, tt.transition_id
-    LIMIT ${limit}`);
+    WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+    page AS (
+      SELECT tt.transition_id, tt.task_id, tt.from_status, tt.to_status, tt.to_version, tt.source_event, tt.actor,
+             tt.created_at, tt.xact_id, g.failure_code, g.failure_message, (tt.xact_id < h.xmin) AS final
+      FROM task_transition tt JOIN generation_task g ON g.task_id = tt.task_id CROSS JOIN h
+      WHERE g.tenant_id = ${tenantId} AND (tt.xact_id, tt.transition_id) > (${cursor.xactId}::xid8, ${cursor.transitionId}::bigint)
+      ORDER BY tt.xact_id, tt.transition_id
+      LIMIT ${limit})
+    SELECT h.xmin::text AS snapshot_xmin, page.transition_id, page.task_id, page.from_status, page.to_status, page.to_version,
+           page.source_event, page.actor, page.created_at, page.xact_id::text AS xact_id, page.failure_code, page.failure_message, page.final
+    FROM h LEFT JOIN page ON true
+    ORDER BY page.xact_id, page.transition_id`);
   type Row = {
+    snapshot_xmin: string;
     transition_id: string | number;
     task_id: string;
     from_status: TaskStatus | null;
@@ -119,7 +132,8 @@ export async function tenantTransitionsAfter(db: Db, tenantId: string, cursor: T
   };
   const events: (TransitionEvent & { cursor: TenantCursor })[] = [];
   let heldBack = false;
-  for (const r of rows as Row[]) {
+  const found = (rows as Row[]).filter((r) => r.transition_id !== null);
+  for (const r of found) {
     // Rows are in xact order: past the first one not yet final, none is.
     if (!r.final) {
       heldBack = true;
@@ -139,7 +153,18 @@ export async function tenantTransitionsAfter(db: Db, tenantId: string, cursor: T
       cursor: { xactId: r.xact_id, transitionId },
     });
   }
-  return { events, heldBack, more: !heldBack && rows.length === limit };
+  const more = !heldBack && found.length === limit;
+  // A page that was not full holds every row of the tenant's below the snapshot's xmin, and every
+  // later row will have a larger xact id: nothing of the tenant's is left to read before
+  // (xmin, 0), whoever else wrote there.
+  const xmin = (rows as Row[])[0]?.snapshot_xmin;
+  return { events, heldBack, more, through: !more && xmin ? { xactId: xmin, transitionId: 0 } : null };
+}
+
+/** The later of two tenant cursors. */
+export function laterCursor(a: TenantCursor, b: TenantCursor): TenantCursor {
+  const [x, y] = [BigInt(a.xactId), BigInt(b.xactId)];
+  return x > y || (x === y && a.transitionId >= b.transitionId) ? a : b;
 }
 
 export interface TaskProgress {

@@ -3,11 +3,12 @@
 // and the trigger wakes listeners with ids only. Real Postgres, one database for this file.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { sql } from 'drizzle-orm';
 import pg from 'pg';
 import { createTask } from '../support/deps';
 import { TASK_EVENTS_CHANNEL } from '../../api/event-hub';
 import { holdFence, type FenceToken } from '../../db/fence';
-import { formatTenantCursor, parseTenantCursor, taskTransitionsAfter, tenantStreamStart, tenantTransitionsAfter } from '../../db/task-events';
+import { formatTenantCursor, laterCursor, parseTenantCursor, taskTransitionsAfter, tenantStreamStart, tenantTransitionsAfter } from '../../db/task-events';
 import { casTaskStatus } from '../../db/tasks';
 import { createTestDatabase, createTestTenant, eventually, testConfig, type TestDatabase } from '../support/stack';
 
@@ -73,6 +74,54 @@ test('the tenant cursor never passes a transition of a transaction still open: i
   } finally {
     await early.query('ROLLBACK').catch(() => undefined);
     await Promise.all([early.end(), late.end()]);
+  }
+});
+
+test("a tenant page that was not full goes on from the snapshot's xmin: past other tenants' rows, never past its own open transaction", async () => {
+  const { tenantId: other } = await createTestTenant(tdb.database, config, '50');
+  const start = await tenantStreamStart(tdb.database.db);
+  // Another tenant's transitions only: the page is empty, and `through` passes them.
+  const theirs = await createTask(tdb.database.db, token, {
+    tenantId: other,
+    idempotencyKey: `through-other-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: 'other', duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const empty = await tenantTransitionsAfter(tdb.database.db, tenantId, start, 100);
+  assert.deepEqual(empty.events, []);
+  assert.ok(empty.through, 'a page that was not full says how far it saw');
+  const [seen] = await tdb.database.db
+    .execute<{ xact_id: string }>(sql`SELECT xact_id::text AS xact_id FROM task_transition WHERE task_id = ${theirs.task.task_id}`)
+    .then((r) => r.rows);
+  assert.ok(BigInt(empty.through.xactId) > BigInt(seen!.xact_id), "through is past the other tenant's transition");
+  assert.equal(laterCursor(start, empty.through), empty.through);
+
+  // One of ours written in a transaction still open when the page is read, one committed behind
+  // it: going on from `through` delivers both, once.
+  const mine = await newTask('through-mine');
+  const late = await newTask('through-late');
+  const open = new pg.Client({ connectionString: tdb.url });
+  const next2 = new pg.Client({ connectionString: tdb.url });
+  await Promise.all([open.connect(), next2.connect()]);
+  try {
+    const cursor = (await tenantTransitionsAfter(tdb.database.db, tenantId, empty.through, 100)).events.at(-1)!.cursor;
+    await open.query('BEGIN');
+    await open.query(dispatchSql(mine));
+    // A later transaction commits while the first is open: the snapshot's xmax is past both.
+    await next2.query(dispatchSql(late));
+    const during = await tenantTransitionsAfter(tdb.database.db, tenantId, cursor, 100);
+    assert.deepEqual(during.events, []);
+    assert.equal(during.heldBack, true);
+    const from = laterCursor(cursor, during.through!);
+    await open.query('COMMIT');
+    const next = await tenantTransitionsAfter(tdb.database.db, tenantId, from, 100);
+    assert.deepEqual(
+      next.events.filter((e) => e.toStatus === 'DISPATCHING').map((e) => e.taskId),
+      [mine, late],
+      'the transition of the transaction open during the read, then the later one',
+    );
+  } finally {
+    await open.query('ROLLBACK').catch(() => undefined);
+    await Promise.all([open.end(), next2.end()]);
   }
 });
 
