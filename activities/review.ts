@@ -1,13 +1,12 @@
 // MANUAL_REVIEW: where evidence cannot decide, a person does. Escalation parks the task (its
 // reservation stays open); an operator's resolution (a workflow Update) is checked against the
 // facts, applied with a CAS and audited in the same transaction.
-import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { and, eq, isNull, ne, or, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import { holdFence } from '../db/fence';
 import { jobEvidence } from '../db/job-evidence';
-import { generationTask, opsAudit, taskAttempt } from '../db/schema';
+import { generationTask, taskAttempt } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
@@ -17,6 +16,7 @@ import { fenced, notFound, providerFor, type TaskActivityDeps } from './deps';
 import { escalate } from './escalate';
 import { finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
+import { recordAudit } from '../db/audit';
 
 const invalid = (message: string) => ApplicationFailure.create({ type: FailureType.InvalidState, message, nonRetryable: true });
 
@@ -127,12 +127,11 @@ export function createReviewActivities(deps: TaskActivityDeps) {
               detail: { reason: resolution.reason, ...(resolution.kind === 'bind-job' ? { provider_job_id: resolution.providerJobId } : {}) },
             });
           }
-          await tx.insert(opsAudit).values({
-            audit_id: randomUUID(),
+          await recordAudit(tx, {
             actor,
             action: `review.${resolution.kind}`,
-            target_type: 'task',
-            target_id: taskId,
+            targetType: 'task',
+            targetId: taskId,
             reason: resolution.reason,
             detail: { from, to: d.to, ...(resolution.kind === 'bind-job' ? { provider_job_id: resolution.providerJobId } : {}) },
           });

@@ -10,7 +10,8 @@ import { modeForbids, type ModeAction } from '../domain/modes';
 import type { SystemMode } from '../domain/states';
 import type { Db, DbOrTx } from './client';
 import { checkFenceRow, type FenceRowRead, type FenceState, type FenceToken } from './fence';
-import { opsAudit, regionFailover, regionFailoverEvent, regionWriteFence } from './schema';
+import { regionFailover, regionFailoverEvent, regionWriteFence } from './schema';
+import { recordAudit } from './audit';
 
 /** The LISTEN/NOTIFY channel for fence changes; the payload is the scope's JSON state. */
 export const FENCE_CHANNEL = 'vidorch_fence';
@@ -109,13 +110,11 @@ export async function setMode(db: Db, args: { scope: string; mode: SystemMode; a
       .where(eq(regionWriteFence.resource_scope, args.scope))
       .returning();
     const to = toState(row as unknown as FenceRow);
-    const auditId = randomUUID();
-    await tx.insert(opsAudit).values({
-      audit_id: auditId,
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: 'mode.set',
-      target_type: 'fence',
-      target_id: args.scope,
+      targetType: 'fence',
+      targetId: args.scope,
       reason: args.reason,
       detail: { from: from.mode, to: to.mode, region: to.activeRegion, epoch: to.epoch },
     });
@@ -200,12 +199,11 @@ export async function switchActiveRegion(
         traffic_switch_time: to.updatedAt,
       })
       .returning();
-    await tx.insert(opsAudit).values({
-      audit_id: randomUUID(),
+    await recordAudit(tx, {
       actor: args.operator,
       action: 'failover.switch',
-      target_type: 'fence',
-      target_id: args.scope,
+      targetType: 'fence',
+      targetId: args.scope,
       reason: args.reason,
       detail: { incident_id: args.incidentId, old_region: from.activeRegion, new_region: to.activeRegion, old_epoch: from.epoch, new_epoch: to.epoch },
     });

@@ -6,8 +6,8 @@
 // (a workflow Update, the cancel CAS), which audits and validates it as for a single task.
 import { createHash, randomUUID } from 'node:crypto';
 import type { Db } from '../db/client';
-import { opsAudit } from '../db/schema';
 import { canonicalJson } from '../domain/canonical-json';
+import { recordAudit } from '../db/audit';
 
 export interface BatchItem {
   readonly taskId: string;
@@ -99,13 +99,11 @@ export async function applyPlan(db: Db, plan: BatchPlan, args: ApplyArgs): Promi
       results.push({ taskId: planned.taskId, outcome: 'error', detail: (err as Error).message.slice(0, 500), at });
     }
   }
-  const auditId = randomUUID();
-  await db.insert(opsAudit).values({
-    audit_id: auditId,
+  const auditId = await recordAudit(db, {
     actor: args.actor,
     action: `${plan.kind}.batch`,
-    target_type: 'batch',
-    target_id: batchId,
+    targetType: 'batch',
+    targetId: batchId,
     reason: args.reason,
     detail: { selector: plan.selector, dry_run_fingerprint: plan.fingerprint, rate_per_second: args.ratePerSecond, results },
   });

@@ -2,9 +2,9 @@
 // for a provider's slots and why, and a tenant's in-flight caps and fair-share weight. A change
 // is audited in the transaction that makes it, and grants whatever it frees in that transaction.
 import type { Db } from '../db/client';
+import { recordAudit } from '../db/audit';
 import { providerQueue, setTenantCapacity, type QueueEntry, type TenantSlotDefaults } from '../db/slot-queue';
 import { findTenantByName } from '../db/tenants';
-import { audit } from './tenants';
 
 export interface ProviderQueueReport {
   readonly provider: string;
@@ -59,7 +59,7 @@ export async function setTenantLimit(db: Db, change: TenantLimitChange, defaults
     );
     const from = { max_in_flight: before?.max_in_flight ?? null, weight: before?.weight ?? null };
     const to = { max_in_flight: change.maxInFlight, weight: change.weight };
-    const auditId = await audit(tx, {
+    const auditId = await recordAudit(tx, {
       actor: change.actor,
       action: 'tenant.limit',
       targetType: 'tenant',

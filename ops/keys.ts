@@ -2,9 +2,10 @@
 // and is audited in ops_audit with key ids and sha256 hashes only; a new key is returned once
 // (the CLI prints it once) and is never stored or shown again.
 import type { Db } from '../db/client';
+import { recordAudit } from '../db/audit';
 import { acquireFence, holdFence } from '../db/fence';
 import { findTenantByName, issueApiKey, listApiKeys, revokeApiKey, type ApiKeyRow } from '../db/tenants';
-import { audit, type FenceScope } from './tenants';
+import { type FenceScope } from './tenants';
 
 async function tenantNamed(db: Db, name: string): Promise<string> {
   const t = await findTenantByName(db, name);
@@ -33,7 +34,7 @@ export async function revokeKey(db: Db, args: KeyChange): Promise<{ key_id: stri
     await holdFence(tx, token);
     const revoked = await revokeApiKey(tx, tenantId, args.keyId);
     if (!revoked) throw new Error(`tenant ${args.tenant} has no valid key ${args.keyId}`);
-    const auditId = await audit(tx, {
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: 'key.revoke',
       targetType: 'tenant',
@@ -60,7 +61,7 @@ export async function rotateKey(
     const revoked = await revokeApiKey(tx, tenantId, args.keyId, args.graceSeconds);
     if (!revoked) throw new Error(`tenant ${args.tenant} has no valid key ${args.keyId}`);
     const fresh = await issueApiKey(tx, tenantId);
-    const auditId = await audit(tx, {
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: 'key.rotate',
       targetType: 'tenant',

@@ -7,10 +7,11 @@
 // so the tenant's key works again). One ops_audit row says who, why and what. Running it twice
 // changes nothing the second time: a repaired task's version has moved past the restored one.
 import type { Db } from '../db/client';
+import { recordAudit } from '../db/audit';
 import { acquireFence, inFence } from '../db/fence';
 import { sql } from 'drizzle-orm';
 import type { DeletedApiKey, PitrDiff, RewrittenTask, TaskState } from './pitr';
-import { audit, type FenceScope } from './tenants';
+import { type FenceScope } from './tenants';
 
 export interface PitrRepairPlan {
   /** Rewritten tasks whose restored status is what the live database's own record says they were at that version. */
@@ -59,7 +60,7 @@ export interface PitrRepairResult {
 export async function applyPitrRepair(live: Db, plan: PitrRepairPlan, args: { actor: string; reason: string; fence: FenceScope }): Promise<PitrRepairResult> {
   const { token } = await acquireFence(live, args.fence.scope, args.fence.region);
   const auditId = await inFence(live, token, (tx) =>
-    audit(tx, {
+    recordAudit(tx, {
       actor: args.actor,
       action: 'pitr.repair',
       targetType: 'database',

@@ -3,13 +3,12 @@
 // shows what Postgres knows: the switch, the limit, jobs in flight and waiting by the attempt
 // facts, and the provider's recent proven rejections. Breaker state and our own refusals are
 // per worker process (its /metrics), not facts.
-import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { inFlightByProvider, lockProviderControl, providerControls, setProviderControl } from '../db/provider-control';
-import { opsAudit } from '../db/schema';
 import { grantFreeSlots, IN_FLIGHT_SUBMIT_STATES } from '../db/slot-queue';
 import type { BreakerForce } from '../providers/resilience/circuit-breaker';
+import { recordAudit } from '../db/audit';
 
 export interface ProviderStatus {
   readonly provider: string;
@@ -117,13 +116,11 @@ export async function changeProviderControl(
     // A raised limit goes to the waiters now, in this transaction (docs/providers.md "The slot
     // queue"); the next claim brings the ceiling back under the bulkhead's ramp if one runs.
     if (limitChanged) await grantFreeSlots(tx, args.provider, new Date());
-    const auditId = randomUUID();
-    await tx.insert(opsAudit).values({
-      audit_id: auditId,
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: actionOf(args.change),
-      target_type: 'provider',
-      target_id: args.provider,
+      targetType: 'provider',
+      targetId: args.provider,
       reason: args.reason,
       detail: { from, to },
     });

@@ -4,13 +4,12 @@
 // evidence through the workflows (docs/design.md §8): it starts a task's workflow when none runs
 // and wakes it so it re-reads its facts (reconcilers/converge.ts, shared with the scheduled
 // reconcilers). It never writes a task state or a ledger entry itself.
-import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { opsAudit } from '../db/schema';
 import { markOutboxPublished } from '../db/outbox';
 import { convergeTask } from '../reconcilers/converge';
 import type { GenerationFacade } from '../temporal/facade';
+import { recordAudit } from '../db/audit';
 
 export interface ReconcileOptions {
   /** SUBMITTED/RUNNING with no change for this long counts as long running. */
@@ -216,12 +215,11 @@ export async function reconcileApply(
   }
 
   const applied: ApplyResult = { outboxPublished, workflowsStarted, workflowsWoken, closedWorkflows, errors };
-  await db.insert(opsAudit).values({
-    audit_id: randomUUID(),
+  await recordAudit(db, {
     actor: args.actor,
     action: 'reconcile.apply',
-    target_type: 'system',
-    target_id: 'reconcile',
+    targetType: 'system',
+    targetId: 'reconcile',
     reason: args.reason,
     detail: { ...applied, closedWorkflows: closedWorkflows.length, errors: errors.length },
   });

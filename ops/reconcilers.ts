@@ -2,13 +2,12 @@
 // status: each one's last report and its Schedule's state; run: trigger its Schedule (as the
 // Temporal UI does) and wait for the run it records, or a dry run in this process; schedules:
 // create or update them (npm run dev does, the worker does at start).
-import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { and, desc, eq, gt } from 'drizzle-orm';
 import type { Config } from '../config/env';
 import { buildReconcileDeps } from '../config/services';
 import type { Database } from '../db/client';
-import { opsAudit, reconcileRun, type ReconcileRunRow } from '../db/schema';
+import { reconcileRun, type ReconcileRunRow } from '../db/schema';
 import type { Logger } from '../observability/logger';
 import { RECONCILERS, reconcilerNamed } from '../reconcilers';
 import { latestRuns, runReconciler } from '../reconcilers/run';
@@ -16,6 +15,7 @@ import { describeSchedules, ensureReconcileSchedules, scheduleIdFor, triggerReco
 import { reconcileIntervalMs } from '../reconcilers/settings';
 import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
+import { recordAudit } from '../db/audit';
 
 export interface ReconcilerStatus {
   readonly name: string;
@@ -64,12 +64,11 @@ export async function triggerAndWait(
   reconcilerNamed(args.name);
   const since = new Date();
   await triggerReconciler(client, config.TEMPORAL_TASK_QUEUE, args.name);
-  await db.db.insert(opsAudit).values({
-    audit_id: randomUUID(),
+  await recordAudit(db.db, {
     actor: args.actor,
     action: 'reconcile.trigger',
-    target_type: 'schedule',
-    target_id: scheduleIdFor(config.TEMPORAL_TASK_QUEUE, args.name),
+    targetType: 'schedule',
+    targetId: scheduleIdFor(config.TEMPORAL_TASK_QUEUE, args.name),
     reason: args.reason,
     detail: { reconciler: args.name },
   });

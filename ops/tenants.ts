@@ -1,12 +1,11 @@
 // Tenant administration used by the ops CLI (and by tests): create a tenant with an API key
 // and an opening grant, all in one transaction, audited.
-import { randomUUID } from 'node:crypto';
-import type { Db, DbOrTx } from '../db/client';
+import type { Db } from '../db/client';
 import { acquireFence, holdFence } from '../db/fence';
 import { grantCredits } from '../db/ledger';
-import { opsAudit } from '../db/schema';
 import { ApiKeyConflictError, findTenantByName, hashApiKey, insertTenant, issueApiKey, setOutputRetention } from '../db/tenants';
 import { normalize } from '../domain/money';
+import { recordAudit, type AuditEntry } from '../db/audit';
 
 /** Which fence to write under: the process's region and scope. */
 export interface FenceScope {
@@ -22,24 +21,6 @@ export interface CreatedTenant {
   /** Whether this run generated the key (only then does the CLI print it). */
   readonly key_generated: boolean;
   readonly created: boolean;
-}
-
-/** One ops_audit row (who, what, when, why); API keys appear as key id and sha256 only. */
-export async function audit(
-  tx: DbOrTx,
-  row: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> },
-): Promise<string> {
-  const auditId = randomUUID();
-  await tx.insert(opsAudit).values({
-    audit_id: auditId,
-    actor: row.actor,
-    action: row.action,
-    target_type: row.targetType,
-    target_id: row.targetId,
-    reason: row.reason,
-    detail: row.detail,
-  });
-  return auditId;
 }
 
 /**
@@ -63,7 +44,7 @@ export async function createTenant(
         // Make sure the given key works (e.g. DEMO_API_KEY), without minting a new one.
         const key = await issueApiKey(tx, existing.tenantId, args.apiKey);
         if (key.issued) {
-          await audit(tx, {
+          await recordAudit(tx, {
             actor: args.actor,
             action: 'key.issue',
             targetType: 'tenant',
@@ -82,7 +63,7 @@ export async function createTenant(
         businessKey: `tenant:${tenantId}:opening-grant`,
         note: 'opening grant',
       });
-      await audit(tx, {
+      await recordAudit(tx, {
         actor: args.actor,
         action: 'tenant.create',
         targetType: 'tenant',
@@ -97,7 +78,7 @@ export async function createTenant(
     // The transaction rolled back; the refusal itself is recorded.
     await db.transaction(async (tx) => {
       await holdFence(tx, token);
-      await audit(tx, {
+      await recordAudit(tx, {
         actor: args.actor,
         action: 'tenant.create.refused',
         targetType: 'tenant-name',
@@ -120,7 +101,7 @@ export async function grantTenantCredits(
     await holdFence(tx, token);
     const t = await findTenantByName(tx, args.name);
     if (!t) throw new Error(`no tenant named ${args.name}`);
-    const auditId = await audit(tx, {
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: 'tenant.grant',
       targetType: 'tenant',
@@ -148,7 +129,7 @@ export async function setTenantOutputRetention(
     await holdFence(tx, token);
     const t = await findTenantByName(tx, args.name);
     if (!t) throw new Error(`no tenant named ${args.name}`);
-    await audit(tx, {
+    await recordAudit(tx, {
       actor: args.actor,
       action: 'tenant.output-retention',
       targetType: 'tenant',
@@ -162,22 +143,10 @@ export async function setTenantOutputRetention(
 }
 
 /** One ops_audit row, under the fence, for an operator action that has no table of its own (e.g. `spool requeue`). */
-export async function auditOps(
-  db: Db,
-  fence: FenceScope,
-  a: { actor: string; action: string; targetType: string; targetId: string; reason: string; detail: Record<string, unknown> },
-): Promise<void> {
+export async function auditOps(db: Db, fence: FenceScope, a: AuditEntry): Promise<void> {
   const { token } = await acquireFence(db, fence.scope, fence.region);
   await db.transaction(async (tx) => {
     await holdFence(tx, token);
-    await tx.insert(opsAudit).values({
-      audit_id: randomUUID(),
-      actor: a.actor,
-      action: a.action,
-      target_type: a.targetType,
-      target_id: a.targetId,
-      reason: a.reason,
-      detail: a.detail,
-    });
+    await recordAudit(tx, a);
   });
 }

@@ -2,17 +2,16 @@
 // backlog, the delivery log (a task's own webhook_url too, which the tenant API does not list),
 // and a redeliver, audited in ops_audit in the same transaction. Secrets are never shown here; the
 // reseal (after a WEBHOOK_SECRET_KEY rotation) opens and seals them again without printing them.
-import { randomUUID } from 'node:crypto';
 import { and, desc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { inFence, acquireFence } from '../db/fence';
-import { opsAudit, webhookAttempt, webhookDelivery, webhookEvent, type WebhookDeliveryState } from '../db/schema';
+import { webhookAttempt, webhookDelivery, webhookEvent, type WebhookDeliveryState } from '../db/schema';
 import { findTenantByName } from '../db/tenants';
 import { listEndpoints, openAttention, redeliverAny } from '../db/webhooks';
 import { resealSigningSecrets, type SecretBox } from '../db/webhook-secrets';
 import { redactText } from '../observability/redact';
 import { webhookIdOf } from '../workers/webhook-relay';
-import { audit } from './tenants';
+import { recordAudit } from '../db/audit';
 
 interface FenceScope {
   readonly scope: string;
@@ -104,13 +103,11 @@ export async function redeliverWebhook(db: Db, args: { deliveryId: string; reaso
   return inFence(db, token, async (tx) => {
     const row = await redeliverAny(tx, args.deliveryId);
     if (!row) throw new Error(`no delivery ${args.deliveryId} to redeliver (unknown, or cancelled with its endpoint)`);
-    const auditId = randomUUID();
-    await tx.insert(opsAudit).values({
-      audit_id: auditId,
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: 'webhook.redeliver',
-      target_type: 'webhook_delivery',
-      target_id: row.delivery_id,
+      targetType: 'webhook_delivery',
+      targetId: row.delivery_id,
       reason: args.reason,
       detail: { tenant_id: row.tenant_id, endpoint_id: row.endpoint_id, event_id: row.event_id },
     });
@@ -128,7 +125,7 @@ export async function resealWebhookSecrets(db: Db, box: SecretBox, args: { reaso
   const { token } = await acquireFence(db, args.fence.scope, args.fence.region);
   return inFence(db, token, async (tx) => {
     const counts = await resealSigningSecrets(tx, box);
-    const auditId = await audit(tx, {
+    const auditId = await recordAudit(tx, {
       actor: args.actor,
       action: 'webhook.reseal',
       targetType: 'webhook_endpoint_secret',

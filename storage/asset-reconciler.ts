@@ -9,13 +9,13 @@
 //      reported for an operator.
 // Safe next to everything else: every change is a compare-and-set on the row under the fence,
 // and what it copied is undone when the row changed under it.
-import { randomUUID } from 'node:crypto';
 import { and, asc, eq, getTableColumns, inArray, isNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
-import { asset, generationTask, opsAudit, outputDownload, type StorageLocation } from '../db/schema';
+import { asset, generationTask, outputDownload, type StorageLocation } from '../db/schema';
 import type { ReconcileFinding } from '../reconcilers/types';
 import type { ObjectStorage } from './s3';
+import { recordAudit } from '../db/audit';
 
 /** The reconcilers' report (reconcilers/types.ts), built up as the checks run. */
 interface ReconcileReport {
@@ -129,12 +129,11 @@ async function copyRowsBack(
         .where(and(eq(asset.asset_id, row.asset_id), eq(asset.location, 'fallback'), isNull(asset.deleted_at)))
         .returning({ id: asset.asset_id });
       if (updated.length === 0) return false;
-      await tx.insert(opsAudit).values({
-        audit_id: randomUUID(),
+      await recordAudit(tx, {
         actor: 'reconciler:assets',
         action: 'asset.copy-back',
-        target_type: 'task',
-        target_id: row.task_id,
+        targetType: 'task',
+        targetId: row.task_id,
         reason: 'primary bucket reachable again',
         detail: { asset_id: row.asset_id, object_key: row.object_key, from_bucket: row.bucket, to_bucket: deps.storage.bucket, sha256: row.sha256 },
       });

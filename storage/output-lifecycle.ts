@@ -1,13 +1,13 @@
 // An output's end of life: DELETE /v1/tasks/:id/output and the retention job remove a task's
 // objects (video and thumbnail) from wherever they are, then mark the asset rows deleted. The
 // rows, the task, its transitions and its ledger stay: they are the record (docs/design.md §5).
-import { randomUUID } from 'node:crypto';
 import { and, eq, isNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
-import { asset, generationTask, opsAudit, tenant } from '../db/schema';
+import { asset, generationTask, tenant } from '../db/schema';
 import type { ObjectStorage } from './s3';
 import type { ReconcileFinding, ReconcileReport } from '../reconcilers/types';
+import { recordAudit } from '../db/audit';
 
 export interface OutputStores {
   readonly storage: ObjectStorage;
@@ -75,12 +75,11 @@ export async function deleteTaskOutput(
       .returning({ id: asset.asset_id, object_key: asset.object_key, location: asset.location });
     if (marked.length === 0) return null;
     late.push(...marked.filter((m) => !keys.includes(m.object_key)));
-    await tx.insert(opsAudit).values({
-      audit_id: randomUUID(),
+    await recordAudit(tx, {
       actor: args.actor,
       action: 'output.delete',
-      target_type: 'task',
-      target_id: task.task_id,
+      targetType: 'task',
+      targetId: task.task_id,
       reason: args.reason,
       detail: { tenant_id: task.tenant_id, object_keys: keys, locations: assets.map((a) => a.location) },
     });
