@@ -100,8 +100,10 @@ describe('the reconciler Schedules', () => {
     assert.equal(run.error, null);
     const { info } = await e.client.schedule.getHandle(scheduleIdFor(q, 'billing')).describe();
     const action = info.recentActions.at(-1)!.action;
-    const history = await e.client.workflow.getHandle(action.workflow.workflowId, action.workflow.firstExecutionRunId).fetchHistory();
-    const events = history.events ?? [];
+    // The run's row is the activity's; the workflow completes in its next workflow task, a moment later.
+    const runHandle = e.client.workflow.getHandle(action.workflow.workflowId, action.workflow.firstExecutionRunId);
+    await runHandle.result();
+    const events = (await runHandle.fetchHistory()).events ?? [];
     assert.equal(events[0]?.workflowExecutionStartedEventAttributes?.taskQueue?.name, queues.generation(q));
     const scheduled = events.flatMap((ev) => (ev.activityTaskScheduledEventAttributes ? [ev.activityTaskScheduledEventAttributes] : []));
     assert.deepEqual(
