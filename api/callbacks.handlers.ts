@@ -90,7 +90,7 @@ export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promis
   // Wherever a provider echoes our token (Replicate's webhook URL, Kling's external_task_id), it
   // must be ours. The attempt row is the one the URL token names, so its id is cb.attemptId.
   const echoesUs = (job: ProviderJob) =>
-    job.correlationToken === null || job.correlationToken === cb.attemptId || job.correlationToken === ctx.callbackTokens.tokenFor(cb.attemptId);
+    job.correlationToken === null || job.correlationToken === cb.attemptId || ctx.callbackTokens.isTokenOf(cb.attemptId, job.correlationToken);
   if (!cb.needsRefetch) {
     // A signed callback: the attempt's checks and the deduped insert in one statement.
     const r = await recordAttemptCallback(ctx.db.$client, {

@@ -164,7 +164,7 @@ export function buildApiContext(
     waker,
     rateLimiter,
     callbackLimiter,
-    callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET),
+    callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET, config.CALLBACK_TOKEN_SECRET_PREVIOUS),
     webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS),
     providers: buildProviders(config),
     storage: parts.storage ?? buildStorage(config),

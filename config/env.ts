@@ -15,6 +15,7 @@ const csvItems = (v: string): string[] =>
     .filter((s) => s.length > 0);
 const csv = z.string().transform(csvItems);
 const DEV_WEBHOOK_SECRET_KEY = 'dev-webhook-secret-key-not-for-production';
+const DEV_CALLBACK_TOKEN_SECRET = 'dev-callback-token-secret-not-for-production';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const ms = z.coerce.number().int().min(0);
@@ -390,7 +391,16 @@ export const envSchema = z.object({
 
   // ---- Callback and fetch hardening (docs/security.md) ----
   /** Key of the callback URL tokens (providers/callback-token.ts); the dev default is public, production sets its own. */
-  CALLBACK_TOKEN_SECRET: secret(z.string().min(32, 'at least 32 characters'), 'dev-callback-token-secret-not-for-production'),
+  CALLBACK_TOKEN_SECRET: secret(z.string().min(32, 'at least 32 characters'), DEV_CALLBACK_TOKEN_SECRET),
+  /**
+   * Retired values of CALLBACK_TOKEN_SECRET, comma-separated: the API still accepts the callback
+   * URLs minted under them (never mints), so the secret rotates without orphaning the URLs of
+   * attempts in flight (docs/security.md "Rotating the callback token secret").
+   */
+  CALLBACK_TOKEN_SECRET_PREVIOUS: unsafeInProduction(
+    csv.pipe(z.array(z.string().min(32, 'each at least 32 characters')).max(10, 'at most 10 retired secrets')).default([]),
+    (v) => (csvItems(v).includes(DEV_CALLBACK_TOKEN_SECRET) ? 'the dev CALLBACK_TOKEN_SECRET is refused in production, as a retired secret too' : null),
+  ),
   /** The fal account whose webhooks we accept (X-Fal-Webhook-User-Id, part of the signed message). */
   PROVIDER_FAL_USER_ID: secret(z.string().min(1), 'sim-fal-user'),
   /** Callbacks per token and per source address per minute (Redis, else each API allows rate / API_INSTANCES). */

@@ -5,6 +5,9 @@
 // The first block hides the attempt id (one AES block is a keyed permutation of its 16 bytes);
 // the tag authenticates it. The API recovers the attempt id and checks the tag in constant time
 // before it reads anything, so a guessed or forged token costs one block decryption.
+// The key rotates without orphaning the URLs of attempts in flight: tokens are minted under the
+// current secret and still accepted under the retired ones listed beside it (docs/security.md
+// "Rotating the callback token secret").
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -13,10 +16,12 @@ const TAG_BYTES = 16;
 const TOKEN = /^[A-Za-z0-9_-]{43}$/;
 
 export interface CallbackTokens {
-  /** The URL token of an attempt (deterministic: a retried submit hands out the same URL). */
+  /** The URL token of an attempt under the current secret (deterministic: a retried submit hands out the same URL). */
   tokenFor(attemptId: string): string;
-  /** The attempt id a token stands for, or null when the token is not one of ours. */
+  /** The attempt id a token stands for under the current or a retired secret, or null when the token is not one of ours. */
   attemptIdOf(token: string): string | null;
+  /** Whether `token` is the attempt's token under the current or a retired secret (a provider echoing our URL). */
+  isTokenOf(attemptId: string, token: string): boolean;
 }
 
 const uuidBytes = (id: string): Buffer => Buffer.from(id.replace(/-/g, ''), 'hex');
@@ -39,7 +44,12 @@ function blockCipher(key: Buffer, encrypt: boolean): (input: Buffer) => Buffer {
   };
 }
 
-export function createCallbackTokens(secret: string): CallbackTokens {
+interface TokenKey {
+  mint(attemptId: string): string;
+  open(token: string): string | null;
+}
+
+function tokenKey(secret: string): TokenKey {
   const derive = (info: string) => Buffer.from(hkdfSync('sha256', secret, 'vidorch-callback-token', info, 32));
   const encKey = derive('enc');
   const macKey = derive('mac');
@@ -47,16 +57,36 @@ export function createCallbackTokens(secret: string): CallbackTokens {
   const decrypt = blockCipher(encKey, false);
   const tag = (attemptId: string) => createHmac('sha256', macKey).update(attemptId.toLowerCase()).digest().subarray(0, TAG_BYTES);
   return {
-    tokenFor(attemptId) {
-      if (!UUID.test(attemptId)) throw new Error(`attempt id ${attemptId} is not a UUID`);
-      return Buffer.concat([encrypt(uuidBytes(attemptId)), tag(attemptId)]).toString('base64url');
-    },
-    attemptIdOf(token) {
-      if (!TOKEN.test(token)) return null;
+    mint: (attemptId) => Buffer.concat([encrypt(uuidBytes(attemptId)), tag(attemptId)]).toString('base64url'),
+    open(token) {
       const raw = Buffer.from(token, 'base64url');
       if (raw.length !== 16 + TAG_BYTES) return null;
       const attemptId = uuidString(decrypt(raw.subarray(0, 16)));
       return timingSafeEqual(tag(attemptId), raw.subarray(16)) ? attemptId : null;
+    },
+  };
+}
+
+/** Tokens minted under `secret`, and accepted under it or any of `retired` (oldest last). */
+export function createCallbackTokens(secret: string, retired: readonly string[] = []): CallbackTokens {
+  const current = tokenKey(secret);
+  const keys = [current, ...retired.filter((r) => r !== secret).map(tokenKey)];
+  return {
+    tokenFor(attemptId) {
+      if (!UUID.test(attemptId)) throw new Error(`attempt id ${attemptId} is not a UUID`);
+      return current.mint(attemptId);
+    },
+    attemptIdOf(token) {
+      if (!TOKEN.test(token)) return null;
+      for (const key of keys) {
+        const attemptId = key.open(token);
+        if (attemptId) return attemptId;
+      }
+      return null;
+    },
+    isTokenOf(attemptId, token) {
+      if (!UUID.test(attemptId) || !TOKEN.test(token)) return false;
+      return keys.some((key) => key.open(token) === attemptId.toLowerCase());
     },
   };
 }

@@ -79,3 +79,49 @@ test('a valid token of an attempt that does not exist stores nothing (no inbox r
   assert.equal(res.status, 404, JSON.stringify(res.body));
   assert.equal(await w.inboxRows(), 0);
 });
+
+test('the callback token secret rotates: URLs minted under the retired secret are still accepted, new ones under the current; without it listed, 404', async () => {
+  const oldSecret = w.config.CALLBACK_TOKEN_SECRET;
+  const newSecret = 'the-next-callback-token-secret-0123456789abcdef';
+  const rotated = await startApi({ ...w.config, CALLBACK_TOKEN_SECRET: newSecret, CALLBACK_TOKEN_SECRET_PREVIOUS: [oldSecret] }, w.tdb.database);
+  const dropped = await startApi({ ...w.config, CALLBACK_TOKEN_SECRET: newSecret, CALLBACK_TOKEN_SECRET_PREVIOUS: [] }, w.tdb.database);
+  const post = async (baseUrl: string, token: string, jobId: string) => {
+    const cb = replicateWebhook(jobId, `${baseUrl}/v1/callbacks/replicate/${token}`);
+    return (
+      await fetch(`${baseUrl}/v1/callbacks/replicate/${token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...cb.headers },
+        body: cb.body,
+      })
+    ).status;
+  };
+  try {
+    const before = await w.attempt('replicate', { model: 'minimax/video-01', jobId: 'job-minted-before' });
+    const after = await w.attempt('replicate', { model: 'minimax/video-01', jobId: 'job-minted-after' });
+    const afterToken = createCallbackTokens(newSecret, [oldSecret]).tokenFor(after.attemptId);
+    assert.notEqual(afterToken, after.token, 'a new attempt gets a token under the current secret');
+    const rows = await w.inboxRows();
+    assert.equal(await post(dropped.baseUrl, before.token, 'job-minted-before'), 404, 'the retired secret not listed: its URLs are not ours');
+    assert.equal(await w.inboxRows(), rows);
+    assert.equal(await post(rotated.baseUrl, before.token, 'job-minted-before'), 200, 'minted before the rotation, accepted after it');
+    assert.equal(await post(rotated.baseUrl, afterToken, 'job-minted-after'), 200);
+    assert.equal(await w.inboxRows(), rows + 2, 'both stored');
+  } finally {
+    await Promise.all([rotated.close(), dropped.close()]);
+  }
+});
+
+test('tokens: minted under the current secret only; opened under any listed one; isTokenOf holds a token to its attempt', () => {
+  const [a, b] = [randomUUID(), randomUUID()];
+  const old = createCallbackTokens('the-old-callback-token-secret-0123456789abcdef');
+  const both = createCallbackTokens('the-new-callback-token-secret-0123456789abcdef', ['the-old-callback-token-secret-0123456789abcdef']);
+  const fresh = createCallbackTokens('the-new-callback-token-secret-0123456789abcdef');
+  assert.equal(both.tokenFor(a), fresh.tokenFor(a));
+  assert.equal(both.attemptIdOf(old.tokenFor(a)), a);
+  assert.equal(fresh.attemptIdOf(old.tokenFor(a)), null);
+  assert.equal(both.isTokenOf(a, old.tokenFor(a)), true);
+  assert.equal(both.isTokenOf(a, fresh.tokenFor(a)), true);
+  assert.equal(both.isTokenOf(b, old.tokenFor(a)), false, "another attempt's token");
+  assert.equal(fresh.isTokenOf(a, old.tokenFor(a)), false);
+  assert.equal(both.isTokenOf(a.toUpperCase(), fresh.tokenFor(a)), true);
+});

@@ -97,6 +97,18 @@ describe('the production profile (loadConfig)', () => {
     for (const message of refused.values()) assert.doesNotMatch(message, /vidorch-dev-secret|ZGV2LXNp/, 'no value is echoed');
   });
 
+  test('a retired secret list holding the dev value is refused by name; a real retired secret loads', () => {
+    const refused = refusedFields({
+      ...SAFE_PRODUCTION_ENV,
+      CALLBACK_TOKEN_SECRET_PREVIOUS: 'a-retired-callback-secret-0123456789abcdef,dev-callback-token-secret-not-for-production',
+      WEBHOOK_SECRET_KEY_PREVIOUS: 'dev-webhook-secret-key-not-for-production',
+    });
+    assert.deepEqual([...refused.keys()].sort(), ['CALLBACK_TOKEN_SECRET_PREVIOUS', 'WEBHOOK_SECRET_KEY_PREVIOUS']);
+    for (const message of refused.values()) assert.doesNotMatch(message, /not-for-production/, 'no value is echoed');
+    const loaded = loadConfig({ ...SAFE_PRODUCTION_ENV, CALLBACK_TOKEN_SECRET_PREVIOUS: 'a-retired-callback-secret-0123456789abcdef' });
+    assert.deepEqual(loaded.CALLBACK_TOKEN_SECRET_PREVIOUS, ['a-retired-callback-secret-0123456789abcdef']);
+  });
+
   test('development and tests keep the simulator defaults', () => {
     const dev = loadConfig({});
     assert.equal(dev.PROVIDER_REPLICATE_API_TOKEN, 'r8_dev_simulator_token');
