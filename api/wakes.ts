@@ -17,8 +17,8 @@ export interface TaskWaker {
   wake(taskId: string): void;
   /** Tasks with a signal in flight. */
   inFlight(): number;
-  /** Signals sent and wakes folded into one already due, since start. */
-  stats(): { sent: number; coalesced: number };
+  /** Signals sent and wakes folded into one already due, since start; tasks with a signal in flight and waiting for a place, now. */
+  stats(): { sent: number; coalesced: number; inFlight: number; queued: number };
 }
 
 export interface TaskWakerOptions {
@@ -91,6 +91,6 @@ export function createTaskWaker(signal: (taskId: string) => Promise<unknown>, op
       void drive(taskId);
     },
     inFlight: () => flying.size,
-    stats: () => ({ sent, coalesced }),
+    stats: () => ({ sent, coalesced, inFlight: flying.size, queued: queued.size }),
   };
 }

@@ -285,8 +285,13 @@ export function registerPollDemandGauge(registry: Registry, floors: () => Readon
   });
 }
 
-/** Wake signals after callbacks (api/wakes.ts): sent, and wakes folded into a signal already due. */
-export function registerWakeMetrics(registry: Registry, stats: () => { sent: number; coalesced: number }): void {
+/**
+ * Wake signals after callbacks (api/wakes.ts): sent, and wakes folded into a signal already due;
+ * and the tasks whose wake is in flight or waits for a place (WAKE_SIGNALS_MAX_IN_FLIGHT). A
+ * queue that stays long means Temporal answers signals slower than callbacks arrive: workflows
+ * then apply their callbacks at the next poll instead of at once.
+ */
+export function registerWakeMetrics(registry: Registry, stats: () => { sent: number; coalesced: number; inFlight: number; queued: number }): void {
   new Counter({
     name: 'vidorch_callback_wakes_total',
     help: 'Wake signals after callbacks: sent to Temporal, or coalesced into one already in flight for the same task',
@@ -297,6 +302,17 @@ export function registerWakeMetrics(registry: Registry, stats: () => { sent: num
       const s = stats();
       this.inc({ result: 'sent' }, s.sent);
       this.inc({ result: 'coalesced' }, s.coalesced);
+    },
+  });
+  new Gauge({
+    name: 'vidorch_callback_wakes_pending',
+    help: 'Tasks whose wake signal is in flight to Temporal, or queued behind WAKE_SIGNALS_MAX_IN_FLIGHT others, now',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      const s = stats();
+      this.set({ state: 'in_flight' }, s.inFlight);
+      this.set({ state: 'queued' }, s.queued);
     },
   });
 }

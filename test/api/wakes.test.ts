@@ -27,7 +27,7 @@ describe('the task waker', () => {
     h.calls[0]!.release(true);
     await settle();
     assert.equal(w.inFlight(), 0);
-    assert.deepEqual(w.stats(), { sent: 1, coalesced: 0 });
+    assert.deepEqual(w.stats(), { sent: 1, coalesced: 0, inFlight: 0, queued: 0 });
   });
 
   test('wakes while a signal is in flight fold into one more signal, sent after the last of them', async () => {
@@ -48,7 +48,7 @@ describe('the task waker', () => {
     await settle();
     assert.equal(h.calls.length, 2);
     assert.equal(w.inFlight(), 0);
-    assert.deepEqual(w.stats(), { sent: 2, coalesced: 9 });
+    assert.deepEqual(w.stats(), { sent: 2, coalesced: 9, inFlight: 0, queued: 0 });
   });
 
   test('tasks do not wait for each other, and a failed signal still sends its follow-up', async () => {
@@ -90,6 +90,7 @@ describe('the task waker', () => {
       'two in flight, c and d wait',
     );
     assert.equal(w.inFlight(), 2);
+    assert.deepEqual(w.stats(), { sent: 2, coalesced: 1, inFlight: 2, queued: 2 }, 'c and d queued, c once');
     h.calls[0]!.release(true);
     await settle();
     assert.deepEqual(
@@ -97,6 +98,7 @@ describe('the task waker', () => {
       ['a', 'b', 'c'],
       'the first queued takes the place',
     );
+    assert.deepEqual(w.stats(), { sent: 3, coalesced: 1, inFlight: 2, queued: 1 });
     assert.ok(h.calls[2]!.at > lastWakeOfC, 'sent after its last wake');
     h.calls[1]!.release(true);
     await settle();
@@ -108,7 +110,7 @@ describe('the task waker', () => {
     h.calls[3]!.release(true);
     await settle();
     assert.equal(w.inFlight(), 0);
-    assert.deepEqual(w.stats(), { sent: 4, coalesced: 1 });
+    assert.deepEqual(w.stats(), { sent: 4, coalesced: 1, inFlight: 0, queued: 0 });
   });
 
   test('a task woken during its signal queues behind waiting tasks instead of keeping its place', async () => {
@@ -134,6 +136,6 @@ describe('the task waker', () => {
     h.calls[2]!.release(true);
     await settle();
     assert.equal(w.inFlight(), 0);
-    assert.deepEqual(w.stats(), { sent: 3, coalesced: 0 });
+    assert.deepEqual(w.stats(), { sent: 3, coalesced: 0, inFlight: 0, queued: 0 });
   });
 });
