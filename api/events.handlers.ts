@@ -3,7 +3,7 @@
 // problem+json: another tenant's task (404), a Last-Event-ID the stream never sent (400), one
 // stream too many (429 per tenant, 503 per process).
 import type { Request, Response } from 'express';
-import { findTenantTask, parseTenantCursor, tenantStreamStart } from '../db/task-events';
+import { findTenantTask, isFutureTenantCursor, parseTenantCursor, tenantStreamStart } from '../db/task-events';
 import { isTerminal } from '../domain/states';
 import type { ApiContext } from './context';
 import { tenantOf } from './auth';
@@ -65,6 +65,10 @@ export function eventHandlers(ctx: ApiContext) {
       if (rawLast !== undefined) {
         from = parseTenantCursor(rawLast.trim());
         if (!from) throw problems.validation([{ field: LAST_EVENT_ID, message: 'must be an id this stream sent (<xact>-<transition>)' }]);
+        if (await isFutureTenantCursor(ctx.db, from))
+          throw problems.validation([
+            { field: LAST_EVENT_ID, message: 'is ahead of every transition this service has written: not an id this stream sent; reconnect without it' },
+          ]);
       }
       if (await sentDegraded(ctx, req, res)) return;
       from ??= await tenantStreamStart(ctx.db);

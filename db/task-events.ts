@@ -29,7 +29,9 @@ export interface TenantCursor {
   readonly transitionId: number;
 }
 
-const CURSOR_RE = /^(\d{1,20})-(\d{1,16})$/;
+// No leading zeros: Postgres reads a leading 0 in an xid8 as octal (and stops at an 8 or 9), so
+// `0999-1` would mean one place here and another in SQL.
+const CURSOR_RE = /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,15})$/;
 
 export const formatTenantCursor = (c: TenantCursor): string => `${c.xactId}-${c.transitionId}`;
 
@@ -74,6 +76,16 @@ export async function taskTransitionsAfter(db: Db, taskId: string, afterVersion:
     at: t.created_at,
     failure: failureOf(t.to_status, failureCode, failureMessage),
   }));
+}
+
+/**
+ * Whether a tenant cursor lies past every transaction this database has begun: not an id any
+ * stream of ours sent (those name transactions that had ended), or one from before the database
+ * was restored to an earlier moment. Going on from it would skip whatever is written next.
+ */
+export async function isFutureTenantCursor(db: Db, cursor: TenantCursor): Promise<boolean> {
+  const { rows } = await db.execute(sql`SELECT ${cursor.xactId}::xid8 > pg_snapshot_xmax(pg_current_snapshot()) AS ahead`);
+  return (rows[0] as { ahead: boolean }).ahead;
 }
 
 /** Where a tenant stream without Last-Event-ID starts: every transition not yet final (about "now"). */

@@ -74,12 +74,15 @@ export async function startSimulator(
     ...(opts.webhookRetry ? { webhookRetry: opts.webhookRetry } : {}),
   });
   const server = await sim.listen(0);
-  const tokens = createCallbackTokens(config.CALLBACK_TOKEN_SECRET);
+  // The simulator knows a job by what the submit carried: the attempt id, or its callback URL's
+  // token under whichever secret minted it (the current one, or one retired since).
+  const minters = [config.CALLBACK_TOKEN_SECRET, ...config.CALLBACK_TOKEN_SECRET_PREVIOUS].map((s) => createCallbackTokens(s));
+  const keysOf = (attemptId: string) => [attemptId, ...minters.map((t) => t.tokenFor(attemptId))];
   return {
     sim,
     baseUrl: `http://127.0.0.1:${server.port}`,
-    jobsFor: (attemptId) => sim.tokenCount(attemptId) + sim.tokenCount(tokens.tokenFor(attemptId)),
-    jobIdsFor: (attemptId) => [...sim.jobIdsFor(attemptId), ...sim.jobIdsFor(tokens.tokenFor(attemptId))],
+    jobsFor: (attemptId) => keysOf(attemptId).reduce((n, key) => n + sim.tokenCount(key), 0),
+    jobIdsFor: (attemptId) => keysOf(attemptId).flatMap((key) => sim.jobIdsFor(key)),
     close: () => server.close(),
   };
 }

@@ -8,7 +8,7 @@ import { loadConfigOrExit } from '../config/env';
 import type { Client } from '@temporalio/client';
 import { buildDatabase, buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
 import { acquireFence } from '../db/fence';
-import { reconcileAssets } from '../storage/asset-reconciler';
+import { reconcileAssets, reconcileAssetsToEnd } from '../storage/asset-reconciler';
 import { expireOutputs } from '../storage/output-lifecycle';
 import { RECONCILERS } from '../reconcilers';
 import { REVIEW_ACTIONS, REVIEW_CLASSES, type ReviewAction, type ReviewClass } from '../domain/review-class';
@@ -526,14 +526,24 @@ program
   .option('--apply', 'copy back and remove leftovers of deleted outputs (default: report only)', false)
   .option(
     '--limit <n>',
-    'rows and objects examined per check: the first page of each (the scheduled `assets` reconciler pages through them all)',
+    'rows and objects examined per check and page (without --all: the first page of each; the scheduled `assets` reconciler pages through them all)',
     (v) => Number.parseInt(v, 10),
     500,
   )
+  .option('--all', 'page on until every row and object has been looked at once (a progress line per page on stderr)', false)
   .option('--json', 'print one JSON line', false)
-  .action(async (o: { apply: boolean; limit: number; json: boolean }) => {
-    const report = await withDb((d) => reconcileAssets(storageDeps(d), { dryRun: !o.apply, limit: o.limit }));
-    print(o.json, report, () => printStorageReport(`asset reconciler (${o.apply ? 'applied' : 'dry run'})`, report));
+  .action(async (o: { apply: boolean; limit: number; all: boolean; json: boolean }) => {
+    const report = await withDb(async (d) => {
+      const deps = storageDeps(d);
+      if (!o.all) return reconcileAssets(deps, { dryRun: !o.apply, limit: o.limit });
+      const all = await reconcileAssetsToEnd(deps, { dryRun: !o.apply, limit: o.limit }, (page, r) =>
+        process.stderr.write(`assets: page ${page} done, ${r.examined} examined, ${r.changed} changed, ${r.findings.length} finding(s)\n`),
+      );
+      // A bucket that did not answer keeps its part where it was: stopped rather than asked again.
+      if (all.stalled) process.stderr.write('assets: stopped, storage did not answer (see the unreachable findings); run again once it does\n');
+      return all;
+    });
+    print(o.json, report, () => printStorageReport(`asset reconciler (${o.apply ? 'applied' : 'dry run'}${o.all ? ', every page' : ''})`, report));
   });
 
 program

@@ -63,6 +63,32 @@ export async function reconcileAssets(
   return report;
 }
 
+/**
+ * Runs page after page from the start until every row and object has been looked at once (the
+ * cursor comes back null), or a bucket stops answering (the cursor stays where it was: `stalled`).
+ * `onPage` hears the running totals after each page but the last. What `ops assets --all` runs.
+ */
+export async function reconcileAssetsToEnd(
+  deps: AssetReconcilerDeps,
+  opts: { dryRun: boolean; limit: number },
+  onPage: (page: number, sofar: ReconcileReport) => void = () => undefined,
+): Promise<ReconcileReport & { pages: number; stalled: boolean }> {
+  const total = await reconcileAssets(deps, opts);
+  let pages = 1;
+  while (total.cursor) {
+    onPage(pages, total);
+    const next = await reconcileAssets(deps, { ...opts, cursor: total.cursor });
+    pages += 1;
+    total.examined += next.examined;
+    total.changed += next.changed;
+    total.findings.push(...next.findings);
+    const stalled = JSON.stringify(next.cursor) === JSON.stringify(total.cursor);
+    total.cursor = next.cursor;
+    if (stalled) return { ...total, pages, stalled: true };
+  }
+  return { ...total, pages, stalled: false };
+}
+
 const stores = (deps: AssetReconcilerDeps): Array<[StorageLocation, ObjectStorage]> => [
   ['primary', deps.storage],
   ...(deps.fallbackStorage ? [['fallback', deps.fallbackStorage] as [StorageLocation, ObjectStorage]] : []),

@@ -326,7 +326,7 @@ test('progress is rate-limited: twenty changes in 400 ms reach the stream as at 
   }
 });
 
-test("refused before the stream starts, as problem+json: another tenant's task 404, a bad or future Last-Event-ID 400, a bad filter 400", async () => {
+test("refused before the stream starts, as problem+json: another tenant's task 404, a bad or future Last-Event-ID 400 (task and tenant streams), a bad filter 400", async () => {
   const taskId = await e.createTask('sse-hostile');
   const other = await createTestTenant(e.tdb.database, e.config, '10');
   const problem = (r: { status: number; headers: Headers; body: any }, status: number) => {
@@ -344,6 +344,11 @@ test("refused before the stream starts, as problem+json: another tenant's task 4
   const ahead = problem(await http(e.api.baseUrl, 'GET', `/v1/tasks/${taskId}/events`, { apiKey: e.tenant.apiKey, headers: { 'last-event-id': '1000' } }), 400);
   assert.match(ahead.errors[0].message, /ahead/);
   problem(await http(e.api.baseUrl, 'GET', '/v1/events', { apiKey: e.tenant.apiKey, headers: { 'last-event-id': '12' } }), 400);
+  // Leading zeros (Postgres would read them as octal) and a transaction this database never began.
+  for (const bad of ['0999-1', '18446744073709551615-0']) {
+    const b = problem(await http(e.api.baseUrl, 'GET', '/v1/events', { apiKey: e.tenant.apiKey, headers: { 'last-event-id': bad } }), 400);
+    assert.equal(b.errors[0].field, 'header:Last-Event-ID', bad);
+  }
   const filter = problem(await http(e.api.baseUrl, 'GET', '/v1/events?status=DONE', { apiKey: e.tenant.apiKey }), 400);
   assert.match(filter.errors[0].field, /^query\.status/);
   problem(await http(e.api.baseUrl, 'GET', '/v1/events?colour=red', { apiKey: e.tenant.apiKey }), 400);

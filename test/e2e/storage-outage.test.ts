@@ -19,7 +19,7 @@ import { buildFallbackStorage, buildStorage } from '../../config/services';
 import { acquireFence } from '../../db/fence';
 import { asset, generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';
 import { freePort, startS3, type S3Process } from '../../harness';
-import { reconcileAssets } from '../../storage/asset-reconciler';
+import { reconcileAssets, reconcileAssetsToEnd } from '../../storage/asset-reconciler';
 import { setTenantOutputRetention } from '../../ops/tenants';
 import { expireOutputs } from '../../storage/output-lifecycle';
 import type { ObjectStorage } from '../../storage/s3';
@@ -449,6 +449,22 @@ test('copy-back pages past fallback rows that fail for good: the one behind them
   }
   const [after] = await db.select().from(asset).where(eq(asset.asset_id, good.asset_id));
   assert.equal(after!.location, 'primary', 'the row behind three failing ones is copied back');
+  // What `ops assets --all` runs: from the start to the end of a pass, a page at a time.
+  const pagesSeen: number[] = [];
+  const all = await reconcileAssetsToEnd(reconcilerDeps(), { dryRun: true, limit: 2 }, (page) => pagesSeen.push(page));
+  assert.equal(all.cursor, null, 'the pass ended');
+  assert.equal(all.stalled, false);
+  assert.deepEqual(
+    pagesSeen,
+    Array.from({ length: all.pages - 1 }, (_, i) => i + 1),
+    'a progress call a page but the last',
+  );
+  for (const bad of [bad1, bad2, bad3]) {
+    assert.ok(
+      all.findings.some((f) => f.kind === 'in_fallback' && f.key === bad.object_key),
+      `${bad.object_key} reached by the pass`,
+    );
+  }
   assert.equal((await primaryStore.head(good.object_key))?.sha256, good.sha256);
   for (const bad of [bad1, bad2, bad3]) {
     assert.ok(mismatched.has(bad.object_key), `${bad.object_key} reported`);
