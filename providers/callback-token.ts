@@ -39,12 +39,21 @@ function blockCipher(key: Buffer, encrypt: boolean): (input: Buffer) => Buffer {
   };
 }
 
-export function createCallbackTokens(secret: string): CallbackTokens {
+/**
+ * How many verified tokens a process remembers (attemptIdOf). A provider sends many callbacks
+ * to one URL (progress events, retries, redeliveries), so the busiest tokens are few; the bound
+ * keeps memory small (about 200 bytes an entry) whatever the traffic.
+ */
+const VERIFIED_TOKENS_KEPT = 4096;
+
+export function createCallbackTokens(secret: string, opts: { verifiedKept?: number } = {}): CallbackTokens {
   const derive = (info: string) => Buffer.from(hkdfSync('sha256', secret, 'vidorch-callback-token', info, 32));
   const encKey = derive('enc');
   const macKey = derive('mac');
   const encrypt = blockCipher(encKey, true);
   const decrypt = blockCipher(encKey, false);
+  const kept = opts.verifiedKept ?? VERIFIED_TOKENS_KEPT;
+  const verified = new Map<string, string>();
   const tag = (attemptId: string) => createHmac('sha256', macKey).update(attemptId.toLowerCase()).digest().subarray(0, TAG_BYTES);
   return {
     tokenFor(attemptId) {
@@ -52,11 +61,21 @@ export function createCallbackTokens(secret: string): CallbackTokens {
       return Buffer.concat([encrypt(uuidBytes(attemptId)), tag(attemptId)]).toString('base64url');
     },
     attemptIdOf(token) {
+      // A token that passed the check below maps to the same attempt id for good (the token is
+      // a function of the attempt id and the keys): the exact string seen again skips the block
+      // decryption and the HMAC. Only verified tokens are kept, so a forged or guessed one
+      // always takes the full check (docs/decisions/0016-keyed-callback-tokens.md).
+      const known = verified.get(token);
+      if (known !== undefined) return known;
       if (!TOKEN.test(token)) return null;
       const raw = Buffer.from(token, 'base64url');
       if (raw.length !== 16 + TAG_BYTES) return null;
       const attemptId = uuidString(decrypt(raw.subarray(0, 16)));
-      return timingSafeEqual(tag(attemptId), raw.subarray(16)) ? attemptId : null;
+      if (!timingSafeEqual(tag(attemptId), raw.subarray(16))) return null;
+      // First in, first out: the oldest entry leaves when the bound is reached.
+      if (verified.size >= kept) verified.delete(verified.keys().next().value!);
+      verified.set(token, attemptId);
+      return attemptId;
     },
   };
 }
