@@ -5,16 +5,21 @@
 // up, workflows started, no worker). About one callback in ten repeats an earlier event
 // (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baselines:
 // pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts, and
-// the bare ingest (issue #19): the same signed events checked, inserted and signalled by a
-// minimal client in this process (standardwebhooks, pg, the Temporal client; no HTTP, no
-// express, no drizzle), with the API's signal coalescing (api/wakes.ts).
+// the bare ingest (issue #19): the same signed events checked, inserted with the API's inbox
+// statement and signalled by a minimal client in this process (standardwebhooks, pg, the
+// Temporal client; no HTTP, no express, no drizzle), with the API's signal coalescing
+// (api/wakes.ts). The API's requests come from a lean keep-alive HTTP/1.1 sender
+// (bench/lib/keep-alive-sender.ts), one connection per lane.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createTaskWaker } from '../api/wakes';
+import { recordAttemptCallback } from '../db/inbox';
+import type { ProviderJob } from '../providers/types';
 import { createCallbackTokens } from '../providers/callback-token';
-import { printProfile, summarizeProfiles } from './lib/cpuprofile';
-import { createHttpClient, createTaskClient } from './lib/http';
+import { hrtimeUs, printProfile, summarizeProfiles, type ProfileWindow } from './lib/cpuprofile';
+import { createTaskClient } from './lib/http';
+import { createKeepAliveSender } from './lib/keep-alive-sender';
 import { createTaskOrThrow } from './lib/tasks';
 import { closedLoop, type LoadResult } from './lib/load';
 import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
@@ -178,21 +183,21 @@ function signedHeaders(signer: Webhook, ev: SignedEvent): Record<string, string>
   };
 }
 
-// The inbox insert of db/inbox.ts recordProviderEvent(), as the API sent it before issue #19.
-const BARE_INBOX_SQL = `INSERT INTO callback_inbox (inbox_id, provider, provider_job_id, provider_event_id, dedupe_key, event_type, payload,
-    signature_valid, received_region, attempt_id, task_id, source, provider_updated_at)
-  VALUES ($1, 'replicate', $2, $3, $4, $5, $6, true, $7, $8, $9, 'callback', NULL)
-  ON CONFLICT (provider, dedupe_key) DO NOTHING RETURNING inbox_id`;
 const BARE_MODE = 'bare: verify + inbox + signal, minimal client';
 
 /**
- * The bare ingest of one callback: the Standard Webhooks check on the raw body, the inbox
- * insert (deduped), and the coalesced wake signal after it. True when stored, false for a repeat.
+ * The bare ingest of one callback: the Standard Webhooks check on the raw body, the API's own
+ * inbox statement (db/inbox.ts recordAttemptCallback: the attempt read, its checks and the
+ * deduped insert in one named statement) over this process's plain pg pool, and the coalesced
+ * wake signal of the task the statement returned. True when stored, false for a repeat.
+ * The statement is the API's since the API sends that one (docs/performance.md "callbacks"):
+ * an ingest that inserted with the task id it already knew would skip the attempt read the API
+ * cannot skip.
  */
 function bareIngest(pool: pg.Pool, verifier: Webhook, wake: (taskId: string) => void, region: string) {
   return async (ev: SignedEvent, headers: Record<string, string>): Promise<boolean> => {
     const json = verifier.verify(ev.body, headers) as { id: string; status: string };
-    const job = {
+    const job: ProviderJob = {
       jobId: json.id,
       state: 'running',
       rawStatus: json.status,
@@ -202,19 +207,18 @@ function bareIngest(pool: pg.Pool, verifier: Webhook, wake: (taskId: string) => 
       correlationToken: null,
       metrics: null,
     };
-    const { rows } = await pool.query(BARE_INBOX_SQL, [
-      randomUUID(),
-      job.jobId,
-      ev.id,
-      `event:${ev.id}`,
-      job.state,
-      { job, raw: json },
-      region,
-      ev.attempt.attemptId,
-      ev.attempt.taskId,
-    ]);
-    if (rows.length === 0) return false;
-    wake(ev.attempt.taskId);
+    const r = await recordAttemptCallback(pool, {
+      provider: 'replicate',
+      attemptId: ev.attempt.attemptId,
+      job,
+      providerEventId: ev.id,
+      echoesAttempt: true,
+      receivedRegion: region,
+      raw: json,
+    });
+    if (r.outcome !== 'stored' && r.outcome !== 'duplicate') throw new Error(`bare ingest: ${r.outcome} for attempt ${ev.attempt.attemptId}`);
+    if (r.outcome === 'duplicate') return false;
+    wake(r.taskId);
     return true;
   };
 }
@@ -224,6 +228,9 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
   const rows: Row[] = [];
   const statementReport: { clients: number; statements: ReturnType<typeof topStatements> }[] = [];
   let stopBare = async () => undefined as void;
+  // From the first API level's start to the last one's end (the API's start-up left out; the
+  // baselines between levels leave it nearly idle, and idle samples are not counted).
+  const apiWindow = { fromUs: NaN, toUs: NaN };
   try {
     const { world } = bw;
     // The callback limits would measure themselves: lift them far over the offered load.
@@ -249,12 +256,14 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     };
 
     for (const [level, clients] of o.concurrency.entries()) {
-      const http = createHttpClient(api.url, clients);
+      // One keep-alive connection per lane, as a provider's sender keeps them (bench/lib/keep-alive-sender.ts).
+      const http = createKeepAliveSender(api.url, clients);
       // Ids unique across levels (a level's stream starts its counter at 0).
       const events = eventStream(`${prefix}_${level}`, attempts, o.duplicateShare);
       const sentBefore = await wakesSent(api.opsUrl);
       let storedHere = 0;
       let m: Measured<LoadResult>;
+      if (Number.isNaN(apiWindow.fromUs)) apiWindow.fromUs = hrtimeUs();
       try {
         m = await measured(
           {
@@ -271,7 +280,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
               async request(seq) {
                 const { ev, repeat } = events.next(seq);
                 if (repeat) duplicatesSent++;
-                const res = await http.request('POST', `/v1/callbacks/replicate/${ev.attempt.token}`, { headers: signedHeaders(signer, ev), body: ev.body });
+                const res = await http.post(`/v1/callbacks/replicate/${ev.attempt.token}`, signedHeaders(signer, ev), ev.body);
                 if (res.status < 200 || res.status > 299) return { ok: false, status: String(res.status) };
                 const dup = (JSON.parse(res.body.toString()) as { duplicate?: boolean }).duplicate === true;
                 acked.add(ev.id);
@@ -288,6 +297,8 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
             }),
         );
       } finally {
+        apiWindow.toUs = hrtimeUs();
+        rep.log(`callbacks: ${http.connectionsOpened()} keep-alive connections opened for ${clients} lanes`);
         http.close();
       }
       await settleWakes(() => wakesSent(api.opsUrl));
@@ -378,7 +389,8 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
     let profile = null;
     if (api.profileDir) {
       await api.proc.stop('SIGTERM', 15_000);
-      profile = summarizeProfiles(api.profileDir);
+      const window: ProfileWindow = apiWindow;
+      profile = summarizeProfiles(api.profileDir, Number.isNaN(window.toUs) ? {} : { window });
     }
     // Proof of exactly-once storage: every distinct event acknowledged is one inbox row.
     const { rows: inbox } = await world.db.pool.query<{ rows: number; distinct_ids: number }>(

@@ -26,22 +26,34 @@ if (file) {
     commits += 1;
     commitsBy.set(key, (commitsBy.get(key) || 0) + 1);
   };
+  // A statement's key and its parts' verbs, worked out once per statement text (the API sends
+  // the same few texts thousands of times a second: the regexes would be the preload's own cost
+  // inside the process it measures, docs/performance.md "callbacks").
+  const parsed = [new Map(), new Map()];
+  const parse = (text, split) => {
+    const cache = parsed[split ? 1 : 0];
+    let p = cache.get(text);
+    if (p) return p;
+    const parts = [];
+    for (const part of split ? text.split(';') : [text]) {
+      const verb = /^\s*(\w+)(?:\s+(\w+))?/.exec(part);
+      if (!verb) continue;
+      parts.push({ first: verb[1].toLowerCase(), second: verb[2] ? verb[2].toLowerCase() : '', key: part.replace(/\s+/g, ' ').trim().slice(0, 160) });
+    }
+    p = { key: text.replace(/\s+/g, ' ').trim().slice(0, 160), parts };
+    if (cache.size < 10_000) cache.set(text, p);
+    return p;
+  };
   const original = pg.Client.prototype.query;
   pg.Client.prototype.query = function countedQuery(config, values, callback) {
     const text = typeof config === 'string' ? config : (config && config.text) || '';
     total += 1;
-    const key = text.replace(/\s+/g, ' ').trim().slice(0, 160);
-    counts.set(key, (counts.get(key) || 0) + 1);
     // A simple-protocol message may carry several statements ("BEGIN; SELECT …", "SELECT …; COMMIT",
     // db/task-tx.ts): one round trip, each statement tracked in order. Ours carry no ';' in literals.
     const given = values !== undefined && typeof values !== 'function' ? values : config && config.values;
-    const parts = !given || (Array.isArray(given) && given.length === 0) ? text.split(';') : [text];
-    for (const part of parts) {
-      const verb = /^\s*(\w+)(?:\s+(\w+))?/.exec(part);
-      if (!verb) continue;
-      const first = verb[1].toLowerCase();
-      const second = verb[2] ? verb[2].toLowerCase() : '';
-      const partKey = part.replace(/\s+/g, ' ').trim().slice(0, 160);
+    const { key, parts } = parse(text, !given || (Array.isArray(given) && given.length === 0));
+    counts.set(key, (counts.get(key) || 0) + 1);
+    for (const { first, second, key: partKey } of parts) {
       if (first === 'begin' || (first === 'start' && second === 'transaction')) open.set(this, '');
       else if (first === 'commit' || first === 'end') {
         commit(`tx: ${open.get(this) || '(empty)'}`);

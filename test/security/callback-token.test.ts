@@ -125,3 +125,27 @@ test('tokens: minted under the current secret only; opened under any listed one;
   assert.equal(fresh.isTokenOf(a, old.tokenFor(a)), false);
   assert.equal(both.isTokenOf(a.toUpperCase(), fresh.tokenFor(a)), true);
 });
+
+test('a token that verified once is remembered as itself only: its near misses and other keys still take the full check and are refused', () => {
+  const secret = 'remembered-tokens-secret-0123456789abcdef';
+  const tokens = createCallbackTokens(secret, [], { verifiedKept: 2 });
+  const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];
+  const ta = tokens.tokenFor(a);
+  assert.equal(tokens.attemptIdOf(ta), a);
+  assert.equal(tokens.attemptIdOf(ta), a);
+  // Every one-character change of a remembered token (the hidden id's block and the tag alike),
+  // by its character's top bit (always data; the last character's low bits are padding).
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+  for (let i = 0; i < ta.length; i++) {
+    const near = `${ta.slice(0, i)}${alphabet[alphabet.indexOf(ta[i]!) ^ 32]}${ta.slice(i + 1)}`;
+    assert.equal(tokens.attemptIdOf(near), null, `position ${i}`);
+  }
+  // Another deployment's instance does not share what this one remembers.
+  assert.equal(createCallbackTokens('another-deployment-secret-0123456789abcdef').attemptIdOf(ta), null);
+  // Past the bound the oldest entry leaves; every token still answers its own attempt id.
+  const [tb, tc] = [tokens.tokenFor(b), tokens.tokenFor(c)];
+  assert.equal(tokens.attemptIdOf(tb), b);
+  assert.equal(tokens.attemptIdOf(tc), c);
+  assert.equal(tokens.attemptIdOf(ta), a);
+  assert.equal(tokens.attemptIdOf(`${ta}x`), null);
+});
