@@ -172,8 +172,8 @@ export function createPollActivities(deps: TaskActivityDeps) {
           if (attempt.provider_job_id) {
             // An idempotent read: hedged once when slower than this provider's p95 — unless the
             // provider has a query quota, which a hedge would spend beyond what its poll queue
-            // admits (docs/providers.md "Poll queues and pacing"): a waiting task's poll gains
-            // nothing from a faster answer that is worth a read of someone else's turn.
+            // admits (docs/providers.md "Poll queues and pacing"): a faster answer to a background
+            // poll is not worth another waiting task's turn.
             const jobId = attempt.provider_job_id;
             const window = latencyOf(attempt.provider);
             const hedgeAfterMs = pollQuotaFor(deps, attempt.provider) === undefined ? window.p95() : null;
