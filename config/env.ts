@@ -379,6 +379,12 @@ export const envSchema = z.object({
    * of waiting tasks hold memory; docs/performance.md has the measured choice.
    */
   WORKER_MAX_CACHED_WORKFLOWS: z.coerce.number().int().min(0).default(500),
+  /**
+   * V8's old-generation growing factor in the worker process, as 1 + percent / 100 (0: V8's own,
+   * up to 4 ×): after a burst of work the main heap otherwise stays at its burst size, garbage
+   * included, while tasks wait (docs/performance.md "Tuning knobs").
+   */
+  WORKER_HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(20),
   /** Workflow tasks run at once (SDK default 40; at most the cache size). */
   WORKER_MAX_CONCURRENT_WORKFLOW_TASKS: z.coerce.number().int().min(2).default(40),
   /** Long polls kept open per task queue for workflow tasks and for activity tasks (SDK default 10 each). */
