@@ -83,10 +83,13 @@ export interface TaskActivityDeps {
     /** While a provider's callbacks are healthy, waiting polls are this many times slower (domain/backoff.ts pollInterval). */
     readonly pollHealthyFactor: number;
     /**
-     * Poll rate per provider over the adapter's declared quota (config POLL_QUEUE_RATES): the
-     * poll queues' limits (workers/generation-worker.ts) and the demand floor's rate.
+     * Query quota per provider over the adapter's declared one (config POLL_QUEUE_RATES); the
+     * poll queues' limits (workers/generation-worker.ts) and the demand floor's rate derive from it
+     * (activities/poll-demand.ts pollRateFor).
      */
     readonly pollRates: Readonly<Record<string, number>>;
+    /** Temporal's partitions per task queue: their limiters' bursts (domain/poll-quota.ts). */
+    readonly pollQueuePartitions: number;
     /** The share of a provider's poll rate the wait loops aim for when demand exceeds it (activities/poll-demand.ts). */
     readonly pollQuotaShare: number;
     /** A provider's callbacks are healthy while one reached the inbox within this window (0: never). */

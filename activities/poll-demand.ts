@@ -12,6 +12,7 @@ import { and, count, eq, inArray } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { taskAttempt } from '../db/schema';
 import type { AttemptState } from '../domain/states';
+import { pollQueueRate } from '../domain/poll-quota';
 import { cachedPerKey } from './cached';
 import type { Clock, TaskActivityDeps } from './deps';
 
@@ -35,9 +36,18 @@ export interface PollDemandOptions {
   readonly cacheMs?: number;
 }
 
-/** The rate a provider's poll queue gets: the configured override, else the adapter's declared quota. */
-export function pollRateFor(deps: Pick<TaskActivityDeps, 'providers' | 'settings'>, provider: string): number | undefined {
+/** A provider's query quota: the configured override, else the adapter's declared one; undefined: none. */
+export function pollQuotaFor(deps: Pick<TaskActivityDeps, 'providers' | 'settings'>, provider: string): number | undefined {
   return deps.settings.pollRates[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
+}
+
+/**
+ * The rate a provider's poll queue gets: below its quota by what the limiter's bursts can add,
+ * so its reads stay within the quota over any 10 s (domain/poll-quota.ts).
+ */
+export function pollRateFor(deps: Pick<TaskActivityDeps, 'providers' | 'settings'>, provider: string): number | undefined {
+  const quota = pollQuotaFor(deps, provider);
+  return quota === undefined ? undefined : pollQueueRate(quota, deps.settings.pollQueuePartitions);
 }
 
 /** The demand floor itself: `waiting` jobs read in turn at `rate × share` per second. */

@@ -25,6 +25,7 @@ import { withinRetention } from '../providers/result-retention';
 import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
 import { createCallbackHealth } from './callback-health';
 import { escalate } from './escalate';
+import { pollQuotaFor } from './poll-demand';
 import { notFound, providerFor, readTaskStep, withHeartbeat, type TaskActivityDeps } from './deps';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
@@ -169,12 +170,16 @@ export function createPollActivities(deps: TaskActivityDeps) {
           let lookupFailed: string | null = null;
           let readFailed: { err: unknown } | null = null;
           if (attempt.provider_job_id) {
-            // An idempotent read: hedged once when slower than this provider's p95.
+            // An idempotent read: hedged once when slower than this provider's p95 — unless the
+            // provider has a query quota, which a hedge would spend beyond what its poll queue
+            // admits (docs/providers.md "Poll queues and pacing"): a faster answer to a background
+            // poll is not worth another waiting task's turn.
             const jobId = attempt.provider_job_id;
             const window = latencyOf(attempt.provider);
+            const hedgeAfterMs = pollQuotaFor(deps, attempt.provider) === undefined ? window.p95() : null;
             const started = Date.now();
             try {
-              job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), window.p95(), signal)).value;
+              job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), hedgeAfterMs, signal)).value;
               window.record(Date.now() - started);
             } catch (err) {
               if (signal.aborted) throw err;

@@ -16,7 +16,9 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
-import { configToEnv } from '../config/env';
+import { configToEnv, type Config } from '../config/env';
+import { activitySettings, buildProviders } from '../config/services';
+import { demandFloorMs, pollRateFor } from '../activities/poll-demand';
 import { REPLICATE_CAPABILITIES } from '../providers/replicate';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';
 import type { barePollingWorkflow } from './workflows/bare';
@@ -28,8 +30,8 @@ import { processRss, type CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { checkGoals } from './lib/budgets';
 import { ratio, round } from './lib/stats';
-import { parseMetrics } from './lib/scrape';
-import { startBenchWorld, type BenchWorld, type QueryCounts } from './lib/world';
+import { MEMORY_PRELOAD, startBenchWorld, type BenchWorld, type QueryCounts } from './lib/world';
+import { breakdown, MEMORY_COLUMNS, memoryRow, readMemorySnapshot, type MemorySnapshot } from './lib/memory';
 
 export interface OpenTasksOptions {
   readonly tasks: number;
@@ -57,8 +59,8 @@ interface IdleResult {
   readonly rssStartMb: number;
   readonly rssMaxMb: number;
   readonly rssEndMb: number;
-  /** The worker's main thread at the window's end (the workflow thread and native memory are the rest of RSS). */
-  readonly mainHeap: MainHeap | null;
+  /** Where the worker's memory was (bench/lib/memory-preload.mjs): before the tasks, at the window's highest RSS, at its end. */
+  readonly memory: { readonly start: MemorySnapshot | null; readonly peak: MemorySnapshot | null; readonly end: MemorySnapshot | null };
   readonly cpu: CpuUsage;
   /** Polls during the window: provider status reads (real), pollProvider runs (bare). */
   readonly pollsInWindow: number;
@@ -79,16 +81,43 @@ interface IdleResult {
 }
 
 /**
- * How long a phase runs, once its last loop waits, before its window: the longest jittered poll
- * interval (+20 %) and 10 s for the last workflow tasks, so every loop has polled at least once
- * and the window sees the loops' steady state (a loop that has not polled yet costs nothing).
+ * How both phases' loops are paced, from the product's own settings: the poll queue's rate
+ * (activities/poll-demand.ts pollRateFor: below the quota by the limiter's bursts) and the demand
+ * floor its wait loops settle at (N jobs read in turn at rate × POLL_QUOTA_SHARE) when that is
+ * longer than the poll interval. The bare loops get the same rate and the same floor, so both
+ * phases poll alike.
  */
-const settleMs = (o: OpenTasksOptions) => Math.ceil(o.pollMs * 1.2) + 10_000;
+interface Pace {
+  readonly queueRate: number;
+  /** 0 when the demand fits the queue's rate at its share. */
+  readonly floorMs: number;
+  /** A loop's mean interval between polls: the floor, or the poll interval when longer. */
+  readonly cycleMs: number;
+  /**
+   * How long a phase runs, once its last loop waits, before its window: the longest interval
+   * (the poll interval +20 %, the floor +10 %) and 10 s for the last workflow tasks, so every
+   * loop has polled at least once (a loop that has not polled yet costs nothing).
+   */
+  readonly settleMs: number;
+  /**
+   * The window: `--idle`, and at least one cycle, so that every loop polls about once in it
+   * whichever part of a poll wave it starts in (the loops start within a minute of each other,
+   * and the queue's rate spreads their first polls into waves).
+   */
+  readonly windowSeconds: number;
+}
 
-interface MainHeap {
-  readonly usedMb: number;
-  readonly totalMb: number;
-  readonly externalMb: number;
+function paceOf(o: OpenTasksOptions, config: Config, open: number): Pace {
+  const queueRate = pollRateFor({ providers: buildProviders(config), settings: activitySettings(config) }, 'replicate') ?? NaN;
+  const floorMs = Number.isFinite(queueRate) ? demandFloorMs(open, queueRate, config.POLL_QUOTA_SHARE) : 0;
+  const cycleMs = Math.max(o.pollMs, floorMs);
+  return {
+    queueRate,
+    floorMs: floorMs > o.pollMs ? floorMs : 0,
+    cycleMs,
+    settleMs: Math.ceil(Math.max(o.pollMs * 1.2, floorMs * 1.1)) + 10_000,
+    windowSeconds: Math.max(o.idleSeconds, Math.ceil(cycleMs / 1000)),
+  };
 }
 
 const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench open-tasks ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
@@ -120,6 +149,7 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.l
  */
 async function idleWindow(
   bw: BenchWorld,
+  pace: Pace,
   o: OpenTasksOptions,
   rep: Reporter,
   label: string,
@@ -127,16 +157,16 @@ async function idleWindow(
   groups: () => Promise<Record<string, number[]>>,
   workerPid: number,
   polls: () => number,
-  mainHeap: () => Promise<MainHeap | null>,
+  memoryFile: string,
   countFiles: string[] = [],
-): Promise<Omit<IdleResult, 'mode' | 'open' | 'rssStartMb'>> {
+): Promise<Omit<IdleResult, 'mode' | 'open' | 'rssStartMb' | 'memory'> & { memory: { peak: MemorySnapshot | null; end: MemorySnapshot | null } }> {
   const settleStart = Date.now();
-  const settleUntil = settleStart + settleMs(o);
+  const settleUntil = settleStart + pace.settleMs;
   const polls0 = polls();
   while (Date.now() < settleUntil) {
     await sleep(Math.min(5_000, Math.max(0, settleUntil - Date.now())));
     rep.log(
-      `[open-tasks ${label} settle] ${((Date.now() - settleStart) / 1000).toFixed(0).padStart(3)}/${(settleMs(o) / 1000).toFixed(0)} s  ` +
+      `[open-tasks ${label} settle] ${((Date.now() - settleStart) / 1000).toFixed(0).padStart(3)}/${(pace.settleMs / 1000).toFixed(0)} s  ` +
         `polls ${polls() - polls0}  worker RSS ${mb(processRss(workerPid)).toFixed(0)} MB`,
     );
   }
@@ -146,25 +176,28 @@ async function idleWindow(
   let rssMax = 0;
   let rssEnd = 0;
   let readsStart = 0;
+  let memoryPeak: MemorySnapshot | null = null;
   const span = { fromUs: 0, toUs: 0 };
   const m = await measured({ cpuGroups: groups, countFiles }, async () => {
     readsStart = polls();
     span.fromUs = hrtimeUs();
     const t0 = Date.now();
-    for (let s = 0; s < o.idleSeconds; s++) {
+    for (let s = 0; s < pace.windowSeconds; s++) {
       await sleep(Math.max(0, t0 + (s + 1) * 1000 - Date.now()));
       const rss = mb(processRss(workerPid));
       rssMax = Math.max(rssMax, rss);
       rssEnd = rss;
+      const snapshot = readMemorySnapshot(memoryFile);
+      if (snapshot && snapshot.rss > (memoryPeak?.rss ?? 0)) memoryPeak = snapshot;
       reads.push(polls());
       const rate = reads.length >= 2 ? reads[reads.length - 1]! - reads[reads.length - 2]! : null;
       rep.log(
-        `[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${o.idleSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}`,
+        `[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${pace.windowSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}`,
       );
     }
     span.toUs = hrtimeUs();
   });
-  const heap = await mainHeap();
+  const memoryEnd = readMemorySnapshot(memoryFile);
   const h1 = await historyLengths(bw, ids, o.historySample);
   let peak: number | null = null;
   if (reads.length > 10) {
@@ -183,7 +216,7 @@ async function idleWindow(
     sampled: h1.length,
     rssMaxMb: rssMax,
     rssEndMb: rssEnd,
-    mainHeap: heap,
+    memory: { peak: memoryPeak, end: memoryEnd },
     windowSeconds: m.cpu.seconds,
     span,
     queries: countFiles.length ? m.queries : null,
@@ -197,11 +230,13 @@ async function countWaiting(bw: BenchWorld): Promise<Record<string, number>> {
 
 async function runReal(
   bw: BenchWorld,
+  pace: Pace,
   o: OpenTasksOptions,
   rep: Reporter,
 ): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number; profileDir: string | null }> {
   const api = await bw.startApi('api', { OUTBOX_WATERMARK_COUNT: String(o.tasks * 10) });
-  const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv }, { cpuProfile: o.cpuProfile === true });
+  const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv }, { cpuProfile: o.cpuProfile === true, memory: true });
+  const memoryFile = worker.memoryFile!;
   const [tenant] = await bw.createTenants(1);
   const http = createTaskClient(api.url, o.createConcurrency, { timeoutMs: 60_000 });
   const vidorch = http.as(tenant!.apiKey);
@@ -230,6 +265,7 @@ async function runReal(
     { timeoutMs: 120_000, intervalMs: 250, what: 'the warm-up task to reach the provider' },
   );
   const rssStartMb = mb(processRss(worker.proc.pid));
+  const memoryStart = readMemorySnapshot(memoryFile);
   rep.log(`open-tasks: warm-up task at the provider; worker RSS ${rssStartMb.toFixed(0)} MB`);
 
   const ids: string[] = [warm];
@@ -286,6 +322,7 @@ async function runReal(
   const open = (s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0);
   const w = await idleWindow(
     bw,
+    pace,
     o,
     rep,
     'real',
@@ -293,26 +330,23 @@ async function runReal(
     async () => ({ worker: [worker.proc.pid], api: [api.proc.pid], postgres: await bw.backendPids(), temporal: bw.temporalPids() }),
     worker.proc.pid,
     () => bw.world.sim.stats().status_reads,
-    async () => {
-      try {
-        const res = await fetch(worker.metricsUrl, { signal: AbortSignal.timeout(5_000) });
-        const samples = parseMetrics(await res.text());
-        const value = (name: string) => mb(samples.find((x) => x.name === name)?.value ?? null);
-        return {
-          usedMb: value('nodejs_heap_size_used_bytes'),
-          totalMb: value('nodejs_heap_size_total_bytes'),
-          externalMb: value('nodejs_external_memory_bytes'),
-        };
-      } catch {
-        return null;
-      }
-    },
+    memoryFile,
     [worker.countFile],
   );
   // A profile is written when its process exits.
   await worker.proc.stop('SIGTERM', 15_000);
   await api.proc.stop('SIGTERM', 5_000);
-  return { mode: 'real: waiting on the provider', open, rssStartMb, ...w, ids, createSeconds, reachSeconds, profileDir: worker.profileDir };
+  return {
+    mode: 'real: waiting on the provider',
+    open,
+    rssStartMb,
+    ...w,
+    memory: { start: memoryStart, ...w.memory },
+    ids,
+    createSeconds,
+    reachSeconds,
+    profileDir: worker.profileDir,
+  };
 }
 
 /** Terminates every open workflow (a batch operation) so the next phase has the server to itself. */
@@ -345,13 +379,15 @@ async function terminateAll(bw: BenchWorld, rep: Reporter): Promise<void> {
 }
 
 /**
- * `quota`: the bare queue's global activity rate, the real poll queue's (the provider's query
- * quota): where the demand N / interval exceeds it, the real loops' polls wait in their queue, and
- * so do the bare loops' (only their polls are regular activities; the apply is local).
+ * The bare queue's global activity rate is the real poll queue's (`pace.queueRate`), and the bare
+ * loops wait the real loops' interval raised to the same demand floor (`pace.floorMs`): where
+ * the demand exceeds the rate, both phases' polls wait in their queues alike (only the polls are
+ * regular activities; the apply is local).
  */
-async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota: number): Promise<IdleResult & { profileDir: string | null }> {
+async function runBare(bw: BenchWorld, pace: Pace, o: OpenTasksOptions, rep: Reporter): Promise<IdleResult & { profileDir: string | null }> {
   const queue = `bench-open-bare-${randomUUID().slice(0, 8)}`;
   const countFile = path.join(bw.logDir, 'bare-worker.activities.json');
+  const memoryFile = path.join(bw.logDir, 'bare-worker.memory.json');
   const profileDir = o.cpuProfile ? path.join(bw.logDir, 'bare-worker.cpuprofile') : null;
   const worker: ManagedProcess = startWorkerProcess(
     'bare-worker',
@@ -361,7 +397,9 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
       LOG_LEVEL: 'warn',
       ...o.workerEnv,
       BENCH_ACTIVITY_COUNT_FILE: countFile,
-      ...(Number.isFinite(quota) ? { BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND: String(quota) } : {}),
+      NODE_OPTIONS: [process.env['NODE_OPTIONS'] ?? '', `--import=${MEMORY_PRELOAD}`].join(' ').trim(),
+      BENCH_MEMORY_FILE: memoryFile,
+      ...(Number.isFinite(pace.queueRate) ? { BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND: String(pace.queueRate) } : {}),
     },
     {
       args: [queue, 'pollProvider,applyInbox'],
@@ -381,7 +419,7 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
       client.workflow.start<typeof barePollingWorkflow>('barePollingWorkflow', {
         taskQueue: queue,
         workflowId: `bare-open-${i}-${randomUUID()}`,
-        args: [o.pollMs, String(i)],
+        args: [o.pollMs, pace.floorMs, String(i)],
         typedSearchAttributes: [
           { key: SA_TASK_STATUS, value: 'RUNNING' },
           { key: SA_TENANT_ID, value: tenantId },
@@ -391,6 +429,7 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
     await start(-1);
     await sleep(2_000);
     const rssStartMb = mb(processRss(worker.pid));
+    const memoryStart = readMemorySnapshot(memoryFile);
     const ids: string[] = [];
     let next = 0;
     const t0 = performance.now();
@@ -410,21 +449,34 @@ async function runBare(bw: BenchWorld, o: OpenTasksOptions, rep: Reporter, quota
     } finally {
       clearInterval(progress);
     }
-    // The bare worker's count of no-op polls and its main thread's memory, written every second.
-    const counts = () => {
+    // The bare worker's count of no-op polls, written every second.
+    const polls = () => {
       try {
-        return JSON.parse(fs.readFileSync(countFile, 'utf8')) as { pollProvider?: number; memory?: { heapUsed: number; heapTotal: number; external: number } };
+        return (JSON.parse(fs.readFileSync(countFile, 'utf8')) as { pollProvider?: number }).pollProvider ?? 0;
       } catch {
-        return {};
+        return 0;
       }
     };
-    const polls = () => counts().pollProvider ?? 0;
-    const mainHeap = async () => {
-      const m = counts().memory;
-      return m ? { usedMb: mb(m.heapUsed), totalMb: mb(m.heapTotal), externalMb: mb(m.external) } : null;
+    const w = await idleWindow(
+      bw,
+      pace,
+      o,
+      rep,
+      'bare',
+      ids,
+      async () => ({ worker: [worker.pid], temporal: bw.temporalPids() }),
+      worker.pid,
+      polls,
+      memoryFile,
+    );
+    return {
+      mode: 'bare: the wait loop, no-op activities',
+      open: ids.length,
+      rssStartMb,
+      ...w,
+      memory: { start: memoryStart, ...w.memory },
+      profileDir,
     };
-    const w = await idleWindow(bw, o, rep, 'bare', ids, async () => ({ worker: [worker.pid], temporal: bw.temporalPids() }), worker.pid, polls, mainHeap);
-    return { mode: 'bare: the wait loop, no-op activities', open: ids.length, rssStartMb, ...w, profileDir };
   } finally {
     await worker.stop('SIGTERM', 15_000);
   }
@@ -448,7 +500,13 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
       [o.tasks + 100],
     );
     const quota = REPLICATE_CAPABILITIES.requestsPerSecond ?? NaN;
-    const real = await runReal(bw, o, rep);
+    // Both phases' pace: the queue's rate and the demand floor of N + 1 waiting jobs (the warm-up task's too).
+    const pace = paceOf(o, bw.world.config, o.tasks + 1);
+    rep.log(
+      `open-tasks: poll queue rate ${pace.queueRate}/s for a quota of ${quota}/s; demand floor ${(pace.floorMs / 1000).toFixed(0)} s; ` +
+        `settle ${(pace.settleMs / 1000).toFixed(0)} s, window ${pace.windowSeconds} s (one cycle at least)`,
+    );
+    const real = await runReal(bw, pace, o, rep);
     rep.log(`open-tasks: cpu (real, idle) ${describeCpu(real.cpu)}`);
     if (real.queries) {
       const per = real.pollsInWindow;
@@ -469,7 +527,7 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
     const phases: IdleResult[] = [real];
     if (!o.skipBaseline) {
       await terminateAll(bw, rep);
-      const bare = await runBare(bw, o, rep, quota);
+      const bare = await runBare(bw, pace, o, rep);
       rep.log(`open-tasks: cpu (bare, idle) ${describeCpu(bare.cpu)}`);
       profiled(bare, 'bare worker');
       phases.push(bare);
@@ -489,23 +547,23 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         : null;
     if (unmeasured && bare) rep.log(`open-tasks: no ratio printed: ${unmeasured}`);
     const vsBare = (x: number, b: number) => (unmeasured ? NaN : ratio(x, b));
+    const cpuOf = (p: IdleResult | undefined) => (p ? (p.cpu.cores['worker'] ?? 0) + (p.cpu.cores['temporal'] ?? 0) : NaN);
     const knobs =
       Object.entries(o.workerEnv)
         .map(([k, v]) => `${k}=${v}`)
         .join(' ') || 'config defaults';
     rep.table(
-      `open-tasks: ${o.tasks} tasks waiting, poll every ${o.pollMs / 1000} s (±20 %), ${real.windowSeconds.toFixed(0)} s idle window; worker: ${knobs} (ratio = real / bare)`,
+      `open-tasks: ${o.tasks} tasks waiting, poll every ${o.pollMs / 1000} s (±20 %)${pace.floorMs > 0 ? `, raised to the demand floor ${(pace.floorMs / 1000).toFixed(0)} s (±10 %)` : ''}, queue rate ${pace.queueRate}/s, ${real.windowSeconds.toFixed(0)} s idle window; worker: ${knobs} (ratio = real / bare)`,
       [
         'mode',
         'open',
         'RSS start MB',
         'RSS max MB',
         'RSS ratio',
-        'main heap used/total MB',
-        'external MB',
         'cores: worker',
         'ratio',
         'temporal',
+        '(worker + temporal) core-ms / poll',
         'postgres',
         'api',
         'machine busy',
@@ -525,11 +583,10 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         round(p.rssStartMb, 0),
         round(p.rssMaxMb, 0),
         round(vsBare(p.rssMaxMb, bare?.rssMaxMb ?? NaN), 2),
-        p.mainHeap ? `${p.mainHeap.usedMb.toFixed(0)}/${p.mainHeap.totalMb.toFixed(0)}` : null,
-        p.mainHeap ? round(p.mainHeap.externalMb, 0) : null,
         round(p.cpu.cores['worker'] ?? 0, 3),
         round(vsBare(p.cpu.cores['worker'] ?? 0, bare?.cpu.cores['worker'] ?? NaN), 2),
         round(p.cpu.cores['temporal'] ?? 0, 3),
+        p.pollsInWindow > 0 ? round((cpuOf(p) * p.windowSeconds * 1000) / p.pollsInWindow, 1) : null,
         round(p.cpu.cores['postgres'] ?? 0, 3),
         round(p.cpu.cores['api'] ?? 0, 3),
         `${p.cpu.machineBusyCores.toFixed(2)}/${p.cpu.machineCores}`,
@@ -544,6 +601,17 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         p === real ? quota : null,
       ]),
     );
+    // Where each worker's RSS is (bench/lib/memory-preload.mjs), before the tasks and at the window's peak.
+    rep.table(
+      `open-tasks: where the worker's RSS is, MB (V8 heaps: used/resident; native = anonymous pages in no V8 heap: Temporal's core, Node's and V8's mallocs, external buffers, free allocator pages)`,
+      ['mode', 'when', ...MEMORY_COLUMNS],
+      phases.flatMap((p) =>
+        (['start', 'peak', 'end'] as const).flatMap((when) => {
+          const s = p.memory[when];
+          return s ? [[p === real ? 'real' : 'bare', when, ...memoryRow(breakdown(s))]] : [];
+        }),
+      ),
+    );
     const demand = o.tasks / (o.pollMs / 1000);
     rep.log(
       `open-tasks: created in ${real.createSeconds.toFixed(0)} s, all at the provider after ${real.reachSeconds.toFixed(0)} s; ` +
@@ -552,7 +620,6 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
     // Issue #19: the waiting tasks cost no more than the bare wait loops, in memory and in the
     // CPU of the two processes both phases have (the worker and Temporal; the real phase also
     // has an API and Postgres, printed above, which the bare one does not).
-    const cpuOf = (p: IdleResult | undefined) => (p ? (p.cpu.cores['worker'] ?? 0) + (p.cpu.cores['temporal'] ?? 0) : NaN);
     const rssRatio = vsBare(real.rssMaxMb, bare?.rssMaxMb ?? NaN);
     const cpuRatio = vsBare(cpuOf(real), cpuOf(bare));
     // Not measured is not met: --check fails on it.
@@ -602,6 +669,7 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         cpuRatio: round(vsBare(cpuOf(p), cpuOf(bare)), 3),
         ids: undefined,
         queries: undefined,
+        memory: Object.fromEntries(Object.entries(p.memory).map(([k, v]) => [k, v ? breakdown(v) : null])),
       })),
       unmeasured,
       goals,

@@ -215,8 +215,9 @@ export const envSchema = z.object({
   POLL_HEALTHY_FACTOR: z.coerce.number().min(1).max(100).default(3),
   CALLBACK_HEALTHY_WINDOW_MS: ms.default(5 * 60 * 1000),
   /**
-   * Global rate of a provider's poll queue, requests per second, over the adapter's declared
-   * quota (capabilities.requestsPerSecond): "replicate=5,kling=2".
+   * A provider's query quota for this account, requests per second, over the adapter's declared
+   * one (capabilities.requestsPerSecond): "replicate=5,kling=2". Its poll queue's rate is set
+   * below it by what Temporal's bursts can add (domain/poll-quota.ts).
    */
   POLL_QUEUE_RATES: csv
     .pipe(
@@ -231,6 +232,12 @@ export const envSchema = z.object({
    * wake about as often as the provider can be asked, at this share of the rate.
    */
   POLL_QUOTA_SHARE: z.coerce.number().gt(0).max(1).default(0.8),
+  /**
+   * The Temporal server's partitions per task queue (matching.numTaskqueueReadPartitions and
+   * WritePartitions; 4 is its default): each partition's limiter has its own burst, which the
+   * poll queues' rates leave room for (domain/poll-quota.ts).
+   */
+  POLL_QUEUE_PARTITIONS: z.coerce.number().int().min(1).max(64).default(4),
 
   /** The router's scoring budget per decision; over it, the static route is used (and counted). */
   ROUTER_BUDGET_MS: z.coerce.number().min(0.1).max(1_000).default(5),
@@ -373,6 +380,12 @@ export const envSchema = z.object({
    * of waiting tasks hold memory; docs/performance.md has the measured choice.
    */
   WORKER_MAX_CACHED_WORKFLOWS: z.coerce.number().int().min(0).default(500),
+  /**
+   * V8's old-generation growing factor in the worker process, as 1 + percent / 100 (0: V8's own,
+   * up to 4 ×): after a burst of work the main heap otherwise stays at its burst size, garbage
+   * included, while tasks wait (docs/performance.md "Tuning knobs").
+   */
+  WORKER_HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(20),
   /** Workflow tasks run at once (SDK default 40; at most the cache size). */
   WORKER_MAX_CONCURRENT_WORKFLOW_TASKS: z.coerce.number().int().min(2).default(40),
   /** Long polls kept open per task queue for workflow tasks and for activity tasks (SDK default 10 each). */

@@ -82,7 +82,7 @@ const perProvider = (entries: readonly string[]): Record<string, number> =>
     }),
   );
 
-/** POLL_QUEUE_RATES as provider → requests per second (activities/poll-demand.ts pollRateFor). */
+/** POLL_QUEUE_RATES as provider → its query quota, requests per second (activities/poll-demand.ts pollRateFor). */
 export function pollQueueRates(config: Config): Record<string, number> {
   return perProvider(config.POLL_QUEUE_RATES);
 }
@@ -108,6 +108,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     pollHealthyFactor: config.POLL_HEALTHY_FACTOR,
     pollRates: pollQueueRates(config),
     pollQuotaShare: config.POLL_QUOTA_SHARE,
+    pollQueuePartitions: config.POLL_QUEUE_PARTITIONS,
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,

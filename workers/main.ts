@@ -37,9 +37,10 @@ import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-wo
 import { startOutboxRelay } from './outbox-relay';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
 import { createSecretBox } from '../db/webhook-secrets';
-import { tuningFromConfig } from './tuning';
+import { applyHeapGrowing, tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
+applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 const tracing = installTracing(tracingOptions(config, 'vidorch-worker', logger));
 exitOnUnhandledErrors(logger);

@@ -1,6 +1,7 @@
 // The worker's cache and concurrency knobs (config WORKER_*), as Temporal worker options. One
 // place, so the generation worker and the benchmarks' bare worker run with the same settings.
 // Why these values: docs/performance.md ("Tuning knobs").
+import v8 from 'node:v8';
 import type { WorkerOptions } from '@temporalio/worker';
 import type { Config } from '../config/env';
 
@@ -30,4 +31,12 @@ export function tuningOptions(t: WorkerTuning): Partial<WorkerOptions> {
     workflowTaskPollerBehavior: { type: 'simple-maximum', maximum: Math.min(t.workflowTaskPollers, wft) },
     activityTaskPollerBehavior: { type: 'simple-maximum', maximum: t.activityTaskPollers },
   };
+}
+
+/**
+ * V8's heap growing factor for this process (WORKER_HEAP_GROWING_PERCENT), set before the SDK
+ * starts its workflow thread so both isolates get it. Call once, first thing in a worker's main.
+ */
+export function applyHeapGrowing(percent: number): void {
+  if (percent > 0) v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
 }

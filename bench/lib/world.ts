@@ -13,6 +13,8 @@ import { childProcesses } from './procstat';
 
 export const BENCH_DATA_DIR = path.join(REPO_ROOT, '.data', 'bench');
 const PRELOAD = path.join(REPO_ROOT, 'bench', 'lib', 'pg-count-preload.mjs');
+/** Where a worker's memory is, by isolate and native (bench/lib/memory-preload.mjs). */
+export const MEMORY_PRELOAD = path.join(REPO_ROOT, 'bench', 'lib', 'memory-preload.mjs');
 
 export interface BenchTenant {
   readonly tenantId: string;
@@ -40,8 +42,8 @@ export interface BenchWorld {
   startWorker(
     name: string,
     env?: Record<string, string>,
-    opts?: { cpuProfile?: boolean },
-  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null; metricsUrl: string }>;
+    opts?: { cpuProfile?: boolean; memory?: boolean },
+  ): Promise<{ proc: ManagedProcess; countFile: string; profileDir: string | null; metricsUrl: string; memoryFile: string | null }>;
   createTenants(n: number, credits?: string): Promise<BenchTenant[]>;
   /** Postgres backend pids connected to this world's database (for CPU accounting). */
   backendPids(): Promise<number[]>;
@@ -87,11 +89,17 @@ export async function startBenchWorld(name: string, overrides: Record<string, st
   fs.mkdirSync(logDir, { recursive: true });
   const procs: ManagedProcess[] = [];
   let tenantSeq = 0;
-  const countEnv = (file: string, profileDir?: string) => ({
-    NODE_OPTIONS: [process.env['NODE_OPTIONS'] ?? '', `--import=${PRELOAD}`, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])]
+  const countEnv = (file: string, profileDir?: string, memoryFile?: string) => ({
+    NODE_OPTIONS: [
+      process.env['NODE_OPTIONS'] ?? '',
+      `--import=${PRELOAD}`,
+      ...(memoryFile ? [`--import=${MEMORY_PRELOAD}`] : []),
+      ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []),
+    ]
       .join(' ')
       .trim(),
     BENCH_PG_COUNT_FILE: file,
+    ...(memoryFile ? { BENCH_MEMORY_FILE: memoryFile } : {}),
   });
   const baseEnv = () => ({ ...configToEnv(world.config), LOG_LEVEL: 'warn', LOG_PRETTY: 'false' });
 
@@ -132,8 +140,9 @@ export async function startBenchWorld(name: string, overrides: Record<string, st
     async startWorker(workerName, env = {}, opts = {}) {
       const countFile = path.join(logDir, `${workerName}.queries.json`);
       const profileDir = opts.cpuProfile ? path.join(logDir, `${workerName}.cpuprofile`) : null;
-      const proc = await world.startWorker(workerName, { ...countEnv(countFile, profileDir ?? undefined), ...env });
-      return { proc, countFile, profileDir, metricsUrl: world.workerMetrics.get(workerName)! };
+      const memoryFile = opts.memory ? path.join(logDir, `${workerName}.memory.json`) : null;
+      const proc = await world.startWorker(workerName, { ...countEnv(countFile, profileDir ?? undefined, memoryFile ?? undefined), ...env });
+      return { proc, countFile, profileDir, metricsUrl: world.workerMetrics.get(workerName)!, memoryFile };
     },
     async createTenants(n, credits = '1000000000') {
       const out: BenchTenant[] = [];

@@ -2,8 +2,7 @@
 // <taskQueue> <activity types,comma-separated>`. Same connection and worker settings as
 // workers/main.ts (max concurrent activities, shutdown grace, cache and pollers), no-op activities registered
 // under the real activity names. Stops on SIGINT/SIGTERM. With BENCH_ACTIVITY_COUNT_FILE set, the
-// activities run so far, by name, and the main thread's memory are written to that file as JSON
-// every second (open-tasks reads how many polls its bare loops made in the measured window). With
+// activities run so far, by name, are written to that file as JSON every second (open-tasks reads how many polls its bare loops made in the measured window). With
 // BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND, the queue's global activity rate is capped there, as
 // the real poll queue's is at the provider's quota.
 import fs from 'node:fs';
@@ -13,7 +12,7 @@ import { NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporal
 import { loadConfigOrExit } from '../../config/env';
 import { createLogger } from '../../observability/logger';
 import { temporalLogger } from '../../observability/temporal-logger';
-import { tuningFromConfig, tuningOptions } from '../../workers/tuning';
+import { applyHeapGrowing, tuningFromConfig, tuningOptions } from '../../workers/tuning';
 
 const [taskQueue, names] = process.argv.slice(2);
 if (!taskQueue || !names) {
@@ -21,6 +20,8 @@ if (!taskQueue || !names) {
   process.exit(2);
 }
 const config = loadConfigOrExit();
+// The same heap growing factor as the generation worker's process (workers/main.ts).
+applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
 const logger = createLogger({ name: 'bare-worker', level: config.LOG_LEVEL, pretty: false });
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
 
@@ -34,9 +35,8 @@ const counted = (name: string) => async () => {
 const activities = Object.fromEntries(names.split(',').map((n) => [n, countFile ? counted(n) : noop]));
 if (countFile) {
   const write = () => {
-    const { heapUsed, heapTotal, external } = process.memoryUsage();
     // Whole or not at all: the reader never sees half a file.
-    fs.writeFileSync(`${countFile}.tmp`, JSON.stringify({ ...counts, memory: { heapUsed, heapTotal, external } }));
+    fs.writeFileSync(`${countFile}.tmp`, JSON.stringify(counts));
     fs.renameSync(`${countFile}.tmp`, countFile);
   };
   write();

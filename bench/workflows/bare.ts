@@ -4,6 +4,7 @@
 // the same server with the same worker settings. Workflow sandbox code: no I/O.
 import { condition, proxyActivities, proxyLocalActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
 import { SA_TASK_STATUS, wakeSignal } from '../../workflows/definitions';
+import { withDemandFloor } from '../../domain/backoff';
 
 export interface BareShape {
   /** Activity types, in the order a real task's history ran them; `local:<type>` ran as a local activity. */
@@ -49,9 +50,11 @@ export async function bareWorkflow(shape: BareShape, taskId: string): Promise<nu
 /**
  * The open-tasks benchmark's baseline: a task waiting on its provider, bare. One upsert, then
  * forever: wait for a wake signal or the poll interval, a no-op poll activity, a no-op local apply
- * activity — the real wait loop's commands with nothing behind them.
+ * activity — the real wait loop's commands with nothing behind them. The interval is the real
+ * one's: `pollMs` ±20 %, raised to the demand floor `floorMs` ±10 % when that is longer
+ * (domain/backoff.ts, activities/poll-demand.ts).
  */
-export async function barePollingWorkflow(pollMs: number, taskId: string): Promise<number> {
+export async function barePollingWorkflow(pollMs: number, floorMs: number, taskId: string): Promise<number> {
   let woken = false;
   setHandler(wakeSignal, () => {
     woken = true;
@@ -60,7 +63,7 @@ export async function barePollingWorkflow(pollMs: number, taskId: string): Promi
   for (let polls = 0; ; polls++) {
     woken = false;
     // ±20 % like the real poll interval, so polls do not line up.
-    const jittered = Math.round(pollMs * (0.8 + Math.random() * 0.4));
+    const jittered = withDemandFloor(Math.round(pollMs * (0.8 + Math.random() * 0.4)), floorMs, Math.random);
     if (!(await condition(() => woken, jittered))) await acts['pollProvider']!(taskId);
     // The real loop applies the inbox as a local activity ('lean-steps').
     await localActs['applyInbox']!(taskId);

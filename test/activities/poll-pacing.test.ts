@@ -7,6 +7,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, sql } from 'drizzle-orm';
 import { createCallbackHealth } from '../../activities/callback-health';
 import { createPollDemand, demandFloorMs } from '../../activities/poll-demand';
+import { pollQueueRate } from '../../domain/poll-quota';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { cancelTask } from '../../api/tasks.service';
 import { createTask, testActivityDeps } from '../support/deps';
@@ -161,7 +162,7 @@ describe('the poll activity paces the next poll by phase and callback health', (
 });
 
 describe('polls are paced by demand: never sooner than the quota lets every waiting job be read in turn', () => {
-  const RATE = 0.5; // replicate's poll queue: one read every 2 s
+  const RATE = 0.5; // replicate's quota: one read every 2 s (its poll queue's rate is lower still: domain/poll-quota.ts)
   const SHARE = 0.5;
   const slowConfig = () => ({ ...config, POLL_QUEUE_RATES: [`replicate=${RATE}`], POLL_QUOTA_SHARE: SHARE });
   const slowActivities = (): TaskActivities =>
@@ -184,7 +185,7 @@ describe('polls are paced by demand: never sooner than the quota lets every wait
     assert.ok(waiting >= 2, `${waiting} waiting`);
     await run(acts, 'pollProvider', taskId);
     const ms = await pollIntervalOf(attemptId);
-    const floor = (waiting / (RATE * SHARE)) * 1000;
+    const floor = (waiting / (pollQueueRate(RATE, config.POLL_QUEUE_PARTITIONS) * SHARE)) * 1000;
     assert.ok(floor > MAX_MS * FACTOR, 'the floor is past every cap, so only the demand can explain the interval');
     assert.ok(ms >= floor * 0.9 && ms <= floor * 1.1, `${ms} ms against a floor of ${floor} ms for ${waiting} jobs`);
   });

@@ -1,0 +1,37 @@
+// A provider's query quota is a contract (docs/providers.md "Poll queues and pacing"): its
+// status reads, averaged over any QUOTA_WINDOW_S seconds, stay within `requestsPerSecond`. The
+// poll queue's limiter is Temporal's token bucket, per task-queue partition: each of the
+// queue's `partitions` dispatches at rate / partitions with a burst of ceil(rate / partitions)
+// (at least one), so after a lull the queue can start rate × W + partitions × burst activities
+// in W seconds — 112 in 10 s for a rate of 10 on Temporal's default 4 partitions. The queue's
+// rate is therefore set below the quota by what the bursts can add.
+
+/** The window a quota is held over: reads in any 10 s stay within quota × 10. */
+export const QUOTA_WINDOW_S = 10;
+
+/** The most activities a poll queue of `rate` can start in `windowS` seconds, its partitions' full buckets included. */
+export function pollQueueWorstCase(rate: number, partitions: number, windowS = QUOTA_WINDOW_S): number {
+  const burst = Math.max(1, Math.ceil(rate / partitions));
+  return rate * windowS + partitions * burst;
+}
+
+/**
+ * The poll queue's rate (maxTaskQueueActivitiesPerSecond, to 0.01) for a provider quota of
+ * `quota` reads per second: the highest whose worst case over the window stays within
+ * quota × window. Throws when no rate fits (a quota too small for that many partitions).
+ */
+export function pollQueueRate(quota: number, partitions: number, windowS = QUOTA_WINDOW_S): number {
+  if (!(quota > 0) || !Number.isInteger(partitions) || partitions < 1)
+    throw new RangeError(`no poll queue rate for a quota of ${quota}/s on ${partitions} partitions`);
+  const budget = quota * windowS;
+  // The worst case grows with the rate: the highest fitting rate is found by bisection on a 0.01 grid.
+  let lo = 0;
+  let hi = Math.round(quota * 100);
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (pollQueueWorstCase(mid / 100, partitions, windowS) <= budget + 1e-9) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo === 0) throw new RangeError(`a quota of ${quota}/s cannot be held over ${windowS} s on ${partitions} task-queue partitions`);
+  return lo / 100;
+}

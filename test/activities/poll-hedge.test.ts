@@ -1,0 +1,84 @@
+// A status read is hedged (a second request after the provider's p95) only for a provider
+// without a query quota: on a quota-bound provider a hedge is a read beyond what its poll queue
+// admits, and the quota is a contract (docs/providers.md "Poll queues and pacing"). The poll
+// activity under MockActivityEnvironment, against real Postgres and the provider simulator,
+// through an adapter that counts its reads and makes one of them slow.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createTaskActivities, type TaskActivities } from '../../activities';
+import { createTask, testActivityDeps } from '../support/deps';
+import { buildProviders, buildStorage } from '../../config/services';
+import type { FenceToken } from '../../db/fence';
+import type { ProviderAdapter } from '../../providers/types';
+import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+
+let sim: RunningSimulator;
+let tdb: TestDatabase;
+let tenantId: string;
+let config: ReturnType<typeof testConfig>;
+const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
+
+before(async () => {
+  sim = await startSimulator(testConfig(), { generationMs: 600_000 });
+  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, POLL_INITIAL_MS: '1000', POLL_MAX_MS: '1000' });
+  tdb = await createTestDatabase(config);
+  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
+});
+after(async () => {
+  await sim?.close();
+  await tdb?.drop();
+});
+
+/** The Replicate adapter with its reads counted, the `slow`-th one held 400 ms; `quota` replaces its declared one. */
+function countingProviders(quota: number | undefined, slow: number) {
+  const providers = buildProviders(config);
+  const real = providers['replicate']!;
+  const reads = { count: 0 };
+  const wrapped: ProviderAdapter = Object.assign(Object.create(real) as ProviderAdapter, {
+    capabilities: { ...real.capabilities, requestsPerSecond: quota },
+    async getJob(...args: Parameters<ProviderAdapter['getJob']>) {
+      reads.count += 1;
+      if (reads.count === slow) await new Promise((r) => setTimeout(r, 400));
+      return real.getJob(...args);
+    },
+  });
+  return { providers: { ...providers, replicate: wrapped }, reads };
+}
+
+function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
+  return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
+}
+
+let seq = 0;
+/** A submitted task, then 25 polls (the latency window's 20 samples and more), the 26th read slow: reads the 26th poll made. */
+async function readsOfASlowPoll(quota: number | undefined): Promise<number> {
+  const POLLS = 25;
+  const { providers, reads } = countingProviders(quota, POLLS + 1);
+  const acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers }));
+  seq += 1;
+  const created = await createTask(tdb.database.db, token(), {
+    tenantId,
+    idempotencyKey: `hedge-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `hedge ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const taskId = created.task.task_id;
+  await run(acts, 'dispatchTask', taskId);
+  await run(acts, 'prepareAttempt', taskId);
+  assert.equal((await run(acts, 'submitAttempt', taskId)).facts.status, 'SUBMITTED');
+  for (let i = 0; i < POLLS; i++) await run(acts, 'pollProvider', taskId);
+  const before = reads.count;
+  assert.equal(before, POLLS, 'one read per fast poll');
+  await run(acts, 'pollProvider', taskId);
+  return reads.count - before;
+}
+
+describe('hedged status reads and the query quota', () => {
+  test('a provider without a query quota: a read slower than its p95 is hedged once', async () => {
+    assert.equal(await readsOfASlowPoll(undefined), 2);
+  });
+
+  test('a provider with a query quota: a slow read is never hedged, one request per poll', async () => {
+    assert.equal(await readsOfASlowPoll(10), 1);
+  });
+});
