@@ -4,6 +4,7 @@
 // values serve development and tests only, and the production profile refuses them.
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import { pollQueueRate, QUOTA_WINDOW_S } from '../domain/poll-quota';
 import { devDefault, outputHosts, productionProblems, profileOf, publicUrl, refusedInProduction, secret, unsafeInProduction, withDevValues } from './profile';
 
 const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -237,7 +238,8 @@ export const envSchema = z.object({
    * WritePartitions; 4 is its default): each partition's limiter has its own burst, which the
    * poll queues' rates leave room for (domain/poll-quota.ts).
    */
-  POLL_QUEUE_PARTITIONS: z.coerce.number().int().min(1).max(64).default(4),
+  // At most 48: the adapters' smallest declared quota (5/s) is held on up to 49 (domain/poll-quota.ts).
+  POLL_QUEUE_PARTITIONS: z.coerce.number().int().min(1).max(48).default(4),
 
   /** The router's scoring budget per decision; over it, the static route is used (and counted). */
   ROUTER_BUDGET_MS: z.coerce.number().min(0.1).max(1_000).default(5),
@@ -508,7 +510,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const refused = production ? [...productionProblems(envSchema.shape, env), ...opsListenerProblems(env)] : [];
   const result = envSchema.safeParse(production ? env : withDevValues(envSchema.shape, env));
   const named = new Set(refused.map((p) => p.field));
-  const parsed = result.success ? timeoutProblems(result.data) : result.error.issues.map((i) => ({ field: i.path.join('.'), message: i.message }));
+  const parsed = result.success
+    ? [...timeoutProblems(result.data), ...pollQuotaProblems(result.data)]
+    : result.error.issues.map((i) => ({ field: i.path.join('.'), message: i.message }));
   const issues = [...refused, ...parsed.filter((i) => !named.has(i.field))];
   if (issues.length > 0 || !result.success) throw new ConfigError(issues);
   return result.data;
@@ -518,6 +522,24 @@ function timeoutProblems(config: Config): { field: string; message: string }[] {
   return config.API_HEADERS_TIMEOUT_MS > config.API_REQUEST_TIMEOUT_MS
     ? [{ field: 'API_HEADERS_TIMEOUT_MS', message: 'must not exceed API_REQUEST_TIMEOUT_MS' }]
     : [];
+}
+
+/** A quota POLL_QUEUE_RATES names that no poll queue rate can hold over 10 s on POLL_QUEUE_PARTITIONS partitions (domain/poll-quota.ts). */
+function pollQuotaProblems(config: Config): { field: string; message: string }[] {
+  return config.POLL_QUEUE_RATES.flatMap((entry) => {
+    const [provider, quota] = entry.split('=') as [string, string];
+    try {
+      pollQueueRate(Number(quota), config.POLL_QUEUE_PARTITIONS);
+      return [];
+    } catch {
+      return [
+        {
+          field: 'POLL_QUEUE_RATES',
+          message: `${provider}=${quota} cannot be held over ${QUOTA_WINDOW_S} s on POLL_QUEUE_PARTITIONS=${config.POLL_QUEUE_PARTITIONS} (each partition's limiter lets one more through): it takes more than ${config.POLL_QUEUE_PARTITIONS / QUOTA_WINDOW_S}/s, or fewer partitions`,
+        },
+      ];
+    }
+  });
 }
 
 /** Production: an operator listener off loopback needs its bearer token. */

@@ -1,18 +1,20 @@
 // A provider's query quota is a contract (docs/providers.md "Poll queues and pacing"): its
 // status reads, averaged over any QUOTA_WINDOW_S seconds, stay within `requestsPerSecond`. The
-// poll queue's limiter is Temporal's token bucket, per task-queue partition: each of the
-// queue's `partitions` dispatches at rate / partitions with a burst of ceil(rate / partitions)
-// (at least one), so after a lull the queue can start rate × W + partitions × burst activities
-// in W seconds — 112 in 10 s for a rate of 10 on Temporal's default 4 partitions. The queue's
-// rate is therefore set below the quota by what the bursts can add.
+// poll queue's limiter is Temporal's, per task-queue partition, each at rate / partitions:
+//   - the classic matcher's token bucket has a burst of ceil(rate / partitions) (at least one),
+//     so after a lull the queue can start rate × W + partitions × burst activities in W seconds
+//     (112 in 10 s for a rate of 10 on Temporal's default 4 partitions);
+//   - the new matcher (matching.useNewMatcher) paces with a 1 s burst: up to
+//     partitions × (floor((W + 1) × rate / partitions) + 1) in a closed window of W seconds.
+// Both stay within rate × (W + 1) + partitions, the bound used here, and the queue's rate is set
+// below the quota by what it adds.
 
 /** The window a quota is held over: reads in any 10 s stay within quota × 10. */
 export const QUOTA_WINDOW_S = 10;
 
-/** The most activities a poll queue of `rate` can start in `windowS` seconds, its partitions' full buckets included. */
+/** At most this many activities a poll queue of `rate` can start in `windowS` seconds, under either matcher's limiter, its bursts included. */
 export function pollQueueWorstCase(rate: number, partitions: number, windowS = QUOTA_WINDOW_S): number {
-  const burst = Math.max(1, Math.ceil(rate / partitions));
-  return rate * windowS + partitions * burst;
+  return rate * (windowS + 1) + partitions;
 }
 
 /**
@@ -32,6 +34,9 @@ export function pollQueueRate(quota: number, partitions: number, windowS = QUOTA
     if (pollQueueWorstCase(mid / 100, partitions, windowS) <= budget + 1e-9) lo = mid;
     else hi = mid - 1;
   }
-  if (lo === 0) throw new RangeError(`a quota of ${quota}/s cannot be held over ${windowS} s on ${partitions} task-queue partitions`);
+  if (lo === 0)
+    throw new RangeError(
+      `a quota of ${quota}/s cannot be held over ${windowS} s on ${partitions} task-queue partitions (it takes more than ${partitions / windowS}/s): raise the quota or lower POLL_QUEUE_PARTITIONS`,
+    );
   return lo / 100;
 }

@@ -21,19 +21,24 @@ function dispatches(rate: number, partitions: number, windowS: number): number[]
   return out.sort((a, b) => a - b);
 }
 
+/** The new matcher's limiter (GCRA, a 1 s burst), its most starts in a closed window of W seconds. */
+const newMatcherMost = (rate: number, partitions: number, windowS: number) => partitions * (Math.floor(((windowS + 1) * rate) / partitions) + 1);
+
 describe('pollQueueRate', () => {
   test("the quota as the queue's rate lets a burst over the quota through (why the rate is lower)", () => {
     assert.ok(dispatches(10, 4, QUOTA_WINDOW_S).length > 10 * QUOTA_WINDOW_S);
-    assert.equal(pollQueueWorstCase(10, 4), 112);
+    assert.equal(pollQueueWorstCase(10, 4), 114, 'the bound: 10 × 11 + 4');
   });
 
   test('a backlog after a lull never starts more than quota × 10 s within 10 s, on any partition count', () => {
-    for (const quota of [0.5, 1, 2, 5, 10, 25, 100]) {
+    for (const quota of [0.5, 1, 2, 4.5, 5, 9, 10, 13.3, 25, 100]) {
       for (const partitions of [1, 2, 4, 8]) {
-        if (quota * QUOTA_WINDOW_S < partitions + 0.01 * QUOTA_WINDOW_S) continue; // no rate fits: refused below
+        if (quota * QUOTA_WINDOW_S < partitions + 0.01 * (QUOTA_WINDOW_S + 1)) continue; // no rate fits: refused below
         const rate = pollQueueRate(quota, partitions);
         const n = dispatches(rate, partitions, QUOTA_WINDOW_S).length;
         assert.ok(n <= quota * QUOTA_WINDOW_S, `quota ${quota}/s, ${partitions} partitions: rate ${rate}, ${n} starts in ${QUOTA_WINDOW_S} s`);
+        const m = newMatcherMost(rate, partitions, QUOTA_WINDOW_S);
+        assert.ok(m <= quota * QUOTA_WINDOW_S, `new matcher: quota ${quota}/s, ${partitions} partitions: rate ${rate}, ${m} starts`);
         assert.ok(rate > 0 && rate <= quota, `rate ${rate} for quota ${quota}`);
       }
     }
@@ -50,8 +55,11 @@ describe('pollQueueRate', () => {
       assert.ok(pollQueueWorstCase(rate, partitions) <= quota * QUOTA_WINDOW_S);
       assert.ok(pollQueueWorstCase(rate + 0.01, partitions) > quota * QUOTA_WINDOW_S, `${rate} + 0.01 for ${quota}/s on ${partitions}`);
     }
-    assert.equal(pollQueueRate(10, 4), 8.8);
+    assert.equal(pollQueueRate(10, 4), 8.72);
     assert.equal(pollQueueRate(10, 1), 9);
+    // The rates the classic matcher's bound alone gave, which the new matcher exceeds.
+    assert.ok(newMatcherMost(8, 4, QUOTA_WINDOW_S) > 9 * QUOTA_WINDOW_S, 'a quota of 9/s at rate 8 (the classic bound) is exceeded');
+    assert.ok(pollQueueRate(9, 4) < 8);
   });
 
   test('a quota no rate can hold on that many partitions is refused, not silently exceeded', () => {

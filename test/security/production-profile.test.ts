@@ -180,6 +180,17 @@ describe('the production profile stops the real processes before they serve', ()
   });
 });
 
+test('a provider quota no poll queue rate can hold over 10 s is refused at load, naming the entry and the partitions', () => {
+  assert.throws(
+    () => loadConfig({ POLL_QUEUE_RATES: 'kling=0.3' }),
+    (err: unknown) =>
+      err instanceof ConfigError &&
+      err.issues.some((i) => i.field === 'POLL_QUEUE_RATES' && /kling=0\.3/.test(i.message) && /POLL_QUEUE_PARTITIONS=4/.test(i.message)),
+  );
+  assert.deepEqual(loadConfig({ POLL_QUEUE_RATES: 'kling=0.3', POLL_QUEUE_PARTITIONS: '1' }).POLL_QUEUE_RATES, ['kling=0.3']);
+  assert.throws(() => loadConfig({ POLL_QUEUE_PARTITIONS: '64' }), ConfigError);
+});
+
 test('TEMPORAL_TASK_QUEUE is refused unless a plain name: it is spliced into a visibility query that terminates the runs it matches', () => {
   assert.throws(
     () => loadConfig({ TEMPORAL_TASK_QUEUE: "x' OR WorkflowType = 'generationWorkflow" }),
