@@ -87,7 +87,7 @@ export interface TaskActivityDeps {
      * poll queues' limits (workers/generation-worker.ts) and the demand floor's rate derive from it
      * (activities/poll-demand.ts pollRateFor).
      */
-    readonly pollRates: Readonly<Record<string, number>>;
+    readonly pollQuotas: Readonly<Record<string, number>>;
     /** Temporal's partitions per task queue: their limiters' bursts (domain/poll-quota.ts). */
     readonly pollQueuePartitions: number;
     /** The share of a provider's poll rate the wait loops aim for when demand exceeds it (activities/poll-demand.ts). */

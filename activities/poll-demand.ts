@@ -38,7 +38,7 @@ export interface PollDemandOptions {
 
 /** A provider's query quota: the configured override, else the adapter's declared one; undefined: none. */
 export function pollQuotaFor(deps: Pick<TaskActivityDeps, 'providers' | 'settings'>, provider: string): number | undefined {
-  return deps.settings.pollRates[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
+  return deps.settings.pollQuotas[provider] ?? deps.providers[provider]?.capabilities.requestsPerSecond;
 }
 
 /**

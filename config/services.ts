@@ -83,7 +83,7 @@ const perProvider = (entries: readonly string[]): Record<string, number> =>
   );
 
 /** POLL_QUEUE_RATES as provider → its query quota, requests per second (activities/poll-demand.ts pollRateFor). */
-export function pollQueueRates(config: Config): Record<string, number> {
+export function pollQuotas(config: Config): Record<string, number> {
   return perProvider(config.POLL_QUEUE_RATES);
 }
 
@@ -106,7 +106,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     pollInitialMs: config.POLL_INITIAL_MS,
     pollMaxMs: config.POLL_MAX_MS,
     pollHealthyFactor: config.POLL_HEALTHY_FACTOR,
-    pollRates: pollQueueRates(config),
+    pollQuotas: pollQuotas(config),
     pollQuotaShare: config.POLL_QUOTA_SHARE,
     pollQueuePartitions: config.POLL_QUEUE_PARTITIONS,
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
