@@ -80,33 +80,32 @@ export function createCallbackTokens(secret: string, retired: readonly string[] 
   const keys = [current, ...retired.filter((r) => r !== secret).map(tokenKey)];
   const kept = opts.verifiedKept ?? VERIFIED_TOKENS_KEPT;
   const verified = new Map<string, string>();
+  function attemptIdOf(token: string): string | null {
+    // A token that passed the check below maps to the same attempt id for good (the token is a
+    // function of the attempt id and a key this instance holds): the exact string seen again
+    // skips the block decryption and the HMAC. Only verified tokens are kept, so a forged or
+    // guessed one always takes the full check (docs/decisions/0016-keyed-callback-tokens.md).
+    const known = verified.get(token);
+    if (known !== undefined) return known;
+    if (!TOKEN.test(token)) return null;
+    for (const key of keys) {
+      const attemptId = key.open(token);
+      if (!attemptId) continue;
+      // First in, first out: the oldest entry leaves when the bound is reached.
+      if (verified.size >= kept) verified.delete(verified.keys().next().value!);
+      verified.set(token, attemptId);
+      return attemptId;
+    }
+    return null;
+  }
   return {
     tokenFor(attemptId) {
       if (!UUID.test(attemptId)) throw new Error(`attempt id ${attemptId} is not a UUID`);
       return current.mint(attemptId);
     },
-    attemptIdOf(token) {
-      // A token that passed the check below maps to the same attempt id for good (the token is a
-      // function of the attempt id and a key this instance holds): the exact string seen again
-      // skips the block decryption and the HMAC. Only verified tokens are kept, so a forged or
-      // guessed one always takes the full check (docs/decisions/0016-keyed-callback-tokens.md).
-      const known = verified.get(token);
-      if (known !== undefined) return known;
-      if (!TOKEN.test(token)) return null;
-      for (const key of keys) {
-        const attemptId = key.open(token);
-        if (!attemptId) continue;
-        // First in, first out: the oldest entry leaves when the bound is reached.
-        if (verified.size >= kept) verified.delete(verified.keys().next().value!);
-        verified.set(token, attemptId);
-        return attemptId;
-      }
-      return null;
-    },
+    attemptIdOf,
     isTokenOf(attemptId, token) {
-      if (!UUID.test(attemptId) || !TOKEN.test(token)) return false;
-      const id = attemptId.toLowerCase();
-      return verified.get(token) === id || keys.some((key) => key.open(token) === id);
+      return UUID.test(attemptId) && attemptIdOf(token) === attemptId.toLowerCase();
     },
   };
 }
