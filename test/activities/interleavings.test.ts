@@ -5,48 +5,29 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { asc, eq } from 'drizzle-orm';
-import { createTaskActivities, type TaskActivities } from '../../activities';
 import { cancelTask } from '../../api/tasks.service';
-import { createTask, testActivityDeps } from '../support/deps';
-import { buildProviders, buildStorage } from '../../config/services';
-import type { FenceToken } from '../../db/fence';
+import { createTask } from '../support/deps';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import type { ProviderJob, ProviderJobState } from '../../providers/types';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+import { startActivityWorld, type ActivityWorld } from '../support/activities';
 
-let sim: RunningSimulator;
-let tdb: TestDatabase;
-let acts: TaskActivities;
-let tenantId: string;
-let config: ReturnType<typeof testConfig>;
-const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
-
+let w: ActivityWorld;
 before(async () => {
-  sim = await startSimulator(testConfig(), { generationMs: 60_000 });
-  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, PROVIDER_HTTP_TIMEOUT_MS: '3000' });
-  tdb = await createTestDatabase(config);
-  acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
-  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
+  w = await startActivityWorld();
 });
-after(async () => {
-  await sim?.close();
-  await tdb?.drop();
-});
-beforeEach(() => sim.sim.clearFaults());
+after(async () => w?.close());
+beforeEach(() => w.sim.sim.clearFaults());
 
 /** Runs one activity as the worker would, with its own activity context. */
-function run<K extends keyof TaskActivities>(name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
-  const env = new MockActivityEnvironment();
-  return env.run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
-}
+const run: ActivityWorld['run'] = (name, ...args) => w.run(name, ...args);
 
 let seq = 0;
 /** A task created through the API's service, dispatched and with attempt 1 prepared. */
 async function preparedTask(): Promise<{ taskId: string; attemptId: string }> {
   seq += 1;
-  const created = await createTask(tdb.database.db, token(), {
-    tenantId,
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
     idempotencyKey: `il-${seq}-${Date.now()}`,
     body: { model: 'minimax/video-01', prompt: `race ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
   });
@@ -61,7 +42,7 @@ async function submittedTask() {
   const t = await preparedTask();
   const r = await run('submitAttempt', t.taskId);
   assert.equal(r.facts.status, 'SUBMITTED');
-  const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId));
+  const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId));
   return { ...t, jobId: attempt!.provider_job_id! };
 }
 
@@ -70,7 +51,7 @@ const job = (jobId: string, state: ProviderJobState, at: string, extra: Partial<
   state,
   rawStatus: state === 'running' ? 'processing' : state === 'queued' ? 'starting' : state,
   updatedAt: new Date(at),
-  outputUrl: state === 'succeeded' ? `${sim.baseUrl}/replicate/files/${jobId}/output.mp4` : null,
+  outputUrl: state === 'succeeded' ? `${w.sim.baseUrl}/replicate/files/${jobId}/output.mp4` : null,
   error: null,
   correlationToken: null,
   metrics: null,
@@ -78,56 +59,56 @@ const job = (jobId: string, state: ProviderJobState, at: string, extra: Partial<
 });
 
 async function inbox(taskId: string, attemptId: string, j: ProviderJob, source: 'callback' | 'poll', eventId: string | null = null) {
-  return recordProviderEvent(tdb.database.db, {
+  return recordProviderEvent(w.tdb.database.db, {
     provider: 'replicate',
     job: j,
     providerEventId: eventId,
     source,
     attemptId,
     taskId,
-    receivedRegion: config.REGION,
+    receivedRegion: w.config.REGION,
     signatureValid: true,
     raw: { status: j.rawStatus },
   });
 }
 
 const transitionsOf = async (taskId: string) =>
-  (await tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version))).map(
+  (await w.tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(asc(taskTransition.to_version))).map(
     (t) => t.to_status,
   );
-const taskOf = async (taskId: string) => (await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!;
+const taskOf = async (taskId: string) => (await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId)))[0]!;
 
 describe('submit: the provider is called at most once per attempt', () => {
   test('a retried submit after a crash mid-call never calls the provider again: the outcome is recorded as unknown', async () => {
     const { taskId, attemptId } = await preparedTask();
     // An earlier execution claimed the attempt and died before recording anything.
-    await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUBMITTING', submit_started_at: new Date() }).where(eq(taskAttempt.attempt_id, attemptId));
+    await w.tdb.database.db.update(taskAttempt).set({ submit_state: 'SUBMITTING', submit_started_at: new Date() }).where(eq(taskAttempt.attempt_id, attemptId));
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
     assert.equal(r.facts.attemptState, 'SUBMIT_UNKNOWN');
-    assert.equal(sim.jobsFor(attemptId), 0, 'the provider was not called by the retry');
+    assert.equal(w.sim.jobsFor(attemptId), 0, 'the provider was not called by the retry');
   });
 
   test('an execution cancelled mid-call (heartbeat timeout) leaves the attempt SUBMITTING; its retry records unknown without a second call', async () => {
     const { taskId, attemptId } = await preparedTask();
-    sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 1500 });
+    w.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 1500 });
     const env = new MockActivityEnvironment();
-    const first = env.run(acts.submitAttempt, taskId);
+    const first = env.run(w.activities.submitAttempt, taskId);
     await new Promise((r) => setTimeout(r, 300));
     env.cancel('TIMED_OUT');
     await first.catch(() => undefined);
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
     await new Promise((r2) => setTimeout(r2, 1500));
-    assert.equal(sim.jobsFor(attemptId), 1, 'exactly one provider job: the one the cancelled call created');
+    assert.equal(w.sim.jobsFor(attemptId), 1, 'exactly one provider job: the one the cancelled call created');
   });
 
   test('two workers executing the same submit at once call the provider once and end SUBMITTED', async () => {
     const { taskId, attemptId } = await preparedTask();
-    sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 500 });
+    w.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 500 });
     await Promise.all([run('submitAttempt', taskId), run('submitAttempt', taskId)]);
-    assert.equal(sim.jobsFor(attemptId), 1);
-    const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+    assert.equal(w.sim.jobsFor(attemptId), 1);
+    const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
     assert.equal(attempt?.submit_state, 'SUBMITTED');
     assert.ok(attempt?.provider_job_id);
     assert.equal((await taskOf(taskId)).status, 'SUBMITTED');
@@ -135,12 +116,12 @@ describe('submit: the provider is called at most once per attempt', () => {
 
   test('a cancel recorded before the call cancels the task, releases the credits, and the provider is never called', async () => {
     const { taskId, attemptId } = await preparedTask();
-    const t = await cancelTask(tdb.database.db, token(), tenantId, taskId);
+    const t = await cancelTask(w.tdb.database.db, w.token, w.tenantId, taskId);
     assert.equal(t.status, 'SUBMITTING', 'recorded, not yet decided');
     const r = await run('submitAttempt', taskId);
     assert.equal(r.facts.status, 'CANCELLED');
-    assert.equal(sim.jobsFor(attemptId), 0);
-    const ledger = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+    assert.equal(w.sim.jobsFor(attemptId), 0);
+    const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
     assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
   });
 });
@@ -160,7 +141,7 @@ describe('callbacks and polls share one path', () => {
       await Promise.all([run('applyInbox', taskId), run('applyInbox', taskId)]);
       const path = await transitionsOf(taskId);
       assert.equal(path.filter((s) => s === 'PROVIDER_SUCCEEDED').length, 1);
-      const rows = await tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
+      const rows = await w.tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
       assert.ok(rows.every((r) => r.processed_at !== null));
     });
   }
@@ -172,7 +153,7 @@ describe('callbacks and polls share one path', () => {
     await inbox(taskId, attemptId, job(jobId, 'running', '2026-01-01T00:00:03Z'), 'callback', `p-${jobId}`);
     const facts = await run('applyInbox', taskId);
     assert.equal(facts.status, 'PROVIDER_SUCCEEDED');
-    const [late] = await tdb.database.db
+    const [late] = await w.tdb.database.db
       .select()
       .from(callbackInbox)
       .where(eq(callbackInbox.provider_event_id, `p-${jobId}`));
@@ -192,7 +173,7 @@ describe('callbacks and polls share one path', () => {
     await inbox(taskId, attemptId, job('early-job-1', 'running', '2026-01-01T00:00:01Z'), 'callback', 'early-1');
     const facts = await run('applyInbox', taskId);
     assert.equal(facts.status, 'RUNNING');
-    const [attempt] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+    const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
     assert.equal(attempt?.provider_job_id, 'early-job-1');
   });
 
@@ -207,28 +188,28 @@ describe('callbacks and polls share one path', () => {
 describe('cancel against provider success: the state machine decides', () => {
   test('success that races a cancel wins: the task goes on to rescue the output', async () => {
     const { taskId, attemptId, jobId } = await submittedTask();
-    assert.equal((await cancelTask(tdb.database.db, token(), tenantId, taskId)).status, 'CANCEL_REQUESTED');
+    assert.equal((await cancelTask(w.tdb.database.db, w.token, w.tenantId, taskId)).status, 'CANCEL_REQUESTED');
     await inbox(taskId, attemptId, job(jobId, 'succeeded', '2026-01-01T00:00:02Z'), 'callback', `w-${jobId}`);
     assert.equal((await run('applyInbox', taskId)).status, 'PROVIDER_SUCCEEDED');
   });
 
   test('cancel while running: the provider cancel is sent, its "canceled" ends the task CANCELLED and, being billed by the provider, charged', async () => {
     const { taskId, jobId } = await submittedTask();
-    await cancelTask(tdb.database.db, token(), tenantId, taskId);
+    await cancelTask(w.tdb.database.db, w.token, w.tenantId, taskId);
     assert.deepEqual(await run('requestProviderCancel', taskId), { sent: true });
     await run('pollProvider', taskId);
     const facts = await run('applyInbox', taskId);
     assert.equal(facts.status, 'CANCELLED');
-    const ledger = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+    const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
     assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
     assert.ok(jobId);
   });
 
   test('a cancel while the submit outcome is unknown is honoured once the job is known', async () => {
     const { taskId, attemptId } = await preparedTask();
-    await tdb.database.db.update(taskAttempt).set({ submit_state: 'SUBMITTING' }).where(eq(taskAttempt.attempt_id, attemptId));
+    await w.tdb.database.db.update(taskAttempt).set({ submit_state: 'SUBMITTING' }).where(eq(taskAttempt.attempt_id, attemptId));
     await run('submitAttempt', taskId); // → SUBMIT_UNKNOWN
-    assert.equal((await cancelTask(tdb.database.db, token(), tenantId, taskId)).status, 'SUBMIT_UNKNOWN');
+    assert.equal((await cancelTask(w.tdb.database.db, w.token, w.tenantId, taskId)).status, 'SUBMIT_UNKNOWN');
     await inbox(taskId, attemptId, job('late-bound-1', 'running', '2026-01-01T00:00:01Z'), 'callback', 'late-bound-evt');
     assert.equal((await run('applyInbox', taskId)).status, 'CANCEL_REQUESTED');
   });

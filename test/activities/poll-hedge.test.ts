@@ -5,34 +5,20 @@
 // through an adapter that counts its reads and makes one of them slow.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { MockActivityEnvironment } from '@temporalio/testing';
-import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask, testActivityDeps } from '../support/deps';
-import { buildProviders, buildStorage } from '../../config/services';
-import type { FenceToken } from '../../db/fence';
+import { createTask } from '../support/deps';
+import { buildProviders } from '../../config/services';
 import type { ProviderAdapter } from '../../providers/types';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+import { freshActivities, runActivity as run, startActivityWorld, type ActivityWorld } from '../support/activities';
 
-let sim: RunningSimulator;
-let tdb: TestDatabase;
-let tenantId: string;
-let config: ReturnType<typeof testConfig>;
-const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
-
+let w: ActivityWorld;
 before(async () => {
-  sim = await startSimulator(testConfig(), { generationMs: 600_000 });
-  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, POLL_INITIAL_MS: '1000', POLL_MAX_MS: '1000' });
-  tdb = await createTestDatabase(config);
-  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
+  w = await startActivityWorld({ generationMs: 600_000, config: { POLL_INITIAL_MS: '1000', POLL_MAX_MS: '1000' } });
 });
-after(async () => {
-  await sim?.close();
-  await tdb?.drop();
-});
+after(async () => w?.close());
 
 /** The Replicate adapter with its reads counted, the `slow`-th one held 400 ms; `quota` replaces its declared one. */
 function countingProviders(quota: number | undefined, slow: number) {
-  const providers = buildProviders(config);
+  const providers = buildProviders(w.config);
   const real = providers['replicate']!;
   const reads = { count: 0 };
   const wrapped: ProviderAdapter = Object.assign(Object.create(real) as ProviderAdapter, {
@@ -43,11 +29,7 @@ function countingProviders(quota: number | undefined, slow: number) {
       return real.getJob(...args);
     },
   });
-  return { providers: { ...providers, replicate: wrapped }, reads };
-}
-
-function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
-  return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
+  return { providers: { replicate: wrapped }, reads };
 }
 
 let seq = 0;
@@ -55,10 +37,10 @@ let seq = 0;
 async function readsOfASlowPoll(quota: number | undefined): Promise<number> {
   const POLLS = 25;
   const { providers, reads } = countingProviders(quota, POLLS + 1);
-  const acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers }));
+  const acts = freshActivities(w, providers);
   seq += 1;
-  const created = await createTask(tdb.database.db, token(), {
-    tenantId,
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
     idempotencyKey: `hedge-${seq}-${Date.now()}`,
     body: { model: 'minimax/video-01', prompt: `hedge ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
   });

@@ -3,7 +3,6 @@
 // Postgres and the provider simulator), and the callback-health fact it is decided on.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq, sql } from 'drizzle-orm';
 import { createCallbackHealth } from '../../activities/callback-health';
 import { createPollDemand, demandFloorMs } from '../../activities/poll-demand';
@@ -12,52 +11,36 @@ import { createTaskActivities, type TaskActivities } from '../../activities';
 import { cancelTask } from '../../api/tasks.service';
 import { createTask, testActivityDeps } from '../support/deps';
 import { buildProviders, buildStorage } from '../../config/services';
-import type { FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, taskAttempt } from '../../db/schema';
 import type { ProviderJob } from '../../providers/types';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+import { freshActivities, runActivity as run, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 const INITIAL_MS = 1_000;
 const MAX_MS = 4_000;
 const FACTOR = 3;
 
-let sim: RunningSimulator;
-let tdb: TestDatabase;
-let tenantId: string;
-let config: ReturnType<typeof testConfig>;
-const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
-
+let w: ActivityWorld;
 before(async () => {
-  sim = await startSimulator(testConfig(), { generationMs: 60_000 });
-  config = testConfig({
-    PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`,
-    POLL_INITIAL_MS: String(INITIAL_MS),
-    POLL_MAX_MS: String(MAX_MS),
-    POLL_HEALTHY_FACTOR: String(FACTOR),
-    CALLBACK_HEALTHY_WINDOW_MS: '60000',
+  w = await startActivityWorld({
+    config: {
+      POLL_INITIAL_MS: String(INITIAL_MS),
+      POLL_MAX_MS: String(MAX_MS),
+      POLL_HEALTHY_FACTOR: String(FACTOR),
+      CALLBACK_HEALTHY_WINDOW_MS: '60000',
+    },
   });
-  tdb = await createTestDatabase(config);
-  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
 });
-after(async () => {
-  await sim?.close();
-  await tdb?.drop();
-});
+after(async () => w?.close());
 
 /** Fresh activities: the callback-health cache of earlier ones does not carry over. */
-const activities = (): TaskActivities =>
-  createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
-
-function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
-  return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
-}
+const activities = (): TaskActivities => freshActivities(w);
 
 let seq = 0;
 async function submittedTask(acts: TaskActivities): Promise<{ taskId: string; attemptId: string }> {
   seq += 1;
-  const created = await createTask(tdb.database.db, token(), {
-    tenantId,
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
     idempotencyKey: `pace-${seq}-${Date.now()}`,
     body: { model: 'minimax/video-01', prompt: `pace ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
   });
@@ -71,7 +54,7 @@ async function submittedTask(acts: TaskActivities): Promise<{ taskId: string; at
 
 /** The interval the last poll chose: next_poll_at − last_polled_at. */
 async function pollIntervalOf(attemptId: string): Promise<number> {
-  const [a] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+  const [a] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
   assert.ok(a?.last_polled_at && a.next_poll_at, 'the poll recorded when it ran and when the next is due');
   return a.next_poll_at.getTime() - a.last_polled_at.getTime();
 }
@@ -90,19 +73,19 @@ const callbackJob = (n: number): ProviderJob => ({
 /** A callback of `provider` in the inbox, received `agoMs` ago. */
 async function callbackReceived(provider: string, agoMs: number, source: 'callback' | 'poll' = 'callback'): Promise<void> {
   seq += 1;
-  const id = await recordProviderEvent(tdb.database.db, {
+  const id = await recordProviderEvent(w.tdb.database.db, {
     provider,
     job: callbackJob(seq),
     providerEventId: `health-${seq}`,
     source,
     attemptId: null,
     taskId: null,
-    receivedRegion: config.REGION,
+    receivedRegion: w.config.REGION,
     signatureValid: true,
     raw: {},
     processError: 'test row',
   });
-  await tdb.database.db
+  await w.tdb.database.db
     .update(callbackInbox)
     .set({ received_at: sql`now() - make_interval(secs => ${agoMs / 1000})` })
     .where(eq(callbackInbox.inbox_id, id!));
@@ -110,7 +93,7 @@ async function callbackReceived(provider: string, agoMs: number, source: 'callba
 
 describe('callback health is read from the inbox', () => {
   test('a provider is healthy only while one of its callbacks arrived within the window; polls and other providers do not count', async () => {
-    const health = () => createCallbackHealth({ db: tdb.database.db, clock: { now: () => new Date() }, windowMs: 60_000 });
+    const health = () => createCallbackHealth({ db: w.tdb.database.db, clock: { now: () => new Date() }, windowMs: 60_000 });
     assert.equal(await health().healthy('kling'), false, 'no callbacks at all');
     await callbackReceived('kling', 120_000);
     await callbackReceived('kling', 1_000, 'poll');
@@ -122,7 +105,7 @@ describe('callback health is read from the inbox', () => {
 
   test('the answer is cached per provider for cacheMs, then read again', async () => {
     let now = Date.now();
-    const health = createCallbackHealth({ db: tdb.database.db, clock: { now: () => new Date(now) }, windowMs: 60_000, cacheMs: 10_000 });
+    const health = createCallbackHealth({ db: w.tdb.database.db, clock: { now: () => new Date(now) }, windowMs: 60_000, cacheMs: 10_000 });
     assert.equal(await health.healthy('runway'), false);
     await callbackReceived('runway', 0);
     assert.equal(await health.healthy('runway'), false, 'cached');
@@ -154,7 +137,7 @@ describe('the poll activity paces the next poll by phase and callback health', (
     assert.ok(grown >= Math.min(stretched * 2, MAX_MS * FACTOR) * 0.8 && grown <= MAX_MS * FACTOR, `waiting, second poll: ${grown} ms`);
 
     const cancelling = await submittedTask(acts);
-    assert.equal((await cancelTask(tdb.database.db, token(), tenantId, cancelling.taskId)).status, 'CANCEL_REQUESTED');
+    assert.equal((await cancelTask(w.tdb.database.db, w.token, w.tenantId, cancelling.taskId)).status, 'CANCEL_REQUESTED');
     await run(acts, 'pollProvider', cancelling.taskId);
     const plain = await pollIntervalOf(cancelling.attemptId);
     assert.ok(plain >= INITIAL_MS * 0.8 && plain <= INITIAL_MS * 1.2, `cancelling: ${plain} ms`);
@@ -164,13 +147,13 @@ describe('the poll activity paces the next poll by phase and callback health', (
 describe('polls are paced by demand: never sooner than the quota lets every waiting job be read in turn', () => {
   const RATE = 0.5; // replicate's quota: one read every 2 s (its poll queue's rate is lower still: domain/poll-quota.ts)
   const SHARE = 0.5;
-  const slowConfig = () => ({ ...config, POLL_QUEUE_RATES: [`replicate=${RATE}`], POLL_QUOTA_SHARE: SHARE });
+  const slowConfig = () => ({ ...w.config, POLL_QUEUE_RATES: [`replicate=${RATE}`], POLL_QUOTA_SHARE: SHARE });
   const slowActivities = (): TaskActivities =>
-    createTaskActivities(testActivityDeps(slowConfig(), { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));
+    createTaskActivities(testActivityDeps(slowConfig(), { db: w.tdb.database, storage: buildStorage(w.config), providers: buildProviders(w.config) }));
 
   /** The jobs the wait loops poll on `provider`, from the attempt facts. */
   async function waitingOn(provider: string): Promise<number> {
-    const [row] = await tdb.database.db
+    const [row] = await w.tdb.database.db
       .select({ n: sql<number>`count(*)::int` })
       .from(taskAttempt)
       .where(sql`${taskAttempt.provider} = ${provider} AND ${taskAttempt.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
@@ -185,7 +168,7 @@ describe('polls are paced by demand: never sooner than the quota lets every wait
     assert.ok(waiting >= 2, `${waiting} waiting`);
     await run(acts, 'pollProvider', taskId);
     const ms = await pollIntervalOf(attemptId);
-    const floor = (waiting / (pollQueueRate(RATE, config.POLL_QUEUE_PARTITIONS) * SHARE)) * 1000;
+    const floor = (waiting / (pollQueueRate(RATE, w.config.POLL_QUEUE_PARTITIONS) * SHARE)) * 1000;
     assert.ok(floor > MAX_MS * FACTOR, 'the floor is past every cap, so only the demand can explain the interval');
     assert.ok(ms >= floor * 0.9 && ms <= floor * 1.1, `${ms} ms against a floor of ${floor} ms for ${waiting} jobs`);
   });
@@ -201,11 +184,11 @@ describe('polls are paced by demand: never sooner than the quota lets every wait
 
   test('the floor follows the jobs: it drops once they stop waiting (read again after cacheMs)', async () => {
     let now = Date.now();
-    const demand = createPollDemand({ db: tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => RATE, share: SHARE, cacheMs: 5_000 });
+    const demand = createPollDemand({ db: w.tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => RATE, share: SHARE, cacheMs: 5_000 });
     const before = await demand.floorMs('replicate');
     assert.equal(before, demandFloorMs(await waitingOn('replicate'), RATE, SHARE));
     assert.ok(before > 0);
-    await tdb.database.db
+    await w.tdb.database.db
       .update(taskAttempt)
       .set({ submit_state: 'SUCCEEDED' })
       .where(sql`${taskAttempt.provider} = 'replicate' AND ${taskAttempt.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`);
@@ -213,7 +196,7 @@ describe('polls are paced by demand: never sooner than the quota lets every wait
     now += 5_001;
     assert.equal(await demand.floorMs('replicate'), 0, 'nothing waits: no floor');
     assert.equal(
-      await createPollDemand({ db: tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => undefined, share: SHARE }).floorMs('replicate'),
+      await createPollDemand({ db: w.tdb.database.db, clock: { now: () => new Date(now) }, rateOf: () => undefined, share: SHARE }).floorMs('replicate'),
       0,
       'no quota: no floor',
     );

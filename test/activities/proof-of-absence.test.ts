@@ -4,64 +4,46 @@
 // from an adapter that declares an exact lookup.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { MockActivityEnvironment } from '@temporalio/testing';
 import { eq } from 'drizzle-orm';
-import { createTaskActivities, type TaskActivities } from '../../activities';
-import { createTask, testActivityDeps } from '../support/deps';
-import { buildProviders, buildStorage } from '../../config/services';
-import type { FenceToken } from '../../db/fence';
+import type { TaskActivities } from '../../activities';
+import { createTask } from '../support/deps';
+import { buildProviders } from '../../config/services';
 import { setMode } from '../../db/modes';
 import { generationTask, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
-import { createTestDatabase, createTestTenant, startSimulator, testConfig, type RunningSimulator, type TestDatabase } from '../support/stack';
+import { freshActivities, runActivity as run, startActivityWorld, type ActivityWorld } from '../support/activities';
 
-let sim: RunningSimulator;
-let tdb: TestDatabase;
-let tenantId: string;
-let config: ReturnType<typeof testConfig>;
-const token = (): FenceToken => ({ scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 });
-
+let w: ActivityWorld;
 before(async () => {
-  sim = await startSimulator(testConfig(), { generationMs: 60_000 });
   // No proof delay at all: whatever a miss may prove, it proves at once.
-  config = testConfig({ PROVIDER_REPLICATE_BASE_URL: `${sim.baseUrl}/replicate`, UNKNOWN_PROOF_DELAY_MS: '0', UNKNOWN_OUTCOME_DEADLINE_MS: '600000' });
-  tdb = await createTestDatabase(config);
-  ({ tenantId } = await createTestTenant(tdb.database, config, '1000'));
+  w = await startActivityWorld({ config: { UNKNOWN_PROOF_DELAY_MS: '0', UNKNOWN_OUTCOME_DEADLINE_MS: '600000' } });
 });
-after(async () => {
-  await sim?.close();
-  await tdb?.drop();
-});
+after(async () => w?.close());
 
-const activities = (override: Record<string, ProviderAdapter> = {}): TaskActivities =>
-  createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...override } }));
-
-function run<K extends keyof TaskActivities>(acts: TaskActivities, name: K, ...args: Parameters<TaskActivities[K]>): ReturnType<TaskActivities[K]> {
-  return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
-}
+const activities = (override: Record<string, ProviderAdapter> = {}): TaskActivities => freshActivities(w, override);
 
 let seq = 0;
 /** A Replicate task whose submit failed with a 5xx before the provider created anything: unknown. */
 async function unknownTask(acts: TaskActivities): Promise<{ taskId: string; attemptId: string }> {
   seq += 1;
-  const created = await createTask(tdb.database.db, token(), {
-    tenantId,
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
     idempotencyKey: `absence-${seq}-${Date.now()}`,
     body: { model: 'minimax/video-01', prompt: `absence ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await run(acts, 'dispatchTask', taskId);
   const prepared = await run(acts, 'prepareAttempt', taskId);
-  sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1 });
+  w.sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1 });
   const r = await run(acts, 'submitAttempt', taskId);
-  sim.sim.clearFaults();
+  w.sim.sim.clearFaults();
   assert.equal(r.facts.status, 'SUBMIT_UNKNOWN');
   return { taskId, attemptId: prepared.activeAttemptId! };
 }
 
 const stateOf = async (taskId: string, attemptId: string) => {
-  const [t] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
-  const [a] = await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
+  const [t] = await w.tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, taskId));
+  const [a] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, attemptId));
   return [t!.status, a!.submit_state];
 };
 
@@ -70,11 +52,11 @@ test('a Replicate miss proves nothing: with no proof delay the attempt stays SUB
   const { taskId, attemptId } = await unknownTask(acts);
   for (let i = 0; i < 3; i++) assert.equal((await run(acts, 'pollProvider', taskId)).result, 'not-found');
   assert.deepEqual(await stateOf(taskId, attemptId), ['SUBMIT_UNKNOWN', 'SUBMIT_UNKNOWN']);
-  assert.equal(sim.jobsFor(attemptId), 0);
+  assert.equal(w.sim.jobsFor(attemptId), 0);
 });
 
 test('pollProvider trusts "not-found-proven" only from an adapter that declares an exact lookup', async () => {
-  const real = buildProviders(config)['replicate']!;
+  const real = buildProviders(w.config)['replicate']!;
   const lying: ProviderAdapter = { ...real, findByCorrelationToken: () => Promise.resolve({ kind: 'not-found-proven', evidence: 'says so' }) };
   const acts = activities({ replicate: lying });
   const { taskId, attemptId } = await unknownTask(acts);
@@ -87,14 +69,14 @@ test('pollProvider trusts "not-found-proven" only from an adapter that declares 
 });
 
 test('a proof of absence that comes back after an operator set READ_ONLY during the lookup writes nothing: the poll pauses, and proves it once the mode allows', async () => {
-  const real = buildProviders(config)['replicate']!;
-  const scope = config.FENCE_SCOPE;
+  const real = buildProviders(w.config)['replicate']!;
+  const scope = w.config.FENCE_SCOPE;
   const exact: ProviderAdapter = {
     ...real,
     capabilities: { ...real.capabilities, absenceProof: 'exact-lookup' },
     async findByCorrelationToken() {
       // The operator narrows the mode while the provider is being asked (the epoch stays).
-      await setMode(tdb.database.db, { scope, mode: 'READ_ONLY', actor: 'operator:test', reason: 'pitr repair' });
+      await setMode(w.tdb.database.db, { scope, mode: 'READ_ONLY', actor: 'operator:test', reason: 'pitr repair' });
       return { kind: 'not-found-proven', evidence: 'the documented not-found answer' };
     },
   };
@@ -104,7 +86,7 @@ test('a proof of absence that comes back after an operator set READ_ONLY during 
     await assert.rejects(run(acts, 'pollProvider', taskId), /READ_ONLY/);
     assert.deepEqual(await stateOf(taskId, attemptId), ['SUBMIT_UNKNOWN', 'SUBMIT_UNKNOWN'], 'nothing written under READ_ONLY');
   } finally {
-    await setMode(tdb.database.db, { scope, mode: 'NORMAL', actor: 'operator:test', reason: 'done' });
+    await setMode(w.tdb.database.db, { scope, mode: 'NORMAL', actor: 'operator:test', reason: 'done' });
   }
   const lying: ProviderAdapter = { ...exact, findByCorrelationToken: () => Promise.resolve({ kind: 'not-found-proven', evidence: 'says so' }) };
   assert.equal((await run(activities({ replicate: lying }), 'pollProvider', taskId)).result, 'absent');

@@ -3,11 +3,13 @@
 // a step sequence by hand.
 import assert from 'node:assert/strict';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createTask } from './deps';
+import { createTask, testActivityDeps } from './deps';
+import { buildProviders, buildStorage } from '../../config/services';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import type { TaskActivityDeps } from '../../activities/deps';
 import type { FenceToken } from '../../db/fence';
 import type { ObjectStorage } from '../../storage/s3';
+import type { ProviderAdapter } from '../../providers/types';
 import { simulatorProviderSettings, worldActivityDeps } from '../../harness/world';
 import { createTestDatabase, createTestTenant, eventually, startSimulator, testConfig, testLogger, type RunningSimulator, type TestDatabase } from './stack';
 
@@ -55,14 +57,34 @@ export async function startActivityWorld(
     activities: acts,
     deps,
     run(name, ...args) {
-      const env = new MockActivityEnvironment();
-      return env.run(acts[name] as never, ...(args as unknown as never[])) as never;
+      return runActivity(acts, name, ...args);
     },
     async close() {
       await sim.close();
       await tdb.drop();
     },
   };
+}
+
+/** `acts`' activity `name`, run once as a worker would run it (its own MockActivityEnvironment). */
+export function runActivity<K extends keyof TaskActivities>(
+  acts: TaskActivities,
+  name: K,
+  ...args: Parameters<TaskActivities[K]>
+): ReturnType<TaskActivities[K]> {
+  return new MockActivityEnvironment().run(acts[name] as never, ...(args as unknown as never[])) as ReturnType<TaskActivities[K]>;
+}
+
+/**
+ * Activities built afresh on the world's database and storage, with none of the world's process
+ * state (provider guard, route statistics, poll demand, callback health); `providers` replace
+ * the configured adapters of the same name (a counting or faulty wrapper).
+ */
+export function freshActivities(w: ActivityWorld, providers: Readonly<Record<string, ProviderAdapter>> = {}): TaskActivities {
+  const config = w.config;
+  return createTaskActivities(
+    testActivityDeps(config, { db: w.tdb.database, storage: buildStorage(config), providers: { ...buildProviders(config), ...providers } }),
+  );
 }
 
 let seq = 0;
