@@ -524,12 +524,20 @@ function timeoutProblems(config: Config): { field: string; message: string }[] {
     : [];
 }
 
+/** `provider=number` entries (POLL_QUEUE_RATES, PROVIDER_MAX_RUN_MS, each checked by its schema) as provider → number. */
+export const perProvider = (entries: readonly string[]): Record<string, number> =>
+  Object.fromEntries(
+    entries.map((entry) => {
+      const [provider = '', value = ''] = entry.split('=');
+      return [provider, Number(value)];
+    }),
+  );
+
 /** A quota POLL_QUEUE_RATES names that no poll queue rate can hold over 10 s on POLL_QUEUE_PARTITIONS partitions (domain/poll-quota.ts). */
 function pollQuotaProblems(config: Config): { field: string; message: string }[] {
-  return config.POLL_QUEUE_RATES.flatMap((entry) => {
-    const [provider, quota] = entry.split('=') as [string, string];
+  return Object.entries(perProvider(config.POLL_QUEUE_RATES)).flatMap(([provider, quota]) => {
     try {
-      pollQueueRate(Number(quota), config.POLL_QUEUE_PARTITIONS);
+      pollQueueRate(quota, config.POLL_QUEUE_PARTITIONS);
       return [];
     } catch {
       return [

@@ -18,7 +18,7 @@ import type { ReconcileRunMetrics } from '../observability/metrics';
 import { RECONCILERS } from '../reconcilers';
 import { reconcileSettings } from '../reconcilers/settings';
 import type { GenerationFacade } from '../temporal/facade';
-import type { Config } from './env';
+import { perProvider, type Config } from './env';
 
 export function buildStorage(config: Config): ObjectStorage {
   return createObjectStorage({
@@ -72,15 +72,6 @@ export function buildProviders(config: Config): Record<string, ProviderAdapter> 
     }),
   };
 }
-
-/** `provider=number` entries (POLL_QUEUE_RATES, PROVIDER_MAX_RUN_MS) as provider → number. */
-const perProvider = (entries: readonly string[]): Record<string, number> =>
-  Object.fromEntries(
-    entries.map((entry) => {
-      const [provider = '', value = ''] = entry.split('=');
-      return [provider, Number(value)];
-    }),
-  );
 
 /** POLL_QUEUE_RATES as provider → its query quota, requests per second (activities/poll-demand.ts pollRateFor). */
 export function pollQuotas(config: Config): Record<string, number> {
