@@ -73,6 +73,7 @@ export const FAL_CAPABILITIES: ProviderCapabilities = {
   listingWindowMs: 0,
   // A result is kept 1 h after completion, 6 min when it is 10 KB or more: plan for the shorter.
   resultRetentionMs: FAL_LARGE_RESULT_RETENTION_MS,
+  // No request rate is documented (fal limits concurrency and queues the excess): an assumption, set per account.
   requestsPerSecond: 10,
   maxConcurrency: 10,
   pollOnly: false,

@@ -49,6 +49,7 @@ export const KLING_CAPABILITIES: ProviderCapabilities = {
   outputUrlTtlMs: 30 * 24 * 3_600_000,
   canRefreshOutputUrl: false,
   listingWindowMs: 30 * 24 * 3_600_000,
+  // Code 1302 names a rate limit but no figure is published: an assumption, set per account (POLL_QUEUE_RATES).
   requestsPerSecond: 5,
   maxConcurrency: 5,
   pollOnly: false,

@@ -59,7 +59,8 @@ export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
   canRefreshOutputUrl: false,
   // API predictions' input is removed after an hour: past it no fingerprint can match.
   listingWindowMs: 3_600_000,
-  // 600 creates per minute; account-dependent concurrency (a conservative default; config may override).
+  // Documented: 600 creates/min, 3,000/min for every other endpoint (replicate.com/docs/topics/predictions/rate-limits);
+  // 10 reads/s is well inside the latter. Concurrency is account-dependent (a conservative default; config may override).
   requestsPerSecond: 10,
   maxConcurrency: 50,
   pollOnly: false,

@@ -45,6 +45,7 @@ export const RUNWAY_CAPABILITIES: ProviderCapabilities = {
   outputUrlTtlMs: 24 * 3_600_000,
   canRefreshOutputUrl: true,
   listingWindowMs: 0,
+  // No request rate is documented (usage tiers cap concurrency and generations a day): an assumption, set per account.
   requestsPerSecond: 5,
   maxConcurrency: 2,
   pollOnly: true,

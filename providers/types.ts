@@ -53,7 +53,12 @@ export interface ProviderCapabilities {
   /** How far back a list of recent jobs reaches, in ms (for reconciling unknown outcomes); 0 = no listing. */
   readonly listingWindowMs: number;
   // ---- Limits and quirks (optional so older adapters and fakes stay valid; every real adapter sets them) ----
-  /** The account's request quota towards the provider (submit + status), per second. Polls run at most at this rate. */
+  /**
+   * The account's query quota for status reads and lookups, requests per second: the provider's
+   * poll queue holds it over any 10 s (domain/poll-quota.ts). Submits, cancels and callback
+   * re-fetches are not on that queue; where the provider publishes no figure this is an assumption
+   * (docs/providers.md, the capability table).
+   */
   readonly requestsPerSecond?: number;
   /** Jobs the account may have in flight at once; the bulkhead's ceiling. */
   readonly maxConcurrency?: number;
