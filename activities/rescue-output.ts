@@ -132,6 +132,11 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
       allowPrivate: deps.settings.outputAllowPrivate,
     });
     const ctx = Context.current();
+    // Bytes already stored in a reachable bucket are resumed there, before any other is tried: a
+    // retry that went back to the primary would discard them and need the provider's URL again,
+    // which may have expired meanwhile (docs/decisions/0029). Otherwise the primary comes first.
+    const resumeAt = checkpoint ? reachable.findIndex((t) => t.location === checkpoint.location) : -1;
+    if (resumeAt > 0) reachable.unshift(...reachable.splice(resumeAt, 1));
     // The checkpoint read with the task serves the first target tried; a later one reads its own.
     let known = checkpoint;
     for (const target of reachable) {
