@@ -56,6 +56,12 @@ export function demuxerOf(container: string): Demuxer {
   return container.split(',').some((c) => c === 'matroska' || c === 'webm') ? 'matroska' : 'mov';
 }
 const ACCEPTED_CODECS = ['h264', 'hevc', 'vp9', 'av1'];
+/**
+ * ffmpeg's messages for an input it could not read (libavformat's http and tcp protocols, and
+ * the errno texts they pass on), as opposed to one it read and could not parse.
+ */
+const TRANSPORT_ERROR =
+  /Server returned|HTTP error \d|Connection (refused|reset|timed out)|Operation timed out|Input\/output error|Network is unreachable|No route to host|Failed to resolve hostname|Stream ends prematurely/i;
 
 export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: Demuxer): Promise<MediaInfo> {
   let stdout: string;
@@ -67,10 +73,14 @@ export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: De
   } catch (err) {
     const e = err as { stderr?: string; killed?: boolean };
     if (e.killed) throw new Error('ffprobe timed out', { cause: err });
-    // ffprobe answered: the bytes are not a media file it understands.
     if (typeof e.stderr === 'string' && e.stderr.length > 0) {
       // Its first line names the input (a presigned URL): redacted, as every error leaving the process.
-      throw new InvalidMediaError(`ffprobe rejected the file: ${redactText(e.stderr.trim().split('\n')[0] ?? '')}`);
+      const said = redactText(e.stderr.trim().split('\n')[0] ?? '');
+      // ffprobe could not read our own storage (an S3 503, an outage, a copy moved away while
+      // it read): a retryable failure, never a verdict on the bytes.
+      if (TRANSPORT_ERROR.test(e.stderr)) throw new Error(`ffprobe could not read the stored video: ${said}`);
+      // ffprobe read the input: the bytes are not a media file it understands.
+      throw new InvalidMediaError(`ffprobe rejected the file: ${said}`);
     }
     throw err;
   }

@@ -1,0 +1,97 @@
+// The media step reads a non-MP4 output (WebM; also an MP4 whose boxes the in-process parser is
+// unsure of) with ffprobe on a presigned GET of the stored object. When that GET fails for a
+// reason of our own storage (an S3 503 SlowDown, a refused connection during an outage, a copy
+// moved away by copy-back while the step ran), ffprobe's transport error is a retryable failure
+// and the task stays in PROCESSING_MEDIA: only bytes ffprobe read and could not parse make it
+// INVALID_MEDIA. (Before, any ffprobe stderr failed a valid, paid output for good.)
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promises as fs } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { after, before, test } from 'node:test';
+import { eq } from 'drizzle-orm';
+import { generationTask, taskAttempt } from '../../db/schema';
+import type { ObjectStorage } from '../../storage/s3';
+import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
+
+const run = promisify(execFile);
+let w: ActivityWorld;
+let dir: string;
+let webm: Buffer;
+let output: Server;
+let s3Busy: Server;
+const media = { failing: false };
+
+before(async () => {
+  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'media-storage-errors-'));
+  const file = path.join(dir, 'out.webm');
+  await run('ffmpeg', [
+    '-v',
+    'error',
+    '-f',
+    'lavfi',
+    '-i',
+    'testsrc=size=320x240:rate=24',
+    '-t',
+    '1.5',
+    '-c:v',
+    'libvpx-vp9',
+    '-deadline',
+    'realtime',
+    '-cpu-used',
+    '8',
+    file,
+  ]);
+  webm = await fs.readFile(file);
+  // The provider's output: a valid WebM (VP9).
+  output = createServer((_req, res) => res.writeHead(200, { 'content-type': 'video/webm', 'content-length': String(webm.length) }).end(webm));
+  // Our S3 answering one GET with 503 SlowDown (what S3 does under load).
+  s3Busy = createServer((_req, res) => res.writeHead(503, { 'content-type': 'application/xml' }).end('<Error><Code>SlowDown</Code></Error>'));
+  await Promise.all([output, s3Busy].map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))));
+  w = await startActivityWorld({
+    generationMs: 100,
+    deps: (d) => {
+      const storage: ObjectStorage = Object.create(d.storage) as ObjectStorage;
+      storage.presignGet = async (key, ttl) =>
+        media.failing ? `http://127.0.0.1:${(s3Busy.address() as AddressInfo).port}/${d.storage.bucket}/${key}` : d.storage.presignGet(key, ttl);
+      return { ...d, storage };
+    },
+  });
+});
+after(async () => {
+  for (const s of [output, s3Busy]) {
+    s?.closeAllConnections();
+    s?.close();
+  }
+  await w?.close();
+  await fs.rm(dir, { recursive: true, force: true });
+});
+
+test('a 503 from our own bucket while ffprobe reads a stored WebM is not INVALID_MEDIA', { timeout: 60_000 }, async () => {
+  const id = await providerSucceededTask(w, 'media-webm');
+  const db = w.tdb.database.db;
+  await db
+    .update(taskAttempt)
+    .set({ output_url: `http://127.0.0.1:${(output.address() as AddressInfo).port}/files/x/output.webm` })
+    .where(eq(taskAttempt.task_id, id));
+  media.failing = true;
+  const err = await w.run('rescueOutput', id).then(
+    () => null,
+    (e: unknown) => e as Error,
+  );
+  media.failing = false;
+  const [task] = await db.select().from(generationTask).where(eq(generationTask.task_id, id));
+  assert.notEqual(
+    task!.status,
+    'FAILED',
+    `the stored WebM is valid; the bucket answered 503 once, and the task was failed ${task!.failure_code}: ${task!.failure_message}`,
+  );
+  assert.ok(err, 'the media step failed (retryably)');
+  assert.equal(task!.status, 'PROCESSING_MEDIA');
+  // And the retry, with the bucket answering, finishes it.
+  assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+});
