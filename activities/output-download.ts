@@ -71,6 +71,9 @@ export type OutputCheckpoint = typeof outputDownload.$inferSelect;
 const GONE = new Set([403, 404, 410]);
 
 /** Runs a storage call, turning its failure into StorageWriteError (UploadGoneError passes through). */
+/** Content types that say nothing of the bytes (besides video/*). */
+const OPAQUE_TYPES = new Set(['application/octet-stream', 'binary/octet-stream']);
+
 async function onStorage<T>(location: StorageLocation, call: () => Promise<T>): Promise<T> {
   try {
     return await call();
@@ -129,7 +132,9 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
   }
 
   async function fetchFrom(req: DownloadRequest, offset: number, validator: string | null): Promise<Response> {
-    const headers: Record<string, string> = {};
+    // The bytes as stored, not compressed on the way: fetch would decode a gzip answer while its
+    // Content-Length and any range count the encoded bytes.
+    const headers: Record<string, string> = { 'accept-encoding': 'identity' };
     if (offset > 0) {
       headers['range'] = `bytes=${offset}-`;
       if (validator) headers['if-range'] = validator;
@@ -237,16 +242,26 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
         throw new OutputGoneError(`provider output answered ${res.status}`);
       }
       if (!res.ok || !res.body) throw new Error(`provider output answered ${res.status}`);
-      const contentType = (res.headers.get('content-type') ?? 'video/mp4').split(';')[0]!.trim();
-      if (!contentType.startsWith('video/') && contentType !== 'application/octet-stream') {
+      // Media types are case-insensitive; S3 labels an object stored without one binary/octet-stream.
+      // What the bytes are is the media step's to judge: this only refuses what says it is no video.
+      const contentType = (res.headers.get('content-type') ?? 'video/mp4').split(';')[0]!.trim().toLowerCase();
+      if (!contentType.startsWith('video/') && !OPAQUE_TYPES.has(contentType)) {
         await res.body.cancel();
         throw new OutputGoneError(`output content type ${contentType} is not a video`);
+      }
+      // A server that compressed the answer anyway: fetch hands over the decoded bytes, so the
+      // encoded length says nothing of their size and a range would count encoded bytes.
+      const encoded = !['', 'identity'].includes((res.headers.get('content-encoding') ?? '').trim().toLowerCase());
+      if (encoded && res.status === 206) {
+        await res.body.cancel();
+        if (cp) await discard(req.token, cp, stores);
+        throw new Error('provider answered an encoded range: starting over');
       }
 
       // An output that fits in one part has nothing to resume: a cut download loses at most that
       // one part either way. It is stored with one PUT under its key (atomic, as the publish
       // copy is) and no checkpoint rows, partial object or multipart upload.
-      const declared = res.headers.get('content-length');
+      const declared = encoded ? null : res.headers.get('content-length');
       if (!cp && res.status === 200 && declared !== null && Number(declared) <= Math.min(partBytes, maxBytes)) {
         return storeWhole(req, res.body, Number(declared));
       }
