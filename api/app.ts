@@ -17,6 +17,7 @@ import { taskHandlers } from './tasks.handlers';
 import { taskRoutes } from './tasks.routes';
 import { webhookHandlers } from './webhooks.handlers';
 import { webhookEndpointRoutes } from './webhooks.routes';
+import { unstorableTextAt } from '../db/storable';
 
 export function createApp(ctx: ApiContext): express.Express {
   const app = express();
@@ -75,6 +76,18 @@ export function createApp(ctx: ApiContext): express.Express {
     );
   });
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
+  // A string Postgres cannot store (U+0000, a lone surrogate) is the tenant's bad input, refused
+  // naming where it is, before any handler could send it to a statement (db/storable.ts).
+  v1.use((req: Request, _res: Response, next: NextFunction) => {
+    const inQuery = unstorableTextAt(req.query);
+    const inBody = inQuery === null ? unstorableTextAt(req.body) : null;
+    const field = inQuery ?? inBody;
+    next(
+      field === null
+        ? undefined
+        : problems.validation([{ field: field === '' ? '(body)' : field, message: 'contains U+0000 or an unpaired surrogate, which cannot be stored' }]),
+    );
+  });
   v1.use(readGate(ctx.admission));
   v1.use(requireTenant(ctx.db));
   mountRoute(v1, '/v1', taskRoutes.create, ctx.rateLimiter.middleware('create'), tasks.create);

@@ -3,6 +3,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { callbackInbox } from './schema';
+import { storableJson, storableJsonText } from './storable';
 import type { DbOrTx } from './client';
 import type { ProviderProgress } from '../domain/progress';
 import type { ProviderJob } from '../providers/types';
@@ -47,7 +48,7 @@ export async function recordProviderEvent(db: DbOrTx, e: ProviderEventInput): Pr
       provider_event_id: e.providerEventId,
       dedupe_key: dedupeKeyFor(e),
       event_type: e.job.state,
-      payload: { job: serializeJob(e.job), raw: e.raw },
+      payload: storableJson({ job: serializeJob(e.job), raw: e.raw }),
       signature_valid: e.signatureValid,
       received_region: e.receivedRegion,
       attempt_id: e.attemptId,
@@ -115,7 +116,7 @@ export async function recordAttemptCallback(pool: Pick<pg.Pool, 'query'>, e: Att
       e.providerEventId,
       dedupeKeyFor({ provider: e.provider, job: e.job, providerEventId: e.providerEventId, raw: e.raw }),
       e.job.state,
-      JSON.stringify({ job: serializeJob(e.job), raw: e.raw }),
+      storableJsonText({ job: serializeJob(e.job), raw: e.raw }),
       e.receivedRegion,
       e.job.updatedAt,
       e.echoesAttempt,

@@ -41,6 +41,8 @@ interface Case {
   readonly body?: string;
   /** The 4xx expected (any 4xx when absent). */
   readonly status?: number;
+  /** The field the problem must name. */
+  readonly field?: string;
 }
 
 const CASES: readonly Case[] = [
@@ -112,6 +114,33 @@ const CASES: readonly Case[] = [
     body: JSON.stringify(task),
     status: 400,
   },
+  // Strings Postgres cannot store (db/storable.ts): refused naming where they are, before any statement.
+  ...(
+    [
+      ['a prompt with U+0000', 'prompt', { ...task, prompt: 'a \u0000 fox' }],
+      ['a prompt with a lone surrogate', 'prompt', { ...task, prompt: 'a \ud800 fox' }],
+      ['a metadata value with U+0000', 'metadata.k', { ...task, metadata: { k: 'x\u0000' } }],
+      ['a metadata key with U+0000', 'metadata.a\ufffdb', { ...task, metadata: { 'a\u0000b': 'x' } }],
+    ] as const
+  ).map(([name, field, body], i): Case => ({
+    name,
+    method: 'POST',
+    path: '/v1/tasks',
+    headers: () => ({ ...auth(), ...json, 'idempotency-key': `h-nul-${i}` }),
+    body: JSON.stringify(body),
+    status: 400,
+    field,
+  })),
+  {
+    name: 'a webhook endpoint URL with U+0000',
+    method: 'POST',
+    path: '/v1/webhook-endpoints',
+    headers: () => ({ ...auth(), ...json }),
+    body: JSON.stringify({ url: 'https://hooks.example.com/a\u0000b', events: ['task.succeeded'] }),
+    status: 400,
+    field: 'url',
+  },
+  { name: 'a query value with U+0000', method: 'GET', path: '/v1/tasks?status=QUEUED%00', headers: auth, status: 400 },
   { name: 'a callback for provider "constructor"', method: 'POST', path: '/v1/callbacks/constructor/x', headers: () => json, body: '{}', status: 404 },
   { name: 'a callback for provider "__proto__"', method: 'POST', path: '/v1/callbacks/__proto__/x', headers: () => json, body: '{}', status: 404 },
   { name: 'a callback for provider "hasOwnProperty"', method: 'POST', path: '/v1/callbacks/hasOwnProperty/x', headers: () => json, body: '{}', status: 404 },
@@ -152,6 +181,11 @@ for (const c of CASES) {
     assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/, text);
     const problem = JSON.parse(text) as { status: number; title: string };
     assert.equal(problem.status, res.status);
+    if (c.field)
+      assert.ok(
+        (problem as { errors?: { field: string }[] }).errors?.some((e) => e.field === c.field),
+        text,
+      );
     assert.equal(await countWrites(), before);
   });
 }
