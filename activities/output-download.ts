@@ -275,6 +275,14 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
           await discard(req.token, cp, stores);
           throw new Error(`provider answered range ${res.headers.get('content-range') ?? '(none)'} for offset ${cp.bytes_stored}: starting over`);
         }
+        // An origin that ignores If-Range answers the range of whatever it holds now: a validator
+        // other than the one the stored bytes came with would splice two files into one object.
+        const validator = res.headers.get('etag') ?? res.headers.get('last-modified');
+        if (validator !== null && validator !== cp.source_validator) {
+          await res.body.cancel();
+          await discard(req.token, cp, stores);
+          throw new Error('provider answered a range of a changed source (its validator differs): starting over');
+        }
         resumed = true;
         total = range.total;
       } else {
