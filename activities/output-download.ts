@@ -316,7 +316,8 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
       const hash = resumed ? null : createHash('sha256');
       let pending: Buffer[] = [];
       let pendingBytes = 0;
-      const storePart = async (body: Buffer) => {
+      /** Stores one part and checkpoints it; `last`: the body has ended, so its length is known now too. */
+      const storePart = async (body: Buffer, last = false) => {
         try {
           const part = await onStorage(target.location, () => target.storage.uploadPart(partial, checkpoint.upload_id, parts.length + 1, body));
           parts.push(part);
@@ -325,7 +326,7 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
           throw err;
         }
         stored += body.length;
-        await writeCheckpoint(req.token, { ...checkpoint, parts: [...parts], bytes_stored: stored, total_bytes: total });
+        await writeCheckpoint(req.token, { ...checkpoint, parts: [...parts], bytes_stored: stored, total_bytes: last ? (total ?? stored) : total });
         req.heartbeat({ phase: 'uploading', bytes: stored });
       };
 
@@ -345,7 +346,10 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
           pendingBytes = all.length - partBytes;
         }
       }
-      if (pendingBytes > 0 || parts.length === 0) await storePart(Buffer.concat(pending));
+      // The last part's checkpoint says every byte is stored, even for a body of unknown length
+      // (chunked): a run that stops after it finishes from the stored parts, without the provider.
+      if (pendingBytes > 0 || parts.length === 0) await storePart(Buffer.concat(pending), true);
+      else if (total === null) await writeCheckpoint(req.token, { ...checkpoint, parts: [...parts], bytes_stored: stored, total_bytes: stored });
       const size = stored;
       if (total !== null && size !== total) throw new Error(`output truncated: ${size} of ${total} bytes`);
       try {
