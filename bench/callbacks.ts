@@ -5,9 +5,9 @@
 // up, workflows started, no worker). About one callback in ten repeats an earlier event
 // (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baselines:
 // pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts, and
-// the bare ingest (issue #19): the same signed events checked, inserted with the API's inbox
-// statement and signalled by a minimal client in this process (standardwebhooks, pg, the
-// Temporal client; no HTTP, no express, no drizzle), with the API's signal coalescing
+// the bare ingest (issue #19): the same signed events checked with the API's Standard Webhooks
+// check, inserted with the API's inbox statement and signalled by a minimal client in this
+// process (pg, the Temporal client; no HTTP, no express, no drizzle), with the API's signal coalescing
 // (api/wakes.ts). The API's requests come from a lean keep-alive HTTP/1.1 sender
 // (bench/lib/keep-alive-sender.ts), one connection per lane.
 import { randomUUID } from 'node:crypto';
