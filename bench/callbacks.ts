@@ -6,8 +6,9 @@
 // (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baselines:
 // pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts, and
 // the bare ingest (issue #19): the same signed events checked with the API's Standard Webhooks
-// check, inserted with the API's inbox statement and signalled by a minimal client in this
-// process (pg, the Temporal client; no HTTP, no express, no drizzle), with the API's signal coalescing
+// check, stored as the API's job with the API's inbox statement and signalled by a minimal
+// client in this process (pg, the Temporal client; no HTTP, no express, no drizzle, no zod
+// validation, no token, no rate limit), with the API's signal coalescing
 // (api/wakes.ts). The API's requests come from a lean keep-alive HTTP/1.1 sender
 // (bench/lib/keep-alive-sender.ts), one connection per lane.
 import { randomUUID } from 'node:crypto';
