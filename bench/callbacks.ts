@@ -5,9 +5,10 @@
 // up, workflows started, no worker). About one callback in ten repeats an earlier event
 // (same webhook-id, fresh timestamp and signature, as a provider's redelivery does). Baselines:
 // pgbench running the inbox insert with ON CONFLICT DO NOTHING at the same client counts, and
-// the bare ingest (issue #19): the same signed events checked, inserted with the API's inbox
-// statement and signalled by a minimal client in this process (standardwebhooks, pg, the
-// Temporal client; no HTTP, no express, no drizzle), with the API's signal coalescing
+// the bare ingest (issue #19): the same signed events checked with the API's Standard Webhooks
+// check, stored as the API's job with the API's inbox statement and signalled by a minimal
+// client in this process (pg, the Temporal client; no HTTP, no express, no drizzle, no zod
+// validation, no token, no rate limit), with the API's signal coalescing
 // (api/wakes.ts). The API's requests come from a lean keep-alive HTTP/1.1 sender
 // (bench/lib/keep-alive-sender.ts), one connection per lane.
 import { randomUUID } from 'node:crypto';
@@ -15,8 +16,9 @@ import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createTaskWaker } from '../api/wakes';
 import { recordAttemptCallback } from '../db/inbox';
-import type { ProviderJob } from '../providers/types';
+import { predictionToJob, type ReplicatePrediction } from '../providers/replicate';
 import { createCallbackTokens } from '../providers/callback-token';
+import { createStandardWebhookVerifier, type StandardWebhookVerifier } from '../providers/standard-webhooks';
 import { hrtimeUs, printProfile, summarizeProfiles, type ProfileWindow } from './lib/cpuprofile';
 import { createTaskClient } from './lib/http';
 import { createKeepAliveSender } from './lib/keep-alive-sender';
@@ -186,27 +188,23 @@ function signedHeaders(signer: Webhook, ev: SignedEvent): Record<string, string>
 const BARE_MODE = 'bare: verify + inbox + signal, minimal client';
 
 /**
- * The bare ingest of one callback: the Standard Webhooks check on the raw body, the API's own
- * inbox statement (db/inbox.ts recordAttemptCallback: the attempt read, its checks and the
- * deduped insert in one named statement) over this process's plain pg pool, and the coalesced
- * wake signal of the task the statement returned. True when stored, false for a repeat.
- * The statement is the API's since the API sends that one (docs/performance.md "callbacks"):
- * an ingest that inserted with the task id it already knew would skip the attempt read the API
- * cannot skip.
+ * The bare ingest of one callback: the Standard Webhooks check on the raw body (the API's own,
+ * providers/standard-webhooks.ts), the prediction normalised into the job the API stores
+ * (predictionToJob, without the API's zod validation), the API's own inbox statement
+ * (db/inbox.ts recordAttemptCallback: the attempt read, its checks and the deduped insert in one
+ * named statement) over this process's plain pg pool, and the coalesced wake signal of the task
+ * the statement returned. True when stored, false for a repeat.
+ * The statement, the check and the row are the API's since the API sends, runs and stores those
+ * (docs/performance.md "callbacks"): an ingest that inserted with the task id it already knew
+ * would skip the attempt read the API cannot skip, one that checked with a slower HMAC would
+ * measure the HMAC, and one that stored a thinner job (no provider time, no progress) a smaller row.
  */
-function bareIngest(pool: pg.Pool, verifier: Webhook, wake: (taskId: string) => void, region: string) {
+function bareIngest(pool: pg.Pool, verifier: StandardWebhookVerifier, wake: (taskId: string) => void, region: string) {
   return async (ev: SignedEvent, headers: Record<string, string>): Promise<boolean> => {
-    const json = verifier.verify(ev.body, headers) as { id: string; status: string };
-    const job: ProviderJob = {
-      jobId: json.id,
-      state: 'running',
-      rawStatus: json.status,
-      updatedAt: null,
-      outputUrl: null,
-      error: null,
-      correlationToken: null,
-      metrics: null,
-    };
+    const check = verifier.verify({ id: headers['webhook-id'], timestamp: headers['webhook-timestamp'], signature: headers['webhook-signature'] }, ev.body);
+    if (check !== 'ok') throw new Error(`bare ingest: signature ${check}`);
+    const json = JSON.parse(ev.body) as ReplicatePrediction;
+    const job = predictionToJob(json);
     const r = await recordAttemptCallback(pool, {
       provider: 'replicate',
       attemptId: ev.attempt.attemptId,
@@ -249,7 +247,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       : null;
     const bareWaker = createTaskWaker((taskId) => world.facade.wakeTask(taskId), { maxInFlight: world.config.WAKE_SIGNALS_MAX_IN_FLIGHT });
     const bare = barePool
-      ? bareIngest(barePool, new Webhook(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION)
+      ? bareIngest(barePool, createStandardWebhookVerifier(world.config.PROVIDER_REPLICATE_WEBHOOK_SECRET), (t) => bareWaker.wake(t), world.config.REGION)
       : null;
     stopBare = async () => {
       await barePool?.end();

@@ -7,7 +7,6 @@
 // (docs/providers.md "Proof of absence"). Every body is parsed with zod; secrets never reach errors.
 import { isDeepStrictEqual } from 'node:util';
 import { z } from 'zod';
-import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { providerProgress } from '../domain/progress';
 import type { ProviderJobState } from '../domain/states';
 import {
@@ -23,6 +22,7 @@ import {
 } from './types';
 import { classifyNetworkError, parseRetryAfter, type NetworkErrorClass } from './http-errors';
 import { providerSpan, recordNoAnswer, recordStatus } from './http-span';
+import { createStandardWebhookVerifier, type StandardWebhookVerifier } from './standard-webhooks';
 
 export interface ReplicateAdapterOptions {
   /** e.g. https://api.replicate.com or http://127.0.0.1:7081/replicate (no trailing /v1). */
@@ -231,6 +231,9 @@ export interface ReplicateCreateBody {
 }
 
 function headerValue(headers: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  // node's IncomingMessage names its headers in lower case: the key itself, without a walk over every header.
+  const own = Object.hasOwn(headers, name) ? headers[name] : undefined;
+  if (own !== undefined) return Array.isArray(own) ? (name === 'webhook-signature' ? own.join(' ') : own[0]) : own;
   for (const [k, v] of Object.entries(headers)) {
     if (k.toLowerCase() !== name) continue;
     if (Array.isArray(v)) return name === 'webhook-signature' ? v.join(' ') : v[0];
@@ -244,9 +247,9 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
   const base = opts.baseUrl.replace(/\/+$/, '');
   const maxPages = opts.maxListPages ?? 20;
   const secrets = [opts.apiToken, opts.webhookSecret].filter((s) => s.length >= 4);
-  let webhook: Webhook;
+  let webhook: StandardWebhookVerifier;
   try {
-    webhook = new Webhook(opts.webhookSecret);
+    webhook = createStandardWebhookVerifier(opts.webhookSecret);
   } catch {
     throw new Error('replicate: invalid webhook secret (expected "whsec_" + base64)');
   }
@@ -434,18 +437,10 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     if (!id || !ts || !sig) throw new CallbackVerificationError('missing webhook-id/timestamp/signature', 'missing-headers');
     if (!/^\d+$/.test(ts)) throw new CallbackVerificationError('webhook-timestamp is not a unix time', 'missing-headers');
     const payload = rawBody.toString('utf8');
-    try {
-      webhook.verify(payload, { 'webhook-id': id, 'webhook-timestamp': ts, 'webhook-signature': sig }, { jsonParse: false });
-    } catch (err) {
-      const msg = err instanceof Error ? err.message : '';
-      if (err instanceof WebhookVerificationError && /timestamp too (old|new)/i.test(msg)) {
-        throw new CallbackVerificationError('webhook timestamp outside the tolerance window', 'stale-timestamp');
-      }
-      if (err instanceof WebhookVerificationError && /missing/i.test(msg)) {
-        throw new CallbackVerificationError('missing webhook headers', 'missing-headers');
-      }
-      throw new CallbackVerificationError('webhook signature does not match', 'bad-signature');
-    }
+    const check = webhook.verify({ id, timestamp: ts, signature: sig }, payload);
+    if (check === 'too-old' || check === 'too-new') throw new CallbackVerificationError('webhook timestamp outside the tolerance window', 'stale-timestamp');
+    if (check === 'missing-headers') throw new CallbackVerificationError('missing webhook headers', 'missing-headers');
+    if (check !== 'ok') throw new CallbackVerificationError('webhook signature does not match', 'bad-signature');
     let json: unknown;
     try {
       json = JSON.parse(payload);
