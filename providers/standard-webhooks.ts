@@ -4,7 +4,7 @@
 // timestamp within five minutes of now either way. It answers what the `standardwebhooks`
 // package's `Webhook#verify` answers for the same input (test/providers/standard-webhooks.test.ts
 // holds the two side by side), at about a fifth of its CPU: the package computes the HMAC in
-// JavaScript (docs/decisions/00XX-standard-webhooks-on-node-crypto.md). Signing, and which
+// JavaScript (docs/decisions/0048-standard-webhooks-on-node-crypto.md). Signing, and which
 // secrets are valid, stay the package's (net/webhook-send.ts, the simulator).
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
