@@ -1,7 +1,8 @@
 // An output's end of life: DELETE /v1/tasks/:id/output and the retention job remove a task's
 // objects (video and thumbnail) from wherever they are, then mark the asset rows deleted. The
 // rows, the task, its transitions and its ledger stay: they are the record (docs/design.md §5).
-import { and, eq, isNull, sql } from 'drizzle-orm';
+import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
+import { isTerminal, TERMINAL_TASK_STATES } from '../domain/states';
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { asset, generationTask, tenant } from '../db/schema';
@@ -47,10 +48,11 @@ export async function deleteTaskOutput(
   if (!task) return { kind: 'no-task' };
   const assets = await db.select().from(asset).where(eq(asset.task_id, task.task_id));
   const video = assets.find((a) => a.kind === 'video');
-  if (task.status !== 'SUCCEEDED' || !video) {
+  // Any ended task's stored video can go: a FAILED one may hold the bytes the media step refused.
+  if (!isTerminal(task.status) || !video) {
     return {
       kind: 'no-output',
-      reason: task.status === 'SUCCEEDED' ? 'the task has no stored output' : `the task is ${task.status}; only a SUCCEEDED task has an output`,
+      reason: isTerminal(task.status) ? 'the task has no stored output' : `the task is ${task.status}; its output can be deleted once it has ended`,
     };
   }
   const keys = assets.map((a) => a.object_key);
@@ -104,7 +106,7 @@ export async function deleteTaskOutput(
 }
 
 /**
- * Output retention: the outputs of tasks that ended more than their tenant's
+ * Output retention: the stored videos (a FAILED task's too) of tasks that ended more than their tenant's
  * output_retention_days ago (else `defaultDays`; 0 keeps forever) are deleted, oldest first,
  * at most `limit` per run. A dry run lists them.
  */
@@ -123,7 +125,7 @@ export async function expireOutputs(
       and(
         eq(asset.kind, 'video'),
         isNull(asset.deleted_at),
-        eq(generationTask.status, 'SUCCEEDED'),
+        inArray(generationTask.status, [...TERMINAL_TASK_STATES]),
         sql`${days} > 0`,
         sql`${generationTask.terminal_at} < ${now.toISOString()}::timestamptz - make_interval(days => ${days})`,
       ),

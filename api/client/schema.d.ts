@@ -68,7 +68,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a task's stored video and thumbnail (the task keeps its facts; GET shows output.deleted_at)
-         * @description Removed from whichever bucket holds them, audited; repeating it answers the same. A task without an output is a 409.
+         * @description Removed from whichever bucket holds them, audited; repeating it answers the same. A task still running, or without a stored video, is a 409; the stored video of a FAILED task can be deleted too.
          */
         delete: operations["deleteTaskOutput"];
         options?: never;

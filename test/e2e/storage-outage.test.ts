@@ -306,7 +306,7 @@ test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts;
   const conflict = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${queued.task.task_id}/output`, { apiKey: e.tenant.apiKey });
   assert.equal(conflict.status, 409);
   assert.match(conflict.headers.get('content-type') ?? '', /application\/problem\+json/);
-  assert.match(conflict.body.detail, /only a SUCCEEDED task has an output/);
+  assert.match(conflict.body.detail, /the task is QUEUED; its output can be deleted once it has ended/);
 
   // The asset reconciler does not call the deleted output missing.
   const report = await reconcileAssets(reconcilerDeps(), { dryRun: true, limit: 500 });
@@ -351,6 +351,29 @@ test("output retention: a task past its tenant's output_retention_days loses its
     .where(and(eq(opsAudit.target_id, oldTask), eq(opsAudit.action, 'output.delete')));
   assert.equal(audits[0]?.actor, 'retention');
   assert.equal((await expireOutputs(deps, { dryRun: false, limit: 100 })).changed, 0);
+});
+
+test('a FAILED task that kept its stored video (the media step refused the bytes) loses it to retention and to DELETE like a SUCCEEDED one', async () => {
+  const [expiring, deleting] = [await e.createTask('failed-retention'), await e.createTask('failed-delete')];
+  await Promise.all([e.waitForStatus(expiring, 'SUCCEEDED', 60_000), e.waitForStatus(deleting, 'SUCCEEDED', 60_000)]);
+  const db = e.tdb.database.db;
+  // What an INVALID_MEDIA task leaves: the rescued video stored, the task FAILED.
+  await db
+    .update(generationTask)
+    .set({ status: 'FAILED', failure_code: 'INVALID_MEDIA' })
+    .where(inArray(generationTask.task_id, [expiring, deleting]));
+  await db
+    .update(generationTask)
+    .set({ terminal_at: new Date(Date.now() - 400 * 86_400_000) })
+    .where(eq(generationTask.task_id, expiring));
+  const deps = { db, stores: { storage: primaryStore, fallbackStorage: fallbackStore }, token: reconcilerDeps().token, now: () => new Date(), defaultDays: 30 };
+  const applied = await expireOutputs(deps, { dryRun: false, limit: 100 });
+  assert.ok(applied.findings.some((f) => f.taskId === expiring));
+  assert.equal(await primaryStore.head((await videoOf(expiring)).object_key), null);
+
+  const deleted = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${deleting}/output`, { apiKey: e.tenant.apiKey });
+  assert.ok(deleted.status === 200 || deleted.status === 202 || deleted.status === 204, JSON.stringify(deleted.body));
+  assert.equal(await primaryStore.head((await videoOf(deleting)).object_key), null);
 });
 
 test('DELETE /v1/tasks/:id/output while the primary is down: 503 problem+json with Retry-After, nothing recorded; it succeeds once storage is back', async () => {
