@@ -95,7 +95,8 @@ export const taskRoutes = {
     path: '/v1/tasks/:id/output',
     operationId: 'deleteTaskOutput',
     summary: "Delete a task's stored video and thumbnail (the task keeps its facts; GET shows output.deleted_at)",
-    description: 'Removed from whichever bucket holds them, audited; repeating it answers the same. A task still running, or without a stored video, is a 409; the stored video of a FAILED task can be deleted too.',
+    description:
+      'Removed from whichever bucket holds them, audited; repeating it answers the same. A task still running, or without a stored video, is a 409; the stored video of a FAILED task can be deleted too.',
     tags: ['tasks'],
     auth: 'bearer',
     request: { params: taskPathParams },
