@@ -257,6 +257,17 @@ export interface AttemptRecord {
 export type AttemptNext = { kind: 'delivered' } | { kind: 'retry'; step: number; delayMs: number } | { kind: 'failed' };
 
 /**
+ * Text a receiver chose (its answer's excerpt, an error quoting it) as Postgres stores it: a NUL
+ * is refused in text and jsonb alike, and one would roll the whole record back (the attempt sent
+ * again at every lease, for ever); a lone surrogate (a pair cut at the excerpt's end) is made
+ * U+FFFD rather than left to the driver's encoder.
+ */
+function storable(text: string | null): string | null {
+  // In a `u` pattern \p{Cs} matches a surrogate only when it is not half of a pair.
+  return text === null ? null : text.replace(/[\u0000\p{Cs}]/gu, '\uFFFD');
+}
+
+/**
  * Records one attempt and what follows it, in one transaction: the attempt row (numbered from
  * the delivery's count), the delivery's state, and the endpoint's health. A delivery already
  * delivered (by a relay whose lease outlived ours) is not set back. Returns whether the attempt
@@ -270,6 +281,8 @@ export async function recordAttempt(
   next: AttemptNext,
   health: { disableAfterMs: number },
 ): Promise<{ disabledEndpoint: boolean }> {
+  const error = storable(attempt.error);
+  const excerpt = storable(attempt.excerpt);
   return db.transaction(async (tx) => {
     // A relay fenced off mid-send records nothing: its lease expires and the active region's
     // relay sends again (same webhook-id; receivers dedupe on it).
@@ -283,7 +296,7 @@ export async function recordAttempt(
       .set({
         attempt_count: attemptNo,
         lease_until: null,
-        last_error: attempt.error,
+        last_error: error,
         ...(!stillPending
           ? {}
           : next.kind === 'delivered'
@@ -301,8 +314,8 @@ export async function recordAttempt(
       latency_ms: attempt.latencyMs,
       succeeded: attempt.ok,
       response_status: attempt.status,
-      response_excerpt: attempt.excerpt,
-      error: attempt.error,
+      response_excerpt: excerpt,
+      error,
     });
     if (!claimed.endpoint_id) return { disabledEndpoint: false };
     if (attempt.ok) {
@@ -315,17 +328,17 @@ export async function recordAttempt(
       .where(eq(webhookEndpoint.endpoint_id, claimed.endpoint_id))
       .returning();
     if (!ep || !ep.enabled || !shouldDisable(ep.failing_since, attempt.startedAt, health.disableAfterMs)) return { disabledEndpoint: false };
-    const reason = `every delivery attempt failed since ${ep.failing_since!.toISOString()} (last: ${attempt.error ?? 'failed'})`;
+    const reason = `every delivery attempt failed since ${ep.failing_since!.toISOString()} (last: ${error ?? 'failed'})`;
     await tx
       .update(webhookEndpoint)
-      .set({ enabled: false, disabled_at: sql`now()`, disabled_reason: reason.slice(0, 500), updated_at: sql`now()` })
+      .set({ enabled: false, disabled_at: sql`now()`, disabled_reason: storable(reason.slice(0, 500)), updated_at: sql`now()` })
       .where(eq(webhookEndpoint.endpoint_id, ep.endpoint_id));
     await tx.insert(tenantAttention).values({
       attention_id: randomUUID(),
       tenant_id: ep.tenant_id,
       kind: 'webhook_endpoint_disabled',
       subject_id: ep.endpoint_id,
-      detail: { url: ep.url, failing_since: ep.failing_since!.toISOString(), last_error: attempt.error },
+      detail: { url: ep.url, failing_since: ep.failing_since!.toISOString(), last_error: error },
     });
     return { disabledEndpoint: true };
   });
