@@ -212,6 +212,8 @@ test('an attempt sent whose record fails is counted unrecorded and logged, not r
     assert.ok(receiver.hits() >= 1);
     const logged = lines.filter((l) => l.includes('webhook attempt could not be recorded') && l.includes(d!.delivery_id));
     assert.equal(logged.length, 1, lines.join(''));
+    // The failed statement's parameters (the attempt's URL among them) are not in the line.
+    assert.ok(!lines.join('').includes('tenant-hook-secret-42'), logged[0]);
   } finally {
     await stopRelays();
     await receiver.close();
