@@ -148,12 +148,14 @@ export async function listDeliveries(
 
 /**
  * A manual redeliver: the delivery is due now with its schedule started again, the same event
- * and webhook-id. Null when the endpoint has no such delivery.
+ * and webhook-id. Null when the endpoint has no such delivery. The lease goes too: an attempt
+ * in flight no longer holds the delivery, so its outcome (a step of the old schedule, perhaps
+ * `failed`) does not overrule the redeliver (recordAttempt).
  */
 export async function redeliver(tx: DbOrTx, endpointId: string, deliveryId: string): Promise<WebhookDeliveryRow | null> {
   const [row] = await tx
     .update(webhookDelivery)
-    .set({ state: 'pending', schedule_step: 0, next_attempt_at: sql`now()`, delivered_at: null })
+    .set({ state: 'pending', schedule_step: 0, next_attempt_at: sql`now()`, delivered_at: null, lease_until: null })
     .where(and(eq(webhookDelivery.delivery_id, deliveryId), eq(webhookDelivery.endpoint_id, endpointId)))
     .returning();
   return row ?? null;
@@ -163,7 +165,7 @@ export async function redeliver(tx: DbOrTx, endpointId: string, deliveryId: stri
 export async function redeliverAny(tx: DbOrTx, deliveryId: string): Promise<WebhookDeliveryRow | null> {
   const [row] = await tx
     .update(webhookDelivery)
-    .set({ state: 'pending', schedule_step: 0, next_attempt_at: sql`now()`, delivered_at: null })
+    .set({ state: 'pending', schedule_step: 0, next_attempt_at: sql`now()`, delivered_at: null, lease_until: null })
     .where(and(eq(webhookDelivery.delivery_id, deliveryId), sql`${webhookDelivery.state} <> 'cancelled'`))
     .returning();
   return row ?? null;
@@ -182,6 +184,8 @@ export interface ClaimedDelivery {
   readonly url: string;
   readonly attempt_count: number;
   readonly schedule_step: number;
+  /** The claim's lease_until as Postgres wrote it (to the microsecond): the claim's identity. */
+  readonly lease: string;
   readonly event_type: WebhookEventType;
   readonly data: Record<string, unknown>;
   readonly event_created_at: Date;
@@ -233,7 +237,7 @@ export async function claimDueDeliveries(db: Db, token: FenceToken, opts: { limi
           ORDER BY next_attempt_at, created_at
           LIMIT ${room}
           FOR UPDATE SKIP LOCKED)
-        RETURNING d.delivery_id, d.event_id, d.tenant_id, d.endpoint_id, d.target_key, d.attempt_count, d.schedule_step,
+        RETURNING d.delivery_id, d.event_id, d.tenant_id, d.endpoint_id, d.target_key, d.attempt_count, d.schedule_step, d.lease_until::text AS lease,
           COALESCE((SELECT e.url FROM webhook_endpoint e WHERE e.endpoint_id = d.endpoint_id), d.url) AS url,
           ev.event_type, ev.data, ev.created_at AS event_created_at`);
       for (const r of rows as unknown as ClaimedDelivery[]) {
@@ -257,10 +261,23 @@ export interface AttemptRecord {
 export type AttemptNext = { kind: 'delivered' } | { kind: 'retry'; step: number; delayMs: number } | { kind: 'failed' };
 
 /**
+ * Text a receiver chose (its answer's excerpt, an error quoting it) as Postgres stores it: a NUL
+ * is refused in text and jsonb alike, and one would roll the whole record back (the attempt sent
+ * again at every lease, for ever); a lone surrogate (a pair cut at the excerpt's end) is made
+ * U+FFFD rather than left to the driver's encoder.
+ */
+function storable(text: string | null): string | null {
+  // In a `u` pattern \p{Cs} matches a surrogate only when it is not half of a pair.
+  return text === null ? null : text.replace(/[\u0000\p{Cs}]/gu, '\uFFFD');
+}
+
+/**
  * Records one attempt and what follows it, in one transaction: the attempt row (numbered from
  * the delivery's count), the delivery's state, and the endpoint's health. A delivery already
- * delivered (by a relay whose lease outlived ours) is not set back. Returns whether the attempt
- * disabled its endpoint.
+ * delivered (by a relay whose lease outlived ours) is not set back. A claim that no longer holds
+ * the lease (it expired and another relay claimed the delivery, or a redeliver started it over)
+ * records its attempt, and a success, but neither clears the lease nor sets a next step: those
+ * belong to whoever holds the delivery now. Returns whether the attempt disabled its endpoint.
  */
 export async function recordAttempt(
   db: Db,
@@ -270,11 +287,21 @@ export async function recordAttempt(
   next: AttemptNext,
   health: { disableAfterMs: number },
 ): Promise<{ disabledEndpoint: boolean }> {
+  const error = storable(attempt.error);
+  const excerpt = storable(attempt.excerpt);
   return db.transaction(async (tx) => {
     // A relay fenced off mid-send records nothing: its lease expires and the active region's
     // relay sends again (same webhook-id; receivers dedupe on it).
     await holdFence(tx, token);
-    const [current] = await tx.select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed.delivery_id)).for('update');
+    const [current] = await tx
+      .select({
+        attempt_count: webhookDelivery.attempt_count,
+        state: webhookDelivery.state,
+        held: sql<boolean>`COALESCE(${webhookDelivery.lease_until} = ${claimed.lease}::timestamptz, false)`,
+      })
+      .from(webhookDelivery)
+      .where(eq(webhookDelivery.delivery_id, claimed.delivery_id))
+      .for('update');
     if (!current) return { disabledEndpoint: false };
     const attemptNo = current.attempt_count + 1;
     const stillPending = current.state === 'pending';
@@ -282,9 +309,9 @@ export async function recordAttempt(
       .update(webhookDelivery)
       .set({
         attempt_count: attemptNo,
-        lease_until: null,
-        last_error: attempt.error,
-        ...(!stillPending
+        ...(current.held ? { lease_until: null } : {}),
+        last_error: error,
+        ...(!stillPending || (!current.held && next.kind !== 'delivered')
           ? {}
           : next.kind === 'delivered'
             ? { state: 'succeeded' as const, delivered_at: sql`now()` }
@@ -301,8 +328,8 @@ export async function recordAttempt(
       latency_ms: attempt.latencyMs,
       succeeded: attempt.ok,
       response_status: attempt.status,
-      response_excerpt: attempt.excerpt,
-      error: attempt.error,
+      response_excerpt: excerpt,
+      error,
     });
     if (!claimed.endpoint_id) return { disabledEndpoint: false };
     if (attempt.ok) {
@@ -315,17 +342,17 @@ export async function recordAttempt(
       .where(eq(webhookEndpoint.endpoint_id, claimed.endpoint_id))
       .returning();
     if (!ep || !ep.enabled || !shouldDisable(ep.failing_since, attempt.startedAt, health.disableAfterMs)) return { disabledEndpoint: false };
-    const reason = `every delivery attempt failed since ${ep.failing_since!.toISOString()} (last: ${attempt.error ?? 'failed'})`;
+    const reason = `every delivery attempt failed since ${ep.failing_since!.toISOString()} (last: ${error ?? 'failed'})`;
     await tx
       .update(webhookEndpoint)
-      .set({ enabled: false, disabled_at: sql`now()`, disabled_reason: reason.slice(0, 500), updated_at: sql`now()` })
+      .set({ enabled: false, disabled_at: sql`now()`, disabled_reason: storable(reason.slice(0, 500)), updated_at: sql`now()` })
       .where(eq(webhookEndpoint.endpoint_id, ep.endpoint_id));
     await tx.insert(tenantAttention).values({
       attention_id: randomUUID(),
       tenant_id: ep.tenant_id,
       kind: 'webhook_endpoint_disabled',
       subject_id: ep.endpoint_id,
-      detail: { url: ep.url, failing_since: ep.failing_since!.toISOString(), last_error: attempt.error },
+      detail: { url: ep.url, failing_since: ep.failing_since!.toISOString(), last_error: error },
     });
     return { disabledEndpoint: true };
   });

@@ -1,6 +1,6 @@
 // Structured JSON logs (pino). Secrets are redacted by path; callers log ids, never bodies.
 import pino, { type Logger } from 'pino';
-import { redactText } from './redact';
+import { redactErrorText, redactText, statementParamTexts } from './redact';
 import { traceFields } from './trace-context';
 
 export type { Logger };
@@ -18,12 +18,34 @@ const REDACT = [
   '*.password',
 ];
 
-/** pino's error serializer, then observability/redact.ts over its text. */
+/** Fields whose value is a failed statement's parameters (drizzle's DrizzleQueryError.params): dropped. */
+const STATEMENT_PARAMS = new Set(['params', 'parameters']);
+
+/**
+ * pino's error serializer, then observability/redact.ts over every field it kept: pino copies an
+ * error's own fields as they are (a DrizzleQueryError's `params`, a pg error's `detail` quoting a
+ * value, an SDK error's details), so each string anywhere in it is redacted, statement parameters
+ * are dropped (and cut from the messages that quote them), and the result is a copy (the error
+ * itself is left as it was).
+ */
 function errSerializer(err: unknown): unknown {
   if (typeof err === 'string') return redactText(err);
-  const out = pino.stdSerializers.err(err as Error) as unknown as Record<string, unknown>;
-  if (!out || typeof out !== 'object') return out;
-  for (const k of ['message', 'stack'] as const) if (typeof out[k] === 'string') out[k] = redactText(out[k]);
+  const params = statementParamTexts(err);
+  return redactFields(pino.stdSerializers.err(err as Error), params, 0, new Set());
+}
+
+function redactFields(value: unknown, params: readonly [string, string][], depth: number, seen: Set<unknown>): unknown {
+  if (typeof value === 'string') return redactErrorText(value, params);
+  if (value === null || typeof value !== 'object' || value instanceof Date) return value;
+  if (ArrayBuffer.isView(value)) return `[${value.byteLength} bytes]`;
+  if (seen.has(value)) return '[circular]';
+  if (depth >= 6) return '[…]';
+  seen.add(value);
+  const toJSON = (value as { toJSON?: unknown }).toJSON;
+  if (typeof toJSON === 'function') return redactFields(toJSON.call(value), params, depth + 1, seen);
+  if (Array.isArray(value)) return value.map((v) => redactFields(v, params, depth + 1, seen));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = STATEMENT_PARAMS.has(k) ? '[redacted]' : redactFields(v, params, depth + 1, seen);
   return out;
 }
 

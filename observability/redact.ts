@@ -26,15 +26,49 @@ export function redactText(text: string): string {
 }
 
 /**
+ * What drizzle's DrizzleQueryError (anywhere in `err`'s cause chain) appended to its message:
+ * "\nparams: <every parameter of the failed statement>", each text with what replaces it. A
+ * parameter may be any column value: a provider's signed output URL, a tenant's webhook URL
+ * with its token, a prompt. The statement itself (`query`, placeholders only) stays.
+ */
+export function statementParamTexts(err: unknown): [string, string][] {
+  const out: [string, string][] = [];
+  const seen = new Set<unknown>();
+  for (
+    let e = err as { query?: unknown; params?: unknown; cause?: unknown } | null;
+    e && typeof e === 'object' && !seen.has(e) && seen.size < 8;
+    e = e.cause as typeof e
+  ) {
+    seen.add(e);
+    if (typeof e.query !== 'string' || !Array.isArray(e.params) || e.params.length === 0) continue;
+    try {
+      out.push([`\nparams: ${String(e.params)}`, `\nparams: [${e.params.length} redacted]`]);
+    } catch {
+      // A parameter that cannot be made text was not in the message either.
+    }
+  }
+  return out;
+}
+
+/** `text` without the statement parameters `params` names (statementParamTexts), then redacted. */
+export function redactErrorText(text: string, params: readonly [string, string][]): string {
+  let out = text;
+  for (const [found, replacement] of params) out = out.replaceAll(found, replacement);
+  return redactText(out);
+}
+
+/**
  * Redacts an error's message and stack, and its causes', in place (keeping its class, so
- * `instanceof` and Temporal's failure types still work); returns it.
+ * `instanceof` and Temporal's failure types still work); returns it. A failed statement's
+ * parameters leave its message.
  */
 export function redactError<T>(err: T): T {
+  const params = statementParamTexts(err);
   const seen = new Set<unknown>();
   for (let e: unknown = err; e instanceof Error && !seen.has(e) && seen.size < 8; e = e.cause) {
     seen.add(e);
-    e.message = redactText(e.message);
-    if (e.stack) e.stack = redactText(e.stack);
+    e.message = redactErrorText(e.message, params);
+    if (e.stack) e.stack = redactErrorText(e.stack, params);
   }
   return err;
 }

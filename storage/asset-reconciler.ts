@@ -286,13 +286,19 @@ async function classifyObjects(
     if (row && !row.deleted_at && row.location === location) continue;
     if (row && !row.deleted_at) {
       // The row lives in the other bucket: a copy left behind. A fallback copy of an object
-      // copied back (its removal failed) goes; anything else waits for an operator.
-      const stale = location === 'fallback' && row.location === 'primary';
+      // copied back (its removal failed) goes, once the primary answers with the row's object;
+      // anything else waits for an operator. A primary that lost the object since (a bucket
+      // restore, a lifecycle rule) leaves this copy the only one: kept, and the row is reported
+      // missing by checkRows.
+      const copyBackLeftover = location === 'fallback' && row.location === 'primary';
+      const unverified = copyBackLeftover ? await primaryDiffers(deps, row) : null;
+      const stale = copyBackLeftover && unverified === null;
+      const fate = stale ? (opts.dryRun ? '; would remove' : '; removed') : unverified ? `; kept: ${unverified}` : '';
       report.findings.push({
         kind: 'orphaned',
         ...(taskId ? { taskId } : {}),
         key: o.key,
-        detail: `a stale copy in the ${location} bucket; the row says ${row.location}${stale ? (opts.dryRun ? '; would remove' : '; removed') : ''}`,
+        detail: `a stale copy in the ${location} bucket; the row says ${row.location}${fate}`,
       });
       if (stale && !opts.dryRun) {
         await store.delete(o.key);
@@ -320,4 +326,21 @@ async function classifyObjects(
       detail: `${o.size} bytes in the ${location} bucket with no asset row`,
     });
   }
+}
+
+/**
+ * Null when the primary holds the row's object (its sha256 and size), else why not: the copy in
+ * the fallback may then be the only one.
+ */
+async function primaryDiffers(deps: AssetReconcilerDeps, row: typeof asset.$inferSelect): Promise<string | null> {
+  let head;
+  try {
+    head = await deps.storage.head(row.object_key);
+  } catch (err) {
+    return `the primary did not answer (${(err as Error).message})`;
+  }
+  if (!head) return `the primary bucket ${deps.storage.bucket} does not have it (the only copy)`;
+  if (head.sha256 !== row.sha256) return `the primary's object sha256 ${head.sha256 ?? '(none)'} is not the row's`;
+  if (head.size !== Number(row.size_bytes)) return `the primary's object is ${head.size} bytes, the row says ${row.size_bytes}`;
+  return null;
 }

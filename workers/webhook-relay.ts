@@ -41,7 +41,12 @@ export interface WebhookRelayOptions {
   readonly publicBaseUrl: string;
   readonly logger: Logger;
   readonly settings: WebhookRelaySettings;
-  readonly onAttempt?: (outcome: 'delivered' | 'retry' | 'failed') => void;
+  /**
+   * What followed each attempt; `unrecorded`: it was sent but recording it failed, so it is sent
+   * again when its lease expires (vidorch_webhook_attempts_total: an attempt that can never be
+   * recorded shows as a steady rate of these, not as silence).
+   */
+  readonly onAttempt?: (outcome: 'delivered' | 'retry' | 'failed' | 'unrecorded') => void;
 }
 
 export interface NotifyBacklog {
@@ -156,9 +161,11 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     tokens -= claimed.length;
     for (const d of claimed) {
       const p: Promise<void> = deliver(token, d)
-        .catch((err: unknown) =>
-          opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again'),
-        )
+        .catch((err: unknown) => {
+          // Fenced off: the active region's relay sends it; anything else is counted.
+          if (!(err instanceof FenceRejectedError)) opts.onAttempt?.('unrecorded');
+          opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt could not be recorded; its lease will expire and it is tried again');
+        })
         .finally(() => {
           inFlight.delete(p);
           kick();

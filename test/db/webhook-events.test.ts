@@ -12,7 +12,7 @@ import { FenceRejectedError, holdFence } from '../../db/fence';
 import { generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
 import { casTaskStatus } from '../../db/tasks';
 import { createSecretBox } from '../../db/webhook-secrets';
-import { claimDueDeliveries, insertEndpoint, recordAttempt } from '../../db/webhooks';
+import { claimDueDeliveries, insertEndpoint, recordAttempt, redeliver } from '../../db/webhooks';
 import { ALLOWED_TRANSITIONS } from '../../domain/task-machine';
 import type { TaskStatus } from '../../domain/states';
 import { afterFailure, delayBeforeStep, shouldDisable } from '../../domain/webhook-schedule';
@@ -124,6 +124,45 @@ test('the relay claims and records only under the region fence: a fenced-off rel
   const [still] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed[0]!.delivery_id));
   assert.equal(still!.state, 'pending', 'nothing recorded by the fenced-off relay');
   assert.equal(still!.attempt_count, 0);
+});
+
+test('a record from a claim that no longer holds the lease (expired and taken again) keeps the new claim and sets no step', async () => {
+  const id = await newTask('lease-owner-1');
+  await cancelTask(db(), token, tenantId, id);
+  const [ev] = await eventsOf(id);
+  const mine = (cs: Awaited<ReturnType<typeof claimDueDeliveries>>) => cs.filter((c) => c.event_id === ev!.event_id);
+  const [first] = mine(await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 1 }));
+  await new Promise((r) => setTimeout(r, 20));
+  const [second] = mine(await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter(
+    (c) => c.delivery_id === first!.delivery_id,
+  );
+  assert.ok(second, 'the expired lease is claimed again');
+  const failed = { url: 'https://example.com/h', startedAt: new Date(), ok: false, status: 500, latencyMs: 5, error: 'answered 500', excerpt: null };
+  await recordAttempt(db(), token, first!, failed, { kind: 'failed' }, { disableAfterMs: 1e9 });
+  const [after1] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, first!.delivery_id));
+  assert.equal(after1!.state, 'pending', "the stale claim's outcome is not the delivery's");
+  assert.equal(after1!.attempt_count, 1, 'its attempt is counted');
+  assert.ok(after1!.lease_until && after1!.lease_until > new Date(), 'the second claim keeps its lease');
+  await recordAttempt(db(), token, second, { ...failed, ok: true, status: 200, error: null }, { kind: 'delivered' }, { disableAfterMs: 1e9 });
+  const [after2] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, first!.delivery_id));
+  assert.equal(after2!.state, 'succeeded');
+  assert.equal(after2!.lease_until, null);
+});
+
+test('a redeliver while an attempt is in flight: that attempt failing on its last step does not fail the delivery, which is due again at once', async () => {
+  const id = await newTask('lease-owner-2');
+  await cancelTask(db(), token, tenantId, id);
+  const [ev] = await eventsOf(id);
+  const [claimed] = (await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.event_id === ev!.event_id);
+  assert.ok(claimed?.endpoint_id);
+  assert.ok(await redeliver(db(), claimed.endpoint_id, claimed.delivery_id));
+  const failed = { url: 'https://example.com/h', startedAt: new Date(), ok: false, status: 500, latencyMs: 5, error: 'answered 500', excerpt: null };
+  await recordAttempt(db(), token, claimed, failed, { kind: 'failed' }, { disableAfterMs: 1e9 });
+  const [d] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed.delivery_id));
+  assert.equal(d!.state, 'pending', 'the redeliver stands');
+  assert.equal(d!.schedule_step, 0);
+  const again = (await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.delivery_id === claimed.delivery_id);
+  assert.equal(again.length, 1, 'claimed again at once');
 });
 
 test("a task's own webhook_url is capped per tenant and origin: another tenant's tasks to the same host share no target", async () => {

@@ -201,6 +201,43 @@ test('the asset reconciler finds an orphaned object and a missing one, and a dry
   await primaryStore.delete(orphanKey);
 });
 
+test("a fallback copy left by a copy-back is removed only while the primary holds the row's object; once the primary lost it, that last copy is kept and reported", async () => {
+  const taskId = await e.createTask('stale-fallback-1');
+  await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+  const video = await videoOf(taskId);
+  assert.equal(video.location, 'primary');
+  const bytes = await primaryStore.read(video.object_key);
+  // What a copy-back whose removal of the fallback copy failed leaves behind.
+  const leaveFallbackCopy = () => fallbackStore.put(video.object_key, bytes, { contentType: video.content_type, sha256: video.sha256 });
+  const findings = (r: Awaited<ReturnType<typeof reconcileAssets>>) =>
+    r.findings.filter((f) => f.key === video.object_key).map((f) => `${f.kind}: ${f.detail}`);
+
+  await leaveFallbackCopy();
+  const first = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
+  assert.deepEqual(findings(first), ['orphaned: a stale copy in the fallback bucket; the row says primary; removed']);
+  assert.equal(await fallbackStore.head(video.object_key), null, 'the primary holds it: the stale copy is removed');
+
+  // Left behind again, then the primary loses its object (a bucket restore, a lifecycle rule).
+  await leaveFallbackCopy();
+  await primaryStore.delete(video.object_key);
+  try {
+    const second = await reconcileAssets(reconcilerDeps(), { dryRun: false, limit: 500 });
+    const found = findings(second);
+    assert.ok(
+      found.some((f) => f.startsWith('missing: ')),
+      `the row is reported missing in the primary: ${found.join(' | ')}`,
+    );
+    assert.ok(
+      found.some((f) => /^orphaned: .*; kept: the primary bucket \S+ does not have it \(the only copy\)$/.test(f)),
+      found.join(' | '),
+    );
+    assert.equal((await fallbackStore.head(video.object_key))?.sha256, video.sha256, 'the only copy is not deleted');
+  } finally {
+    await primaryStore.put(video.object_key, bytes, { contentType: video.content_type, sha256: video.sha256 });
+    await fallbackStore.delete(video.object_key);
+  }
+});
+
 test(
   'a provider URL refused (expired) after storage was down: FAILED OUTPUT_LOST, the reservation released, nothing charged',
   { timeout: 120_000 },

@@ -2,16 +2,21 @@
 // (two workers) never send one delivery twice at once and keep an endpoint's concurrency cap
 // between them; a receiver that hangs past the attempt timeout costs only its own endpoint's
 // slots, so another tenant's deliveries go out meanwhile; an endpoint that fails for longer than
-// WEBHOOK_DISABLE_AFTER_MS is disabled, with a needs-attention record for its tenant.
+// WEBHOOK_DISABLE_AFTER_MS is disabled, with a needs-attention record for its tenant. A 2xx is
+// recorded whatever bytes its answer holds; an attempt whose record fails anyway is counted and
+// logged, never a silent resend.
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
-import { and, eq } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import { cancelTask } from '../../api/tasks.service';
 import { createTask } from '../support/deps';
 import { addSigningSecret, createSecretBox } from '../../db/webhook-secrets';
 import { insertEndpoint } from '../../db/webhooks';
 import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint } from '../../db/schema';
-import { startWebhookRelay, type WebhookRelay } from '../../workers/webhook-relay';
+import { startWebhookRelay, type WebhookRelay, type WebhookRelayOptions } from '../../workers/webhook-relay';
+import { createLogger } from '../../observability/logger';
 import { createTestDatabase, createTestTenant, eventually, testConfig, testLogger, type TestDatabase } from '../support/stack';
 import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-receiver';
 
@@ -34,11 +39,11 @@ after(async () => {
   await tdb?.drop();
 });
 
-/** A tenant with one endpoint at `receiver`, and `n` cancelled tasks (one task.cancelled event each). */
-async function tenantWithEvents(name: string, receiver: WebhookReceiver, secrets: string[], n: number) {
+/** A tenant with one endpoint at `receiver` (`/<name><query>`), and `n` cancelled tasks (one task.cancelled event each). */
+async function tenantWithEvents(name: string, receiver: { baseUrl: string }, secrets: string[], n: number, query = '') {
   const db = tdb.database.db;
   const { tenantId } = await createTestTenant(tdb.database, config, '100');
-  const endpoint = await insertEndpoint(db, { tenantId, url: `${receiver.baseUrl}/${name}`, description: null, events: null });
+  const endpoint = await insertEndpoint(db, { tenantId, url: `${receiver.baseUrl}/${name}${query}`, description: null, events: null });
   secrets.push(await addSigningSecret(db, box, endpoint.endpoint_id));
   for (let i = 0; i < n; i += 1) {
     const { task } = await createTask(db, token, { tenantId, idempotencyKey: `${name}-${i}`, body });
@@ -47,13 +52,14 @@ async function tenantWithEvents(name: string, receiver: WebhookReceiver, secrets
   return { tenantId, endpointId: endpoint.endpoint_id };
 }
 
-const relay = () =>
+const relay = (extra: Partial<Pick<WebhookRelayOptions, 'logger' | 'onAttempt'>> = {}) =>
   startWebhookRelay({
     db: tdb.database.db,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
     secrets: box,
     publicBaseUrl: 'https://api.example.com',
     logger: testLogger,
+    ...extra,
     settings: {
       schedule: [0, ...Array.from({ length: 30 }, () => 200)],
       attemptTimeoutMs: 4_000,
@@ -128,4 +134,89 @@ test('two relays: a hung receiver holds only its own slots (at most the cap, acr
   const heard = failing.received.length;
   await new Promise((r) => setTimeout(r, 600));
   assert.equal(failing.received.length, heard, 'a disabled endpoint gets nothing more');
+});
+
+/** A receiver that answers every request 200 with `answer` as its body; `hits` counts requests. */
+async function answering(answer: Buffer): Promise<{ baseUrl: string; hits: () => number; close: () => Promise<void> }> {
+  let hits = 0;
+  const server = http.createServer((req, res) => {
+    req.resume().on('end', () => {
+      hits += 1;
+      res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(answer);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return {
+    baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    hits: () => hits,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+const stopRelays = () => Promise.all(relays.splice(0).map((r) => r.stop()));
+
+test('a 2xx whose answer holds a NUL, invalid UTF-8 and a surrogate pair cut at the excerpt is recorded delivered, and sent once', async () => {
+  await stopRelays();
+  // 'ok', NUL, a lone continuation byte, then an emoji straddling the 512th character.
+  const answer = Buffer.concat([Buffer.from([0x6f, 0x6b, 0x00, 0x80]), Buffer.from('x'.repeat(507) + '\u{1F600}tail')]);
+  const receiver = await answering(answer);
+  try {
+    const { endpointId } = await tenantWithEvents('binary-answer', receiver, [], 1);
+    relays.push(relay());
+    const db = tdb.database.db;
+    const delivery = await eventually(
+      async () => {
+        const [d] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.endpoint_id, endpointId));
+        return d?.state === 'succeeded' ? d : undefined;
+      },
+      10_000,
+      100,
+    );
+    assert.equal(delivery.attempt_count, 1);
+    assert.equal(receiver.hits(), 1, 'a recorded success is not sent again');
+    const [attempt] = await db.select().from(webhookAttempt).where(eq(webhookAttempt.delivery_id, delivery.delivery_id));
+    assert.equal(attempt!.succeeded, true);
+    const excerpt = attempt!.response_excerpt ?? '';
+    assert.ok(excerpt.startsWith('ok\uFFFD\uFFFD'), JSON.stringify(excerpt.slice(0, 8)));
+    assert.ok(!excerpt.includes('\u0000'));
+    assert.doesNotMatch(excerpt, /\p{Cs}/u, 'no lone surrogate kept');
+  } finally {
+    await stopRelays();
+    await receiver.close();
+  }
+});
+
+test('an attempt sent whose record fails is counted unrecorded and logged, not resent in silence', async () => {
+  await stopRelays();
+  const db = tdb.database.db;
+  // Any failure of the record, here a trigger refusing this receiver's attempt rows.
+  await db.execute(sql`
+    CREATE FUNCTION refuse_unrecordable() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN IF NEW.url LIKE '%/unrecordable%' THEN RAISE EXCEPTION 'attempt row refused by the test'; END IF; RETURN NEW; END $$`);
+  await db.execute(sql`CREATE TRIGGER refuse_unrecordable BEFORE INSERT ON webhook_attempt FOR EACH ROW EXECUTE FUNCTION refuse_unrecordable()`);
+  const receiver = await answering(Buffer.from('ok'));
+  const outcomes: string[] = [];
+  const lines: string[] = [];
+  const logger = createLogger({ name: 'relay-test', level: 'warn', pretty: false, destination: { write: (l: string) => void lines.push(l) } });
+  try {
+    // A token in the tenant's URL: it stays out of the log.
+    const { endpointId } = await tenantWithEvents('unrecordable', receiver, [], 1, '?token=tenant-hook-secret-42');
+    relays.push(relay({ logger, onAttempt: (o) => outcomes.push(o) }));
+    await eventually(async () => (outcomes.includes('unrecorded') ? true : undefined), 10_000, 50);
+    const [d] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.endpoint_id, endpointId));
+    assert.equal(d!.state, 'pending', 'nothing was recorded: it is sent again when its lease expires');
+    assert.equal(d!.attempt_count, 0);
+    assert.ok(receiver.hits() >= 1);
+    const logged = lines.filter((l) => l.includes('webhook attempt could not be recorded') && l.includes(d!.delivery_id));
+    assert.equal(logged.length, 1, lines.join(''));
+    // The failed statement's parameters (the attempt's URL among them) are not in the line.
+    assert.ok(!lines.join('').includes('tenant-hook-secret-42'), logged[0]);
+  } finally {
+    await stopRelays();
+    await receiver.close();
+    await db.execute(sql`DROP TRIGGER refuse_unrecordable ON webhook_attempt`);
+  }
 });

@@ -2,14 +2,20 @@
 // X-Amz-Credential), and errors become the task's failure, the activity failure in workflow
 // history and log lines. A provider output that ffprobe rejects runs the whole product here;
 // then an activity failure quoting a presigned URL and a bearer key goes through the real worker.
-// Neither the task, the logs nor the history carries the URL's query or the key.
+// Neither the task, the logs nor the history carries the URL's query or the key. A failed
+// statement's error carries its parameters in fields of its own (drizzle's `params`): logged by
+// the API, a worker or the Temporal SDK, none of them reaches the line.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
+import { sql } from 'drizzle-orm';
+import { problemFor } from '../../api/problem';
 import { buildStorage } from '../../config/services';
+import { createLogger } from '../../observability/logger';
 import { startE2E, type E2E } from '../support/e2e';
 import { startWorker, tapLogs } from '../support/stack';
-import { redactText } from '../../observability/redact';
+import { redactError, redactText } from '../../observability/redact';
+import { temporalLogger } from '../../observability/temporal-logger';
 
 let e: E2E;
 const logs: string[] = [];
@@ -87,4 +93,33 @@ test("a callback URL's token is masked wherever its path is logged (it authentic
   assert.ok(!out.includes(token), out);
   assert.match(out, /\/v1\/callbacks\/replicate\/\[redacted\]/);
   assert.match(out, /\/v1\/callbacks\/kling\/\[redacted\]/);
+});
+
+test("a failed statement's parameters (a signed URL, a prompt) reach no log line, whoever logs it, nor its redacted failure", async () => {
+  const lines: string[] = [];
+  const logger = createLogger({ name: 'redaction', level: 'info', pretty: false, destination: { write: (l: string) => void lines.push(l) } });
+  const signed = 'https://replicate.delivery/xezq/out.mp4?X-Amz-Credential=AKIAEXAMPLE%2F20261202&X-Amz-Signature=deadbeefcafe0123456789';
+  const prompt = 'a private prompt 7f3a';
+  // A statement that fails (in production a deadlock, a timeout, a dropped connection).
+  const failed = () =>
+    e.tdb.database.db.execute(sql`SELECT ${signed}::int, ${prompt}::text`).then(
+      () => assert.fail('the statement failed'),
+      (err: unknown) => err,
+    );
+  const err = await failed();
+  assert.ok(Array.isArray((err as { params?: unknown }).params), 'a DrizzleQueryError, with the parameters in a field');
+  logger.warn({ err }, 'step failed');
+  assert.equal(problemFor(err, logger, '/v1/tasks').problem.status, 500);
+  temporalLogger(logger).warn('Activity failed', { error: err });
+  logger.error({ err: new Error('wrapped', { cause: err }) }, 'a cause is redacted too');
+  assert.equal(lines.length, 4);
+  for (const line of lines) {
+    assert.doesNotMatch(line, /deadbeefcafe0123456789|X-Amz-|a private prompt/, line);
+    assert.match(line, /Failed query: SELECT \$1::int/, 'the statement is still named');
+  }
+  assert.match(lines[0]!, /"params":"\[redacted\]"/);
+  // What an activity throws is redacted before history (redactActivityFailures): the parameters go too.
+  const recorded = redactError(await failed()) as Error;
+  assert.doesNotMatch(`${recorded.message}\n${recorded.stack}`, /deadbeefcafe0123456789|a private prompt/);
+  assert.match(recorded.message, /params: \[2 redacted\]/);
 });
