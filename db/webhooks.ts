@@ -1,6 +1,7 @@
 // Tenant webhooks' facts (docs/webhooks.md, docs/decisions/0018-tenant-webhooks.md): endpoints,
 // the deliveries the transition trigger fans out, and every attempt. This module owns their
 // writes; the events themselves are written only by the trigger `task_transition_webhook_event`.
+import { storableText } from './storable';
 import { randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { shouldDisable } from '../domain/webhook-schedule';
@@ -260,16 +261,8 @@ export interface AttemptRecord {
 
 export type AttemptNext = { kind: 'delivered' } | { kind: 'retry'; step: number; delayMs: number } | { kind: 'failed' };
 
-/**
- * Text a receiver chose (its answer's excerpt, an error quoting it) as Postgres stores it: a NUL
- * is refused in text and jsonb alike, and one would roll the whole record back (the attempt sent
- * again at every lease, for ever); a lone surrogate (a pair cut at the excerpt's end) is made
- * U+FFFD rather than left to the driver's encoder.
- */
-function storable(text: string | null): string | null {
-  // In a `u` pattern \p{Cs} matches a surrogate only when it is not half of a pair.
-  return text === null ? null : text.replace(/[\u0000\p{Cs}]/gu, '\uFFFD');
-}
+/** Text a receiver chose (its answer's excerpt, an error quoting it), storable (db/storable.ts): one NUL would roll the whole record back and the attempt be sent again at every lease, for ever. */
+const storable = (text: string | null): string | null => (text === null ? null : storableText(text));
 
 /**
  * Records one attempt and what follows it, in one transaction: the attempt row (numbered from
