@@ -14,6 +14,7 @@ import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
 import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
 import { finishTask } from '../db/settlement';
+import { GONE_AFTER_CANCEL } from './poll-provider';
 
 async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {
   const rows = await tx
@@ -107,7 +108,10 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     }
     const sourceEvent = `${row.source}:${row.inbox_id}`;
     if (d.to === 'FAILED' || d.to === 'CANCELLED') {
-      const chargeable = d.to === 'CANCELLED' && providerFor(deps, attempt.provider).capabilities.chargeableStates.includes(job.state);
+      // docs/billing.md: a cancel is charged only when the provider reported a state it bills; a job
+      // it no longer knows (GONE_AFTER_CANCEL, a 404) reported none.
+      const chargeable =
+        d.to === 'CANCELLED' && job.rawStatus !== GONE_AFTER_CANCEL && providerFor(deps, attempt.provider).capabilities.chargeableStates.includes(job.state);
       await finishTask(tx, token, task, {
         to: d.to,
         // docs/billing.md: a cancel the provider bills is charged; failures are released.
