@@ -1,8 +1,9 @@
 // Billing reconciler (docs/billing.md). A terminal task with its reservation still open is closed
 // with the settlement the task itself recorded (its settled_amount), by the same idempotent,
-// fenced ledger write the workflow makes (db/ledger.ts settleReservation). Duplicate charges and
-// an account that disagrees with the sum of its ledger are reported for a person: the ledger is
-// append-only, and a correction is a decision (docs/runbooks/reconcilers.md).
+// fenced ledger write the workflow makes (db/ledger.ts settleReservation). Duplicate charges, a
+// task whose recorded charge is not its SETTLE row, and an account that disagrees with the sum
+// of its ledger are reported for a person: the ledger is append-only, and a correction is a
+// decision (docs/runbooks/reconcilers.md).
 import { sql } from 'drizzle-orm';
 import { FenceRejectedError, acquireFence, inFence, type FenceToken } from '../db/fence';
 import { settleReservation } from '../db/ledger';
@@ -95,6 +96,21 @@ export const billingReconciler: Reconciler = {
       });
     }
 
+    // The task row's recorded charge is what its SETTLE row says (docs/billing.md): a task made
+    // live again after its reservation was closed, or a charge written beside the ledger, shows here.
+    const { rows: drifted } = await deps.db.execute(sql`
+      SELECT t.task_id::text, t.status, t.settled_amount::text, l.amount::text AS settle
+      FROM credit_ledger l JOIN generation_task t ON t.task_id = l.task_id
+      WHERE l.entry_type = 'SETTLE' AND t.settled_amount IS DISTINCT FROM l.amount
+      LIMIT ${opts.limit}`);
+    for (const d of drifted as { task_id: string; status: string; settled_amount: string | null; settle: string }[]) {
+      findings.push({
+        kind: 'settlement-drift',
+        taskId: d.task_id,
+        detail: `${d.status} task records charge ${d.settled_amount ?? 'none'}, its SETTLE row ${d.settle}: a person must decide`,
+      });
+    }
+
     // balance = GRANT − SETTLE + REFUND and reserved = RESERVE − SETTLE − RELEASE (docs/billing.md).
     const { rows: accounts } = await deps.db.execute(sql`
       SELECT a.tenant_id::text, a.balance::text, a.reserved::text, l.balance::text AS ledger_balance, l.reserved::text AS ledger_reserved
@@ -113,6 +129,6 @@ export const billingReconciler: Reconciler = {
       });
     }
     const { rows: counted } = await deps.db.execute(sql`SELECT count(*)::int AS n FROM credit_account`);
-    return { examined: open.length + duplicates.length + (counted[0] as { n: number }).n, findings, changed };
+    return { examined: open.length + duplicates.length + drifted.length + (counted[0] as { n: number }).n, findings, changed };
   },
 };
