@@ -5,7 +5,8 @@ import { taskSlotWait } from '../db/slot-queue';
 import { createHash, randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, lt, or } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { FenceRejectedError, holdFence, readFence, type FenceToken } from '../db/fence';
+import { FenceRejectedError, readFence, type FenceToken } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import { asset, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import { admitTask } from '../db/task-admission';
@@ -196,7 +197,10 @@ export async function listTasks(db: Db, tenantId: string, q: { status?: TaskStat
 /** `actor` is who asked (default the tenant; `ops task cancel` passes its operator). */
 export async function cancelTask(db: Db, token: FenceToken, tenantId: string, taskId: string, actor = `tenant:${tenantId}`): Promise<TaskRow> {
   return db.transaction(async (tx) => {
-    await holdFence(tx, token);
+    // The mode in the writing transaction (ModePausedError: 503 from the API, a refusal from the
+    // CLI): the API's admission reads a mode cached up to a second, so a cancel answered after
+    // `mode set READ_ONLY` returned would otherwise still settle the task.
+    await holdFenceForFacts(tx, token, 'cancel');
     const task = await lockTask(tx, taskId);
     if (!task || task.tenant_id !== tenantId) throw problems.notFound('task');
     const from = task.status;

@@ -56,6 +56,17 @@ async function terminalWithOpenReservation(): Promise<string> {
   return id;
 }
 
+test('the reconciler closes a terminal task’s open reservation with its recorded charge, and writes nothing while the mode makes facts read-only', async () => {
+  const id = await terminalWithOpenReservation();
+  await mode('MAINTENANCE');
+  const paused = (await reconcile(false)).findings.find((f) => f.taskId === id);
+  assert.deepEqual(await closesOf(id), [], 'no ledger row in MAINTENANCE');
+  assert.match(paused?.detail ?? '', /not closed: system mode is MAINTENANCE: task facts are read-only/);
+  await mode('NORMAL');
+  await reconcile(false);
+  assert.deepEqual(await closesOf(id), ['RELEASE 1.000000', 'SETTLE 0.000000']);
+});
+
 test('a task made live again after its reservation was closed cannot succeed with a charge its ledger lacks; pitr repair refuses to reopen it; the reconciler reports it', async () => {
   const id = await providerSucceededTask(w, 'reopened');
   const before = await taskOf(id);
