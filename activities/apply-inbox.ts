@@ -1,12 +1,12 @@
 // Applies pending inbox rows (callbacks and polls alike) to the task through the state
 // machine. The task row is locked, so two executions at once serialise and the second finds
 // nothing left to apply.
-import { and, asc, eq, isNull, ne, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, isNull, ne, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
 import { deserializeJob, type StoredJob } from '../db/inbox';
-import { callbackInbox, generationTask, taskAttempt, type AttemptRow, type TaskRow } from '../db/schema';
+import { callbackInbox, generationTask, taskAttempt, taskTransition, type AttemptRow, type TaskRow } from '../db/schema';
 import { casTaskStatus } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
@@ -14,6 +14,7 @@ import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
 import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
 import { finishTask } from '../db/settlement';
+import { GONE_AFTER_CANCEL } from './poll-provider';
 
 async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {
   const rows = await tx
@@ -24,6 +25,21 @@ async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId
   return rows.length > 0;
 }
 type InboxRow = typeof callbackInbox.$inferSelect;
+
+/**
+ * Whether a task in MANUAL_REVIEW was parked while its cancel was requested: its latest
+ * transition into review came from CANCEL_REQUESTED (task_transition, no column of its own).
+ */
+async function parkedWhileCancelling(tx: Tx, task: TaskRow): Promise<boolean> {
+  if (task.status !== 'MANUAL_REVIEW' || !task.cancel_requested_at) return false;
+  const [parked] = await tx
+    .select({ from: taskTransition.from_status })
+    .from(taskTransition)
+    .where(and(eq(taskTransition.task_id, task.task_id), eq(taskTransition.to_status, 'MANUAL_REVIEW')))
+    .orderBy(desc(taskTransition.to_version))
+    .limit(1);
+  return parked?.from === 'CANCEL_REQUESTED';
+}
 
 export function createInboxActivities(deps: TaskActivityDeps) {
   /** Inbox rows applied in this transaction, with the reason a row changed nothing (null when it applied). */
@@ -40,7 +56,16 @@ export function createInboxActivities(deps: TaskActivityDeps) {
 
   /** Applies one event; returns the task as it is afterwards. */
   /** `locked`: the active attempt as the transaction's opening read it, while no row has changed it yet. */
-  async function applyOne(tx: Tx, token: FenceToken, task: TaskRow, row: InboxRow, processed: Processed, locked: AttemptRow | null): Promise<TaskRow> {
+  /** `cancelRequested`: the batch began in a review parked while cancelling (parkedWhileCancelling). */
+  async function applyOne(
+    tx: Tx,
+    token: FenceToken,
+    task: TaskRow,
+    row: InboxRow,
+    processed: Processed,
+    locked: AttemptRow | null,
+    cancelRequested: boolean,
+  ): Promise<TaskRow> {
     if (row.attempt_id !== task.active_attempt_id) {
       processed.set(row.inbox_id, 'event for an attempt that is not the active one');
       return task;
@@ -100,14 +125,17 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     );
 
     const from = task.status;
-    const d = decide(from, { type: 'PROVIDER_STATE', state: job.state });
+    const d = decide(from, { type: 'PROVIDER_STATE', state: job.state, cancelRequested });
     if (d.kind !== 'move') {
       processed.set(row.inbox_id, d.kind === 'reject' ? d.reason : null);
       return task;
     }
     const sourceEvent = `${row.source}:${row.inbox_id}`;
     if (d.to === 'FAILED' || d.to === 'CANCELLED') {
-      const chargeable = d.to === 'CANCELLED' && providerFor(deps, attempt.provider).capabilities.chargeableStates.includes(job.state);
+      // docs/billing.md: a cancel is charged only when the provider reported a state it bills; a job
+      // it no longer knows (GONE_AFTER_CANCEL, a 404) reported none.
+      const chargeable =
+        d.to === 'CANCELLED' && job.rawStatus !== GONE_AFTER_CANCEL && providerFor(deps, attempt.provider).capabilities.chargeableStates.includes(job.state);
       await finishTask(tx, token, task, {
         to: d.to,
         // docs/billing.md: a cancel the provider bills is charged; failures are released.
@@ -154,10 +182,11 @@ export function createInboxActivities(deps: TaskActivityDeps) {
             .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
             .for('update');
           const processed: Processed = new Map();
+          const cancelRequested = rows.length > 0 && (await parkedWhileCancelling(tx, task));
           // The opening read's attempt row serves the first row; a later one re-reads what it changed.
           let current = attempt;
           for (const row of rows) {
-            task = await applyOne(tx, token, task, row, processed, current);
+            task = await applyOne(tx, token, task, row, processed, current, cancelRequested);
             current = null;
           }
           await markProcessed(tx, processed);

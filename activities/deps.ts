@@ -7,6 +7,7 @@ import { inTaskTransaction, readTaskRows, type TaskLock, type TaskTransactionOpt
 import type { TaskFacts } from '../domain/facts';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
+import { SettlementConflictError } from '../db/ledger';
 import { InvalidTransitionError } from '../db/tasks';
 import { plusUpToHalf } from '../domain/backoff';
 import { FailureType } from '../domain/errors';
@@ -163,7 +164,8 @@ export function toActivityFailure(err: unknown, pauseRetryMs: number): unknown {
       category: ApplicationFailureCategory.BENIGN,
     });
   }
-  if (err instanceof InvalidTransitionError) {
+  if (err instanceof InvalidTransitionError || err instanceof SettlementConflictError) {
+    // A broken invariant no retry mends: the workflow parks the task for a person.
     return ApplicationFailure.create({
       type: FailureType.InvalidState,
       message: err.message,

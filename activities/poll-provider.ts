@@ -43,11 +43,18 @@ export interface PollResult {
   readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'parked' | 'nothing-to-poll' | 'read-failed' | 'escalated';
 }
 
+/**
+ * The raw status of a job the provider no longer knows while we cancel it. It ends the task as
+ * cancelled but is no state the provider reported, let alone billed: the cancel is charged 0
+ * whatever the provider's `chargeableStates` (docs/billing.md, activities/apply-inbox.ts).
+ */
+export const GONE_AFTER_CANCEL = 'NOT_FOUND_AFTER_CANCEL';
+
 /** The job a cancel removed at the provider: cancelled, as we asked. */
 const goneAfterCancel = (jobId: string): ProviderJob => ({
   jobId,
   state: 'canceled',
-  rawStatus: 'NOT_FOUND_AFTER_CANCEL',
+  rawStatus: GONE_AFTER_CANCEL,
   updatedAt: null,
   outputUrl: null,
   error: 'the provider no longer has the job after our cancel',
@@ -185,7 +192,8 @@ export function createPollActivities(deps: TaskActivityDeps) {
               if (signal.aborted) throw err;
               if (task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {
                 // A job we asked to cancel that the provider no longer knows was cancelled (Runway:
-                // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md).
+                // "aborted and deleted tasks will not be able to be fetched again", docs/providers.md),
+                // and is not charged: a 404 says nothing of what the provider billed.
                 job = goneAfterCancel(jobId);
               } else {
                 // Counted and bounded below (activities/provider-reads.ts), never retried forever.

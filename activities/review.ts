@@ -4,7 +4,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { and, eq, isNull, ne, or, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
-import { holdFence } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import { jobEvidence } from '../db/job-evidence';
 import { generationTask, taskAttempt } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
@@ -76,7 +76,9 @@ export function createReviewActivities(deps: TaskActivityDeps) {
       await fenced(deps, async (token) => {
         if (resolution.kind === 'bind-job') await assertJobBindable(taskId, resolution.providerJobId);
         await deps.db.transaction(async (tx) => {
-          await holdFence(tx, token);
+          // The mode again, in the writing transaction: fenced() read it before a bind-job's
+          // provider read, and an operator narrowing it leaves the epoch where it was.
+          await holdFenceForFacts(tx, token);
           const task = await lockTask(tx, taskId);
           if (!task) throw notFound(`task ${taskId}`);
           const from = task.status;

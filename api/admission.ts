@@ -9,7 +9,7 @@ import type { Db } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
 import { modeForbids, policyFor, type CallbackRoute, type ModeAction } from '../domain/modes';
 import { reusedFor } from '../observability/reuse';
-import { isDatabaseUnavailable, problems } from './problem';
+import { isDatabaseUnavailable, problems, RETRY_AFTER_MODE_S } from './problem';
 
 export interface OutboxWatermark {
   /** More unpublished rows than this narrows admission. */
@@ -53,7 +53,6 @@ export interface Admission {
   readiness(): Promise<Readiness>;
 }
 
-const RETRY_AFTER_MODE_S = 30;
 const RETRY_AFTER_BACKLOG_S = 30;
 
 export function createAdmission(db: Db, fence: { scope: string; region: string }, ttlMs = 1_000, opts: { watermark?: OutboxWatermark } = {}): Admission {

@@ -4,10 +4,14 @@ import type { ServerResponse } from 'node:http';
 import type { ErrorRequestHandler } from 'express';
 import { z } from 'zod';
 import { FenceRejectedError } from '../db/fence';
+import { ModePausedError } from '../db/modes';
 import type { Logger } from '../observability/logger';
 import { redactText } from '../observability/redact';
 import { activeTraceId } from '../observability/trace-context';
 import type { ResponseContract } from './contract';
+
+/** Retry-After of a 503 for a mode that forbids the request (an operator's change: not seconds away). */
+export const RETRY_AFTER_MODE_S = 30;
 
 export interface FieldError {
   readonly field: string;
@@ -203,6 +207,10 @@ export function problemFor(err: unknown, logger: Logger, path: string): { proble
   }
   if (err instanceof FenceRejectedError) {
     return at(problems.unavailable('the region fence moved (failover or mode change); retry', 1));
+  }
+  if (err instanceof ModePausedError) {
+    // The mode as the writing transaction saw it (newer than the admission's cached read).
+    return at(problems.unavailable(err.message, RETRY_AFTER_MODE_S));
   }
   if (isDatabaseUnavailable(err)) {
     logger.warn({ err, path: redactText(path) }, 'database unavailable');

@@ -5,7 +5,8 @@ import { taskSlotWait } from '../db/slot-queue';
 import { createHash, randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, lt, or } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { FenceRejectedError, holdFence, readFence, type FenceToken } from '../db/fence';
+import { FenceRejectedError, readFence, type FenceToken } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import { asset, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import { admitTask } from '../db/task-admission';
@@ -13,11 +14,11 @@ import { taskUrlSigningEndpoint } from '../db/webhooks';
 import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../db/settlement';
 import { canonicalJson } from '../domain/canonical-json';
-import { findModel, priceFor, primaryRoute, requestRefusal } from '../domain/catalog';
+import { findModel, priceFor, primaryRoute, requestRefusal, type ModelEntry } from '../domain/catalog';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
-import { problems } from './problem';
+import { HttpProblem, problems } from './problem';
 
 export type CreateOutcome = { kind: 'created'; task: TaskRow; outboxEventId: string } | { kind: 'replayed'; task: TaskRow };
 
@@ -51,22 +52,22 @@ export async function createTask(
   },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
-  if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, args.webhookAllowPrivate ?? false);
-  const entry = findModel(body.model);
-  if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
-  const offered = entry.routes.map((r) => r.provider);
-  // For a pinned model `provider` must name its provider; for a family it is the tenant's
-  // preference among the family's providers (the router weighs it, health still decides).
-  if (body.provider && !offered.includes(body.provider)) {
-    throw problems.validation([{ field: 'provider', message: `model ${body.model} is served by ${offered.join(', ')}` }]);
+  const hash = requestHash(body);
+  let entry: ModelEntry;
+  try {
+    entry = await admissibleModel(db, tenantId, body, args.webhookAllowPrivate ?? false);
+  } catch (err) {
+    // A refusal may rest on what changed since a create with this key committed (its webhook
+    // endpoint disabled, the catalog changed): the retry of a create whose answer was lost is
+    // its replay (or 422 for another body), never a refusal that invites a second paid task
+    // under a new key. Looked up only on a refusal: an admitted create keeps its one round trip.
+    if (!(err instanceof HttpProblem)) throw err;
+    const existing = await findByKey(db, tenantId, idempotencyKey);
+    if (existing) return replayOrConflict(existing, hash);
+    throw err;
   }
-  // Every limit of the model's providers (resolution, duration, image, prompt length) before any
-  // credit is reserved: a request no provider can take never becomes a task.
-  const refusal = requestRefusal(entry, body);
-  if (refusal) throw problems.validation([{ field: refusal.field, message: refusal.message }]);
   // Until the router has chosen (at the first attempt), the task names the static first choice.
   const first = primaryRoute(entry);
-  const hash = requestHash(body);
   // No lookup before the transaction: the unique (tenant, key) insert below finds replays and
   // concurrent duplicates in one round trip.
 
@@ -113,6 +114,27 @@ export async function createTask(
     if (!winner) throw err;
     return replayOrConflict(winner, hash);
   }
+}
+
+/**
+ * The catalog entry a create asks for, once its webhook URL and every limit of the model's
+ * providers are checked; throws the 400 problem naming the field otherwise.
+ */
+async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhookAllowPrivate: boolean): Promise<ModelEntry> {
+  if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, webhookAllowPrivate);
+  const entry = findModel(body.model);
+  if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
+  const offered = entry.routes.map((r) => r.provider);
+  // For a pinned model `provider` must name its provider; for a family it is the tenant's
+  // preference among the family's providers (the router weighs it, health still decides).
+  if (body.provider && !offered.includes(body.provider)) {
+    throw problems.validation([{ field: 'provider', message: `model ${body.model} is served by ${offered.join(', ')}` }]);
+  }
+  // Every limit of the model's providers (resolution, duration, image, prompt length) before any
+  // credit is reserved: a request no provider can take never becomes a task.
+  const refusal = requestRefusal(entry, body);
+  if (refusal) throw problems.validation([{ field: refusal.field, message: refusal.message }]);
+  return entry;
 }
 
 /**
@@ -196,7 +218,10 @@ export async function listTasks(db: Db, tenantId: string, q: { status?: TaskStat
 /** `actor` is who asked (default the tenant; `ops task cancel` passes its operator). */
 export async function cancelTask(db: Db, token: FenceToken, tenantId: string, taskId: string, actor = `tenant:${tenantId}`): Promise<TaskRow> {
   return db.transaction(async (tx) => {
-    await holdFence(tx, token);
+    // The mode in the writing transaction (ModePausedError: 503 from the API, a refusal from the
+    // CLI): the API's admission reads a mode cached up to a second, so a cancel answered after
+    // `mode set READ_ONLY` returned would otherwise still settle the task.
+    await holdFenceForFacts(tx, token, 'cancel');
     const task = await lockTask(tx, taskId);
     if (!task || task.tenant_id !== tenantId) throw problems.notFound('task');
     const from = task.status;

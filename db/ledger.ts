@@ -1,7 +1,7 @@
 // The credit ledger: every movement is a row with a unique business key, and the account row
 // moves only when its ledger row was actually inserted. A retried settle changes nothing.
 import { randomUUID } from 'node:crypto';
-import { and, eq, sql, type SQL } from 'drizzle-orm';
+import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
 import type { LedgerEntryType } from '../domain/states';
 import { compareMoney, subMoney } from '../domain/money';
 import type { DbOrTx } from './client';
@@ -137,8 +137,29 @@ export function reserveCreditsFrom(
 }
 
 /**
+ * The task's reservation is already closed with other amounts than this settlement asks for (a
+ * task made live again after it was settled, e.g. by a repair): writing nothing would leave the
+ * task's recorded charge disagreeing with its ledger, so the settlement is refused. Not
+ * transient: a person decides (a correction is a new ledger row, docs/billing.md).
+ */
+export class SettlementConflictError extends Error {
+  constructor(
+    readonly taskId: string,
+    readonly asked: { readonly charge: string; readonly release: string },
+    readonly existing: { readonly charge: string | null; readonly release: string | null },
+  ) {
+    super(
+      `task ${taskId}'s reservation is already closed with SETTLE ${existing.charge ?? 'none'} / RELEASE ${existing.release ?? 'none'}; ` +
+        `a settlement charging ${asked.charge} (releasing ${asked.release}) is refused: correct it with an operator grant (docs/billing.md)`,
+    );
+    this.name = 'SettlementConflictError';
+  }
+}
+
+/**
  * Closes a task's reservation: charges `charge` (≤ reserved) and releases the rest.
- * Idempotent by business key: a second call writes nothing and moves nothing.
+ * Idempotent by business key: a second call with the same amounts writes nothing and moves
+ * nothing; one with other amounts than the rows already written throws SettlementConflictError.
  */
 export async function settleReservation(
   tx: DbOrTx,
@@ -179,4 +200,19 @@ export async function settleReservation(
   const rows = await tx.with(entries, moved).select({ type: entries.type }).from(entries);
   // One of the two existed already: the caller's transaction rolls back (the account did not move).
   if (rows.length === 1) throw new Error(`ledger for task ${args.taskId} is half settled`);
+  if (rows.length === 0) {
+    // Both existed: a rerun of this very settlement, or another one (which must not pass as done).
+    const closes = await tx
+      .select({ type: creditLedger.entry_type, amount: creditLedger.amount })
+      .from(creditLedger)
+      .where(inArray(creditLedger.business_key, [ledgerKey(args.taskId, 'settle'), ledgerKey(args.taskId, 'release')]));
+    const existing = {
+      charge: closes.find((c) => c.type === 'SETTLE')?.amount ?? null,
+      release: closes.find((c) => c.type === 'RELEASE')?.amount ?? null,
+    };
+    const same = (a: string | null, b: string) => a !== null && compareMoney(a, b) === 0;
+    if (!same(existing.charge, args.charge) || !same(existing.release, release)) {
+      throw new SettlementConflictError(args.taskId, { charge: args.charge, release }, existing);
+    }
+  }
 }

@@ -79,19 +79,21 @@ export async function assertModeAllows(tx: DbOrTx, scope: string, action: ModeAc
 }
 
 /**
- * holdFence and the mode check of a fact write in one step, for a write that follows a provider
- * call made on a token read before it: the epoch alone does not move when an operator narrows
- * the mode (setMode changes the mode under the same epoch), so a token still valid may belong to
- * a mode that forbids the write now. Throws FenceRejectedError or ModePausedError.
+ * holdFence and the mode check of a fact write in one step, for a write whose token (or mode) was
+ * read before its transaction — after a provider call, or by an API process that caches the
+ * mode: the epoch alone does not move when an operator narrows the mode (setMode changes the
+ * mode under the same epoch), so a token still valid may belong to a mode that forbids the write
+ * now. `action` is what the write is (a cancel is checked as `cancel`). Throws
+ * FenceRejectedError or ModePausedError.
  */
-export async function holdFenceForFacts(tx: DbOrTx, token: FenceToken): Promise<void> {
+export async function holdFenceForFacts(tx: DbOrTx, token: FenceToken, action: ModeAction = 'factWrites'): Promise<void> {
   // holdFence's row lock and assertModeAllows' read (and its setting for the triggers) in one round trip.
   const { rows } = await tx.execute(sql`
     SELECT active_region, write_epoch, mode, set_config(${MODE_SETTING}, mode, true)
     FROM region_write_fence WHERE resource_scope = ${token.scope} FOR SHARE`);
   const row = rows[0] as (FenceRowRead & { mode: SystemMode }) | undefined;
   await checkFenceRow(tx, token, row);
-  if (modeForbids(row!.mode, 'factWrites')) throw new ModePausedError(row!.mode, 'factWrites');
+  if (modeForbids(row!.mode, action)) throw new ModePausedError(row!.mode, action);
 }
 
 export interface ModeChange {

@@ -31,7 +31,12 @@ export type TaskEvent =
   | { type: 'SUBMIT_ACCEPTED' }
   | { type: 'SUBMIT_REJECTED'; retryable: boolean }
   | { type: 'SUBMIT_OUTCOME_UNKNOWN' }
-  | { type: 'PROVIDER_STATE'; state: ProviderJobState }
+  /**
+   * `cancelRequested`: the task was CANCEL_REQUESTED when it was parked in MANUAL_REVIEW (its
+   * transition into review came from there), so a provider's cancel is the one the tenant asked
+   * for and ends the task CANCELLED (docs/billing.md), not FAILED.
+   */
+  | { type: 'PROVIDER_STATE'; state: ProviderJobState; cancelRequested?: boolean }
   | { type: 'CANCEL' }
   | { type: 'OUTPUT_FETCH_STARTED' }
   | { type: 'OUTPUT_STORED' }
@@ -62,7 +67,7 @@ const reject = (reason: string): Decision => ({ kind: 'reject', reason });
 /** States in which the provider may still report progress on the active attempt. */
 const AWAITING_PROVIDER: readonly TaskStatus[] = ['SUBMITTING', 'SUBMIT_UNKNOWN', 'SUBMITTED', 'RUNNING', 'CANCEL_REQUESTED', 'MANUAL_REVIEW'];
 
-function onProviderState(from: TaskStatus, state: ProviderJobState): Decision {
+function onProviderState(from: TaskStatus, state: ProviderJobState, cancelRequested: boolean): Decision {
   if (!AWAITING_PROVIDER.includes(from)) return noop(`provider ${state} after ${from}`);
   switch (state) {
     case 'queued':
@@ -78,7 +83,9 @@ function onProviderState(from: TaskStatus, state: ProviderJobState): Decision {
       return move('FAILED');
     case 'canceled':
     case 'aborted':
-      return move(from === 'CANCEL_REQUESTED' ? 'CANCELLED' : 'FAILED');
+      // A cancel asked for before review stays one through it (and through a RUNNING the
+      // provider reported meanwhile); any other provider cancel is a failure.
+      return move(from === 'CANCEL_REQUESTED' || (cancelRequested && canTransition(from, 'CANCELLED')) ? 'CANCELLED' : 'FAILED');
   }
 }
 
@@ -99,7 +106,7 @@ export function decide(from: TaskStatus, event: TaskEvent): Decision {
     case 'SUBMIT_OUTCOME_UNKNOWN':
       return from === 'SUBMITTING' ? move('SUBMIT_UNKNOWN') : noop(`already ${from}`);
     case 'PROVIDER_STATE':
-      return onProviderState(from, event.state);
+      return onProviderState(from, event.state, event.cancelRequested ?? false);
     case 'CANCEL':
       if (from === 'QUEUED' || from === 'DISPATCHING') return move('CANCELLED');
       if (from === 'SUBMITTED' || from === 'RUNNING') return move('CANCEL_REQUESTED');

@@ -6,6 +6,7 @@ import { sql } from 'drizzle-orm';
 import { cancelTask } from '../api/tasks.service';
 import type { Db } from '../db/client';
 import { acquireFence } from '../db/fence';
+import { modeForbids } from '../domain/modes';
 import { TASK_STATES, type TaskStatus } from '../domain/states';
 import type { GenerationFacade } from '../temporal/facade';
 import { applyPlan, checkPlan, fingerprintOf, makePlan, type BatchItem, type BatchPlan, type BatchResult } from './batch';
@@ -66,6 +67,12 @@ export async function applyCancelBatch(
   args: { operator: string; reason: string; ratePerSecond: number; fence: { scope: string; region: string } },
 ): Promise<{ batchId: string; auditId: string; results: BatchResult[] }> {
   checkPlan(plan, 'task.cancel');
+  // The batch is refused as a whole while the mode pauses cancels (READ_ONLY, MAINTENANCE); a
+  // mode narrowed during it is caught by each cancel's own transaction (cancelTask), and that
+  // task's result says so.
+  const { state } = await acquireFence(db, args.fence.scope, args.fence.region);
+  const paused = modeForbids(state.mode, 'cancel');
+  if (paused) throw new Error(`${paused}; cancel after \`mode set\``);
   const filter = plan.selector['filter'] as CancelFilter;
   return applyPlan(db, plan, {
     actor: `operator:${args.operator}`,

@@ -43,7 +43,8 @@ export function printPitrPlan(p: PitrRepairPlan, applied: PitrRepairResult | nul
   ];
   if (applied) {
     lines.push(
-      `audit ${applied.audit_id}: ${applied.tasks_repaired.length} task(s) repaired, ${applied.tasks_changed_meanwhile.length} changed meanwhile (left alone), ${applied.api_keys_restored.length} key(s) restored`,
+      `audit ${applied.audit_id}: ${applied.tasks_repaired.length} task(s) repaired, ${applied.tasks_changed_meanwhile.length} changed meanwhile (left alone), ${applied.tasks_refused.length} refused, ${applied.api_keys_restored.length} key(s) restored`,
+      ...applied.tasks_refused.map((r) => `  refused: ${r.task_id}: ${r.why}`),
     );
   } else lines.push('dry run: nothing written (--apply to write)');
   return lines.join('\n');

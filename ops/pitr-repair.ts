@@ -6,9 +6,12 @@
 // correction is a new fact). A deleted API key is inserted again as it was (same id and hash,
 // so the tenant's key works again). One ops_audit row says who, why and what. Running it twice
 // changes nothing the second time: a repaired task's version has moved past the restored one.
-import type { Db } from '../db/client';
+import type { Db, Tx } from '../db/client';
 import { recordAudit } from '../db/audit';
 import { acquireFence, inFence } from '../db/fence';
+import { ledgerKey } from '../db/ledger';
+import { compareMoney } from '../domain/money';
+import { isTerminal, type TaskStatus } from '../domain/states';
 import { sql } from 'drizzle-orm';
 import type { DeletedApiKey, PitrDiff, RewrittenTask, TaskState } from './pitr';
 import { type FenceScope } from './tenants';
@@ -53,7 +56,35 @@ export interface PitrRepairResult {
   readonly tasks_repaired: string[];
   /** The task changed (its version moved) between the diff and the repair: left alone. */
   readonly tasks_changed_meanwhile: string[];
+  /**
+   * Left alone because its ledger does not carry the restored state's settlement: its
+   * reservation was closed after the mistake (the billing reconciler closes a terminal task's
+   * open reservation), so the restored state would be live with nothing left to settle, or
+   * terminal with another charge than its SETTLE row. A person decides (docs/runbooks/pitr.md).
+   */
+  readonly tasks_refused: { task_id: string; why: string }[];
   readonly api_keys_restored: string[];
+}
+
+/**
+ * Why the task may not get its restored state back, or null: once its reservation is closed
+ * (SETTLE and RELEASE written) the restored state must be terminal with the charge the SETTLE
+ * row carries. A live task would settle again later (refused by db/ledger.ts, since the rows
+ * exist) and a different charge would leave the task disagreeing with its ledger. Locks the row.
+ */
+async function settlementRefusal(tx: Tx, t: RewrittenTask): Promise<string | null> {
+  const { rows } = await tx.execute(sql`
+    SELECT t.status, t.settled_amount::text,
+           (SELECT amount::text FROM credit_ledger WHERE business_key = ${ledgerKey(t.task_id, 'settle')}) AS settle
+    FROM generation_task t WHERE t.task_id = ${t.task_id}::uuid FOR UPDATE`);
+  const row = rows[0] as { status: string; settled_amount: string | null; settle: string | null } | undefined;
+  if (!row || row.settle === null) return null;
+  const status = (t.restored.status ?? row.status) as TaskStatus;
+  const charge = t.restored.settled_amount !== undefined ? t.restored.settled_amount : row.settled_amount;
+  if (isTerminal(status) && charge !== null && compareMoney(charge, row.settle) === 0) return null;
+  return isTerminal(status)
+    ? `its ledger settled ${row.settle}, the restored ${status} records ${charge ?? 'no charge'}: correct the charge by hand (an operator grant)`
+    : `its reservation was closed (SETTLE ${row.settle}) after the mistake; the restored ${status} would have nothing left to settle: decide by hand`;
 }
 
 /** Applies a plan to the live database under the fence, audited. */
@@ -76,8 +107,11 @@ export async function applyPitrRepair(live: Db, plan: PitrRepairPlan, args: { ac
   );
   const repaired: string[] = [];
   const changed: string[] = [];
+  const refused: { task_id: string; why: string }[] = [];
   for (const t of plan.tasks) {
     const done = await inFence(live, token, async (tx) => {
+      const why = await settlementRefusal(tx, t);
+      if (why) return why;
       const columns = Object.entries(t.restored) as [keyof TaskState, string | null][];
       const set = sql.join(
         columns.map(([c, v]) => sql`${sql.identifier(c)} = ${v}`),
@@ -96,7 +130,8 @@ export async function applyPitrRepair(live: Db, plan: PitrRepairPlan, args: { ac
                 ${JSON.stringify({ audit_id: auditId, restored: t.restored, damaged: t.live })}::jsonb, ${token.region}, ${token.epoch})`);
       return true;
     });
-    (done ? repaired : changed).push(t.task_id);
+    if (typeof done === 'string') refused.push({ task_id: t.task_id, why: done });
+    else (done ? repaired : changed).push(t.task_id);
   }
   const restoredKeys: string[] = [];
   for (const k of plan.api_keys) {
@@ -109,5 +144,5 @@ export async function applyPitrRepair(live: Db, plan: PitrRepairPlan, args: { ac
     });
     if (inserted) restoredKeys.push(k.key_id);
   }
-  return { audit_id: auditId, tasks_repaired: repaired, tasks_changed_meanwhile: changed, api_keys_restored: restoredKeys };
+  return { audit_id: auditId, tasks_repaired: repaired, tasks_changed_meanwhile: changed, tasks_refused: refused, api_keys_restored: restoredKeys };
 }

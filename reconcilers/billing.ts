@@ -1,10 +1,12 @@
 // Billing reconciler (docs/billing.md). A terminal task with its reservation still open is closed
 // with the settlement the task itself recorded (its settled_amount), by the same idempotent,
-// fenced ledger write the workflow makes (db/ledger.ts settleReservation). Duplicate charges and
-// an account that disagrees with the sum of its ledger are reported for a person: the ledger is
-// append-only, and a correction is a decision (docs/runbooks/reconcilers.md).
+// fenced ledger write the workflow makes (db/ledger.ts settleReservation), and only while the
+// mode allows fact writes. Duplicate charges, a task whose recorded charge is not its SETTLE
+// row, and an account that disagrees with the sum of its ledger are reported for a person: the
+// ledger is append-only, and a correction is a decision (docs/runbooks/reconcilers.md).
 import { sql } from 'drizzle-orm';
-import { FenceRejectedError, acquireFence, inFence, type FenceToken } from '../db/fence';
+import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
+import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { settleReservation } from '../db/ledger';
 import type { Reconciler, ReconcileFinding } from './types';
 
@@ -32,6 +34,9 @@ export const billingReconciler: Reconciler = {
         AND (SELECT count(*) FROM credit_ledger l WHERE l.task_id = t.task_id AND l.entry_type IN ('SETTLE', 'RELEASE')) < 2
       ORDER BY t.terminal_at LIMIT ${opts.limit}`);
     let token: FenceToken | null = null;
+    // The mode forbids fact writes (READ_ONLY, MAINTENANCE; checked in each closing transaction):
+    // the rest of this run only reports.
+    let paused: string | null = null;
     for (const r of open as unknown as OpenRow[]) {
       const base = `${r.status} task with reservation ${r.reserved_amount} open`;
       if (r.reserves !== 1 || r.closes !== 0 || r.settled_amount === null) {
@@ -46,9 +51,14 @@ export const billingReconciler: Reconciler = {
         findings.push({ kind: 'open-reservation', taskId: r.task_id, detail: `${base}; would charge ${r.settled_amount} and release the rest` });
         continue;
       }
+      if (paused) {
+        findings.push({ kind: 'open-reservation', taskId: r.task_id, detail: `${base}; not closed: ${paused}` });
+        continue;
+      }
       try {
         token ??= (await acquireFence(deps.db, deps.fence.scope, deps.fence.region)).token;
-        const closed = await inFence(deps.db, token, async (tx) => {
+        const closed = await deps.db.transaction(async (tx) => {
+          await holdFenceForFacts(tx, token!);
           // Re-read under the task's lock: the workflow (or another run) may have closed it meanwhile.
           const { rows: again } = await tx.execute(sql`
             SELECT t.reserved_amount::text, t.settled_amount::text FROM generation_task t WHERE t.task_id = ${r.task_id} AND t.terminal_at IS NOT NULL FOR UPDATE`);
@@ -73,6 +83,7 @@ export const billingReconciler: Reconciler = {
           detail: closed ? `${base}; charged ${r.settled_amount}, released the rest` : `${base}; closed meanwhile`,
         });
       } catch (err) {
+        if (err instanceof ModePausedError) paused = err.message;
         const why = err instanceof FenceRejectedError ? 'this region does not hold the fence' : (err as Error).message;
         findings.push({ kind: 'open-reservation', taskId: r.task_id, detail: `${base}; not closed: ${why}` });
       }
@@ -95,6 +106,21 @@ export const billingReconciler: Reconciler = {
       });
     }
 
+    // The task row's recorded charge is what its SETTLE row says (docs/billing.md): a task made
+    // live again after its reservation was closed, or a charge written beside the ledger, shows here.
+    const { rows: drifted } = await deps.db.execute(sql`
+      SELECT t.task_id::text, t.status, t.settled_amount::text, l.amount::text AS settle
+      FROM credit_ledger l JOIN generation_task t ON t.task_id = l.task_id
+      WHERE l.entry_type = 'SETTLE' AND t.settled_amount IS DISTINCT FROM l.amount
+      LIMIT ${opts.limit}`);
+    for (const d of drifted as { task_id: string; status: string; settled_amount: string | null; settle: string }[]) {
+      findings.push({
+        kind: 'settlement-drift',
+        taskId: d.task_id,
+        detail: `${d.status} task records charge ${d.settled_amount ?? 'none'}, its SETTLE row ${d.settle}: a person must decide`,
+      });
+    }
+
     // balance = GRANT − SETTLE + REFUND and reserved = RESERVE − SETTLE − RELEASE (docs/billing.md).
     const { rows: accounts } = await deps.db.execute(sql`
       SELECT a.tenant_id::text, a.balance::text, a.reserved::text, l.balance::text AS ledger_balance, l.reserved::text AS ledger_reserved
@@ -113,6 +139,6 @@ export const billingReconciler: Reconciler = {
       });
     }
     const { rows: counted } = await deps.db.execute(sql`SELECT count(*)::int AS n FROM credit_account`);
-    return { examined: open.length + duplicates.length + (counted[0] as { n: number }).n, findings, changed };
+    return { examined: open.length + duplicates.length + drifted.length + (counted[0] as { n: number }).n, findings, changed };
   },
 };

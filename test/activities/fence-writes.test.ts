@@ -2,7 +2,8 @@
 // a worker whose epoch moved while it was mid-step (a failover bumps it) writes nothing — not
 // the media step's SUCCEEDED (a task transaction: refused once the region is another's), not
 // the poll's next_poll_at nor its inbox row, not the thumbnail's asset row, not the relay's
-// outbox update — and sends no provider cancel the new epoch did not decide.
+// outbox update — and sends no provider cancel the new epoch did not decide. Likewise a mode
+// narrowed mid-step (same epoch) is seen by the writing transaction.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
@@ -11,11 +12,12 @@ import { cancelTask } from '../../api/tasks.service';
 import { createTask } from '../support/deps';
 import { makeThumbnail } from '../../activities/thumbnail';
 import { acquireFence } from '../../db/fence';
+import { setMode } from '../../db/modes';
 import { asset, callbackInbox, generationTask, outboxEvent, taskAttempt } from '../../db/schema';
 import type { ProviderAdapter } from '../../providers/types';
 import { createGenerationFacade } from '../../temporal/facade';
 import { relayOnce } from '../../workers/outbox-relay';
-import { startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
+import { freshActivities, runActivity, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
 import { eventually, temporalClient, testLogger, uniqueQueue } from '../support/stack';
 
 let w: ActivityWorld;
@@ -249,5 +251,35 @@ describe('a stale-epoch worker writes nothing', () => {
     } finally {
       await close();
     }
+  });
+});
+
+describe('a mode narrowed after the step read it writes nothing', () => {
+  test('review: a resolution whose provider read outlasted `mode set READ_ONLY` waits (ModePaused) and writes nothing, then applies once reopened', async () => {
+    const id = await submittedTask();
+    await w.run('escalateTask', id, 'test: parked for an operator');
+    const [attempt] = await db().select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
+    // The operator narrows the mode while the bind-job's provider read (after fenced()'s fence read) is in flight.
+    const replicate = w.deps.providers['replicate']!;
+    const slow: ProviderAdapter = {
+      ...replicate,
+      getJob: async (...args) => {
+        await setMode(db(), { scope: w.config.FENCE_SCOPE, mode: 'READ_ONLY', actor: 'operator:test', reason: 'test' });
+        return replicate.getJob(...args);
+      },
+    };
+    const acts = freshActivities(w, { replicate: slow });
+    const resolution = { kind: 'bind-job', providerJobId: attempt!.provider_job_id!, operator: 'op-test', reason: 'the job is ours' } as const;
+    try {
+      await assert.rejects(
+        runActivity(acts, 'resolveReview', id, resolution),
+        (err: unknown) => err instanceof ApplicationFailure && err.type === 'ModePaused',
+      );
+      const [task] = await db().select().from(generationTask).where(eq(generationTask.task_id, id));
+      assert.equal(task!.status, 'MANUAL_REVIEW');
+    } finally {
+      await setMode(db(), { scope: w.config.FENCE_SCOPE, mode: 'NORMAL', actor: 'operator:test', reason: 'test' });
+    }
+    assert.equal((await w.run('resolveReview', id, resolution)).status, 'SUBMITTED');
   });
 });

@@ -9,8 +9,10 @@ import { cancelTask } from '../../api/tasks.service';
 import { createTask } from '../support/deps';
 import { recordProviderEvent } from '../../db/inbox';
 import { callbackInbox, creditLedger, generationTask, taskAttempt, taskTransition } from '../../db/schema';
-import type { ProviderJob, ProviderJobState } from '../../providers/types';
-import { startActivityWorld, type ActivityWorld } from '../support/activities';
+import { buildProviders } from '../../config/services';
+import type { ProviderAdapter, ProviderJob, ProviderJobState } from '../../providers/types';
+import { freshActivities, runActivity, startActivityWorld, type ActivityWorld } from '../support/activities';
+import { eventually } from '../support/stack';
 
 let w: ActivityWorld;
 before(async () => {
@@ -203,6 +205,50 @@ describe('cancel against provider success: the state machine decides', () => {
     const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
     assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
     assert.ok(jobId);
+  });
+
+  test('a job the provider no longer knows while cancel-requested ends CANCELLED charged 0, even where the provider bills a cancel', async () => {
+    const { taskId } = await submittedTask();
+    await cancelTask(w.tdb.database.db, w.token, w.tenantId, taskId);
+    assert.equal((await taskOf(taskId)).status, 'CANCEL_REQUESTED');
+    // Replicate bills `canceled` (docs/providers.md), but a 404 is no state it reported.
+    const replicate = buildProviders(w.config)['replicate']!;
+    const gone: ProviderAdapter = Object.create(replicate) as ProviderAdapter;
+    gone.getJob = () => Promise.reject(Object.assign(new Error('replicate get prediction: not found'), { name: 'ProviderNotFound' }));
+    const acts = freshActivities(w, { replicate: gone });
+    assert.deepEqual(await runActivity(acts, 'pollProvider', taskId), { result: 'recorded' });
+    assert.equal((await runActivity(acts, 'applyInbox', taskId)).status, 'CANCELLED');
+    const task = await taskOf(taskId);
+    const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+    assert.deepEqual(
+      { settled: task.settled_amount, ledger: Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])) },
+      { settled: '0.000000', ledger: { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' } },
+    );
+  });
+
+  test('a cancel-requested task parked in MANUAL_REVIEW whose provider then reports "canceled" ends CANCELLED, charged as the provider bills it', async () => {
+    const { taskId } = await submittedTask();
+    await cancelTask(w.tdb.database.db, w.token, w.tenantId, taskId);
+    assert.deepEqual(await run('requestProviderCancel', taskId), { sent: true });
+    // The reads after the cancel failed until their bound parked the task (activities/provider-reads.ts).
+    await run('escalateTask', taskId, 'test: reads failing while cancelling');
+    assert.equal((await taskOf(taskId)).status, 'MANUAL_REVIEW');
+    await eventually(
+      async () => {
+        await run('pollProvider', taskId);
+        return (await run('applyInbox', taskId)).status === 'MANUAL_REVIEW' ? undefined : true;
+      },
+      10_000,
+      200,
+    );
+    const task = await taskOf(taskId);
+    const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
+    // Replicate bills `canceled` (docs/billing.md "CANCELLED after submit").
+    assert.deepEqual(
+      { status: task.status, failure: task.failure_code, ledger: Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])) },
+      { status: 'CANCELLED', failure: null, ledger: { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' } },
+    );
+    assert.deepEqual((await transitionsOf(taskId)).slice(-3), ['CANCEL_REQUESTED', 'MANUAL_REVIEW', 'CANCELLED']);
   });
 
   test('a cancel while the submit outcome is unknown is honoured once the job is known', async () => {

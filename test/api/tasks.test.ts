@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq, sql } from 'drizzle-orm';
-import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition } from '../../db/schema';
+import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition, webhookEndpoint } from '../../db/schema';
+import { insertEndpoint } from '../../db/webhooks';
 import { createGenerationFacade } from '../../temporal/facade';
 import { markOutboxPublished } from '../../db/outbox';
 import {
@@ -111,6 +112,26 @@ describe('create: one transaction of task, reservation, outbox', () => {
     const res = await create('idem-other', { ...body, duration_seconds: 5 });
     assert.equal(res.status, 422);
     assert.equal(res.body.errors[0].field, 'header:Idempotency-Key');
+  });
+
+  test('a retried create whose answer was lost is its replay though a check it passed would refuse it now (its webhook endpoint disabled meanwhile); another body is still a 422', async () => {
+    const endpoint = await insertEndpoint(tdb.database.db, {
+      tenantId: alice.tenantId,
+      url: 'https://hooks.example.com/endpoint',
+      description: null,
+      events: null,
+    });
+    const withHook = { ...body, webhook_url: 'https://hooks.example.com/task' };
+    const first = await create('idem-endpoint-gone', withHook);
+    assert.equal(first.status, 202);
+    // The answer was lost; meanwhile the tenant disabled the endpoint (leaving Alice as the other tests expect her: none enabled).
+    await tdb.database.db.update(webhookEndpoint).set({ enabled: false }).where(eq(webhookEndpoint.endpoint_id, endpoint.endpoint_id));
+    const again = await create('idem-endpoint-gone', withHook);
+    assert.deepEqual([again.status, again.body.task_id, again.headers.get('idempotent-replayed')], [202, first.body.task_id, 'true']);
+    const other = await create('idem-endpoint-gone', { ...withHook, duration_seconds: 5 });
+    assert.deepEqual([other.status, other.body.errors[0].field], [422, 'header:Idempotency-Key']);
+    assert.equal((await create('idem-endpoint-gone-new', withHook)).status, 400, 'a new key is still refused');
+    assert.equal((await ledgerRows(first.body.task_id)).length, 1);
   });
 
   test('a missing Idempotency-Key is a 400 naming the header', async () => {

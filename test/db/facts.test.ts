@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq, sql } from 'drizzle-orm';
 import { holdFence, FenceRejectedError, type FenceToken } from '../../db/fence';
 import { recordProviderEvent } from '../../db/inbox';
-import { settleReservation, reserveCredits } from '../../db/ledger';
+import { SettlementConflictError, settleReservation, reserveCredits } from '../../db/ledger';
 import { creditAccount, creditLedger, generationTask, regionWriteFence, taskAttempt, taskTransition } from '../../db/schema';
 import { casTaskStatus, casTaskStatusRow, InvalidTransitionError } from '../../db/tasks';
 import type { ProviderJob } from '../../providers/types';
@@ -271,6 +271,22 @@ describe('ledger', () => {
     assert.equal(acct?.balance, '7.500000');
     assert.equal(acct?.reserved, '0.000000');
     assert.equal(acct?.version, 3, 'the grant, the reserve and one settle each bump the account once');
+  });
+
+  test('a settlement other than the one the ledger carries is refused, naming both, and moves nothing; the same one again passes', async () => {
+    const { tenantId: t } = await createTestTenant(tdb.database, config, '10');
+    const taskId = randomUUID();
+    await tdb.database.db.transaction((tx) => reserveCredits(tx, token(), { tenantId: t, taskId, amount: '4' }));
+    await tdb.database.db.transaction((tx) => settleReservation(tx, token(), { tenantId: t, taskId, reserved: '4', charge: '0' }));
+    await assert.rejects(
+      tdb.database.db.transaction((tx) => settleReservation(tx, token(), { tenantId: t, taskId, reserved: '4', charge: '3' })),
+      (err: Error) =>
+        err instanceof SettlementConflictError &&
+        /already closed with SETTLE 0\.000000 \/ RELEASE 4\.000000; a settlement charging 3 \(releasing 1\.000000\)/.test(err.message),
+    );
+    await tdb.database.db.transaction((tx) => settleReservation(tx, token(), { tenantId: t, taskId, reserved: '4', charge: '0.000' }));
+    const [acct] = await tdb.database.db.select().from(creditAccount).where(eq(creditAccount.tenant_id, t));
+    assert.deepEqual([acct?.balance, acct?.reserved, acct?.version], ['10.000000', '0.000000', 3]);
   });
 
   test('a second reserve for the same task is refused and moves nothing', async () => {

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { PROVIDER_JOB_STATES, TASK_STATES, isTerminal, type ProviderJobState, type TaskStatus } from '../../domain/states';
-import { attemptStateFor, decide, type TaskEvent } from '../../domain/task-machine';
+import { attemptStateFor, canTransition, decide, type TaskEvent } from '../../domain/task-machine';
 
 const anyEvent: fc.Arbitrary<TaskEvent> = fc.oneof(
   fc.constantFrom<TaskEvent>(
@@ -101,6 +101,28 @@ test("a task parked in MANUAL_REVIEW applies late provider evidence: any deliver
         }
         assert.equal(review, unknown);
         assert.equal(review, endFor('MANUAL_REVIEW', life[life.length - 1]!));
+      },
+    ),
+    { numRuns: 2000 },
+  );
+});
+
+test('a task parked in MANUAL_REVIEW while cancelling ends where CANCEL_REQUESTED would: a provider cancel is CANCELLED, not FAILED', () => {
+  fc.assert(
+    fc.property(
+      providerLife.chain((life) =>
+        fc.tuple(fc.constant(life), fc.shuffledSubarray([...life, ...life], { minLength: life.length * 2, maxLength: life.length * 2 })),
+      ),
+      ([life, delivered]) => {
+        let s: TaskStatus = 'MANUAL_REVIEW';
+        for (const state of delivered) {
+          const d = decide(s, { type: 'PROVIDER_STATE', state, cancelRequested: true });
+          if (d.kind === 'move') {
+            assert.ok(canTransition(s, d.to), `${s} → ${d.to} is an edge`);
+            s = d.to;
+          }
+        }
+        assert.equal(s, endFor('CANCEL_REQUESTED', life[life.length - 1]!));
       },
     ),
     { numRuns: 2000 },
