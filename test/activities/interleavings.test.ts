@@ -96,7 +96,8 @@ describe('submit: the provider is called at most once per attempt', () => {
     w.sim.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 1500 });
     const env = new MockActivityEnvironment();
     const first = env.run(w.activities.submitAttempt, taskId);
-    await new Promise((r) => setTimeout(r, 300));
+    // Mid-call: the provider has the request (and created the job) and has not answered yet.
+    await eventually(() => Promise.resolve(w.sim.jobsFor(attemptId) === 1 ? true : undefined), 10_000, 20);
     env.cancel('TIMED_OUT');
     await first.catch(() => undefined);
     const r = await run('submitAttempt', taskId);
