@@ -277,8 +277,10 @@ export function createOutputDownloader(deps: TaskActivityDeps) {
         }
         // An origin that ignores If-Range answers the range of whatever it holds now: a validator
         // other than the one the stored bytes came with would splice two files into one object.
-        const validator = res.headers.get('etag') ?? res.headers.get('last-modified');
-        if (validator !== null && validator !== cp.source_validator) {
+        // Like with like: an ETag against the ETag, a date against Last-Modified.
+        const stored = cp.source_validator!;
+        const validator = res.headers.get(/^(W\/)?"/.test(stored) ? 'etag' : 'last-modified');
+        if (validator !== null && validator !== stored) {
           await res.body.cancel();
           await discard(req.token, cp, stores);
           throw new Error('provider answered a range of a changed source (its validator differs): starting over');

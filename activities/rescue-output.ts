@@ -137,6 +137,19 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
     // which may have expired meanwhile (docs/decisions/0029). Otherwise the primary comes first.
     const resumeAt = checkpoint ? reachable.findIndex((t) => t.location === checkpoint.location) : -1;
     if (resumeAt > 0) reachable.unshift(...reachable.splice(resumeAt, 1));
+    // Every byte stored there: only that bucket may finish the output. Any other would discard the
+    // stored upload and need the provider's URL again; while the bucket does not answer (or fails
+    // finishing), the rescue waits for it as for any storage outage.
+    const complete =
+      checkpoint &&
+      checkpoint.total_bytes !== null &&
+      checkpoint.bytes_stored === checkpoint.total_bytes &&
+      checkpoint.parts.length > 0 &&
+      targets.some((t) => t.location === checkpoint.location);
+    if (complete && resumeAt < 0) {
+      throw new StorageWriteError(checkpoint.location, new Error('every byte of the output is stored in this bucket; waiting for it to answer'));
+    }
+    if (complete) reachable.splice(1);
     // The checkpoint read with the task serves the first target tried; a later one reads its own.
     let known = checkpoint;
     for (const target of reachable) {

@@ -13,36 +13,49 @@ export function storableText(s: string): string {
   return s.toWellFormed().replaceAll('\u0000', '\uFFFD');
 }
 
-const replacer = (_key: string, value: unknown): unknown => (typeof value === 'string' ? storableText(value) : value);
+/** A copy of a parsed JSON value with every string, keys included, storable (the slow path only). */
+function cleaned(value: unknown): unknown {
+  if (typeof value === 'string') return storableText(value);
+  if (Array.isArray(value)) return value.map(cleaned);
+  if (value !== null && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [storableText(k), cleaned(v)]));
+  return value;
+}
 
 /** JSON text of `value` that a jsonb column accepts (the plain JSON.stringify when nothing needs replacing, the usual case). */
 export function storableJsonText(value: unknown): string {
   const text = JSON.stringify(value);
-  return SUSPECT.test(text) ? JSON.stringify(value, replacer) : text;
+  return SUSPECT.test(text) ? JSON.stringify(cleaned(JSON.parse(text))) : text;
 }
 
 /** `value` with every string storable, for a driver that serialises it itself (drizzle's jsonb). */
 export function storableJson<T>(value: T): T {
   const text = JSON.stringify(value);
-  return SUSPECT.test(text) ? (JSON.parse(JSON.stringify(value, replacer)) as T) : value;
+  return SUSPECT.test(text) ? (cleaned(JSON.parse(text)) as T) : value;
 }
 
-/** The first place in a parsed JSON value holding a string Postgres cannot store ('' for the value itself), or null. */
-export function unstorableTextAt(value: unknown, path = ''): string | null {
-  if (typeof value === 'string') return value.isWellFormed() && !value.includes('\u0000') ? null : path;
-  if (Array.isArray(value)) {
-    for (const [i, item] of value.entries()) {
-      const at = unstorableTextAt(item, path === '' ? String(i) : `${path}.${i}`);
-      if (at !== null) return at;
-    }
-    return null;
-  }
-  if (value !== null && typeof value === 'object') {
-    for (const [key, item] of Object.entries(value)) {
-      // The path is shown in a problem's `field`: its own segments made storable too.
-      const here = path === '' ? storableText(key) : `${path}.${storableText(key)}`;
-      const at = unstorableTextAt(key, here) ?? unstorableTextAt(item, here);
-      if (at !== null) return at;
+/**
+ * The first place in a parsed JSON value holding a string Postgres cannot store ('' for the value
+ * itself), or null. Iterative: a body nested as deep as its size allows cannot overflow the stack.
+ */
+export function unstorableTextAt(value: unknown): string | null {
+  const pending: [unknown, string][] = [[value, '']];
+  const bad = (s: string) => !s.isWellFormed() || s.includes('\u0000');
+  const join = (path: string, seg: string) => (path === '' ? seg : `${path}.${seg}`);
+  while (pending.length > 0) {
+    const [v, path] = pending.pop()!;
+    if (typeof v === 'string') {
+      if (bad(v)) return path;
+    } else if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) pending.push([v[i], join(path, String(i))]);
+    } else if (v !== null && typeof v === 'object') {
+      const entries: [string, unknown][] = Object.entries(v as Record<string, unknown>);
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const [key, item] = entries[i]!;
+        // The path is shown in a problem's `field`: its own segments made storable too.
+        const here = join(path, storableText(key));
+        if (bad(key)) return here;
+        pending.push([item, here]);
+      }
     }
   }
   return null;

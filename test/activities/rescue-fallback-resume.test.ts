@@ -11,13 +11,25 @@ import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { generationTask, outputDownload, taskAttempt } from '../../db/schema';
-import { outputObjectKey } from '../../storage/s3';
+import { outputObjectKey, type ObjectStorage } from '../../storage/s3';
 import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 let gone: Server;
+let fallbackDown = false;
 before(async () => {
-  w = await startActivityWorld({ generationMs: 100 });
+  w = await startActivityWorld({
+    generationMs: 100,
+    deps: (d) => {
+      // The fallback bucket's answers fail while `fallbackDown` is set (an outage of its endpoint).
+      const fallback = Object.create(d.fallbackStorage!) as ObjectStorage;
+      fallback.head = async (key) => {
+        if (fallbackDown) throw new Error('fallback unreachable (test)');
+        return d.fallbackStorage!.head(key);
+      };
+      return { ...d, fallbackStorage: fallback };
+    },
+  });
   gone = createServer((_req, res) => res.writeHead(404).end());
   await new Promise<void>((resolve) => gone.listen(0, '127.0.0.1', () => resolve()));
 });
@@ -27,9 +39,13 @@ after(async () => {
   await w?.close();
 });
 
-for (const completed of [false, true]) {
+for (const [completed, downFirst] of [
+  [false, false],
+  [true, false],
+  [false, true],
+] as const) {
   test(
-    `every byte stored in the fallback (${completed ? 'upload completed' : 'parts only'}), primary back, URL expired: not OUTPUT_LOST`,
+    `every byte stored in the fallback (${completed ? 'upload completed' : 'parts only'}), primary back${downFirst ? ', the fallback not answering at the first retry' : ''}, URL expired: not OUTPUT_LOST`,
     { timeout: 60_000 },
     async () => {
       const fallback = w.deps.fallbackStorage;
@@ -60,6 +76,18 @@ for (const completed of [false, true]) {
         .set({ output_url: `http://127.0.0.1:${(gone.address() as AddressInfo).port}/files/x/output.mp4` })
         .where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
 
+      if (downFirst) {
+        // The bucket holding every byte does not answer: the rescue waits for it (a storage
+        // failure, retried), the stored upload and its checkpoint kept, the primary not used.
+        fallbackDown = true;
+        try {
+          await assert.rejects(w.run('rescueOutput', id), /fallback storage/);
+        } finally {
+          fallbackDown = false;
+        }
+        assert.equal((await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt!.attempt_id))).length, 1, 'the checkpoint is kept');
+        assert.equal(await w.deps.storage.head(key), null, 'nothing went to the primary');
+      }
       await w.run('rescueOutput', id).catch(() => undefined);
       const [task] = await db.select().from(generationTask).where(eq(generationTask.task_id, id));
       assert.notEqual(

@@ -70,6 +70,18 @@ describe('storable text', () => {
     assert.equal(payload.job.error, 'boom\ufffd');
   });
 
+  test('keys are made storable too, and Postgres takes them', async () => {
+    const keyed = { output: { 'frame\u0000': 1, ['half \ud800']: 'x' } };
+    assert.deepEqual(storableJson(keyed), { output: { 'frame\ufffd': 1, 'half \ufffd': 'x' } });
+    const { rows } = await tdb.database.pool.query<{ v: unknown }>('SELECT $1::jsonb AS v', [storableJsonText(keyed)]);
+    assert.deepEqual(rows[0]!.v, { output: { 'frame\ufffd': 1, 'half \ufffd': 'x' } });
+  });
+
+  test('a body nested as deep as a request allows is walked without overflowing the stack', () => {
+    const deep = JSON.parse(`${'['.repeat(50_000)}"x\\u0000"${']'.repeat(50_000)}`) as unknown;
+    assert.equal(unstorableTextAt(deep), Array.from({ length: 50_000 }, () => '0').join('.'));
+  });
+
   test('where a tenant body holds one: the path, keys included, itself printable', () => {
     assert.equal(unstorableTextAt({ a: [1, { b: 'x' }] }), null);
     assert.equal(unstorableTextAt({ a: [1, { b: 'x\u0000' }] }), 'a.1.b');
