@@ -3,6 +3,7 @@
 // retried forever while the task holds its reservation and its provider slot
 // (docs/decisions/0012-bounded-provider-reads.md). Failures are counted on the attempt in
 // Postgres, so the bound holds across activity retries, workers and workflow resets.
+import { storableText } from '../db/storable';
 import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
 import type { FenceToken } from '../db/fence';
 import { holdFenceForFacts } from '../db/modes';
@@ -105,7 +106,7 @@ export async function recordReadFailure(deps: TaskActivityDeps, token: FenceToke
     await holdFenceForFacts(tx, token);
     const [row] = await tx
       .update(taskAttempt)
-      .set({ ...(counted ? { read_failures: sql`${taskAttempt.read_failures} + 1` } : {}), last_error: failure.message.slice(0, 2000) })
+      .set({ ...(counted ? { read_failures: sql`${taskAttempt.read_failures} + 1` } : {}), last_error: storableText(failure.message.slice(0, 2000)) })
       .where(and(eq(taskAttempt.attempt_id, attempt.attempt_id), eq(taskAttempt.provider_job_id, attempt.provider_job_id ?? '')))
       .returning({ n: taskAttempt.read_failures });
     return row?.n ?? 0;
@@ -117,7 +118,7 @@ export async function recordReadFailure(deps: TaskActivityDeps, token: FenceToke
     failure: failure.kind,
     http_status: failure.status,
     consecutive_read_failures: count,
-    last_error: failure.message.slice(0, 500),
+    last_error: storableText(failure.message.slice(0, 500)),
   });
 }
 

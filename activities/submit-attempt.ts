@@ -2,6 +2,7 @@
 // PREPARED → SUBMITTING is committed before the call; an attempt found in SUBMITTING on entry
 // means an earlier execution died mid-call, so its outcome is unknown and the provider is
 // never called again for it.
+import { storableText } from '../db/storable';
 import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
@@ -66,7 +67,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         submit_state: 'SUBMIT_UNKNOWN',
         unknown_since: now(),
         next_poll_at: pollAt(),
-        last_error: reason.slice(0, 2000),
+        last_error: storableText(reason.slice(0, 2000)),
       },
     );
     if (!drivesTask(task, attempt.attempt_id, moved)) return;
@@ -263,7 +264,7 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           {
             submit_state: 'REJECTED',
             submit_finished_at: now(),
-            last_error: outcome.reason.slice(0, 2000),
+            last_error: storableText(outcome.reason.slice(0, 2000)),
           },
         );
         if (!drivesTask(task, attemptId, moved)) return null;
