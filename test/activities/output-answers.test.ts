@@ -6,18 +6,16 @@
 // OUTPUT_LOST at once and a compressed answer failed every retry until the URL expired.)
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
-import { generationTask, taskAttempt } from '../../db/schema';
-import { outputObjectKey } from '../../storage/s3';
-import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
+import { generationTask } from '../../db/schema';
+import { outputMovedTo, providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 let server: Server;
-let body = Buffer.alloc(0);
+let body: Buffer = Buffer.alloc(0);
 let answer: { type: string; gzip: 'never' | 'when-asked' | 'always' } = { type: 'video/mp4', gzip: 'never' };
 const asked: string[] = [];
 before(async () => {
@@ -44,16 +42,12 @@ after(async () => {
 async function rescuedAs(label: string, given: typeof answer) {
   const id = await providerSucceededTask(w, label);
   const db = w.tdb.database.db;
-  const [attempt] = await db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
-  body = Buffer.from(await (await fetch(attempt!.output_url!, { headers: { 'accept-encoding': 'identity' } })).arrayBuffer());
+  const moved = await outputMovedTo(w, id, server);
+  body = moved.bytes;
   answer = given;
-  await db
-    .update(taskAttempt)
-    .set({ output_url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/files/x/output.mp4` })
-    .where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
   await w.run('rescueOutput', id).catch(() => undefined);
   const [task] = await db.select().from(generationTask).where(eq(generationTask.task_id, id));
-  const stored = await w.deps.storage.head(outputObjectKey(w.tenantId, id, attempt!.attempt_id, 'mp4'));
+  const stored = await w.deps.storage.head(moved.key);
   return { task: task!, storedWhole: stored?.sha256 === createHash('sha256').update(body).digest('hex') };
 }
 

@@ -5,17 +5,16 @@
 // checkpoint never said the body had ended and the retry asked the provider: OUTPUT_LOST.)
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
-import { outputDownload, taskAttempt } from '../../db/schema';
-import { outputObjectKey, type ObjectStorage } from '../../storage/s3';
-import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
+import { outputDownload } from '../../db/schema';
+import type { ObjectStorage } from '../../storage/s3';
+import { outputMovedTo, providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 let origin: Server;
-let body = Buffer.alloc(0);
+let body: Buffer = Buffer.alloc(0);
 const state = { gone: false, completeFailures: 0 };
 before(async () => {
   w = await startActivityWorld({
@@ -53,23 +52,19 @@ test(
   async () => {
     const id = await providerSucceededTask(w, 'chunked-resume');
     const db = w.tdb.database.db;
-    const [attempt] = await db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
-    body = Buffer.from(await (await fetch(attempt!.output_url!)).arrayBuffer());
-    await db
-      .update(taskAttempt)
-      .set({ output_url: `http://127.0.0.1:${(origin.address() as AddressInfo).port}/files/x/output.mp4` })
-      .where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
+    const moved = await outputMovedTo(w, id, origin);
+    body = moved.bytes;
 
     state.completeFailures = 1;
     await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
-    const [cp] = await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt!.attempt_id));
+    const [cp] = await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, moved.attemptId));
     assert.equal(cp?.total_bytes, body.length, 'the checkpoint knows the body ended');
     assert.equal(cp?.bytes_stored, body.length);
 
     state.gone = true;
     const facts = await w.run('rescueOutput', id);
     assert.equal(facts.status, 'SUCCEEDED', `${facts.status}`);
-    const stored = await w.deps.storage.head(outputObjectKey(w.tenantId, id, attempt!.attempt_id, 'mp4'));
+    const stored = await w.deps.storage.head(moved.key);
     assert.equal(stored?.sha256, createHash('sha256').update(body).digest('hex'));
   },
 );

@@ -4,13 +4,11 @@
 // instead of splicing two files into one object (activities/output-download.ts).
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
-import { outputDownload, taskAttempt } from '../../db/schema';
-import { outputObjectKey } from '../../storage/s3';
-import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
+import { outputDownload } from '../../db/schema';
+import { outputMovedTo, providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 let origin: Server;
@@ -47,16 +45,14 @@ test(
   async () => {
     const id = await providerSucceededTask(w, 'resume-validator');
     const db = w.tdb.database.db;
-    const [attempt] = await db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
-    const original = Buffer.from(await (await fetch(attempt!.output_url!)).arrayBuffer());
+    const { bytes: original, attemptId, key } = await outputMovedTo(w, id, origin);
     now = Buffer.concat([original, Buffer.from('a newer file, longer than the first')]);
-    const key = outputObjectKey(w.tenantId, id, attempt!.attempt_id, 'mp4');
     // What an earlier run left: the first half of the original stored, its validator "v1".
     const half = Math.floor(original.length / 2);
     const uploadId = await w.deps.storage.createUpload(`${key}.partial`, { contentType: 'video/mp4' });
     const part = await w.deps.storage.uploadPart(`${key}.partial`, uploadId, 1, original.subarray(0, half));
     await db.insert(outputDownload).values({
-      attempt_id: attempt!.attempt_id,
+      attempt_id: attemptId,
       task_id: id,
       location: 'primary',
       partial_key: `${key}.partial`,
@@ -66,14 +62,10 @@ test(
       total_bytes: original.length,
       source_validator: '"v1"',
     });
-    await db
-      .update(taskAttempt)
-      .set({ output_url: `http://127.0.0.1:${(origin.address() as AddressInfo).port}/files/x/output.mp4` })
-      .where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
 
     await assert.rejects(w.run('rescueOutput', id), /changed source/);
     assert.deepEqual(ranges, [`bytes=${half}- if-range "v1"`]);
-    assert.deepEqual(await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attempt!.attempt_id)), [], 'the stored parts are discarded');
+    assert.deepEqual(await db.select().from(outputDownload).where(eq(outputDownload.attempt_id, attemptId)), [], 'the stored parts are discarded');
     assert.equal(await w.deps.storage.head(key), null, 'nothing spliced was published');
 
     // The retry downloads the source as it is now, whole.

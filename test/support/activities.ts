@@ -2,6 +2,11 @@
 // real Postgres and the provider simulator speaking all four protocols. For tests that arrange
 // a step sequence by hand.
 import assert from 'node:assert/strict';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { eq } from 'drizzle-orm';
+import { taskAttempt } from '../../db/schema';
+import { outputObjectKey } from '../../storage/s3';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTask, testActivityDeps } from './deps';
 import { buildProviders, buildStorage } from '../../config/services';
@@ -109,6 +114,21 @@ export async function providerSucceededTask(w: ActivityWorld, label: string): Pr
     300,
   );
   return id;
+}
+
+/**
+ * Moves `taskId`'s provider output behind `origin` (a test server on loopback, answering as the
+ * test needs): the bytes the provider served, its attempt, and the key the rescue stores them under.
+ */
+export async function outputMovedTo(w: ActivityWorld, taskId: string, origin: Server): Promise<{ bytes: Buffer; attemptId: string; key: string }> {
+  const db = w.tdb.database.db;
+  const [attempt] = await db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+  const bytes = Buffer.from(await (await fetch(attempt!.output_url!, { headers: { 'accept-encoding': 'identity' } })).arrayBuffer());
+  await db
+    .update(taskAttempt)
+    .set({ output_url: `http://127.0.0.1:${(origin.address() as AddressInfo).port}/files/x/output.mp4` })
+    .where(eq(taskAttempt.attempt_id, attempt!.attempt_id));
+  return { bytes, attemptId: attempt!.attempt_id, key: outputObjectKey(w.tenantId, taskId, attempt!.attempt_id, 'mp4') };
 }
 
 /** `storage`, except that its presigned GETs fail while `failures.left` is above 0 (the media step cannot read the stored video). */
