@@ -141,8 +141,13 @@ export async function rotateSigningSecret(
   return { secret, previousExpiresAt: new Date((rows[0] as { at: string | Date }).at) };
 }
 
-/** The plain secrets that sign for the endpoint now, newest first. */
-export async function signingSecrets(db: DbOrTx, box: SecretBox, endpointId: string): Promise<string[]> {
+/**
+ * The plain secrets that sign for the endpoint now, newest first, and the ids of those that open
+ * under no configured key. Those are left out: the tenant's receiver accepts any one signature, so
+ * the ones that open still sign (during a rotation's overlap, the new secret). Throws when secrets
+ * are in use and none opens: nothing could sign (docs/webhooks.md "Rotating the sealing key").
+ */
+export async function signingSecrets(db: DbOrTx, box: SecretBox, endpointId: string): Promise<{ secrets: string[]; unopenable: string[] }> {
   const rows = await db
     .select()
     .from(webhookEndpointSecret)
@@ -150,7 +155,19 @@ export async function signingSecrets(db: DbOrTx, box: SecretBox, endpointId: str
       and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))),
     )
     .orderBy(sql`${webhookEndpointSecret.created_at} DESC`);
-  return rows.map((r) => box.open(endpointId, r.sealed));
+  const secrets: string[] = [];
+  const unopenable: string[] = [];
+  let failure: unknown = null;
+  for (const r of rows) {
+    try {
+      secrets.push(box.open(endpointId, r.sealed));
+    } catch (err) {
+      unopenable.push(r.secret_id);
+      failure ??= err;
+    }
+  }
+  if (rows.length > 0 && secrets.length === 0) throw failure instanceof Error ? failure : new Error('no webhook secret of this endpoint opens');
+  return { secrets, unopenable };
 }
 
 /** Forgets every secret of a deleted endpoint. */

@@ -352,7 +352,7 @@ export function registerNotifyMetrics(
   });
   const attempts = new Counter({
     name: 'vidorch_webhook_attempts_total',
-    help: 'Webhook delivery attempts by what followed: delivered, retry (scheduled again), failed (schedule used up) or unrecorded (sent, but recording it failed: sent again when its lease expires)',
+    help: "Webhook delivery attempts by what followed: delivered, retry (scheduled again), failed (schedule used up), unrecorded (sent, but recording it failed: sent again when its lease expires) or not_sent (the endpoint's signing secrets could not be read or opened: tried again when its lease expires)",
     labelNames: ['outcome'] as const,
     registers: [registry],
   });

@@ -43,10 +43,13 @@ export interface WebhookRelayOptions {
   readonly settings: WebhookRelaySettings;
   /**
    * What followed each attempt; `unrecorded`: it was sent but recording it failed, so it is sent
-   * again when its lease expires (vidorch_webhook_attempts_total: an attempt that can never be
-   * recorded shows as a steady rate of these, not as silence).
+   * again when its lease expires; `not_sent`: it could not be made, because the endpoint's signing
+   * secrets could not be read (Postgres) or opened (a secret sealed under a key this worker does
+   * not hold: WEBHOOK_SECRET_KEY rotated without WEBHOOK_SECRET_KEY_PREVIOUS). Either way the
+   * delivery stays pending and is claimed again when its lease expires (vidorch_webhook_attempts_total:
+   * a delivery that can never be sent or recorded shows as a steady rate of these, not as silence).
    */
-  readonly onAttempt?: (outcome: 'delivered' | 'retry' | 'failed' | 'unrecorded') => void;
+  readonly onAttempt?: (outcome: 'delivered' | 'retry' | 'failed' | 'unrecorded' | 'not_sent') => void;
 }
 
 export interface NotifyBacklog {
@@ -99,7 +102,12 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
 
   async function secretsFor(d: ClaimedDelivery): Promise<string[]> {
     const endpointId = d.endpoint_id ?? (await taskUrlSigningEndpoint(opts.db, d.tenant_id));
-    return endpointId ? signingSecrets(opts.db, opts.secrets, endpointId) : [];
+    if (!endpointId) return [];
+    const { secrets, unopenable } = await signingSecrets(opts.db, opts.secrets, endpointId);
+    // Signed with the secrets that open; the others are named so an operator can reseal or retire them.
+    if (unopenable.length > 0)
+      opts.logger.warn({ endpointId, tenantId: d.tenant_id, secretIds: unopenable }, 'webhook secrets open under no configured key; signed without them');
+    return secrets;
   }
 
   async function deliver(token: FenceToken, d: ClaimedDelivery): Promise<void> {
@@ -111,8 +119,10 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
         { dispatcher, allowPrivate: s.allowPrivate, timeoutMs: s.attemptTimeoutMs, maxResponseBytes: s.responseMaxBytes },
       );
     } catch (err) {
-      // Reading the secrets failed (Postgres): no attempt was made; the lease expires and it is tried again.
-      opts.logger.warn({ err, deliveryId: d.delivery_id }, 'webhook attempt not made');
+      // The secrets could not be read or opened: nothing was sent, so nothing is recorded against
+      // the delivery's schedule; the lease expires and it is tried again, counted each time.
+      opts.onAttempt?.('not_sent');
+      opts.logger.warn({ err, deliveryId: d.delivery_id, endpointId: d.endpoint_id, tenantId: d.tenant_id }, 'webhook attempt not made');
       return;
     }
     const next: AttemptNext = outcome.ok

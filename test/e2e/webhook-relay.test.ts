@@ -4,7 +4,9 @@
 // slots, so another tenant's deliveries go out meanwhile; an endpoint that fails for longer than
 // WEBHOOK_DISABLE_AFTER_MS is disabled, with a needs-attention record for its tenant. A 2xx is
 // recorded whatever bytes its answer holds; an attempt whose record fails anyway is counted and
-// logged, never a silent resend.
+// logged, never a silent resend. A delivery whose endpoint's secrets open under no key the worker
+// holds is not sent, counted and logged, and goes out once the key is back; one with some secrets
+// that open is signed with those.
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,7 +16,7 @@ import { cancelTask } from '../../api/tasks.service';
 import { createTask } from '../support/deps';
 import { addSigningSecret, createSecretBox } from '../../db/webhook-secrets';
 import { insertEndpoint } from '../../db/webhooks';
-import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint } from '../../db/schema';
+import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint, webhookEndpointSecret } from '../../db/schema';
 import { startWebhookRelay, type WebhookRelay, type WebhookRelayOptions } from '../../workers/webhook-relay';
 import { createLogger } from '../../observability/logger';
 import { createTestDatabase, createTestTenant, eventually, testConfig, testLogger, type TestDatabase } from '../support/stack';
@@ -52,7 +54,7 @@ async function tenantWithEvents(name: string, receiver: { baseUrl: string }, sec
   return { tenantId, endpointId: endpoint.endpoint_id };
 }
 
-const relay = (extra: Partial<Pick<WebhookRelayOptions, 'logger' | 'onAttempt'>> = {}) =>
+const relay = (extra: Partial<Pick<WebhookRelayOptions, 'logger' | 'onAttempt' | 'secrets'>> = {}) =>
   startWebhookRelay({
     db: tdb.database.db,
     fence: { scope: config.FENCE_SCOPE, region: config.REGION },
@@ -218,5 +220,94 @@ test('an attempt sent whose record fails is counted unrecorded and logged, not r
     await stopRelays();
     await receiver.close();
     await db.execute(sql`DROP TRIGGER refuse_unrecordable ON webhook_attempt`);
+  }
+});
+
+test("no secret of the endpoint opens under the relay's keys: not sent, counted not_sent, kept pending; sent signed once the old key is listed", async () => {
+  await stopRelays();
+  const db = tdb.database.db;
+  const foreignKey = 'a sealing key this worker was never given';
+  const foreign = createSecretBox(foreignKey);
+  const secrets: string[] = [];
+  const receiver = await startWebhookReceiver({ port: 0, secrets: () => secrets });
+  const outcomes: string[] = [];
+  const lines: string[] = [];
+  const logger = createLogger({ name: 'relay-test', level: 'warn', pretty: false, destination: { write: (l: string) => void lines.push(l) } });
+  try {
+    const { endpointId } = await tenantWithEvents('unopenable', receiver, secrets, 1);
+    // The endpoint's one secret, sealed again under a key the relay does not hold.
+    await db
+      .update(webhookEndpointSecret)
+      .set({ sealed: foreign.seal(endpointId, secrets[0]!) })
+      .where(eq(webhookEndpointSecret.endpoint_id, endpointId));
+    relays.push(relay({ logger, onAttempt: (o) => outcomes.push(o) }));
+    await eventually(async () => (outcomes.includes('not_sent') ? true : undefined), 10_000, 50);
+    const [d] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.endpoint_id, endpointId));
+    assert.equal(d!.state, 'pending', 'kept: it goes out once a secret opens');
+    assert.equal(d!.attempt_count, 0, 'nothing was sent, so no attempt counts against its schedule');
+    assert.equal(receiver.received.length, 0);
+    assert.equal((await db.select().from(webhookAttempt).where(eq(webhookAttempt.delivery_id, d!.delivery_id))).length, 0);
+    assert.ok(
+      lines.some((l) => l.includes('webhook attempt not made') && l.includes(d!.delivery_id) && l.includes('opens under neither')),
+      lines.join(''),
+    );
+    assert.ok(!lines.join('').includes(secrets[0]!), 'the secret is not logged');
+
+    // The operator lists the old key: the next claim (the lease expired; here made so) sends it, signed.
+    await stopRelays();
+    await db
+      .update(webhookDelivery)
+      .set({ lease_until: sql`now()` })
+      .where(eq(webhookDelivery.delivery_id, d!.delivery_id));
+    relays.push(relay({ secrets: createSecretBox(config.WEBHOOK_SECRET_KEY, [foreignKey]) }));
+    await eventually(
+      async () => {
+        const [row] = await db.select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, d!.delivery_id));
+        return row!.state === 'succeeded' ? true : undefined;
+      },
+      10_000,
+      50,
+    );
+    assert.equal(receiver.received.length, 1);
+    assert.deepEqual(receiver.received[0]!.verifiedBy, [0], "signed with the endpoint's secret");
+  } finally {
+    await stopRelays();
+    await receiver.close();
+  }
+});
+
+test('an endpoint with one secret that opens and one that does not: signed with the one that opens, the other named in the log', async () => {
+  await stopRelays();
+  const db = tdb.database.db;
+  const foreign = createSecretBox('another sealing key this worker was never given');
+  const secrets: string[] = [];
+  const receiver = await startWebhookReceiver({ port: 0, secrets: () => secrets });
+  const outcomes: string[] = [];
+  const lines: string[] = [];
+  const logger = createLogger({ name: 'relay-test', level: 'warn', pretty: false, destination: { write: (l: string) => void lines.push(l) } });
+  try {
+    const { endpointId } = await tenantWithEvents('half-openable', receiver, secrets, 1);
+    secrets.push(await addSigningSecret(db, foreign, endpointId));
+    const [lost] = await db
+      .select()
+      .from(webhookEndpointSecret)
+      .where(
+        and(
+          eq(webhookEndpointSecret.endpoint_id, endpointId),
+          sql`${webhookEndpointSecret.created_at} = (SELECT max(created_at) FROM webhook_endpoint_secret WHERE endpoint_id = ${endpointId})`,
+        ),
+      );
+    relays.push(relay({ logger, onAttempt: (o) => outcomes.push(o) }));
+    await eventually(async () => (outcomes.includes('delivered') ? true : undefined), 10_000, 50);
+    assert.ok(!outcomes.includes('not_sent'), outcomes.join(','));
+    assert.equal(receiver.received.length, 1);
+    assert.deepEqual(receiver.received[0]!.verifiedBy, [0], 'the secret that opens signs; the other is left out');
+    assert.ok(
+      lines.some((l) => l.includes('open under no configured key') && l.includes(lost!.secret_id)),
+      lines.join(''),
+    );
+  } finally {
+    await stopRelays();
+    await receiver.close();
   }
 });
