@@ -10,7 +10,7 @@ import { findModel, priceFor, type Resolution } from '../domain/catalog';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
-import { InvalidMediaError, type MediaInfo } from '../media/media-info';
+import { InvalidMediaError, mediaTypeOf, type MediaInfo } from '../media/media-info';
 import { probeStored } from '../media/probe';
 import { inTaskStep, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from '../db/settlement';
@@ -68,7 +68,11 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
           await finishTask(tx, token, current, failedUncharged('workflow.media-invalid', 'INVALID_MEDIA', invalid ?? 'invalid media'));
           return null;
         }
-        await tx.update(asset).set({ media_info: info }).where(eq(asset.asset_id, video.asset_id));
+        // The rescue stored it as MP4 before anything read it; the probe says what it is (a WebM is served as one).
+        await tx
+          .update(asset)
+          .set({ media_info: info, content_type: mediaTypeOf(info).contentType })
+          .where(eq(asset.asset_id, video.asset_id));
         await finishTask(tx, token, current, {
           to: 'SUCCEEDED',
           charge: chargeFor(current.request, current.reserved_amount, info),

@@ -59,6 +59,10 @@ const storeOf = (stores: OutputStores, location: string): ObjectStorage => {
   return stores.storage;
 };
 
+const EXTENSIONS: Record<string, string> = { 'video/mp4': 'mp4', 'video/webm': 'webm', 'video/x-matroska': 'mkv', 'image/jpeg': 'jpg' };
+/** How a stored object is served: its recorded type, and a file name with that type's extension. */
+const servedAs = (contentType: string, name: string) => ({ contentType, filename: `${name}.${EXTENSIONS[contentType] ?? 'bin'}` });
+
 export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: number): Promise<TaskDetail> {
   const video = d.assets.find((a) => a.kind === 'video');
   const thumb = d.assets.find((a) => a.kind === 'thumbnail');
@@ -88,8 +92,14 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
     output: deliverable
       ? {
           // A deleted output keeps its facts (checksum, size, media) and says when it went.
-          download_url: live ? await storeOf(stores, video.location).presignGet(video.object_key, ttlSeconds) : null,
-          thumbnail_url: live && thumb ? await storeOf(stores, thumb.location).presignGet(thumb.object_key, ttlSeconds) : null,
+          // Served with the type the media check found (a WebM is stored under the same key name as an MP4).
+          download_url: live
+            ? await storeOf(stores, video.location).presignGet(video.object_key, ttlSeconds, servedAs(video.content_type, d.task.task_id))
+            : null,
+          thumbnail_url:
+            live && thumb
+              ? await storeOf(stores, thumb.location).presignGet(thumb.object_key, ttlSeconds, servedAs(thumb.content_type, `${d.task.task_id}-thumbnail`))
+              : null,
           expires_in_seconds: live ? ttlSeconds : null,
           deleted_at: video.deleted_at?.toISOString() ?? null,
           sha256: video.sha256,

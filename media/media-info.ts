@@ -10,6 +10,19 @@ export interface MediaInfo {
   readonly durationSeconds: number;
 }
 
+/**
+ * The media type a validated video is served as. ffprobe names every ISO BMFF file
+ * `mov,mp4,m4a,3gp,3g2,mj2`, so that family is served as MP4; a Matroska file is WebM when its
+ * video codec is one WebM allows (VP8, VP9, AV1), Matroska otherwise.
+ */
+export function mediaTypeOf(info: MediaInfo): { contentType: string; extension: string } {
+  const names = info.container.split(',');
+  if (!names.includes('matroska') && !names.includes('webm')) return { contentType: 'video/mp4', extension: 'mp4' };
+  return ['vp8', 'vp9', 'av1'].includes(info.videoCodec)
+    ? { contentType: 'video/webm', extension: 'webm' }
+    : { contentType: 'video/x-matroska', extension: 'mkv' };
+}
+
 /** The bytes are not a video we accept (the task fails INVALID_MEDIA, uncharged). */
 export class InvalidMediaError extends Error {
   constructor(message: string) {

@@ -66,7 +66,8 @@ export interface ObjectStorage {
   /** Server-side copy that also sets the object's metadata (publishes a verified object under its final key). */
   publish(fromKey: string, toKey: string, opts: { contentType: string; sha256: string }): Promise<void>;
   delete(key: string): Promise<void>;
-  presignGet(key: string, ttlSeconds: number): Promise<string>;
+  /** A presigned GET; `served` sets the answer's Content-Type and a Content-Disposition filename (the stored object's metadata stays). */
+  presignGet(key: string, ttlSeconds: number, served?: { contentType: string; filename: string }): Promise<string>;
   read(key: string): Promise<Buffer>;
   /** `length` bytes from `offset` (fewer at the end of the object). */
   readRange(key: string, offset: number, length: number): Promise<Buffer>;
@@ -277,8 +278,9 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
     async delete(key) {
       await s3Span('DeleteObject', bucket, key, () => client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })));
     },
-    presignGet(key, ttlSeconds) {
-      return getSignedUrl(client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: ttlSeconds });
+    presignGet(key, ttlSeconds, served) {
+      const response = served ? { ResponseContentType: served.contentType, ResponseContentDisposition: `inline; filename="${served.filename}"` } : {};
+      return getSignedUrl(client, new GetObjectCommand({ Bucket: bucket, Key: key, ...response }), { expiresIn: ttlSeconds });
     },
     async read(key) {
       const bytes = await s3Span('GetObject', bucket, key, async () =>

@@ -3,7 +3,8 @@
 // reason of our own storage (an S3 503 SlowDown, a refused connection during an outage, a copy
 // moved away by copy-back while the step ran), ffprobe's transport error is a retryable failure
 // and the task stays in PROCESSING_MEDIA: only bytes ffprobe read and could not parse make it
-// INVALID_MEDIA. (Before, any ffprobe stderr failed a valid, paid output for good.)
+// INVALID_MEDIA. (Before, any ffprobe stderr failed a valid, paid output for good.) A validated
+// WebM is recorded as video/webm and its download URL serves it as one (it was labelled MP4).
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
@@ -13,8 +14,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
-import { eq } from 'drizzle-orm';
-import { generationTask, taskAttempt } from '../../db/schema';
+import { and, eq } from 'drizzle-orm';
+import { presentTask } from '../../api/tasks.present';
+import { getTaskDetail } from '../../api/tasks.service';
+import { asset, generationTask, taskAttempt, webhookEvent } from '../../db/schema';
 import type { ObjectStorage } from '../../storage/s3';
 import { providerSucceededTask, startActivityWorld, type ActivityWorld } from '../support/activities';
 
@@ -56,8 +59,8 @@ before(async () => {
     generationMs: 100,
     deps: (d) => {
       const storage: ObjectStorage = Object.create(d.storage) as ObjectStorage;
-      storage.presignGet = async (key, ttl) =>
-        media.failing ? `http://127.0.0.1:${(s3Busy.address() as AddressInfo).port}/${d.storage.bucket}/${key}` : d.storage.presignGet(key, ttl);
+      storage.presignGet = async (key, ttl, served) =>
+        media.failing ? `http://127.0.0.1:${(s3Busy.address() as AddressInfo).port}/${d.storage.bucket}/${key}` : d.storage.presignGet(key, ttl, served);
       return { ...d, storage };
     },
   });
@@ -94,4 +97,34 @@ test('a 503 from our own bucket while ffprobe reads a stored WebM is not INVALID
   assert.equal(task!.status, 'PROCESSING_MEDIA');
   // And the retry, with the bucket answering, finishes it.
   assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+});
+
+test('a validated WebM is recorded as video/webm, and its download URL serves it as one', { timeout: 60_000 }, async () => {
+  const id = await providerSucceededTask(w, 'media-webm-served');
+  const db = w.tdb.database.db;
+  await db
+    .update(taskAttempt)
+    .set({ output_url: `http://127.0.0.1:${(output.address() as AddressInfo).port}/files/x/output.webm` })
+    .where(eq(taskAttempt.task_id, id));
+  assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+  const [video] = await db
+    .select()
+    .from(asset)
+    .where(and(eq(asset.task_id, id), eq(asset.kind, 'video')));
+  assert.equal(video!.content_type, 'video/webm', 'the probe said WebM; the rescue had stored it as MP4');
+  // The task.succeeded event is written in the same transaction and says so too.
+  const [succeeded] = await db
+    .select()
+    .from(webhookEvent)
+    .where(and(eq(webhookEvent.task_id, id), eq(webhookEvent.event_type, 'task.succeeded')));
+  assert.equal((succeeded?.data as { output?: { content_type?: string } } | undefined)?.output?.content_type, 'video/webm');
+  const detail = await getTaskDetail(db, w.tenantId, id);
+  assert.ok(detail);
+  const shown = await presentTask(detail, { storage: w.deps.storage }, 60);
+  assert.equal(shown.output?.content_type, 'video/webm');
+  const res = await fetch(shown.output.download_url!);
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-type'), 'video/webm');
+  assert.equal(res.headers.get('content-disposition'), `inline; filename="${id}.webm"`);
+  assert.deepEqual(Buffer.from(await res.arrayBuffer()), webm);
 });

@@ -134,12 +134,12 @@ export async function outputMovedTo(w: ActivityWorld, taskId: string, origin: Se
 /** `storage`, except that its presigned GETs fail while `failures.left` is above 0 (the media step cannot read the stored video). */
 export function withPresignFailures(storage: ObjectStorage, failures: { left: number }): ObjectStorage {
   const wrapped: ObjectStorage = Object.create(storage) as ObjectStorage;
-  wrapped.presignGet = async (key, ttl) => {
+  wrapped.presignGet = async (key, ttl, served) => {
     if (failures.left > 0) {
       failures.left -= 1;
       throw new Error('storage unreachable (test)');
     }
-    return storage.presignGet(key, ttl);
+    return storage.presignGet(key, ttl, served);
   };
   return wrapped;
 }
