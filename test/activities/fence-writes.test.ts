@@ -2,9 +2,12 @@
 // a worker whose epoch moved while it was mid-step (a failover bumps it) writes nothing — not
 // the media step's SUCCEEDED (a task transaction: refused once the region is another's), not
 // the poll's next_poll_at nor its inbox row, not the thumbnail's asset row, not the relay's
-// outbox update — and sends no provider cancel the new epoch did not decide. Likewise a mode
+// outbox update, not a rescue's record of the bytes it streamed while the region failed over and
+// back (A → B → A) — and sends no provider cancel the new epoch did not decide. Likewise a mode
 // narrowed mid-step (same epoch) is seen by the writing transaction.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { createServer } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
 import { and, eq, sql } from 'drizzle-orm';
@@ -17,7 +20,7 @@ import { asset, callbackInbox, generationTask, outboxEvent, taskAttempt } from '
 import type { ProviderAdapter } from '../../providers/types';
 import { createGenerationFacade } from '../../temporal/facade';
 import { relayOnce } from '../../workers/outbox-relay';
-import { freshActivities, runActivity, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
+import { freshActivities, outputMovedTo, runActivity, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
 import { eventually, temporalClient, testLogger, uniqueQueue } from '../support/stack';
 
 let w: ActivityWorld;
@@ -132,6 +135,57 @@ describe('a stale-epoch worker writes nothing', () => {
       .from(callbackInbox)
       .where(and(eq(callbackInbox.task_id, id), eq(callbackInbox.source, 'poll')));
     assert.equal(polls.length, 0);
+  });
+
+  test('rescue: a download that outlives a failover and a failback (A → B → A: our region again, not our epoch) records nothing under its token; the retry stores the output once', async (t) => {
+    const id = await submittedTask();
+    await eventually(
+      async () => {
+        await w.run('pollProvider', id);
+        return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
+      },
+      20_000,
+      300,
+    );
+    // An origin that sends half the body, then waits for the test to move the fence.
+    let bytes: Buffer = Buffer.alloc(0);
+    let midBody!: () => void;
+    const reached = new Promise<void>((resolve) => (midBody = resolve));
+    let release!: () => void;
+    const moved = new Promise<void>((resolve) => (release = resolve));
+    const origin = createServer((_req, res) => {
+      const half = Math.floor(bytes.length / 2);
+      res.writeHead(200, { 'Content-Type': 'video/mp4', 'Content-Length': String(bytes.length) });
+      res.write(bytes.subarray(0, half), () => midBody());
+      void moved.then(() => res.end(bytes.subarray(half)));
+    });
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', () => resolve()));
+    t.after(() => {
+      origin.closeAllConnections();
+      origin.close();
+    });
+    const output = await outputMovedTo(w, id, origin);
+    bytes = output.bytes;
+    const running = w.run('rescueOutput', id).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    await reached;
+    // Region B takes over, then hands back: the region is ours again, two epochs later.
+    const scope = w.config.FENCE_SCOPE;
+    await db().execute(sql`UPDATE region_write_fence SET active_region = 'region-b', write_epoch = write_epoch + 1 WHERE resource_scope = ${scope}`);
+    await db().execute(sql`UPDATE region_write_fence SET active_region = ${w.config.REGION}, write_epoch = write_epoch + 1 WHERE resource_scope = ${scope}`);
+    release();
+    fenceRejected(await running);
+    assert.equal((await db().select().from(generationTask).where(eq(generationTask.task_id, id)))[0]?.status, 'FETCHING_OUTPUT', 'not moved on');
+    assert.deepEqual(await db().select().from(asset).where(eq(asset.task_id, id)), [], 'no asset row under the old epoch');
+
+    // A rescue under the current epoch stores it, once.
+    assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+    const videos = (await db().select().from(asset).where(eq(asset.task_id, id))).filter((a) => a.kind === 'video');
+    assert.equal(videos.length, 1);
+    assert.equal(videos[0]!.sha256, createHash('sha256').update(bytes).digest('hex'));
+    assert.equal(videos[0]!.object_key, output.key);
   });
 
   test('media: neither SUCCEEDED nor the thumbnail asset row is written under a moved epoch', async () => {
