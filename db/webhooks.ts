@@ -208,20 +208,22 @@ export async function claimDueDeliveries(db: Db, token: FenceToken, opts: { limi
   return db.transaction(async (tx) => {
     // Claims are writes: only the active region's relay takes any (docs/design.md §3).
     await holdFence(tx, token);
+    // Targets with a due delivery and room under their cap, oldest due first. A target at its cap
+    // (a slow receiver holding every place) is left out here, not skipped below: 500 of them due
+    // first would otherwise fill every pass and starve every other target.
     const { rows: targets } = await tx.execute(sql`
-      SELECT d.target_key,
-        count(*) FILTER (WHERE d.lease_until > now())::int AS in_flight
+      SELECT d.target_key
       FROM webhook_delivery d
       WHERE ${SENDABLE} AND (d.next_attempt_at <= now() OR d.lease_until > now())
       GROUP BY d.target_key
       HAVING count(*) FILTER (WHERE d.next_attempt_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now())) > 0
+        AND count(*) FILTER (WHERE d.lease_until > now()) < ${opts.perTarget}
       ORDER BY min(d.next_attempt_at)
       LIMIT 500`);
     const claimed: ClaimedDelivery[] = [];
-    for (const t of targets as { target_key: string; in_flight: number }[]) {
+    for (const t of targets as { target_key: string }[]) {
       const budget = opts.limit - claimed.length;
       if (budget <= 0) break;
-      if (t.in_flight >= opts.perTarget) continue;
       const { rows: locked } = await tx.execute(sql`SELECT pg_try_advisory_xact_lock(hashtext(${`webhook-target:${t.target_key}`})) AS ok`);
       if (!(locked[0] as { ok: boolean }).ok) continue; // another relay is claiming for this target
       const { rows: counted } = await tx.execute(sql`

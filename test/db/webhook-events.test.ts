@@ -231,3 +231,26 @@ test('the retry schedule: delays by step, exhausted after the last; disable afte
   assert.equal(shouldDisable(t0, new Date(t0.getTime() + 999), 1_000), false);
   assert.equal(shouldDisable(t0, new Date(t0.getTime() + 1_000), 1_000), true);
 });
+
+test('targets at their in-flight cap take no place in a claim: with more than 500 of them due first, a target with room is still claimed', async () => {
+  const id = await newTask('starve-1');
+  await cancelTask(db(), token, tenantId, id);
+  const [ev] = await eventsOf(id);
+  // 501 slow targets, each with one delivery leased (its one place, perTarget 1) and one more due,
+  // all due before anything else; then one target with room, due a minute ago.
+  await db().execute(sql`
+    INSERT INTO webhook_delivery (delivery_id, event_id, tenant_id, url, target_key, next_attempt_at, lease_until)
+    SELECT gen_random_uuid(), ${ev!.event_id}, ${tenantId}, 'https://slow-' || n || '.example.com/h', 'task-url:${sql.raw(tenantId)}:https://slow-' || n || '.example.com',
+           now() - interval '1 hour', CASE WHEN leased THEN now() + interval '1 hour' END
+    FROM generate_series(1, 501) AS n CROSS JOIN (VALUES (true), (false)) AS l(leased)`);
+  const roomKey = `task-url:${tenantId}:https://room.example.com`;
+  await db().execute(sql`
+    INSERT INTO webhook_delivery (delivery_id, event_id, tenant_id, url, target_key, next_attempt_at)
+    VALUES (gen_random_uuid(), ${ev!.event_id}, ${tenantId}, 'https://room.example.com/h', ${roomKey}, now() - interval '1 minute')`);
+  const claimed = await claimDueDeliveries(db(), token, { limit: 10, perTarget: 1, leaseMs: 30_000 });
+  assert.ok(
+    claimed.some((c) => c.target_key === roomKey),
+    `the target with room is claimed (claimed: ${claimed.map((c) => c.target_key).join(', ') || 'nothing'})`,
+  );
+  assert.ok(!claimed.some((c) => c.target_key.includes('://slow-')), 'no target past its cap gets a second delivery in flight');
+});
