@@ -6,7 +6,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, lt, or } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { FenceRejectedError, readFence, type FenceToken } from '../db/fence';
-import { holdFenceForFacts } from '../db/modes';
+import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { asset, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import { admitTask } from '../db/task-admission';
@@ -98,6 +98,9 @@ export async function createTask(
           return r.task;
         case 'fence-rejected':
           throw new FenceRejectedError(token, await readFence(tx, token.scope));
+        case 'mode-forbids':
+          // Narrowed since the admission's cached read: answered as the admission would (503, the mode).
+          throw new ModePausedError(r.mode, 'create');
         case 'key-taken':
           throw new IdempotencyRace();
         case 'reserve-exists':

@@ -98,13 +98,13 @@ const BARE_SQL = {
   // The one statement of db/task-admission.ts admitTask(): fence share lock, task, outbox row,
   // first transition, reserve ledger row and account CAS, each gated on the one before.
   admit: `WITH fence AS (
-      SELECT 1 FROM region_write_fence WHERE resource_scope = $1 AND active_region = $2 AND write_epoch = $3 FOR SHARE
+      SELECT mode FROM region_write_fence WHERE resource_scope = $1 AND active_region = $2 AND write_epoch = $3 FOR SHARE
     ), task AS (
       INSERT INTO generation_task (task_id, tenant_id, project_id, home_region, write_epoch, status, idempotency_key,
           reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
       SELECT $4::uuid, $5::uuid, $5::uuid, $2::text, $3::bigint, 'QUEUED', $6::text, $7::numeric, $8::text, $9::jsonb,
           'replicate', 'minimax/video-01', 0, now() + make_interval(secs => 3600)
-      FROM fence
+      FROM fence WHERE fence.mode = ANY ('{NORMAL,DEGRADED_NOTIFY,DEGRADED_PROVIDER,QUEUE_ONLY}'::text[])
       ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
       RETURNING *
     ), outbox AS (
@@ -123,7 +123,7 @@ const BARE_SQL = {
       WHERE tenant_id = $5::uuid AND balance - reserved >= $7::numeric AND EXISTS (SELECT 1 FROM ledger)
       RETURNING version
     )
-    SELECT EXISTS (SELECT 1 FROM fence) AS fence_held, EXISTS (SELECT 1 FROM ledger) AS reserved, EXISTS (SELECT 1 FROM account) AS moved,
+    SELECT EXISTS (SELECT 1 FROM fence) AS fence_held, (SELECT mode FROM fence) AS fence_mode, EXISTS (SELECT 1 FROM ledger) AS reserved, EXISTS (SELECT 1 FROM account) AS moved,
       (SELECT (balance - reserved)::text FROM credit_account WHERE tenant_id = $5::uuid) AS available_credits, task.*
     FROM (SELECT 1) AS one LEFT JOIN task ON true`,
   mark: `UPDATE outbox_event SET published_at = now(), publish_attempts = publish_attempts + 1

@@ -9,7 +9,7 @@ SELECT t.tenant_id, t.name FROM api_key k INNER JOIN tenant t ON t.tenant_id = k
 SELECT resource_scope, active_region, write_epoch, mode, updated_at FROM region_write_fence WHERE resource_scope = :scope;
 BEGIN;
 WITH fence AS (
-    SELECT 1 FROM region_write_fence WHERE resource_scope = :scope::text AND active_region = :region::text AND write_epoch = :epoch::bigint FOR SHARE
+    SELECT mode FROM region_write_fence WHERE resource_scope = :scope::text AND active_region = :region::text AND write_epoch = :epoch::bigint FOR SHARE
   ), task AS (
     INSERT INTO generation_task (task_id, tenant_id, project_id, home_region, write_epoch, status, idempotency_key,
         reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
@@ -17,7 +17,7 @@ WITH fence AS (
         0.5, md5(random()::text) || md5(random()::text),
         '{"model":"minimax/video-01","prompt":"bench admission","duration_seconds":1,"resolution":"480p","priority":0}'::jsonb,
         'replicate', 'minimax/video-01', 0, now() + make_interval(secs => 3600)
-    FROM fence
+    FROM fence WHERE fence.mode = ANY ('{NORMAL,DEGRADED_NOTIFY,DEGRADED_PROVIDER,QUEUE_ONLY}'::text[])
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING *
   ), outbox AS (
@@ -39,7 +39,7 @@ WITH fence AS (
     WHERE tenant_id = (:tenants::uuid[])[:t::int] AND balance - reserved >= 0.5 AND EXISTS (SELECT 1 FROM ledger)
     RETURNING version
   )
-  SELECT EXISTS (SELECT 1 FROM fence) AS fence_held, EXISTS (SELECT 1 FROM ledger) AS reserved, EXISTS (SELECT 1 FROM account) AS moved,
+  SELECT EXISTS (SELECT 1 FROM fence) AS fence_held, (SELECT mode FROM fence) AS fence_mode, EXISTS (SELECT 1 FROM ledger) AS reserved, EXISTS (SELECT 1 FROM account) AS moved,
     (SELECT (balance - reserved)::text FROM credit_account WHERE tenant_id = (:tenants::uuid[])[:t::int]) AS available_credits,
     (SELECT event_id FROM outbox) AS event_id, task.*
   FROM (SELECT 1) AS one LEFT JOIN task ON true \gset

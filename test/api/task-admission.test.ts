@@ -1,9 +1,11 @@
 // The create transaction's one statement (db/task-admission.ts) against real Postgres: what it
-// writes on success, and that every refusal (stale fence, taken key, short credits) writes nothing.
+// writes on success, and that every refusal (stale fence, a mode that admits no creates, taken key,
+// short credits) writes nothing.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { FenceRejectedError, acquireFence } from '../../db/fence';
+import { ModePausedError, setMode } from '../../db/modes';
 import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition } from '../../db/schema';
 import { createTask } from '../../api/tasks.service';
 import { HttpProblem } from '../../api/problem';
@@ -58,6 +60,39 @@ test('a create under a stale fence epoch is refused with FenceRejectedError and 
   );
   assert.deepEqual(await tasksOf(t.tenantId), []);
   assert.equal((await accountOf(t.tenantId)).reserved, '0.000000');
+});
+
+test('a mode that admits no creates, read under the fence lock, refuses the create and writes nothing (the admission reads it through a cache)', async () => {
+  const t = await createTestTenant(tdb.database, config, '100');
+  const scope = { scope: config.FENCE_SCOPE, actor: 'operator:test', reason: 'test' };
+  try {
+    for (const mode of ['RECONCILE_ONLY', 'READ_ONLY', 'MAINTENANCE'] as const) {
+      await setMode(tdb.database.db, { ...scope, mode });
+      await assert.rejects(
+        createTask(tdb.database.db, await token(), { tenantId: t.tenantId, idempotencyKey: `mode-${mode}`, body, defaultDeadlineSeconds: 3600 }),
+        (err: unknown) => err instanceof ModePausedError && err.mode === mode && /new tasks are not admitted/.test(err.message),
+      );
+    }
+    assert.deepEqual(await tasksOf(t.tenantId), [], 'no task row');
+    assert.equal(Number((await accountOf(t.tenantId)).reserved), 0, 'nothing reserved');
+    const entries = await tdb.database.db.select().from(creditLedger).where(eq(creditLedger.tenant_id, t.tenantId));
+    assert.deepEqual(
+      entries.filter((e) => e.entry_type === 'RESERVE'),
+      [],
+      'no reserve row',
+    );
+    // QUEUE_ONLY admits (and persists) creates: no provider cost is added there.
+    await setMode(tdb.database.db, { ...scope, mode: 'QUEUE_ONLY' });
+    const created = await createTask(tdb.database.db, await token(), {
+      tenantId: t.tenantId,
+      idempotencyKey: 'mode-queue-only',
+      body,
+      defaultDeadlineSeconds: 3600,
+    });
+    assert.equal(created.kind, 'created');
+  } finally {
+    await setMode(tdb.database.db, { ...scope, mode: 'NORMAL' });
+  }
 });
 
 test('short credits are a 402 naming what is available, and the task row written before the CAS is rolled back', async () => {
