@@ -54,7 +54,7 @@ import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema
 import { providerQueueReport, setTenantLimit } from './capacity';
 import { pitrDiff } from './pitr';
 import { printPitrDiff, printPitrPlan } from './pitr-print';
-import { applyPitrRepair, planPitrRepair } from './pitr-repair';
+import { applyPitrRepair, planPitrRepair, refusalsOf } from './pitr-repair';
 import { createDatabase } from '../db/client';
 
 const config = loadConfigOrExit();
@@ -892,9 +892,10 @@ pitr
     if (o.apply && o.dryRun) throw new InvalidArgumentError('--apply and --dry-run: choose one');
     const out = await withRestored(o.restored, async (live, restored) => {
       const plan = planPitrRepair(await pitrDiff(live.db, restored.db));
-      return { plan, applied: o.apply ? await applyPitrRepair(live.db, plan, { actor, reason: o.reason, fence }) : null };
+      if (o.apply) return { plan, applied: await applyPitrRepair(live.db, plan, { actor, reason: o.reason, fence }), would_refuse: [] };
+      return { plan, applied: null, would_refuse: await refusalsOf(live.db, plan) };
     });
-    print(o.json, out, () => printPitrPlan(out.plan, out.applied));
+    print(o.json, out, () => printPitrPlan(out.plan, out.applied, out.would_refuse));
   });
 
 try {

@@ -36,7 +36,8 @@ export function printPitrDiff(d: PitrDiff): string {
   ].join('\n');
 }
 
-export function printPitrPlan(p: PitrRepairPlan, applied: PitrRepairResult | null): string {
+/** `wouldRefuse`: on a dry run, the plan's tasks the repair would refuse now (ops/pitr-repair.ts refusalsOf). */
+export function printPitrPlan(p: PitrRepairPlan, applied: PitrRepairResult | null, wouldRefuse: readonly { task_id: string; why: string }[] = []): string {
   const lines = [
     `${applied ? 'repaired' : 'would repair'}: ${p.tasks.length} task(s) to their restored state (CAS, version + 1, a task_transition row each), ${p.api_keys.length} API key(s) re-inserted`,
     ...p.skipped.map((s) => `  left to the operator: ${s.task_id}: ${s.why}`),
@@ -46,6 +47,14 @@ export function printPitrPlan(p: PitrRepairPlan, applied: PitrRepairResult | nul
       `audit ${applied.audit_id}: ${applied.tasks_repaired.length} task(s) repaired, ${applied.tasks_changed_meanwhile.length} changed meanwhile (left alone), ${applied.tasks_refused.length} refused, ${applied.api_keys_restored.length} key(s) restored`,
       ...applied.tasks_refused.map((r) => `  refused: ${r.task_id}: ${r.why}`),
     );
-  } else lines.push('dry run: nothing written (--apply to write)');
+  } else {
+    if (wouldRefuse.length > 0) {
+      lines.push(
+        `${wouldRefuse.length} of them would be refused if applied now (left as they are; a person decides: docs/runbooks/pitr.md):`,
+        ...wouldRefuse.map((r) => `  would refuse: ${r.task_id}: ${r.why}`),
+      );
+    }
+    lines.push('dry run: nothing written (--apply to write)');
+  }
   return lines.join('\n');
 }

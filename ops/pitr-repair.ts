@@ -72,11 +72,11 @@ export interface PitrRepairResult {
  * row carries. A live task would settle again later (refused by db/ledger.ts, since the rows
  * exist) and a different charge would leave the task disagreeing with its ledger. Locks the row.
  */
-async function settlementRefusal(tx: Tx, t: RewrittenTask): Promise<string | null> {
+async function settlementRefusal(tx: Tx | Db, t: RewrittenTask, lock = true): Promise<string | null> {
   const { rows } = await tx.execute(sql`
     SELECT t.status, t.settled_amount::text,
            (SELECT amount::text FROM credit_ledger WHERE business_key = ${ledgerKey(t.task_id, 'settle')}) AS settle
-    FROM generation_task t WHERE t.task_id = ${t.task_id}::uuid FOR UPDATE`);
+    FROM generation_task t WHERE t.task_id = ${t.task_id}::uuid ${lock ? sql`FOR UPDATE` : sql``}`);
   const row = rows[0] as { status: string; settled_amount: string | null; settle: string | null } | undefined;
   if (!row || row.settle === null) return null;
   const status = (t.restored.status ?? row.status) as TaskStatus;
@@ -85,6 +85,21 @@ async function settlementRefusal(tx: Tx, t: RewrittenTask): Promise<string | nul
   return isTerminal(status)
     ? `its ledger settled ${row.settle}, the restored ${status} records ${charge ?? 'no charge'}: correct the charge by hand (an operator grant)`
     : `its reservation was closed (SETTLE ${row.settle}) after the mistake; the restored ${status} would have nothing left to settle: decide by hand`;
+}
+
+/**
+ * What a dry run shows beside the plan: the tasks the repair would refuse if applied now (their
+ * reservation was closed since the mistake), read from the live database without a lock or a
+ * write. An apply checks each again under its row lock, so the answer may differ if the task
+ * moves meanwhile.
+ */
+export async function refusalsOf(live: Db, plan: PitrRepairPlan): Promise<{ task_id: string; why: string }[]> {
+  const refused: { task_id: string; why: string }[] = [];
+  for (const t of plan.tasks) {
+    const why = await settlementRefusal(live, t, false);
+    if (why) refused.push({ task_id: t.task_id, why });
+  }
+  return refused;
 }
 
 /** Applies a plan to the live database under the fence, audited. */

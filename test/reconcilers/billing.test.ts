@@ -10,7 +10,8 @@ import { and, eq, inArray } from 'drizzle-orm';
 import { setMode } from '../../db/modes';
 import { creditLedger, generationTask } from '../../db/schema';
 import type { SystemMode } from '../../domain/states';
-import { applyPitrRepair } from '../../ops/pitr-repair';
+import { printPitrPlan } from '../../ops/pitr-print';
+import { applyPitrRepair, refusalsOf } from '../../ops/pitr-repair';
 import { billingReconciler } from '../../reconcilers/billing';
 import type { ReconcileDeps } from '../../reconcilers/types';
 import { createTask } from '../support/deps';
@@ -76,26 +77,37 @@ test('a task made live again after its reservation was closed cannot succeed wit
   await reconcile(false);
   assert.deepEqual(await closesOf(id), ['RELEASE 1.000000', 'SETTLE 0.000000']);
 
-  // `ops pitr repair --apply` with the plan planPitrRepair makes for it (the copy from before the mistake).
-  const repair = await applyPitrRepair(
-    db(),
-    {
-      tasks: [
-        {
-          task_id: id,
-          tenant_id: w.tenantId,
-          status_version: before.status_version,
-          live: { status: 'CANCELLED', terminal_at: terminalAt.toISOString(), settled_amount: '0.000000' },
-          restored: { status: 'PROVIDER_SUCCEEDED', terminal_at: null, settled_amount: null },
-          recorded_status: 'PROVIDER_SUCCEEDED',
-        },
-      ],
-      skipped: [],
-      api_keys: [],
-      restored_through: null,
-    },
-    { actor: 'operator:test', reason: 'INC-test', fence: fence() },
+  // The plan planPitrRepair makes for it (the copy from before the mistake).
+  const plan = {
+    tasks: [
+      {
+        task_id: id,
+        tenant_id: w.tenantId,
+        status_version: before.status_version,
+        live: { status: 'CANCELLED', terminal_at: terminalAt.toISOString(), settled_amount: '0.000000' },
+        restored: { status: 'PROVIDER_SUCCEEDED', terminal_at: null, settled_amount: null },
+        recorded_status: 'PROVIDER_SUCCEEDED',
+      },
+    ],
+    skipped: [],
+    api_keys: [],
+    restored_through: null,
+  };
+  // `ops pitr repair` (the dry run) says so before anything is applied, and writes nothing.
+  const versionBefore = (await taskOf(id)).status_version;
+  const preview = await refusalsOf(db(), plan);
+  assert.deepEqual(
+    preview.map((r) => r.task_id),
+    [id],
   );
+  assert.match(preview[0]!.why, /reservation was closed \(SETTLE 0\.000000\)/);
+  assert.match(
+    printPitrPlan(plan, null, preview),
+    new RegExp(`1 of them would be refused if applied now[^\n]*\n  would refuse: ${id}: its reservation was closed`),
+  );
+  assert.equal((await taskOf(id)).status_version, versionBefore, 'the dry run wrote nothing');
+  // `ops pitr repair --apply`.
+  const repair = await applyPitrRepair(db(), plan, { actor: 'operator:test', reason: 'INC-test', fence: fence() });
   assert.deepEqual(repair.tasks_repaired, []);
   assert.deepEqual(
     repair.tasks_refused.map((r) => r.task_id),
