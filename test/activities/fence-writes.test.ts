@@ -20,7 +20,15 @@ import { asset, callbackInbox, generationTask, outboxEvent, taskAttempt } from '
 import type { ProviderAdapter } from '../../providers/types';
 import { createGenerationFacade } from '../../temporal/facade';
 import { relayOnce } from '../../workers/outbox-relay';
-import { freshActivities, outputMovedTo, runActivity, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
+import {
+  freshActivities,
+  outputMovedTo,
+  runActivity,
+  startActivityWorld,
+  untilProviderSucceeded,
+  withPresignFailures,
+  type ActivityWorld,
+} from '../support/activities';
 import { eventually, temporalClient, testLogger, uniqueQueue } from '../support/stack';
 
 let w: ActivityWorld;
@@ -139,14 +147,7 @@ describe('a stale-epoch worker writes nothing', () => {
 
   test('rescue: a download that outlives a failover and a failback (A → B → A: our region again, not our epoch) records nothing under its token; the retry stores the output once', async (t) => {
     const id = await submittedTask();
-    await eventually(
-      async () => {
-        await w.run('pollProvider', id);
-        return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
-      },
-      20_000,
-      300,
-    );
+    await untilProviderSucceeded(w, id);
     // An origin that sends half the body, then waits for the test to move the fence.
     let bytes: Buffer = Buffer.alloc(0);
     let midBody!: () => void;
@@ -190,14 +191,7 @@ describe('a stale-epoch worker writes nothing', () => {
 
   test('media: neither SUCCEEDED nor the thumbnail asset row is written under a moved epoch', async () => {
     const id = await submittedTask();
-    await eventually(
-      async () => {
-        await w.run('pollProvider', id);
-        return (await w.run('applyInbox', id)).status === 'PROVIDER_SUCCEEDED' ? true : undefined;
-      },
-      20_000,
-      300,
-    );
+    await untilProviderSucceeded(w, id);
     presignFailures.left = 1;
     await assert.rejects(w.run('rescueOutput', id), /storage unreachable/);
     // The media step is one task transaction: it takes its token in the statement that begins it

@@ -105,6 +105,12 @@ export async function providerSucceededTask(w: ActivityWorld, label: string): Pr
   await w.run('dispatchTask', id);
   await w.run('prepareAttempt', id);
   assert.equal((await w.run('submitAttempt', id)).facts.status, 'SUBMITTED');
+  await untilProviderSucceeded(w, id);
+  return id;
+}
+
+/** Polls a SUBMITTED task's job and applies its inbox until the task is PROVIDER_SUCCEEDED. */
+export async function untilProviderSucceeded(w: ActivityWorld, id: string): Promise<void> {
   await eventually(
     async () => {
       await w.run('pollProvider', id);
@@ -113,7 +119,6 @@ export async function providerSucceededTask(w: ActivityWorld, label: string): Pr
     20_000,
     300,
   );
-  return id;
 }
 
 /**
