@@ -71,7 +71,7 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
         // The rescue stored it as MP4 before anything read it; the probe says what it is (a WebM is served as one).
         await tx
           .update(asset)
-          .set({ media_info: info, content_type: mediaTypeOf(info).contentType })
+          .set({ media_info: info, content_type: mediaTypeOf(info) })
           .where(eq(asset.asset_id, video.asset_id));
         await finishTask(tx, token, current, {
           to: 'SUCCEEDED',

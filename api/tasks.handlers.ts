@@ -40,7 +40,7 @@ export function taskHandlers(ctx: ApiContext) {
       const body = request.body.schema.safeParse(req.body ?? {});
       if (!body.success) throw problems.validation(zodFieldErrors(body.error));
       // The admission check's fence state (cached ≤ 1 s) gives the token; the transaction re-checks
-      // region and epoch under a share lock, so a stale cache can only cause a 503, never a bad write.
+      // region, epoch and mode under a share lock, so a stale cache can only cause a 503, never a bad write.
       const fence = await ctx.admission.assertCanCreate();
       const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
       let outcome;

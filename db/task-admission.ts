@@ -48,8 +48,8 @@ export type TaskAdmissionResult =
 
 const taskColumns = Object.entries(getTableColumns(generationTask));
 
-/** The modes whose policy admits creates (domain/modes.ts). */
-const CREATE_MODES = SYSTEM_MODES.filter((m) => MODE_POLICIES[m].create);
+/** The modes whose policy admits creates (domain/modes.ts); the benchmarks' copies of the statement use them too. */
+export const CREATE_MODES: readonly SystemMode[] = SYSTEM_MODES.filter((m) => MODE_POLICIES[m].create);
 
 /** A generation_task row as the driver returned it, mapped as drizzle's select maps it. */
 function taskRowOf(raw: Record<string, unknown>): TaskRow {

@@ -13,14 +13,12 @@ export interface MediaInfo {
 /**
  * The media type a validated video is served as. ffprobe names every ISO BMFF file
  * `mov,mp4,m4a,3gp,3g2,mj2`, so that family is served as MP4; a Matroska file is WebM when its
- * video codec is one WebM allows (VP8, VP9, AV1), Matroska otherwise.
+ * video codec is one WebM allows (of those the media check accepts: VP9, AV1), Matroska otherwise.
  */
-export function mediaTypeOf(info: MediaInfo): { contentType: string; extension: string } {
+export function mediaTypeOf(info: MediaInfo): 'video/mp4' | 'video/webm' | 'video/x-matroska' {
   const names = info.container.split(',');
-  if (!names.includes('matroska') && !names.includes('webm')) return { contentType: 'video/mp4', extension: 'mp4' };
-  return ['vp8', 'vp9', 'av1'].includes(info.videoCodec)
-    ? { contentType: 'video/webm', extension: 'webm' }
-    : { contentType: 'video/x-matroska', extension: 'mkv' };
+  if (!names.includes('matroska') && !names.includes('webm')) return 'video/mp4';
+  return ['vp9', 'av1'].includes(info.videoCodec) ? 'video/webm' : 'video/x-matroska';
 }
 
 /** The bytes are not a video we accept (the task fails INVALID_MEDIA, uncharged). */

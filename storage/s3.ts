@@ -279,7 +279,9 @@ export function createObjectStorage(cfg: StorageConfig): ObjectStorage {
       await s3Span('DeleteObject', bucket, key, () => client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key })));
     },
     presignGet(key, ttlSeconds, served) {
-      const response = served ? { ResponseContentType: served.contentType, ResponseContentDisposition: `inline; filename="${served.filename}"` } : {};
+      // The file name goes into a header value: only characters that need no quoting or encoding.
+      const filename = served?.filename.replace(/[^A-Za-z0-9._-]/g, '_');
+      const response = served ? { ResponseContentType: served.contentType, ResponseContentDisposition: `inline; filename="${filename}"` } : {};
       return getSignedUrl(client, new GetObjectCommand({ Bucket: bucket, Key: key, ...response }), { expiresIn: ttlSeconds });
     },
     async read(key) {

@@ -95,6 +95,38 @@ test('a mode that admits no creates, read under the fence lock, refuses the crea
   }
 });
 
+test('a create that reaches the fence row while `mode set READ_ONLY` commits is refused: it waits for the row and reads the new mode', async () => {
+  const t = await createTestTenant(tdb.database, config, '100');
+  const tok = await token();
+  const holder = await tdb.database.pool.connect();
+  try {
+    await holder.query('BEGIN');
+    await holder.query(`UPDATE region_write_fence SET mode = 'READ_ONLY' WHERE resource_scope = $1`, [config.FENCE_SCOPE]);
+    let settled = false;
+    const creating = createTask(tdb.database.db, tok, { tenantId: t.tenantId, idempotencyKey: 'racing', body, defaultDeadlineSeconds: 3600 }).then(
+      (r) => r,
+      (err: unknown) => err,
+    );
+    void creating.finally(() => (settled = true));
+    // The create is waiting for the fence row the operator's change holds.
+    for (let i = 0; i < 200 && !settled; i++) {
+      const { rows } = await tdb.database.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+      );
+      if (rows[0]!.n > 0) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    assert.equal(settled, false, 'the create waits for the fence row');
+    await holder.query('COMMIT');
+    const outcome = await creating;
+    assert.ok(outcome instanceof ModePausedError && outcome.mode === 'READ_ONLY', `refused by the mode, got ${String(outcome)}`);
+    assert.deepEqual(await tasksOf(t.tenantId), [], 'nothing written');
+  } finally {
+    holder.release();
+    await setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: 'NORMAL', actor: 'operator:test', reason: 'test' });
+  }
+});
+
 test('short credits are a 402 naming what is available, and the task row written before the CAS is rolled back', async () => {
   const t = await createTestTenant(tdb.database, config, '1');
   await assert.rejects(
