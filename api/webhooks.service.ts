@@ -1,9 +1,12 @@
 // Webhook endpoints against the fact source (docs/webhooks.md). Writes hold the region fence
-// like every other write of the API; the tenant's endpoint writes are serialised by an advisory
-// lock so the per-tenant endpoint cap holds under concurrent creates.
+// like every other write of the API, and read the mode under it (the admission's read is cached:
+// once `mode set` has returned, no endpoint change commits in a mode that pauses changes); the
+// tenant's endpoint writes are serialised by an advisory lock so the per-tenant endpoint cap
+// holds under concurrent creates.
 import { sql } from 'drizzle-orm';
-import type { Db } from '../db/client';
-import { inFence, type FenceToken } from '../db/fence';
+import type { Db, Tx } from '../db/client';
+import type { FenceToken } from '../db/fence';
+import { holdFenceForFacts } from '../db/modes';
 import { addSigningSecret, dropSigningSecrets, rotateSigningSecret, type SecretBox } from '../db/webhook-secrets';
 import {
   countLiveEndpoints,
@@ -31,6 +34,14 @@ function checkUrl(url: string, rules: WebhookRules, field = 'url'): void {
   if (problem) throw problems.validation([{ field, message: problem }]);
 }
 
+/** A change of the tenant's webhook setup: one transaction under the fence and the mode as it reads them (ModePausedError: a 503 naming the mode). */
+function inChange<T>(db: Db, token: FenceToken, work: (tx: Tx) => Promise<T>): Promise<T> {
+  return db.transaction(async (tx) => {
+    await holdFenceForFacts(tx, token, 'cancel');
+    return work(tx);
+  });
+}
+
 const lockTenantEndpoints = (tx: Parameters<Parameters<Db['transaction']>[0]>[0], tenantId: string) =>
   tx.execute(sql`SELECT pg_advisory_xact_lock(hashtext(${`webhook-endpoints:${tenantId}`}))`);
 
@@ -43,7 +54,7 @@ export async function createEndpoint(
   body: WebhookEndpointCreateBody,
 ): Promise<{ endpoint: WebhookEndpointRow; secret: string }> {
   checkUrl(body.url, rules);
-  return inFence(db, token, async (tx) => {
+  return inChange(db, token, async (tx) => {
     await lockTenantEndpoints(tx, tenantId);
     if ((await countLiveEndpoints(tx, tenantId)) >= rules.maxEndpoints) {
       throw problems.conflict(`a tenant has at most ${rules.maxEndpoints} webhook endpoints; delete one first`);
@@ -74,7 +85,7 @@ export async function changeEndpoint(
   body: WebhookEndpointUpdateBody,
 ): Promise<WebhookEndpointRow> {
   if (body.url !== undefined) checkUrl(body.url, rules);
-  const row = await inFence(db, token, (tx) =>
+  const row = await inChange(db, token, (tx) =>
     updateEndpoint(tx, tenantId, endpointId, {
       ...(body.url !== undefined ? { url: body.url } : {}),
       ...(body.events !== undefined ? { events: body.events } : {}),
@@ -87,7 +98,7 @@ export async function changeEndpoint(
 }
 
 export async function removeEndpoint(db: Db, token: FenceToken, tenantId: string, endpointId: string): Promise<void> {
-  const removed = await inFence(db, token, async (tx) => {
+  const removed = await inChange(db, token, async (tx) => {
     if (!(await deleteEndpoint(tx, tenantId, endpointId))) return false;
     await dropSigningSecrets(tx, endpointId);
     return true;
@@ -103,7 +114,7 @@ export async function rotateEndpointSecret(
   tenantId: string,
   endpointId: string,
 ): Promise<{ secret: string; previousExpiresAt: Date }> {
-  return inFence(db, token, async (tx) => {
+  return inChange(db, token, async (tx) => {
     if (!(await lockEndpoint(tx, tenantId, endpointId))) throw problems.notFound('webhook endpoint');
     return rotateSigningSecret(tx, box, endpointId, rules.secretOverlapMs);
   });
@@ -137,7 +148,7 @@ export async function endpointDeliveries(
 }
 
 export async function redeliverToEndpoint(db: Db, token: FenceToken, tenantId: string, endpointId: string, deliveryId: string) {
-  return inFence(db, token, async (tx) => {
+  return inChange(db, token, async (tx) => {
     const endpoint = await lockEndpoint(tx, tenantId, endpointId);
     if (!endpoint) throw problems.notFound('webhook endpoint');
     if (!endpoint.enabled) throw problems.conflict('the endpoint is disabled; enable it (PATCH enabled: true) first');

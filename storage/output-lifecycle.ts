@@ -4,7 +4,8 @@
 import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { isTerminal, TERMINAL_TASK_STATES } from '../domain/states';
 import type { Db } from '../db/client';
-import { holdFence, type FenceToken } from '../db/fence';
+import type { FenceToken } from '../db/fence';
+import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { asset, generationTask, tenant } from '../db/schema';
 import type { ObjectStorage } from './s3';
 import type { ReconcileFinding, ReconcileReport } from '../reconcilers/types';
@@ -56,6 +57,10 @@ export async function deleteTaskOutput(
     };
   }
   const keys = assets.map((a) => a.object_key);
+  // The objects go before the rows are marked, and cannot come back: the mode is read fresh first
+  // (the API's admission read is cached), so once `mode set` has returned nothing is deleted in a
+  // mode that pauses changes (ModePausedError, nothing touched).
+  await db.transaction((tx) => holdFenceForFacts(tx, token, 'cancel'));
   for (const a of assets) {
     const [home, ...others] = storesFor(stores, a.location);
     // The row's own store must take the delete; the other one is tidied if it answers.
@@ -66,7 +71,7 @@ export async function deleteTaskOutput(
 
   const late: { object_key: string; location: string }[] = [];
   const deletedAt = await db.transaction(async (tx) => {
-    await holdFence(tx, token);
+    await holdFenceForFacts(tx, token, 'cancel');
     // The video row first: a thumbnail being recorded (activities/thumbnail.ts) holds it, and
     // the UPDATE below, a statement after the wait, then sees that thumbnail's row too.
     await tx.select({ id: asset.asset_id }).from(asset).where(eq(asset.asset_id, video.asset_id)).for('update');
@@ -136,13 +141,21 @@ export async function expireOutputs(
   for (const row of due) {
     report.findings.push({ kind: 'output_expired', taskId: row.taskId, key: row.key, detail: `ended ${row.terminalAt?.toISOString()}, kept ${row.days} days` });
     if (opts.dryRun) continue;
-    const outcome = await deleteTaskOutput(deps.db, deps.stores, await deps.token(), {
-      taskId: row.taskId,
-      tenantId: null,
-      actor: 'retention',
-      reason: `output retention (${row.days} days)`,
-      now,
-    });
+    let outcome: DeleteOutcome;
+    try {
+      outcome = await deleteTaskOutput(deps.db, deps.stores, await deps.token(), {
+        taskId: row.taskId,
+        tenantId: null,
+        actor: 'retention',
+        reason: `output retention (${row.days} days)`,
+        now,
+      });
+    } catch (err) {
+      if (!(err instanceof ModePausedError)) throw err;
+      // The mode pauses changes: this one and every later one wait for a run the mode allows.
+      report.findings[report.findings.length - 1] = { kind: 'output_expired', taskId: row.taskId, key: row.key, detail: `not deleted: ${err.message}` };
+      break;
+    }
     if (outcome.kind === 'deleted') report.changed += 1;
   }
   return report;

@@ -11,12 +11,13 @@ import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { makeThumbnail } from '../../activities/thumbnail';
 import { acquireFence } from '../../db/fence';
+import { ModePausedError, setMode } from '../../db/modes';
 import { asset, creditLedger, generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
 import { insertEndpoint } from '../../db/webhooks';
 import { reconcileSettings } from '../../reconcilers/settings';
 import { thumbnailsReconciler } from '../../reconcilers/thumbnails';
 import type { ReconcileDeps } from '../../reconcilers/types';
-import { deleteTaskOutput } from '../../storage/output-lifecycle';
+import { deleteTaskOutput, expireOutputs } from '../../storage/output-lifecycle';
 import { thumbnailObjectKey, type ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade } from '../../temporal/facade';
 import { providerSucceededTask, startActivityWorld, withPresignFailures, type ActivityWorld } from '../support/activities';
@@ -175,6 +176,51 @@ describe('rescueOutput goes on into the media step', () => {
     assert.equal(await storage.head(thumbnailObjectKey(video!.tenant_id, id, video!.attempt_id)), null, 'no thumbnail object either');
     const run = await thumbnailsReconciler.run(reconcileDeps(), { dryRun: true, limit: 100 });
     assert.ok(!run.findings.some((f) => f.taskId === id), 'the reconciler does not look for it');
+  });
+
+  test('a mode that pauses changes, read fresh, stops an output delete before its objects go; retention reports it and waits', async () => {
+    const id = await providerSucceeded();
+    assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+    await thumbnailMade(id);
+    const db = w.tdb.database.db;
+    const [video] = await db
+      .select()
+      .from(asset)
+      .where(and(eq(asset.task_id, id), eq(asset.kind, 'video')));
+    // Ended long ago, past any retention, so the retention job picks it first.
+    await db
+      .update(generationTask)
+      .set({ terminal_at: new Date('2020-01-01T00:00:00Z') })
+      .where(eq(generationTask.task_id, id));
+    // The token was read before the operator's `mode set` (the API's admission caches the mode).
+    const token = (await acquireFence(db, w.config.FENCE_SCOPE, w.config.REGION)).token;
+    const scope = { scope: w.config.FENCE_SCOPE, actor: 'operator:test', reason: 'write freeze' };
+    await setMode(db, { ...scope, mode: 'READ_ONLY' });
+    try {
+      await assert.rejects(
+        deleteTaskOutput(db, { storage }, token, { taskId: id, tenantId: w.tenantId, actor: 'test', reason: 'test', now: new Date() }),
+        (err: unknown) => err instanceof ModePausedError && err.mode === 'READ_ONLY',
+      );
+      assert.ok(await storage.head(video!.object_key), 'the video object is still there');
+      const report = await expireOutputs(
+        { db, stores: { storage }, token: async () => token, now: () => new Date(), defaultDays: 1 },
+        { dryRun: false, limit: 10 },
+      );
+      assert.equal(report.changed, 0);
+      assert.match(report.findings.find((f) => f.taskId === id)?.detail ?? '', /not deleted: system mode is READ_ONLY/);
+      assert.ok(await storage.head(video!.object_key), 'still there after the retention run');
+      const rows = await db.select().from(asset).where(eq(asset.task_id, id));
+      assert.deepEqual(
+        rows.map((r) => r.deleted_at),
+        [null, null],
+        'no row marked deleted',
+      );
+    } finally {
+      await setMode(db, { ...scope, mode: 'NORMAL' });
+    }
+    const deleted = await deleteTaskOutput(db, { storage }, token, { taskId: id, tenantId: w.tenantId, actor: 'test', reason: 'test', now: new Date() });
+    assert.equal(deleted.kind, 'deleted', 'once reopened the same request deletes it');
+    assert.equal(await storage.head(video!.object_key), null);
   });
 
   test('the media part fails: PROCESSING_MEDIA with the video stored; the retry skips the bytes and finishes', async () => {
