@@ -17,6 +17,7 @@ import { escalate } from './escalate';
 import { finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 import { recordAudit } from '../db/audit';
+import { settledCharge } from '../db/ledger';
 
 const invalid = (message: string) => ApplicationFailure.create({ type: FailureType.InvalidState, message, nonRetryable: true });
 
@@ -88,13 +89,19 @@ export function createReviewActivities(deps: TaskActivityDeps) {
           const actor = `operator:${resolution.operator}`;
           const attemptId = task.active_attempt_id;
           if (resolution.kind === 'fail') {
+            // Nothing is charged, unless the ledger settled the reservation already (a task made
+            // live again after it was settled, then parked): the task then ends with the charge its
+            // ledger carries, since a different one is refused by the ledger and would park it for
+            // ever; a correction is an operator grant (docs/billing.md).
+            const settled = await settledCharge(tx, taskId);
             await finishTask(tx, token, task, {
               to: 'FAILED',
-              charge: '0',
+              charge: settled ?? '0',
               sourceEvent: 'review.fail',
               actor,
               failureCode: 'OPERATOR_FAILED',
               failureMessage: resolution.reason,
+              ...(settled !== null ? { detail: { kept_ledger_settlement: settled } } : {}),
             });
           } else {
             if (resolution.kind === 'bind-job') {

@@ -156,6 +156,15 @@ export class SettlementConflictError extends Error {
   }
 }
 
+/** The charge of the task's SETTLE row, when its reservation is closed already; null while it is open. */
+export async function settledCharge(tx: DbOrTx, taskId: string): Promise<string | null> {
+  const [row] = await tx
+    .select({ amount: creditLedger.amount })
+    .from(creditLedger)
+    .where(eq(creditLedger.business_key, ledgerKey(taskId, 'settle')));
+  return row?.amount ?? null;
+}
+
 /**
  * Closes a task's reservation: charges `charge` (≤ reserved) and releases the rest.
  * Idempotent by business key: a second call with the same amounts writes nothing and moves

@@ -135,3 +135,24 @@ test('a task made live again after its reservation was closed cannot succeed wit
     { terminal: null, settled: null, ledger: ['RELEASE 1.000000', 'SETTLE 0.000000'] },
   );
 });
+
+test("an operator's fail of a parked task whose reservation was settled already ends it with the charge its ledger carries, writing no ledger row", async () => {
+  const id = await providerSucceededTask(w, 'settled-then-parked');
+  assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+  const closed = await closesOf(id);
+  const charged = (await taskOf(id)).settled_amount!;
+  assert.ok(Number(charged) > 0, 'charged for its output');
+  // Made live again outside the CAS (a mistaken repair), then parked for a person.
+  await db().update(generationTask).set({ status: 'MANUAL_REVIEW', terminal_at: null, settled_amount: null }).where(eq(generationTask.task_id, id));
+  const facts = await w.run('resolveReview', id, { kind: 'fail', operator: 'ops-test', reason: 'ended by hand after the repair' });
+  assert.equal(facts.status, 'FAILED', 'the resolution ends it (a charge of 0 was refused by the ledger, every time)');
+  const task = await taskOf(id);
+  assert.equal(task.settled_amount, charged, 'the charge its ledger carries');
+  assert.equal(task.failure_code, 'OPERATOR_FAILED');
+  assert.deepEqual(await closesOf(id), closed, 'no ledger row written');
+  assert.deepEqual(
+    (await reconcile(true)).findings.filter((f) => f.taskId === id),
+    [],
+    'task and ledger agree',
+  );
+});
