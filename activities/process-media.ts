@@ -10,7 +10,7 @@ import { findModel, priceFor, type Resolution } from '../domain/catalog';
 import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import { minMoney } from '../domain/money';
-import { InvalidMediaError, mediaTypeOf, type MediaInfo } from '../media/media-info';
+import { InvalidMediaError, MIN_DURATION_SECONDS, mediaTypeOf, type MediaInfo } from '../media/media-info';
 import { probeStored } from '../media/probe';
 import { inTaskStep, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from '../db/settlement';
@@ -111,6 +111,7 @@ export function chargeFor(request: unknown, reserved: string, info: MediaInfo): 
   const req = request as { model: string; duration_seconds: number; resolution: Resolution };
   const entry = findModel(req.model);
   if (!entry) return reserved;
-  const seconds = Math.min(req.duration_seconds, Math.ceil(info.durationSeconds - 1e-3));
-  return minMoney(priceFor(entry, req.resolution, Math.max(0, seconds)), reserved);
+  // Whole seconds, rounded up with a tolerance of MIN_DURATION_SECONDS (2.0004 s is 2), at least one.
+  const seconds = Math.min(req.duration_seconds, Math.max(1, Math.ceil(info.durationSeconds - MIN_DURATION_SECONDS)));
+  return minMoney(priceFor(entry, req.resolution, seconds), reserved);
 }

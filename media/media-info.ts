@@ -21,6 +21,19 @@ export function mediaTypeOf(info: MediaInfo): 'video/mp4' | 'video/webm' | 'vide
   return ['vp9', 'av1'].includes(info.videoCodec) ? 'video/webm' : 'video/x-matroska';
 }
 
+/**
+ * The shortest video we accept: below it there is nothing to charge for (a task is charged its
+ * seconds rounded up, with this much tolerance, docs/billing.md) and nothing to watch.
+ */
+export const MIN_DURATION_SECONDS = 0.001;
+
+/** Refuses a duration that is missing, not a number, or under MIN_DURATION_SECONDS (INVALID_MEDIA). */
+export function checkDuration(seconds: number): number {
+  if (!(seconds > 0)) throw new InvalidMediaError('video has no duration');
+  if (seconds < MIN_DURATION_SECONDS) throw new InvalidMediaError(`video is shorter than 1 ms (${seconds} s)`);
+  return seconds;
+}
+
 /** The bytes are not a video we accept (the task fails INVALID_MEDIA, uncharged). */
 export class InvalidMediaError extends Error {
   constructor(message: string) {

@@ -10,7 +10,7 @@
 // at the top (ftyp, free, mdat, moov; fragmented files have moov first), so a file past either
 // bound is refused as invalid rather than walked (a file of tiny boxes would be millions of reads)
 // or handed to ffprobe (which would stream all of it).
-import { InvalidMediaError, type MediaInfo } from './media-info';
+import { checkDuration, InvalidMediaError, type MediaInfo } from './media-info';
 
 /** Reads `length` bytes at `offset` (fewer at the end of the object). */
 export type RangeReader = (offset: number, length: number) => Promise<Buffer>;
@@ -142,8 +142,7 @@ export function mediaInfoFromMoov(buf: Buffer, headerBytes = 8): MediaInfo {
   if (!codec) throw new Unsure(`sample entry ${video.format ?? 'missing'}`);
   if (!ACCEPTED_CODECS.includes(codec)) throw new InvalidMediaError(`no supported video stream (found ${codec})`);
   const movie = mvhd ? timing(buf, mvhd) : { timescale: 0, duration: 0 };
-  const duration = movie.timescale > 0 && movie.duration > 0 ? movie.duration / movie.timescale : Math.max(0, ...tracks.map((t) => t.seconds));
-  if (!(duration > 0)) throw new InvalidMediaError('video has no duration');
+  const duration = checkDuration(movie.timescale > 0 && movie.duration > 0 ? movie.duration / movie.timescale : Math.max(0, ...tracks.map((t) => t.seconds)));
   return { container: ISO_BMFF_FORMAT_NAME, videoCodec: codec, width: video.width, height: video.height, durationSeconds: duration };
 }
 

@@ -11,7 +11,7 @@ import { z } from 'zod';
 
 import type { ObjectStorage } from '../storage/s3';
 import { redactText } from '../observability/redact';
-import { InvalidMediaError, type MediaInfo } from './media-info';
+import { checkDuration, InvalidMediaError, type MediaInfo } from './media-info';
 import { probeMp4 } from './mp4';
 
 const run = promisify(execFile);
@@ -95,8 +95,7 @@ export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: De
   if (!video?.codec_name || !ACCEPTED_CODECS.includes(video.codec_name)) {
     throw new InvalidMediaError(`no supported video stream (found ${video?.codec_name ?? 'none'})`);
   }
-  const duration = format.duration ?? video.duration ?? 0;
-  if (!(duration > 0)) throw new InvalidMediaError('video has no duration');
+  const duration = checkDuration(format.duration ?? video.duration ?? 0);
   return {
     container: format.format_name,
     videoCodec: video.codec_name,

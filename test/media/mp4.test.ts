@@ -101,6 +101,19 @@ describe('what ffprobe would reject, the parser rejects with the same reason', (
     await assert.rejects(probeMedia(file), /found mpeg4/);
   });
 
+  test('a video shorter than 1 ms: refused (it would have been SUCCEEDED at no charge)', async () => {
+    const bytes = Buffer.from(await fs.readFile(await make('tiny.mp4', ['-c:v', 'libx264', '-pix_fmt', 'yuv420p', '-movflags', '+faststart'])));
+    // The movie header (mvhd, version 0): timescale 90 kHz, 45 ticks = 0.5 ms.
+    const payload = bytes.indexOf('mvhd', 0, 'latin1') + 4;
+    assert.equal(bytes[payload], 0, 'a version 0 mvhd');
+    bytes.writeUInt32BE(90_000, payload + 12);
+    bytes.writeUInt32BE(45, payload + 16);
+    await assert.rejects(
+      probeMp4(fileReader(bytes).read, bytes.length),
+      (err: Error) => err instanceof InvalidMediaError && /shorter than 1 ms/.test(err.message),
+    );
+  });
+
   test('audio only: no video stream', async () => {
     const file = await make('audio.m4a', ['-c:a', 'aac'], ['-f', 'lavfi', '-i', 'sine=frequency=440', '-t', '1']);
     await assert.rejects(probeFile(file), (err: Error) => err instanceof InvalidMediaError && /no supported video stream/.test(err.message));
