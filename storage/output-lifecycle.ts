@@ -4,7 +4,7 @@
 import { and, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { isTerminal, TERMINAL_TASK_STATES } from '../domain/states';
 import type { Db } from '../db/client';
-import type { FenceToken } from '../db/fence';
+import { holdFence, type FenceToken } from '../db/fence';
 import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { asset, generationTask, tenant } from '../db/schema';
 import type { ObjectStorage } from './s3';
@@ -58,8 +58,10 @@ export async function deleteTaskOutput(
   }
   const keys = assets.map((a) => a.object_key);
   // The objects go before the rows are marked, and cannot come back: the mode is read fresh first
-  // (the API's admission read is cached), so once `mode set` has returned nothing is deleted in a
-  // mode that pauses changes (ModePausedError, nothing touched).
+  // (the API's admission read is cached), so a delete that begins after `mode set` has returned
+  // deletes nothing in a mode that pauses changes (ModePausedError, nothing touched). One that
+  // passed this check finishes and records what it did, whatever the mode meanwhile: the share
+  // lock is not held across the S3 calls (`mode set`, and every write behind it, would wait on S3).
   await db.transaction((tx) => holdFenceForFacts(tx, token, 'cancel'));
   for (const a of assets) {
     const [home, ...others] = storesFor(stores, a.location);
@@ -71,7 +73,8 @@ export async function deleteTaskOutput(
 
   const late: { object_key: string; location: string }[] = [];
   const deletedAt = await db.transaction(async (tx) => {
-    await holdFenceForFacts(tx, token, 'cancel');
+    // The region and epoch only: the objects are gone, and the rows must say so.
+    await holdFence(tx, token);
     // The video row first: a thumbnail being recorded (activities/thumbnail.ts) holds it, and
     // the UPDATE below, a statement after the wait, then sees that thumbnail's row too.
     await tx.select({ id: asset.asset_id }).from(asset).where(eq(asset.asset_id, video.asset_id)).for('update');

@@ -223,6 +223,44 @@ describe('rescueOutput goes on into the media step', () => {
     assert.equal(await storage.head(video!.object_key), null);
   });
 
+  test('a delete already past its mode check when `mode set READ_ONLY` commits finishes and records what storage did', async () => {
+    const id = await providerSucceeded();
+    assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
+    await thumbnailMade(id);
+    const db = w.tdb.database.db;
+    const scope = { scope: w.config.FENCE_SCOPE, actor: 'operator:test', reason: 'write freeze' };
+    // The operator narrows the mode while the first object is being deleted.
+    const narrowing: ObjectStorage = Object.create(storage) as ObjectStorage;
+    let narrowed = false;
+    narrowing.delete = async (key) => {
+      if (!narrowed) {
+        narrowed = true;
+        await setMode(db, { ...scope, mode: 'READ_ONLY' });
+      }
+      return storage.delete(key);
+    };
+    const token = (await acquireFence(db, w.config.FENCE_SCOPE, w.config.REGION)).token;
+    try {
+      const deleted = await deleteTaskOutput(db, { storage: narrowing }, token, {
+        taskId: id,
+        tenantId: w.tenantId,
+        actor: 'test',
+        reason: 'test',
+        now: new Date(),
+      });
+      assert.ok(narrowed);
+      assert.equal(deleted.kind, 'deleted');
+      const rows = await db.select().from(asset).where(eq(asset.task_id, id));
+      assert.equal(rows.length, 2);
+      for (const row of rows) {
+        assert.ok(row.deleted_at, `${row.kind} row marked deleted`);
+        assert.equal(await storage.head(row.object_key), null, `${row.kind} object gone`);
+      }
+    } finally {
+      await setMode(db, { ...scope, mode: 'NORMAL' });
+    }
+  });
+
   test('the media part fails: PROCESSING_MEDIA with the video stored; the retry skips the bytes and finishes', async () => {
     const id = await providerSucceeded();
     presignFailures.left = 1;
