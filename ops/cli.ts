@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { eq } from 'drizzle-orm';
 import { loadConfigOrExit } from '../config/env';
 import type { Client } from '@temporalio/client';
 import { buildDatabase, buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
@@ -50,7 +51,7 @@ import { listReviews, resolveReview } from './review';
 import { auditOps, createTenant, grantTenantCredits, setTenantOutputRetention } from './tenants';
 import { redeliverWebhook, resealWebhookSecrets, tenantWebhooks, webhookDeliveries } from './webhooks';
 import { createSecretBox } from '../db/webhook-secrets';
-import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
+import { generationTask, WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
 import { providerQueueReport, setTenantLimit } from './capacity';
 import { pitrDiff } from './pitr';
 import { printPitrDiff, printPitrPlan } from './pitr-print';
@@ -660,7 +661,11 @@ review
   .argument('[task-id]')
   .addOption(new Option('--bind-job <job-id>', 'the provider job this attempt created').conflicts(['notSubmitted', 'fail', 'class']))
   .addOption(new Option('--not-submitted', 'the provider never received the attempt: a new attempt follows').conflicts(['fail', 'class']))
-  .addOption(new Option('--fail', 'give up: the task fails and its credits are released').conflicts(['class']))
+  .addOption(
+    new Option('--fail', 'give up: the task fails and its credits are released (a reservation its ledger settled already keeps that charge)').conflicts([
+      'class',
+    ]),
+  )
   .addOption(new Option('--class <class>', 'bulk: every parked task of this class (ops review classify)').choices(REVIEW_CLASSES))
   .addOption(new Option('--action <action>', 'bulk: what to do with each').choices(REVIEW_ACTIONS))
   .option('--apply', 'bulk: apply the dry run in --expect (default: dry run only)', false)
@@ -684,7 +689,23 @@ review
     if (!args) throw new Error('say how: --bind-job <job-id>, --not-submitted or --fail');
     await refuseWhilePaused();
     const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
-    print(o.json, facts, () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})`);
+    // A fail keeps a settlement the ledger had already (docs/billing.md): say what was charged, since a refund is then a grant.
+    const charged =
+      args.kind === 'fail' && facts.status === 'FAILED'
+        ? await withDb(
+            async (d) =>
+              (await d.db.select({ amount: generationTask.settled_amount }).from(generationTask).where(eq(generationTask.task_id, taskId)))[0]?.amount ?? null,
+          )
+        : null;
+    const kept =
+      charged !== null && Number(charged) > 0
+        ? `; charged ${charged}, the settlement its ledger already had (a refund is an operator grant: docs/billing.md)`
+        : '';
+    print(
+      o.json,
+      { ...facts, ...(charged !== null ? { settled_amount: charged } : {}) },
+      () => `task ${taskId} → ${facts.status} (${args.kind}, audited as operator:${operator})${kept}`,
+    );
   });
 
 // ---------------------------------------------------------------------------------------------

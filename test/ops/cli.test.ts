@@ -161,6 +161,7 @@ test('review list shows a MANUAL_REVIEW task with its reason; review resolve --f
   const resolved = await ops('review', 'resolve', id, '--fail', '--reason', 'customer asked to stop', '--json');
   assert.equal(resolved.code, 0, resolved.stderr);
   assert.equal(resolved.json().status, 'FAILED');
+  assert.equal(resolved.json().settled_amount, '0.000000', 'what the fail charged: nothing');
   const task = await s.waitForStatus(id, 'FAILED', 10_000);
   assert.equal(
     task.ledger.find((l: { type: string }) => l.type === 'RELEASE')?.amount,
