@@ -6,7 +6,7 @@
 import { sql } from 'drizzle-orm';
 import type { Db, Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
-import { holdFenceForFacts } from '../db/modes';
+import { inFenceForFacts } from '../db/modes';
 import { addSigningSecret, dropSigningSecrets, rotateSigningSecret, type SecretBox } from '../db/webhook-secrets';
 import {
   countLiveEndpoints,
@@ -34,16 +34,10 @@ function checkUrl(url: string, rules: WebhookRules, field = 'url'): void {
   if (problem) throw problems.validation([{ field, message: problem }]);
 }
 
-/** A change of the tenant's webhook setup: one transaction under the fence and the mode as it reads them (ModePausedError: a 503 naming the mode). */
-function inChange<T>(db: Db, token: FenceToken, work: (tx: Tx) => Promise<T>): Promise<T> {
-  return db.transaction(async (tx) => {
-    await holdFenceForFacts(tx, token, 'cancel');
-    return work(tx);
-  });
-}
+/** A change of the tenant's webhook setup: under the fence and the mode as the transaction reads them (ModePausedError: a 503 naming the mode). */
+const inChange = <T>(db: Db, token: FenceToken, work: (tx: Tx) => Promise<T>): Promise<T> => inFenceForFacts(db, token, 'cancel', work);
 
-const lockTenantEndpoints = (tx: Parameters<Parameters<Db['transaction']>[0]>[0], tenantId: string) =>
-  tx.execute(sql`SELECT pg_advisory_xact_lock(hashtext(${`webhook-endpoints:${tenantId}`}))`);
+const lockTenantEndpoints = (tx: Tx, tenantId: string) => tx.execute(sql`SELECT pg_advisory_xact_lock(hashtext(${`webhook-endpoints:${tenantId}`}))`);
 
 export async function createEndpoint(
   db: Db,

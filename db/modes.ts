@@ -8,7 +8,7 @@ import { and, desc, eq, getTableColumns, sql } from 'drizzle-orm';
 import { alias } from 'drizzle-orm/pg-core';
 import { modeForbids, type ModeAction } from '../domain/modes';
 import type { SystemMode } from '../domain/states';
-import type { Db, DbOrTx } from './client';
+import type { Db, DbOrTx, Tx } from './client';
 import { checkFenceRow, type FenceRowRead, type FenceState, type FenceToken } from './fence';
 import { regionFailover, regionFailoverEvent, regionWriteFence } from './schema';
 import { recordAudit } from './audit';
@@ -94,6 +94,14 @@ export async function holdFenceForFacts(tx: DbOrTx, token: FenceToken, action: M
   const row = rows[0] as (FenceRowRead & { mode: SystemMode }) | undefined;
   await checkFenceRow(tx, token, row);
   if (modeForbids(row!.mode, action)) throw new ModePausedError(row!.mode, action);
+}
+
+/** Runs `work` in one transaction that holds the fence and the mode's check for `action` first (inFence, with the mode). */
+export async function inFenceForFacts<T>(db: Db, token: FenceToken, action: ModeAction, work: (tx: Tx) => Promise<T>): Promise<T> {
+  return db.transaction(async (tx) => {
+    await holdFenceForFacts(tx, token, action);
+    return work(tx);
+  });
 }
 
 export interface ModeChange {
