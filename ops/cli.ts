@@ -4,7 +4,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { eq } from 'drizzle-orm';
 import { loadConfigOrExit } from '../config/env';
 import type { Client } from '@temporalio/client';
 import { buildDatabase, buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
@@ -47,11 +46,11 @@ import {
 } from './print';
 import { changeProviderControl, providerStatus, type ProviderControlChange } from './providers';
 import { DEFAULT_RECONCILE, reconcileApply, reconcileReport, type ReconcileOptions } from './reconcile';
-import { listReviews, resolveReview } from './review';
+import { listReviews, resolveReview, settledAmountOf } from './review';
 import { auditOps, createTenant, grantTenantCredits, setTenantOutputRetention } from './tenants';
 import { redeliverWebhook, resealWebhookSecrets, tenantWebhooks, webhookDeliveries } from './webhooks';
 import { createSecretBox } from '../db/webhook-secrets';
-import { generationTask, WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
+import { WEBHOOK_DELIVERY_STATES, type WebhookDeliveryState } from '../db/schema';
 import { providerQueueReport, setTenantLimit } from './capacity';
 import { pitrDiff } from './pitr';
 import { printPitrDiff, printPitrPlan } from './pitr-print';
@@ -690,13 +689,7 @@ review
     await refuseWhilePaused();
     const facts = await withTemporal((facade) => resolveReview(facade, taskId, args));
     // A fail keeps a settlement the ledger had already (docs/billing.md): say what was charged, since a refund is then a grant.
-    const charged =
-      args.kind === 'fail' && facts.status === 'FAILED'
-        ? await withDb(
-            async (d) =>
-              (await d.db.select({ amount: generationTask.settled_amount }).from(generationTask).where(eq(generationTask.task_id, taskId)))[0]?.amount ?? null,
-          )
-        : null;
+    const charged = args.kind === 'fail' && facts.status === 'FAILED' ? await withDb((d) => settledAmountOf(d.db, taskId)) : null;
     const kept =
       charged !== null && Number(charged) > 0
         ? `; charged ${charged}, the settlement its ledger already had (a refund is an operator grant: docs/billing.md)`

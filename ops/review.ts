@@ -41,6 +41,12 @@ export type ResolveArgs =
   | { kind: 'not-submitted'; operator: string; reason: string }
   | { kind: 'fail'; operator: string; reason: string };
 
+/** What the task was charged (its settled_amount), or null while it is not settled. */
+export async function settledAmountOf(db: Db, taskId: string): Promise<string | null> {
+  const { rows } = await db.execute(sql`SELECT settled_amount::text FROM generation_task WHERE task_id = ${taskId}::uuid`);
+  return (rows[0] as { settled_amount: string | null } | undefined)?.settled_amount ?? null;
+}
+
 /** Resolves one MANUAL_REVIEW task; throws with the validator's message when the facts do not allow it. */
 export async function resolveReview(facade: GenerationFacade, taskId: string, args: ResolveArgs): Promise<TaskFacts> {
   const resolution: ReviewResolution = args;
