@@ -17,7 +17,7 @@ import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { freePort } from '../harness';
 import { ratio, round } from './lib/stats';
-import { CREATE_MODES } from '../db/task-admission';
+import { CREATE_MODES_LITERAL } from '../db/task-admission';
 import { createTask } from './lib/tasks';
 import { startBenchWorld, type ApiProcess, type BenchTenant, type BenchWorld } from './lib/world';
 
@@ -105,7 +105,7 @@ const BARE_SQL = {
           reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
       SELECT $4::uuid, $5::uuid, $5::uuid, $2::text, $3::bigint, 'QUEUED', $6::text, $7::numeric, $8::text, $9::jsonb,
           'replicate', 'minimax/video-01', 0, now() + make_interval(secs => 3600)
-      FROM fence WHERE fence.mode = ANY ('{${CREATE_MODES.join(',')}}'::text[])
+      FROM fence WHERE fence.mode = ANY ('${CREATE_MODES_LITERAL}'::text[])
       ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
       RETURNING *
     ), outbox AS (

@@ -50,6 +50,8 @@ const taskColumns = Object.entries(getTableColumns(generationTask));
 
 /** The modes whose policy admits creates (domain/modes.ts); the benchmarks' copies of the statement use them too. */
 export const CREATE_MODES: readonly SystemMode[] = SYSTEM_MODES.filter((m) => MODE_POLICIES[m].create);
+/** CREATE_MODES as a Postgres text[] literal, the statement's parameter. */
+export const CREATE_MODES_LITERAL = `{${CREATE_MODES.join(',')}}`;
 
 /** A generation_task row as the driver returned it, mapped as drizzle's select maps it. */
 function taskRowOf(raw: Record<string, unknown>): TaskRow {
@@ -79,7 +81,7 @@ export async function admitTask(tx: Tx, token: FenceToken, a: TaskAdmission): Pr
       SELECT ${a.taskId}::uuid, ${a.tenantId}::uuid, ${a.projectId}::uuid, ${token.region}::text, ${token.epoch}::bigint, 'QUEUED', ${a.idempotencyKey}::text,
           ${a.cost}::numeric, ${a.requestHash}::text, ${JSON.stringify(a.request)}::jsonb, ${a.provider}::text, ${a.providerModel}::text,
           ${a.priority}::int, now() + make_interval(secs => ${a.deadlineSeconds}::float8)
-      FROM fence WHERE fence.mode = ANY (${`{${CREATE_MODES.join(',')}}`}::text[])
+      FROM fence WHERE fence.mode = ANY (${CREATE_MODES_LITERAL}::text[])
       ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
       RETURNING *
     ), outbox AS (${taskCreatedEventInsert(task, token, { eventId: a.outboxEventId, taskId: a.taskId, tenantId: a.tenantId, provider: a.provider, priority: a.priority })}
