@@ -142,8 +142,11 @@ export async function expireOutputs(
     .limit(opts.limit);
   const report: { examined: number; findings: ReconcileFinding[]; changed: number } = { examined: due.length, findings: [], changed: 0 };
   for (const row of due) {
-    report.findings.push({ kind: 'output_expired', taskId: row.taskId, key: row.key, detail: `ended ${row.terminalAt?.toISOString()}, kept ${row.days} days` });
-    if (opts.dryRun) continue;
+    const finding = { kind: 'output_expired', taskId: row.taskId, key: row.key, detail: `ended ${row.terminalAt?.toISOString()}, kept ${row.days} days` };
+    if (opts.dryRun) {
+      report.findings.push(finding);
+      continue;
+    }
     let outcome: DeleteOutcome;
     try {
       outcome = await deleteTaskOutput(deps.db, deps.stores, await deps.token(), {
@@ -156,9 +159,10 @@ export async function expireOutputs(
     } catch (err) {
       if (!(err instanceof ModePausedError)) throw err;
       // The mode pauses changes: this one and every later one wait for a run the mode allows.
-      report.findings[report.findings.length - 1] = { kind: 'output_expired', taskId: row.taskId, key: row.key, detail: `not deleted: ${err.message}` };
+      report.findings.push({ ...finding, detail: `not deleted: ${err.message}` });
       break;
     }
+    report.findings.push(finding);
     if (outcome.kind === 'deleted') report.changed += 1;
   }
   return report;
