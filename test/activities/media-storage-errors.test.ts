@@ -74,13 +74,19 @@ after(async () => {
   await fs.rm(dir, { recursive: true, force: true });
 });
 
-test('a 503 from our own bucket while ffprobe reads a stored WebM is not INVALID_MEDIA', { timeout: 60_000 }, async () => {
-  const id = await providerSucceededTask(w, 'media-webm');
-  const db = w.tdb.database.db;
-  await db
+/** A task whose provider succeeded, its output the WebM origin's. */
+async function webmTask(label: string): Promise<string> {
+  const id = await providerSucceededTask(w, label);
+  await w.tdb.database.db
     .update(taskAttempt)
     .set({ output_url: `http://127.0.0.1:${(output.address() as AddressInfo).port}/files/x/output.webm` })
     .where(eq(taskAttempt.task_id, id));
+  return id;
+}
+
+test('a 503 from our own bucket while ffprobe reads a stored WebM is not INVALID_MEDIA', { timeout: 60_000 }, async () => {
+  const id = await webmTask('media-webm');
+  const db = w.tdb.database.db;
   media.failing = true;
   const err = await w.run('rescueOutput', id).then(
     () => null,
@@ -100,12 +106,8 @@ test('a 503 from our own bucket while ffprobe reads a stored WebM is not INVALID
 });
 
 test('a validated WebM is recorded as video/webm, and its download URL serves it as one', { timeout: 60_000 }, async () => {
-  const id = await providerSucceededTask(w, 'media-webm-served');
+  const id = await webmTask('media-webm-served');
   const db = w.tdb.database.db;
-  await db
-    .update(taskAttempt)
-    .set({ output_url: `http://127.0.0.1:${(output.address() as AddressInfo).port}/files/x/output.webm` })
-    .where(eq(taskAttempt.task_id, id));
   assert.equal((await w.run('rescueOutput', id)).status, 'SUCCEEDED');
   const [video] = await db
     .select()
