@@ -7,9 +7,11 @@ import { createCipheriv, createHash, randomBytes } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { cancelTask } from '../../api/tasks.service';
+import { changeEndpoint, createEndpoint } from '../../api/webhooks.service';
+import { ModePausedError, setMode } from '../../db/modes';
 import { createTask } from '../support/deps';
 import { FenceRejectedError, holdFence } from '../../db/fence';
-import { generationTask, taskTransition, webhookDelivery, webhookEvent } from '../../db/schema';
+import { generationTask, taskTransition, webhookDelivery, webhookEndpoint, webhookEvent } from '../../db/schema';
 import { casTaskStatus } from '../../db/tasks';
 import { createSecretBox } from '../../db/webhook-secrets';
 import { claimDueDeliveries, insertEndpoint, recordAttempt, redeliver } from '../../db/webhooks';
@@ -253,4 +255,22 @@ test('targets at their in-flight cap take no place in a claim: with more than 50
     `the target with room is claimed (claimed: ${claimed.map((c) => c.target_key).join(', ') || 'nothing'})`,
   );
   assert.ok(!claimed.some((c) => c.target_key.includes('://slow-')), 'no target past its cap gets a second delivery in flight');
+});
+
+test('an endpoint change after `mode set READ_ONLY` (its token read before: the admission caches the mode) is refused naming the mode and writes nothing', async () => {
+  const rules = { allowPrivate: false, maxEndpoints: 25, secretOverlapMs: 60_000 };
+  const box = createSecretBox('k'.repeat(40));
+  const { endpoint } = await createEndpoint(db(), token, box, rules, tenantId, { url: 'https://hooks.example.com/frozen' });
+  const scope = { scope: config.FENCE_SCOPE, actor: 'operator:test', reason: 'write freeze' };
+  await setMode(db(), { ...scope, mode: 'READ_ONLY' });
+  try {
+    const paused = (err: unknown) => err instanceof ModePausedError && err.mode === 'READ_ONLY';
+    await assert.rejects(createEndpoint(db(), token, box, rules, tenantId, { url: 'https://hooks.example.com/during-freeze' }), paused);
+    await assert.rejects(changeEndpoint(db(), token, rules, tenantId, endpoint.endpoint_id, { url: 'https://hooks.example.com/moved' }), paused);
+    const urls = (await db().select().from(webhookEndpoint).where(eq(webhookEndpoint.tenant_id, tenantId))).map((e) => e.url);
+    assert.ok(!urls.includes('https://hooks.example.com/during-freeze'), 'no endpoint created');
+    assert.ok(urls.includes('https://hooks.example.com/frozen') && !urls.includes('https://hooks.example.com/moved'), 'none changed');
+  } finally {
+    await setMode(db(), { ...scope, mode: 'NORMAL' });
+  }
 });
