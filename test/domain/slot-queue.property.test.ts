@@ -182,7 +182,9 @@ test('law (fair): a waiter in the top class is granted within (tenants × its ol
       const top = effectivePriority(me, NOW, FAIR.agingMs);
       if (top !== MAX_PRIORITY) return;
       const tenants = new Set(free.filter((x) => effectivePriority(x, NOW, FAIR.agingMs) === MAX_PRIORITY).map((x) => x.tenant)).size;
-      const ahead = free.filter((x) => x.tenant === me.tenant && effectivePriority(x, NOW, FAIR.agingMs) === MAX_PRIORITY && x.sinceMs < me.sinceMs).length;
+      // Older as the chooser orders them: an equal age goes by id (found by fast-check, seed 540816224).
+      const olderThanMe = (x: Waiter) => x.sinceMs < me.sinceMs || (x.sinceMs === me.sinceMs && x.id < me.id);
+      const ahead = free.filter((x) => x.tenant === me.tenant && effectivePriority(x, NOW, FAIR.agingMs) === MAX_PRIORITY && olderThanMe(x)).length;
       const order = queueOrder(free, { tenantAtProvider: new Map(), tenantTotal: new Map() }, FAIR, NOW);
       assert.ok(order.indexOf(me.id) < tenants * (ahead + 1), `position ${order.indexOf(me.id)} with ${tenants} tenants and ${ahead} ahead`);
     }),
