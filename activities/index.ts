@@ -1,5 +1,6 @@
 // All task activities, built from their dependencies. The workflow proxies
 // ReturnType<typeof createTaskActivities>.
+import { createProviderWaitActivities } from './await-provider';
 import { createCancelActivities } from './cancel';
 import type { TaskActivityDeps } from './deps';
 import { createDispatchActivities } from './dispatch';
@@ -15,12 +16,15 @@ import { createThumbnailFollowUp } from './thumbnail';
 export function createTaskActivities(deps: TaskActivityDeps) {
   // One follow-up queue per set of activities, i.e. per worker process (activities/thumbnail.ts).
   const media = createMediaActivities(deps, createThumbnailFollowUp(deps));
+  const inbox = createInboxActivities(deps);
+  const polls = createPollActivities(deps);
   return {
     ...createFactActivities(deps),
     ...createDispatchActivities(deps),
     ...createSubmitActivities(deps),
-    ...createInboxActivities(deps),
-    ...createPollActivities(deps),
+    ...inbox,
+    ...polls,
+    ...createProviderWaitActivities({ pollProvider: polls.pollProvider, applyInbox: inbox.applyInbox }),
     ...createRescueActivities(deps, media),
     ...media,
     ...createCancelActivities(deps),

@@ -14,6 +14,13 @@ export const FailureType = {
    * its bulkhead is full. Retryable after the delay the failure carries; the attempt stays PREPARED.
    */
   ProviderUnavailable: 'ProviderUnavailable',
+  /**
+   * The provider's job is where the workflow last saw it (activities/await-provider.ts): the wait
+   * goes on in Temporal's retry loop, the next read after the delay the failure carries, with no
+   * workflow task in between. Retryable and BENIGN; its attempts are unlimited, so it never
+   * reaches a workflow.
+   */
+  ProviderUnchanged: 'ProviderUnchanged',
   /** The task or attempt does not exist. Not retryable. */
   NotFound: 'NotFound',
   /** The facts are in a state this step cannot act on (a bug, or data changed under us). Not retryable. */

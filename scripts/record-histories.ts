@@ -146,6 +146,31 @@ const SCENARIOS: Record<ScenarioName, Scenario> = {
       return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED')).status };
     },
   },
+  'waits-in-retries': {
+    generationMs: 6_000,
+    async run(e) {
+      e.sim.sim.setFaults({ callbacks: 'off' });
+      const taskId = await e.createTask('rec-waits-in-retries');
+      return { taskId, status: (await e.waitForStatus(taskId, 'SUCCEEDED', 60_000)).status };
+    },
+  },
+  'wait-ended-by-wake': {
+    generationMs: 600_000,
+    env: { POLL_INITIAL_MS: '1000', POLL_MAX_MS: '1000' },
+    async run(e) {
+      e.sim.sim.setFaults({ callbacks: 'off' });
+      const taskId = await e.createTask('rec-wait-ended-by-wake');
+      const handle = e.client.workflow.getHandle(e.api.facade.workflowIdFor(taskId));
+      // A few reads retried in Temporal first, then the cancel's wake.
+      await eventually(async () => {
+        const wait = ((await handle.describe()).raw.pendingActivities ?? []).find((a) => a.activityType?.name === 'awaitProviderChange');
+        return (wait?.attempt ?? 0) >= 3 ? true : undefined;
+      }, 60_000);
+      const cancel = await e.cancelTask(taskId);
+      assert.ok(cancel.status < 300, `cancel answered ${cancel.status}`);
+      return { taskId, status: (await e.waitForStatus(taskId, 'CANCELLED', 60_000)).status };
+    },
+  },
   'local-step-falls-back': {
     async run(e) {
       const scope = { scope: e.config.FENCE_SCOPE, actor: 'record-histories' };

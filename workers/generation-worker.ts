@@ -90,7 +90,7 @@ export function activityInterceptors(tracing: WorkerTracing | null): ActivityInt
 }
 
 /** The activities a poll worker runs: the workflow schedules these on a provider's poll queue. */
-export const PROVIDER_READ_ACTIVITIES = ['pollProvider'] as const satisfies readonly (keyof TaskActivities)[];
+export const PROVIDER_READ_ACTIVITIES = ['pollProvider', 'awaitProviderChange'] as const satisfies readonly (keyof TaskActivities)[];
 
 export interface GenerationWorkerOptions {
   readonly connection: NativeConnection;

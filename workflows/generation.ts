@@ -3,8 +3,10 @@
 // step is chosen from the facts it returns. A reset, a retry or a re-delivered signal at any
 // point re-reads Postgres and carries on from there.
 import {
+  ActivityCancellationType,
   ActivityFailure,
   type ActivityOptions,
+  CancellationScope,
   ApplicationFailure,
   type LocalActivityOptions,
   allHandlersFinished,
@@ -20,6 +22,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { TaskActivities } from '../activities';
+import type { PollResult } from '../activities/poll-provider';
 import { queues } from '../temporal/queues';
 import { FailureType, NON_RETRYABLE_FAILURES } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
@@ -63,6 +66,17 @@ const ACTIVITY_OPTIONS = {
   submitAttempt: { startToCloseTimeout: '2m', heartbeatTimeout: '10s', retry },
   /** Provider reads: a reconciliation lookup may page through a listing, so it heartbeats. */
   pollProvider: { startToCloseTimeout: '5m', heartbeatTimeout: '15s', retry },
+  /**
+   * The wait in Temporal's retries (docs/decisions/0050-waits-in-activity-retries.md): each
+   * attempt a poll, unlimited attempts. A wake cancels it, and the workflow waits for the
+   * cancel to complete, so no read is still running when the inbox step that follows runs.
+   */
+  awaitProviderChange: {
+    startToCloseTimeout: '5m',
+    heartbeatTimeout: '15s',
+    retry,
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  },
   /** Streaming the output into storage: long, heartbeating with bytes done. */
   rescueOutput: { startToCloseTimeout: '30m', heartbeatTimeout: '20s', retry },
   processMedia: { startToCloseTimeout: '5m', heartbeatTimeout: '20s', retry },
@@ -152,7 +166,8 @@ const processMedia = activity('processMedia');
 const DEFAULT_POLL_MS = 5_000;
 /**
  * Continue-as-new after this many steps even when Temporal does not suggest it yet. A waiting
- * step adds ~20 events, so a run stays under ~1,000 events: a workflow evicted from a small
+ * step adds ~20 events (a wake; a wait's polls add none since 'waits-in-retries'), so a run stays
+ * under ~1,000 events: a workflow evicted from a small
  * worker cache replays at most that on its next wake-up, however long it has waited. (Runs
  * started before the 'short-runs' patch keep LEGACY_STEPS_PER_RUN: ~10,000 events, which Temporal's
  * own suggestion would cut first, and a replay cost that grew with every poll.)
@@ -225,6 +240,44 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
     }
     return reads;
   };
+  const pollQueueWaits = new Map<string, TaskActivities['awaitProviderChange']>();
+  const waitsOn = (f: TaskFacts): TaskActivities['awaitProviderChange'] => {
+    const name = f.attemptProvider ?? f.provider;
+    let waits = pollQueueWaits.get(name);
+    if (!waits) {
+      waits = activity('awaitProviderChange', queues.poll(workflowInfo().taskQueue, name));
+      pollQueueWaits.set(name, waits);
+    }
+    return waits;
+  };
+
+  /**
+   * The polls of a wait, in Temporal's activity retries: one activity reads and applies until
+   * the task moves or the poll's result is one to act on (activities/await-provider.ts), and no
+   * workflow task runs between its reads. A wake ends it first: the activity is cancelled and
+   * its cancel waited for. A result it still returned is kept (an `overdue` must escalate now,
+   * not a cycle later); null says the wake ended it with nothing to act on.
+   */
+  async function readUntilChange(f: TaskFacts): Promise<PollResult | null> {
+    const reads = new CancellationScope();
+    const read = reads.run(() => waitsOn(f)(taskId, { statusVersion: f.statusVersion, attemptState: f.attemptState }));
+    const waits = new CancellationScope();
+    const wake = waits.run(() => condition(() => woken));
+    try {
+      const first = await Promise.race([read, wake.then(() => null)]);
+      if (first !== null) return first;
+      reads.cancel();
+      // Cancelled in its backoff, or it finished mid-read: its result, if it has one, is acted on.
+      return await read.catch((err: unknown) => {
+        // A failure the read would not have retried still stops the run, as it did before the wake;
+        // any other (the cancel, ProviderUnchanged, a fence) leaves it to the inbox step that follows.
+        if (failedForGood(err)) throw err;
+        return null;
+      });
+    } finally {
+      waits.cancel();
+    }
+  }
 
   const publish = (f: TaskFacts) => {
     const key = `${f.status}|${f.attemptState}|${f.needsAttention}`;
@@ -246,9 +299,10 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   async function awaitProvider(f: TaskFacts): Promise<TaskFacts> {
     if (!lean) return awaitProviderApplyingFirst(f);
     if (!woken && !(await condition(() => woken, f.pollInMs ?? DEFAULT_POLL_MS))) {
-      const { result } = await readsOn(f)(taskId);
-      if (result === 'overdue') return escalateTask(taskId, 'submit outcome unknown past its deadline');
-      if (result === 'absent') return getTaskFacts(taskId);
+      // Patched: older runs poll once per wait cycle, each read a workflow task of its own.
+      const polled = patched('waits-in-retries') ? await readUntilChange(f) : await readsOn(f)(taskId);
+      if (polled?.result === 'overdue') return escalateTask(taskId, 'submit outcome unknown past its deadline');
+      if (polled?.result === 'absent') return getTaskFacts(taskId);
     }
     woken = false;
     return applyInbox(taskId);

@@ -81,6 +81,8 @@ export interface Simulator {
   rotateFalKey(): string;
   /** Calls `listener` for every submit request received (refused ones included); returns the unsubscribe. */
   onSubmit(listener: (s: SubmitReceived) => void): () => void;
+  /** Calls `listener` with the time and prediction id of every Replicate status read (GET /v1/predictions/:id); returns the unsubscribe. */
+  onStatusRead(listener: (atMs: number, id: string) => void): () => void;
 }
 
 // Replicate's create bodies (https://replicate.com/docs/reference/http#predictions.create and
@@ -156,6 +158,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   const jobStores = [fal.store, runway.store, kling.store];
 
   let statusReads = 0;
+  const statusReadListeners = new Set<(atMs: number, id: string) => void>();
   let outputReads = 0;
   let outputRangeReads = 0;
   let outputBytes = 0;
@@ -313,6 +316,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   });
   r.get('/v1/predictions/:id', (req, res) => {
     statusReads += 1;
+    for (const listener of statusReadListeners) listener(Date.now(), req.params.id);
     if (faults.for('replicate').status === 'error_5xx') return problem(res, 500, 'Internal Server Error', 'simulated failure');
     const p = store.get(req.params.id);
     if (!p) return problem(res, 404, 'Not found', 'Not found.');
@@ -403,5 +407,9 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     baseUrl,
     rotateFalKey: () => fal.rotateKey(),
     onSubmit: (listener) => faults.submits.subscribe(listener),
+    onStatusRead: (listener) => {
+      statusReadListeners.add(listener);
+      return () => statusReadListeners.delete(listener);
+    },
   };
 }

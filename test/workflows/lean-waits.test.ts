@@ -31,6 +31,11 @@ before(async () => {
         polls += 1;
         return a.pollProvider(taskId);
       },
+      // A wait's reads are this activity's attempts once its first poll is due (decision 0050).
+      async awaitProviderChange(...args: Parameters<typeof a.awaitProviderChange>) {
+        polls += 1;
+        return a.awaitProviderChange(...args);
+      },
       async applyInbox(taskId: string) {
         const facts = await a.applyInbox(taskId);
         if (holdApplyOf === taskId && (facts.status === 'SUBMITTED' || facts.status === 'RUNNING')) {

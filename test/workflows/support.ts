@@ -220,6 +220,16 @@ export const RECORDED_SCENARIOS = {
     about: "QUEUE_ONLY, patch 'lean-steps': the local prepareAttempt fails ModePaused and the regular one waits for the mode, then the task succeeds",
     activities: ['dispatchAndPrepare', 'prepareAttempt', 'submitAttempt', 'rescueOutput'],
   },
+  'waits-in-retries': {
+    about:
+      "callbacks off, patch 'waits-in-retries': a wait's polls are the attempts of one awaitProviderChange, retried by Temporal, until the job moves the task",
+    activities: ['awaitProviderChange', 'applyInbox', 'rescueOutput'],
+  },
+  'wait-ended-by-wake': {
+    about:
+      "patch 'waits-in-retries': a tenant's cancel wakes a wait whose reads are in Temporal's backoff; the wait is cancelled, the provider cancel follows, CANCELLED",
+    activities: ['awaitProviderChange', 'requestProviderCancel'],
+  },
 } as const satisfies Record<string, { about: string; activities: readonly string[] }>;
 export type ScenarioName = keyof typeof RECORDED_SCENARIOS;
 
