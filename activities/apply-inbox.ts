@@ -5,6 +5,7 @@ import { and, asc, desc, eq, isNull, ne, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
+import type { TaskLock } from '../db/task-tx';
 import { deserializeJob, type StoredJob } from '../db/inbox';
 import { callbackInbox, generationTask, taskAttempt, taskTransition, type AttemptRow, type TaskRow } from '../db/schema';
 import { casTaskStatus } from '../db/tasks';
@@ -41,7 +42,14 @@ async function parkedWhileCancelling(tx: Tx, task: TaskRow): Promise<boolean> {
   return parked?.from === 'CANCEL_REQUESTED';
 }
 
-export function createInboxActivities(deps: TaskActivityDeps) {
+/**
+ * Applies every pending inbox row of a task inside a task transaction that holds the task and its
+ * active attempt locked (db/task-tx.ts, options.activeAttempt): the body of applyInbox, and of a
+ * wait's poll that records and applies in one transaction (activities/await-provider.ts).
+ */
+export type InboxApply = (tx: Tx, task: TaskRow, lock: TaskLock) => Promise<void>;
+
+export function createInboxApply(deps: TaskActivityDeps): InboxApply {
   /** Inbox rows applied in this transaction, with the reason a row changed nothing (null when it applied). */
   type Processed = Map<string, string | null>;
 
@@ -167,44 +175,46 @@ export function createInboxActivities(deps: TaskActivityDeps) {
     return { ...task, status: d.to, status_version: version };
   }
 
+  /** Every pending row, oldest provider time first. */
+  return async (tx, locked, { token, attempt }) => {
+    const taskId = locked.task_id;
+    let task = locked;
+    const rows = await tx
+      .select()
+      .from(callbackInbox)
+      .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
+      .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
+      .for('update');
+    const processed: Processed = new Map();
+    const cancelRequested = rows.length > 0 && (await parkedWhileCancelling(tx, task));
+    // The opening read's attempt row serves the first row; a later one re-reads what it changed.
+    let current = attempt;
+    for (const row of rows) {
+      task = await applyOne(tx, token, task, row, processed, current, cancelRequested);
+      current = null;
+    }
+    await markProcessed(tx, processed);
+    // A cancel that arrived while the submit outcome was open is honoured once the job is known.
+    if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
+      await casTaskStatus(tx, token, {
+        taskId,
+        from: task.status,
+        expectedVersion: task.status_version,
+        to: 'CANCEL_REQUESTED',
+        sourceEvent: 'workflow.deferred-cancel',
+        actor: 'workflow',
+        attemptId: task.active_attempt_id,
+      });
+    }
+  };
+}
+
+export function createInboxActivities(deps: TaskActivityDeps) {
+  const apply = createInboxApply(deps);
   return {
     /** Applies every pending inbox row of the task, oldest provider time first. */
     async applyInbox(taskId: string): Promise<TaskFacts> {
-      return taskFactStep(
-        deps,
-        taskId,
-        async (tx, locked, { token, attempt }) => {
-          let task = locked;
-          const rows = await tx
-            .select()
-            .from(callbackInbox)
-            .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)))
-            .orderBy(sql`${callbackInbox.provider_updated_at} asc nulls last`, asc(callbackInbox.received_at))
-            .for('update');
-          const processed: Processed = new Map();
-          const cancelRequested = rows.length > 0 && (await parkedWhileCancelling(tx, task));
-          // The opening read's attempt row serves the first row; a later one re-reads what it changed.
-          let current = attempt;
-          for (const row of rows) {
-            task = await applyOne(tx, token, task, row, processed, current, cancelRequested);
-            current = null;
-          }
-          await markProcessed(tx, processed);
-          // A cancel that arrived while the submit outcome was open is honoured once the job is known.
-          if (task.cancel_requested_at && (task.status === 'SUBMITTED' || task.status === 'RUNNING')) {
-            await casTaskStatus(tx, token, {
-              taskId,
-              from: task.status,
-              expectedVersion: task.status_version,
-              to: 'CANCEL_REQUESTED',
-              sourceEvent: 'workflow.deferred-cancel',
-              actor: 'workflow',
-              attemptId: task.active_attempt_id,
-            });
-          }
-        },
-        { activeAttempt: true },
-      );
+      return taskFactStep(deps, taskId, apply, { activeAttempt: true });
     },
   };
 }

@@ -12,7 +12,7 @@ import { FailureType } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import type { AttemptState } from '../domain/states';
 import { withHeartbeat } from './deps';
-import type { PollResult } from './poll-provider';
+import type { PollOutcome, PollResult } from './poll-provider';
 
 /** Where the workflow last saw the task: the wait lasts while the facts still say this. */
 export interface ProviderWaitSince {
@@ -55,16 +55,19 @@ function onOurClock(err: unknown): unknown {
 }
 
 export function createProviderWaitActivities(steps: {
-  readonly pollProvider: (taskId: string) => Promise<PollResult>;
+  /** A poll that applies the inbox in its own transaction when it can (activities/poll-provider.ts PollOutcome). */
+  readonly pollAndApply: (taskId: string) => Promise<PollOutcome>;
   readonly applyInbox: (taskId: string) => Promise<TaskFacts>;
 }) {
   /** One attempt: a poll, and the inbox step after it unless the poll's result ends the wait. */
   async function attempt(taskId: string, since: ProviderWaitSince): Promise<PollResult> {
-    const polled = await steps.pollProvider(taskId);
+    const { polled, applied } = await steps.pollAndApply(taskId);
     if (WORKFLOW_ACTS_ON.includes(polled.result)) return polled;
     // The inbox step the workflow would run next, here: a progress change or a repeated state
-    // is applied (and streamed) without waking the workflow.
-    const facts = await steps.applyInbox(taskId);
+    // is applied (and streamed) without waking the workflow. A poll that read the job applied
+    // it already, in the transaction that recorded it; the others (a lookup, a counted read
+    // failure) leave it to a step of its own, as callbacks may be waiting in the inbox.
+    const facts = applied ?? (await steps.applyInbox(taskId));
     if (!stillWaiting(facts, since)) return polled;
     const nextReadMs = Math.max(MIN_NEXT_READ_MS, facts.pollInMs ?? MIN_NEXT_READ_MS);
     throw ApplicationFailure.create({

@@ -4,9 +4,9 @@ import { createProviderWaitActivities } from './await-provider';
 import { createCancelActivities } from './cancel';
 import type { TaskActivityDeps } from './deps';
 import { createDispatchActivities } from './dispatch';
-import { createInboxActivities } from './apply-inbox';
+import { createInboxActivities, createInboxApply } from './apply-inbox';
 import { createMediaActivities } from './process-media';
-import { createPollActivities } from './poll-provider';
+import { createPollActivities, createPollSteps } from './poll-provider';
 import { createRescueActivities } from './rescue-output';
 import { createReviewActivities } from './review';
 import { createSubmitActivities } from './submit-attempt';
@@ -17,14 +17,15 @@ export function createTaskActivities(deps: TaskActivityDeps) {
   // One follow-up queue per set of activities, i.e. per worker process (activities/thumbnail.ts).
   const media = createMediaActivities(deps, createThumbnailFollowUp(deps));
   const inbox = createInboxActivities(deps);
-  const polls = createPollActivities(deps);
+  const polls = createPollSteps(deps);
+  const applyPending = createInboxApply(deps);
   return {
     ...createFactActivities(deps),
     ...createDispatchActivities(deps),
     ...createSubmitActivities(deps),
     ...inbox,
-    ...polls,
-    ...createProviderWaitActivities({ pollProvider: polls.pollProvider, applyInbox: inbox.applyInbox }),
+    ...createPollActivities(polls),
+    ...createProviderWaitActivities({ pollAndApply: (taskId) => polls.poll(taskId, applyPending), applyInbox: inbox.applyInbox }),
     ...createRescueActivities(deps, media),
     ...media,
     ...createCancelActivities(deps),

@@ -19,10 +19,12 @@ import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
 import { taskAttempt, type AttemptRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
+import type { TaskFacts } from '../domain/facts';
 import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
 import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
 import { withinRetention } from '../providers/result-retention';
 import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
+import type { InboxApply } from './apply-inbox';
 import { createCallbackHealth } from './callback-health';
 import { escalate } from './escalate';
 import { pollQuotaFor } from './poll-demand';
@@ -62,7 +64,21 @@ const goneAfterCancel = (jobId: string): ProviderJob => ({
   metrics: null,
 });
 
-export function createPollActivities(deps: TaskActivityDeps) {
+/**
+ * A poll's result, and — when the poll was asked to apply the inbox and read the job in the common
+ * case (recorded or duplicate, nothing to bound) — the facts after that inbox step, which then ran
+ * in the poll's own task transaction. Null: the caller runs the inbox step itself if it needs one.
+ */
+export interface PollOutcome {
+  readonly polled: PollResult;
+  readonly applied: TaskFacts | null;
+}
+
+/**
+ * The poll itself, shared by the pollProvider activity and a wait's attempts
+ * (activities/await-provider.ts): one latency window and callback-health view per worker.
+ */
+export function createPollSteps(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
   const pace = { initialMs: deps.settings.pollInitialMs, maxMs: deps.settings.pollMaxMs, healthyFactor: deps.settings.pollHealthyFactor };
   const demand = deps.pollDemand;
@@ -161,15 +177,17 @@ export function createPollActivities(deps: TaskActivityDeps) {
   }
 
   return {
-    async pollProvider(taskId: string): Promise<PollResult> {
+    /** Reads the job and records what it says; with `apply`, also applies the inbox in the same transaction (PollOutcome). */
+    async poll(taskId: string, apply: InboxApply | null): Promise<PollOutcome> {
+      const only = (polled: PollResult): PollOutcome => ({ polled, applied: null });
       return withHeartbeat(() =>
-        readTaskStep(deps, taskId, async ({ token, task, attempt }) => {
+        readTaskStep(deps, taskId, async ({ token, task, attempt }): Promise<PollOutcome> => {
           if (!task || !attempt) throw notFound(`active attempt of task ${taskId}`);
           const adapter = providerFor(deps, attempt.provider);
           const signal = Context.current().cancellationSignal;
           const now = deps.clock.now();
           const unknown = !attempt.provider_job_id && attempt.submit_state === 'SUBMIT_UNKNOWN';
-          if (!attempt.provider_job_id && !unknown) return { result: 'nothing-to-poll' as const };
+          if (!attempt.provider_job_id && !unknown) return only({ result: 'nothing-to-poll' });
 
           const submittedAt = attempt.submit_started_at ?? attempt.created_at;
           let job: ProviderJob | null;
@@ -240,31 +258,40 @@ export function createPollActivities(deps: TaskActivityDeps) {
           });
 
           // A waiting task's poll: the job read, nothing to bound (activities/provider-reads.ts).
-          // The next poll time and the inbox row go in one task transaction under the token read.
+          // The next poll time and the inbox row go in one task transaction under the token read,
+          // and with `apply` the inbox step too, on the task and attempt rows that transaction
+          // locks (the attempt as it was before this poll's own update, which sets only the poll
+          // times the inbox step never reads).
           if (job && !(attempt.provider_job_id && needsBound(attempt, adapter, job, readFailed, now))) {
             const found = job;
-            const { value: inboxId } = await inTaskTransaction(
+            const { value: inboxId, facts } = await inTaskTransaction(
               deps.db,
               deps.fence,
               taskId,
-              async (tx) => {
+              async (tx, lock) => {
                 await polled(tx);
-                return recordProviderEvent(tx, event(found));
+                const recorded = await recordProviderEvent(tx, event(found));
+                if (apply) {
+                  if (!lock.task) throw notFound(`task ${taskId}`);
+                  await apply(tx, lock.task, lock);
+                }
+                return recorded;
               },
-              { token },
+              apply ? { token, activeAttempt: true, facts: () => deps.clock.now() } : { token },
             );
-            return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
+            if (apply && !facts) throw notFound(`task ${taskId}`);
+            return { polled: { result: inboxId ? 'recorded' : 'duplicate' }, applied: facts };
           }
 
           await inFactFence(token, polled);
           if (attempt.provider_job_id) {
             const parked = await boundKnownJobRead(token, taskId, attempt, adapter, job, readFailed, now);
-            if (parked) return { result: parked };
+            if (parked) return only({ result: parked });
           }
           if (!job) {
             if (lookup?.kind === 'ambiguous') {
               await parkAmbiguous(token, taskId, attempt.attempt_id, lookup);
-              return { result: 'parked' as const };
+              return only({ result: 'parked' });
             }
             const age = now.getTime() - submittedAt.getTime();
             // Only the documented not-found answer of an exact lookup is proof, once the provider
@@ -272,18 +299,26 @@ export function createPollActivities(deps: TaskActivityDeps) {
             const proof = lookup?.kind === 'not-found-proven' && adapter.capabilities.absenceProof === 'exact-lookup' ? lookup.evidence : null;
             if (proof && age >= deps.settings.unknownProofDelayMs && age < adapter.capabilities.listingWindowMs) {
               if (await markProvedAbsent(token, taskId, attempt, `${proof}, ${Math.round(age / 1000)} s after submit`)) {
-                return { result: 'absent' as const };
+                return only({ result: 'absent' });
               }
             }
             const since = attempt.unknown_since ?? submittedAt;
             const overdue = now.getTime() - since.getTime() > deps.settings.unknownOutcomeDeadlineMs;
-            return { result: overdue ? ('overdue' as const) : ('not-found' as const) };
+            return only({ result: overdue ? 'overdue' : 'not-found' });
           }
           const found = job;
           const inboxId = await inFactFence(token, (tx) => recordProviderEvent(tx, event(found)));
-          return { result: inboxId ? ('recorded' as const) : ('duplicate' as const) };
+          return only({ result: inboxId ? 'recorded' : 'duplicate' });
         }),
       );
+    },
+  };
+}
+
+export function createPollActivities(steps: ReturnType<typeof createPollSteps>) {
+  return {
+    async pollProvider(taskId: string): Promise<PollResult> {
+      return (await steps.poll(taskId, null)).polled;
     },
   };
 }

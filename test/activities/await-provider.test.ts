@@ -8,7 +8,8 @@ import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/comm
 import { and, eq, isNull } from 'drizzle-orm';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { TRANSIENT_RETRY_MS, createProviderWaitActivities, stillWaiting } from '../../activities/await-provider';
-import type { PollResult } from '../../activities/poll-provider';
+import { createInboxApply } from '../../activities/apply-inbox';
+import { createPollSteps, type PollResult } from '../../activities/poll-provider';
 import { callbackInbox, taskAttempt } from '../../db/schema';
 import { FailureType } from '../../domain/errors';
 import type { TaskFacts } from '../../domain/facts';
@@ -77,6 +78,47 @@ test('a read that leaves the task where the workflow saw it fails ProviderUnchan
   assert.equal(await unapplied(taskId), 0, 'what the read recorded was applied in the attempt');
 });
 
+test("a read of the job is recorded and applied in the poll's one transaction, with no inbox step of its own; a failed apply takes the poll's writes back with it", async () => {
+  const { taskId, facts } = await runningTask();
+  const since = { statusVersion: facts.statusVersion, attemptState: facts.attemptState };
+  const steps = createPollSteps(w.deps);
+  const apply = createInboxApply(w.deps);
+  const separateSteps: string[] = [];
+  const applyInbox = async (id: string) => {
+    separateSteps.push(id);
+    return w.run('applyInbox', id);
+  };
+  const wait = createProviderWaitActivities({ pollAndApply: (id) => steps.poll(id, apply), applyInbox });
+  const rowsOf = async () => w.tdb.database.db.select().from(callbackInbox).where(eq(callbackInbox.task_id, taskId));
+  const before = (await rowsOf()).length;
+  const err = await new MockActivityEnvironment().run(wait.awaitProviderChange, taskId, since).catch((e: unknown) => e);
+  assert.ok(err instanceof ApplicationFailure && err.type === FailureType.ProviderUnchanged, String(err));
+  assert.deepEqual(separateSteps, [], 'the poll applied what it recorded itself');
+  const rows = await rowsOf();
+  assert.equal(rows.length, before + 1, 'the read was recorded');
+  assert.ok(
+    rows.every((r) => r.processed_at !== null),
+    'and applied in the same attempt',
+  );
+
+  // The inbox step fails inside the poll's transaction: neither the poll time nor the row stays.
+  const [attemptBefore] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+  const broken = createProviderWaitActivities({
+    pollAndApply: (id) =>
+      steps.poll(id, async (tx, task, lock) => {
+        await apply(tx, task, lock);
+        throw new Error('the inbox step broke');
+      }),
+    applyInbox,
+  });
+  const failed = await new MockActivityEnvironment().run(broken.awaitProviderChange, taskId, since).catch((e: unknown) => e);
+  assert.ok(failed instanceof ApplicationFailure && /the inbox step broke/.test(failed.message), String(failed));
+  assert.equal((await rowsOf()).length, before + 1, "the failed attempt's read left no inbox row");
+  const [attemptAfter] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+  assert.equal(attemptAfter!.last_polled_at?.getTime(), attemptBefore!.last_polled_at?.getTime(), 'nor a poll time');
+  assert.deepEqual(separateSteps, []);
+});
+
 test('a task that moved since the workflow saw it ends the wait with the poll result', async () => {
   const { taskId, facts } = await runningTask();
   // The workflow's facts are a version behind: something (a reset, an operator) moved the task.
@@ -100,7 +142,7 @@ describe('the poll results the workflow acts on end the wait at once, without th
   const since = { statusVersion: 4, attemptState: 'SUBMIT_UNKNOWN' } as const;
   const waitWith = (result: PollResult['result'], applied: string[]) =>
     createProviderWaitActivities({
-      pollProvider: async () => ({ result }),
+      pollAndApply: async () => ({ polled: { result }, applied: null }),
       applyInbox: async (taskId) => {
         applied.push(taskId);
         return unchanged;
@@ -129,7 +171,7 @@ describe('the poll results the workflow acts on end the wait at once, without th
 test("an attempt that fails on its own is retried on the wait's short clock, not the policy's backoff; a Temporal failure goes as it is", async () => {
   const failing = (err: Error) =>
     createProviderWaitActivities({
-      pollProvider: async () => {
+      pollAndApply: async () => {
         throw err;
       },
       applyInbox: async () => assert.fail('not reached'),

@@ -1,10 +1,11 @@
 // A waiting task's poll (activities/poll-provider.ts), the step every open task repeats while its
 // provider works: one read of the fence, the mode, the task and its attempt before the provider
 // call, then the next poll time and the inbox row in one task transaction under the token read
-// (db/task-tx.ts). Counted on the wire, as the benchmarks' preload counts them.
+// (db/task-tx.ts); a wait's attempt (activities/await-provider.ts) applies the inbox in that same
+// transaction (docs/decisions/0051). Counted on the wire, as the benchmarks' preload counts them.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { and, eq } from 'drizzle-orm';
+import { and, eq, isNull } from 'drizzle-orm';
 import pg from 'pg';
 import { createTask } from '../support/deps';
 import { callbackInbox, taskAttempt } from '../../db/schema';
@@ -65,4 +66,35 @@ test("a waiting task's poll is one read and one task transaction: five round tri
     .from(callbackInbox)
     .where(and(eq(callbackInbox.task_id, taskId), eq(callbackInbox.source, 'poll')));
   assert.equal(polls.length, 2);
+});
+
+test("a wait's attempt that reads the job records and applies it in that one transaction: eight round trips, two commits", async () => {
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
+    idempotencyKey: `poll-round-trips-wait-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: 'wait round trips', duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const taskId = created.task.task_id;
+  await w.run('dispatchTask', taskId);
+  await w.run('prepareAttempt', taskId);
+  assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'SUBMITTED');
+  await w.run('pollProvider', taskId);
+  const facts = await w.run('applyInbox', taskId);
+
+  let failure: unknown;
+  const sent = await roundTrips(async () => {
+    failure = await w.run('awaitProviderChange', taskId, { statusVersion: facts.statusVersion, attemptState: facts.attemptState }).catch((e: unknown) => e);
+  });
+  assert.equal((failure as { type?: string }).type, 'ProviderUnchanged', String(failure));
+  const verbs = sent.map((s) => s.split(/[ (]/)[0]!.toUpperCase());
+  // The read; then one transaction: open (fence, task, attempt), poll time, inbox row, the pending
+  // rows, the attempt as the job says, the rows marked, and the facts with COMMIT.
+  assert.deepEqual(verbs, ['SELECT', 'BEGIN;', 'UPDATE', 'INSERT', 'SELECT', 'UPDATE', 'UPDATE', 'SELECT'], sent.join('\n'));
+  assert.match(sent[1]!, /FROM task_attempt WHERE attempt_id = t\.active_attempt_id FOR UPDATE/, 'the attempt is locked with the task');
+  assert.match(sent.at(-1)!, /; COMMIT$/, 'the facts are read in the commit round trip');
+  const pending = await w.tdb.database.db
+    .select()
+    .from(callbackInbox)
+    .where(and(eq(callbackInbox.task_id, taskId), isNull(callbackInbox.processed_at)));
+  assert.equal(pending.length, 0, 'what the read recorded is applied');
 });
