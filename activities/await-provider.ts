@@ -64,9 +64,10 @@ export function createProviderWaitActivities(steps: {
     const { polled, applied } = await steps.pollAndApply(taskId);
     if (WORKFLOW_ACTS_ON.includes(polled.result)) return polled;
     // The inbox step the workflow would run next, here: a progress change or a repeated state
-    // is applied (and streamed) without waking the workflow. A poll that read the job applied
-    // it already, in the transaction that recorded it; the others (a lookup, a counted read
-    // failure) leave it to a step of its own, as callbacks may be waiting in the inbox.
+    // is applied (and streamed) without waking the workflow. A read of a known job applied it
+    // already, in the transaction that recorded it (docs/decisions/0051); the others (a lookup of
+    // an unknown outcome, a counted read failure) leave it to a step of its own, as callbacks may
+    // be waiting in the inbox.
     const facts = applied ?? (await steps.applyInbox(taskId));
     if (!stillWaiting(facts, since)) return polled;
     const nextReadMs = Math.max(MIN_NEXT_READ_MS, facts.pollInMs ?? MIN_NEXT_READ_MS);

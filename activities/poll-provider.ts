@@ -8,11 +8,12 @@
 //                                   a new attempt may follow;
 //   not found, unproven           → keep waiting; past the deadline the workflow escalates.
 import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import { eq, sql } from 'drizzle-orm';
 import { casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
-import type { FenceToken } from '../db/fence';
-import { holdFenceForFacts } from '../db/modes';
+import { FenceRejectedError, type FenceToken } from '../db/fence';
+import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { inTaskTransaction } from '../db/task-tx';
 import { recordProviderEvent } from '../db/inbox';
 import { AMBIGUOUS_LOOKUP_EVENT, jobEvidence } from '../db/job-evidence';
@@ -258,29 +259,45 @@ export function createPollSteps(deps: TaskActivityDeps) {
           });
 
           // A waiting task's poll: the job read, nothing to bound (activities/provider-reads.ts).
-          // The next poll time and the inbox row go in one task transaction under the token read,
-          // and with `apply` the inbox step too, on the task and attempt rows that transaction
-          // locks (the attempt as it was before this poll's own update, which sets only the poll
-          // times the inbox step never reads).
+          // The next poll time and the inbox row go in one task transaction under the token read.
           if (job && !(attempt.provider_job_id && needsBound(attempt, adapter, job, readFailed, now))) {
             const found = job;
-            const { value: inboxId, facts } = await inTaskTransaction(
-              deps.db,
-              deps.fence,
-              taskId,
-              async (tx, lock) => {
-                await polled(tx);
-                const recorded = await recordProviderEvent(tx, event(found));
-                if (apply) {
-                  if (!lock.task) throw notFound(`task ${taskId}`);
-                  await apply(tx, lock.task, lock);
-                }
-                return recorded;
-              },
-              apply ? { token, activeAttempt: true, facts: () => deps.clock.now() } : { token },
-            );
-            if (apply && !facts) throw notFound(`task ${taskId}`);
-            return { polled: { result: inboxId ? 'recorded' : 'duplicate' }, applied: facts };
+            const record = (tx: Tx) => polled(tx).then(() => recordProviderEvent(tx, event(found)));
+            const result = (inboxId: string | null): PollResult => ({ result: inboxId ? 'recorded' : 'duplicate' });
+            // A read of a known job may also apply the inbox in that transaction
+            // (docs/decisions/0051). A lookup's hit never does: its inbox row is the evidence that
+            // a job exists (db/job-evidence.ts) and must stay even if applying it fails.
+            if (apply && attempt.provider_job_id) {
+              try {
+                const { value, facts } = await inTaskTransaction(
+                  deps.db,
+                  deps.fence,
+                  taskId,
+                  async (tx, lock) => {
+                    const recorded = await record(tx);
+                    if (!lock.task) throw notFound(`task ${taskId}`);
+                    // The attempt as the opening locked it, before this poll's own update, which
+                    // set only the poll times the inbox step never reads.
+                    await apply(tx, lock.task, lock);
+                    return recorded;
+                  },
+                  { token, activeAttempt: true, facts: () => deps.clock.now() },
+                );
+                if (!facts) throw notFound(`task ${taskId}`);
+                return { polled: result(value), applied: facts };
+              } catch (err) {
+                if (err instanceof FenceRejectedError || err instanceof ModePausedError || err instanceof ApplicationFailure) throw err;
+                // The inbox step failed and took the read back with it: the read is recorded on its
+                // own, as a poll that does not apply records it, and the failure goes on (a retry,
+                // or a task parked with the row to show for it).
+                await inTaskTransaction(deps.db, deps.fence, taskId, record, { token }).catch((again: unknown) => {
+                  Context.current().log.warn('could not record the read after its inbox step failed', { taskId, error: (again as Error).message });
+                });
+                throw err;
+              }
+            }
+            const { value: inboxId } = await inTaskTransaction(deps.db, deps.fence, taskId, record, { token });
+            return only(result(inboxId));
           }
 
           await inFactFence(token, polled);

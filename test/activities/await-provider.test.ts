@@ -78,7 +78,7 @@ test('a read that leaves the task where the workflow saw it fails ProviderUnchan
   assert.equal(await unapplied(taskId), 0, 'what the read recorded was applied in the attempt');
 });
 
-test("a read of the job is recorded and applied in the poll's one transaction, with no inbox step of its own; a failed apply takes the poll's writes back with it", async () => {
+test("a read of a known job is recorded and applied in the poll's one transaction, with no inbox step of its own; a failed apply still leaves the read recorded", async () => {
   const { taskId, facts } = await runningTask();
   const since = { statusVersion: facts.statusVersion, attemptState: facts.attemptState };
   const steps = createPollSteps(w.deps);
@@ -101,7 +101,8 @@ test("a read of the job is recorded and applied in the poll's one transaction, w
     'and applied in the same attempt',
   );
 
-  // The inbox step fails inside the poll's transaction: neither the poll time nor the row stays.
+  // The inbox step fails inside the poll's transaction: the read is still recorded (on its own),
+  // left for the next inbox step, and the failure goes on.
   const [attemptBefore] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
   const broken = createProviderWaitActivities({
     pollAndApply: (id) =>
@@ -113,10 +114,59 @@ test("a read of the job is recorded and applied in the poll's one transaction, w
   });
   const failed = await new MockActivityEnvironment().run(broken.awaitProviderChange, taskId, since).catch((e: unknown) => e);
   assert.ok(failed instanceof ApplicationFailure && /the inbox step broke/.test(failed.message), String(failed));
-  assert.equal((await rowsOf()).length, before + 1, "the failed attempt's read left no inbox row");
+  assert.equal(failed.nonRetryable, false, 'retried on the wait clock');
+  assert.equal((await rowsOf()).length, before + 2, "the failed attempt's read is recorded");
+  assert.equal(await unapplied(taskId), 1, 'and waits for the next inbox step');
   const [attemptAfter] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
-  assert.equal(attemptAfter!.last_polled_at?.getTime(), attemptBefore!.last_polled_at?.getTime(), 'nor a poll time');
+  assert.ok(attemptAfter!.last_polled_at! > attemptBefore!.last_polled_at!, 'with its poll time');
   assert.deepEqual(separateSteps, []);
+  assert.equal((await w.run('applyInbox', taskId)).status, 'RUNNING');
+});
+
+test("a lookup's hit for an unknown outcome is not applied in the poll's transaction: its row is recorded first, as the evidence of a job", async () => {
+  seq += 1;
+  const created = await createTask(w.tdb.database.db, w.token, {
+    tenantId: w.tenantId,
+    idempotencyKey: `await-provider-unknown-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `await provider unknown ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+  });
+  const taskId = created.task.task_id;
+  await w.run('dispatchTask', taskId);
+  await w.run('prepareAttempt', taskId);
+  // The provider created the job; its answer was lost.
+  w.sim.sim.setFaults({ submit: 'error_5xx_after_accept', submit_fault_count: 1 });
+  const submitted = await w.run('submitAttempt', taskId);
+  w.sim.sim.clearFaults();
+  assert.equal(submitted.facts.status, 'SUBMIT_UNKNOWN');
+  const steps = createPollSteps(w.deps);
+  const folded: string[] = [];
+  const separateSteps: string[] = [];
+  const wait = createProviderWaitActivities({
+    pollAndApply: (id) =>
+      steps.poll(id, async (tx, task, lock) => {
+        folded.push(id);
+        await createInboxApply(w.deps)(tx, task, lock);
+      }),
+    applyInbox: async (id) => {
+      separateSteps.push(id);
+      return w.run('applyInbox', id);
+    },
+  });
+  const polled = await eventually(
+    async () => {
+      const r = (await new MockActivityEnvironment()
+        .run(wait.awaitProviderChange, taskId, { statusVersion: submitted.facts.statusVersion, attemptState: submitted.facts.attemptState })
+        .catch(() => null)) as PollResult | null;
+      return r?.result === 'recorded' ? r : undefined;
+    },
+    20_000,
+    200,
+  );
+  assert.deepEqual(polled, { result: 'recorded' }, 'the lookup found the job and the task moved');
+  assert.deepEqual(folded, [], 'no inbox step inside the lookup');
+  assert.ok(separateSteps.includes(taskId), 'the inbox step ran as a transaction of its own');
+  const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+  assert.ok(attempt!.provider_job_id, 'the job is bound');
 });
 
 test('a task that moved since the workflow saw it ends the wait with the poll result', async () => {
