@@ -16,7 +16,7 @@ import { createApiServer, listen, startApiOpsListener } from './listen';
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 // Before anything that makes spans (with tracing off they are no-op spans).
-const tracing = installTracing(tracingOptions(config, 'vidorch-api', logger));
+const tracing = await installTracing(tracingOptions(config, 'vidorch-api', logger));
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
 const facts = startFactSampler({

@@ -42,7 +42,7 @@ import { applyHeapGrowing, tuningFromConfig } from './tuning';
 const config = loadConfigOrExit();
 applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
-const tracing = installTracing(tracingOptions(config, 'vidorch-worker', logger));
+const tracing = await installTracing(tracingOptions(config, 'vidorch-worker', logger));
 exitOnUnhandledErrors(logger);
 const sdkMetrics = await installRuntimeWithSdkMetrics({ logger: temporalLogger(logger), port: config.WORKER_SDK_METRICS_PORT });
 

@@ -314,7 +314,9 @@ test('progress is rate-limited: twenty changes in 400 ms reach the stream as at 
         .where(eq(taskAttempt.attempt_id, attemptId));
       await new Promise((r) => setTimeout(r, 20));
     }
-    const last = await eventually(async () => s.seen.filter((x) => x.type === 'progress').find((x) => x.data.fraction === 1), 5_000, 20);
+    // The bound is on the events per elapsed time below, not on how soon the last one comes: a
+    // loaded machine (a fresh-clone CI beside other work) once took over 5 s to deliver it.
+    const last = await eventually(async () => s.seen.filter((x) => x.type === 'progress').find((x) => x.data.fraction === 1), 15_000, 20);
     const progress = s.seen.filter((x) => x.type === 'progress');
     const elapsed = last.t - started;
     assert.ok(progress.length <= Math.ceil(elapsed / 200) + 1, `${progress.length} progress events in ${elapsed} ms`);

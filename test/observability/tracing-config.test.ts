@@ -2,6 +2,7 @@
 // with the configured headers (docs/observability.md). A process of its own (node:test runs
 // each file in one), so no other file's provider is registered here.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
@@ -12,6 +13,9 @@ import { activeTraceId, tracer } from '../../observability/trace-context';
 import { installTracing, parseOtlpHeaders, tracingOptions } from '../../observability/tracing';
 import { bundleWorkflowsInChild } from '../../workers/generation-worker';
 import { testConfig } from '../support/stack';
+import { promisify } from 'node:util';
+
+const execFileAsync = promisify(execFile);
 
 /** A stand-in OTLP/HTTP collector: records every request. */
 async function collector(): Promise<{ url: string; requests: { path: string; headers: http.IncomingHttpHeaders; body: string }[]; close(): Promise<void> }> {
@@ -36,10 +40,10 @@ const lines: string[] = [];
 const logger = createLogger({ name: 'tracing-config', level: 'info', pretty: false, destination: { write: (l: string) => void lines.push(l) } });
 
 describe('tracing off (no OTEL_EXPORTER_OTLP_ENDPOINT): nothing is created, nothing is exported', () => {
-  test('no exporter, no interceptors, no worker sinks; spans are non-recording and carry no trace id', () => {
+  test('no exporter, no interceptors, no worker sinks; spans are non-recording and carry no trace id', async () => {
     const config = testConfig();
     assert.equal(config.OTEL_EXPORTER_OTLP_ENDPOINT, undefined);
-    const tracing = installTracing(tracingOptions(config, 'vidorch-api'));
+    const tracing = await installTracing(tracingOptions(config, 'vidorch-api'));
     assert.equal(tracing.enabled, false);
     assert.equal(tracing.exporter, null);
     assert.deepEqual(tracing.clientInterceptors, []);
@@ -57,6 +61,33 @@ describe('tracing off (no OTEL_EXPORTER_OTLP_ENDPOINT): nothing is created, noth
   });
 });
 
+test('tracing off loads no OpenTelemetry SDK module; on, installTracing loads it (observability/tracing-sdk.ts)', async () => {
+  // In a child process, so what this file already imported does not count: every module it
+  // resolves is recorded by a resolve hook (node:module registerHooks), then installTracing runs.
+  const script = `
+    import { registerHooks } from 'node:module';
+    const seen = [];
+    registerHooks({ resolve: (specifier, context, next) => { const r = next(specifier, context); seen.push(r.url); return r; } });
+    const { installTracing } = await import(${JSON.stringify(new URL('../../observability/tracing.ts', import.meta.url).href)});
+    const exporter = process.argv[1] === 'on' ? { export: () => undefined, shutdown: async () => undefined } : undefined;
+    const tracing = await installTracing({ serviceName: 'probe', ...(exporter ? { exporter } : {}) });
+    process.stdout.write(JSON.stringify({ enabled: tracing.enabled, sdk: seen.filter((u) => /sdk-trace|exporter-trace|interceptors-opentelemetry|tracing-sdk/.test(u)) }));
+    await tracing.shutdown();`;
+  const run = async (mode: 'off' | 'on') => {
+    const { stdout } = await execFileAsync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, mode]);
+    return JSON.parse(stdout) as { enabled: boolean; sdk: string[] };
+  };
+  const off = await run('off');
+  assert.equal(off.enabled, false);
+  assert.deepEqual(off.sdk, [], 'no SDK module resolved with tracing off');
+  const on = await run('on');
+  assert.equal(on.enabled, true);
+  assert.ok(
+    on.sdk.some((u) => u.includes('sdk-trace-node')),
+    `the SDK is loaded when on: ${on.sdk.length} modules`,
+  );
+});
+
 describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
   test('spans reach <endpoint>/v1/traces with the configured headers and the service name; shutdown flushes', async () => {
     const c = await collector();
@@ -65,7 +96,7 @@ describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
         OTEL_EXPORTER_OTLP_ENDPOINT: `${c.url}/`,
         OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20collector-token, x-tenant = ops',
       });
-      const tracing = installTracing(tracingOptions(config, 'vidorch-worker'));
+      const tracing = await installTracing(tracingOptions(config, 'vidorch-worker'));
       assert.equal(tracing.enabled, true);
       assert.ok(tracing.exporter);
       assert.equal(tracing.clientInterceptors.length, 1);
@@ -97,7 +128,7 @@ describe('tracing on: OTLP/HTTP to the configured endpoint', () => {
     await down.close(); // a port nobody listens on now
     const before = lines.length;
     const config = testConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: down.url });
-    const tracing = installTracing(tracingOptions(config, 'vidorch-api', logger));
+    const tracing = await installTracing(tracingOptions(config, 'vidorch-api', logger));
     tracer().startSpan('lost').end();
     const started = Date.now();
     await tracing.shutdown();

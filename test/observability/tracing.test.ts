@@ -32,7 +32,7 @@ before(async () => {
     });
     return realFetch(input, init);
   };
-  tracing = installTracing({ serviceName: 'vidorch-test', exporter: memory });
+  tracing = await installTracing({ serviceName: 'vidorch-test', exporter: memory });
   e = await startE2E('tracing', {}, { tracing });
 });
 after(async () => {

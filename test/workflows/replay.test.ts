@@ -95,7 +95,7 @@ describe('the tracing workflow interceptors change no command (observability/tra
     assert.ok('code' in traced && traced.code.includes('OpenTelemetryInboundInterceptor'), 'the traced bundle holds the interceptors');
     assert.ok('code' in current && !current.code.includes('OpenTelemetryInboundInterceptor'), 'the untraced bundle does not');
     const spans = new InMemorySpanExporter();
-    const tracing = installTracing({ serviceName: 'replay', exporter: spans });
+    const tracing = await installTracing({ serviceName: 'replay', exporter: spans });
     try {
       const input = fixtures.map((name) => ({ workflowId: `traced:${name}`, history: historyOf(name) }));
       for await (const r of Worker.runReplayHistories({ workflowBundle: traced, replayName: 'traced', sinks: tracing.worker!.sinks }, input)) {
