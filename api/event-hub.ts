@@ -5,7 +5,7 @@
 // position, so a NOTIFY lost with a dropped connection loses nothing — on reconnect, and every
 // EVENTS_RESYNC_MS anyway, every stream re-reads. The pattern is workers/fence-watcher.ts's.
 import type pg from 'pg';
-import { connectionClass, type DatabaseHost } from '../db/client';
+import { LISTEN_CONNECT_TIMEOUT_MS, connectionClass, type DatabaseHost } from '../db/client';
 import { FENCE_CHANNEL } from '../db/modes';
 import type { Logger } from '../observability/logger';
 
@@ -35,6 +35,11 @@ export interface EventHubOptions {
   readonly resyncMs: number;
   readonly logger: Logger;
   readonly reconnectMs?: number;
+  /**
+   * One connection attempt (the connect and its LISTEN) gives up after this, and the hub tries
+   * again: a server that accepts and never answers must not leave the hub unconnected for good.
+   */
+  readonly connectTimeoutMs?: number;
 }
 
 const notice = (payload: string | undefined): { k: string; tenant: string; task: string } | null => {
@@ -56,7 +61,8 @@ export function createEventHub(opts: EventHubOptions): EventHub {
   const byTask = new Map<string, Set<WakeListener>>();
   const byTenant = new Map<string, Set<WakeListener>>();
   let client: pg.Client | null = null;
-  let connecting = false;
+  /** The connection being opened, until it listens or is given up (one at a time). */
+  let attempt: pg.Client | null = null;
   let started = false;
   let stopped = false;
   let connectCount = 0;
@@ -78,14 +84,24 @@ export function createEventHub(opts: EventHubOptions): EventHub {
   }
 
   async function connect(): Promise<void> {
-    if (stopped || connecting || client) return;
-    connecting = true;
-    const c = new ListenClient({ connectionString: opts.databaseUrl, application_name: 'vidorch-api-events' });
+    if (stopped || attempt || client) return;
+    const timeoutMs = opts.connectTimeoutMs ?? LISTEN_CONNECT_TIMEOUT_MS;
+    // Both bounded: a connect the server never answers, and a LISTEN that never returns.
+    const c = new ListenClient({
+      connectionString: opts.databaseUrl,
+      application_name: 'vidorch-api-events',
+      connectionTimeoutMillis: timeoutMs,
+      query_timeout: timeoutMs,
+    });
+    attempt = c;
     const retry = (err?: unknown) => {
       if (client === c) {
         client = null;
         opts.logger.warn({ err }, 'event LISTEN connection lost; reconnecting');
       }
+      // An attempt that ends (the connection closed, or errored, while it was being opened) is
+      // given up here, whether or not its connect or LISTEN ever settles: the next one may start.
+      if (attempt === c) attempt = null;
       c.removeAllListeners();
       // A dying connection may still emit (the server's FATAL after 'end'): never unhandled.
       c.on('error', () => undefined);
@@ -103,10 +119,14 @@ export function createEventHub(opts: EventHubOptions): EventHub {
     try {
       await c.connect();
       await c.query(`LISTEN ${TASK_EVENTS_CHANNEL}; LISTEN ${FENCE_CHANNEL}`);
-      if (stopped) {
+      // Stopped meanwhile, or given up (its connection ended) while the LISTEN was answered.
+      if (stopped || attempt !== c) {
+        c.removeAllListeners();
+        c.on('error', () => undefined);
         await c.end().catch(() => undefined);
         return;
       }
+      attempt = null;
       client = c;
       connectCount += 1;
       // Anything written while nobody listened here: every stream reads again.
@@ -115,7 +135,7 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       opts.logger.debug({ err }, 'event LISTEN connection failed; retrying');
       retry(err);
     } finally {
-      connecting = false;
+      if (attempt === c) attempt = null;
     }
   }
 
@@ -147,13 +167,14 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       stopped = true;
       if (reconnectTimer) clearTimeout(reconnectTimer);
       if (resyncTimer) clearInterval(resyncTimer);
-      const c = client;
-      client = null;
-      if (c) {
+      for (const c of [client, attempt]) {
+        if (!c) continue;
         c.removeAllListeners();
         c.on('error', () => undefined);
         await c.end().catch(() => undefined);
       }
+      client = null;
+      attempt = null;
     },
   };
 }

@@ -95,9 +95,17 @@ export function databaseCandidates(url: string, failoverHosts: readonly Database
 }
 
 /**
+ * A LISTEN connection's attempt (its connect, then its LISTEN) fails after this, and its owner
+ * retries: a server that accepts and never answers must not leave it unconnected for good
+ * (api/event-hub.ts, workers/fence-watcher.ts, workers/slot-grant-waker.ts).
+ */
+export const LISTEN_CONNECT_TIMEOUT_MS = 10_000;
+
+/**
  * The connection class for a single connection outside the pool (a LISTEN): pg.Client, or with
  * failover hosts the read-write-only class the pool uses (its own candidate cursor).
  */
+
 export function connectionClass(url: string, failoverHosts: readonly DatabaseHost[] = []): typeof pg.Client {
   return failoverHosts.length > 0 ? failoverClientClass(databaseCandidates(url, failoverHosts)) : pg.Client;
 }

@@ -5,7 +5,7 @@
 // outbox relay) run only while this process's REGION is the active one: they are stopped when
 // it is not — the process stays up — and started again when it is.
 import pg from 'pg';
-import { connectionClass, type Db, type DatabaseHost } from '../db/client';
+import { LISTEN_CONNECT_TIMEOUT_MS, connectionClass, type Db, type DatabaseHost } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
 import { FENCE_CHANNEL } from '../db/modes';
 import type { Logger } from '../observability/logger';
@@ -69,7 +69,13 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
 
   async function connectListener(): Promise<void> {
     if (stopped || opts.listen === false) return;
-    const client = new ListenClient({ connectionString: opts.databaseUrl, application_name: 'vidorch-fence-watcher' });
+    const client = new ListenClient({
+      connectionString: opts.databaseUrl,
+      application_name: 'vidorch-fence-watcher',
+      // A server that accepts and never answers: the attempt fails and is retried (api/event-hub.ts).
+      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
+      query_timeout: LISTEN_CONNECT_TIMEOUT_MS,
+    });
     const retry = () => {
       if (listener === client) listener = null;
       client.removeAllListeners();

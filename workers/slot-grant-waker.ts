@@ -5,7 +5,7 @@
 // reconnects after errors; a notification lost meanwhile costs the waiter its fallback timer
 // (SLOT_WAIT_FALLBACK_MS), never its grant, which stays in Postgres.
 import type pg from 'pg';
-import { connectionClass, type DatabaseHost } from '../db/client';
+import { LISTEN_CONNECT_TIMEOUT_MS, connectionClass, type DatabaseHost } from '../db/client';
 import { SLOT_GRANTED_CHANNEL } from '../db/slot-queue';
 
 export interface SlotGrantWaker {
@@ -30,7 +30,13 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
 
   async function connect(): Promise<void> {
     if (stopped) return;
-    const client = new ListenClient({ connectionString: opts.databaseUrl, application_name: 'vidorch-slot-grant-waker' });
+    const client = new ListenClient({
+      connectionString: opts.databaseUrl,
+      application_name: 'vidorch-slot-grant-waker',
+      // A server that accepts and never answers: the attempt fails and is retried (api/event-hub.ts).
+      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
+      query_timeout: LISTEN_CONNECT_TIMEOUT_MS,
+    });
     const retry = () => {
       if (listener === client) listener = null;
       client.removeAllListeners();

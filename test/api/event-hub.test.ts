@@ -1,0 +1,59 @@
+// The event hub's LISTEN connection (api/event-hub.ts) under a database that accepts and never
+// answers: each attempt is given up after its timeout and the next one is made, so the hub
+// listens as soon as the server answers again. Without the bound, the first stalled attempt held
+// the hub unconnected for good, and streams heard nothing until a resync.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, test } from 'node:test';
+import { createEventHub } from '../../api/event-hub';
+import { eventually, testConfig, testLogger } from '../support/stack';
+
+/** A TCP front for Postgres that swallows its first `stalled` connections (accepts, never answers) and forwards the rest. */
+async function stallingFront(stalled: number): Promise<{ port: number; accepted: () => number; close(): Promise<void> }> {
+  const target = new URL(testConfig().DATABASE_URL);
+  const sockets = new Set<net.Socket>();
+  let accepted = 0;
+  const server = net.createServer((socket) => {
+    accepted += 1;
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.on('close', () => sockets.delete(socket));
+    if (accepted <= stalled) return; // read nothing, answer nothing
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    upstream.on('error', () => socket.destroy());
+    sockets.add(upstream);
+    socket.pipe(upstream).pipe(socket);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    accepted: () => accepted,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+const closers: (() => Promise<void>)[] = [];
+after(async () => {
+  for (const close of closers.reverse()) await close();
+});
+
+test('a LISTEN attempt the server never answers is given up after its timeout and retried: the hub listens once the server answers', async () => {
+  const front = await stallingFront(2);
+  closers.push(() => front.close());
+  const url = new URL(testConfig().DATABASE_URL);
+  url.hostname = '127.0.0.1';
+  url.port = String(front.port);
+  // The server's own database: LISTEN needs no schema, and the suite's databases come and go.
+  url.pathname = '/postgres';
+  const hub = createEventHub({ databaseUrl: url.toString(), resyncMs: 60_000, logger: testLogger, reconnectMs: 50, connectTimeoutMs: 300 });
+  closers.push(() => hub.stop());
+  const started = Date.now();
+  hub.watchTask('00000000-0000-4000-8000-000000000000', () => undefined);
+  await eventually(async () => (hub.listening() ? true : undefined), 10_000, 20);
+  assert.equal(front.accepted(), 3, 'two stalled attempts given up, the third listens');
+  assert.equal(hub.connects(), 1);
+  assert.ok(Date.now() - started >= 600, 'each stalled attempt waited its timeout');
+});
