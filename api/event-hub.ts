@@ -167,14 +167,18 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       stopped = true;
       if (reconnectTimer) clearTimeout(reconnectTimer);
       if (resyncTimer) clearInterval(resyncTimer);
-      for (const c of [client, attempt]) {
+      const [listening, opening] = [client, attempt];
+      client = null;
+      attempt = null;
+      for (const c of [listening, opening]) {
         if (!c) continue;
         c.removeAllListeners();
         c.on('error', () => undefined);
-        await c.end().catch(() => undefined);
       }
-      client = null;
-      attempt = null;
+      // An attempt still opening is not waited for: against a server that does not answer, its
+      // end would wait out the connect timeout.
+      if (opening) void opening.end().catch(() => undefined);
+      if (listening) await listening.end().catch(() => undefined);
     },
   };
 }

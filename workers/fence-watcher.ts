@@ -95,6 +95,13 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
     try {
       await client.connect();
       await client.query(`LISTEN ${FENCE_CHANNEL}`);
+      if (stopped) {
+        // Stopped while this attempt was opening: nobody will end it later.
+        client.removeAllListeners();
+        client.on('error', () => undefined);
+        await client.end().catch(() => undefined);
+        return;
+      }
       listener = client;
       // Anything that changed while we were not listening.
       await refresh();

@@ -57,6 +57,13 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
     try {
       await client.connect();
       await client.query(`LISTEN ${SLOT_GRANTED_CHANNEL}`);
+      if (stopped) {
+        // Stopped while this attempt was opening: nobody will end it later.
+        client.removeAllListeners();
+        client.on('error', () => undefined);
+        await client.end().catch(() => undefined);
+        return;
+      }
       listener = client;
       // Grants made while no connection listened (a reconnect, a switchover) were announced to
       // nobody: wake their workflows now instead of leaving each to its fallback timer.
