@@ -182,14 +182,18 @@ describe('inTaskTransaction', () => {
       await holder.query('BEGIN');
       await holder.query('SELECT 1 FROM region_write_fence WHERE resource_scope = $1 FOR UPDATE', [fence.scope]);
       let settled = false;
-      const waiting = inTaskTransaction(tdb.database.db, fence, taskId, async () => 'ran').finally(() => {
-        settled = true;
-      });
+      // Its refusal is caught from the start: it may come before the COMMIT below has answered,
+      // and a rejection with no handler yet fails the test on its own (fresh-clone CI, once).
+      const waiting = inTaskTransaction(tdb.database.db, fence, taskId, async () => 'ran')
+        .finally(() => {
+          settled = true;
+        })
+        .catch((e: unknown) => e);
       await new Promise((r) => setTimeout(r, 300));
       assert.equal(settled, false, 'the step waits for the fence row');
       await holder.query(`UPDATE region_write_fence SET active_region = 'region-b', write_epoch = write_epoch + 1 WHERE resource_scope = $1`, [fence.scope]);
       await holder.query('COMMIT');
-      const err = await waiting.catch((e: unknown) => e);
+      const err = await waiting;
       assert.ok(err instanceof FenceRejectedError, String(err));
       assert.equal(err.current?.activeRegion, 'region-b');
     } finally {
