@@ -5,7 +5,7 @@
 // position, so a NOTIFY lost with a dropped connection loses nothing — on reconnect, and every
 // EVENTS_RESYNC_MS anyway, every stream re-reads. The pattern is workers/fence-watcher.ts's.
 import type pg from 'pg';
-import { LISTEN_CONNECT_TIMEOUT_MS, connectionClass, type DatabaseHost } from '../db/client';
+import { discardClient, listenClients, type DatabaseHost } from '../db/client';
 import { FENCE_CHANNEL } from '../db/modes';
 import type { Logger } from '../observability/logger';
 
@@ -57,7 +57,12 @@ const notice = (payload: string | undefined): { k: string; tenant: string; task:
  * while it was not listening is read then.
  */
 export function createEventHub(opts: EventHubOptions): EventHub {
-  const ListenClient = connectionClass(opts.databaseUrl, opts.failoverHosts);
+  const newClient = listenClients({
+    url: opts.databaseUrl,
+    failoverHosts: opts.failoverHosts,
+    applicationName: 'vidorch-api-events',
+    timeoutMs: opts.connectTimeoutMs,
+  });
   const byTask = new Map<string, Set<WakeListener>>();
   const byTenant = new Map<string, Set<WakeListener>>();
   let client: pg.Client | null = null;
@@ -85,14 +90,8 @@ export function createEventHub(opts: EventHubOptions): EventHub {
 
   async function connect(): Promise<void> {
     if (stopped || attempt || client) return;
-    const timeoutMs = opts.connectTimeoutMs ?? LISTEN_CONNECT_TIMEOUT_MS;
-    // Both bounded: a connect the server never answers, and a LISTEN that never returns.
-    const c = new ListenClient({
-      connectionString: opts.databaseUrl,
-      application_name: 'vidorch-api-events',
-      connectionTimeoutMillis: timeoutMs,
-      query_timeout: timeoutMs,
-    });
+    // Its connect and its LISTEN are bounded (db/client.ts listenClients).
+    const c = newClient();
     attempt = c;
     const retry = (err?: unknown) => {
       if (client === c) {
@@ -102,10 +101,7 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       // An attempt that ends (the connection closed, or errored, while it was being opened) is
       // given up here, whether or not its connect or LISTEN ever settles: the next one may start.
       if (attempt === c) attempt = null;
-      c.removeAllListeners();
-      // A dying connection may still emit (the server's FATAL after 'end'): never unhandled.
-      c.on('error', () => undefined);
-      c.end().catch(() => undefined);
+      void discardClient(c);
       if (!stopped && !reconnectTimer) {
         reconnectTimer = setTimeout(() => {
           reconnectTimer = null;
@@ -121,9 +117,7 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       await c.query(`LISTEN ${TASK_EVENTS_CHANNEL}; LISTEN ${FENCE_CHANNEL}`);
       // Stopped meanwhile, or given up (its connection ended) while the LISTEN was answered.
       if (stopped || attempt !== c) {
-        c.removeAllListeners();
-        c.on('error', () => undefined);
-        await c.end().catch(() => undefined);
+        await discardClient(c);
         return;
       }
       attempt = null;
@@ -170,15 +164,10 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       const [listening, opening] = [client, attempt];
       client = null;
       attempt = null;
-      for (const c of [listening, opening]) {
-        if (!c) continue;
-        c.removeAllListeners();
-        c.on('error', () => undefined);
-      }
       // An attempt still opening is not waited for: against a server that does not answer, its
       // end would wait out the connect timeout.
-      if (opening) void opening.end().catch(() => undefined);
-      if (listening) await listening.end().catch(() => undefined);
+      if (opening) void discardClient(opening);
+      if (listening) await discardClient(listening);
     },
   };
 }

@@ -96,18 +96,43 @@ export function databaseCandidates(url: string, failoverHosts: readonly Database
 
 /**
  * A LISTEN connection's attempt (its connect, then its LISTEN) fails after this, and its owner
- * retries: a server that accepts and never answers must not leave it unconnected for good
- * (api/event-hub.ts, workers/fence-watcher.ts, workers/slot-grant-waker.ts).
+ * retries: a server that accepts and never answers must not leave it unconnected for good.
  */
-export const LISTEN_CONNECT_TIMEOUT_MS = 10_000;
+const LISTEN_CONNECT_TIMEOUT_MS = 10_000;
 
 /**
  * The connection class for a single connection outside the pool (a LISTEN): pg.Client, or with
  * failover hosts the read-write-only class the pool uses (its own candidate cursor).
  */
-
-export function connectionClass(url: string, failoverHosts: readonly DatabaseHost[] = []): typeof pg.Client {
+function connectionClass(url: string, failoverHosts: readonly DatabaseHost[] = []): typeof pg.Client {
   return failoverHosts.length > 0 ? failoverClientClass(databaseCandidates(url, failoverHosts)) : pg.Client;
+}
+
+/**
+ * Makes the LISTEN connections of one owner (api/event-hub.ts, workers/fence-watcher.ts,
+ * workers/slot-grant-waker.ts): through the failover hosts as the pool connects, each connect and
+ * each query bounded by `timeoutMs` (LISTEN_CONNECT_TIMEOUT_MS), so an attempt the server never
+ * answers fails and its owner retries.
+ */
+export function listenClients(opts: {
+  readonly url: string;
+  readonly failoverHosts?: readonly DatabaseHost[] | undefined;
+  readonly applicationName: string;
+  readonly timeoutMs?: number | undefined;
+}): () => pg.Client {
+  const Client = connectionClass(opts.url, opts.failoverHosts);
+  const timeoutMs = opts.timeoutMs ?? LISTEN_CONNECT_TIMEOUT_MS;
+  return () => new Client({ connectionString: opts.url, application_name: opts.applicationName, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
+}
+
+/**
+ * Ends a connection its owner has let go of: no listener of the owner's is left on it, and a late
+ * error (the server's FATAL after 'end') is swallowed rather than unhandled. Never rejects.
+ */
+export function discardClient(client: pg.Client): Promise<void> {
+  client.removeAllListeners();
+  client.on('error', () => undefined);
+  return client.end().catch(() => undefined);
 }
 
 export function createDatabase(opts: {

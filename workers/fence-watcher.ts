@@ -5,7 +5,7 @@
 // outbox relay) run only while this process's REGION is the active one: they are stopped when
 // it is not — the process stays up — and started again when it is.
 import pg from 'pg';
-import { LISTEN_CONNECT_TIMEOUT_MS, connectionClass, type Db, type DatabaseHost } from '../db/client';
+import { discardClient, listenClients, type Db, type DatabaseHost } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
 import { FENCE_CHANNEL } from '../db/modes';
 import type { Logger } from '../observability/logger';
@@ -41,7 +41,7 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
   const listeners = new Set<(s: FenceState) => void>();
   let listener: pg.Client | null = null;
   let reconnectTimer: NodeJS.Timeout | null = null;
-  const ListenClient = connectionClass(opts.databaseUrl, opts.failoverHosts);
+  const newClient = listenClients({ url: opts.databaseUrl, failoverHosts: opts.failoverHosts, applicationName: 'vidorch-fence-watcher' });
 
   async function refresh(): Promise<FenceState | null> {
     try {
@@ -69,19 +69,10 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
 
   async function connectListener(): Promise<void> {
     if (stopped || opts.listen === false) return;
-    const client = new ListenClient({
-      connectionString: opts.databaseUrl,
-      application_name: 'vidorch-fence-watcher',
-      // A server that accepts and never answers: the attempt fails and is retried (api/event-hub.ts).
-      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
-      query_timeout: LISTEN_CONNECT_TIMEOUT_MS,
-    });
+    const client = newClient();
     const retry = () => {
       if (listener === client) listener = null;
-      client.removeAllListeners();
-      // A dying connection may still emit (the server's FATAL after 'end'): never unhandled.
-      client.on('error', () => undefined);
-      client.end().catch(() => undefined);
+      void discardClient(client);
       if (!stopped && !reconnectTimer) {
         reconnectTimer = setTimeout(() => {
           reconnectTimer = null;
@@ -97,9 +88,7 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
       await client.query(`LISTEN ${FENCE_CHANNEL}`);
       if (stopped) {
         // Stopped while this attempt was opening: nobody will end it later.
-        client.removeAllListeners();
-        client.on('error', () => undefined);
-        await client.end().catch(() => undefined);
+        await discardClient(client);
         return;
       }
       listener = client;
@@ -128,11 +117,7 @@ export async function startFenceWatcher(opts: FenceWatcherOptions): Promise<Fenc
       if (reconnectTimer) clearTimeout(reconnectTimer);
       const c = listener;
       listener = null;
-      if (c) {
-        c.removeAllListeners();
-        c.on('error', () => undefined);
-        await c.end().catch(() => undefined);
-      }
+      if (c) await discardClient(c);
     },
   };
 }

@@ -5,7 +5,7 @@
 // reconnects after errors; a notification lost meanwhile costs the waiter its fallback timer
 // (SLOT_WAIT_FALLBACK_MS), never its grant, which stays in Postgres.
 import type pg from 'pg';
-import { LISTEN_CONNECT_TIMEOUT_MS, connectionClass, type DatabaseHost } from '../db/client';
+import { discardClient, listenClients, type DatabaseHost } from '../db/client';
 import { SLOT_GRANTED_CHANNEL } from '../db/slot-queue';
 
 export interface SlotGrantWaker {
@@ -23,25 +23,17 @@ export interface SlotGrantWakerOptions {
 }
 
 export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<SlotGrantWaker> {
-  const ListenClient = connectionClass(opts.databaseUrl, opts.failoverHosts);
+  const newClient = listenClients({ url: opts.databaseUrl, failoverHosts: opts.failoverHosts, applicationName: 'vidorch-slot-grant-waker' });
   let stopped = false;
   let listener: pg.Client | null = null;
   let reconnectTimer: NodeJS.Timeout | null = null;
 
   async function connect(): Promise<void> {
     if (stopped) return;
-    const client = new ListenClient({
-      connectionString: opts.databaseUrl,
-      application_name: 'vidorch-slot-grant-waker',
-      // A server that accepts and never answers: the attempt fails and is retried (api/event-hub.ts).
-      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
-      query_timeout: LISTEN_CONNECT_TIMEOUT_MS,
-    });
+    const client = newClient();
     const retry = () => {
       if (listener === client) listener = null;
-      client.removeAllListeners();
-      client.on('error', () => undefined);
-      client.end().catch(() => undefined);
+      void discardClient(client);
       if (!stopped && !reconnectTimer) {
         reconnectTimer = setTimeout(() => {
           reconnectTimer = null;
@@ -59,9 +51,7 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
       await client.query(`LISTEN ${SLOT_GRANTED_CHANNEL}`);
       if (stopped) {
         // Stopped while this attempt was opening: nobody will end it later.
-        client.removeAllListeners();
-        client.on('error', () => undefined);
-        await client.end().catch(() => undefined);
+        await discardClient(client);
         return;
       }
       listener = client;
@@ -81,11 +71,7 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
       if (reconnectTimer) clearTimeout(reconnectTimer);
       const c = listener;
       listener = null;
-      if (c) {
-        c.removeAllListeners();
-        c.on('error', () => undefined);
-        await c.end().catch(() => undefined);
-      }
+      if (c) await discardClient(c);
     },
   };
 }
