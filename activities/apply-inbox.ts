@@ -209,8 +209,7 @@ export function createInboxApply(deps: TaskActivityDeps): InboxApply {
   };
 }
 
-export function createInboxActivities(deps: TaskActivityDeps) {
-  const apply = createInboxApply(deps);
+export function createInboxActivities(deps: TaskActivityDeps, apply: InboxApply = createInboxApply(deps)) {
   return {
     /** Applies every pending inbox row of the task, oldest provider time first. */
     async applyInbox(taskId: string): Promise<TaskFacts> {

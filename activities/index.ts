@@ -16,9 +16,10 @@ import { createThumbnailFollowUp } from './thumbnail';
 export function createTaskActivities(deps: TaskActivityDeps) {
   // One follow-up queue per set of activities, i.e. per worker process (activities/thumbnail.ts).
   const media = createMediaActivities(deps, createThumbnailFollowUp(deps));
-  const inbox = createInboxActivities(deps);
-  const polls = createPollSteps(deps);
+  // One inbox step, run by applyInbox and inside a wait's read (docs/decisions/0051).
   const applyPending = createInboxApply(deps);
+  const inbox = createInboxActivities(deps, applyPending);
+  const polls = createPollSteps(deps);
   return {
     ...createFactActivities(deps),
     ...createDispatchActivities(deps),

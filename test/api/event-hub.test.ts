@@ -35,6 +35,16 @@ async function stallingFront(stalled: number): Promise<{ port: number; accepted:
   };
 }
 
+/** A hub whose LISTEN connections go through the front on `port`, each attempt given `connectTimeoutMs`. */
+function hubBehind(port: number, connectTimeoutMs: number) {
+  const url = new URL(testConfig().DATABASE_URL);
+  url.hostname = '127.0.0.1';
+  url.port = String(port);
+  // The server's own database: LISTEN needs no schema, and the suite's databases come and go.
+  url.pathname = '/postgres';
+  return createEventHub({ databaseUrl: url.toString(), resyncMs: 60_000, logger: testLogger, reconnectMs: 50, connectTimeoutMs });
+}
+
 const closers: (() => Promise<void>)[] = [];
 after(async () => {
   for (const close of closers.reverse()) await close();
@@ -43,14 +53,9 @@ after(async () => {
 test('a LISTEN attempt the server never answers is given up after its timeout and retried: the hub listens once the server answers', async () => {
   const front = await stallingFront(2);
   closers.push(() => front.close());
-  const url = new URL(testConfig().DATABASE_URL);
-  url.hostname = '127.0.0.1';
-  url.port = String(front.port);
-  // The server's own database: LISTEN needs no schema, and the suite's databases come and go.
-  url.pathname = '/postgres';
   // 1 s an attempt: the stalled ones wait it out; the real one (through the front) needs far less,
   // even on a loaded machine.
-  const hub = createEventHub({ databaseUrl: url.toString(), resyncMs: 60_000, logger: testLogger, reconnectMs: 50, connectTimeoutMs: 1_000 });
+  const hub = hubBehind(front.port, 1_000);
   closers.push(() => hub.stop());
   const started = Date.now();
   hub.watchTask('00000000-0000-4000-8000-000000000000', () => undefined);
@@ -63,11 +68,7 @@ test('a LISTEN attempt the server never answers is given up after its timeout an
 test('stop() while an attempt is still opening against a server that does not answer returns at once and leaves nothing listening', async () => {
   const front = await stallingFront(1);
   closers.push(() => front.close());
-  const url = new URL(testConfig().DATABASE_URL);
-  url.hostname = '127.0.0.1';
-  url.port = String(front.port);
-  url.pathname = '/postgres';
-  const hub = createEventHub({ databaseUrl: url.toString(), resyncMs: 60_000, logger: testLogger, reconnectMs: 50, connectTimeoutMs: 5_000 });
+  const hub = hubBehind(front.port, 5_000);
   hub.watchTask('00000000-0000-4000-8000-000000000000', () => undefined);
   await eventually(async () => (front.accepted() === 1 ? true : undefined), 5_000, 10);
   const started = Date.now();
