@@ -388,6 +388,12 @@ export const envSchema = z.object({
    * included, while tasks wait (docs/performance.md "Tuning knobs").
    */
   WORKER_HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(300).default(20),
+  /**
+   * Node's Buffer pool in the worker process, bytes (0: Node's own, 64 KiB since 24.22). The
+   * Temporal SDK keeps each cached run's last activation completion, a small slice of a pool
+   * chunk, so every cached run can pin a whole chunk (docs/decisions/0053-worker-buffer-pool.md).
+   */
+  WORKER_BUFFER_POOL_BYTES: z.coerce.number().int().min(0).max(1_048_576).default(8_192),
   /** Workflow tasks run at once (SDK default 40; at most the cache size). */
   WORKER_MAX_CONCURRENT_WORKFLOW_TASKS: z.coerce.number().int().min(2).default(40),
   /** Long polls kept open per task queue for workflow tasks and for activity tasks (SDK default 10 each). */

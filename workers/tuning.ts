@@ -40,3 +40,14 @@ export function tuningOptions(t: WorkerTuning): Partial<WorkerOptions> {
 export function applyHeapGrowing(percent: number): void {
   if (percent > 0) v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
 }
+
+/**
+ * Node's Buffer pool size for this process (WORKER_BUFFER_POOL_BYTES; 0 keeps Node's). Small
+ * Buffer.allocUnsafe results are slices of one pool chunk, and a slice kept alive keeps its
+ * whole chunk: the SDK holds one small completion per cached workflow run, so with Node 24's
+ * 64 KiB chunks a 500-run cache can pin up to 32 MB (docs/decisions/0053-worker-buffer-pool.md).
+ * Takes effect from the next chunk; call it first thing in a worker's main.
+ */
+export function applyBufferPool(bytes: number): void {
+  if (bytes > 0) Buffer.poolSize = bytes;
+}
