@@ -320,7 +320,10 @@ test('progress is rate-limited: twenty changes in 400 ms reach the stream as at 
     const progress = s.seen.filter((x) => x.type === 'progress');
     const elapsed = last.t - started;
     assert.ok(progress.length <= Math.ceil(elapsed / 200) + 1, `${progress.length} progress events in ${elapsed} ms`);
-    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]!.t - progress[i - 1]!.t >= 180, `gap ${progress[i]!.t - progress[i - 1]!.t} ms`);
+    // Gaps are seen at the receiver: one event delivered late and the next on time look closer than
+    // the server sent them (fresh-clone CI once saw 142 ms). Unlimited, twenty changes 20 ms apart
+    // would show gaps near 20 ms, so half the interval still tells the limit from none.
+    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]!.t - progress[i - 1]!.t >= 100, `gap ${progress[i]!.t - progress[i - 1]!.t} ms`);
     assert.equal(progress.at(-1)!.data.fraction, 1, 'the latest value is the last one sent');
     assert.equal(progress.at(-1)!.data.attempt_id, attemptId);
   } finally {
