@@ -37,7 +37,7 @@ export function tuningOptions(t: WorkerTuning): Partial<WorkerOptions> {
  * V8's heap growing factor for this process (WORKER_HEAP_GROWING_PERCENT), set before the SDK
  * starts its workflow thread so both isolates get it. Call once, first thing in a worker's main.
  */
-export function applyHeapGrowing(percent: number): void {
+function applyHeapGrowing(percent: number): void {
   if (percent > 0) v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
 }
 
@@ -50,4 +50,14 @@ export function applyHeapGrowing(percent: number): void {
  */
 export function applyBufferPool(bytes: number): void {
   if (bytes > 0) Buffer.poolSize = bytes;
+}
+
+/**
+ * The worker process's memory settings from config (the heap growing factor, the Buffer pool): one
+ * call, first thing in a worker's main, so the generation worker and the benchmarks' bare worker
+ * cannot drift apart.
+ */
+export function applyWorkerProcessSettings(config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES'>): void {
+  applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
+  applyBufferPool(config.WORKER_BUFFER_POOL_BYTES);
 }

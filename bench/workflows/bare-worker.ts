@@ -12,7 +12,7 @@ import { NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporal
 import { loadConfigOrExit } from '../../config/env';
 import { createLogger } from '../../observability/logger';
 import { temporalLogger } from '../../observability/temporal-logger';
-import { applyBufferPool, applyHeapGrowing, tuningFromConfig, tuningOptions } from '../../workers/tuning';
+import { applyWorkerProcessSettings, tuningFromConfig, tuningOptions } from '../../workers/tuning';
 
 const [taskQueue, names] = process.argv.slice(2);
 if (!taskQueue || !names) {
@@ -21,8 +21,7 @@ if (!taskQueue || !names) {
 }
 const config = loadConfigOrExit();
 // The same heap growing factor and Buffer pool as the generation worker's process (workers/main.ts).
-applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
-applyBufferPool(config.WORKER_BUFFER_POOL_BYTES);
+applyWorkerProcessSettings(config);
 const logger = createLogger({ name: 'bare-worker', level: config.LOG_LEVEL, pretty: false });
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
 
