@@ -4,7 +4,8 @@ import type { Request, Response } from 'express';
 import { acquireFence, FenceRejectedError } from '../db/fence';
 import type { ApiContext } from './context';
 import { tenantOf } from './auth';
-import { HttpProblem, problems, zodFieldErrors } from './problem';
+import { HttpProblem, isDatabaseUnavailable, problems, zodFieldErrors } from './problem';
+import { ModePausedError } from '../db/modes';
 import { S3ServiceException } from '@aws-sdk/client-s3';
 import { deleteTaskOutput } from '../storage/output-lifecycle';
 import { deletedTaskOutput } from './tasks.schemas';
@@ -28,34 +29,52 @@ function parseTaskId(req: Request, params = taskRoutes.get.request.params): stri
   return parsed.data.id;
 }
 
+/**
+ * vidorch_tasks_created_total's outcome for a create that committed nothing: a mode, a region
+ * or a backlog that sheds creates is `unavailable` (503), so a dashboard sees the shedding.
+ */
+function refusedOutcome(err: unknown): string {
+  // The error handler answers these 503 too (api/problem.ts problemFor).
+  if (err instanceof FenceRejectedError || err instanceof ModePausedError || isDatabaseUnavailable(err)) return 'unavailable';
+  if (!(err instanceof HttpProblem)) return 'error';
+  if (err.status === 400) return 'invalid';
+  if (err.status === 402) return 'insufficient_credits';
+  if (err.status === 422) return 'conflict';
+  if (err.status === 503) return 'unavailable';
+  return 'rejected';
+}
+
 export function taskHandlers(ctx: ApiContext) {
+  /** Parses a create and commits it; every refusal on the way is an HttpProblem (or a fault). */
+  async function admit(req: Request, tenantId: string) {
+    const { request } = taskRoutes.create;
+    const rawKey = req.get('idempotency-key');
+    if (rawKey === undefined) throw problems.missingHeader('Idempotency-Key');
+    const key = request.headers.shape['Idempotency-Key'].safeParse(rawKey);
+    if (!key.success) throw problems.validation(zodFieldErrors(key.error, 'header:Idempotency-Key'));
+    const body = request.body.schema.safeParse(req.body ?? {});
+    if (!body.success) throw problems.validation(zodFieldErrors(body.error));
+    // The admission check's fence state (cached ≤ 1 s) gives the token; the transaction re-checks
+    // region, epoch and mode under a share lock, so a stale cache can only cause a 503, never a bad write.
+    const fence = await ctx.admission.assertCanCreate();
+    const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
+    return createTask(ctx.db, token, {
+      tenantId,
+      idempotencyKey: key.data,
+      body: body.data,
+      defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds,
+      webhookAllowPrivate: ctx.settings.webhooks.allowPrivate,
+    });
+  }
+
   return {
     async create(req: Request, res: Response) {
       const { tenantId } = tenantOf(req);
-      const { request } = taskRoutes.create;
-      const rawKey = req.get('idempotency-key');
-      if (rawKey === undefined) throw problems.missingHeader('Idempotency-Key');
-      const key = request.headers.shape['Idempotency-Key'].safeParse(rawKey);
-      if (!key.success) throw problems.validation(zodFieldErrors(key.error, 'header:Idempotency-Key'));
-      const body = request.body.schema.safeParse(req.body ?? {});
-      if (!body.success) throw problems.validation(zodFieldErrors(body.error));
-      // The admission check's fence state (cached ≤ 1 s) gives the token; the transaction re-checks
-      // region, epoch and mode under a share lock, so a stale cache can only cause a 503, never a bad write.
-      const fence = await ctx.admission.assertCanCreate();
-      const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
       let outcome;
       try {
-        outcome = await createTask(ctx.db, token, {
-          tenantId,
-          idempotencyKey: key.data,
-          body: body.data,
-          defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds,
-          webhookAllowPrivate: ctx.settings.webhooks.allowPrivate,
-        });
+        outcome = await admit(req, tenantId);
       } catch (err) {
-        if (err instanceof HttpProblem) {
-          ctx.metrics.tasksCreated.inc({ outcome: err.status === 402 ? 'insufficient_credits' : err.status === 422 ? 'conflict' : 'rejected' });
-        }
+        ctx.metrics.tasksCreated.inc({ outcome: refusedOutcome(err) });
         throw err;
       }
       if (outcome.kind === 'replayed') {
