@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import { createFrameBatcher } from '../../media/frame-batches';
 import { InvalidMediaError } from '../../media/media-info';
-import { extractFrames, extractThumbnail, type FrameRequest } from '../../media/probe';
+import { extractFrames, extractThumbnail, frameArgs, type FrameRequest } from '../../media/probe';
 
 const run = promisify(execFile);
 let dir: string;
@@ -69,6 +69,19 @@ test('one ffmpeg run gives each video its own frame, in the order asked', async 
   );
   // The same frame as a run of its own.
   assert.deepEqual(frames[1], await extractThumbnail(video('160x90'), 0.5, 'mov'));
+});
+
+test('a run decodes, filters and encodes on one thread each (decision 0054): every input and every output says so', () => {
+  const args = frameArgs(sizes.map((s) => request(video(s))));
+  const at = (flag: string) => args.flatMap((a, i) => (a === flag ? [i] : []));
+  const pipes = args.flatMap((a, i) => (a.startsWith('pipe:') ? [i] : []));
+  assert.equal(pipes.length, sizes.length);
+  for (const p of pipes) assert.deepEqual(args.slice(p - 2, p), ['-threads', '1'], `output before ${args[p]}`);
+  assert.equal(at('-threads').length, 2 * sizes.length, 'one per input and one per output');
+  // Each input's -threads is its own: between the previous -i and this one.
+  const inputs = at('-i');
+  inputs.forEach((i, n) => assert.ok(args.lastIndexOf('-threads', i) > (n === 0 ? -1 : inputs[n - 1]!), `input ${n}`));
+  assert.deepEqual(args.slice(args.indexOf('-filter_threads'), args.indexOf('-filter_threads') + 2), ['-filter_threads', '1']);
 });
 
 test('a run that cannot read one of its videos fails as a whole', async () => {
