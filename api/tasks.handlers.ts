@@ -30,22 +30,26 @@ function parseTaskId(req: Request, params = taskRoutes.get.request.params): stri
 }
 
 /**
- * vidorch_tasks_created_total's outcome for a create that committed nothing: a mode, a region
- * or a backlog that sheds creates is `unavailable` (503), so a dashboard sees the shedding.
+ * vidorch_tasks_created_total's outcome for a create the handler refused or could not commit: a
+ * mode, the region, the outbox backlog, a moved fence or an unreachable database is `unavailable`
+ * (the 503s of api/problem.ts problemFor), so a dashboard sees what is shed. A problem the
+ * handler raised is classed by its status first: its message may hold the client's own text,
+ * which must not read as a database error.
  */
 function refusedOutcome(err: unknown): string {
-  // The error handler answers these 503 too (api/problem.ts problemFor).
+  if (err instanceof HttpProblem) {
+    if (err.status === 400) return 'invalid';
+    if (err.status === 402) return 'insufficient_credits';
+    if (err.status === 422) return 'conflict';
+    if (err.status === 503) return 'unavailable';
+    return 'rejected';
+  }
   if (err instanceof FenceRejectedError || err instanceof ModePausedError || isDatabaseUnavailable(err)) return 'unavailable';
-  if (!(err instanceof HttpProblem)) return 'error';
-  if (err.status === 400) return 'invalid';
-  if (err.status === 402) return 'insufficient_credits';
-  if (err.status === 422) return 'conflict';
-  if (err.status === 503) return 'unavailable';
-  return 'rejected';
+  return 'error';
 }
 
 export function taskHandlers(ctx: ApiContext) {
-  /** Parses a create and commits it; every refusal on the way is an HttpProblem (or a fault). */
+  /** Parses a create, checks the admission and commits it; a refusal throws (refusedOutcome classes it). */
   async function admit(req: Request, tenantId: string) {
     const { request } = taskRoutes.create;
     const rawKey = req.get('idempotency-key');

@@ -131,7 +131,7 @@ const MAX_FRAME_BYTES = 8 * 1024 * 1024;
  */
 export function frameArgs(requests: readonly FrameRequest[]): string[] {
   // One thread per decoder, encoder and filter graph: by default each of them starts a pool the
-  // size of the machine for one frame, which costs a batch a third of its CPU (decision 0054).
+  // size of the machine for one frame, which costs a small batch a third of its CPU (decision 0054).
   const inputs = requests.flatMap((r) => ['-threads', '1', '-ss', r.atSeconds.toFixed(2), ...inputArgs(r.input, r.demuxer)]);
   const outputs = requests.flatMap((_, i) => [
     '-map',

@@ -41,7 +41,7 @@ export function createMetrics(opts: {
     }),
     tasksCreated: new Counter({
       name: 'vidorch_tasks_created_total',
-      help: 'Task creation requests by outcome (created, replayed, invalid, conflict, insufficient_credits, unavailable: shed by the mode, the region or the outbox backlog, rejected, error)',
+      help: 'Task creations that reached the create handler, by outcome (created, replayed, invalid, conflict, insufficient_credits, unavailable: the 503s of a mode, the region, the outbox backlog or the database, rejected, error)',
       labelNames: ['outcome'],
       registers: [registry],
     }),

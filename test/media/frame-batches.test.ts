@@ -80,7 +80,10 @@ test('a run decodes, filters and encodes on one thread each (decision 0054): eve
   assert.equal(at('-threads').length, 2 * sizes.length, 'one per input and one per output');
   // Each input's -threads is its own: between the previous -i and this one.
   const inputs = at('-i');
-  inputs.forEach((i, n) => assert.ok(args.lastIndexOf('-threads', i) > (n === 0 ? -1 : inputs[n - 1]!), `input ${n}`));
+  inputs.forEach((i, n) => {
+    const t = args.lastIndexOf('-threads', i);
+    assert.ok(t > (n === 0 ? -1 : inputs[n - 1]!) && args[t + 1] === '1', `input ${n}`);
+  });
   assert.deepEqual(args.slice(args.indexOf('-filter_threads'), args.indexOf('-filter_threads') + 2), ['-filter_threads', '1']);
 });
 
