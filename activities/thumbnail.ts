@@ -26,7 +26,7 @@ import { thumbnailObjectKey, type ObjectStorage } from '../storage/s3';
 import { storageAt } from './deps';
 
 /** Where the thumbnail's frame is taken (the middle of a shorter video). */
-const THUMBNAIL_AT_SECONDS = 0.5;
+export const THUMBNAIL_AT_SECONDS = 0.5;
 
 export interface ThumbnailDeps {
   readonly db: Db;
@@ -138,7 +138,7 @@ export const failureText = (err: unknown): string => redactText(err instanceof E
  * most of it ffmpeg's start-up, and ~0.02 s more a frame), the first frame waiting up to 0.5 s for
  * others (docs/decisions/0042-thumbnail-batches.md).
  */
-const FOLLOW_UP_FRAMES = { maxBatch: 8, lingerMs: 500, maxRuns: 2, timeoutMs: 30_000 } as const;
+export const FOLLOW_UP_FRAMES = { maxBatch: 8, lingerMs: 500, maxRuns: 2, timeoutMs: 30_000 } as const;
 /** Thumbnails in the making at once by one worker's follow-up: enough to fill both runs; more wait their turn. */
 const FOLLOW_UP_CONCURRENCY = FOLLOW_UP_FRAMES.maxBatch * FOLLOW_UP_FRAMES.maxRuns;
 /** Beyond this many waiting, the follow-up drops new ones and leaves them to the reconciler. */

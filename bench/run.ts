@@ -147,7 +147,8 @@ program
   .option('--max-activities <n>', 'WORKER_MAX_CONCURRENT_ACTIVITIES', positiveInt(1000), 50)
   .option('--timeout <s>', 'give up waiting after this long', positiveInt(3600), 600)
   .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 100)
-  .option('--no-baseline', 'skip the bare-workflow baseline')
+  .option('--no-baseline', 'skip the bare-workflow baseline (and the work floor)')
+  .option('--no-floor', "skip the work floor (the bare shape doing the task's external work)")
   .option('--quiet-seconds <s>', "quiet window that measures the processes' timer loops, taken out of the counts", positiveInt(600), 15)
   .option('--check', 'exit 1 when a count per task is over its budget in bench/budgets.json (or a task did not succeed)', false)
   .option('--write-budgets', "rewrite bench/budgets.json's e2e entry from this run's counts", false)
@@ -163,6 +164,7 @@ program
       timeout: number;
       historySample: number;
       baseline: boolean;
+      floor: boolean;
       quietSeconds: number;
       check: boolean;
       writeBudgets: boolean;
@@ -179,6 +181,7 @@ program
           timeoutS: o.timeout,
           historySample: o.historySample,
           skipBaseline: !o.baseline,
+          skipFloor: !o.floor,
           quietSeconds: o.quietSeconds,
           check: o.check,
           writeBudgets: o.writeBudgets,

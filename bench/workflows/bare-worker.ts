@@ -4,14 +4,18 @@
 // under the real activity names. Stops on SIGINT/SIGTERM. With BENCH_ACTIVITY_COUNT_FILE set, the
 // activities run so far, by name, are written to that file as JSON every second (open-tasks reads how many polls its bare loops made in the measured window). With
 // BENCH_TASK_QUEUE_ACTIVITIES_PER_SECOND, the queue's global activity rate is capped there, as
-// the real poll queue's is at the provider's quota.
+// the real poll queue's is at the provider's quota. With BENCH_WORK_FLOOR=1 it is the e2e work
+// floor's worker: `submitAttempt` and `rescueOutput` do the task's external work
+// (bench/workflows/floor-work.ts) and this process receives the provider's callbacks.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Runtime, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { loadConfigOrExit } from '../../config/env';
 import { createLogger } from '../../observability/logger';
 import { temporalLogger } from '../../observability/temporal-logger';
+import { startFloorWork, type FloorWork } from './floor-work';
 import { applyWorkerProcessSettings, tuningFromConfig, tuningOptions } from '../../workers/tuning';
 
 const [taskQueue, names] = process.argv.slice(2);
@@ -32,7 +36,16 @@ const counted = (name: string) => async () => {
   counts[name] = (counts[name] ?? 0) + 1;
   return { ok: true as const };
 };
-const activities = Object.fromEntries(names.split(',').map((n) => [n, countFile ? counted(n) : noop]));
+const activities: Record<string, (...args: string[]) => Promise<{ ok: true }>> = Object.fromEntries(
+  names.split(',').map((n) => [n, countFile ? counted(n) : noop]),
+);
+let floor: FloorWork | null = null;
+let clientConnection: Connection | null = null;
+if (process.env['BENCH_WORK_FLOOR'] === '1') {
+  clientConnection = await Connection.connect({ address: config.TEMPORAL_ADDRESS });
+  floor = await startFloorWork(config, new Client({ connection: clientConnection, namespace: config.TEMPORAL_NAMESPACE }));
+  Object.assign(activities, floor.activities);
+}
 if (countFile) {
   const write = () => {
     // Whole or not at all: the reader never sees half a file.
@@ -63,4 +76,10 @@ const worker = await Worker.create({
 });
 logger.warn({ taskQueue }, 'bare worker polling');
 await worker.run();
+if (floor) {
+  // The benchmark reads what the floor's callbacks did from the log.
+  logger.warn({ callbacks: floor.counts }, 'work floor callbacks');
+  await floor.close();
+  await clientConnection?.close();
+}
 await connection.close();

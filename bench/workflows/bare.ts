@@ -2,7 +2,7 @@
 // same activity types in the same order, the same number of wake signals and search-attribute
 // upserts) but no-op activities. What Temporal and the worker cost on their own, measured on
 // the same server with the same worker settings. Workflow sandbox code: no I/O.
-import { condition, proxyActivities, proxyLocalActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import { condition, defineSignal, proxyActivities, proxyLocalActivities, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import { SA_TASK_STATUS, wakeSignal } from '../../workflows/definitions';
 import { withDemandFloor } from '../../domain/backoff';
 
@@ -17,14 +17,18 @@ export interface BareShape {
   readonly upserts: number;
 }
 
-type NoOp = (taskId: string) => Promise<{ ok: true }>;
+type NoOp = (taskId: string, arg?: string) => Promise<{ ok: true }>;
 const retry = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s' };
 const acts = proxyActivities<Record<string, NoOp>>({ startToCloseTimeout: '30s', retry });
 /** The real workflow's local fact steps' options (workflows/generation.ts LOCAL_ACTIVITY_OPTIONS). */
 const localActs = proxyLocalActivities<Record<string, NoOp>>({ startToCloseTimeout: '5s', scheduleToCloseTimeout: '10s', retry: { maximumAttempts: 1 } });
 /** bench/lib/history.ts LOCAL_PREFIX (the sandbox imports no bench code). */
 const LOCAL = 'local:';
-const run = (step: string, taskId: string) => (step.startsWith(LOCAL) ? localActs[step.slice(LOCAL.length)]!(taskId) : acts[step]!(taskId));
+const run = (step: string, taskId: string, arg?: string) =>
+  step.startsWith(LOCAL) ? localActs[step.slice(LOCAL.length)]!(taskId) : arg === undefined ? acts[step]!(taskId) : acts[step]!(taskId, arg);
+
+/** The work floor's terminal callback: the provider's output URL (bench/workflows/floor-work.ts). */
+export const floorOutputSignal = defineSignal<[string]>('floorOutput');
 
 export async function bareWorkflow(shape: BareShape, taskId: string): Promise<number> {
   let woken = 0;
@@ -43,6 +47,41 @@ export async function bareWorkflow(shape: BareShape, taskId: string): Promise<nu
     await run(shape.activities[i]!, taskId);
   }
   if (shape.waitAfter >= shape.activities.length) await condition(() => woken >= shape.signals);
+  while (upserted < shape.upserts) upsert();
+  return woken;
+}
+
+/**
+ * The e2e benchmark's work floor: the bare workflow's shape, but its `submitAttempt` submits to
+ * the provider with a webhook to the floor worker, the wait ends on the provider's terminal
+ * callback (its output URL), and `rescueOutput` downloads, stores, probes and thumbnails that
+ * output (bench/workflows/floor-work.ts). Every other step stays a no-op: they are the product's
+ * bookkeeping, which is what the ratio to this floor measures.
+ */
+export async function floorWorkflow(shape: BareShape, taskId: string): Promise<number> {
+  let woken = 0;
+  let outputUrl: string | null = null;
+  setHandler(wakeSignal, () => {
+    woken += 1;
+  });
+  setHandler(floorOutputSignal, (url) => {
+    woken += 1;
+    outputUrl = url;
+  });
+  let upserted = 0;
+  const upsert = () => {
+    if (upserted >= shape.upserts) return;
+    upserted += 1;
+    upsertSearchAttributes([{ key: SA_TASK_STATUS, value: `STEP_${upserted}` }]);
+  };
+  const argOf = (step: string): string | undefined =>
+    step === 'submitAttempt' ? workflowInfo().workflowId : step === 'rescueOutput' ? (outputUrl ?? undefined) : undefined;
+  for (let i = 0; i < shape.activities.length; i++) {
+    if (i === shape.waitAfter) await condition(() => outputUrl !== null);
+    upsert();
+    await run(shape.activities[i]!, taskId, argOf(shape.activities[i]!));
+  }
+  if (shape.waitAfter >= shape.activities.length) await condition(() => outputUrl !== null);
   while (upserted < shape.upserts) upsert();
   return woken;
 }
