@@ -5,8 +5,9 @@
 // attempt has resolved.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { eq } from 'drizzle-orm';
-import { providerControl, slotWait, taskAttempt, taskTransition } from '../../db/schema';
+import { and, eq, inArray } from 'drizzle-orm';
+import { callbackInbox, providerControl, slotWait, taskAttempt, taskTransition } from '../../db/schema';
+import { FINISHED_PROVIDER_JOB_STATES } from '../../domain/states';
 import { changeProviderControl } from '../../ops/providers';
 import { startNodeProcess, type ManagedProcess } from '../../harness';
 import { startE2E, type E2E } from '../support/e2e';
@@ -135,8 +136,19 @@ test('a worker SIGKILLed while its attempt holds the only slot: the slot is not 
   const waiterAttempt = await attemptOf(waiter);
   assert.equal(e.sim.jobsFor(holderAttempt!.attempt_id), 1);
   assert.equal(e.sim.jobsFor(waiterAttempt!.attempt_id), 1);
-  // The holder's slot was held through SUBMIT_UNKNOWN and freed only when its job finished.
-  const holderFreed = await leftStatusAt(holder, 'RUNNING').catch(() => leftStatusAt(holder, 'SUBMITTED'));
-  const waiterWent = await leftStatusAt(waiter, 'SUBMITTING');
-  assert.ok(waiterWent >= holderFreed, 'the waiter went only after the holder resolved: never two jobs at a 1-slot provider');
+  // The holder's slot was held through SUBMIT_UNKNOWN and freed only when its job finished: the
+  // first evidence of that is either the provider's finished callback in the inbox (which frees
+  // the slot before the workflow applies it: db/slot-queue.ts holdsSlot) or the task leaving
+  // RUNNING (SUBMITTED) on a poll.
+  const left = await leftStatusAt(holder, 'RUNNING').catch(() => leftStatusAt(holder, 'SUBMITTED'));
+  const finishedCallbacks = await e.tdb.database.db
+    .select({ at: callbackInbox.received_at })
+    .from(callbackInbox)
+    .where(and(eq(callbackInbox.task_id, holder), inArray(callbackInbox.event_type, [...FINISHED_PROVIDER_JOB_STATES])));
+  const holderFreed = Math.min(left.getTime(), ...finishedCallbacks.map((r) => r.at.getTime()));
+  const waiterWent = (await leftStatusAt(waiter, 'SUBMITTING')).getTime();
+  assert.ok(
+    waiterWent >= holderFreed,
+    `the waiter went only after the holder's job finished: never two jobs at a 1-slot provider (went ${waiterWent - holderFreed} ms after)`,
+  );
 });
