@@ -24,17 +24,18 @@ const acts = proxyActivities<Record<string, NoOp>>({ startToCloseTimeout: '30s',
 const localActs = proxyLocalActivities<Record<string, NoOp>>({ startToCloseTimeout: '5s', scheduleToCloseTimeout: '10s', retry: { maximumAttempts: 1 } });
 /** bench/lib/history.ts LOCAL_PREFIX (the sandbox imports no bench code). */
 const LOCAL = 'local:';
+/** Runs one step; a regular activity gets `arg` as its second argument when there is one (the no-op shape sends the task id alone). */
 const run = (step: string, taskId: string, arg?: string) =>
-  step.startsWith(LOCAL) ? localActs[step.slice(LOCAL.length)]!(taskId) : arg === undefined ? acts[step]!(taskId) : acts[step]!(taskId, arg);
+  step.startsWith(LOCAL) ? localActs[step.slice(LOCAL.length)]!(taskId) : acts[step]!(taskId, ...(arg === undefined ? [] : [arg]));
 
 /** The work floor's terminal callback: the provider's output URL (bench/workflows/floor-work.ts). */
 export const floorOutputSignal = defineSignal<[string]>('floorOutput');
 
-export async function bareWorkflow(shape: BareShape, taskId: string): Promise<number> {
-  let woken = 0;
-  setHandler(wakeSignal, () => {
-    woken += 1;
-  });
+/**
+ * A shape's steps in order, the upserts spread over them, waiting for `woken()` before step
+ * `waitAt` (or at the end when it is past the last); `argOf` gives a step its second argument, if any.
+ */
+async function runShape(shape: BareShape, taskId: string, waitAt: number, woken: () => boolean, argOf: (step: string) => string | undefined): Promise<void> {
   let upserted = 0;
   const upsert = () => {
     if (upserted >= shape.upserts) return;
@@ -42,12 +43,26 @@ export async function bareWorkflow(shape: BareShape, taskId: string): Promise<nu
     upsertSearchAttributes([{ key: SA_TASK_STATUS, value: `STEP_${upserted}` }]);
   };
   for (let i = 0; i < shape.activities.length; i++) {
-    if (i === shape.waitAfter) await condition(() => woken >= shape.signals);
+    if (i === waitAt) await condition(woken);
     upsert();
-    await run(shape.activities[i]!, taskId);
+    await run(shape.activities[i]!, taskId, argOf(shape.activities[i]!));
   }
-  if (shape.waitAfter >= shape.activities.length) await condition(() => woken >= shape.signals);
+  if (waitAt >= shape.activities.length) await condition(woken);
   while (upserted < shape.upserts) upsert();
+}
+
+export async function bareWorkflow(shape: BareShape, taskId: string): Promise<number> {
+  let woken = 0;
+  setHandler(wakeSignal, () => {
+    woken += 1;
+  });
+  await runShape(
+    shape,
+    taskId,
+    shape.waitAfter,
+    () => woken >= shape.signals,
+    () => undefined,
+  );
   return woken;
 }
 
@@ -68,21 +83,13 @@ export async function floorWorkflow(shape: BareShape, taskId: string): Promise<n
     woken += 1;
     outputUrl = url;
   });
-  let upserted = 0;
-  const upsert = () => {
-    if (upserted >= shape.upserts) return;
-    upserted += 1;
-    upsertSearchAttributes([{ key: SA_TASK_STATUS, value: `STEP_${upserted}` }]);
-  };
-  const argOf = (step: string): string | undefined =>
-    step === 'submitAttempt' ? workflowInfo().workflowId : step === 'rescueOutput' ? (outputUrl ?? undefined) : undefined;
-  for (let i = 0; i < shape.activities.length; i++) {
-    if (i === shape.waitAfter) await condition(() => outputUrl !== null);
-    upsert();
-    await run(shape.activities[i]!, taskId, argOf(shape.activities[i]!));
-  }
-  if (shape.waitAfter >= shape.activities.length) await condition(() => outputUrl !== null);
-  while (upserted < shape.upserts) upsert();
+  await runShape(
+    shape,
+    taskId,
+    shape.waitAfter,
+    () => outputUrl !== null,
+    (step) => (step === 'submitAttempt' ? workflowInfo().workflowId : step === 'rescueOutput' ? (outputUrl ?? undefined) : undefined),
+  );
   return woken;
 }
 

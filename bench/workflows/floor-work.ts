@@ -5,7 +5,8 @@
 // signal the workflow (the output URL with the terminal one); the rescue downloads the output,
 // hashes it and stores it with one PutObject and reads its MP4 boxes back from the bucket; then,
 // not awaited (as the product's follow-up after SUCCEEDED), its thumbnail is taken with the
-// product's frame batcher (the follow-up's batch settings) and stored. No Postgres, no fence, no ledger, no inbox, no multipart checkpoint, no publish copy.
+// product's frame batcher (the follow-up's batch settings) and stored. No Postgres, no fence, no
+// ledger, no inbox, no multipart checkpoint, no publish copy.
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -15,10 +16,11 @@ import { buildProviders, buildStorage } from '../../config/services';
 import { createFrameBatcher } from '../../media/frame-batches';
 import { demuxerOf, probeStored } from '../../media/probe';
 import { wakeSignal } from '../../workflows/definitions';
+import { providerInput } from '../../activities/provider-input';
 import { FOLLOW_UP_FRAMES, THUMBNAIL_AT_SECONDS } from '../../activities/thumbnail';
 import { floorOutputSignal } from './bare';
 
-/** The e2e benchmark's task body as the product sends it (activities/provider-input.ts). */
+/** The e2e benchmark's task (bench/e2e.ts BODY), as the product sends it to the provider. */
 const MODEL = 'minimax/video-01';
 
 export interface FloorWork {
@@ -72,7 +74,7 @@ export async function startFloorWork(config: Config, client: Client): Promise<Fl
       // The workflow's own id for its one submit, as the product's attempt id is.
       attemptId: taskId,
       model: MODEL,
-      input: { prompt: `floor ${taskId}`, duration: 1, resolution: '480p' },
+      input: providerInput({ prompt: `floor ${taskId}`, duration_seconds: 1, resolution: '480p' }),
       webhookUrl: hookBase + encodeURIComponent(workflowId),
     });
     if (outcome.kind !== 'accepted') throw new Error(`floor submit ${outcome.kind}: ${'reason' in outcome ? outcome.reason : ''}`);
