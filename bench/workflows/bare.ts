@@ -83,10 +83,13 @@ export async function floorWorkflow(shape: BareShape, taskId: string): Promise<n
     woken += 1;
     outputUrl = url;
   });
+  // The rescue needs the output URL: when the calibrated history's signals landed after its last
+  // activity (waitAfter past the rescue), the floor still waits for the output before the rescue.
+  const rescueAt = shape.activities.indexOf('rescueOutput');
   await runShape(
     shape,
     taskId,
-    shape.waitAfter,
+    rescueAt < 0 ? shape.waitAfter : Math.min(shape.waitAfter, rescueAt),
     () => outputUrl !== null,
     (step) => (step === 'submitAttempt' ? workflowInfo().workflowId : step === 'rescueOutput' ? (outputUrl ?? undefined) : undefined),
   );
