@@ -44,6 +44,31 @@ async function leftStatusAt(taskId: string, from: string): Promise<Date> {
   assert.ok(row, `${taskId} left ${from}`);
   return row.created_at;
 }
+/**
+ * The attempt's one job as the provider reports it (Replicate's documented GET
+ * /v1/predictions/{id}: created_at, completed_at), read from the simulator's clock: the proof
+ * that two jobs never ran at once at a 1-slot provider is the provider's own timeline.
+ */
+async function jobTimes(attemptId: string): Promise<{ created: number; completed: number | null }> {
+  const [jobId] = e.sim.jobIdsFor(attemptId);
+  assert.ok(jobId, `a job for attempt ${attemptId}`);
+  const res = await fetch(`${e.sim.baseUrl}/replicate/v1/predictions/${jobId}`, {
+    headers: { authorization: `Bearer ${e.config.PROVIDER_REPLICATE_API_TOKEN}` },
+  });
+  assert.equal(res.status, 200);
+  const p = (await res.json()) as { created_at: string; completed_at: string | null };
+  return { created: Date.parse(p.created_at), completed: p.completed_at === null ? null : Date.parse(p.completed_at) };
+}
+/** The waiter's job was created only after the holder's had completed, on the provider's clock. */
+async function assertNoOverlapAtProvider(holderAttemptId: string, waiterAttemptId: string): Promise<void> {
+  const holderJob = await jobTimes(holderAttemptId);
+  const waiterJob = await jobTimes(waiterAttemptId);
+  assert.ok(holderJob.completed !== null, "the holder's job completed");
+  assert.ok(
+    waiterJob.created >= holderJob.completed,
+    `the waiter's job was created ${waiterJob.created - holderJob.completed} ms after the holder's completed: two jobs at once at a 1-slot provider`,
+  );
+}
 
 test('a task that finds its provider full waits as a fact and sleeps; the freed slot wakes it at once, with one submit call and no retry loop', async () => {
   await setLimit(1);
@@ -76,6 +101,7 @@ test('a task that finds its provider full waits as a fact and sleeps; the freed 
   );
   const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, second));
   assert.equal(e.sim.jobsFor(attempt!.attempt_id), 1);
+  await assertNoOverlapAtProvider((await attemptOf(first))!.attempt_id, attempt!.attempt_id);
 });
 
 test('reset while waiting, and reset just after a grant nobody was woken for: one slot, the grant kept, one provider job', async () => {
@@ -151,4 +177,5 @@ test('a worker SIGKILLed while its attempt holds the only slot: the slot is not 
     waiterWent >= holderFreed,
     `the waiter went only after the holder's job finished: never two jobs at a 1-slot provider (went ${waiterWent - holderFreed} ms after)`,
   );
+  await assertNoOverlapAtProvider(holderAttempt!.attempt_id, waiterAttempt!.attempt_id);
 });
