@@ -19,8 +19,7 @@ import path from 'node:path';
 import { fileLogger, sleep, startWorkerProcess, waitUntil, type ManagedProcess } from '../harness';
 import { configToEnv, type Config } from '../config/env';
 import { activitySettings, buildProviders } from '../config/services';
-import { demandFloorMs, pollRateFor } from '../activities/poll-demand';
-import { REPLICATE_CAPABILITIES } from '../providers/replicate';
+import { demandFloorMs, pollQuotaFor, pollRateFor } from '../activities/poll-demand';
 import { SA_PROVIDER, SA_TASK_STATUS, SA_TENANT_ID, workflowIdForTask } from '../workflows/definitions';
 import type { barePollingWorkflow } from './workflows/bare';
 import { createTaskClient } from './lib/http';
@@ -506,7 +505,8 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
        ON CONFLICT (provider) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight`,
       [o.tasks + 100],
     );
-    const quota = REPLICATE_CAPABILITIES.requestsPerSecond ?? NaN;
+    // The account's query quota the product polls within: POLL_QUEUE_RATES when set, else the adapter's.
+    const quota = pollQuotaFor({ providers: buildProviders(bw.world.config), settings: activitySettings(bw.world.config) }, 'replicate') ?? NaN;
     // Both phases' pace: the queue's rate and the demand floor of N + 1 waiting jobs (the warm-up task's too).
     const pace = paceOf(o, bw.world.config, o.tasks + 1);
     rep.log(
