@@ -82,19 +82,31 @@ after(async () => {
 
 test('both buckets down during rescue: OUTPUT_AT_RISK with NeedsAttention, then SUCCEEDED with the right bytes when the primary returns', async () => {
   await Promise.all([primary!.stop(), fallback!.stop()]);
-  const taskId = await e.createTask('outage-1');
-  await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
-  const handle = e.client.workflow.getHandle(e.api.facade.workflowIdFor(taskId));
-  await eventually(async () => ((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION) === true ? true : undefined), 15_000);
+  try {
+    const taskId = await e.createTask('outage-1');
+    await e.waitForStatus(taskId, 'OUTPUT_AT_RISK', 60_000);
+    const handle = e.client.workflow.getHandle(e.api.facade.workflowIdFor(taskId));
+    const needsAttention = async () => (await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION);
+    await eventually(async () => ((await needsAttention()) === true ? true : undefined), 15_000);
 
-  primary = await startStorage('primary');
-  const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
-  assert.equal(sha(await fetchBytes(task.output.download_url)), task.output.sha256);
-  const path = task.transitions.map((t: { to: string }) => t.to);
-  assert.deepEqual(path.slice(path.indexOf('FETCHING_OUTPUT'), path.indexOf('FETCHING_OUTPUT') + 3), ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK', 'PROCESSING_MEDIA']);
-  assert.equal((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION), false);
-  assert.equal((await videoOf(taskId)).location, 'primary');
-  fallback = await startStorage('fallback');
+    primary = await startStorage('primary');
+    const task = await e.waitForStatus(taskId, 'SUCCEEDED', 90_000);
+    assert.equal(sha(await fetchBytes(task.output.download_url)), task.output.sha256);
+    const path = task.transitions.map((t: { to: string }) => t.to);
+    assert.deepEqual(path.slice(path.indexOf('FETCHING_OUTPUT'), path.indexOf('FETCHING_OUTPUT') + 3), [
+      'FETCHING_OUTPUT',
+      'OUTPUT_AT_RISK',
+      'PROCESSING_MEDIA',
+    ]);
+    // The workflow publishes its search attributes after the step that wrote SUCCEEDED to
+    // Postgres commits, so the flag clears just after the status the API reads, not with it.
+    await eventually(async () => ((await needsAttention()) === false ? true : undefined), 15_000);
+    assert.equal((await videoOf(taskId)).location, 'primary');
+  } finally {
+    // Both servers are up again for the tests that follow, whatever this one found.
+    if (primary!.exitInfo) primary = await startStorage('primary');
+    if (fallback!.exitInfo) fallback = await startStorage('fallback');
+  }
 });
 
 test('a download cut at half resumes with Range from its stored parts: about half the bytes again, the same sha256', { timeout: 120_000 }, async () => {

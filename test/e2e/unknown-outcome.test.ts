@@ -11,6 +11,7 @@ import { generationTask, opsAudit, taskAttempt, taskTransition } from '../../db/
 import { createReplicateAdapter } from '../../providers/replicate';
 import { SA_NEEDS_ATTENTION } from '../../workflows/definitions';
 import { defaultRequest, startE2E, type E2E } from '../support/e2e';
+import { eventually } from '../support/stack';
 
 let e: E2E;
 before(async () => {
@@ -143,8 +144,8 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     const taskId = await review.createTask(key, request(`review ${key}`));
     await review.waitForStatus(taskId, 'MANUAL_REVIEW');
     const handle = review.client.workflow.getHandle(review.api.facade.workflowIdFor(taskId));
-    await new Promise((r) => setTimeout(r, 300));
-    assert.equal((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION), true);
+    // The workflow publishes NeedsAttention after the step that wrote MANUAL_REVIEW commits.
+    await eventually(async () => ((await handle.describe()).typedSearchAttributes.get(SA_NEEDS_ATTENTION) === true ? true : undefined), 15_000);
     review.sim.sim.clearFaults();
     return taskId;
   }
