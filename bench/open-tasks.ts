@@ -88,6 +88,8 @@ interface IdleResult {
  * phases poll alike.
  */
 interface Pace {
+  /** The account's query quota the product polls within: POLL_QUEUE_RATES when set, else the adapter's. */
+  readonly quota: number;
   readonly queueRate: number;
   /** 0 when the demand fits the queue's rate at its share. */
   readonly floorMs: number;
@@ -114,10 +116,13 @@ interface Pace {
 }
 
 function paceOf(o: OpenTasksOptions, config: Config, open: number): Pace {
-  const queueRate = pollRateFor({ providers: buildProviders(config), settings: activitySettings(config) }, 'replicate') ?? NaN;
+  const deps = { providers: buildProviders(config), settings: activitySettings(config) };
+  const quota = pollQuotaFor(deps, 'replicate') ?? NaN;
+  const queueRate = pollRateFor(deps, 'replicate') ?? NaN;
   const floorMs = Number.isFinite(queueRate) ? demandFloorMs(open, queueRate, config.POLL_QUOTA_SHARE) : 0;
   const cycleMs = Math.max(o.pollMs, floorMs);
   return {
+    quota,
     queueRate,
     floorMs: floorMs > o.pollMs ? floorMs : 0,
     cycleMs,
@@ -505,10 +510,9 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
        ON CONFLICT (provider) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight`,
       [o.tasks + 100],
     );
-    // The account's query quota the product polls within: POLL_QUEUE_RATES when set, else the adapter's.
-    const quota = pollQuotaFor({ providers: buildProviders(bw.world.config), settings: activitySettings(bw.world.config) }, 'replicate') ?? NaN;
-    // Both phases' pace: the queue's rate and the demand floor of N + 1 waiting jobs (the warm-up task's too).
+    // Both phases' pace: the quota, the queue's rate and the demand floor of N + 1 waiting jobs (the warm-up task's too).
     const pace = paceOf(o, bw.world.config, o.tasks + 1);
+    const quota = pace.quota;
     rep.log(
       `open-tasks: poll queue rate ${pace.queueRate}/s for a quota of ${quota}/s; demand floor ${(pace.floorMs / 1000).toFixed(0)} s; ` +
         `settle ${(pace.settleMs / 1000).toFixed(0)} s, window ${pace.windowSeconds} s (one cycle at least)`,
