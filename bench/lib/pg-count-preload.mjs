@@ -29,20 +29,41 @@ if (file) {
   // A statement's key and its parts' verbs, worked out once per statement text (the API sends
   // the same few texts thousands of times a second: the regexes would be the preload's own cost
   // inside the process it measures, docs/performance.md "callbacks").
-  const parsed = [new Map(), new Map()];
+  // Two generations a kind, each at most GENERATION texts: a text found in the older one moves to
+  // the newer, and a full newer generation becomes the older (the oldest dropped). The product's
+  // framing statements carry the task id as a literal (db/task-tx.ts), so each task adds texts of
+  // its own that never come back; an unbounded cache of them (the first had a cap of 10,000) held
+  // about 50 MB of the worker's heap at 10,000 open tasks, inside the RSS the benchmark measures.
+  // Bounded so: at most 2 × GENERATION texts a kind, a few MB, and the repeated texts stay cached.
+  const GENERATION = 500;
+  const parsed = [
+    { young: new Map(), old: new Map() },
+    { young: new Map(), old: new Map() },
+  ];
+  const remember = (cache, text, p) => {
+    if (cache.young.size >= GENERATION) {
+      cache.old = cache.young;
+      cache.young = new Map();
+    }
+    cache.young.set(text, p);
+    return p;
+  };
   const parse = (text, split) => {
     const cache = parsed[split ? 1 : 0];
-    let p = cache.get(text);
+    let p = cache.young.get(text);
     if (p) return p;
+    p = cache.old.get(text);
+    if (p) {
+      cache.old.delete(text);
+      return remember(cache, text, p);
+    }
     const parts = [];
     for (const part of split ? text.split(';') : [text]) {
       const verb = /^\s*(\w+)(?:\s+(\w+))?/.exec(part);
       if (!verb) continue;
       parts.push({ first: verb[1].toLowerCase(), second: verb[2] ? verb[2].toLowerCase() : '', key: part.replace(/\s+/g, ' ').trim().slice(0, 160) });
     }
-    p = { key: text.replace(/\s+/g, ' ').trim().slice(0, 160), parts };
-    if (cache.size < 10_000) cache.set(text, p);
-    return p;
+    return remember(cache, text, { key: text.replace(/\s+/g, ' ').trim().slice(0, 160), parts });
   };
   const original = pg.Client.prototype.query;
   pg.Client.prototype.query = function countedQuery(config, values, callback) {
