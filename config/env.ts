@@ -409,6 +409,14 @@ export const envSchema = z.object({
   SIMULATOR_OUTPUT_TTL_MS: ms.default(60 * 60 * 1000),
   /** How long the simulated fal keeps a completed request's result (fal: 1 h; 6 min at 10 KB or more). */
   SIMULATOR_FAL_RESULT_RETENTION_MS: ms.default(60 * 60 * 1000),
+  /**
+   * The simulated Replicate account's request limits, `creates,others` a minute, or `off`
+   * (default: the documented 600 and 3,000; providers/simulator/rate-limits.ts).
+   */
+  SIMULATOR_REPLICATE_RATE_LIMITS: z
+    .string()
+    .regex(/^(off|[1-9]\d*,[1-9]\d*)$/, 'expected "off" or "creates,others" a minute, e.g. 600,3000')
+    .default('600,3000'),
 
   // ---- Callback and fetch hardening (docs/security.md) ----
   /** Key of the callback URL tokens (providers/callback-token.ts); the dev default is public, production sets its own. */

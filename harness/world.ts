@@ -21,6 +21,7 @@ import { temporalLogger } from '../observability/temporal-logger';
 import type { Tracing } from '../observability/tracing';
 import { createTenant } from '../ops/tenants';
 import { createCallbackTokens } from '../providers/callback-token';
+import { replicateLimitsFromSetting } from '../providers/simulator/rate-limits';
 import { createSimulator, type Simulator } from '../providers/simulator/server';
 import type { ObjectStorage } from '../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../temporal/facade';
@@ -70,6 +71,7 @@ export async function startSimulator(
     generationMs: opts.generationMs,
     outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
     dataDir: opts.dataDir,
+    replicateRateLimits: replicateLimitsFromSetting(config.SIMULATOR_REPLICATE_RATE_LIMITS),
     logger: opts.logger,
     ...(opts.webhookRetry ? { webhookRetry: opts.webhookRetry } : {}),
   });

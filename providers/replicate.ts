@@ -24,6 +24,15 @@ import { classifyNetworkError, parseRetryAfter, type NetworkErrorClass } from '.
 import { providerSpan, recordNoAnswer, recordStatus } from './http-span';
 import { createStandardWebhookVerifier, type StandardWebhookVerifier } from './standard-webhooks';
 
+/**
+ * The reset a Replicate throttle body names (`{"detail":"Request was throttled. Your rate limit
+ * resets in ~30s."}`, https://replicate.com/docs/topics/predictions/rate-limits), in ms; null when none.
+ */
+export function throttleResetMs(body: string): number | null {
+  const m = /resets in ~?(\d+(?:\.\d+)?)\s*s\b/.exec(body);
+  return m ? Math.round(Number(m[1]) * 1_000) : null;
+}
+
 export interface ReplicateAdapterOptions {
   /** e.g. https://api.replicate.com or http://127.0.0.1:7081/replicate (no trailing /v1). */
   readonly baseUrl: string;
@@ -366,7 +375,9 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     }
     const detail = text === null ? `(body unreadable: ${readError})` : describeBody(text);
     if (status === 429) {
-      return rejected(true, 429, `rate limited: ${detail}`, parseRetryAfter(res.headers.get('retry-after')));
+      // Replicate documents no Retry-After; its throttle body names the reset ("resets in ~30s").
+      const retryAfter = parseRetryAfter(res.headers.get('retry-after')) ?? (text === null ? null : throttleResetMs(text));
+      return rejected(true, 429, `rate limited: ${detail}`, retryAfter);
     }
     // 408: the server gave up reading/processing, 409: a conflicting job may exist. Neither proves absence.
     if (status === 408 || status === 409) return unknown(`HTTP ${status}: ${detail}`);

@@ -2,6 +2,7 @@
 import path from 'node:path';
 import { loadConfigOrExit } from '../../config/env';
 import { createLogger, exitOnUnhandledErrors } from '../../observability/logger';
+import { replicateLimitsFromSetting } from './rate-limits';
 import { createSimulator } from './server';
 
 const config = loadConfigOrExit();
@@ -18,6 +19,7 @@ const sim = createSimulator({
   outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
   dataDir: path.resolve(config.SIMULATOR_DATA_DIR),
   fal: { userId: config.PROVIDER_FAL_USER_ID, resultRetentionMs: config.SIMULATOR_FAL_RESULT_RETENTION_MS },
+  replicateRateLimits: replicateLimitsFromSetting(config.SIMULATOR_REPLICATE_RATE_LIMITS),
   logger,
 });
 

@@ -13,6 +13,7 @@ import { createKlingProtocol, SIM_KLING_DEFAULTS, type KlingSimOptions } from '.
 import { CUT_OUTPUT, MediaLibrary, UrlSigner, DEFAULT_DURATION_S, sendOutputFile } from './media';
 import { createRunwayProtocol, SIM_RUNWAY_DEFAULTS, type RunwaySimOptions } from './runway';
 import { PredictionStore } from './predictions';
+import { ReplicateRateLimiter, REPLICATE_DOCUMENTED_LIMITS, type ReplicateRateLimits, type ThrottleCounts } from './rate-limits';
 import { tokenOfUrl } from './submit-faults';
 import { WebhookSender } from './webhooks';
 
@@ -35,6 +36,8 @@ export interface SimulatorOptions {
   readonly fal?: Partial<FalSimOptions>;
   readonly runway?: Partial<RunwaySimOptions>;
   readonly kling?: Partial<KlingSimOptions>;
+  /** Replicate's account limits (default: the documented 600 creates and 3,000 others a minute); false: none. */
+  readonly replicateRateLimits?: ReplicateRateLimits | false;
 }
 
 export interface SimulatorStats extends SubmitLogStats {
@@ -55,6 +58,8 @@ export interface SimulatorStats extends SubmitLogStats {
   readonly output_range_reads: number;
   /** Body bytes sent for output files (what a CDN would bill): a resumed download sends only the rest. */
   readonly output_bytes: number;
+  /** Replicate requests answered 429 by the account's rate limits (rate-limits.ts), per class. */
+  readonly replicate_throttled: ThrottleCounts;
 }
 
 export interface RunningSimulator {
@@ -107,6 +112,11 @@ function problem(res: Response, status: number, title: string, detail: string): 
   res.status(status).type('application/problem+json').send(JSON.stringify({ title, detail, status }));
 }
 
+function readWebhook(body: unknown): string | undefined {
+  const w = typeof body === 'object' && body !== null ? (body as { webhook?: unknown }).webhook : undefined;
+  return typeof w === 'string' ? w : undefined;
+}
+
 function encodeCursor(seq: number): string {
   return Buffer.from(`seq:${seq}`).toString('base64url');
 }
@@ -140,6 +150,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     logger,
   });
   const pageSize = opts.listPageSize ?? 100;
+  const limits = opts.replicateRateLimits ?? REPLICATE_DOCUMENTED_LIMITS;
+  const limiter = limits === false ? null : new ReplicateRateLimiter(limits);
   const pendingAnswers = new Set<NodeJS.Timeout>();
   const deps = {
     baseUrl,
@@ -177,6 +189,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       output_reads: outputReads,
       output_range_reads: outputRangeReads,
       output_bytes: outputBytes,
+      replicate_throttled: limiter?.throttled() ?? { create: 0, other: 0 },
       // Submit requests received, refused ones included (submit-log.ts).
       ...faults.submits.stats(),
     };
@@ -192,6 +205,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     outputReads = 0;
     outputRangeReads = 0;
     outputBytes = 0;
+    limiter?.reset();
   };
 
   const app = express();
@@ -254,6 +268,15 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     if (!m || m[1] !== opts.apiToken) {
       return problem(res, 401, 'Unauthenticated', 'You did not pass a valid authentication token');
     }
+    if (limiter) {
+      const create = req.method === 'POST' && /^\/(?:predictions|models\/[^/]+\/[^/]+\/predictions)\/?$/.test(req.path);
+      const throttled = limiter.check(create ? 'create' : 'other');
+      if (throttled !== null) {
+        // A throttled create arrived and was refused: the provider-side count of calls sees it.
+        if (create) faults.submits.record('replicate', tokenOfUrl(readWebhook(req.body)), 'rate_limit');
+        return problem(res, 429, 'Too Many Requests', throttled);
+      }
+    }
     next();
   });
 
@@ -266,7 +289,9 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
     if (fault === 'rate_limit') {
       if (f.retry_after_s !== undefined) res.set('Retry-After', String(f.retry_after_s));
-      return problem(res, 429, 'Too Many Requests', 'Request was throttled.');
+      // The documented body names the reset; without retry_after_s the knob names none, as before.
+      const resets = f.retry_after_s === undefined ? '' : ` Your rate limit resets in ~${f.retry_after_s}s.`;
+      return problem(res, 429, 'Too Many Requests', `Request was throttled.${resets}`);
     }
     const p = store.create({ ...parsed.data, model, version });
     switch (fault) {

@@ -7,7 +7,8 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Webhook } from 'standardwebhooks';
-import { createReplicateAdapter, nextPageUrl } from '../../providers/replicate';
+import { createReplicateAdapter, nextPageUrl, throttleResetMs } from '../../providers/replicate';
+import { ReplicateRateLimiter, replicateLimitsFromSetting } from '../../providers/simulator/rate-limits';
 import { createSimulator, type RunningSimulator, type Simulator } from '../../providers/simulator/server';
 import { CallbackVerificationError, type LookupQuery, type ProviderAdapter, type ProviderJob } from '../../providers/types';
 
@@ -583,4 +584,92 @@ test('admin endpoints: POST /_sim/faults replaces the config, GET /_sim/stats co
   assert.equal((await fetch(`${sim.baseUrl()}/_sim/faults`, { method: 'DELETE' })).status, 200);
   assert.equal((await fetch(`${sim.baseUrl()}/_sim/reset`, { method: 'POST' })).status, 200);
   assert.equal(sim.stats().predictions_total, 0);
+});
+
+test('rate limiter: a bucket of burstSeconds of the rate, refilled at the rate; the detail names the reset', () => {
+  let now = 1_000_000;
+  const limiter = new ReplicateRateLimiter({ createPerMinute: 60, otherPerMinute: 120, burstSeconds: 5 }, () => now);
+  // 60 a minute = 1/s: a burst of 5, then one a second.
+  for (let i = 0; i < 5; i++) assert.equal(limiter.check('create'), null, `create ${i}`);
+  assert.equal(limiter.check('create'), 'Request was throttled. Your rate limit resets in ~1s.');
+  now += 999;
+  assert.notEqual(limiter.check('create'), null);
+  now += 1;
+  assert.equal(limiter.check('create'), null);
+  // The classes are separate buckets: others still have their 10.
+  for (let i = 0; i < 10; i++) assert.equal(limiter.check('other'), null, `other ${i}`);
+  assert.equal(limiter.check('other'), 'Request was throttled. Your rate limit resets in ~1s.');
+  assert.deepEqual(limiter.throttled(), { create: 2, other: 1 });
+  // A long idle refills to the burst, never beyond it.
+  now += 3_600_000;
+  for (let i = 0; i < 5; i++) assert.equal(limiter.check('create'), null);
+  assert.notEqual(limiter.check('create'), null);
+  limiter.reset();
+  assert.deepEqual(limiter.throttled(), { create: 0, other: 0 });
+  assert.equal(limiter.check('create'), null);
+  // A slow rate names a longer reset: 6 a minute, one token gone → 10 s until the next.
+  const slow = new ReplicateRateLimiter({ createPerMinute: 6, otherPerMinute: 6, burstSeconds: 1 }, () => now);
+  assert.equal(slow.check('create'), null);
+  assert.equal(slow.check('create'), 'Request was throttled. Your rate limit resets in ~10s.');
+  assert.deepEqual(replicateLimitsFromSetting('600,3000'), { createPerMinute: 600, otherPerMinute: 3_000, burstSeconds: 10 });
+  assert.equal(replicateLimitsFromSetting('off'), false);
+  assert.throws(() => replicateLimitsFromSetting('600'), /creates,others/);
+});
+
+test('throttleResetMs reads the documented throttle body; null when it names no reset', () => {
+  assert.equal(throttleResetMs('{"detail":"Request was throttled. Your rate limit resets in ~30s."}'), 30_000);
+  assert.equal(throttleResetMs('{"detail":"Request was throttled. Your rate limit resets in 2.5 s."}'), 2_500);
+  assert.equal(throttleResetMs('{"detail":"Request was throttled."}'), null);
+  assert.equal(throttleResetMs('not json at all'), null);
+});
+
+test("the simulated account's limits: a create over them is a retryable 429 with the reset as retryAfterMs, nothing created; reads over them are transient", async () => {
+  const limited = createSimulator({
+    apiToken: TOKEN,
+    webhookSecret: SECRET,
+    generationMs: 60_000,
+    outputTtlMs: 60_000,
+    dataDir,
+    // 3 creates and 6 others a minute, a burst of a minute's worth: the 4th create and the 7th read are throttled.
+    replicateRateLimits: { createPerMinute: 3, otherPerMinute: 6, burstSeconds: 60 },
+  });
+  const server = await limited.listen(0);
+  try {
+    const a = createReplicateAdapter({ baseUrl: `${limited.baseUrl()}/replicate`, apiToken: TOKEN, webhookSecret: SECRET, timeoutMs: 2_000 });
+    const jobs: ProviderJob[] = [];
+    for (let i = 0; i < 3; i++) {
+      const out = await a.submit({ ...newAttempt(), model: 'acme/video', input: {} });
+      assert.equal(out.kind, 'accepted', JSON.stringify(out));
+      if (out.kind === 'accepted') jobs.push(out.job);
+    }
+    const over = newAttempt();
+    const out = await a.submit({ ...over, model: 'acme/video', input: {} });
+    // 3 a minute: the next token is 20 s away, and the body says so (no Retry-After header).
+    assert.deepEqual(out.kind === 'rejected' ? [out.retryable, out.status, out.retryAfterMs] : out, [true, 429, 20_000]);
+    assert.equal(limited.tokenCount(over.attemptId), 0);
+    const raw = await fetch(`${limited.baseUrl()}/replicate/v1/models/acme/video/predictions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: {} }),
+    });
+    assert.equal(raw.status, 429);
+    assert.equal(raw.headers.get('retry-after'), null);
+    assert.match(((await raw.json()) as { detail: string }).detail, /^Request was throttled\. Your rate limit resets in ~\d+s\.$/);
+    for (let i = 0; i < 6; i++) await a.getJob(jobs[i % 3]!.jobId);
+    await assert.rejects(a.getJob(jobs[0]!.jobId), (e: Error & { status?: number; transient?: boolean }) => {
+      assert.equal(e.name, 'Error');
+      assert.equal(e.status, 429);
+      assert.equal(e.transient, true);
+      return true;
+    });
+    const st = limited.stats();
+    assert.deepEqual(st.replicate_throttled, { create: 2, other: 1 });
+    // The throttled creates arrived and were refused: the provider-side count sees them.
+    assert.deepEqual([st.submits_received, st.submits_refused, st.predictions_total], [5, 2, 3]);
+    limited.reset();
+    assert.deepEqual(limited.stats().replicate_throttled, { create: 0, other: 0 });
+    assert.equal((await a.submit({ ...newAttempt(), model: 'acme/video', input: {} })).kind, 'accepted');
+  } finally {
+    await server.close();
+  }
 });

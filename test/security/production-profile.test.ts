@@ -198,3 +198,16 @@ test('TEMPORAL_TASK_QUEUE is refused unless a plain name: it is spliced into a v
   );
   assert.equal(loadConfig({ TEMPORAL_TASK_QUEUE: 'tq_pg-outage_1234_ab.c' }).TEMPORAL_TASK_QUEUE, 'tq_pg-outage_1234_ab.c');
 });
+
+test("SIMULATOR_REPLICATE_RATE_LIMITS: the documented 600,3000 by default, 'off' or two positive integers, anything else refused naming the variable", () => {
+  assert.equal(loadConfig({}).SIMULATOR_REPLICATE_RATE_LIMITS, '600,3000');
+  assert.equal(loadConfig({ SIMULATOR_REPLICATE_RATE_LIMITS: 'off' }).SIMULATOR_REPLICATE_RATE_LIMITS, 'off');
+  assert.equal(loadConfig({ SIMULATOR_REPLICATE_RATE_LIMITS: '60,300' }).SIMULATOR_REPLICATE_RATE_LIMITS, '60,300');
+  for (const bad of ['600', '0,3000', '600,3000,1', 'none', '600, 3000']) {
+    assert.throws(
+      () => loadConfig({ SIMULATOR_REPLICATE_RATE_LIMITS: bad }),
+      (e: unknown) => e instanceof ConfigError && e.issues.some((i) => i.field === 'SIMULATOR_REPLICATE_RATE_LIMITS'),
+      bad,
+    );
+  }
+});
