@@ -167,7 +167,10 @@ async function main(): Promise<number> {
       : ['--test-reporter=spec', '--test-reporter-destination=stdout', '--test-reporter=tap', `--test-reporter-destination=${tapFile}`];
     // --test-force-exit: a file whose tests have all finished ends even if a handle (a Redis
     // client, a pool) was left open, so a leak in a test's teardown cannot hang the whole run.
-    const args = ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-force-exit', ...reporterFlags, ...userFlags, ...files];
+    // --test-timeout: a test or hook that hangs (a worker that never stops, a wait with no bound)
+    // fails after 10 minutes with its name and output, instead of holding the run until CI's own
+    // limit cuts it off with nothing but the list of files still pending.
+    const args = ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-force-exit', '--test-timeout=600000', ...reporterFlags, ...userFlags, ...files];
     const shownArgs = [...args.slice(0, args.length - files.length), files.length === 1 ? files[0] : `<${files.length} files>`];
     say(`${path.relative(REPO_ROOT, nodeBinary())} ${shownArgs.join(' ')}`);
     const suiteStart = Date.now();

@@ -200,7 +200,11 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   const facade = createGenerationFacade(async () => new Client({ connection: opts.connection, namespace: opts.namespace }), opts.taskQueueBase);
   const waker = createTaskWaker((taskId) => facade.wakeTask(taskId), { maxInFlight: opts.maxWakesInFlight });
   let grants: SlotGrantWaker | null = null;
+  // Once asked to stop, stay stopped: a shutdown() that comes before or during run() (a failover
+  // away while the region supervisor is still starting this process's workers) must not be lost.
+  let stopRequested = false;
   const shutdown = () => {
+    stopRequested = true;
     const g = grants;
     grants = null;
     void g?.stop();
@@ -215,17 +219,31 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
     reconcile,
     pollRates,
     async run() {
-      grants = await startSlotGrantWaker({
-        databaseUrl: opts.databaseUrl,
-        ...(opts.databaseFailoverHosts ? { failoverHosts: opts.databaseFailoverHosts } : {}),
-        wake: (taskId) => waker.wake(taskId),
-      });
+      // Worker.run() makes a worker RUNNING before its first await, so from the next line on a
+      // shutdown() reaches every worker. (Started after an awaited step instead, a shutdown()
+      // during that step found none RUNNING, skipped them all, and they then polled for good.)
       const runs = all.map((w) =>
         w.run().catch((err: unknown) => {
           shutdown();
           throw err;
         }),
       );
+      if (stopRequested) shutdown();
+      let started: SlotGrantWaker;
+      try {
+        started = await startSlotGrantWaker({
+          databaseUrl: opts.databaseUrl,
+          ...(opts.databaseFailoverHosts ? { failoverHosts: opts.databaseFailoverHosts } : {}),
+          wake: (taskId) => waker.wake(taskId),
+        });
+      } catch (err) {
+        // The workers are already polling: stop them and wait, so a failed start leaves none behind.
+        shutdown();
+        await Promise.allSettled(runs);
+        throw err;
+      }
+      if (stopRequested) await started.stop();
+      else grants = started;
       const results = await Promise.allSettled(runs);
       await grants?.stop();
       grants = null;
