@@ -96,6 +96,13 @@ export interface TaskActivityDeps {
     /** A provider's callbacks are healthy while one reached the inbox within this window (0: never). */
     readonly callbackHealthyWindowMs: number;
     readonly maxSubmitAttempts: number;
+    /** Throttled creates (429) per task before it fails; they do not count against maxSubmitAttempts. */
+    readonly maxThrottledSubmits: number;
+    /**
+     * Create quota per provider over the adapter's documented one (config PROVIDER_CREATE_QUOTAS):
+     * the submit claims' shared pace (domain/create-pace.ts, activities/create-pace.ts).
+     */
+    readonly createQuotas: Readonly<Record<string, number>>;
     /** The timeout of one provider call: a submit does not start with less than this left before the task's deadline. */
     readonly providerCallTimeoutMs: number;
     /** The slot queue in front of each provider's bulkhead (db/slot-queue.ts, docs/providers.md). */

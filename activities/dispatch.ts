@@ -12,6 +12,7 @@ import { taskFactStep, type TaskActivityDeps } from './deps';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
 import { failedUncharged, finishTask } from '../db/settlement';
+import { attemptsLeft } from './create-pace';
 
 /**
  * Attempt ids are derived from (task id, attempt number), name-based like a UUIDv5: every
@@ -51,14 +52,19 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
             provider: taskAttempt.provider,
             submit_state: taskAttempt.submit_state,
             unknown_since: taskAttempt.unknown_since,
+            throttled: taskAttempt.throttled,
           })
           .from(taskAttempt)
           .where(eq(taskAttempt.task_id, taskId))
       : [];
-    const used = history.length;
-    const attemptNo = used + 1;
-    if (attemptNo > deps.settings.maxSubmitAttempts) {
-      await finishTask(tx, token, task, failedUncharged('workflow.attempts-exhausted', 'PROVIDER_REJECTED', `provider rejected ${used} attempts`));
+    const attemptNo = history.length + 1;
+    // Throttled creates have a bound of their own (docs/decisions/0057).
+    const throttled = history.filter((a) => a.throttled).length;
+    const counts = { counted: history.length - throttled, throttled };
+    if (!attemptsLeft(counts, deps.settings)) {
+      const why =
+        counts.counted >= deps.settings.maxSubmitAttempts ? `provider rejected ${counts.counted} attempts` : `provider throttled ${throttled} attempts`;
+      await finishTask(tx, token, task, failedUncharged('workflow.attempts-exhausted', 'PROVIDER_REJECTED', why));
       return;
     }
     if (pastDeadline(task, deps.clock.now(), 0)) {

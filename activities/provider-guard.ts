@@ -50,7 +50,7 @@ const unavailable = (message: string, retryAfterMs: number) =>
   });
 
 /** Which guard refused a claim, and why (the labels of vidorch_provider_refusals_total). */
-export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget';
+export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget' | 'pace';
 export type RefusalCounts = Readonly<Record<string, number>>;
 
 /** What admit() granted: the breaker's ticket and the bulkhead's limit and ceiling now (Infinity: none). */
@@ -61,6 +61,8 @@ export interface Admission {
   readonly ceiling: number;
   /** The claim holds the provider's control row lock (taken by admit's read): takeSlot need not take it. */
   readonly locked: boolean;
+  /** The provider's create pace as the read found it (domain/create-pace.ts): the database's clock and the TAT. */
+  readonly pace: { readonly nowMs: number; readonly tatMs: number | null };
 }
 
 export interface BulkheadSnapshot {
@@ -176,12 +178,13 @@ export class ProviderGuard {
    * (db/slot-queue.ts takeSlot): the answer carries the ceiling it must use. The system mode comes
    * from the transaction's MODE_SETTING (left by assertModeAllows).
    */
-  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1): Promise<Admission> {
+  async admit(tx: DbOrTx, provider: string, capabilities: ProviderCapabilities, attemptNo = 1, opts: { readonly paced?: boolean } = {}): Promise<Admission> {
     const s = this.state(provider);
     // An adapter with a limit always has a finite one (the operator's replaces it): its claim
     // takes a slot under the control row's lock, so this read takes the lock (no second trip for
-    // it). Without one, the read stays a plain read: claims without a ceiling never serialise.
-    const locked = Number.isFinite(capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY);
+    // it); so does a paced provider's, whose create pace is the row's. Without either, the read
+    // stays a plain read: such claims never serialise.
+    const locked = Number.isFinite(capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY) || opts.paced === true;
     const control = await readClaimControl(tx, provider, { lock: locked });
     const breaker = s.breaker;
     breaker.setForced(control?.breaker_force ?? null);
@@ -202,7 +205,8 @@ export class ProviderGuard {
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) s.lastLimit = limit;
     if (attemptNo === 1) s.budget.recordRequest();
-    return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit, locked };
+    const pace = { nowMs: control?.db_now.getTime() ?? this.opts.now(), tatMs: control?.create_tat?.getTime() ?? null };
+    return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit, locked, pace };
   }
 
   /**
@@ -214,6 +218,16 @@ export class ProviderGuard {
     this.release(provider, admission.ticket, attemptNo);
     const key = `bulkhead/${admission.ceiling < admission.limit ? 'ramp' : 'full'}`;
     s.refusals[key] = (s.refusals[key] ?? 0) + 1;
+  }
+
+  /**
+   * An admitted attempt must wait for its place in the provider's create pace: give back what
+   * admit() took (as release()) and count the refusal ("pace/reserved").
+   */
+  paced(provider: string, admission: Admission, attemptNo = 1): void {
+    const s = this.state(provider);
+    this.release(provider, admission.ticket, attemptNo);
+    s.refusals['pace/reserved'] = (s.refusals['pace/reserved'] ?? 0) + 1;
   }
 
   /**

@@ -24,6 +24,8 @@ export interface AttemptRecord {
   readonly submit_state: string;
   /** Set when the outcome was ever unknown (even if later proved absent). */
   readonly unknown_since: Date | null;
+  /** The provider throttled it (429): not counted against the attempt cap (docs/decisions/0057). */
+  readonly throttled?: boolean;
 }
 
 export interface TaskRouteInput {
@@ -95,7 +97,7 @@ export function localProviderHealth(guard: ProviderGuard, stats: RouteStats): Re
 /** An attempt that was ever unknown counts as unknown for failover, even once proved absent. */
 function summarize(a: AttemptRecord): AttemptSummary {
   const state = (a.unknown_since ? 'SUBMIT_UNKNOWN' : a.submit_state) as AttemptState;
-  return { attemptNo: a.attempt_no, provider: a.provider, state };
+  return { attemptNo: a.attempt_no, provider: a.provider, state, ...(a.throttled ? { throttled: true } : {}) };
 }
 
 /**

@@ -5,7 +5,7 @@
 import { storableText } from '../db/storable';
 import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
-import { casAttempt } from '../db/attempts';
+import { attemptCounts, casAttempt } from '../db/attempts';
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
@@ -23,6 +23,9 @@ import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { takeSlot } from '../db/slot-queue';
+import { setCreateTat } from '../db/provider-control';
+import { decidePace } from '../domain/create-pace';
+import { attemptsLeft, createPaceOf, isThrottle } from './create-pace';
 import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
 
@@ -147,9 +150,35 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
     if (modeForbids(mode, 'submit')) throw new ModePausedError(mode, 'submit');
     // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
-    const admission = await guard.admit(tx, attempt.provider, providerFor(deps, attempt.provider).capabilities, attempt.attempt_no);
+    const capabilities = providerFor(deps, attempt.provider).capabilities;
+    const pace = createPaceOf(deps.settings.createQuotas, attempt.provider, capabilities);
+    const admission = await guard.admit(tx, attempt.provider, capabilities, attempt.attempt_no, { paced: pace !== null });
     const { ticket } = admission;
     onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
+    // The provider's create pace (docs/decisions/0057): not yet conforming, the attempt keeps its
+    // place (a reservation) and its workflow sleeps until then; nothing is sent, nothing refused.
+    const paced = pace && decidePace(pace, { ...admission.pace, reservedAtMs: attempt.paced_until?.getTime() ?? null });
+    if (paced?.kind === 'wait') {
+      onAdmitted(null);
+      guard.paced(attempt.provider, admission, attempt.attempt_no);
+      const waitMs = Math.ceil(paced.untilMs - admission.pace.nowMs);
+      // A place past the deadline is not taken: the call could not finish in time.
+      if (pastDeadline(task, new Date(now().getTime() + waitMs), deps.settings.providerCallTimeoutMs)) {
+        await casAttempt(
+          tx,
+          attempt.attempt_id,
+          { from: 'PREPARED' },
+          { submit_state: 'CANCELLED', paced_until: null, last_error: "deadline exceeded before the provider's create pace allowed the call" },
+        );
+        await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
+        return null;
+      }
+      if (paced.reserveAtMs !== null && paced.tatMs !== null) {
+        await setCreateTat(tx, attempt.provider, new Date(paced.tatMs));
+        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { paced_until: new Date(paced.reserveAtMs) });
+      }
+      return { kind: 'paced' as const, task, waitMs };
+    }
     // The bulkhead: a slot from the queue, or the attempt waits for one as a fact (slot_wait) and
     // its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
     if (Number.isFinite(admission.ceiling)) {
@@ -187,7 +216,13 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         return { kind: 'waiting' as const, task, slot };
       }
     }
-    await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'SUBMITTING', submit_started_at: now() });
+    if (paced?.tatMs != null) await setCreateTat(tx, attempt.provider, new Date(paced.tatMs));
+    await casAttempt(
+      tx,
+      attempt.attempt_id,
+      { from: 'PREPARED' },
+      { submit_state: 'SUBMITTING', submit_started_at: now(), ...(attempt.paced_until ? { paced_until: null } : {}) },
+    );
     return { kind: 'claimed' as const, task, attempt, ticket, token };
   }
 
@@ -257,6 +292,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         await markUnknown(tx, token, task, attempt, outcome.reason);
         return null;
       case 'rejected': {
+        // A throttle refused the request for now, not the request itself: it is counted apart
+        // from the rejections MAX_SUBMIT_ATTEMPTS bounds (docs/decisions/0057).
+        const throttled = isThrottle(outcome);
         const moved = await casAttempt(
           tx,
           attemptId,
@@ -265,10 +303,11 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
             submit_state: 'REJECTED',
             submit_finished_at: now(),
             last_error: storableText(outcome.reason.slice(0, 2000)),
+            ...(throttled ? { throttled: true } : {}),
           },
         );
         if (!drivesTask(task, attemptId, moved)) return null;
-        const retryable = outcome.retryable && attempt.attempt_no < deps.settings.maxSubmitAttempts;
+        const retryable = outcome.retryable && attemptsLeft(await attemptCounts(tx, taskId), deps.settings);
         const d = decide(from, { type: 'SUBMIT_REJECTED', retryable });
         if (d.kind !== 'move') return null;
         if (d.to === 'FAILED') {
@@ -295,6 +334,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     const { claimed, facts } = await claim(taskId);
     if (!claimed) return { facts, retryInMs: null, waitMs: null };
     if (claimed.kind === 'waiting') return { facts, retryInMs: null, waitMs: waitFor(claimed.task) };
+    // Its place in the create pace comes then; a wake (a cancel) ends the sleep sooner.
+    if (claimed.kind === 'paced') return { facts, retryInMs: null, waitMs: claimed.waitMs };
     // Re-routed while waiting: the workflow claims again at once, on the new provider.
     if (claimed.kind === 'rerouted') return { facts, retryInMs: null, waitMs: null };
     const { task, attempt, ticket, token } = claimed;

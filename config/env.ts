@@ -254,8 +254,27 @@ export const envSchema = z.object({
     .max(7 * 86_400)
     .default(3_600),
 
-  /** Submit attempts per task before it fails (proven rejections only). */
+  /** Submit attempts per task before it fails (proven rejections only; a throttle counts against MAX_THROTTLED_SUBMITS instead). */
   MAX_SUBMIT_ATTEMPTS: z.coerce.number().int().min(1).max(10).default(3),
+  /**
+   * Creates a provider throttled (HTTP 429) before the task fails: a throttle is a wait for the
+   * provider's reset, not a rejection of the request (docs/decisions/0057). The task's deadline
+   * bounds them too.
+   */
+  MAX_THROTTLED_SUBMITS: z.coerce.number().int().min(0).max(1_000).default(20),
+  /**
+   * A provider's create quota for this account, creates per second, over the adapter's documented
+   * one (capabilities.createsPerSecond; Replicate: 600 a minute): "replicate=20,kling=1". Every
+   * worker's submits of that provider share one pace at 0.9 of it (domain/create-pace.ts); a
+   * provider with neither figure is not paced.
+   */
+  PROVIDER_CREATE_QUOTAS: csv
+    .pipe(
+      z
+        .array(z.string().regex(/^[a-z0-9-]+=\d+(\.\d+)?$/, 'entries are provider=creates per second, e.g. replicate=10'))
+        .refine((entries) => entries.every((e) => Number(e.split('=')[1]) > 0), 'quotas must be above 0'),
+    )
+    .default([]),
   /**
    * A reconciliation lookup that misses proves the job was never created only once the provider
    * has had this long since our submit began (its own processing of a slow request).

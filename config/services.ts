@@ -102,6 +102,8 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     pollQueuePartitions: config.POLL_QUEUE_PARTITIONS,
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
+    maxThrottledSubmits: config.MAX_THROTTLED_SUBMITS,
+    createQuotas: perProvider(config.PROVIDER_CREATE_QUOTAS),
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
     slotQueue: {
       policy: { mode: config.SLOT_QUEUE_POLICY, agingMs: config.SLOT_QUEUE_AGING_MS },

@@ -39,3 +39,23 @@ export async function casAttempt(tx: DbOrTx, attemptId: string, expect: AttemptE
     .returning({ id: taskAttempt.attempt_id });
   return moved.length > 0;
 }
+
+/** A task's attempts so far, split by what bounds them: throttled creates and every other attempt. */
+export interface AttemptCounts {
+  /** Attempts that count against MAX_SUBMIT_ATTEMPTS (all but the throttled). */
+  readonly counted: number;
+  /** Attempts the provider throttled (HTTP 429): MAX_THROTTLED_SUBMITS bounds them. */
+  readonly throttled: number;
+}
+
+/** The task's attempt counts, read in the caller's transaction (its writes included). */
+export async function attemptCounts(tx: DbOrTx, taskId: string): Promise<AttemptCounts> {
+  const [row] = await tx
+    .select({
+      counted: sql<number>`count(*) FILTER (WHERE NOT ${taskAttempt.throttled})::int`,
+      throttled: sql<number>`count(*) FILTER (WHERE ${taskAttempt.throttled})::int`,
+    })
+    .from(taskAttempt)
+    .where(eq(taskAttempt.task_id, taskId));
+  return row ?? { counted: 0, throttled: 0 };
+}

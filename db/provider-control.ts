@@ -15,18 +15,29 @@ export async function ensureProviderControl(tx: DbOrTx, provider: string): Promi
   await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
 }
 
+/** What a submit claim reads of its provider's control row (readClaimControl). */
+export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight' | 'create_tat'> & {
+  /** The system mode assertModeAllows left in the transaction; null: unset. */
+  readonly mode: string | null;
+  /** The database's clock at the read: the create pace's clock, one for every worker process (domain/create-pace.ts). */
+  readonly db_now: Date;
+};
+
 /**
  * What a submit claim reads of its provider (activities/provider-guard.ts admit): the operator's
  * switch and limit, and the system mode assertModeAllows left in the transaction (null: unset).
  * With `lock`, the read takes the row's lock, the bulkhead's (docs/providers.md "The slot
  * queue"): the claim's slot is then counted and taken without another round trip for the lock.
  */
-export async function readClaimControl(tx: DbOrTx, provider: string, opts: { readonly lock: boolean }) {
+export async function readClaimControl(tx: DbOrTx, provider: string, opts: { readonly lock: boolean }): Promise<ClaimControl | undefined> {
   const read = async () => {
-    const { rows } = await tx.execute<Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight'> & { mode: string | null }>(sql`
-      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode
+    const { rows } = await tx.execute<ClaimControl>(sql`
+      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode,
+        create_tat, clock_timestamp() AS db_now
       FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``}`);
-    return rows[0];
+    const row = rows[0];
+    // A raw statement's timestamps arrive as strings: the row's type promises dates.
+    return row && { ...row, create_tat: row.create_tat === null ? null : new Date(row.create_tat), db_now: new Date(row.db_now) };
   };
   // The row exists after the provider's first claim: create it only when the read finds none
   // (one round trip per claim instead of two).
@@ -34,6 +45,14 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
   if (row) return row;
   await ensureProviderControl(tx, provider);
   return read();
+}
+
+/**
+ * Stores the provider's create pace (domain/create-pace.ts), in the claim transaction that holds
+ * the row's lock (readClaimControl with `lock`), so no other claim reads the TAT in between.
+ */
+export async function setCreateTat(tx: DbOrTx, provider: string, tat: Date): Promise<void> {
+  await tx.update(providerControl).set({ create_tat: tat }).where(eq(providerControl.provider, provider));
 }
 
 /** Every provider's control row. */

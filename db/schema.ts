@@ -160,6 +160,17 @@ export const taskAttempt = pgTable(
     progress: jsonb('progress').$type<ProviderProgress>(),
     /** When `progress` was last written. */
     progress_at: ts('progress_at'),
+    /**
+     * Addition (create pacing, docs/decisions/0057): the provider answered this attempt's create
+     * with a throttle (HTTP 429, retryable). Such an attempt does not count against
+     * MAX_SUBMIT_ATTEMPTS, only against MAX_THROTTLED_SUBMITS.
+     */
+    throttled: boolean('throttled').notNull().default(false),
+    /**
+     * Addition (create pacing): the moment this PREPARED attempt may call its provider, a place it
+     * holds in the provider's create pace (provider_control.create_tat). Null: it holds none.
+     */
+    paced_until: ts('paced_until'),
   },
   (t) => [
     uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
@@ -478,6 +489,12 @@ export const providerControl = pgTable(
     queue_limit: integer('queue_limit'),
     queue_policy: text('queue_policy').$type<'fair' | 'fifo'>(),
     queue_aging_ms: integer('queue_aging_ms'),
+    /**
+     * Addition (create pacing, docs/decisions/0057): the theoretical arrival time of the provider's
+     * next create (GCRA): every claim that calls the provider, or reserves a later moment to, moves
+     * it one interval on, under this row's lock. Null: no create paced yet.
+     */
+    create_tat: ts('create_tat'),
     reason: text('reason'),
     updated_by: text('updated_by'),
     updated_at: ts('updated_at').notNull().defaultNow(),

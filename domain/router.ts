@@ -201,6 +201,8 @@ export interface AttemptSummary {
   readonly attemptNo: number;
   readonly provider: string;
   readonly state: AttemptState;
+  /** A create the provider throttled (429): a rejection, but not one the attempt cap counts. */
+  readonly throttled?: boolean;
 }
 
 export type FailoverVerdict =
@@ -221,6 +223,6 @@ export function mayFailOver(history: readonly AttemptSummary[], maxAttempts: num
   }
   const latest = [...history].sort((a, b) => b.attemptNo - a.attemptNo)[0] as AttemptSummary;
   if (latest.state !== 'REJECTED') return { allowed: false, reason: 'not-rejected' };
-  if (history.length >= maxAttempts) return { allowed: false, reason: 'attempts-exhausted' };
+  if (history.filter((a) => !a.throttled).length >= maxAttempts) return { allowed: false, reason: 'attempts-exhausted' };
   return { allowed: true, exclude: [...new Set(history.filter((a) => a.state === 'REJECTED').map((a) => a.provider))] };
 }

@@ -71,6 +71,8 @@ export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
   // Documented: 600 creates/min, 3,000/min for every other endpoint (replicate.com/docs/topics/predictions/rate-limits);
   // 10 reads/s is well inside the latter. Concurrency is account-dependent (a conservative default; config may override).
   requestsPerSecond: 10,
+  // The documented create limit, 600 a minute: the claims' shared pace runs below it.
+  createsPerSecond: 10,
   maxConcurrency: 50,
   pollOnly: false,
   queuesExcessWork: false,

@@ -60,6 +60,12 @@ export interface ProviderCapabilities {
    * (docs/providers.md, the capability table).
    */
   readonly requestsPerSecond?: number;
+  /**
+   * The account's create quota, creates per second, where the provider documents one: every
+   * worker's submits share one pace below it (domain/create-pace.ts). Absent: not paced unless
+   * configured (PROVIDER_CREATE_QUOTAS).
+   */
+  readonly createsPerSecond?: number;
   /** Jobs the account may have in flight at once; the bulkhead's ceiling. */
   readonly maxConcurrency?: number;
   /** True when the provider never calls back: progress comes from polling only. */

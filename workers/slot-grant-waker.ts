@@ -22,6 +22,7 @@ export interface SlotGrantWakerOptions {
   readonly reconnectMs?: number;
 }
 
+/** Opens the LISTEN connection and returns. Never rejects: a connect that fails is retried every `reconnectMs`. */
 export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<SlotGrantWaker> {
   const newClient = listenClients({ url: opts.databaseUrl, failoverHosts: opts.failoverHosts, applicationName: 'vidorch-slot-grant-waker' });
   let stopped = false;

@@ -37,6 +37,9 @@ before(async () => {
     PROVIDER_KLING_BASE_URL: `${sim.baseUrl}/kling`,
     BULKHEAD_RAMP_MS: '0',
     SLOT_QUEUE_AGING_MS: '0',
+    // The slot queue alone: these claims come back at once, not after a paced sleep, so the
+    // account's create pace (docs/decisions/0057, test/e2e/create-pace.test.ts) is raised out of the way.
+    PROVIDER_CREATE_QUOTAS: 'replicate=100000',
   });
   tdb = await createTestDatabase(config);
   acts = createTaskActivities(testActivityDeps(config, { db: tdb.database, storage: buildStorage(config), providers: buildProviders(config) }));

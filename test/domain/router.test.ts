@@ -173,6 +173,15 @@ test('failover only after a proven rejection; never while an attempt is SUBMITTI
   });
 });
 
+test('throttled attempts (429) do not use up the attempt cap: a task throttled three times with a cap of 3 may still fail over', () => {
+  const throttled = (attemptNo: number, provider: string) => ({ attemptNo, provider, state: 'REJECTED' as const, throttled: true });
+  assert.deepEqual(mayFailOver([throttled(1, 'kling'), throttled(2, 'kling'), throttled(3, 'fal')], 3), { allowed: true, exclude: ['kling', 'fal'] });
+  assert.deepEqual(mayFailOver([throttled(1, 'kling'), { attemptNo: 2, provider: 'fal', state: 'REJECTED' }], 1), {
+    allowed: false,
+    reason: 'attempts-exhausted',
+  });
+});
+
 test('property: whatever the scorer does, the router answers a compatible provider or a typed rejection, never throws', () => {
   const anyScore = fc.oneof(fc.double(), fc.constant(Number.NaN), fc.integer());
   const scorerArb = fc.oneof(

@@ -13,6 +13,7 @@ import { relayOnce } from '../../workers/outbox-relay';
 import {
   createTestDatabase,
   createTestTenant,
+  eventually,
   http,
   startApi,
   temporalClient,
@@ -112,10 +113,18 @@ async function createTasks(prefix: string, n: number): Promise<string[]> {
   return ids;
 }
 
+/**
+ * Runs of the task's workflow, by a visibility query: visibility trails the start (a loaded run
+ * read 0 right after the relay started one), so wait until at least one shows, then count.
+ */
 async function runsOf(facade: GenerationFacade, taskId: string): Promise<number> {
-  let runs = 0;
-  for await (const _ of client.workflow.list({ query: `WorkflowId = '${facade.workflowIdFor(taskId)}'` })) runs += 1;
-  return runs;
+  const count = async () => {
+    let runs = 0;
+    for await (const _ of client.workflow.list({ query: `WorkflowId = '${facade.workflowIdFor(taskId)}'` })) runs += 1;
+    return runs;
+  };
+  await eventually(async () => ((await count()) > 0 ? true : undefined), 15_000);
+  return count();
 }
 
 test('a relay starts workflows outside any transaction: its claimed rows stay unlocked, no other relay starts them, each is started once', async () => {

@@ -113,9 +113,16 @@ export function tenantTasks(vidorch: VidorchClient, defaultBody: Record<string, 
 export async function startE2E(
   name: string,
   overrides: Record<string, string> = {},
-  opts: { generationMs?: number; worker?: boolean; tracing?: Tracing; reconcile?: { onRun?: (run: ReconcileRunMetrics) => void } } = {},
+  opts: {
+    generationMs?: number;
+    worker?: boolean;
+    tracing?: Tracing;
+    reconcile?: { onRun?: (run: ReconcileRunMetrics) => void };
+    /** The simulator's own settings (e.g. SIMULATOR_REPLICATE_RATE_LIMITS: the account it plays). */
+    simulator?: Record<string, string>;
+  } = {},
 ): Promise<E2E> {
-  const sim = await startSimulator(testConfig(), { generationMs: opts.generationMs ?? 400 });
+  const sim = await startSimulator(testConfig(opts.simulator ?? {}), { generationMs: opts.generationMs ?? 400 });
   const port = await freePort();
   const config = testConfig({
     TEMPORAL_TASK_QUEUE: uniqueQueue(name),
