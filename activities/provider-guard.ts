@@ -204,7 +204,6 @@ export class ProviderGuard {
     }
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) s.lastLimit = limit;
-    if (attemptNo === 1) s.budget.recordRequest();
     const pace = { nowMs: control?.db_now.getTime() ?? this.opts.now(), tatMs: control?.create_tat?.getTime() ?? null };
     return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit, locked, pace };
   }
@@ -221,13 +220,15 @@ export class ProviderGuard {
   }
 
   /**
-   * An admitted attempt must wait for its place in the provider's create pace: give back what
-   * admit() took (as release()) and count the refusal ("pace/reserved").
+   * An admitted attempt must wait for its moment in the provider's create pace: give back what
+   * admit() took (as release()) and count why ("pace/reserved": a new place; "pace/early": back
+   * before its moment; "pace/lapsed": back so late that its moment went unused and it took a new place).
    */
-  paced(provider: string, admission: Admission, attemptNo = 1): void {
+  paced(provider: string, admission: Admission, attemptNo: number, reason: 'reserved' | 'early' | 'lapsed'): void {
     const s = this.state(provider);
     this.release(provider, admission.ticket, attemptNo);
-    s.refusals['pace/reserved'] = (s.refusals['pace/reserved'] ?? 0) + 1;
+    const key = `pace/${reason}`;
+    s.refusals[key] = (s.refusals[key] ?? 0) + 1;
   }
 
   /**
@@ -245,6 +246,9 @@ export class ProviderGuard {
     const s = this.state(provider);
     const verdict = breakerVerdict(outcome);
     s.calls[verdict] = (s.calls[verdict] ?? 0) + 1;
+    // A first attempt earns the retry budget when it calls, not at each claim: a claim that waits
+    // for a slot or its moment in the create pace and comes back would otherwise count twice.
+    if (attemptNo === 1) s.budget.recordRequest();
     if (verdict === 'success') s.breaker.onSuccess(ticket);
     else s.breaker.onFailure(ticket);
     // A retry the provider accepted refills the budget: after an outage the backlog drains at

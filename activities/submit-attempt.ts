@@ -5,7 +5,7 @@
 import { storableText } from '../db/storable';
 import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
-import { attemptCounts, casAttempt } from '../db/attempts';
+import { attemptCounts, casAttempt, claimForSubmit } from '../db/attempts';
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
@@ -22,7 +22,7 @@ import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, type 
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { takeSlot } from '../db/slot-queue';
+import { holdSlotUntil, takeSlot } from '../db/slot-queue';
 import { setCreateTat } from '../db/provider-control';
 import { decidePace } from '../domain/create-pace';
 import { attemptsLeft, createPaceOf, isThrottle } from './create-pace';
@@ -155,33 +155,10 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     const admission = await guard.admit(tx, attempt.provider, capabilities, attempt.attempt_no, { paced: pace !== null });
     const { ticket } = admission;
     onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
-    // The provider's create pace (docs/decisions/0057): not yet conforming, the attempt keeps its
-    // place (a reservation) and its workflow sleeps until then; nothing is sent, nothing refused.
-    const paced = pace && decidePace(pace, { ...admission.pace, reservedAtMs: attempt.paced_until?.getTime() ?? null });
-    if (paced?.kind === 'wait') {
-      onAdmitted(null);
-      guard.paced(attempt.provider, admission, attempt.attempt_no);
-      const waitMs = Math.ceil(paced.untilMs - admission.pace.nowMs);
-      // A place past the deadline is not taken: the call could not finish in time.
-      if (pastDeadline(task, new Date(now().getTime() + waitMs), deps.settings.providerCallTimeoutMs)) {
-        await casAttempt(
-          tx,
-          attempt.attempt_id,
-          { from: 'PREPARED' },
-          { submit_state: 'CANCELLED', paced_until: null, last_error: "deadline exceeded before the provider's create pace allowed the call" },
-        );
-        await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
-        return null;
-      }
-      if (paced.reserveAtMs !== null && paced.tatMs !== null) {
-        await setCreateTat(tx, attempt.provider, new Date(paced.tatMs));
-        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { paced_until: new Date(paced.reserveAtMs) });
-      }
-      return { kind: 'paced' as const, task, waitMs };
-    }
-    // The bulkhead: a slot from the queue, or the attempt waits for one as a fact (slot_wait) and
-    // its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
-    if (Number.isFinite(admission.ceiling)) {
+    // The bulkhead first: a slot from the queue, or the attempt waits for one as a fact (slot_wait)
+    // and its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
+    const slotted = Number.isFinite(admission.ceiling);
+    if (slotted) {
       const q = deps.settings.slotQueue;
       const slot = await takeSlot(
         tx,
@@ -202,6 +179,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       if (slot.kind === 'waiting') {
         onAdmitted(null);
         guard.queued(attempt.provider, admission, attempt.attempt_no);
+        // A place in the create pace belongs to a claim with a slot: one that lost its slot gives it up.
+        if (attempt.paced_until) await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { paced_until: null });
         // Never sent, so it may go where there is room now; the next claim takes that slot.
         const moved = await rerouteWaiting(deps, tx, task, attempt);
         if (moved) {
@@ -216,13 +195,41 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
         return { kind: 'waiting' as const, task, slot };
       }
     }
-    if (paced?.tatMs != null) await setCreateTat(tx, attempt.provider, new Date(paced.tatMs));
-    await casAttempt(
-      tx,
-      attempt.attempt_id,
-      { from: 'PREPARED' },
-      { submit_state: 'SUBMITTING', submit_started_at: now(), ...(attempt.paced_until ? { paced_until: null } : {}) },
-    );
+    // Then the provider's create pace (docs/decisions/0057), for a claim that holds its slot: not
+    // yet conforming, the attempt keeps its place (a reservation) and its slot, and its workflow
+    // sleeps until then; nothing is sent, nothing refused. (Paced before its slot, a claim that
+    // then waited for the slot would come back with its moment lapsed and queue again.)
+    const paced = pace && decidePace(pace, { ...admission.pace, reservedAtMs: attempt.paced_until?.getTime() ?? null });
+    if (paced?.kind === 'wait') {
+      onAdmitted(null);
+      guard.paced(attempt.provider, admission, attempt.attempt_no, paced.reserveAtMs === null ? 'early' : attempt.paced_until ? 'lapsed' : 'reserved');
+      const waitMs = Math.ceil(paced.untilMs - admission.pace.nowMs);
+      // A place past the deadline is not taken: the call could not finish in time.
+      if (pastDeadline(task, new Date(now().getTime() + waitMs), deps.settings.providerCallTimeoutMs)) {
+        await casAttempt(
+          tx,
+          attempt.attempt_id,
+          { from: 'PREPARED' },
+          { submit_state: 'CANCELLED', paced_until: null, last_error: "deadline exceeded before the provider's create pace allowed the call" },
+        );
+        await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
+        return null;
+      }
+      if (paced.reserveAtMs !== null && paced.tatMs !== null) {
+        await setCreateTat(tx, attempt.provider, new Date(paced.tatMs));
+        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { paced_until: new Date(paced.reserveAtMs) });
+      }
+      // Its slot stays its own until then, as a grant dated at its moment (db/slot-queue.ts holdSlotUntil).
+      if (slotted) {
+        await holdSlotUntil(
+          tx,
+          { attemptId: attempt.attempt_id, taskId, provider: attempt.provider, tenantId: task.tenant_id, priority: task.priority },
+          new Date(paced.untilMs),
+        );
+      }
+      return { kind: 'paced' as const, task, waitMs };
+    }
+    await claimForSubmit(tx, attempt.attempt_id, now(), paced?.tatMs != null ? { provider: attempt.provider, tat: new Date(paced.tatMs) } : null);
     return { kind: 'claimed' as const, task, attempt, ticket, token };
   }
 

@@ -59,3 +59,26 @@ export async function attemptCounts(tx: DbOrTx, taskId: string): Promise<Attempt
     .where(eq(taskAttempt.task_id, taskId));
   return row ?? { counted: 0, throttled: 0 };
 }
+
+/**
+ * The submit claim's last write: PREPARED → SUBMITTING (its place in the create pace, if any, used
+ * up) and, with `pace`, the provider's create pace moved on, in one statement: the claim holds the
+ * provider's control row lock, and a claim that calls the provider pays one round trip for both
+ * (docs/decisions/0057). Returns whether the attempt moved (false: it was no longer PREPARED).
+ */
+export async function claimForSubmit(
+  tx: DbOrTx,
+  attemptId: string,
+  startedAt: Date,
+  pace: { readonly provider: string; readonly tat: Date } | null,
+): Promise<boolean> {
+  const { rows } = await tx.execute(sql`
+    WITH pace AS (
+      UPDATE provider_control SET create_tat = ${pace?.tat ?? null}::timestamptz
+      WHERE ${pace !== null} AND provider = ${pace?.provider ?? ''})
+    UPDATE task_attempt
+    SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, paced_until = NULL, status_version = status_version + 1
+    WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'
+    RETURNING attempt_id`);
+  return rows.length > 0;
+}

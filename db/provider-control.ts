@@ -31,10 +31,13 @@ export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_fl
  */
 export async function readClaimControl(tx: DbOrTx, provider: string, opts: { readonly lock: boolean }): Promise<ClaimControl | undefined> {
   const read = async () => {
+    // The clock is read after the row (and its lock) is had: read beside it, it would be as old
+    // as the wait for the lock, and the pace would run behind by that much.
     const { rows } = await tx.execute<ClaimControl>(sql`
-      SELECT breaker_force, max_in_flight, current_setting(${MODE_SETTING}, true) AS mode,
-        create_tat, clock_timestamp() AS db_now
-      FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``}`);
+      WITH control AS (
+        SELECT breaker_force, max_in_flight, create_tat
+        FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``})
+      SELECT control.*, current_setting(${MODE_SETTING}, true) AS mode, clock_timestamp() AS db_now FROM control`);
     const row = rows[0];
     // A raw statement's timestamps arrive as strings: the row's type promises dates.
     return row && { ...row, create_tat: row.create_tat === null ? null : new Date(row.create_tat), db_now: new Date(row.db_now) };

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { eq, inArray } from 'drizzle-orm';
+import { eq, inArray, sql } from 'drizzle-orm';
 import pg from 'pg';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTask, testActivityDeps } from '../support/deps';
@@ -208,6 +208,61 @@ test('a slot freed by a task is granted in the same transaction to the next wait
   } finally {
     await listener.end();
   }
+});
+
+test('the create pace applies to a claim that holds its slot: a waiter for a slot takes no place in the pace, a granted one keeps its slot while it waits for its moment, and uses both when it comes back', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  const [a, b, c] = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
+  assert.equal((await run('submitAttempt', a.taskId)).facts.status, 'SUBMITTED');
+  const paceOf = async () => (await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate')))[0]!.create_tat;
+  const attemptOf = async (t: { attemptId: string }) => (await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId)))[0]!;
+  const tatAfterA = await paceOf();
+  assert.ok(tatAfterA, "a's create moved the pace");
+  // b waits for the slot: no place in the pace is taken for it.
+  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING');
+  assert.deepEqual(await paceOf(), tatAfterA);
+  assert.equal((await attemptOf(b)).paced_until, null);
+  // The pace is half a minute ahead (a burst of other tasks); a's job ends and b is granted the slot.
+  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
+  await finishJob(a);
+  const paced = await run('submitAttempt', b.taskId);
+  assert.equal(paced.facts.status, 'SUBMITTING');
+  assert.ok(paced.waitMs! > 25_000 && paced.waitMs! <= 31_000, `b sleeps until its moment: ${paced.waitMs} ms`);
+  const reserved = (await attemptOf(b)).paced_until!;
+  const [held] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId));
+  assert.equal(held?.granted_at?.getTime(), reserved.getTime(), "b's slot is held, as a grant dated at its moment");
+  // c finds the slot taken by b's grant: it waits for a slot, and takes no place in the pace either.
+  const tatAfterB = await paceOf();
+  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTING');
+  assert.equal(sim.jobsFor(c.attemptId), 0);
+  assert.deepEqual(await paceOf(), tatAfterB);
+  // Back early (a wake): b waits again for the same moment; nothing moves.
+  const early = await run('submitAttempt', b.taskId);
+  assert.ok(early.waitMs! > 20_000);
+  assert.deepEqual(await paceOf(), tatAfterB);
+  assert.equal((await attemptOf(b)).paced_until!.getTime(), reserved.getTime());
+  // Its moment comes (moved here instead of waited for): b uses its grant and its place, the pace does not move.
+  await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '1 second' WHERE attempt_id = ${b.attemptId}`);
+  await tdb.database.db.execute(sql`UPDATE slot_wait SET granted_at = clock_timestamp() - interval '1 second' WHERE attempt_id = ${b.attemptId}`);
+  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED');
+  assert.deepEqual(await paceOf(), tatAfterB);
+  assert.equal((await attemptOf(b)).paced_until, null);
+  assert.equal(sim.jobsFor(b.attemptId), 1);
+  assert.equal((await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId))).length, 0, 'the grant was used');
+});
+
+test('a claim back long after its moment (a stalled worker) takes a new place at the end of the pace and keeps its slot meanwhile', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  const b = await prepared(tenantA);
+  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
+  assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000);
+  // 20 s past its moment: the moment went unused.
+  await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '20 seconds' WHERE attempt_id = ${b.attemptId}`);
+  const again = await run('submitAttempt', b.taskId);
+  assert.ok(again.waitMs! > 25_000, `a new place at the end of the pace: ${again.waitMs} ms`);
+  const [held] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId));
+  assert.ok(held?.granted_at && held.granted_at.getTime() > Date.now() + 20_000, 'still holding its slot, until the new moment');
+  assert.equal(sim.jobsFor(b.attemptId), 0);
 });
 
 test('an operator raising the provider limit grants the waiters in the same transaction', async () => {

@@ -2,13 +2,14 @@
 // the simulator plays a Replicate account allowing 300 creates a minute (its documented limits
 // scaled down: a 10 s burst, then the rate, over it the documented 429 throttle), and the product
 // is told the same quota. Every worker's submits share one pace in Postgres, so 60 tasks created at
-// once are sent over ~13 s and none is throttled; a task whose place in that pace comes after its
-// deadline fails at once, with no call; and a throttle the provider still sends is a wait, not one
-// of the task's MAX_SUBMIT_ATTEMPTS (MAX_THROTTLED_SUBMITS bounds those).
+// once are sent over ~13 s and none is throttled (Replicate's 50 slots bind too: a claim paces only
+// once it holds a slot); a task whose place in that pace comes after its deadline fails at once,
+// with no call; and a throttle the provider still sends is a wait, not one of the task's
+// MAX_SUBMIT_ATTEMPTS (MAX_THROTTLED_SUBMITS bounds those).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { asc, eq } from 'drizzle-orm';
-import { taskAttempt } from '../../db/schema';
+import { asc, eq, sql } from 'drizzle-orm';
+import { slotWait, taskAttempt } from '../../db/schema';
 import { createPaceFor } from '../../domain/create-pace';
 import type { SubmitReceived } from '../../providers/simulator/submit-log';
 import { defaultRequest, startE2E, type E2E } from '../support/e2e';
@@ -36,14 +37,6 @@ describe('creates paced within the account quota', () => {
 
   test(`${TASKS} tasks created at once reach the provider at its pace: none throttled, one attempt and one job each`, async () => {
     const ids = await Promise.all(Array.from({ length: TASKS }, (_, i) => e.createTask(`pace-${i}`, { ...defaultRequest, prompt: `paced fox ${i}` })));
-    // Created before the first of them could have been sent: behind the whole pace, and due in 10 s.
-    const late = await e.createTask('pace-deadline', { ...defaultRequest, prompt: 'a fox with no time', deadline_seconds: 10 });
-    const failed = await e.waitForStatus(late, 'FAILED', 30_000);
-    assert.equal(failed.failure.code, 'DEADLINE_EXCEEDED');
-    const [lateAttempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, late));
-    assert.equal(lateAttempt?.submit_state, 'CANCELLED');
-    assert.equal(e.sim.jobsFor(lateAttempt.attempt_id), 0, 'no call for a place past the deadline');
-
     for (const id of ids) await e.waitForStatus(id, 'SUCCEEDED', 120_000);
     const stats = e.sim.sim.stats();
     assert.equal(stats.replicate_throttled.create, 0, 'no create was throttled');
@@ -53,6 +46,7 @@ describe('creates paced within the account quota', () => {
       assert.equal(attempts[0]!.paced_until, null, 'the reservation is cleared by the claim that used it');
       assert.equal(e.sim.jobsFor(attempts[0]!.attempt_id), 1);
     }
+    assert.equal((await e.tdb.database.db.select().from(slotWait)).length, 0, 'no held slot left behind');
     // Paced: the creates take as long as the pace says, not the second a burst would.
     const pace = createPaceFor(QUOTA);
     const times = submits.filter((s) => s.provider === 'replicate').map((s) => s.atMs);
@@ -60,6 +54,23 @@ describe('creates paced within the account quota', () => {
     const spanS = (Math.max(...times) - Math.min(...times)) / 1_000;
     const least = (TASKS - pace.burst) / pace.ratePerSecond;
     assert.ok(spanS >= least * 0.95, `${TASKS} creates in ${spanS.toFixed(1)} s; the pace needs at least ${least.toFixed(1)} s`);
+  });
+
+  test('a task whose place in the pace comes after its deadline fails at once, the provider never called', async () => {
+    // The pace a minute ahead: what a burst of 270 tasks before it would leave.
+    await e.tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '60 seconds' WHERE provider = 'replicate'`);
+    try {
+      const late = await e.createTask('pace-deadline', { ...defaultRequest, prompt: 'a fox with no time', deadline_seconds: 10 });
+      const failed = await e.waitForStatus(late, 'FAILED', 30_000);
+      assert.equal(failed.failure.code, 'DEADLINE_EXCEEDED');
+      const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, late));
+      assert.equal(attempt?.submit_state, 'CANCELLED');
+      assert.match(attempt.last_error ?? '', /create pace/);
+      assert.equal(e.sim.jobsFor(attempt.attempt_id), 0, 'no call for a place past the deadline');
+      assert.equal((await e.tdb.database.db.select().from(slotWait)).length, 0, 'its slot given back');
+    } finally {
+      await e.tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = NULL WHERE provider = 'replicate'`);
+    }
   });
 });
 

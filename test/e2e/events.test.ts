@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import { eq, sql } from 'drizzle-orm';
 import { EventSource } from 'eventsource';
 import { DegradedEventData, ProgressEventData, TaskEventData } from '../../api/events.schemas';
-import { createTask as createTaskRow } from '../support/deps';
+import { createTaskWithoutWorkflow as createTaskRow } from '../support/deps';
 import { holdFence } from '../../db/fence';
 import { setMode } from '../../db/modes';
 import { generationTask, taskAttempt } from '../../db/schema';

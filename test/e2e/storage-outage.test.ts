@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { and, eq, inArray, sql } from 'drizzle-orm';
-import { createTask as createTaskRow } from '../support/deps';
+import { createTaskWithoutWorkflow as createTaskRow } from '../support/deps';
 import { buildFallbackStorage, buildStorage } from '../../config/services';
 import { acquireFence } from '../../db/fence';
 import { asset, generationTask, opsAudit, taskAttempt, tenant } from '../../db/schema';

@@ -29,7 +29,8 @@ before(async () => {
     // Every reconciler acts at once (no grace); the unknown-outcome lookup waits two minutes, so
     // only a wake moves a task sooner; accept-then-hang submits time out quickly.
     { RECONCILE_GRACE_MS: '0', RECONCILE_LONG_RUNNING_MS: '600000', PROVIDER_HTTP_TIMEOUT_MS: '700', UNKNOWN_PROOF_DELAY_MS: '120000' },
-    { reconcile: { onRun: recordRun } },
+    // No outbox relay: the outbox reconciler is what publishes a lost start here.
+    { reconcile: { onRun: recordRun }, outboxRelay: false },
   );
   // Hourly: in this file they run when triggered.
   await ensureReconcileSchedules(

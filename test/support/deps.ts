@@ -8,6 +8,8 @@ import { createTask as createTaskRow } from '../../api/tasks.service';
 import { buildActivityDeps, providerGuardSettings, routingSettings } from '../../config/services';
 import type { Config } from '../../config/env';
 import type { Logger } from '../../observability/logger';
+import { eq, sql } from 'drizzle-orm';
+import { outboxEvent } from '../../db/schema';
 import { testConfig, testLogger } from './stack';
 
 /** buildActivityDeps, logging to the test logger unless told otherwise. */
@@ -37,4 +39,21 @@ export function createTask(
 ): ReturnType<typeof createTaskRow> {
   taskDeadlineSeconds ??= testConfig().TASK_DEADLINE_SECONDS;
   return createTaskRow(db, token, { ...args, defaultDeadlineSeconds: args.defaultDeadlineSeconds ?? taskDeadlineSeconds });
+}
+
+/**
+ * A task committed as the API commits one, whose workflow is never started: its outbox row is
+ * marked published, so the worker's outbox relay leaves it (only the test moves it).
+ */
+export async function createTaskWithoutWorkflow(
+  db: Parameters<typeof createTaskRow>[0],
+  token: Parameters<typeof createTaskRow>[1],
+  args: Omit<Parameters<typeof createTaskRow>[2], 'defaultDeadlineSeconds'> & { readonly defaultDeadlineSeconds?: number },
+): ReturnType<typeof createTaskRow> {
+  const created = await createTask(db, token, args);
+  await db
+    .update(outboxEvent)
+    .set({ published_at: sql`now()` })
+    .where(eq(outboxEvent.aggregate_id, created.task.task_id));
+  return created;
 }

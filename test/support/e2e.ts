@@ -120,6 +120,8 @@ export async function startE2E(
     reconcile?: { onRun?: (run: ReconcileRunMetrics) => void };
     /** The simulator's own settings (e.g. SIMULATOR_REPLICATE_RATE_LIMITS: the account it plays). */
     simulator?: Record<string, string>;
+    /** false: the worker runs no outbox relay (a test that plays a lost relay). */
+    outboxRelay?: boolean;
   } = {},
 ): Promise<E2E> {
   const sim = await startSimulator(testConfig(opts.simulator ?? {}), { generationMs: opts.generationMs ?? 400 });
@@ -141,6 +143,7 @@ export async function startE2E(
       : await startWorker(config, tdb.database, {
           ...(opts.tracing ? { tracing: opts.tracing } : {}),
           ...(opts.reconcile ? { reconcile: opts.reconcile } : {}),
+          ...(opts.outboxRelay === false ? { outboxRelay: false } : {}),
         });
   const tenant = await createTestTenant(tdb.database, config, '1000');
   const vidorch = createVidorchClient({ baseUrl: api.baseUrl, apiKey: tenant.apiKey });

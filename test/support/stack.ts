@@ -20,6 +20,7 @@ import type { ObjectStorage } from '../../storage/s3';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
 import { bundleWorkflows, type GenerationWorkers } from '../../workers/generation-worker';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from '../../workers/webhook-relay';
+import { startOutboxRelay } from '../../workers/outbox-relay';
 import { createSecretBox } from '../../db/webhook-secrets';
 import {
   connectTemporal,
@@ -166,6 +167,11 @@ export async function startWorker(
     tracing?: Tracing;
     /** false: no webhook relay (on by default, as workers/main.ts runs it). */
     webhooks?: boolean;
+    /**
+     * false: no outbox relay. On by default, as workers/main.ts runs it: a create whose fast-path
+     * start took over a second (a loaded machine) is started by it, not left QUEUED.
+     */
+    outboxRelay?: boolean;
     /** Also run the reconcile-queue worker (the reconciler Schedules' workflows), as workers/main.ts does. */
     reconcile?: { onRun?: (run: ReconcileRunMetrics) => void };
   } = {},
@@ -208,13 +214,26 @@ export async function startWorker(
           logger: testLogger,
           settings: webhookRelaySettings(config),
         });
+  const relayClient = opts.outboxRelay === false ? null : await temporalClient(config);
+  const outboxRelay =
+    relayClient === null
+      ? null
+      : startOutboxRelay({
+          db: db.db,
+          fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+          facade: worldFacade(config, () => relayClient.client),
+          logger: testLogger,
+          batchSize: config.OUTBOX_RELAY_BATCH,
+          intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,
+        });
   return {
     worker,
     webhookRelay,
     async stop() {
       worker.shutdown();
-      await Promise.all([running, webhookRelay?.stop()]);
+      await Promise.all([running, webhookRelay?.stop(), outboxRelay?.stop()]);
       await client?.close();
+      await relayClient?.close();
       await connection.close();
     },
   };
