@@ -86,7 +86,8 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
           waiting: d.queue.waiting,
           since: d.queue.since.toISOString(),
           waited_seconds: Math.max(0, Math.round((Date.now() - d.queue.since.getTime()) / 1000)),
-          reason: d.queue.grantedAt ? 'granted' : (d.queue.reason ?? 'provider_full'),
+          // A grant dated ahead is a slot held until the task's moment in the provider's create pace.
+          reason: d.queue.grantedAt ? (d.queue.grantedAt.getTime() > Date.now() ? 'paced' : 'granted') : (d.queue.reason ?? 'provider_full'),
         }
       : null,
     output: deliverable

@@ -151,7 +151,9 @@ export const taskDetail = z
         waited_seconds: z.int().min(0),
         reason: z
           .string()
-          .describe('Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows'),
+          .describe(
+            "Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows; paced: a slot is its own, the submit waits for its moment in the provider's create pace",
+          ),
       })
       .nullable()
       .describe('Waiting for a provider slot (docs/providers.md "The slot queue"); null otherwise'),

@@ -72,10 +72,13 @@ export async function claimForSubmit(
   startedAt: Date,
   pace: { readonly provider: string; readonly tat: Date } | null,
 ): Promise<boolean> {
+  // A slot held for the attempt's moment (db/slot-queue.ts holdSlotUntil) is used now too: takeSlot
+  // used it unless the provider lost its limit meanwhile, and then it must not be left counted.
   const { rows } = await tx.execute(sql`
     WITH pace AS (
       UPDATE provider_control SET create_tat = ${pace?.tat ?? null}::timestamptz
-      WHERE ${pace !== null} AND provider = ${pace?.provider ?? ''})
+      WHERE ${pace !== null} AND provider = ${pace?.provider ?? ''}),
+    held AS (DELETE FROM slot_wait WHERE attempt_id = ${attemptId} AND granted_at IS NOT NULL)
     UPDATE task_attempt
     SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, paced_until = NULL, status_version = status_version + 1
     WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'

@@ -167,7 +167,7 @@ export function registerResilienceGauges(
 ): void {
   new Counter({
     name: 'vidorch_provider_refusals_total',
-    help: 'Submit claims refused by this process, per provider: guard (breaker, bulkhead, retry_budget) and reason (open, forced-open, probes-busy, recovering, strict; full, ramp; spent)',
+    help: 'Submit claims refused or sent to wait by this process, per provider: guard (breaker, bulkhead, retry_budget, pace) and reason (open, forced-open, probes-busy, recovering, strict; full, ramp; spent; reserved, early, lapsed)',
     labelNames: ['provider', 'guard', 'reason'],
     registers: [registry],
     collect() {

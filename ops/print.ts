@@ -300,7 +300,13 @@ export function printProviderQueue(r: ProviderQueueReport): string {
     tenant: e.tenantId,
     priority: e.priority,
     waited: formatSeconds(e.waited_seconds),
-    why: e.position === null ? `granted ${e.granted_at ?? ''}` : (e.reason ?? 'provider_full'),
+    // A grant dated ahead holds the slot until the task's moment in the provider's create pace.
+    why:
+      e.position === null
+        ? e.granted_at && Date.parse(e.granted_at) > Date.now()
+          ? `paced until ${e.granted_at}`
+          : `granted ${e.granted_at ?? ''}`
+        : (e.reason ?? 'provider_full'),
   }));
   return [
     `${r.provider}: ${r.in_flight} of ${r.limit ?? 'unlimited'} slots taken; ${r.waiting} waiting, ${r.granted} granted not yet used; policy ${r.policy}${r.policy === 'fair' ? ` (aging one level per ${formatSeconds(r.aging_seconds)})` : ''}`,

@@ -22,6 +22,8 @@ export interface RelayOptions {
   readonly batchSize: number;
   readonly intervalMs: number;
   readonly onPublished?: (outcome: 'published' | 'failed') => void;
+  /** Leave rows younger than this to the API's fast path (default 0: claim at once). */
+  readonly holdOffMs?: number;
 }
 
 interface OutboxRow {
@@ -146,7 +148,7 @@ async function claimBatch(opts: RelayOptions, sweep?: { readonly olderThanSecond
         SELECT event_id FROM outbox_event
         WHERE published_at IS NULL AND event_type = 'GenerationTaskCreated'
           AND (claimed_until IS NULL OR claimed_until <= now())
-          AND ${sweep ? sql`created_at < now() - make_interval(secs => ${sweep.olderThanSeconds})` : sql`(next_retry_at IS NULL OR next_retry_at <= now())`}
+          AND ${sweep ? sql`created_at < now() - make_interval(secs => ${sweep.olderThanSeconds})` : sql`(next_retry_at IS NULL OR next_retry_at <= now()) AND created_at <= now() - make_interval(secs => ${(opts.holdOffMs ?? 0) / 1_000})`}
         ORDER BY created_at
         LIMIT ${opts.batchSize}
         FOR UPDATE SKIP LOCKED)

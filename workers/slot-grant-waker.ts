@@ -58,7 +58,8 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
       listener = client;
       // Grants made while no connection listened (a reconnect, a switchover) were announced to
       // nobody: wake their workflows now instead of leaving each to its fallback timer.
-      const missed = await client.query<{ task_id: string }>('SELECT DISTINCT task_id::text AS task_id FROM slot_wait WHERE granted_at IS NOT NULL');
+      // (A grant dated ahead is a slot held for a moment in the create pace: its workflow sleeps until then anyway.)
+      const missed = await client.query<{ task_id: string }>('SELECT DISTINCT task_id::text AS task_id FROM slot_wait WHERE granted_at <= now()');
       for (const r of missed.rows) opts.wake(r.task_id);
     } catch {
       retry();

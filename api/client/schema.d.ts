@@ -530,7 +530,7 @@ export interface components {
                 /** Format: date-time */
                 since: string;
                 waited_seconds: number;
-                /** @description Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows */
+                /** @description Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows; paced: a slot is its own, the submit waits for its moment in the provider's create pace */
                 reason: string;
             } | null;
             output: {

@@ -225,6 +225,10 @@ export async function startWorker(
           logger: testLogger,
           batchSize: config.OUTBOX_RELAY_BATCH,
           intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,
+          // Rows younger than 3 s are the fast path's (its window is 1 s) or a test's own: a test that
+          // starts a workflow itself (startTaskWorkflow), marks a task's row published after creating
+          // it (createTaskWithoutWorkflow) or follows the create's trace never races this relay.
+          holdOffMs: 3_000,
         });
   return {
     worker,
