@@ -211,3 +211,21 @@ test("SIMULATOR_REPLICATE_RATE_LIMITS: the documented 600,3000 by default, 'off'
     );
   }
 });
+
+test('PROVIDER_CREATE_QUOTAS and MAX_THROTTLED_SUBMITS: empty and 20 by default, provider=creates per second above 0, anything else refused naming the variable', () => {
+  const config = loadConfig({});
+  assert.deepEqual(config.PROVIDER_CREATE_QUOTAS, []);
+  assert.equal(config.MAX_THROTTLED_SUBMITS, 20);
+  assert.deepEqual(loadConfig({ PROVIDER_CREATE_QUOTAS: 'replicate=20,kling=0.5' }).PROVIDER_CREATE_QUOTAS, ['replicate=20', 'kling=0.5']);
+  for (const bad of ['replicate', 'replicate=0', 'replicate=-1', 'replicate=fast', 'Replicate=10']) {
+    assert.throws(
+      () => loadConfig({ PROVIDER_CREATE_QUOTAS: bad }),
+      (e: unknown) => e instanceof ConfigError && e.issues.some((i) => i.field.startsWith('PROVIDER_CREATE_QUOTAS')),
+      bad,
+    );
+  }
+  assert.throws(
+    () => loadConfig({ MAX_THROTTLED_SUBMITS: '-1' }),
+    (e: unknown) => e instanceof ConfigError && e.issues.some((i) => i.field === 'MAX_THROTTLED_SUBMITS'),
+  );
+});
