@@ -20,7 +20,14 @@ export function isThrottle(outcome: SubmitOutcome): boolean {
   return outcome.kind === 'rejected' && outcome.retryable && outcome.status === 429;
 }
 
-/** Whether the task may make another attempt after these: each kind within its own bound. */
-export function attemptsLeft(counts: AttemptCounts, limits: { readonly maxSubmitAttempts: number; readonly maxThrottledSubmits: number }): boolean {
-  return counts.counted < limits.maxSubmitAttempts && counts.throttled <= limits.maxThrottledSubmits;
+type AttemptLimits = { readonly maxSubmitAttempts: number; readonly maxThrottledSubmits: number };
+
+/** Which bound these attempts have spent, if any: each kind of attempt has its own. */
+export function spentBound(counts: AttemptCounts, limits: AttemptLimits): 'rejections' | 'throttles' | null {
+  if (counts.counted >= limits.maxSubmitAttempts) return 'rejections';
+  if (counts.throttled > limits.maxThrottledSubmits) return 'throttles';
+  return null;
 }
+
+/** Whether the task may make another attempt after these. */
+export const attemptsLeft = (counts: AttemptCounts, limits: AttemptLimits): boolean => spentBound(counts, limits) === null;

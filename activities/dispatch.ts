@@ -12,7 +12,7 @@ import { taskFactStep, type TaskActivityDeps } from './deps';
 import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
 import { failedUncharged, finishTask } from '../db/settlement';
-import { attemptsLeft } from './create-pace';
+import { spentBound } from './create-pace';
 
 /**
  * Attempt ids are derived from (task id, attempt number), name-based like a UUIDv5: every
@@ -61,9 +61,9 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
     // Throttled creates have a bound of their own (docs/decisions/0057).
     const throttled = history.filter((a) => a.throttled).length;
     const counts = { counted: history.length - throttled, throttled };
-    if (!attemptsLeft(counts, deps.settings)) {
-      const why =
-        counts.counted >= deps.settings.maxSubmitAttempts ? `provider rejected ${counts.counted} attempts` : `provider throttled ${throttled} attempts`;
+    const spent = spentBound(counts, deps.settings);
+    if (spent !== null) {
+      const why = spent === 'rejections' ? `provider rejected ${counts.counted} attempts` : `provider throttled ${throttled} attempts`;
       await finishTask(tx, token, task, failedUncharged('workflow.attempts-exhausted', 'PROVIDER_REJECTED', why));
       return;
     }

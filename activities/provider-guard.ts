@@ -95,6 +95,12 @@ interface ProviderState {
   readonly calls: Record<string, number>;
 }
 
+/** Counts one refusal (or wait) of a claim, keyed "guard/reason". */
+function count(s: ProviderState, guard: RefusalGuard, reason: string): void {
+  const key = `${guard}/${reason}`;
+  s.refusals[key] = (s.refusals[key] ?? 0) + 1;
+}
+
 const modeOf = (value: unknown): SystemMode =>
   typeof value === 'string' && (SYSTEM_MODES as readonly string[]).includes(value) ? (value as SystemMode) : 'NORMAL';
 
@@ -166,8 +172,7 @@ export class ProviderGuard {
   }
 
   private refuse(s: ProviderState, guard: RefusalGuard, reason: string, message: string, retryAfterMs: number): ApplicationFailure {
-    const key = `${guard}/${reason}`;
-    s.refusals[key] = (s.refusals[key] ?? 0) + 1;
+    count(s, guard, reason);
     return unavailable(message, retryAfterMs);
   }
 
@@ -215,8 +220,7 @@ export class ProviderGuard {
   queued(provider: string, admission: Admission, attemptNo = 1): void {
     const s = this.state(provider);
     this.release(provider, admission.ticket, attemptNo);
-    const key = `bulkhead/${admission.ceiling < admission.limit ? 'ramp' : 'full'}`;
-    s.refusals[key] = (s.refusals[key] ?? 0) + 1;
+    count(s, 'bulkhead', admission.ceiling < admission.limit ? 'ramp' : 'full');
   }
 
   /**
@@ -227,8 +231,7 @@ export class ProviderGuard {
   paced(provider: string, admission: Admission, attemptNo: number, reason: 'reserved' | 'early' | 'lapsed'): void {
     const s = this.state(provider);
     this.release(provider, admission.ticket, attemptNo);
-    const key = `pace/${reason}`;
-    s.refusals[key] = (s.refusals[key] ?? 0) + 1;
+    count(s, 'pace', reason);
   }
 
   /**

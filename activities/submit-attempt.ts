@@ -22,7 +22,7 @@ import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, type 
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { holdSlotUntil, takeSlot } from '../db/slot-queue';
+import { holdSlotUntil, leaveQueue, takeSlot } from '../db/slot-queue';
 import { setCreateTat } from '../db/provider-control';
 import { decidePace } from '../domain/create-pace';
 import { attemptsLeft, createPaceOf, isThrottle } from './create-pace';
@@ -229,6 +229,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       }
       return { kind: 'paced' as const, task, waitMs };
     }
+    // A slot held for its moment (holdSlotUntil) was used by takeSlot; with no limit any more it was
+    // not, and must not stay counted.
+    if (!slotted && attempt.paced_until) await leaveQueue(tx, attempt.attempt_id);
     await claimForSubmit(tx, attempt.attempt_id, now(), paced?.tatMs != null ? { provider: attempt.provider, tat: new Date(paced.tatMs) } : null);
     return { kind: 'claimed' as const, task, attempt, ticket, token };
   }

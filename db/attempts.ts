@@ -5,6 +5,7 @@ import type { PgUpdateSetSource } from 'drizzle-orm/pg-core';
 import type { AttemptState } from '../domain/states';
 import type { DbOrTx } from './client';
 import { taskAttempt } from './schema';
+import { moveCreatePace } from './provider-control';
 
 /** The columns an attempt CAS may set (its identity and version are not among them). */
 export type AttemptChange = Omit<PgUpdateSetSource<typeof taskAttempt>, 'attempt_id' | 'task_id' | 'attempt_no' | 'status_version'>;
@@ -72,13 +73,8 @@ export async function claimForSubmit(
   startedAt: Date,
   pace: { readonly provider: string; readonly tat: Date } | null,
 ): Promise<boolean> {
-  // A slot held for the attempt's moment (db/slot-queue.ts holdSlotUntil) is used now too: takeSlot
-  // used it unless the provider lost its limit meanwhile, and then it must not be left counted.
   const { rows } = await tx.execute(sql`
-    WITH pace AS (
-      UPDATE provider_control SET create_tat = ${pace?.tat ?? null}::timestamptz
-      WHERE ${pace !== null} AND provider = ${pace?.provider ?? ''}),
-    held AS (DELETE FROM slot_wait WHERE attempt_id = ${attemptId} AND granted_at IS NOT NULL)
+    ${pace ? sql`WITH pace AS (${moveCreatePace(pace.provider, pace.tat)})` : sql``}
     UPDATE task_attempt
     SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, paced_until = NULL, status_version = status_version + 1
     WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'

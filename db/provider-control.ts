@@ -2,7 +2,7 @@
 // limit, and the row whose lock serialises a provider's submit claims. The slot queue's columns of
 // the row are db/slot-queue.ts's. Also the count every bulkhead agrees on: a provider's jobs in
 // flight by the attempt facts.
-import { eq, sql } from 'drizzle-orm';
+import { eq, sql, type SQL } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import { MODE_SETTING } from './modes';
 import { providerControl } from './schema';
@@ -55,8 +55,12 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
  * the row's lock (readClaimControl with `lock`), so no other claim reads the TAT in between.
  */
 export async function setCreateTat(tx: DbOrTx, provider: string, tat: Date): Promise<void> {
-  await tx.update(providerControl).set({ create_tat: tat }).where(eq(providerControl.provider, provider));
+  await tx.execute(moveCreatePace(provider, tat));
 }
+
+/** The statement that stores the provider's create pace: alone (setCreateTat), or as a CTE of the claim's last write (db/attempts.ts claimForSubmit). */
+export const moveCreatePace = (provider: string, tat: Date): SQL =>
+  sql`UPDATE provider_control SET create_tat = ${tat}::timestamptz WHERE provider = ${provider}`;
 
 /** Every provider's control row. */
 export async function providerControls(db: DbOrTx): Promise<ProviderControlRow[]> {
