@@ -265,6 +265,47 @@ test('a claim back long after its moment (a stalled worker) takes a new place at
   assert.equal(sim.jobsFor(b.attemptId), 0);
 });
 
+/** b holds replicate's one slot until its moment in the pace, half a minute ahead; c waits for the slot. */
+const paceCaughtUp = () => tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = NULL WHERE provider = 'replicate'`);
+
+async function pacedHolderAndWaiter() {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  const [a, b, c] = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
+  assert.equal((await run('submitAttempt', a.taskId)).facts.status, 'SUBMITTED');
+  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING');
+  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
+  await finishJob(a);
+  assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000, 'b waits for its moment');
+  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTING', "c waits for b's slot");
+  assert.ok((await waitRowOf(b.taskId))?.granted_at, 'b holds the slot');
+  return { b, c };
+}
+
+test('a task cancelled while it holds a slot for its moment in the pace gives the slot to the next waiter in the same transaction, the provider never called', async () => {
+  const { b, c } = await pacedHolderAndWaiter();
+  // The tenant's cancel, as the API records it; b's workflow is woken and claims again.
+  await tdb.database.db.update(generationTask).set({ cancel_requested_at: new Date() }).where(eq(generationTask.task_id, b.taskId));
+  await run('submitAttempt', b.taskId);
+  assert.equal(await statusOf(b.taskId), 'CANCELLED');
+  assert.equal(await waitRowOf(b.taskId), undefined, "b's held slot is given up");
+  assert.ok((await waitRowOf(c.taskId))?.granted_at, 'and granted to c when b left');
+  await paceCaughtUp();
+  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTED');
+  assert.equal(sim.jobsFor(b.attemptId), 0);
+});
+
+test('a slot held for a moment nobody comes for (a dead workflow) expires SLOT_GRANT_TTL_MS after that moment, and the next claim takes it', async () => {
+  const { b, c } = await pacedHolderAndWaiter();
+  await tdb.database.db
+    .update(slotWait)
+    .set({ granted_at: new Date(Date.now() - config.SLOT_GRANT_TTL_MS - 60_000) })
+    .where(eq(slotWait.attempt_id, b.attemptId));
+  await paceCaughtUp();
+  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTED');
+  assert.equal(await waitRowOf(b.taskId), undefined, "b's held slot is dropped");
+  assert.equal(sim.jobsFor(b.attemptId), 0);
+});
+
 test('an operator raising the provider limit grants the waiters in the same transaction', async () => {
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
   const ts = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
