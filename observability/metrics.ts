@@ -429,3 +429,22 @@ export function registerReconcileMetrics(registry: Registry): (run: ReconcileRun
     runs.inc({ ...l, outcome: run.failed ? 'failed' : 'ok' });
   };
 }
+
+/** The worker's periodic malloc trim (workers/malloc-trim.ts): what each trim gave back and how long it took. */
+export function registerMallocTrimMetrics(registry: Registry): (outcome: { releasedBytes: number; seconds: number }) => void {
+  const released = new Counter({
+    name: 'vidorch_worker_malloc_trim_released_bytes_total',
+    help: "Anonymous resident memory the worker's malloc trims gave back to the system (bytes, as RssAnon saw it)",
+    registers: [registry],
+  });
+  const seconds = new Histogram({
+    name: 'vidorch_worker_malloc_trim_seconds',
+    help: 'How long one malloc trim took (on the thread pool, not the event loop)',
+    buckets: [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1],
+    registers: [registry],
+  });
+  return (o) => {
+    released.inc(o.releasedBytes);
+    seconds.observe(o.seconds);
+  };
+}

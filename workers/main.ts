@@ -18,6 +18,7 @@ import { inFlightByProvider } from '../db/provider-control';
 import {
   createMetrics,
   registerNotifyMetrics,
+  registerMallocTrimMetrics,
   registerPollDemandGauge,
   registerReconcileMetrics,
   registerResilienceGauges,
@@ -37,10 +38,13 @@ import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-wo
 import { startOutboxRelay } from './outbox-relay';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
 import { createSecretBox } from '../db/webhook-secrets';
+import type { TrimOutcome } from './malloc-trim';
 import { applyWorkerProcessSettings, tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
-applyWorkerProcessSettings(config);
+// The trims start before the metrics exist; the first is a minute away, and the recorder is set below.
+let recordTrim: ((o: TrimOutcome) => void) | null = null;
+applyWorkerProcessSettings(config, (o) => recordTrim?.(o));
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 const tracing = await installTracing(tracingOptions(config, 'vidorch-worker', logger));
 exitOnUnhandledErrors(logger);
@@ -58,6 +62,12 @@ const facts = startFactSampler({
 });
 const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: database.pool });
 const recordReconcileRun = registerReconcileMetrics(metrics.registry);
+const trimMetrics = registerMallocTrimMetrics(metrics.registry);
+recordTrim = (o) => {
+  trimMetrics(o);
+  // A trim that gave back much is worth a line (after a burst); the metrics have every one.
+  if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+};
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',
@@ -198,6 +208,7 @@ async function startRelay(): Promise<RegionService> {
     logger: logger.child({ component: 'outbox-relay' }),
     batchSize: config.OUTBOX_RELAY_BATCH,
     intervalMs: config.OUTBOX_RELAY_INTERVAL_MS,
+    holdOffMs: config.OUTBOX_RELAY_HOLD_OFF_MS,
     onPublished: (outcome) => metrics.outboxPublished.inc({ path: 'relay', outcome }),
   });
 }

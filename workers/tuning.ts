@@ -4,6 +4,7 @@
 import v8 from 'node:v8';
 import type { WorkerOptions } from '@temporalio/worker';
 import type { Config } from '../config/env';
+import { startMallocTrimmer, type MallocTrimmer, type TrimOutcome } from './malloc-trim';
 
 export interface WorkerTuning {
   /** Sticky-cache size; 0 disables the cache (every workflow task replays the history). */
@@ -53,11 +54,15 @@ export function applyBufferPool(bytes: number): void {
 }
 
 /**
- * The worker process's memory settings from config (the heap growing factor, the Buffer pool): one
- * call, first thing in a worker's main, so the generation worker and the benchmarks' bare worker
- * cannot drift apart.
+ * The worker process's memory settings from config (the heap growing factor, the Buffer pool, the
+ * periodic malloc trim): one call, first thing in a worker's main, so the generation worker and
+ * the benchmarks' bare worker cannot drift apart. Returns the trimmer, null when it is off.
  */
-export function applyWorkerProcessSettings(config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES'>): void {
+export function applyWorkerProcessSettings(
+  config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES' | 'WORKER_MALLOC_TRIM_INTERVAL_MS'>,
+  onTrim?: (outcome: TrimOutcome) => void,
+): MallocTrimmer | null {
   applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
   applyBufferPool(config.WORKER_BUFFER_POOL_BYTES);
+  return startMallocTrimmer(config.WORKER_MALLOC_TRIM_INTERVAL_MS, onTrim);
 }

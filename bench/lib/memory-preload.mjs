@@ -41,11 +41,61 @@ if (file) {
     external: s.external_memory,
     malloced: s.malloced_memory,
   });
+  // glibc's malloc heaps, from /proc/self/smaps (read every tenth flush: a V8 process has
+  // thousands of mappings). The main arena is the brk heap ("[heap]"). Every other arena is a
+  // chain of heaps, each a 64 MiB (HEAP_MAX_SIZE) reservation aligned to 64 MiB whose used part
+  // is read-write and the rest PROT_NONE: an anonymous rw mapping on a 64 MiB boundary whose
+  // size, with the ---p mapping right after it, is a multiple of 64 MiB (the kernel merges
+  // heaps that lie side by side into one mapping). Everything else anonymous (V8's
+  // pages, stacks, allocations above the mmap threshold) is left out. It tells the allocator's
+  // share of native memory from the rest.
+  const ARENA = 64n * 1024n * 1024n;
+  let smaps = null;
+  let flushes = 0;
+  const readSmaps = () => {
+    const maps = [];
+    for (const line of fs.readFileSync('/proc/self/smaps', 'utf8').split('\n')) {
+      const head = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ (\d+)\s*(.*)$/.exec(line);
+      if (head)
+        maps.push({
+          start: BigInt(`0x${head[1]}`),
+          end: BigInt(`0x${head[2]}`),
+          perms: head[3],
+          anon: head[4] === '0' && head[5] === '',
+          name: head[5],
+          rss: 0,
+        });
+      else if (line.startsWith('Rss:') && maps.length) maps[maps.length - 1].rss = Number(/(\d+)/.exec(line)[1]) * 1024;
+    }
+    let brkHeap = 0;
+    let arenaHeaps = 0;
+    let arenaCount = 0;
+    maps.forEach((m, i) => {
+      if (m.name === '[heap]') brkHeap += m.rss;
+      else if (m.anon && m.perms.startsWith('rw') && m.start % ARENA === 0n) {
+        const next = maps[i + 1];
+        const size = m.end - m.start;
+        const reserved = next && next.start === m.end && next.perms.startsWith('---') ? size + (next.end - next.start) : size;
+        if (reserved % ARENA === 0n) {
+          arenaHeaps += m.rss;
+          arenaCount++;
+        }
+      }
+    });
+    return { brkHeap, arenaHeaps, arenaCount };
+  };
   let busy = false;
   const flush = async () => {
     if (busy) return;
     busy = true;
     try {
+      if (flushes++ % 10 === 0) {
+        try {
+          smaps = readSmaps();
+        } catch {
+          smaps = null;
+        }
+      }
       const status = fs.readFileSync('/proc/self/status', 'utf8');
       const mem = process.memoryUsage();
       const out = {
@@ -57,6 +107,7 @@ if (file) {
         rssShmem: kb(status, 'RssShmem'),
         main: { ...heap(v8.getHeapStatistics()), arrayBuffers: mem.arrayBuffers },
         threads: [],
+        malloc: smaps,
       };
       for (const t of threads) {
         if (!t.alive) continue;

@@ -21,6 +21,8 @@ export interface MemorySnapshot {
   readonly rssFile: number;
   readonly main: IsolateHeap & { readonly arrayBuffers: number };
   readonly threads: readonly (IsolateHeap & { readonly name: string })[];
+  /** glibc's heaps, resident bytes (the brk heap of the main arena, the other arenas' heaps), from /proc/self/smaps every 10 s; absent before the first read. */
+  readonly malloc?: { readonly brkHeap: number; readonly arenaHeaps: number; readonly arenaCount: number } | null;
 }
 
 export function readMemorySnapshot(file: string | null): MemorySnapshot | null {
@@ -52,6 +54,8 @@ export interface MemoryBreakdown {
   readonly externalMb: number;
   /** Anonymous memory in no V8 heap: the Rust core, Node's and V8's mallocs, external buffers, the allocator's free pages. */
   readonly nativeMb: number;
+  /** Of native: what lies in glibc's malloc heaps (used or free); null when not read. */
+  readonly mallocMb: number | null;
 }
 
 export function breakdown(s: MemorySnapshot): MemoryBreakdown {
@@ -70,6 +74,7 @@ export function breakdown(s: MemorySnapshot): MemoryBreakdown {
     otherThreadsResidentMb: mb(sum(others.map((t) => t.physical))),
     externalMb: mb(s.main.external + sum(s.threads.map((t) => t.external))),
     nativeMb: mb(s.rssAnon - heapsResident),
+    mallocMb: s.malloc ? mb(s.malloc.brkHeap + s.malloc.arenaHeaps) : null,
   };
 }
 
@@ -82,6 +87,7 @@ export const MEMORY_COLUMNS = [
   'other threads',
   'external',
   'native (anon − heaps)',
+  'of it in malloc heaps',
 ] as const;
 
 export function memoryRow(b: MemoryBreakdown): (string | number)[] {
@@ -95,5 +101,15 @@ export function memoryRow(b: MemoryBreakdown): (string | number)[] {
     r(b.otherThreadsResidentMb),
     r(b.externalMb),
     r(b.nativeMb),
+    b.mallocMb === null ? '-' : r(b.mallocMb),
   ];
+}
+
+/** A progress line's account of the worker's memory, from its latest snapshot ('' when there is none). */
+export function memoryNote(file: string | null): string {
+  const s = readMemorySnapshot(file);
+  if (!s) return '';
+  const b = breakdown(s);
+  const r = (x: number) => Math.round(x).toString();
+  return `  (native ${r(b.nativeMb)}${b.mallocMb === null ? '' : `, in malloc heaps ${r(b.mallocMb)}`}; main heap ${r(b.mainUsedMb)}/${r(b.mainResidentMb)}; workflow heap ${r(b.workflowUsedMb)}/${r(b.workflowResidentMb)} MB)`;
 }

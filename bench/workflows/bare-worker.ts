@@ -24,9 +24,11 @@ if (!taskQueue || !names) {
   process.exit(2);
 }
 const config = loadConfigOrExit();
-// The same heap growing factor and Buffer pool as the generation worker's process (workers/main.ts).
-applyWorkerProcessSettings(config);
 const logger = createLogger({ name: 'bare-worker', level: config.LOG_LEVEL, pretty: false });
+// The same heap growing factor, Buffer pool and malloc trim as the generation worker's process (workers/main.ts).
+applyWorkerProcessSettings(config, (o) => {
+  if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+});
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
 
 const noop = async () => ({ ok: true as const });

@@ -9,7 +9,7 @@ import type { Client } from '@temporalio/client';
 import { eq, inArray, isNull, sql } from 'drizzle-orm';
 import { outboxEvent } from '../../db/schema';
 import { createGenerationFacade, type GenerationFacade } from '../../temporal/facade';
-import { relayOnce } from '../../workers/outbox-relay';
+import { relayOnce, type RelayOptions } from '../../workers/outbox-relay';
 import {
   createTestDatabase,
   createTestTenant,
@@ -103,6 +103,19 @@ function countingFacade(inner: GenerationFacade, hold?: Promise<void>) {
   return { facade, starts, waiting: () => waiting };
 }
 
+/** A relay pass's options over this file's database, batches of 10. */
+function relayOptions(facade: GenerationFacade, extra: Partial<RelayOptions> = {}): RelayOptions {
+  return {
+    db: tdb.database.db,
+    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
+    facade,
+    logger: testLogger,
+    batchSize: 10,
+    intervalMs: 10,
+    ...extra,
+  };
+}
+
 async function createTasks(prefix: string, n: number): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i += 1) {
@@ -137,14 +150,7 @@ test('a relay starts workflows outside any transaction: its claimed rows stay un
   let release!: () => void;
   const a = countingFacade(real, new Promise<void>((r) => (release = r)));
   const b = countingFacade(real);
-  const relay = (facade: GenerationFacade) => ({
-    db: tdb.database.db,
-    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-    facade,
-    logger: testLogger,
-    batchSize: 10,
-    intervalMs: 10,
-  });
+  const relay = (facade: GenerationFacade) => relayOptions(facade);
 
   const passA = relayOnce(relay(a.facade));
   while (a.waiting() === 0) await new Promise((r) => setTimeout(r, 20));
@@ -192,14 +198,7 @@ test('a claim left by a dead relay is taken over once its lease has run out, a l
   await client.workflow.getHandle(real.workflowIdFor(closed!)).terminate('closed before the relay');
 
   const c = countingFacade(real);
-  const relay = {
-    db: tdb.database.db,
-    fence: { scope: config.FENCE_SCOPE, region: config.REGION },
-    facade: c.facade,
-    logger: testLogger,
-    batchSize: 10,
-    intervalMs: 10,
-  };
+  const relay = relayOptions(c.facade);
   assert.deepEqual(await relayOnce(relay), { published: 2, failed: 0 });
   assert.deepEqual([...c.starts.keys()].sort(), [expired!, closed!].sort(), 'the live claim is left to its relay');
   const byTask = new Map(
@@ -223,4 +222,28 @@ test('a claim left by a dead relay is taken over once its lease has run out, a l
   assert.deepEqual(await relayOnce(relay), { published: 1, failed: 0 });
   assert.equal(await runsOf(real, live!), 1);
   for (const id of [expired!, live!]) await client.workflow.getHandle(real.workflowIdFor(id)).terminate('test cleanup');
+});
+
+test('a relay with a hold-off leaves rows younger than it to the fast path, and takes them once they are older', async () => {
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ published_at: sql`now()` })
+    .where(isNull(outboxEvent.published_at));
+  const [young, old] = await createTasks(`hold-off-${Date.now()}`, 2);
+  const real = createGenerationFacade(async () => client, config.TEMPORAL_TASK_QUEUE);
+  const c = countingFacade(real);
+  const relay = relayOptions(c.facade, { holdOffMs: 60_000 });
+  // Both rows are seconds old: the API's fast path may still be starting them.
+  assert.deepEqual(await relayOnce(relay), { published: 0, failed: 0 });
+  assert.equal(c.starts.size, 0, 'no start call for a row inside the hold-off');
+  // One of them has waited past the hold-off (its fast path failed): the relay starts it.
+  await tdb.database.db
+    .update(outboxEvent)
+    .set({ created_at: sql`now() - interval '61 seconds'` })
+    .where(eq(outboxEvent.aggregate_id, old!));
+  assert.deepEqual(await relayOnce(relay), { published: 1, failed: 0 });
+  assert.deepEqual([...c.starts.keys()], [old!]);
+  // Without a hold-off (0, the relay's own default) the young row goes too: nothing is lost.
+  assert.deepEqual(await relayOnce({ ...relay, holdOffMs: 0 }), { published: 1, failed: 0 });
+  for (const id of [young!, old!]) await client.workflow.getHandle(real.workflowIdFor(id)).terminate('test cleanup');
 });
