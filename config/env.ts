@@ -302,11 +302,12 @@ export const envSchema = z.object({
   OUTBOX_RELAY_INTERVAL_MS: ms.default(1_000),
   OUTBOX_RELAY_BATCH: z.coerce.number().int().min(1).max(1000).default(100),
   /**
-   * The worker's relay leaves outbox rows younger than this to the API's fast path (ms). Above
-   * API_FAST_PATH_TIMEOUT_MS, so a start the fast path is still making is not made a second
-   * time by the relay; a start the fast path missed waits this long more. 0: claim at once.
+   * The worker's relay leaves outbox rows younger than this to the API's fast path (ms, at most a
+   * minute). Above API_FAST_PATH_TIMEOUT_MS, so a fast-path start that answers within its timeout
+   * is not made a second time by the relay; a start the fast path missed waits this long more.
+   * 0: claim at once.
    */
-  OUTBOX_RELAY_HOLD_OFF_MS: ms.default(2_000),
+  OUTBOX_RELAY_HOLD_OFF_MS: ms.max(60_000).default(2_000),
 
   /**
    * Outbox watermark (automatic narrowing): while more rows than this wait unpublished, or the
@@ -424,7 +425,9 @@ export const envSchema = z.object({
    * never). After a burst the allocator otherwise keeps its burst-time pages while tasks wait
    * (docs/decisions/0058-worker-malloc-trim.md).
    */
-  WORKER_MALLOC_TRIM_INTERVAL_MS: ms.default(60_000),
+  WORKER_MALLOC_TRIM_INTERVAL_MS: ms
+    .refine((v) => v === 0 || v >= 10_000, 'must be 0 (off) or at least 10000 ms: a trim stalls allocating threads while it runs')
+    .default(60_000),
   /** Workflow tasks run at once (SDK default 40; at most the cache size). */
   WORKER_MAX_CONCURRENT_WORKFLOW_TASKS: z.coerce.number().int().min(2).default(40),
   /** Long polls kept open per task queue for workflow tasks and for activity tasks (SDK default 10 each). */

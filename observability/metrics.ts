@@ -430,8 +430,11 @@ export function registerReconcileMetrics(registry: Registry): (run: ReconcileRun
   };
 }
 
-/** The worker's periodic malloc trim (workers/malloc-trim.ts): what each trim gave back and how long it took. */
-export function registerMallocTrimMetrics(registry: Registry): (outcome: { releasedBytes: number; seconds: number }) => void {
+/** The worker's periodic malloc trim (workers/malloc-trim.ts): what each trim gave back, how long it took, how many failed. */
+export function registerMallocTrimMetrics(registry: Registry): {
+  trimmed: (outcome: { releasedBytes: number; seconds: number }) => void;
+  failed: () => void;
+} {
   const released = new Counter({
     name: 'vidorch_worker_malloc_trim_released_bytes_total',
     help: "Anonymous resident memory the worker's malloc trims gave back to the system (bytes, as RssAnon saw it)",
@@ -439,12 +442,20 @@ export function registerMallocTrimMetrics(registry: Registry): (outcome: { relea
   });
   const seconds = new Histogram({
     name: 'vidorch_worker_malloc_trim_seconds',
-    help: 'How long one malloc trim took (on the thread pool, not the event loop)',
+    help: 'How long one malloc trim took; threads that allocate meanwhile, the event loop included, wait for its arena locks',
     buckets: [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1],
     registers: [registry],
   });
-  return (o) => {
-    released.inc(o.releasedBytes);
-    seconds.observe(o.seconds);
+  const failures = new Counter({
+    name: 'vidorch_worker_malloc_trim_failures_total',
+    help: 'Malloc trims that failed (the next tick tries again)',
+    registers: [registry],
+  });
+  return {
+    trimmed(o) {
+      released.inc(o.releasedBytes);
+      seconds.observe(o.seconds);
+    },
+    failed: () => failures.inc(),
   };
 }

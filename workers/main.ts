@@ -38,13 +38,13 @@ import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-wo
 import { startOutboxRelay } from './outbox-relay';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
 import { createSecretBox } from '../db/webhook-secrets';
-import type { TrimOutcome } from './malloc-trim';
+import type { TrimHooks } from './malloc-trim';
 import { applyWorkerProcessSettings, tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
-// The trims start before the metrics exist; the first is a minute away, and the recorder is set below.
-let recordTrim: ((o: TrimOutcome) => void) | null = null;
-applyWorkerProcessSettings(config, (o) => recordTrim?.(o));
+// The trims start before the logger and the metrics exist; the first is a minute away, and the hooks are set below.
+let trimHooks: Required<TrimHooks> | null = null;
+applyWorkerProcessSettings(config, { onTrim: (o) => trimHooks?.onTrim(o), onError: (err) => trimHooks?.onError(err) });
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 const tracing = await installTracing(tracingOptions(config, 'vidorch-worker', logger));
 exitOnUnhandledErrors(logger);
@@ -63,10 +63,16 @@ const facts = startFactSampler({
 const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: database.pool });
 const recordReconcileRun = registerReconcileMetrics(metrics.registry);
 const trimMetrics = registerMallocTrimMetrics(metrics.registry);
-recordTrim = (o) => {
-  trimMetrics(o);
-  // A trim that gave back much is worth a line (after a burst); the metrics have every one.
-  if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+trimHooks = {
+  onTrim(o) {
+    trimMetrics.trimmed(o);
+    // A trim that gave back much is worth a line (after a burst); the metrics have every one.
+    if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+  },
+  onError(err) {
+    trimMetrics.failed();
+    logger.warn({ err }, 'malloc trim failed');
+  },
 };
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
@@ -198,6 +204,14 @@ async function startWorker(): Promise<RegionService> {
       logger.info({ region: config.REGION }, 'worker stopped polling');
     },
   };
+}
+
+if (config.OUTBOX_RELAY_HOLD_OFF_MS > 0 && config.OUTBOX_RELAY_HOLD_OFF_MS < config.API_FAST_PATH_TIMEOUT_MS) {
+  // Not an error (starts are idempotent), but the relay will start workflows the API is still starting.
+  logger.warn(
+    { OUTBOX_RELAY_HOLD_OFF_MS: config.OUTBOX_RELAY_HOLD_OFF_MS, API_FAST_PATH_TIMEOUT_MS: config.API_FAST_PATH_TIMEOUT_MS },
+    'the outbox relay hold-off is shorter than the fast path timeout: some workflows will get two start calls',
+  );
 }
 
 async function startRelay(): Promise<RegionService> {

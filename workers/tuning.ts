@@ -4,7 +4,7 @@
 import v8 from 'node:v8';
 import type { WorkerOptions } from '@temporalio/worker';
 import type { Config } from '../config/env';
-import { startMallocTrimmer, type MallocTrimmer, type TrimOutcome } from './malloc-trim';
+import { startMallocTrimmer, type MallocTrimmer, type TrimHooks } from './malloc-trim';
 
 export interface WorkerTuning {
   /** Sticky-cache size; 0 disables the cache (every workflow task replays the history). */
@@ -60,9 +60,9 @@ export function applyBufferPool(bytes: number): void {
  */
 export function applyWorkerProcessSettings(
   config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES' | 'WORKER_MALLOC_TRIM_INTERVAL_MS'>,
-  onTrim?: (outcome: TrimOutcome) => void,
+  trimHooks?: TrimHooks,
 ): MallocTrimmer | null {
   applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
   applyBufferPool(config.WORKER_BUFFER_POOL_BYTES);
-  return startMallocTrimmer(config.WORKER_MALLOC_TRIM_INTERVAL_MS, onTrim);
+  return startMallocTrimmer(config.WORKER_MALLOC_TRIM_INTERVAL_MS, trimHooks);
 }

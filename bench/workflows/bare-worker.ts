@@ -26,8 +26,11 @@ if (!taskQueue || !names) {
 const config = loadConfigOrExit();
 const logger = createLogger({ name: 'bare-worker', level: config.LOG_LEVEL, pretty: false });
 // The same heap growing factor, Buffer pool and malloc trim as the generation worker's process (workers/main.ts).
-applyWorkerProcessSettings(config, (o) => {
-  if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+applyWorkerProcessSettings(config, {
+  onTrim: (o) => {
+    if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+  },
+  onError: (err) => logger.warn({ err }, 'malloc trim failed'),
 });
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
 

@@ -32,13 +32,15 @@ async function burst(mode: 'trim' | 'wait'): Promise<Fragmented> {
 const MB = 2 ** 20;
 
 describe('the worker malloc trim', () => {
-  test('defaults to once a minute; 0 turns it off; a negative interval names the field', () => {
+  test('defaults to once a minute; 0 turns it off; under 10 s or negative is refused, naming the field', () => {
     assert.equal(testConfig().WORKER_MALLOC_TRIM_INTERVAL_MS, 60_000);
     assert.equal(startMallocTrimmer(testConfig({ WORKER_MALLOC_TRIM_INTERVAL_MS: '0' }).WORKER_MALLOC_TRIM_INTERVAL_MS), null);
-    assert.throws(
-      () => loadConfig({ ...process.env, NODE_ENV: 'test', WORKER_MALLOC_TRIM_INTERVAL_MS: '-1' }),
-      (err: unknown) => err instanceof ConfigError && err.message.includes('WORKER_MALLOC_TRIM_INTERVAL_MS'),
-    );
+    for (const bad of ['-1', '60', '9999'])
+      assert.throws(
+        () => loadConfig({ ...process.env, NODE_ENV: 'test', WORKER_MALLOC_TRIM_INTERVAL_MS: bad }),
+        (err: unknown) => err instanceof ConfigError && err.message.includes('WORKER_MALLOC_TRIM_INTERVAL_MS'),
+        bad,
+      );
   });
 
   test('after a burst, the freed pages stay resident until a trim gives them back', async () => {
@@ -52,14 +54,25 @@ describe('the worker malloc trim', () => {
     assert.ok(trimmed.trim && trimmed.trim.releasedBytes >= 50 * MB, `the trim reported ${JSON.stringify(trimmed.trim)}`);
   });
 
-  test('the timer trims on its own and reports each trim', async () => {
+  test('the timer trims at its first tick, then only once anonymous memory has grown by 16 MB', async () => {
     const seen: number[] = [];
-    const trimmer = startMallocTrimmer(50, (o) => seen.push(o.seconds));
+    const trimmer = startMallocTrimmer(50, { onTrim: (o) => seen.push(o.seconds) });
     assert.ok(trimmer, 'glibc malloc_trim is available on this Linux');
-    try {
+    const until = async (n: number) => {
       const deadline = Date.now() + 5_000;
-      while (seen.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      assert.ok(seen.length >= 2, `trims seen ${seen.length}`);
+      while (seen.length < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    };
+    try {
+      await until(1);
+      assert.equal(seen.length, 1, 'the first tick trims');
+      // At rest nothing grows: ten ticks, no trim (each would stall allocating threads for nothing).
+      await new Promise((r) => setTimeout(r, 500));
+      assert.equal(seen.length, 1, `trims at rest: ${seen.length - 1}`);
+      // 48 MB of native allocations, kept until the next trim: memory has grown, so it trims.
+      const held = Array.from({ length: 12_000 }, () => Buffer.allocUnsafeSlow(4_000).fill(1));
+      await until(2);
+      assert.equal(seen.length, 2, `trims after 48 MB of growth: ${seen.length - 1}`);
+      assert.ok(held.length > 0);
     } finally {
       trimmer.stop();
     }
