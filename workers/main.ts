@@ -38,13 +38,10 @@ import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-wo
 import { startOutboxRelay } from './outbox-relay';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
 import { createSecretBox } from '../db/webhook-secrets';
-import type { TrimHooks } from './malloc-trim';
-import { applyWorkerProcessSettings, tuningFromConfig } from './tuning';
+import { applyWorkerProcessSettings, startWorkerMallocTrim, tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
-// The trims start before the logger and the metrics exist; the first is a minute away, and the hooks are set below.
-let trimHooks: Required<TrimHooks> | null = null;
-applyWorkerProcessSettings(config, { onTrim: (o) => trimHooks?.onTrim(o), onError: (err) => trimHooks?.onError(err) });
+applyWorkerProcessSettings(config);
 const logger = createLogger({ name: 'worker', level: config.LOG_LEVEL, pretty: config.LOG_PRETTY });
 const tracing = await installTracing(tracingOptions(config, 'vidorch-worker', logger));
 exitOnUnhandledErrors(logger);
@@ -62,18 +59,7 @@ const facts = startFactSampler({
 });
 const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: database.pool });
 const recordReconcileRun = registerReconcileMetrics(metrics.registry);
-const trimMetrics = registerMallocTrimMetrics(metrics.registry);
-trimHooks = {
-  onTrim(o) {
-    trimMetrics.trimmed(o);
-    // A trim that gave back much is worth a line (after a burst); the metrics have every one.
-    if (o.releasedBytes >= 16 * 2 ** 20) logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
-  },
-  onError(err) {
-    trimMetrics.failed();
-    logger.warn({ err }, 'malloc trim failed');
-  },
-};
+startWorkerMallocTrim(config, logger, registerMallocTrimMetrics(metrics.registry));
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',

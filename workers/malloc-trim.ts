@@ -31,28 +31,22 @@ export interface MallocTrimmer {
 /** A tick trims only once anonymous memory has grown this much since the last trim. */
 export const TRIM_MIN_GROWTH_BYTES = 16 * 2 ** 20;
 
-type TrimCall = (pad: number, done: (err: unknown, released: number) => void) => void;
-
-interface KoffiFunction {
-  async(pad: number, done: (err: unknown, result: number) => void): void;
-}
 interface Koffi {
-  load(path: string): { func(signature: string): KoffiFunction };
+  load(path: string): { func(signature: string): { async(pad: number, done: (err: unknown) => void): void } };
 }
 
 /**
- * glibc's malloc_trim, or null where there is none: not Linux, a libc without it (musl), or no
- * koffi binary for this platform. koffi is required here, not imported, so a platform it has no
- * prebuilt binary for runs without the trim instead of failing at start-up.
+ * glibc's malloc_trim(0) on libuv's thread pool, or null where there is none: not Linux, a libc
+ * without it (musl), or no koffi binary for this platform. koffi is required here, not imported,
+ * so a platform it has no prebuilt binary for runs without the trim instead of failing at start-up.
  */
-function loadMallocTrim(): TrimCall | null {
+function loadMallocTrim(): (() => Promise<void>) | null {
   if (process.platform !== 'linux') return null;
   try {
     const koffi = createRequire(import.meta.url)('koffi') as Koffi;
     const trim = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)');
-    return (pad, done) => {
-      trim.async(pad, done);
-    };
+    return () =>
+      new Promise((resolve, reject) => trim.async(0, (err) => (err ? reject(err instanceof Error ? err : new Error('malloc_trim failed')) : resolve())));
   } catch {
     return null;
   }
@@ -81,8 +75,8 @@ export interface TrimHooks {
  */
 export function startMallocTrimmer(intervalMs: number, hooks: TrimHooks = {}): MallocTrimmer | null {
   if (intervalMs <= 0) return null;
-  const call = loadMallocTrim();
-  if (!call) return null;
+  const trim = loadMallocTrim();
+  if (!trim) return null;
   let running = false;
   /** Anonymous memory right after the last trim; null before the first. */
   let floor: number | null = null;
@@ -92,7 +86,7 @@ export function startMallocTrimmer(intervalMs: number, hooks: TrimHooks = {}): M
     try {
       const before = anonymousRss();
       const t0 = performance.now();
-      await new Promise<void>((resolve, reject) => call(0, (err) => (err ? reject(err instanceof Error ? err : new Error('malloc_trim failed')) : resolve())));
+      await trim();
       const seconds = (performance.now() - t0) / 1000;
       const after = anonymousRss();
       floor = after;

@@ -4,7 +4,8 @@
 import v8 from 'node:v8';
 import type { WorkerOptions } from '@temporalio/worker';
 import type { Config } from '../config/env';
-import { startMallocTrimmer, type MallocTrimmer, type TrimHooks } from './malloc-trim';
+import type { Logger } from '../observability/logger';
+import { startMallocTrimmer, type TrimOutcome } from './malloc-trim';
 
 export interface WorkerTuning {
   /** Sticky-cache size; 0 disables the cache (every workflow task replays the history). */
@@ -54,15 +55,35 @@ export function applyBufferPool(bytes: number): void {
 }
 
 /**
- * The worker process's memory settings from config (the heap growing factor, the Buffer pool, the
- * periodic malloc trim): one call, first thing in a worker's main, so the generation worker and
- * the benchmarks' bare worker cannot drift apart. Returns the trimmer, null when it is off.
+ * The worker process's memory settings from config (the heap growing factor, the Buffer pool): one
+ * call, first thing in a worker's main, so the generation worker and the benchmarks' bare worker
+ * cannot drift apart.
  */
-export function applyWorkerProcessSettings(
-  config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES' | 'WORKER_MALLOC_TRIM_INTERVAL_MS'>,
-  trimHooks?: TrimHooks,
-): MallocTrimmer | null {
+export function applyWorkerProcessSettings(config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES'>): void {
   applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
   applyBufferPool(config.WORKER_BUFFER_POOL_BYTES);
-  return startMallocTrimmer(config.WORKER_MALLOC_TRIM_INTERVAL_MS, trimHooks);
+}
+
+/**
+ * The worker process's periodic malloc trim (WORKER_MALLOC_TRIM_INTERVAL_MS, workers/malloc-trim.ts),
+ * started by both worker mains once their logger (and metrics) exist: a trim that gave back
+ * 16 MB or more is logged, a failure is a warning, and both are counted when `metrics` is given.
+ */
+export function startWorkerMallocTrim(
+  config: Pick<Config, 'WORKER_MALLOC_TRIM_INTERVAL_MS'>,
+  logger: Logger,
+  metrics?: { readonly trimmed: (o: TrimOutcome) => void; readonly failed: () => void },
+): void {
+  startMallocTrimmer(config.WORKER_MALLOC_TRIM_INTERVAL_MS, {
+    onTrim(o) {
+      metrics?.trimmed(o);
+      // A trim that gave back much is worth a line (after a burst); the metrics have every one.
+      if (o.releasedBytes >= 16 * 2 ** 20)
+        logger.info({ releasedMb: Math.round(o.releasedBytes / 2 ** 20), seconds: o.seconds }, 'malloc trim gave memory back');
+    },
+    onError(err) {
+      metrics?.failed();
+      logger.warn({ err }, 'malloc trim failed');
+    },
+  });
 }
