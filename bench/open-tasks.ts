@@ -181,7 +181,7 @@ async function idleWindow(
     await sleep(Math.min(5_000, Math.max(0, settleUntil - Date.now())));
     rep.log(
       `[open-tasks ${label} settle] ${((Date.now() - settleStart) / 1000).toFixed(0).padStart(3)}/${(pace.settleMs / 1000).toFixed(0)} s  ` +
-        `polls ${polls() - polls0}  worker RSS ${mb(processRss(workerPid)).toFixed(0)} MB${memoryNote(memoryFile)}`,
+        `polls ${polls() - polls0}  worker RSS ${mb(processRss(workerPid)).toFixed(0)} MB${memoryNote(readMemorySnapshot(memoryFile))}`,
     );
   }
   const settleSeconds = (Date.now() - settleStart) / 1000;
@@ -206,7 +206,7 @@ async function idleWindow(
       reads.push(polls());
       const rate = reads.length >= 2 ? reads[reads.length - 1]! - reads[reads.length - 2]! : null;
       rep.log(
-        `[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${pace.windowSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}${memoryNote(memoryFile)}`,
+        `[open-tasks ${label} idle] ${String(s + 1).padStart(3)}/${pace.windowSeconds} s  worker RSS ${rss.toFixed(0)} MB${rate === null ? '' : `  polls ${rate}/s`}${memoryNote(snapshot)}`,
       );
     }
     span.toUs = hrtimeUs();
@@ -295,7 +295,7 @@ async function runReal(
         `[open-tasks real] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  created ${ids.length - 1}/${o.tasks}  at the provider ${at}  ` +
           `(${Object.entries(s)
             .map(([k, v]) => `${k} ${v}`)
-            .join(', ')})  worker RSS ${mb(processRss(worker.proc.pid)).toFixed(0)} MB${memoryNote(memoryFile)}`,
+            .join(', ')})  worker RSS ${mb(processRss(worker.proc.pid)).toFixed(0)} MB${memoryNote(readMemorySnapshot(memoryFile))}`,
       );
     }
   })();
@@ -452,7 +452,7 @@ async function runBare(bw: BenchWorld, pace: Pace, o: OpenTasksOptions, rep: Rep
     const progress = setInterval(
       () =>
         rep.log(
-          `[open-tasks bare] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  started ${ids.length}/${o.tasks}  worker RSS ${mb(processRss(worker.pid)).toFixed(0)} MB${memoryNote(memoryFile)}`,
+          `[open-tasks bare] ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)} s  started ${ids.length}/${o.tasks}  worker RSS ${mb(processRss(worker.pid)).toFixed(0)} MB${memoryNote(readMemorySnapshot(memoryFile))}`,
         ),
       2_000,
     );

@@ -69,20 +69,16 @@ if (file) {
     }
     let brkHeap = 0;
     let arenaHeaps = 0;
-    let arenaCount = 0;
     maps.forEach((m, i) => {
       if (m.name === '[heap]') brkHeap += m.rss;
       else if (m.anon && m.perms.startsWith('rw') && m.start % ARENA === 0n) {
         const next = maps[i + 1];
         const size = m.end - m.start;
         const reserved = next && next.start === m.end && next.perms.startsWith('---') ? size + (next.end - next.start) : size;
-        if (reserved % ARENA === 0n) {
-          arenaHeaps += m.rss;
-          arenaCount++;
-        }
+        if (reserved % ARENA === 0n) arenaHeaps += m.rss;
       }
     });
-    return { brkHeap, arenaHeaps, arenaCount };
+    return { brkHeap, arenaHeaps };
   };
   let busy = false;
   const flush = async () => {

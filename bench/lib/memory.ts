@@ -22,7 +22,7 @@ export interface MemorySnapshot {
   readonly main: IsolateHeap & { readonly arrayBuffers: number };
   readonly threads: readonly (IsolateHeap & { readonly name: string })[];
   /** glibc's heaps, resident bytes (the brk heap of the main arena, the other arenas' heaps), from /proc/self/smaps every 10 s; absent before the first read. */
-  readonly malloc?: { readonly brkHeap: number; readonly arenaHeaps: number; readonly arenaCount: number } | null;
+  readonly malloc?: { readonly brkHeap: number; readonly arenaHeaps: number } | null;
 }
 
 export function readMemorySnapshot(file: string | null): MemorySnapshot | null {
@@ -105,9 +105,8 @@ export function memoryRow(b: MemoryBreakdown): (string | number)[] {
   ];
 }
 
-/** A progress line's account of the worker's memory, from its latest snapshot ('' when there is none). */
-export function memoryNote(file: string | null): string {
-  const s = readMemorySnapshot(file);
+/** A progress line's account of the worker's memory, from a snapshot ('' when there is none). */
+export function memoryNote(s: MemorySnapshot | null): string {
   if (!s) return '';
   const b = breakdown(s);
   const r = (x: number) => Math.round(x).toString();
