@@ -11,17 +11,22 @@
 // comes back, up to RESERVATION_GRACE_MS late (a workflow timer or a busy worker); later than that
 // the moment has passed unused and the claim takes a new place.
 //
-// The bound: creates in any window of W seconds ≤ burst + rate × (W + grace). At the default
-// share (0.9 of the quota, a one-second burst, 5 s of grace) that is 0.9 × q × (W + 6), within
-// q × W for every W ≥ 54 s: the documented per-minute quota holds over any minute, and a
-// 10-second window sees at most 1.44 × q × 10 (the "short bursts" Replicate tolerates).
+// The bound: creates in any window of W seconds ≤ burst + rate × (W + grace + slack), where the
+// slack (DUE_SLACK_MS, 10 ms) is how early a claim may go. At the default share (0.9 of the quota,
+// a one-second burst, 5 s of grace) that is 0.9 × q × (W + 6.01), within q × W for every
+// W ≥ 55 s: the documented per-minute quota holds over any minute, and a 10-second window sees at
+// most 1.44 × q × 10 (the "short bursts" Replicate tolerates). Claims that come back on time (no
+// grace used) are held to GCRA's own bound: burst + ⌊(W + slack) / interval⌋.
 
 /** Late by up to this, a reservation is still honoured; later, the claim takes a new place. */
 export const RESERVATION_GRACE_MS = 5_000;
 /** The share of the account's create quota the pacer uses (the rest absorbs bursts and grace). */
 export const CREATE_PACE_SHARE = 0.9;
-/** A reservation this close ahead is treated as due: a timer that fires a few ms early is not sent back. */
-const DUE_SLACK_MS = 10;
+/**
+ * A reservation (or a conform time) this close ahead is treated as due: a timer that fires a few
+ * ms early is not sent back. A claim may therefore go up to this early, and the bounds above carry it.
+ */
+export const DUE_SLACK_MS = 10;
 
 export interface CreatePace {
   /** Creates per second the pacer admits on average. */
