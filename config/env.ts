@@ -428,6 +428,11 @@ export const envSchema = z.object({
   WORKER_MALLOC_TRIM_INTERVAL_MS: ms
     .refine((v) => v === 0 || v >= 10_000, 'must be 0 (off) or at least 10000 ms: a trim stalls allocating threads while it runs')
     .default(60_000),
+  /**
+   * Whether those ticks also compact the worker's main V8 heap when a burst has left 16 MB of it
+   * unused (a memory-reducing full GC on the main thread, ~0.1 s; docs/decisions/0060-worker-heap-compaction.md).
+   */
+  WORKER_HEAP_COMPACTION: bool.default(true),
   /** Workflow tasks run at once (SDK default 40; at most the cache size). */
   WORKER_MAX_CONCURRENT_WORKFLOW_TASKS: z.coerce.number().int().min(2).default(40),
   /** Long polls kept open per task queue for workflow tasks and for activity tasks (SDK default 10 each). */

@@ -430,14 +430,20 @@ export function registerReconcileMetrics(registry: Registry): (run: ReconcileRun
   };
 }
 
-/** The worker's periodic malloc trim (workers/malloc-trim.ts): what each trim gave back, how long it took, how many failed. */
+/** The worker's periodic malloc trim and heap compaction (workers/malloc-trim.ts): what each gave back, how long each took, how many failed. */
 export function registerMallocTrimMetrics(registry: Registry): {
-  trimmed: (outcome: { releasedBytes: number; seconds: number }) => void;
+  trimmed: (outcome: { releasedBytes: number; seconds: number | null; compactionSeconds: number | null }) => void;
   failed: () => void;
 } {
   const released = new Counter({
     name: 'vidorch_worker_malloc_trim_released_bytes_total',
-    help: "Anonymous resident memory the worker's malloc trims gave back to the system (bytes, as RssAnon saw it)",
+    help: "Anonymous resident memory the worker's give-backs (a heap compaction, a malloc trim, or both) returned to the system (bytes, as RssAnon saw it)",
+    registers: [registry],
+  });
+  const compaction = new Histogram({
+    name: 'vidorch_worker_heap_compaction_seconds',
+    help: "How long one compaction of the worker's main V8 heap took (V8's memory-reducing collection, two or more full GCs; the event loop waits for it)",
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2],
     registers: [registry],
   });
   const seconds = new Histogram({
@@ -448,13 +454,14 @@ export function registerMallocTrimMetrics(registry: Registry): {
   });
   const failures = new Counter({
     name: 'vidorch_worker_malloc_trim_failures_total',
-    help: 'Malloc trims that failed (the next tick tries again)',
+    help: 'Memory give-backs (a malloc trim, a heap compaction, or the readings before them) that failed; the next tick tries again',
     registers: [registry],
   });
   return {
     trimmed(o) {
       released.inc(o.releasedBytes);
-      seconds.observe(o.seconds);
+      if (o.seconds !== null) seconds.observe(o.seconds);
+      if (o.compactionSeconds !== null) compaction.observe(o.compactionSeconds);
     },
     failed: () => failures.inc(),
   };
