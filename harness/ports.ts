@@ -1,10 +1,38 @@
 // Ports and readiness: a free port, whether something listens, and waiting for a condition
 // (TCP, HTTP) with the last output of the process being waited on in the error.
+import fs from 'node:fs';
 import net from 'node:net';
 import { describeExit, sleep, tail, type ManagedProcess } from './processes';
 
-/** A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it). */
-export function freePort(): Promise<number> {
+/**
+ * A TCP port on 127.0.0.1 that was free a moment ago, for a server that starts a little later.
+ * Picked at random below the kernel's ephemeral range, not by the OS (port 0): the OS picks from
+ * that range, which is also where every outgoing connection's own port comes from, so a port it
+ * hands out can be taken by any connection a test opens before its server listens (a suite run
+ * lost four tests to EADDRINUSE that way). Below the range only listeners compete, and each is
+ * checked. Falls back to the OS's pick where the range leaves no room below it.
+ */
+export async function freePort(): Promise<number> {
+  const [low, high] = belowEphemeral();
+  for (let attempt = 0; high > low && attempt < 50; attempt++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if (await isPortFree(port)) return port;
+  }
+  return osPickedPort();
+}
+
+/** [low, high) under the ephemeral range (net.ipv4.ip_local_port_range), at most 12,000 ports from 10000 up; empty when there is none. */
+function belowEphemeral(): [number, number] {
+  let ephemeralLow = 32_768;
+  try {
+    ephemeralLow = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || ephemeralLow;
+  } catch {
+    // Not Linux: the IANA range starts at 49152, and 32768 is below it too.
+  }
+  return [Math.max(10_000, ephemeralLow - 12_000), ephemeralLow];
+}
+
+function osPickedPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.unref();
