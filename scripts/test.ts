@@ -170,7 +170,20 @@ async function main(): Promise<number> {
     // --test-timeout: a test or hook that hangs (a worker that never stops, a wait with no bound)
     // fails after 10 minutes with its name and output, instead of holding the run until CI's own
     // limit cuts it off with nothing but the list of files still pending.
-    const args = ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-force-exit', '--test-timeout=600000', ...reporterFlags, ...userFlags, ...files];
+    // test/support/property-limits.ts: every property test's runs are bounded in time.
+    const args = [
+      '--import',
+      'tsx',
+      '--import',
+      './test/support/property-limits.ts',
+      '--test',
+      '--test-concurrency=2',
+      '--test-force-exit',
+      '--test-timeout=600000',
+      ...reporterFlags,
+      ...userFlags,
+      ...files,
+    ];
     const shownArgs = [...args.slice(0, args.length - files.length), files.length === 1 ? files[0] : `<${files.length} files>`];
     say(`${path.relative(REPO_ROOT, nodeBinary())} ${shownArgs.join(' ')}`);
     const suiteStart = Date.now();
