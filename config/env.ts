@@ -430,7 +430,7 @@ export const envSchema = z.object({
     .default(60_000),
   /**
    * Whether those ticks also compact the worker's main V8 heap when a burst has left 16 MB of it
-   * unused (a memory-reducing full GC on the main thread, ~0.1 s; docs/decisions/0060-worker-heap-compaction.md).
+   * unused (a memory-reducing collection on the main thread, ~0.45 s measured; docs/decisions/0060-worker-heap-compaction.md).
    */
   WORKER_HEAP_COMPACTION: bool.default(true),
   /** Workflow tasks run at once (SDK default 40; at most the cache size). */
