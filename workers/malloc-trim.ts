@@ -187,7 +187,8 @@ export function heapUnusedBytes(): number {
   return unused;
 }
 
-function anonymousRss(): number | null {
+/** RssAnon from /proc/self/status, bytes; null where there is none. */
+export function anonymousRss(): number | null {
   try {
     const m = /RssAnon:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
     return m ? Number(m[1]) * 1024 : null;
@@ -249,17 +250,24 @@ export function startMallocTrimmer(intervalMs: number, hooks: TrimHooks = {}, op
     try {
       let r = read();
       const before = r.anonBytes;
+      /** Runs one step, timed; whether it ends or throws, the readings after it are taken. Its seconds. */
+      const step = async (run: () => void | Promise<void>): Promise<number> => {
+        const t0 = performance.now();
+        try {
+          await run();
+        } finally {
+          r = read();
+        }
+        return (performance.now() - t0) / 1000;
+      };
       let compactionSeconds: number | null = null;
       if (compact) {
         const gate = compactionDue(state, r);
         state = gate.state;
         if (force || gate.due) {
-          const c0 = performance.now();
           try {
-            compact();
+            compactionSeconds = await step(compact);
           } finally {
-            compactionSeconds = (performance.now() - c0) / 1000;
-            r = read();
             state = afterCompaction(state, before !== null && r.anonBytes !== null ? before - r.anonBytes : 0);
           }
         }
@@ -269,12 +277,9 @@ export function startMallocTrimmer(intervalMs: number, hooks: TrimHooks = {}, op
         const gate = trimDue(state, r);
         state = gate.state;
         if (force || gate.due) {
-          const t0 = performance.now();
           try {
-            await libc.trim();
+            seconds = await step(libc.trim);
           } finally {
-            seconds = (performance.now() - t0) / 1000;
-            r = read();
             state = afterTrim(state, r);
           }
         }
