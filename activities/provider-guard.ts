@@ -61,8 +61,8 @@ export interface Admission {
   readonly ceiling: number;
   /** The claim holds the provider's control row lock (taken by admit's read): takeSlot need not take it. */
   readonly locked: boolean;
-  /** The provider's create pace as the read found it (domain/create-pace.ts): the database's clock and the TAT. */
-  readonly pace: { readonly nowMs: number; readonly tatMs: number | null };
+  /** The provider's create pace as the read found it (domain/create-pace.ts): the database's clock, the TAT and the sends' TAT. */
+  readonly pace: { readonly nowMs: number; readonly tatMs: number | null; readonly sentTatMs: number | null };
 }
 
 export interface BulkheadSnapshot {
@@ -209,7 +209,11 @@ export class ProviderGuard {
     }
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) s.lastLimit = limit;
-    const pace = { nowMs: control?.db_now.getTime() ?? this.opts.now(), tatMs: control?.create_tat?.getTime() ?? null };
+    const pace = {
+      nowMs: control?.db_now.getTime() ?? this.opts.now(),
+      tatMs: control?.create_tat?.getTime() ?? null,
+      sentTatMs: control?.create_sent_tat?.getTime() ?? null,
+    };
     return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit, locked, pace };
   }
 

@@ -232,7 +232,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     // A slot held for its moment (holdSlotUntil) was used by takeSlot; with no limit any more it was
     // not, and must not stay counted.
     if (!slotted && attempt.paced_until) await leaveQueue(tx, attempt.attempt_id);
-    await claimForSubmit(tx, attempt.attempt_id, now(), paced?.tatMs != null ? { provider: attempt.provider, tat: new Date(paced.tatMs) } : null);
+    // A claim that calls a paced provider moves the sends' TAT, and the pace's when it took a moment of its own.
+    const move =
+      paced?.kind === 'go'
+        ? { provider: attempt.provider, tat: paced.tatMs === null ? null : new Date(paced.tatMs), sentTat: new Date(paced.sentTatMs) }
+        : null;
+    await claimForSubmit(tx, attempt.attempt_id, now(), move);
     return { kind: 'claimed' as const, task, attempt, ticket, token };
   }
 

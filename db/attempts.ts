@@ -5,7 +5,7 @@ import type { PgUpdateSetSource } from 'drizzle-orm/pg-core';
 import type { AttemptState } from '../domain/states';
 import type { DbOrTx } from './client';
 import { taskAttempt } from './schema';
-import { moveCreatePace } from './provider-control';
+import { moveCreatePaceOnSend, type PaceMove } from './provider-control';
 
 /** The columns an attempt CAS may set (its identity and version are not among them). */
 export type AttemptChange = Omit<PgUpdateSetSource<typeof taskAttempt>, 'attempt_id' | 'task_id' | 'attempt_no' | 'status_version'>;
@@ -67,14 +67,9 @@ export async function attemptCounts(tx: DbOrTx, taskId: string): Promise<Attempt
  * provider's control row lock, and a claim that calls the provider pays one round trip for both
  * (docs/decisions/0057). Returns whether the attempt moved (false: it was no longer PREPARED).
  */
-export async function claimForSubmit(
-  tx: DbOrTx,
-  attemptId: string,
-  startedAt: Date,
-  pace: { readonly provider: string; readonly tat: Date } | null,
-): Promise<boolean> {
+export async function claimForSubmit(tx: DbOrTx, attemptId: string, startedAt: Date, pace: PaceMove | null): Promise<boolean> {
   const { rows } = await tx.execute(sql`
-    ${pace ? sql`WITH pace AS (${moveCreatePace(pace.provider, pace.tat)})` : sql``}
+    ${pace ? sql`WITH pace AS (${moveCreatePaceOnSend(pace)})` : sql``}
     UPDATE task_attempt
     SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, paced_until = NULL, status_version = status_version + 1
     WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'

@@ -16,7 +16,7 @@ export async function ensureProviderControl(tx: DbOrTx, provider: string): Promi
 }
 
 /** What a submit claim reads of its provider's control row (readClaimControl). */
-export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight' | 'create_tat'> & {
+export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight' | 'create_tat' | 'create_sent_tat'> & {
   /** The system mode assertModeAllows left in the transaction; null: unset. */
   readonly mode: string | null;
   /** The database's clock at the read: the create pace's clock, one for every worker process (domain/create-pace.ts). */
@@ -35,12 +35,13 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
     // as the wait for the lock, and the pace would run behind by that much.
     const { rows } = await tx.execute<ClaimControl>(sql`
       WITH control AS (
-        SELECT breaker_force, max_in_flight, create_tat
+        SELECT breaker_force, max_in_flight, create_tat, create_sent_tat
         FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``})
       SELECT control.*, current_setting(${MODE_SETTING}, true) AS mode, clock_timestamp() AS db_now FROM control`);
     const row = rows[0];
     // A raw statement's timestamps arrive as strings: the row's type promises dates.
-    return row && { ...row, create_tat: row.create_tat === null ? null : new Date(row.create_tat), db_now: new Date(row.db_now) };
+    const date = (v: Date | string | null) => (v === null ? null : new Date(v));
+    return row && { ...row, create_tat: date(row.create_tat), create_sent_tat: date(row.create_sent_tat), db_now: new Date(row.db_now) };
   };
   // The row exists after the provider's first claim: create it only when the read finds none
   // (one round trip per claim instead of two).
@@ -61,6 +62,20 @@ export async function setCreateTat(tx: DbOrTx, provider: string, tat: Date): Pro
 /** The statement that stores the provider's create pace: alone (setCreateTat), or as a CTE of the claim's last write (db/attempts.ts claimForSubmit). */
 export const moveCreatePace = (provider: string, tat: Date): SQL =>
   sql`UPDATE provider_control SET create_tat = ${tat}::timestamptz WHERE provider = ${provider}`;
+
+/**
+ * What a claim that calls the provider stores of the pace: the sends' TAT always, the pace's TAT
+ * when the claim took a moment of its own (null: it used its reservation's, or one left unsent).
+ */
+export interface PaceMove {
+  readonly provider: string;
+  readonly tat: Date | null;
+  readonly sentTat: Date;
+}
+
+/** The statement that stores a sending claim's pace move, as a CTE of the claim's last write (db/attempts.ts claimForSubmit). */
+export const moveCreatePaceOnSend = (move: PaceMove): SQL =>
+  sql`UPDATE provider_control SET create_sent_tat = ${move.sentTat}::timestamptz${move.tat ? sql`, create_tat = ${move.tat}::timestamptz` : sql``} WHERE provider = ${move.provider}`;
 
 /** Every provider's control row. */
 export async function providerControls(db: DbOrTx): Promise<ProviderControlRow[]> {

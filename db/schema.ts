@@ -495,6 +495,12 @@ export const providerControl = pgTable(
      * it one interval on, under this row's lock. Null: no create paced yet.
      */
     create_tat: ts('create_tat'),
+    /**
+     * Addition (docs/decisions/0061): the same for the creates actually sent (a GCRA of burst one):
+     * every create moves it one interval past the later of it and now. A claim back after its
+     * reserved moment lapsed goes at once while it is not ahead (a moment left unsent). Null: none yet.
+     */
+    create_sent_tat: ts('create_sent_tat'),
     reason: text('reason'),
     updated_by: text('updated_by'),
     updated_at: ts('updated_at').notNull().defaultNow(),

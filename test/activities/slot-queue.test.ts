@@ -218,6 +218,9 @@ test('the create pace applies to a claim that holds its slot: a waiter for a slo
   const attemptOf = async (t: { attemptId: string }) => (await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId)))[0]!;
   const tatAfterA = await paceOf();
   assert.ok(tatAfterA, "a's create moved the pace");
+  const sentOf = async () => (await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate')))[0]!.create_sent_tat;
+  const sentAfterA = await sentOf();
+  assert.ok(sentAfterA, "and the sends' own TAT");
   // b waits for the slot: no place in the pace is taken for it.
   assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING');
   assert.deepEqual(await paceOf(), tatAfterA);
@@ -241,28 +244,53 @@ test('the create pace applies to a claim that holds its slot: a waiter for a slo
   assert.ok(early.waitMs! > 20_000);
   assert.deepEqual(await paceOf(), tatAfterB);
   assert.equal((await attemptOf(b)).paced_until!.getTime(), reserved.getTime());
+  assert.deepEqual(await sentOf(), sentAfterA, "no create was sent: the sends' TAT has not moved");
   // Its moment comes (moved here instead of waited for): b uses its grant and its place, the pace does not move.
   await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '1 second' WHERE attempt_id = ${b.attemptId}`);
   await tdb.database.db.execute(sql`UPDATE slot_wait SET granted_at = clock_timestamp() - interval '1 second' WHERE attempt_id = ${b.attemptId}`);
   assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED');
   assert.deepEqual(await paceOf(), tatAfterB);
+  assert.ok((await sentOf())!.getTime() > sentAfterA.getTime(), "b's create, sent on its reservation, moved the sends' TAT");
   assert.equal((await attemptOf(b)).paced_until, null);
   assert.equal(sim.jobsFor(b.attemptId), 1);
   assert.equal((await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId))).length, 0, 'the grant was used');
 });
 
-test('a claim back long after its moment (a stalled worker) takes a new place at the end of the pace and keeps its slot meanwhile', async () => {
+test('a claim back long after its moment (a stalled worker) takes a new place at the end of the pace while creates go out at the pace, and keeps its slot meanwhile', async () => {
   await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
   const b = await prepared(tenantA);
   await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
   assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000);
-  // 20 s past its moment: the moment went unused.
+  // 20 s past its moment: the moment went unused. Other claims' creates are going out at the pace
+  // (the sends' TAT is ahead of now: a create went within the last interval).
   await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '20 seconds' WHERE attempt_id = ${b.attemptId}`);
+  await tdb.database.db.execute(sql`UPDATE provider_control SET create_sent_tat = clock_timestamp() + interval '10 seconds' WHERE provider = 'replicate'`);
   const again = await run('submitAttempt', b.taskId);
   assert.ok(again.waitMs! > 25_000, `a new place at the end of the pace: ${again.waitMs} ms`);
   const [held] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId));
   assert.ok(held?.granted_at && held.granted_at.getTime() > Date.now() + 20_000, 'still holding its slot, until the new moment');
   assert.equal(sim.jobsFor(b.attemptId), 0);
+});
+
+test('a claim back long after its moment goes at once when no create went out for an interval (its lateness left a moment unsent), the pace not moved', async () => {
+  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
+  const b = await prepared(tenantA);
+  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
+  assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000);
+  const controlOf = async () => (await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate')))[0]!;
+  const tatBefore = (await controlOf()).create_tat;
+  // 20 s past its moment, and the last create went out a minute ago: the pace's moments since were unsent.
+  await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '20 seconds' WHERE attempt_id = ${b.attemptId}`);
+  await tdb.database.db.execute(sql`UPDATE provider_control SET create_sent_tat = clock_timestamp() - interval '60 seconds' WHERE provider = 'replicate'`);
+  const sentAt = Date.now();
+  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED');
+  assert.equal(sim.jobsFor(b.attemptId), 1);
+  const after = await controlOf();
+  assert.deepEqual(after.create_tat, tatBefore, "its place was paid for when it was reserved: the pace's TAT does not move");
+  // The sends' TAT moved from a minute ago to one interval past the claim's now.
+  const moved = after.create_sent_tat!.getTime() - sentAt;
+  assert.ok(Math.abs(moved) < 5_000, `the sends' TAT is at the send: ${moved} ms from it`);
+  assert.equal((await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId))).length, 0, 'its held slot was used');
 });
 
 /** b holds replicate's one slot until its moment in the pace, half a minute ahead; c waits for the slot. */

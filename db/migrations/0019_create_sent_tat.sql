@@ -1,0 +1,1 @@
+ALTER TABLE "provider_control" ADD COLUMN "create_sent_tat" timestamp with time zone;
