@@ -27,6 +27,7 @@ import type { barePollingWorkflow } from './workflows/bare';
 import { createTaskClient } from './lib/http';
 import { createTask } from './lib/tasks';
 import type { ThrottleCounts } from '../providers/simulator/rate-limits';
+import { parseMetrics } from './lib/scrape';
 import { describeCpu, measured, topStatements } from './lib/measure';
 import { hrtimeUs, printProfile, summarizeProfiles, type ProfileWindow } from './lib/cpuprofile';
 import { processRss, type CpuUsage } from './lib/procstat';
@@ -247,7 +248,9 @@ async function runReal(
   pace: Pace,
   o: OpenTasksOptions,
   rep: Reporter,
-): Promise<IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number; profileDir: string | null; throttled: ThrottleCounts }> {
+): Promise<
+  IdleResult & { ids: string[]; createSeconds: number; reachSeconds: number; profileDir: string | null; throttled: ThrottleCounts; createPace: PaceCounts }
+> {
   const api = await bw.startApi('api', { OUTBOX_WATERMARK_COUNT: String(o.tasks * 10) });
   const worker = await bw.startWorker('worker-0', { PUBLIC_BASE_URL: api.url, ...o.workerEnv }, { cpuProfile: o.cpuProfile === true, memory: true });
   const memoryFile = worker.memoryFile!;
@@ -332,6 +335,8 @@ async function runReal(
     await progress;
     http.close();
   }
+  // How the intake went through the provider's create pace (docs/decisions/0057, 0061), read before the window.
+  const createPace = await paceCounts(worker.metricsUrl);
   const s = await countWaiting(bw);
   const open = (s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0);
   const w = await idleWindow(
@@ -359,6 +364,7 @@ async function runReal(
     ids,
     // Requests the simulated account throttled over the whole phase (its documented limits).
     throttled: bw.world.sim.stats().replicate_throttled,
+    createPace,
     createSeconds,
     reachSeconds,
     profileDir: worker.profileDir,
@@ -633,6 +639,10 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
       `open-tasks: created in ${real.createSeconds.toFixed(0)} s, all at the provider after ${real.reachSeconds.toFixed(0)} s; ` +
         `poll demand N / interval = ${demand.toFixed(1)}/s against a quota of ${quota}/s`,
     );
+    rep.log(
+      `open-tasks: the create pace over the intake: ${real.createPace.calls} provider calls; places reserved ${real.createPace.reserved}, ` +
+        `back early ${real.createPace.early}, lapsed into a new place ${real.createPace.lapsed} (docs/decisions/0061)`,
+    );
     // Issue #19: the waiting tasks cost no more than the bare wait loops, in memory and in the
     // CPU of the two processes both phases have (the worker and Temporal; the real phase also
     // has an API and Postgres, printed above, which the bare one does not).
@@ -681,6 +691,7 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
       pollDemandPerSecond: demand,
       createSeconds: real.createSeconds,
       reachSeconds: real.reachSeconds,
+      createPace: real.createPace,
       phases: phases.map((p) => ({
         ...p,
         cpu: undefined,
@@ -699,4 +710,24 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
   } finally {
     await bw.close();
   }
+}
+
+/** The worker's create-pace counters (vidorch_provider_refusals_total{guard="pace"}) and its provider calls, summed over providers. */
+interface PaceCounts {
+  readonly calls: number;
+  readonly reserved: number;
+  readonly early: number;
+  readonly lapsed: number;
+}
+
+async function paceCounts(metricsUrl: string): Promise<PaceCounts> {
+  const counts = { calls: 0, reserved: 0, early: 0, lapsed: 0 };
+  const res = await fetch(metricsUrl, { signal: AbortSignal.timeout(5_000) });
+  for (const m of parseMetrics(await res.text())) {
+    if (m.name === 'vidorch_provider_calls_total') counts.calls += m.value;
+    if (m.name !== 'vidorch_provider_refusals_total' || m.labels['guard'] !== 'pace') continue;
+    const reason = m.labels['reason'];
+    if (reason === 'reserved' || reason === 'early' || reason === 'lapsed') counts[reason] += m.value;
+  }
+  return counts;
 }

@@ -321,9 +321,14 @@ test('progress is rate-limited: twenty changes in 400 ms reach the stream as at 
     const elapsed = last.t - started;
     assert.ok(progress.length <= Math.ceil(elapsed / 200) + 1, `${progress.length} progress events in ${elapsed} ms`);
     // Gaps are seen at the receiver: one event delivered late and the next on time look closer than
-    // the server sent them (fresh-clone CI once saw 142 ms). Unlimited, twenty changes 20 ms apart
-    // would show gaps near 20 ms, so half the interval still tells the limit from none.
-    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]!.t - progress[i - 1]!.t >= 100, `gap ${progress[i]!.t - progress[i - 1]!.t} ms`);
+    // the server sent them (fresh-clone CI saw 142 ms once, and 77 ms on a machine at load 11).
+    // Unlimited, twenty changes 20 ms apart would show gaps near 20 ms, so the median gap above half
+    // the interval tells the limit from none, whatever one late delivery does to its neighbours.
+    const gaps = progress
+      .slice(1)
+      .map((x, i) => x.t - progress[i]!.t)
+      .sort((a, b) => a - b);
+    if (gaps.length > 0) assert.ok(gaps[Math.floor(gaps.length / 2)]! >= 100, `gaps ${gaps.join(', ')} ms`);
     assert.equal(progress.at(-1)!.data.fraction, 1, 'the latest value is the last one sent');
     assert.equal(progress.at(-1)!.data.attempt_id, attemptId);
   } finally {
