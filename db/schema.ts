@@ -496,9 +496,10 @@ export const providerControl = pgTable(
      */
     create_tat: ts('create_tat'),
     /**
-     * Addition (docs/decisions/0061): the same for the creates actually sent (a GCRA of burst one):
-     * every create moves it one interval past the later of it and now. A claim back after its
-     * reserved moment lapsed goes at once while it is not ahead (a moment left unsent). Null: none yet.
+     * Addition (docs/decisions/0061): the same for the creates actually sent (a GCRA with a burst
+     * of LATE_SEND_BURST, domain/create-pace.ts): every create moves it one interval past the later
+     * of it and now. A claim back after its reserved moment lapsed goes at once while it conforms
+     * (creates are not going out at the pace). Null: none yet.
      */
     create_sent_tat: ts('create_sent_tat'),
     reason: text('reason'),

@@ -69,7 +69,7 @@ export interface PaceState {
   readonly tatMs: number | null;
   /** task_attempt.paced_until of the claiming attempt; null: it holds none. */
   readonly reservedAtMs: number | null;
-  /** provider_control.create_sent_tat: the sends' own GCRA (burst one); null before the first send. */
+  /** provider_control.create_sent_tat: the sends' own GCRA (burst lateBurst); null before the first send. */
   readonly sentTatMs: number | null;
 }
 
