@@ -76,10 +76,9 @@ export interface PaceState {
 export type PaceDecision =
   /**
    * Call now. `tatMs`: the TAT to store (null: unchanged, the claim used its reservation or a moment
-   * its lapsed one left unsent); `sentTatMs`: the sends' TAT to store; `late`: a lapsed reservation
-   * that goes on a moment left unsent.
+   * its lapsed one left unsent); `sentTatMs`: the sends' TAT to store.
    */
-  | { readonly kind: 'go'; readonly tatMs: number | null; readonly sentTatMs: number; readonly late: boolean }
+  | { readonly kind: 'go'; readonly tatMs: number | null; readonly sentTatMs: number }
   /**
    * Not yet: sleep until `untilMs`. `reserveAtMs` and `tatMs` are to be stored (the claim's new
    * place and the TAT past it), or both null when the claim already holds that place.
@@ -92,14 +91,14 @@ export function decidePace(pace: CreatePace, state: PaceState): PaceDecision {
   const interval = 1_000 / pace.ratePerSecond;
   // Every create sent moves the sends' TAT one interval past the later of it and now.
   const sent = Math.max(state.sentTatMs ?? nowMs, nowMs);
-  const go = (tatMs: number | null, late = false): PaceDecision => ({ kind: 'go', tatMs, sentTatMs: sent + interval, late });
+  const go = (tatMs: number | null): PaceDecision => ({ kind: 'go', tatMs, sentTatMs: sent + interval });
   if (reservedAtMs !== null) {
     if (reservedAtMs - nowMs > DUE_SLACK_MS) return { kind: 'wait', untilMs: reservedAtMs, reserveAtMs: null, tatMs: null };
     if (nowMs - reservedAtMs <= pace.graceMs) return go(null);
     // Lapsed: its moment went unused. If the sends' own pace conforms, creates are not going out
     // at the pace: it goes now on a moment left unsent, its place already paid for in the TAT.
     // Otherwise a new place below.
-    if (sent - (pace.lateBurst - 1) * interval <= nowMs + DUE_SLACK_MS) return go(null, true);
+    if (sent - (pace.lateBurst - 1) * interval <= nowMs + DUE_SLACK_MS) return go(null);
   }
   const tat = Math.max(state.tatMs ?? nowMs, nowMs);
   // GCRA: a create conforms while the TAT is at most (burst - 1) intervals ahead of it.
