@@ -212,8 +212,9 @@ test('law: claims that all come back late by the same L, past the grace, are sen
       assert.ok(lateRun.sends.every((t) => Number.isFinite(t)));
       const last = (sends: number[]) => Math.max(...sends);
       // A late claim goes when it comes back, unless creates are going out at the pace (the sends'
-      // own GCRA does not conform). Only fresh claims that conformed can have sent them, and that is only when the pace is within a burst
-      // of its backlog's end, so the new place is near. A new place per lapse (the rule before)
+      // own GCRA does not conform). Only fresh claims that conformed can have sent them, and that is
+      // only when the pace is within a burst of its backlog's end, so the new place is near. A new
+      // place per lapse (the rule before)
       // leaves every lapsed moment unsent and ends thousands of intervals later; measured over 3,000
       // seeds, this rule's worst is 14.6 intervals at 10/s (burst 9), 7.4 at 5/s, 1 at 1/s.
       const bound = last(ontimeRun.sends) + late + 2 * pace.burst * interval + DUE_SLACK_MS;
