@@ -5,7 +5,7 @@ import type { PgUpdateSetSource } from 'drizzle-orm/pg-core';
 import type { AttemptState } from '../domain/states';
 import type { DbOrTx } from './client';
 import { taskAttempt } from './schema';
-import { moveCreatePaceOnSend, type PaceMove } from './provider-control';
+import { moveCreatePace, type PaceMove } from './provider-control';
 
 /** The columns an attempt CAS may set (its identity and version are not among them). */
 export type AttemptChange = Omit<PgUpdateSetSource<typeof taskAttempt>, 'attempt_id' | 'task_id' | 'attempt_no' | 'status_version'>;
@@ -69,7 +69,7 @@ export async function attemptCounts(tx: DbOrTx, taskId: string): Promise<Attempt
  */
 export async function claimForSubmit(tx: DbOrTx, attemptId: string, startedAt: Date, pace: PaceMove | null): Promise<boolean> {
   const { rows } = await tx.execute(sql`
-    ${pace ? sql`WITH pace AS (${moveCreatePaceOnSend(pace)})` : sql``}
+    ${pace ? sql`WITH pace AS (${moveCreatePace(pace)})` : sql``}
     UPDATE task_attempt
     SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, paced_until = NULL, status_version = status_version + 1
     WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'

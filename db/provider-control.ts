@@ -52,30 +52,33 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
 }
 
 /**
- * Stores the provider's create pace (domain/create-pace.ts), in the claim transaction that holds
- * the row's lock (readClaimControl with `lock`), so no other claim reads the TAT in between.
- */
-export async function setCreateTat(tx: DbOrTx, provider: string, tat: Date): Promise<void> {
-  await tx.execute(moveCreatePace(provider, tat));
-}
-
-/** The statement that stores the provider's create pace: alone (setCreateTat), or as a CTE of the claim's last write (db/attempts.ts claimForSubmit). */
-export const moveCreatePace = (provider: string, tat: Date): SQL =>
-  sql`UPDATE provider_control SET create_tat = ${tat}::timestamptz WHERE provider = ${provider}`;
-
-/**
- * What a claim that calls the provider stores of the pace: the sends' TAT always, the pace's TAT
- * when the claim took a moment of its own (null: it used its reservation's, or one left unsent).
+ * What a claim stores of the provider's create pace (domain/create-pace.ts): the pace's TAT when it
+ * took a moment of its own (a place, or a create that conformed; null: it used its reservation's, or
+ * one left unsent), and the sends' TAT when it calls the provider (null: it only reserved a place).
  */
 export interface PaceMove {
   readonly provider: string;
   readonly tat: Date | null;
-  readonly sentTat: Date;
+  readonly sentTat: Date | null;
 }
 
-/** The statement that stores a sending claim's pace move, as a CTE of the claim's last write (db/attempts.ts claimForSubmit). */
-export const moveCreatePaceOnSend = (move: PaceMove): SQL =>
-  sql`UPDATE provider_control SET create_sent_tat = ${move.sentTat}::timestamptz${move.tat ? sql`, create_tat = ${move.tat}::timestamptz` : sql``} WHERE provider = ${move.provider}`;
+/**
+ * The statement that stores a pace move, under the row's lock that the claim holds (readClaimControl
+ * with `lock`): alone (setCreateTat), or as a CTE of the claim's last write (db/attempts.ts claimForSubmit).
+ */
+export function moveCreatePace(move: PaceMove): SQL {
+  const set = [
+    ...(move.tat ? [sql`create_tat = ${move.tat}::timestamptz`] : []),
+    ...(move.sentTat ? [sql`create_sent_tat = ${move.sentTat}::timestamptz`] : []),
+  ];
+  if (set.length === 0) throw new Error(`a pace move of ${move.provider} that moves nothing`);
+  return sql`UPDATE provider_control SET ${sql.join(set, sql`, `)} WHERE provider = ${move.provider}`;
+}
+
+/** Stores a claim's new place in the pace (the TAT past it), in the claim transaction that holds the row's lock. */
+export async function setCreateTat(tx: DbOrTx, provider: string, tat: Date): Promise<void> {
+  await tx.execute(moveCreatePace({ provider, tat, sentTat: null }));
+}
 
 /** Every provider's control row. */
 export async function providerControls(db: DbOrTx): Promise<ProviderControlRow[]> {
