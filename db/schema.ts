@@ -105,6 +105,8 @@ export const generationTask = pgTable(
      * released. A job that exists runs on: it is paid for. docs/timeouts.md.
      */
     deadline_at: ts('deadline_at'),
+    /** Media-step failures that were not the media's fault, counted toward the step's bound (docs/design.md §5 "Bounds"). */
+    media_failures: integer('media_failures').notNull().default(0),
   },
   (t) => [
     uniqueIndex('generation_task_tenant_idempotency_key').on(t.tenant_id, t.idempotency_key),
@@ -171,6 +173,11 @@ export const taskAttempt = pgTable(
      * holds in the provider's create pace (provider_control.create_tat). Null: it holds none.
      */
     paced_until: ts('paced_until'),
+    /**
+     * Stamped by the claim (PREPARED → SUBMITTING): the create may leave only before this moment,
+     * and nothing may conclude the attempt sent nothing until after it (docs/decisions/0063).
+     */
+    send_by: ts('send_by'),
   },
   (t) => [
     uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
