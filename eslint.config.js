@@ -36,7 +36,7 @@ const nodeBuiltins = [
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.data/**', 'db/migrations/**'] },
+  { ignores: ['node_modules/**', '.data/**', 'db/migrations/**', 'dist/**'] },
   {
     files: ['**/*.ts'],
     extends: [tseslint.configs.recommendedTypeChecked],

@@ -16,6 +16,7 @@ import type { ProviderJob } from '../providers/types';
 import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
 import { finishTask } from '../db/settlement';
 import { GONE_AFTER_CANCEL } from './poll-provider';
+import { parkOnSecondJob } from './earlier-job';
 
 async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {
   const rows = await tx
@@ -62,6 +63,31 @@ export function createInboxApply(deps: TaskActivityDeps): InboxApply {
       WHERE i.inbox_id = v.inbox_id`);
   }
 
+  /**
+   * A job reported for an attempt the task moved past is evidence, never set aside quietly: with
+   * the active attempt sent, two jobs may exist and the task parks with both; with it unsent, the
+   * row stays as evidence that the next claim meets (activities/earlier-job.ts).
+   */
+  async function movedPast(
+    tx: Tx,
+    token: FenceToken,
+    task: TaskRow,
+    row: InboxRow & { attempt_id: string },
+    processed: Processed,
+    locked: AttemptRow | null,
+  ): Promise<TaskRow> {
+    const [active] =
+      locked?.attempt_id === task.active_attempt_id || !task.active_attempt_id
+        ? [locked]
+        : await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, task.active_attempt_id));
+    if (!active || active.submit_state === 'PREPARED') {
+      processed.set(row.inbox_id, 'job evidence for an attempt the task moved past: the next claim takes the task back to it');
+      return task;
+    }
+    processed.set(row.inbox_id, 'job evidence for an attempt the task moved past: parked for review');
+    return parkOnSecondJob(tx, token, task, row.attempt_id, row.provider_job_id);
+  }
+
   /** Applies one event; returns the task as it is afterwards. */
   /** `locked`: the active attempt as the transaction's opening read it, while no row has changed it yet. */
   /** `cancelRequested`: the batch began in a review parked while cancelling (parkedWhileCancelling). */
@@ -74,12 +100,13 @@ export function createInboxApply(deps: TaskActivityDeps): InboxApply {
     locked: AttemptRow | null,
     cancelRequested: boolean,
   ): Promise<TaskRow> {
-    if (row.attempt_id !== task.active_attempt_id) {
-      processed.set(row.inbox_id, 'event for an attempt that is not the active one');
+    if (row.attempt_id === null) {
+      processed.set(row.inbox_id, 'event matched to no attempt');
       return task;
     }
+    if (row.attempt_id !== task.active_attempt_id) return movedPast(tx, token, task, { ...row, attempt_id: row.attempt_id }, processed, locked);
     const [attempt] =
-      locked?.attempt_id === row.attempt_id ? [locked] : await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, row.attempt_id!)).for('update');
+      locked?.attempt_id === row.attempt_id ? [locked] : await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, row.attempt_id)).for('update');
     if (!attempt) {
       processed.set(row.inbox_id, 'attempt not found');
       return task;

@@ -109,8 +109,12 @@ export interface TaskActivityDeps {
     readonly slotQueue: SlotQueueSettings;
     /** A reconciliation miss proves absence only this long after the submit began. */
     readonly unknownProofDelayMs: number;
+    /** How long after its claim an attempt's create may still leave (SUBMIT_SEND_WINDOW_MS, docs/decisions/0063). */
+    readonly submitSendWindowMs: number;
     /** An unknown submit outcome not found by then goes to MANUAL_REVIEW. */
     readonly unknownOutcomeDeadlineMs: number;
+    /** Re-sends of an unknown create with its own key, per attempt (UNKNOWN_RESEND_LIMIT, activities/resend-unknown.ts). */
+    readonly unknownResendLimit: number;
     /** One reconciliation lookup gives up after this (a failed lookup: nothing learned; the deadline still runs). */
     readonly reconcileLookupBudgetMs: number;
     /** Consecutive 404/410/lasting-4xx reads of a known job before MANUAL_REVIEW (activities/provider-reads.ts). */
@@ -124,6 +128,10 @@ export interface TaskActivityDeps {
     /** A rescue failing this close to the provider URL's expiry marks the task OUTPUT_AT_RISK. */
     readonly outputAtRiskMarginMs: number;
     readonly outputHosts: Readonly<Record<string, readonly string[]>>;
+    /** One ffprobe run of the media step (MEDIA_PROBE_TIMEOUT_MS). */
+    readonly mediaProbeTimeoutMs: number;
+    /** Media-step failures that are no verdict on the video before MANUAL_REVIEW (MEDIA_MAX_FAILURES, activities/media-failures.ts). */
+    readonly mediaMaxFailures: number;
   };
 }
 

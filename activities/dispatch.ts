@@ -13,6 +13,9 @@ import { deadlineExceeded, pastDeadline } from './deadline';
 import { routeNextAttempt } from './routing';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { spentBound } from './create-pace';
+import { earlierJobEvidence } from '../db/job-evidence';
+import type { InboxApply } from './apply-inbox';
+import { takeBackEarlierJob } from './earlier-job';
 
 /**
  * Attempt ids are derived from (task id, attempt number), name-based like a UUIDv5: every
@@ -28,7 +31,7 @@ export function attemptIdFor(taskId: string, attemptNo: number): string {
 
 type TaskRow = typeof generationTask.$inferSelect;
 
-export function createDispatchActivities(deps: TaskActivityDeps) {
+export function createDispatchActivities(deps: TaskActivityDeps, apply: InboxApply) {
   /**
    * DISPATCHING → SUBMITTING with attempt N in PREPARED, on the task locked in `tx`. Honours a
    * cancel that arrived before submit (released, the provider never called) and the attempt
@@ -39,10 +42,6 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
     const { token } = lock;
     const taskId = task.task_id;
     if (task.status !== 'DISPATCHING') return;
-    if (task.cancel_requested_at) {
-      await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
-      return;
-    }
     // Attempts are only created here, with the task naming the new one in the same transaction:
     // a task with no active attempt has none yet.
     const history = task.active_attempt_id
@@ -58,6 +57,17 @@ export function createDispatchActivities(deps: TaskActivityDeps) {
           .where(eq(taskAttempt.task_id, taskId))
       : [];
     const attemptNo = history.length + 1;
+    // Once-only, decided where the money is spent: no new attempt while an earlier one has any
+    // evidence of a job (docs/design.md §1, activities/earlier-job.ts).
+    const earlier = await earlierJobEvidence(tx, taskId, attemptNo);
+    if (earlier) {
+      await takeBackEarlierJob(tx, lock, task, earlier, null, apply, deps.clock.now());
+      return;
+    }
+    if (task.cancel_requested_at) {
+      await finishTask(tx, token, task, { to: 'CANCELLED', charge: '0', sourceEvent: 'workflow.cancel-before-submit', actor: 'workflow' });
+      return;
+    }
     // Throttled creates have a bound of their own (docs/decisions/0057).
     const throttled = history.filter((a) => a.throttled).length;
     const counts = { counted: history.length - throttled, throttled };

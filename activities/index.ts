@@ -22,8 +22,8 @@ export function createTaskActivities(deps: TaskActivityDeps) {
   const polls = createPollSteps(deps);
   return {
     ...createFactActivities(deps),
-    ...createDispatchActivities(deps),
-    ...createSubmitActivities(deps),
+    ...createDispatchActivities(deps, applyPending),
+    ...createSubmitActivities(deps, applyPending),
     ...inbox,
     ...createPollActivities(polls),
     ...createProviderWaitActivities({ pollAndApply: (taskId) => polls.poll(taskId, applyPending), applyInbox: inbox.applyInbox }),

@@ -1,12 +1,16 @@
 // The poll fallback: read the job from the provider and write what it says into the inbox,
 // the same path a callback takes. An attempt whose submit outcome is unknown is looked for by
 // our key or the fingerprint of what we sent instead (docs/design.md §5 "Unknown outcome",
-// docs/providers.md "Proof of absence"), never resubmitted:
+// docs/providers.md "Proof of absence"), never given a second attempt on a guess:
 //   found                         → the event is recorded; applying it binds the job;
 //   ambiguous                     → several jobs fit: the task parks in MANUAL_REVIEW with them;
 //   not-found-proven              → (an 'exact-lookup' provider only) the attempt is REJECTED and
 //                                   a new attempt may follow;
-//   not found, unproven           → keep waiting; past the deadline the workflow escalates.
+//   not found, unproven           → at a provider that refuses a duplicate key (`resendable`), the
+//                                   same create is sent again with the same key
+//                                   (activities/resend-unknown.ts): accepted, the job is recorded
+//                                   as found; otherwise keep waiting; past the deadline the
+//                                   workflow escalates.
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { eq, sql } from 'drizzle-orm';
@@ -32,6 +36,7 @@ import { pollQuotaFor } from './poll-demand';
 import { notFound, providerFor, readTaskStep, withHeartbeat, type TaskActivityDeps } from './deps';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
+import { createResend } from './resend-unknown';
 
 export interface PollResult {
   /**
@@ -90,6 +95,7 @@ export function createPollSteps(deps: TaskActivityDeps) {
       await holdFenceForFacts(tx, token);
       return work(tx);
     });
+  const resendUnknown = createResend(deps);
   const latencies = new Map<string, LatencyWindow>();
   const latencyOf = (provider: string) => {
     let w = latencies.get(provider);
@@ -182,7 +188,7 @@ export function createPollSteps(deps: TaskActivityDeps) {
     async poll(taskId: string, apply: InboxApply | null): Promise<PollOutcome> {
       const only = (polled: PollResult): PollOutcome => ({ polled, applied: null });
       return withHeartbeat(() =>
-        readTaskStep(deps, taskId, async ({ token, task, attempt }): Promise<PollOutcome> => {
+        readTaskStep(deps, taskId, async ({ token, mode, task, attempt }): Promise<PollOutcome> => {
           if (!task || !attempt) throw notFound(`active attempt of task ${taskId}`);
           const adapter = providerFor(deps, attempt.provider);
           const signal = Context.current().cancellationSignal;
@@ -191,6 +197,7 @@ export function createPollSteps(deps: TaskActivityDeps) {
           if (!attempt.provider_job_id && !unknown) return only({ result: 'nothing-to-poll' });
 
           const submittedAt = attempt.submit_started_at ?? attempt.created_at;
+          const previous = attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
           let job: ProviderJob | null;
           let lookup: LookupResult | null = null;
           let lookupFailed: string | null = null;
@@ -232,9 +239,17 @@ export function createPollSteps(deps: TaskActivityDeps) {
               lookupFailed = (err as Error).message;
               Context.current().log.warn('reconciliation lookup failed', { taskId, error: lookupFailed });
             }
+            // A miss that proves nothing, at a provider that refuses a second create with our key:
+            // the provider settles it when the same create is sent again (docs/decisions/0064).
+            if (lookup?.kind === 'not-found-unproven') {
+              const resent = await resendUnknown({ token, mode, task, attempt, adapter, now, previousIntervalMs: previous, signal });
+              if (resent.kind === 'accepted') {
+                job = resent.job;
+                lookup = { kind: 'found', job, by: 'key' };
+              }
+            }
           }
 
-          const previous = attempt.next_poll_at && attempt.last_polled_at ? attempt.next_poll_at.getTime() - attempt.last_polled_at.getTime() : null;
           const phase: PollPhase = unknown ? 'reconciling' : task.status === 'CANCEL_REQUESTED' ? 'cancelling' : 'waiting';
           const healthy = phase === 'waiting' && (await callbacks.healthy(attempt.provider));
           // Never sooner than the provider's quota lets every waiting job be read in turn.

@@ -14,6 +14,7 @@ import { InvalidMediaError, MIN_DURATION_SECONDS, mediaTypeOf, type MediaInfo } 
 import { probeStored } from '../media/probe';
 import { inTaskStep, notFound, storageAt, withHeartbeat, type TaskActivityDeps } from './deps';
 import { failedUncharged, finishTask } from '../db/settlement';
+import { recordMediaFailure } from './media-failures';
 import { readTaskFacts } from './task-facts';
 import type { ThumbnailFollowUp, ValidatedVideo } from './thumbnail';
 
@@ -45,18 +46,26 @@ export function createMediaActivities(deps: TaskActivityDeps, thumbnails: Thumbn
     return row.video;
   }
 
-  /** Validates `video` and finishes the task in one task transaction; the facts after it, and the video when this made it SUCCEEDED. */
-  async function check(taskId: string, video: StoredVideo): Promise<{ facts: TaskFacts | null; validated: ValidatedVideo | null }> {
+  /** The video's media facts: its MP4 boxes in process when it can, ffprobe on a presigned URL otherwise. */
+  async function probe(video: StoredVideo): Promise<MediaInfo> {
     // The video is read where the rescue stored it.
     const store = storageAt(deps, video.location);
     const url = await store.presignGet(video.object_key, 900);
+    return probeStored(store, video.object_key, Number(video.size_bytes), url, deps.settings.mediaProbeTimeoutMs);
+  }
+
+  /**
+   * Validates `video` and finishes the task in one task transaction; the facts after it, and the
+   * video when this made it SUCCEEDED. A failure that is no verdict on the video is counted toward
+   * the step's bound: it throws (retryable) below it, and parks the task at it (activities/media-failures.ts).
+   */
+  async function check(taskId: string, video: StoredVideo): Promise<{ facts: TaskFacts | null; validated: ValidatedVideo | null }> {
     let info: MediaInfo | null = null;
     let invalid: string | null = null;
     try {
-      // The MP4's boxes in process when it can, ffprobe on the presigned URL otherwise.
-      info = await probeStored(store, video.object_key, Number(video.size_bytes), url);
+      info = await probe(video);
     } catch (err) {
-      if (!(err instanceof InvalidMediaError)) throw err;
+      if (!(err instanceof InvalidMediaError)) return { facts: await recordMediaFailure(deps, taskId, err), validated: null };
       invalid = err.message;
     }
     const { value: validated, facts } = await inTaskStep(

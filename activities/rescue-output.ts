@@ -6,14 +6,15 @@
 // fallback bucket and the task goes on from there (docs/decisions/0029).
 import { SpanKind } from '@opentelemetry/api';
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import { eq } from 'drizzle-orm';
 import type { Tx } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { inTaskTransaction } from '../db/task-tx';
 import { asset, outputDownload, taskAttempt, type StorageLocation, type TaskRow } from '../db/schema';
 import { applyTaskEvent, casTaskStatus, newId } from '../db/tasks';
-import { FailureType } from '../domain/errors';
+import { plusUpToHalf } from '../domain/backoff';
+import { FailureType, OUTPUT_HOST_REFUSED_EVENT } from '../domain/errors';
 import type { TaskFacts } from '../domain/facts';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
@@ -22,12 +23,15 @@ import { outputObjectKey } from '../storage/s3';
 import { notFound, toActivityFailure, withHeartbeat, type TaskActivityDeps } from './deps';
 import { createSafeDispatcher } from '../net/safe-fetch';
 import { createOutputDownloader, OutputGoneError, StorageWriteError, type DownloadTarget, type OutputCheckpoint } from './output-download';
-import { validateOutputUrl, UnsafeUrlError } from './output-url';
+import { OutputHostNotAllowedError, validateOutputUrl, UnsafeUrlError } from './output-url';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { readTaskFacts } from './task-facts';
 import { STORED_VIDEO_COLUMNS, type StoredVideo } from './process-media';
 
 const FETCHING: readonly TaskStatus[] = ['FETCHING_OUTPUT', 'OUTPUT_AT_RISK'];
+
+/** How soon a rescue waiting for its output host to be allowed looks again (plus up to half as jitter). */
+const HOST_POLICY_RETRY_MS = 30_000;
 
 /** The output as stored: where, and what the rescue learnt about it. */
 interface RescuedObject {
@@ -226,6 +230,11 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
   /** FETCHING_OUTPUT → OUTPUT_AT_RISK when the provider URL expires within the margin; true if moved now. */
   async function markAtRisk(token: FenceToken, taskId: string, deadline: Date | null, reason: string): Promise<boolean> {
     if (!deadline || deps.clock.now().getTime() < deadline.getTime() - deps.settings.outputAtRiskMarginMs) return false;
+    return moveAtRisk(token, taskId, 'workflow.output-at-risk', { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) });
+  }
+
+  /** FETCHING_OUTPUT → OUTPUT_AT_RISK with `detail` as the transition's evidence; true if moved now. */
+  async function moveAtRisk(token: FenceToken, taskId: string, sourceEvent: string, detail: Record<string, unknown>): Promise<boolean> {
     const { value } = await inTaskTransaction(
       deps.db,
       deps.fence,
@@ -237,12 +246,7 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
           token,
           task,
           { type: 'OUTPUT_DEADLINE_NEAR' },
-          {
-            sourceEvent: 'workflow.output-at-risk',
-            actor: 'workflow',
-            attemptId: task.active_attempt_id,
-            detail: { output_deadline_at: deadline.toISOString(), reason: reason.slice(0, 500) },
-          },
+          { sourceEvent, actor: 'workflow', attemptId: task.active_attempt_id, detail },
         );
         return moved !== null;
       },
@@ -289,6 +293,38 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
   }
 
   /**
+   * The output's host is not on the provider's allow-list (PROVIDER_<P>_OUTPUT_HOSTS) and its URL
+   * is still valid: a policy refusal, not a loss. The task waits in OUTPUT_AT_RISK with the host
+   * named in the transition (and counted by vidorch_output_host_refused_tasks), so an operator can
+   * allow the host before the URL expires (docs/runbooks/providers.md "An output host is
+   * refused"); the rescue looks again every HOST_POLICY_RETRY_MS and fetches once its worker runs
+   * with the host allowed. Past the URL's expiry it parks in MANUAL_REVIEW as before. Null when
+   * the task moved now (the workflow raises NeedsAttention and comes straight back); otherwise the
+   * retry is thrown.
+   */
+  async function waitForHostPolicy(token: FenceToken, taskId: string, attempt: AttemptRow, deadline: Date, err: OutputHostNotAllowedError): Promise<null> {
+    const moved = await moveAtRisk(token, taskId, OUTPUT_HOST_REFUSED_EVENT, {
+      reason: `${err.message}: allow it in PROVIDER_${attempt.provider.toUpperCase()}_OUTPUT_HOSTS before the URL expires`,
+      refused_host: err.host,
+      provider: attempt.provider,
+      output_deadline_at: deadline.toISOString(),
+    });
+    Context.current().log.warn('output host not allowed; the task waits in OUTPUT_AT_RISK', {
+      taskId,
+      provider: attempt.provider,
+      host: err.host,
+      outputDeadlineAt: deadline.toISOString(),
+    });
+    if (moved) return null;
+    throw ApplicationFailure.create({
+      type: FailureType.OutputHostRefused,
+      message: `${err.message}; waiting for an operator until the URL expires at ${deadline.toISOString()}`,
+      nextRetryDelay: plusUpToHalf(HOST_POLICY_RETRY_MS, Math.random),
+      category: ApplicationFailureCategory.BENIGN,
+    });
+  }
+
+  /**
    * Step 2: the bytes, skipped when the published object is already there (either bucket). A
    * provider that reissues URLs is asked for a fresh one near the expiry, and once more after a
    * refusal. Null when the task was marked OUTPUT_AT_RISK instead (the workflow raises
@@ -321,6 +357,10 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
         return { object: await rescueBytes(token, taskId, attempt.attempt_id, outputUrl, key, attempt.provider), lostReason: null, outputUrl };
       }
     } catch (err) {
+      if (err instanceof OutputHostNotAllowedError && deadline !== null && deps.clock.now() < deadline) {
+        return waitForHostPolicy(token, taskId, attempt, deadline, err);
+      }
+      // A refused scheme or address, or a host still refused once the URL has expired: parked for a person.
       if (err instanceof UnsafeUrlError) {
         throw ApplicationFailure.create({ type: FailureType.UnsafeOutputUrl, message: err.message, nonRetryable: true });
       }
@@ -381,6 +421,8 @@ export function createRescueActivities(deps: TaskActivityDeps, media: NextMediaS
           actor: 'workflow',
           attemptId: attempt.attempt_id,
           detail: { object_key: key, sha256: object.sha256, size_bytes: object.size, location: object.location },
+          // Each entry starts the media step's bound afresh (a review may send the task through again).
+          set: { mediaFailures: 0 },
         });
         // Null when an asset row was there already (an earlier run's): the media step reads it.
         return stored ?? null;

@@ -117,7 +117,7 @@ export function createReviewActivities(deps: TaskActivityDeps) {
             } else if (attemptId) {
               // Refused while anything says a job exists: confirming it would buy a second one.
               const evidence = await jobEvidence(tx, attemptId);
-              if (evidence) throw invalid(`${evidence.description}; it was submitted (bind the job instead)`);
+              if (evidence) throw invalid(`refused: ${evidence.description} (bind the job, or wait and try again)`);
               await casAttempt(
                 tx,
                 attemptId,

@@ -117,7 +117,14 @@ export function routeNextAttempt(
     readonly now?: () => number;
   },
 ): AttemptRoute {
-  const req = (task.request ?? {}) as { model?: unknown; duration_seconds?: unknown; resolution?: unknown; input_image_url?: unknown; provider?: unknown };
+  const req = (task.request ?? {}) as {
+    model?: unknown;
+    prompt?: unknown;
+    duration_seconds?: unknown;
+    resolution?: unknown;
+    input_image_url?: unknown;
+    provider?: unknown;
+  };
   const entry = typeof req.model === 'string' ? findModel(req.model) : undefined;
   // A model the catalog no longer lists keeps the provider it was created with.
   if (!entry) return opts.stats.count({ kind: 'route', provider: task.provider, model: task.providerModel, via: 'pinned', reason: 'not-in-catalog' });
@@ -145,6 +152,7 @@ export function routeNextAttempt(
         durationSeconds: req.duration_seconds as number,
         resolution: req.resolution as string,
         hasImageInput: typeof req.input_image_url === 'string',
+        ...(typeof req.prompt === 'string' ? { promptChars: req.prompt.length } : {}),
         tenantPreference: typeof req.provider === 'string' ? req.provider : null,
         exclude: excluded,
         health: opts.health,

@@ -5,7 +5,7 @@
 import { storableText } from '../db/storable';
 import { Context } from '@temporalio/activity';
 import { eq, sql } from 'drizzle-orm';
-import { attemptCounts, casAttempt, claimForSubmit } from '../db/attempts';
+import { attemptCounts, casAttempt, claimForSubmit, unclaimUnsent } from '../db/attempts';
 import type { Tx } from '../db/client';
 import type { FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
@@ -18,7 +18,7 @@ import type { TaskFacts } from '../domain/facts';
 import { decide } from '../domain/task-machine';
 import { callbackUrl, createCallbackTokens } from '../providers/callback-token';
 import type { SubmitOutcome } from '../providers/types';
-import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, type TaskActivityDeps } from './deps';
+import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, withHeartbeat, type TaskActivityDeps } from './deps';
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
@@ -28,6 +28,9 @@ import { decidePace } from '../domain/create-pace';
 import { attemptsLeft, createPaceOf, isThrottle } from './create-pace';
 import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
+import { earlierJobEvidence } from '../db/job-evidence';
+import type { InboxApply } from './apply-inbox';
+import { parkOnSecondJob, takeBackEarlierJob } from './earlier-job';
 
 /** A guard ticket taken by a claim, to give back if the claim does not stand. */
 interface Admitted {
@@ -53,7 +56,7 @@ export interface SubmitResult {
   readonly waitMs?: number | null;
 }
 
-export function createSubmitActivities(deps: TaskActivityDeps) {
+export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply) {
   // One guard per worker process (deps): breaker state is local, the bulkhead count comes from facts.
   const guard = deps.providerGuard;
   const tokens = createCallbackTokens(deps.settings.callbackTokenSecret);
@@ -115,7 +118,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     return { claimed: value, facts };
   }
 
-  async function claimLocked(tx: Tx, taskId: string, { token, mode, task, attempt }: TaskLock, onAdmitted: (a: Admitted | null) => void) {
+  async function claimLocked(tx: Tx, taskId: string, lock: TaskLock, onAdmitted: (a: Admitted | null) => void) {
+    const { token, mode, task, attempt } = lock;
     if (!task) throw notFound(`task ${taskId}`);
     if (task.status !== 'SUBMITTING' || !task.active_attempt_id) return null;
     if (!attempt) throw notFound(`attempt ${task.active_attempt_id}`);
@@ -124,6 +128,13 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       return null;
     }
     if (attempt.submit_state !== 'PREPARED') return null;
+    // Once-only, decided where the money is spent: no new attempt while an earlier one has any
+    // evidence of a job (docs/design.md §1, activities/earlier-job.ts).
+    const earlier = await earlierJobEvidence(tx, taskId, attempt.attempt_no);
+    if (earlier) {
+      await takeBackEarlierJob(tx, lock, task, earlier, attempt, apply, now());
+      return null;
+    }
     if (task.cancel_requested_at) {
       // Cancelled before the provider was called: nothing to pay for, nothing to cancel there.
       await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { submit_state: 'CANCELLED' });
@@ -237,8 +248,9 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
       paced?.kind === 'go'
         ? { provider: attempt.provider, tat: paced.tatMs === null ? null : new Date(paced.tatMs), sentTat: new Date(paced.sentTatMs) }
         : null;
-    await claimForSubmit(tx, attempt.attempt_id, now(), move);
-    return { kind: 'claimed' as const, task, attempt, ticket, token };
+    const sendBy = new Date(now().getTime() + deps.settings.submitSendWindowMs);
+    await claimForSubmit(tx, attempt.attempt_id, now(), sendBy, move);
+    return { kind: 'claimed' as const, task, attempt, ticket, token, sendBy };
   }
 
   /** Phase 3: record the outcome of the one call, under the claim's token; the facts after it. */
@@ -252,14 +264,8 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     return { retryInMs: value, facts };
   }
 
-  async function recordLocked(
-    tx: Tx,
-    token: FenceToken,
-    taskId: string,
-    { task, attempt: active }: TaskLock,
-    attemptId: string,
-    outcome: SubmitOutcome,
-  ): Promise<number | null> {
+  async function recordLocked(tx: Tx, token: FenceToken, taskId: string, lock: TaskLock, attemptId: string, outcome: SubmitOutcome): Promise<number | null> {
+    const { task, attempt: active } = lock;
     if (!task) throw notFound(`task ${taskId}`);
     // The claimed attempt is the active one unless the task moved on meanwhile (then read it).
     const [attempt] =
@@ -285,15 +291,16 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
           // The attempt moved on (a callback bound it, or it was proved absent): keep the job as
           // evidence on the attempt, never as a task event.
           await casAttempt(tx, attemptId, {}, bound);
-          // An attempt proved absent that turns out to have a job: the proof was wrong and the
-          // provider may bill a second job for this task. Say so loudly; an operator decides.
+          // An attempt set aside as never sent turns out to have a job: the task goes back to it
+          // while its next attempt is unsent, else parks with both jobs (activities/earlier-job.ts).
           if (attempt.submit_state === 'REJECTED') {
-            Context.current().log.error('a provider accepted a job for an attempt proved absent: possible duplicate cost', {
-              taskId,
-              attemptId,
-              provider: attempt.provider,
-              providerJobId: job.jobId,
-            });
+            const evidence = { attemptId, providerJobId: job.jobId, description: `attempt ${attemptId} has provider job ${job.jobId}` };
+            if (!active || active.attempt_id === attemptId || active.submit_state === 'PREPARED') {
+              await takeBackEarlierJob(tx, lock, task, evidence, active?.attempt_id === attemptId ? null : active, apply, now());
+            } else {
+              await parkOnSecondJob(tx, token, task, attemptId, job.jobId);
+            }
+            return null;
           }
         }
         if (!drivesTask(task, attemptId, moved)) return null;
@@ -335,6 +342,12 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     }
   }
 
+  /** A claim that never sent: back to PREPARED when nothing else moved it (db/attempts.ts unclaimUnsent). */
+  async function unsent(token: FenceToken, taskId: string, attemptId: string, sendBy: Date): Promise<void> {
+    const { value } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx) => unclaimUnsent(tx, attemptId, sendBy), { token });
+    Context.current().log.warn('submit claim lapsed before the call: nothing sent', { taskId, attemptId, reclaimable: value });
+  }
+
   /** How long a waiting workflow sleeps without a wake: the fallback, or less when its deadline comes first. */
   function waitFor(task: TaskRow): number {
     const fallback = deps.settings.slotQueue.waitFallbackMs;
@@ -346,14 +359,16 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
 
   async function submit(taskId: string): Promise<SubmitResult> {
     assertSubmitSwitchOpen(deps);
-    const { claimed, facts } = await claim(taskId);
+    // The claim may wait for the provider's control row lock: it heartbeats meanwhile, so only a
+    // dead worker's claim is taken over (and DATABASE_LOCK_TIMEOUT_MS bounds the wait).
+    const { claimed, facts } = await withHeartbeat(() => claim(taskId), 1_000);
     if (!claimed) return { facts, retryInMs: null, waitMs: null };
     if (claimed.kind === 'waiting') return { facts, retryInMs: null, waitMs: waitFor(claimed.task) };
     // Its place in the create pace comes then; a wake (a cancel) ends the sleep sooner.
     if (claimed.kind === 'paced') return { facts, retryInMs: null, waitMs: claimed.waitMs };
     // Re-routed while waiting: the workflow claims again at once, on the new provider.
     if (claimed.kind === 'rerouted') return { facts, retryInMs: null, waitMs: null };
-    const { task, attempt, ticket, token } = claimed;
+    const { task, attempt, ticket, token, sendBy } = claimed;
     const adapter = providerFor(deps, attempt.provider);
     // The switch closed after the claim (a failover): never call. The attempt stays
     // SUBMITTING, so whoever runs next records the outcome as unknown and proves it absent.
@@ -370,15 +385,26 @@ export function createSubmitActivities(deps: TaskActivityDeps) {
     // Cancelled before the request could leave (a heartbeat timeout): the adapter answers a
     // retryable rejection without sending. That is our trouble, not the provider's.
     const cancelledBeforeCall = ctx.cancellationSignal.aborted;
+    const request = {
+      attemptId: attempt.attempt_id,
+      model: attempt.provider_model,
+      input: providerInput(task.request),
+      // A keyed token, not the (public) attempt id: docs/decisions/0016.
+      webhookUrl: callbackUrl(deps.settings.publicBaseUrl, attempt.provider, tokens.tokenFor(attempt.attempt_id)),
+      deadlineAt: task.deadline_at,
+      signal: ctx.cancellationSignal,
+    };
+    // The last check before money is spent, with nothing awaited between it and the call: an
+    // execution that stalled since its claim (a pause, a long GC) past the send-by moment never
+    // sends, since a retry may have concluded meanwhile that nothing was sent (docs/decisions/0063).
+    if (now().getTime() >= sendBy.getTime()) {
+      clearInterval(beat);
+      guard.release(attempt.provider, ticket, attempt.attempt_no);
+      await unsent(token, taskId, attempt.attempt_id, sendBy);
+      throw new Error(`the claim's send-by moment ${sendBy.toISOString()} passed before the provider was called; nothing was sent`);
+    }
     try {
-      outcome = await adapter.submit({
-        attemptId: attempt.attempt_id,
-        model: attempt.provider_model,
-        input: providerInput(task.request),
-        // A keyed token, not the (public) attempt id: docs/decisions/0016.
-        webhookUrl: callbackUrl(deps.settings.publicBaseUrl, attempt.provider, tokens.tokenFor(attempt.attempt_id)),
-        signal: ctx.cancellationSignal,
-      });
+      outcome = await adapter.submit(request);
     } catch (err) {
       // An adapter must return a typed outcome; anything thrown is treated as unknown.
       outcome = { kind: 'unknown', reason: `adapter threw: ${(err as Error).message}` };

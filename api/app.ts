@@ -35,8 +35,7 @@ export function createApp(ctx: ApiContext): express.Express {
     next();
   });
 
-  // A provider's callbacks: plain ones are served before express (api/callbacks.listener.ts);
-  // the others (odd paths, chunked, compressed or oversized bodies) here, by the same handler.
+  // A provider's callbacks: the raw bytes (the signature is checked on them), up to API_BODY_LIMIT.
   const callbacks = callbackHandlers(ctx);
   mountRoute(app, '', callbackRoutes.receive, express.raw({ type: () => true, limit: ctx.settings.bodyLimit }), async (req: Request, res: Response) => {
     const answer = await callbacks.receive({
@@ -89,7 +88,7 @@ export function createApp(ctx: ApiContext): express.Express {
     );
   });
   v1.use(readGate(ctx.admission));
-  v1.use(requireTenant(ctx.db));
+  v1.use(requireTenant(ctx.keys));
   mountRoute(v1, '/v1', taskRoutes.create, ctx.rateLimiter.middleware('create'), tasks.create);
   mountRoute(v1, '/v1', taskRoutes.list, ctx.rateLimiter.middleware('read'), tasks.list);
   mountRoute(v1, '/v1', taskRoutes.get, ctx.rateLimiter.middleware('read'), tasks.get);
@@ -98,14 +97,16 @@ export function createApp(ctx: ApiContext): express.Express {
   const webhooks = webhookHandlers(ctx);
   const read = ctx.rateLimiter.middleware('read');
   const w = webhookEndpointRoutes;
-  mountRoute(v1, '/v1', w.create, read, webhooks.create);
+  // Endpoint changes, rotations and redelivers are writes: they spend the tenant's create budget.
+  const write = ctx.rateLimiter.middleware('create');
+  mountRoute(v1, '/v1', w.create, write, webhooks.create);
   mountRoute(v1, '/v1', w.list, read, webhooks.list);
   mountRoute(v1, '/v1', w.get, read, webhooks.get);
-  mountRoute(v1, '/v1', w.update, read, webhooks.update);
-  mountRoute(v1, '/v1', w.remove, read, webhooks.remove);
-  mountRoute(v1, '/v1', w.rotateSecret, read, webhooks.rotateSecret);
+  mountRoute(v1, '/v1', w.update, write, webhooks.update);
+  mountRoute(v1, '/v1', w.remove, write, webhooks.remove);
+  mountRoute(v1, '/v1', w.rotateSecret, write, webhooks.rotateSecret);
   mountRoute(v1, '/v1', w.deliveries, read, webhooks.deliveries);
-  mountRoute(v1, '/v1', w.redeliver, read, webhooks.redeliver);
+  mountRoute(v1, '/v1', w.redeliver, write, webhooks.redeliver);
   // Live events (docs/events.md): text/event-stream, one read of the rate limit per stream opened.
   const events = eventHandlers(ctx);
   mountRoute(v1, '/v1', eventRoutes.task, read, events.task);

@@ -5,12 +5,12 @@
 import { RateLimiterRes } from 'rate-limiter-flexible';
 import type { Logger } from '../observability/logger';
 import { HttpProblem } from './problem';
-import { createLimiterSet, type SharedLimiter } from './rate-limit';
+import { createLimiterSet, type RedisConnection, type SharedLimiter } from './rate-limit';
 
 export interface CallbackLimitSettings {
   readonly perTokenPerMinute: number;
   readonly perSourcePerMinute: number;
-  readonly redisUrl: string | null;
+  readonly redis: RedisConnection | null;
   readonly expectedInstances: number;
 }
 
@@ -21,7 +21,7 @@ export interface CallbackLimiter {
 }
 
 export function createCallbackLimiter(settings: CallbackLimitSettings, logger: Logger): CallbackLimiter {
-  const set = createLimiterSet(settings.redisUrl, logger);
+  const set = createLimiterSet(settings.redis, logger);
   const shared = { durationSeconds: 60, expectedInstances: settings.expectedInstances };
   const bySource = set.limiter({ ...shared, keyPrefix: 'vidorch:callback:source', points: settings.perSourcePerMinute });
   const byToken = set.limiter({ ...shared, keyPrefix: 'vidorch:callback:token', points: settings.perTokenPerMinute });

@@ -30,7 +30,7 @@ export interface CallbackEvent {
 /** 'unknown_token' and 'mismatch' store nothing (docs/security.md "Callbacks"). */
 export type IngestOutcome = 'stored' | 'duplicate' | 'unknown_token' | 'mismatch';
 
-/** A callback request as both routes to the handler see it (api/callbacks.listener.ts, app.ts). */
+/** A callback request as the route (api/app.ts) hands it to the handler. */
 export interface CallbackRequest {
   readonly provider: string;
   readonly token: string;

@@ -7,6 +7,7 @@ import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
 import type { Config } from '../config/env';
 import { buildFallbackStorage, buildProviders, buildStorage, failoverHosts } from '../config/services';
+import { databaseUrl, redisConnection } from '../config/connections';
 import { createAdmission, type Admission } from './admission';
 import { createFastPath, type FastPath } from './fast-path';
 import { isDatabaseUnavailable } from './problem';
@@ -20,6 +21,7 @@ import { createSecretBox, type SecretBox } from '../db/webhook-secrets';
 import type { WebhookRules } from './webhooks.service';
 import { createEventHub } from './event-hub';
 import { createEventStreams, type EventStreams } from './event-streams';
+import { createApiKeyAuth, type ApiKeyAuth } from './api-keys';
 
 export interface ApiContext {
   readonly db: Db;
@@ -29,6 +31,8 @@ export interface ApiContext {
   readonly admission: Admission;
   readonly fastPath: FastPath;
   readonly rateLimiter: TenantRateLimiter;
+  /** API keys: cached lookups, the per-source limit before them, revocation (api/api-keys.ts). */
+  readonly keys: ApiKeyAuth;
   /** Callback limits per source address and per attempt (api/callback-limits.ts). */
   readonly callbackLimiter: CallbackLimiter;
   /** The keyed callback URL tokens (providers/callback-token.ts). */
@@ -56,8 +60,8 @@ export interface ApiContext {
     readonly publicBaseUrl: string;
     /** Slow-client guards of the HTTP server (api/listen.ts). */
     readonly http: { readonly headersTimeoutMs: number; readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
-    /** Tenant webhook endpoints (api/webhooks.service.ts). */
-    readonly webhooks: WebhookRules;
+    /** Tenant webhook endpoints (api/webhooks.service.ts), and the cap on task-URL origins in use per tenant (api/tasks.service.ts). */
+    readonly webhooks: WebhookRules & { readonly maxTaskUrlOrigins: number };
   };
   /**
    * Closes everything the context built: the event streams and their LISTEN connection, the
@@ -78,7 +82,7 @@ export function buildApiContext(
     storage?: ObjectStorage;
     fallbackStorage?: ObjectStorage | null;
     fenceCacheMs?: number;
-    /** The database `db` reaches, for the event LISTEN connection (default DATABASE_URL). */
+    /** The database `db` reaches, for the event LISTEN connection (default DATABASE_URL with its TLS files). */
     databaseUrl?: string;
   },
 ): ApiContext {
@@ -89,7 +93,7 @@ export function buildApiContext(
     watermark: { count: config.OUTBOX_WATERMARK_COUNT, ageMs: config.OUTBOX_WATERMARK_AGE_MS },
   });
   const hub = createEventHub({
-    databaseUrl: parts.databaseUrl ?? config.DATABASE_URL,
+    databaseUrl: parts.databaseUrl ?? databaseUrl(config),
     failoverHosts: failoverHosts(config),
     resyncMs: config.EVENTS_RESYNC_MS,
     logger: parts.logger,
@@ -108,13 +112,25 @@ export function buildApiContext(
       maxStreams: config.EVENTS_MAX_STREAMS,
       pollAfterMs: config.EVENTS_POLL_AFTER_MS,
       retryMs: config.EVENTS_RETRY_MS,
+      resumeMaxAgeMs: config.EVENTS_RESUME_MAX_AGE_MS,
       fenceCacheMs,
     },
   });
+  const keys = createApiKeyAuth({
+    db: parts.db,
+    hub,
+    logger: parts.logger,
+    settings: {
+      cacheTtlMs: config.AUTH_CACHE_TTL_MS,
+      cacheMaxKeys: config.AUTH_CACHE_MAX_KEYS,
+      lookupsPerSourcePerSecond: config.AUTH_LOOKUPS_PER_SOURCE_PER_SECOND,
+    },
+  });
+  const redis = redisConnection(config);
   const rateLimiter = createTenantRateLimiter(
     {
       perSecond: { create: config.TENANT_CREATE_RATE_PER_SECOND, read: config.TENANT_READ_RATE_PER_SECOND, cancel: config.TENANT_CANCEL_RATE_PER_SECOND },
-      redisUrl: config.REDIS_URL || null,
+      redis,
       expectedInstances: config.API_INSTANCES,
     },
     parts.logger,
@@ -123,7 +139,7 @@ export function buildApiContext(
     {
       perTokenPerMinute: config.CALLBACK_RATE_PER_TOKEN_PER_MINUTE,
       perSourcePerMinute: config.CALLBACK_RATE_PER_SOURCE_PER_MINUTE,
-      redisUrl: config.REDIS_URL || null,
+      redis,
       expectedInstances: config.API_INSTANCES,
     },
     parts.logger,
@@ -163,6 +179,7 @@ export function buildApiContext(
     }),
     waker,
     rateLimiter,
+    keys,
     callbackLimiter,
     callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET, config.CALLBACK_TOKEN_SECRET_PREVIOUS),
     webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS),
@@ -185,6 +202,7 @@ export function buildApiContext(
       webhooks: {
         allowPrivate: config.WEBHOOK_ALLOW_PRIVATE,
         maxEndpoints: config.WEBHOOK_MAX_ENDPOINTS_PER_TENANT,
+        maxTaskUrlOrigins: config.WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT,
         secretOverlapMs: config.WEBHOOK_SECRET_OVERLAP_MS,
       },
     },

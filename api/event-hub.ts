@@ -4,9 +4,12 @@
 // mode may have changed. A NOTIFY only wakes: every stream then re-reads Postgres from its own
 // position, so a NOTIFY lost with a dropped connection loses nothing — on reconnect, and every
 // EVENTS_RESYNC_MS anyway, every stream re-reads. The pattern is workers/fence-watcher.ts's.
+// The same connection hears API key changes (API_KEYS_CHANNEL): the key lookup cache and the
+// streams of a revoked key (api/api-keys.ts) act on them.
 import type pg from 'pg';
 import { discardClient, listenClients, type DatabaseHost } from '../db/client';
 import { FENCE_CHANNEL } from '../db/modes';
+import { API_KEYS_CHANNEL } from '../db/tenants';
 import type { Logger } from '../observability/logger';
 
 export const TASK_EVENTS_CHANNEL = 'vidorch_task_events';
@@ -15,11 +18,21 @@ export const TASK_EVENTS_CHANNEL = 'vidorch_task_events';
 export type Wake = { readonly kind: 'transition' | 'progress'; readonly taskId: string } | { readonly kind: 'resync' } | { readonly kind: 'fence' };
 export type WakeListener = (wake: Wake) => void;
 
+/**
+ * An API key change (db/tenants.ts), or `connected`: the LISTEN connection was (re)established,
+ * so changes made while it was down were not heard.
+ */
+export type KeyNotice =
+  { readonly kind: 'revoked'; readonly keyId: string; readonly revokedAt: Date } | { readonly kind: 'issued' } | { readonly kind: 'connected' };
+export type KeyListener = (notice: KeyNotice) => void;
+
 export interface EventHub {
   /** Wakes `listener` for every event of the task, every resync and fence change. Returns the unsubscribe. */
   watchTask(taskId: string, listener: WakeListener): () => void;
   /** The same for every task of the tenant. */
   watchTenant(tenantId: string, listener: WakeListener): () => void;
+  /** Tells `listener` of every API key change and every (re)connect. Returns the unsubscribe. */
+  watchKeys(listener: KeyListener): () => void;
   /** True while the LISTEN connection is up. */
   listening(): boolean;
   /** Times the LISTEN connection was (re)established. */
@@ -51,8 +64,21 @@ const notice = (payload: string | undefined): { k: string; tenant: string; task:
   }
 };
 
+const keyNotice = (payload: string | undefined): KeyNotice | null => {
+  try {
+    const p = JSON.parse(payload ?? '') as { k?: unknown; key_id?: unknown; revoked_at?: unknown };
+    if (p.k === 'issued') return { kind: 'issued' };
+    if (p.k !== 'revoked' || typeof p.key_id !== 'string' || typeof p.revoked_at !== 'string') return null;
+    const revokedAt = new Date(p.revoked_at);
+    return Number.isNaN(revokedAt.getTime()) ? null : { kind: 'revoked', keyId: p.key_id, revokedAt };
+  } catch {
+    return null;
+  }
+};
+
 /**
- * The hub connects on its first watcher (an API that never streams holds no connection), and
+ * The hub connects on its first watcher (a stream, or the key cache at the first request with a
+ * key: an API that serves neither holds no connection), and
  * wakes every watcher with `resync` each time the connection is (re)established: what happened
  * while it was not listening is read then.
  */
@@ -65,6 +91,7 @@ export function createEventHub(opts: EventHubOptions): EventHub {
   });
   const byTask = new Map<string, Set<WakeListener>>();
   const byTenant = new Map<string, Set<WakeListener>>();
+  const keyListeners = new Set<KeyListener>();
   let client: pg.Client | null = null;
   /** The connection being opened, until it listens or is given up (one at a time). */
   let attempt: pg.Client | null = null;
@@ -81,6 +108,11 @@ export function createEventHub(opts: EventHubOptions): EventHub {
 
   function onNotification(msg: pg.Notification) {
     if (msg.channel === FENCE_CHANNEL) return wakeAll({ kind: 'fence' });
+    if (msg.channel === API_KEYS_CHANNEL) {
+      const k = keyNotice(msg.payload);
+      if (k) for (const l of [...keyListeners]) l(k);
+      return;
+    }
     const n = notice(msg.payload);
     if (!n) return;
     const wake: Wake = { kind: n.k === 'p' ? 'progress' : 'transition', taskId: n.task };
@@ -114,7 +146,7 @@ export function createEventHub(opts: EventHubOptions): EventHub {
     c.on('notification', onNotification);
     try {
       await c.connect();
-      await c.query(`LISTEN ${TASK_EVENTS_CHANNEL}; LISTEN ${FENCE_CHANNEL}`);
+      await c.query(`LISTEN ${TASK_EVENTS_CHANNEL}; LISTEN ${FENCE_CHANNEL}; LISTEN ${API_KEYS_CHANNEL}`);
       // Stopped meanwhile, or given up (its connection ended) while the LISTEN was answered.
       if (stopped || attempt !== c) {
         await discardClient(c);
@@ -123,7 +155,8 @@ export function createEventHub(opts: EventHubOptions): EventHub {
       attempt = null;
       client = c;
       connectCount += 1;
-      // Anything written while nobody listened here: every stream reads again.
+      // Anything written while nobody listened here: every stream reads again, every key is checked again.
+      for (const l of [...keyListeners]) l({ kind: 'connected' });
       wakeAll({ kind: 'resync' });
     } catch (err) {
       opts.logger.debug({ err }, 'event LISTEN connection failed; retrying');
@@ -155,6 +188,11 @@ export function createEventHub(opts: EventHubOptions): EventHub {
   return {
     watchTask: (taskId, l) => watch(byTask, taskId, l),
     watchTenant: (tenantId, l) => watch(byTenant, tenantId, l),
+    watchKeys(l) {
+      start();
+      keyListeners.add(l);
+      return () => keyListeners.delete(l);
+    },
     listening: () => client !== null,
     connects: () => connectCount,
     async stop() {

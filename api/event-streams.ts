@@ -17,7 +17,7 @@ import { policyFor } from '../domain/modes';
 import { isTerminal, type SystemMode } from '../domain/states';
 import type { Logger } from '../observability/logger';
 import type { EventHub, Wake } from './event-hub';
-import type { DegradedEventData, ProgressEventData, TaskEventData } from './events.schemas';
+import type { DegradedEventData, ProgressEventData, ResyncEventData, TaskEventData } from './events.schemas';
 import { HttpProblem } from './problem';
 import type { SseWriter } from './sse';
 import { presentProgress } from './tasks.present';
@@ -30,6 +30,8 @@ export interface EventStreamSettings {
   readonly pollAfterMs: number;
   /** The SSE `retry` every stream starts with. */
   readonly retryMs: number;
+  /** How far back the tenant stream replays (EVENTS_RESUME_MAX_AGE_MS): an older Last-Event-ID gets `resync`. */
+  readonly resumeMaxAgeMs: number;
   /** How old the mode read through `fence()` may be (the admission cache). */
   readonly fenceCacheMs: number;
   /** How soon a tenant stream reads again when a committed transition waits behind an open transaction. */
@@ -46,7 +48,8 @@ export interface EventStreams {
   /** The `degraded` event when `mode` sheds live events, else null. */
   degraded(mode: SystemMode): DegradedEventData | null;
   runTaskStream(w: SseWriter, taskId: string, afterVersion: number): void;
-  runTenantStream(w: SseWriter, tenantId: string, from: TenantCursor, statuses: readonly string[] | null): void;
+  /** `resync`: the client's Last-Event-ID was past the stream's retention; sent first, with `from` (now) as its id. */
+  runTenantStream(w: SseWriter, tenantId: string, from: TenantCursor, statuses: readonly string[] | null, resync?: ResyncEventData): void;
   /** Ends every open stream and the hub's connection (server shutdown). */
   close(): Promise<void>;
 }
@@ -256,7 +259,7 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
       void transitions().then(() => progressDue());
     },
 
-    runTenantStream(w, tenantId, from, statuses) {
+    runTenantStream(w, tenantId, from, statuses, resync) {
       let position = from;
       let retryTimer: NodeJS.Timeout | null = null;
       const wanted = statuses ? new Set(statuses) : null;
@@ -271,6 +274,8 @@ export function createEventStreams(deps: EventStreamsDeps): EventStreams {
           if (retryTimer) clearTimeout(retryTimer);
         },
       );
+      // Its id is the position the stream goes on from: a reconnect resumes there, not from the old id.
+      if (resync) send({ event: 'resync', id: formatTenantCursor(from), data: resync });
       const transitions = serial(w, 'tenant', async () => {
         for (;;) {
           const page = await tenantTransitionsAfter(db, tenantId, position, PAGE);

@@ -1,10 +1,11 @@
 // The live event streams' contracts (api/contract.ts): Server-Sent Events (docs/events.md).
 // A stream's events are declared as one parsed event each (sseEvent): `transition` and
-// `progress` on a task stream, `transition` on the tenant stream, `degraded` on both when the
-// mode sheds pushed events (docs/modes.md).
+// `progress` on a task stream, `transition` and `resync` (a Last-Event-ID past the stream's
+// retention) on the tenant stream, `degraded` on both when the mode sheds pushed events
+// (docs/modes.md).
 import { z } from 'zod';
 import { defineRoute, sse, sseEvent } from './contract';
-import { DegradedEventData, ProgressEventData, TaskEventData, tenantEventsQuery } from './events.schemas';
+import { DegradedEventData, ProgressEventData, ResyncEventData, TaskEventData, tenantEventsQuery } from './events.schemas';
 import { problemAnswers } from './problem';
 import { taskPathParams } from './tasks.schemas';
 
@@ -47,7 +48,8 @@ export const eventRoutes = {
     path: '/v1/events',
     operationId: 'streamTenantEvents',
     summary: "Every task's transitions for the tenant as they happen (Server-Sent Events)",
-    description: 'The SSE id is `<xact>-<transition>`: reconnect with Last-Event-ID and nothing is missed or repeated.',
+    description:
+      'The SSE id is `<xact>-<transition>`: reconnect with Last-Event-ID and nothing is missed or repeated. A Last-Event-ID older than the stream replays (EVENTS_RESUME_MAX_AGE_MS) is answered with `event: resync` first: re-read the tasks, then live events follow.',
     tags: ['events'],
     auth: 'bearer',
     request: {
@@ -55,7 +57,12 @@ export const eventRoutes = {
       headers: z.object({ 'Last-Event-ID': z.string().optional().describe('The last id this stream sent') }),
     },
     responses: {
-      200: { description: 'The stream', content: sse(z.union([sseEvent(TaskEventData, { event: z.literal('transition') }), degraded])) },
+      200: {
+        description: 'The stream',
+        content: sse(
+          z.union([sseEvent(TaskEventData, { event: z.literal('transition') }), sseEvent(ResyncEventData, { event: z.literal('resync') }), degraded]),
+        ),
+      },
       ...v1Problems(),
     },
   }),

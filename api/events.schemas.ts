@@ -45,6 +45,21 @@ export const DegradedEventData = z
   .describe('Live events are paused; the stream closes after this event');
 export type DegradedEventData = z.infer<typeof DegradedEventData>;
 
+/**
+ * `event: resync` — the tenant stream's Last-Event-ID is older than the stream replays
+ * (EVENTS_RESUME_MAX_AGE_MS): nothing is replayed; the client re-reads its tasks' state, and the
+ * stream goes on live from now. Its SSE `id` is the stream's position now, so a reconnect
+ * resumes from there.
+ */
+export const ResyncEventData = z
+  .object({
+    reason: z.literal('resume_point_too_old'),
+    resume_max_age_ms: z.int().min(0).describe('How far back a Last-Event-ID is replayed (EVENTS_RESUME_MAX_AGE_MS)'),
+    detail: z.string(),
+  })
+  .describe("Events were missed beyond what the stream replays: re-read the tasks' state (GET /v1/tasks, GET /v1/tasks/:id); live events follow");
+export type ResyncEventData = z.infer<typeof ResyncEventData>;
+
 /** The tenant stream's `?status=` filter: one or more task states, comma-separated. */
 export const tenantEventsQuery = z.strictObject({
   status: z

@@ -6,7 +6,6 @@ import type { AddressInfo } from 'node:net';
 import { startOpsListener, type OpsListener } from '../observability/ops-listener';
 import { readinessDetail } from './admission';
 import { createApp } from './app';
-import { withCallbackRoute } from './callbacks.listener';
 import type { ApiContext } from './context';
 
 export function createApiServer(ctx: ApiContext): http.Server {
@@ -18,7 +17,7 @@ export function createApiServer(ctx: ApiContext): http.Server {
       // How often Node checks those timeouts (default 30 s, coarser than the timeouts themselves).
       connectionsCheckingInterval: Math.min(1_000, Math.ceil(t.headersTimeoutMs / 2)),
     },
-    withCallbackRoute(ctx, createApp(ctx)),
+    createApp(ctx),
   );
   server.keepAliveTimeout = t.keepAliveTimeoutMs;
   return server;

@@ -141,9 +141,8 @@ export function weakEtag(body: Buffer): string {
 }
 
 /**
- * Writes the problem answer. Plain node:http, so the callback route served before express
- * (api/callbacks.listener.ts) answers byte for byte as express's routes do: the problem's own
- * headers, then Content-Type, Content-Length and the weak ETag in the order res.json() set them.
+ * Writes the problem answer: the problem's own headers, then Content-Type, Content-Length and
+ * the weak ETag in the order res.json() sets them.
  */
 export function sendProblem(res: ServerResponse, p: HttpProblem, instance?: string): void {
   for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);

@@ -2,6 +2,7 @@
 // cancels), and per source and callback URL for callbacks (api/callback-limits.ts). Each is
 // shared in Redis, and when Redis is unavailable a conservative per-process limit (the
 // "insurance" limiter) applies rather than none. Over the limit: 429 with Retry-After.
+import type { ConnectionOptions } from 'node:tls';
 import type { NextFunction, Request, Response } from 'express';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
@@ -11,13 +12,24 @@ import { HttpProblem } from './problem';
 
 export type TenantRequestKind = 'create' | 'read' | 'cancel';
 
-const WHAT: Record<TenantRequestKind, string> = { create: 'task creations', read: 'task reads', cancel: 'cancel requests' };
+const WHAT: Record<TenantRequestKind, string> = {
+  create: 'writes (task creations, webhook endpoint changes)',
+  read: 'task reads',
+  cancel: 'cancel requests',
+};
+
+/** Where the shared limits live (config/connections.ts redisConnection builds it from REDIS_URL). */
+export interface RedisConnection {
+  readonly url: string;
+  /** TLS (a `rediss://` URL): the CA when not the system's, the name checked. */
+  readonly tls?: ConnectionOptions;
+}
 
 export interface RateLimitSettings {
   /** Requests of each kind per tenant per second across all API processes. */
   readonly perSecond: Readonly<Record<TenantRequestKind, number>>;
-  /** Redis URL, or null to use only the in-process limiter. */
-  readonly redisUrl: string | null;
+  /** Redis, or null to use only the in-process limiter. */
+  readonly redis: RedisConnection | null;
   /** API processes sharing the limit: the insurance limiter allows perSecond / this each. */
   readonly expectedInstances: number;
 }
@@ -42,8 +54,8 @@ export interface SharedLimitOptions {
 }
 
 /** Limiters over one Redis connection (or none: local limits only). */
-export function createLimiterSet(redisUrl: string | null, logger: Logger) {
-  const redis = redisUrl ? connectRedis(redisUrl, logger) : null;
+export function createLimiterSet(connection: RedisConnection | null, logger: Logger) {
+  const redis = connection ? connectRedis(connection, logger) : null;
   return {
     limiter(opts: SharedLimitOptions): SharedLimiter {
       const insurance = new RateLimiterMemory({
@@ -71,7 +83,7 @@ export function createLimiterSet(redisUrl: string | null, logger: Logger) {
 }
 
 export function createTenantRateLimiter(settings: RateLimitSettings, logger: Logger): TenantRateLimiter {
-  const set = createLimiterSet(settings.redisUrl, logger);
+  const set = createLimiterSet(settings.redis, logger);
   const limiterFor = (kind: TenantRequestKind) =>
     set.limiter({ keyPrefix: `vidorch:${kind}`, points: settings.perSecond[kind], durationSeconds: 1, expectedInstances: settings.expectedInstances });
   const limiters = { create: limiterFor('create'), read: limiterFor('read'), cancel: limiterFor('cancel') };
@@ -99,8 +111,9 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
   };
 }
 
-function connectRedis(url: string, logger: Logger): Redis {
-  const redis = new Redis(url, {
+function connectRedis(connection: RedisConnection, logger: Logger): Redis {
+  const redis = new Redis(connection.url, {
+    ...(connection.tls ? { tls: connection.tls } : {}),
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
     connectTimeout: 1_000,

@@ -7,13 +7,13 @@ import type { NextFunction, Request, Response } from 'express';
 import { tracer } from '../observability/trace-context';
 
 /** A request's server span, ended once with its route and answer. Null when tracing is off. */
-export interface ServerSpan {
+interface ServerSpan {
   /** The context to run the request in (the span active, for trace ids in problems and logs). */
   readonly context: Context;
   end(route: string, status: number, finished: boolean, tenantId?: string): void;
 }
 
-export function startServerSpan(method: string): ServerSpan | null {
+function startServerSpan(method: string): ServerSpan | null {
   const span = tracer().startSpan(method, { kind: SpanKind.SERVER, attributes: { 'http.request.method': method } }, ROOT_CONTEXT);
   if (!span.isRecording()) return null;
   let ended = false;

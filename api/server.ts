@@ -1,8 +1,10 @@
 // The API process: `npm run api`. The public port serves /v1, /healthz, a ready-or-not /readyz
 // and /openapi.json; the operator listener (OPS_LISTEN_HOST:OPS_PORT) serves /metrics and the
 // detailed /readyz. Fact gauges are computed by a sampler on a connection of its own.
+import { temporalConnection } from '../config/connections';
 import { loadConfigOrExit } from '../config/env';
 import { buildDatabase, failoverHosts } from '../config/services';
+import { requireCurrentSchemaOrExit } from '../db/schema-version';
 import { startFactSampler } from '../observability/facts';
 import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { createMetrics } from '../observability/metrics';
@@ -19,14 +21,16 @@ const logger = createLogger({ name: 'api', level: config.LOG_LEVEL, pretty: conf
 const tracing = await installTracing(tracingOptions(config, 'vidorch-api', logger));
 exitOnUnhandledErrors(logger);
 const database = buildDatabase(config, 'vidorch-api');
+// Migrations are a release step: refuse (exit 2) a schema older than this build.
+await requireCurrentSchemaOrExit(database.pool, logger);
 const facts = startFactSampler({
-  databaseUrl: config.DATABASE_URL,
+  databaseUrl: database.url,
   failoverHosts: failoverHosts(config),
   intervalMs: config.METRICS_FACTS_INTERVAL_MS,
   logger,
   applicationName: 'vidorch-api-facts',
 });
-const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
+const temporal = lazyClient({ connection: temporalConnection(config), namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const ctx = buildApiContext(config, {
   db: database.db,
   databaseUrl: database.url,

@@ -49,7 +49,10 @@ function refusedOutcome(err: unknown): string {
 }
 
 export function taskHandlers(ctx: ApiContext) {
-  /** Parses a create, checks the admission and commits it; a refusal throws (refusedOutcome classes it). */
+  /**
+   * Parses a create, checks the admission and commits it; a refusal throws (refusedOutcome classes
+   * it). The outcome, and the fence token it was committed under (the fast path's mark holds it).
+   */
   async function admit(req: Request, tenantId: string) {
     const { request } = taskRoutes.create;
     const rawKey = req.get('idempotency-key');
@@ -62,25 +65,28 @@ export function taskHandlers(ctx: ApiContext) {
     // region, epoch and mode under a share lock, so a stale cache can only cause a 503, never a bad write.
     const fence = await ctx.admission.assertCanCreate();
     const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
-    return createTask(ctx.db, token, {
+    const outcome = await createTask(ctx.db, token, {
       tenantId,
       idempotencyKey: key.data,
       body: body.data,
       defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds,
       webhookAllowPrivate: ctx.settings.webhooks.allowPrivate,
+      webhookMaxOrigins: ctx.settings.webhooks.maxTaskUrlOrigins,
     });
+    return { outcome, token };
   }
 
   return {
     async create(req: Request, res: Response) {
       const { tenantId } = tenantOf(req);
-      let outcome;
+      let admitted;
       try {
-        outcome = await admit(req, tenantId);
+        admitted = await admit(req, tenantId);
       } catch (err) {
         ctx.metrics.tasksCreated.inc({ outcome: refusedOutcome(err) });
         throw err;
       }
+      const { outcome, token } = admitted;
       if (outcome.kind === 'replayed') {
         ctx.metrics.tasksCreated.inc({ outcome: 'replayed' });
         res.setHeader('Idempotent-Replayed', 'true');
@@ -92,7 +98,7 @@ export function taskHandlers(ctx: ApiContext) {
       // Fast path: start the workflow now (awaited within a short budget, or in the background,
       // API_FAST_PATH_MODE). If Temporal is slow or down the task is still accepted; the outbox
       // relay starts it later.
-      await ctx.fastPath.afterCommit({ taskId: task.task_id, tenantId, provider: task.provider, priority: task.priority }, outcome.outboxEventId);
+      await ctx.fastPath.afterCommit({ taskId: task.task_id, tenantId, provider: task.provider, priority: task.priority }, outcome.outboxEventId, token);
       res.status(202).location(`/v1/tasks/${task.task_id}`).json({ task_id: task.task_id, status: task.status });
     },
 

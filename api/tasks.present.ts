@@ -119,7 +119,9 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
       submit_started_at: a.submit_started_at?.toISOString() ?? null,
       submit_finished_at: a.submit_finished_at?.toISOString() ?? null,
       unknown_since: a.unknown_since?.toISOString() ?? null,
-      last_error: a.last_error,
+      // Why an outcome is unknown (or the attempt failed), as the provider call ended: a provider's
+      // answer may echo a URL or a key, redacted like every error text that leaves (observability/redact.ts).
+      last_error: a.last_error === null ? null : redactText(a.last_error),
       progress: a.progress ? presentProgress(attemptProgress(a)) : null,
     })),
     transitions: d.transitions.map((t) => ({

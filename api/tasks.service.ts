@@ -10,7 +10,7 @@ import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { asset, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
 import { admitTask } from '../db/task-admission';
-import { taskUrlSigningEndpoint } from '../db/webhooks';
+import { taskUrlOrigin, taskUrlOriginsInUse, taskUrlSigningEndpoint } from '../db/webhooks';
 import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../db/settlement';
 import { canonicalJson } from '../domain/canonical-json';
@@ -49,13 +49,15 @@ export async function createTask(
     /** The deadline of a request that names none (TASK_DEADLINE_SECONDS). */
     defaultDeadlineSeconds: number;
     webhookAllowPrivate?: boolean;
+    /** WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT: needed when the body names a webhook_url. */
+    webhookMaxOrigins?: number;
   },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
   const hash = requestHash(body);
   let entry: ModelEntry;
   try {
-    entry = await admissibleModel(db, tenantId, body, args.webhookAllowPrivate ?? false);
+    entry = await admissibleModel(db, tenantId, body, { allowPrivate: args.webhookAllowPrivate ?? false, maxOrigins: args.webhookMaxOrigins });
   } catch (err) {
     // A refusal may rest on what changed since a create with this key committed (its webhook
     // endpoint disabled, the catalog changed): the retry of a create whose answer was lost is
@@ -123,8 +125,8 @@ export async function createTask(
  * The catalog entry a create asks for, once its webhook URL and every limit of the model's
  * providers are checked; throws the 400 problem naming the field otherwise.
  */
-async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhookAllowPrivate: boolean): Promise<ModelEntry> {
-  if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, webhookAllowPrivate);
+async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhook: TaskUrlRules): Promise<ModelEntry> {
+  if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, webhook);
   const entry = findModel(body.model);
   if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
   const offered = entry.routes.map((r) => r.provider);
@@ -140,17 +142,36 @@ async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, w
   return entry;
 }
 
+interface TaskUrlRules {
+  readonly allowPrivate: boolean;
+  readonly maxOrigins: number | undefined;
+}
+
 /**
  * A task's own webhook_url follows the endpoints' URL rule, and is signed with the secret of the
  * tenant's oldest enabled endpoint (docs/decisions/0018-tenant-webhooks.md): without one there
- * is nothing to sign with, so the create is refused.
+ * is nothing to sign with, so the create is refused. Its origin is a delivery target of its own:
+ * a tenant has at most `maxOrigins` of them in use (docs/webhooks.md "A task's own URL"), so a
+ * create naming one more is refused too. Checked before the create's transaction, not under a
+ * lock: creates racing each other may pass the cap by as many as race.
  */
-async function checkTaskWebhookUrl(db: Db, tenantId: string, url: string, allowPrivate: boolean): Promise<void> {
-  const problem = webhookUrlProblem(url, allowPrivate);
+async function checkTaskWebhookUrl(db: Db, tenantId: string, url: string, rules: TaskUrlRules): Promise<void> {
+  const problem = webhookUrlProblem(url, rules.allowPrivate);
   if (problem) throw problems.validation([{ field: 'webhook_url', message: problem }]);
   if (!(await taskUrlSigningEndpoint(db, tenantId))) {
     throw problems.validation([
       { field: 'webhook_url', message: "needs an enabled webhook endpoint (its secret signs the task's webhooks): POST /v1/webhook-endpoints first" },
+    ]);
+  }
+  if (rules.maxOrigins === undefined) throw new Error('createTask: a body with webhook_url needs webhookMaxOrigins (WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT)');
+  const origin = taskUrlOrigin(url);
+  const used = await taskUrlOriginsInUse(db, tenantId, origin, rules.maxOrigins);
+  if (!used.inUse && used.count >= rules.maxOrigins) {
+    throw problems.validation([
+      {
+        field: 'webhook_url',
+        message: `names a new origin (${origin}) while ${rules.maxOrigins} task webhook origins are in use (open tasks' and pending deliveries'); at most ${rules.maxOrigins}: use one of those, or an endpoint`,
+      },
     ]);
   }
 }

@@ -63,7 +63,7 @@ interface PhaseResult {
 const GOAL_P50_MS = 300;
 const GOAL_P99_MS = 1_000;
 const GOAL_P50_BARE_RATIO = 3;
-const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench callback-latency ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
+const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench callback-latency ${i}`, duration_seconds: 6, resolution: '720p' }) as const;
 
 async function breakdown(bw: BenchWorld, workflowIds: string[], sample: number): Promise<Breakdown> {
   const counts = { events: 0, activityDispatches: 0, localActivityMarkers: 0, workflowTasks: 0, timers: 0, upserts: 0 };

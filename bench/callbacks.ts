@@ -24,7 +24,7 @@ import { createTaskClient } from './lib/http';
 import { createKeepAliveSender } from './lib/keep-alive-sender';
 import { createTaskOrThrow } from './lib/tasks';
 import { closedLoop, type LoadResult } from './lib/load';
-import { describeCpu, measured, topStatements, type Measured } from './lib/measure';
+import { describeCpu, measured, statementsPer, topStatements, type Measured } from './lib/measure';
 import { runPgbench, type PgbenchResult } from './lib/pgbench';
 import type { CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
@@ -60,7 +60,8 @@ interface Row {
   readonly p50: number;
   readonly p99: number;
   readonly errors: number;
-  readonly roundTripsPerOp: number | null;
+  /** Statements the database executed per callback (pg_stat_statements); null where not counted. */
+  readonly statementsPerOp: number | null;
   /** Wake signals sent to Temporal per callback stored (the waker coalesces per task), warm-up included. */
   readonly signalsPerStored: number | null;
   readonly cpu: CpuUsage;
@@ -94,7 +95,7 @@ function predictionBody(a: Attempt, seq: number): string {
     version: 'c8bcc4751328608bb75043b3af7bed4eabcf1a6c0a478d50a4cf57fa04bd5101',
     source: 'api',
     data_removed: false,
-    input: { prompt: 'bench callbacks', duration: 1 },
+    input: { prompt: 'bench callbacks' },
     output: null,
     error: null,
     logs: `step ${seq}`,
@@ -125,8 +126,8 @@ async function createAttempts(bw: BenchWorld, apiUrl: string, n: number, rep: Re
             await createTaskOrThrow(vidorch, `cb-setup-${i}`, {
               model: 'minimax/video-01',
               prompt: `bench callbacks ${i}`,
-              duration_seconds: 1,
-              resolution: '480p',
+              duration_seconds: 6,
+              resolution: '720p',
             }),
           );
         }
@@ -266,7 +267,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         m = await measured(
           {
             cpuGroups: async () => ({ api: [api.proc.pid], postgres: await bw.backendPids(), temporal: bw.temporalPids() }),
-            countFiles: [api.countFile],
+            pgCounts: bw.pgCounts,
           },
           () =>
             closedLoop({
@@ -308,11 +309,11 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         p50: m.result.latency.p50,
         p99: m.result.latency.p99,
         errors: m.result.errors,
-        roundTripsPerOp: m.result.started > 0 ? m.queries.total / m.result.started : null,
+        statementsPerOp: statementsPer(m.queries, m.result.started),
         signalsPerStored: storedHere > 0 ? apiSignals / storedHere : null,
         cpu: m.cpu,
       });
-      statementReport.push({ clients, statements: topStatements(m.queries, m.result.started, 6) });
+      if (m.queries) statementReport.push({ clients, statements: topStatements(m.queries, m.result.started, 6) });
       rep.log(`callbacks: cpu ${describeCpu(m.cpu)}`);
 
       if (bare) {
@@ -344,7 +345,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
           p50: b.result.latency.p50,
           p99: b.result.latency.p99,
           errors: b.result.errors,
-          roundTripsPerOp: 1,
+          statementsPerOp: 1,
           signalsPerStored: bareStored > 0 ? (bareWaker.stats().sent - bareSentBefore) / bareStored : null,
           cpu: b.cpu,
         });
@@ -377,7 +378,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         p50: p.result.latency.p50,
         p99: p.result.latency.p99,
         errors: p.result.failed,
-        roundTripsPerOp: 1,
+        statementsPerOp: 1,
         signalsPerStored: null,
         cpu: p.cpu,
       });
@@ -413,7 +414,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         'errors',
         'ratio',
         '÷ bare',
-        'PG round trips/op',
+        'PG statements/op',
         'signals/stored',
         'cores: api',
         'postgres',
@@ -430,7 +431,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         r.errors,
         round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 3),
         round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 3),
-        r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 1),
+        r.statementsPerOp === null ? null : round(r.statementsPerOp, 1),
         r.signalsPerStored === null ? null : round(r.signalsPerStored, 2),
         round(r.cpu.cores['api'] ?? NaN, 2),
         round(r.cpu.cores['postgres'] ?? 0, 2),
@@ -453,9 +454,9 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
       ],
     );
     const last = statementReport[statementReport.length - 1];
-    if (last) {
+    if (last && last.statements.length > 0) {
       rep.table(
-        `callbacks: Postgres round trips of the API per callback (c=${last.clients})`,
+        `callbacks: Postgres statements per callback (the database's, c=${last.clients})`,
         ['statement', 'per callback', 'count'],
         last.statements.map((s) => [s.statement, round(s.perUnit, 2), s.count]),
       );
@@ -490,7 +491,7 @@ export async function runCallbacks(o: CallbacksOptions, rep: Reporter): Promise<
         errors: r.errors,
         ratio: round(ratio(r.rate, baseline(r.clients)?.rate ?? NaN), 4),
         ratioToBare: round(ratio(r.rate, bareOf(r.clients)?.rate ?? NaN), 4),
-        roundTripsPerOp: r.roundTripsPerOp === null ? null : round(r.roundTripsPerOp, 2),
+        statementsPerOp: r.statementsPerOp === null ? null : round(r.statementsPerOp, 2),
         signalsPerStored: r.signalsPerStored === null ? null : round(r.signalsPerStored, 3),
         cores: Object.fromEntries(Object.entries(r.cpu.cores).map(([k, v]) => [k, round(v, 2)])),
         machineBusyCores: round(r.cpu.machineBusyCores, 2),

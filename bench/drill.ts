@@ -11,6 +11,7 @@ import { PROVIDERS, type ProviderName } from '../domain/catalog';
 import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
 import { runUnknownOutcomeDrill } from './drills/unknown-outcome';
 import { runWebhooksDrill } from './drills/webhooks';
+import { runImagesDrill } from './drills/images';
 
 const int = (v: string) => {
   const n = Number(v);
@@ -31,6 +32,24 @@ const providerList = (v: string): ProviderName[] => {
   if (bad.length > 0 || names.length === 0) throw new InvalidArgumentError(`a comma-separated list of ${PROVIDERS.join(', ')}`);
   return names as ProviderName[];
 };
+const ms = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('a whole number of milliseconds ≥ 0');
+  return n;
+};
+const klingNotFound = (v: string): KlingNotFound => {
+  if (v !== '404-1203' && v !== '400-1201') throw new InvalidArgumentError('404-1203 or 400-1201');
+  return v;
+};
+type KlingNotFound = '404-1203' | '400-1201';
+interface UnknownOutcomeCli {
+  readonly tasks: number;
+  readonly json: boolean;
+  readonly dropWebhooks: boolean;
+  readonly providers: ProviderName[];
+  readonly klingVisibleAfter: number;
+  readonly klingNotFound: KlingNotFound;
+}
 const log = (line: string) => console.log(`drill: ${line}`);
 
 type Row = [string, string | number | boolean | null, string];
@@ -62,9 +81,12 @@ program
   .option('--tasks <n>', 'tasks to run', int, 200)
   .option('--drop-webhooks', 'drop every webhook in every phase: only polls and lookups reconcile', false)
   .option('--providers <list>', `tasks round-robin over these providers (${PROVIDERS.join(',')})`, providerList, ['replicate'] as ProviderName[])
+  .option('--kling-visible-after <ms>', 'the simulated Kling serves a new task only this long after its create (Kling promises no read-after-write)', ms, 0)
+  .option('--kling-not-found <shape>', 'what the simulated Kling answers a get of an id it does not serve: 404-1203 or 400-1201', klingNotFound, '404-1203')
   .option('--json', 'print the report as one JSON line', false)
-  .action(async (o: { tasks: number; json: boolean; dropWebhooks: boolean; providers: ProviderName[] }) => {
-    const r = await runUnknownOutcomeDrill({ tasks: o.tasks, log, dropWebhooks: o.dropWebhooks, providers: o.providers });
+  .action(async (o: UnknownOutcomeCli) => {
+    const kling = { klingVisibleAfterMs: o.klingVisibleAfter, klingNotFound: o.klingNotFound };
+    const r = await runUnknownOutcomeDrill({ tasks: o.tasks, log, dropWebhooks: o.dropWebhooks, providers: o.providers, ...kling });
     const perProvider = Object.entries(r.byProvider).flatMap(([p, f]): Row[] => [
       [`${p}: tasks / succeeded / parked (MANUAL_REVIEW)`, `${f.tasks} / ${f.succeeded} / ${f.parked}`, ''],
       [`${p}: provider jobs per task (max)`, f.maxProviderJobsPerTask, 'must be 1'],
@@ -76,6 +98,7 @@ program
       () => [
         ['tasks accepted', r.accepted, ''],
         ['webhooks dropped (all phases)', r.webhooksDropped, ''],
+        ['kling: readable after (ms) / not-found answer', `${o.klingVisibleAfter} / ${o.klingNotFound}`, ''],
         ['succeeded', r.succeeded, ''],
         ['failed', r.failed, ''],
         ['in manual review', r.manualReview, ''],
@@ -459,6 +482,32 @@ program
         ['copy back took (s)', r.copyBackSeconds.toFixed(1), ''],
       ],
       ok,
+    );
+  });
+
+program
+  .command('images')
+  .description('build every Dockerfile target with podman on a locally made Node base, run them under the production profile, stop them with SIGTERM')
+  .option('--rebase', 'make the local Debian and Node base images again', false)
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { rebase: boolean; json: boolean }) => {
+    const r = await runImagesDrill({ log, rebaseImages: o.rebase });
+    report(
+      r,
+      o.json,
+      'images (docs/decisions/0065-build-and-images.md)',
+      () => [
+        ['Node base', r.baseCached ? 'cached' : `${r.baseSeconds} s`, r.nodeBase],
+        ...r.builds.map((b): Row => [`build --target ${b.target}`, `${b.seconds} s`, `${b.sizeMb} MB`]),
+        ['api on an unmigrated database: exit', r.refusedUnmigrated.exitCode, r.refusedUnmigrated.named ? 'names the missing migrations' : 'no schema message'],
+        ['migrate image', `${r.migrateSeconds} s`, ''],
+        ['ops image: mode get', r.opsMode, ''],
+        ...r.services.flatMap((s): Row[] => [
+          [`${s.name}: ready after podman run`, `${s.readySeconds} s`, `HEALTHCHECK ${s.healthcheck ? 'passes' : 'fails'}`],
+          [`${s.name}: SIGTERM to exit`, `${s.stopSeconds} s`, `exit ${s.exitCode}${s.drained ? ', stopped cleanly' : ''}`],
+        ]),
+      ],
+      r.ok,
     );
   });
 

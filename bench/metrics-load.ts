@@ -54,7 +54,7 @@ export interface MetricsLoadResult {
   readonly publicMetricsStatus: number;
 }
 
-const taskBody = { model: 'minimax/video-01', prompt: 'metrics under load', duration_seconds: 2, resolution: '480p' } as const;
+const taskBody = { model: 'minimax/video-01', prompt: 'metrics under load', duration_seconds: 6, resolution: '720p' } as const;
 
 export async function metricsLoad(opts: MetricsLoadOptions): Promise<MetricsLoadResult> {
   const log = opts.log ?? (() => undefined);

@@ -34,7 +34,8 @@ import { processRss, type CpuUsage } from './lib/procstat';
 import type { Reporter } from './lib/report';
 import { checkGoals } from './lib/budgets';
 import { ratio, round } from './lib/stats';
-import { MEMORY_PRELOAD, startBenchWorld, type BenchWorld, type QueryCounts } from './lib/world';
+import type { PgCounts } from './lib/pg-counts';
+import { MEMORY_PRELOAD, startBenchWorld, type BenchWorld } from './lib/world';
 import { breakdown, MEMORY_COLUMNS, memoryNote, memoryRow, readMemorySnapshot, type MemorySnapshot } from './lib/memory';
 
 export interface OpenTasksOptions {
@@ -80,8 +81,8 @@ interface IdleResult {
   readonly windowSeconds: number;
   /** The window on the profiles' clock (bench/lib/cpuprofile.ts). */
   readonly span: ProfileWindow;
-  /** The worker's Postgres round trips in the window (the counting preload; real phase only). */
-  readonly queries: QueryCounts | null;
+  /** The database's counts in the window (bench/lib/pg-counts.ts; real phase only). */
+  readonly queries: PgCounts | null;
 }
 
 /**
@@ -135,7 +136,7 @@ function paceOf(o: OpenTasksOptions, config: Config, open: number): Pace {
   };
 }
 
-const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench open-tasks ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
+const BODY = (i: number) => ({ model: 'minimax/video-01', prompt: `bench open-tasks ${i}`, duration_seconds: 6, resolution: '720p' }) as const;
 const mb = (b: number | null) => (b ?? 0) / 2 ** 20;
 
 async function historyLengths(bw: BenchWorld, ids: string[], sample: number): Promise<number[]> {
@@ -160,7 +161,7 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.l
 
 /**
  * The settle time (settleMs), then the measured idle window: RSS every second, CPU per group,
- * polls (`polls`: a running count), and the round trips in `countFiles`.
+ * polls (`polls`: a running count), and the database's counts when `pgCounts` is given.
  */
 async function idleWindow(
   bw: BenchWorld,
@@ -173,7 +174,7 @@ async function idleWindow(
   workerPid: number,
   polls: () => number,
   memoryFile: string,
-  countFiles: string[] = [],
+  pgCounts?: () => Promise<PgCounts>,
 ): Promise<Omit<IdleResult, 'mode' | 'open' | 'rssStartMb' | 'memory'> & { memory: { peak: MemorySnapshot | null; end: MemorySnapshot | null } }> {
   const settleStart = Date.now();
   const settleUntil = settleStart + pace.settleMs;
@@ -193,7 +194,7 @@ async function idleWindow(
   let readsStart = 0;
   let memoryPeak: MemorySnapshot | null = null;
   const span = { fromUs: 0, toUs: 0 };
-  const m = await measured({ cpuGroups: groups, countFiles }, async () => {
+  const m = await measured({ cpuGroups: groups, ...(pgCounts ? { pgCounts } : {}) }, async () => {
     readsStart = polls();
     span.fromUs = hrtimeUs();
     const t0 = Date.now();
@@ -234,7 +235,7 @@ async function idleWindow(
     memory: { peak: memoryPeak, end: memoryEnd },
     windowSeconds: m.cpu.seconds,
     span,
-    queries: countFiles.length ? m.queries : null,
+    queries: m.queries,
   };
 }
 
@@ -350,7 +351,7 @@ async function runReal(
     worker.proc.pid,
     () => bw.world.sim.stats().status_reads,
     memoryFile,
-    [worker.countFile],
+    bw.pgCounts,
   );
   // A profile is written when its process exits.
   await worker.proc.stop('SIGTERM', 15_000);
@@ -532,11 +533,15 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
     rep.log(`open-tasks: cpu (real, idle) ${describeCpu(real.cpu)}`);
     if (real.queries) {
       const per = real.pollsInWindow;
-      rep.table(
-        `open-tasks: the real worker's Postgres round trips in the idle window: ${real.queries.total} (${per > 0 ? (real.queries.total / per).toFixed(1) : '-'} per poll, ${per} polls; the relays, reconcilers and samplers included)`,
-        ['statement', 'per poll', 'count'],
-        topStatements(real.queries, per, 16).map((t) => [t.statement, Number.isFinite(t.perUnit) ? round(t.perUnit, 2) : '-', t.count]),
-      );
+      const perPoll = (n: number) => (per > 0 ? (n / per).toFixed(1) : '-');
+      const q = real.queries;
+      rep.log(`open-tasks: the database's commits in the idle window: ${q.commits} (${perPoll(q.commits)} per poll, ${per} polls; every process's)`);
+      if (!Number.isNaN(q.total))
+        rep.table(
+          `open-tasks: the database's statements in the idle window: ${q.total} (${perPoll(q.total)} per poll; the relays, reconcilers and samplers included)`,
+          ['statement', 'per poll', 'count'],
+          topStatements(q, per, 16).map((t) => [t.statement, Number.isFinite(t.perUnit) ? round(t.perUnit, 2) : '-', t.count]),
+        );
     }
     const profiled = (p: IdleResult & { profileDir: string | null }, what: string) => {
       // The window's CPU by area and function, and per poll: the two phases poll at different rates.

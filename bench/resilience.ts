@@ -46,7 +46,7 @@ export interface ResilienceOptions {
 const PROVIDER = 'replicate';
 const IN_FLIGHT = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'];
 const BODY = (tag: string, i: number) =>
-  ({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 1, resolution: '480p' }) as const;
+  ({ model: 'minimax/video-01', prompt: `bench resilience ${tag} ${i}`, duration_seconds: 6, resolution: '720p' }) as const;
 
 type Reason = 'circuit open' | 'probes busy' | 'recovering' | 'bulkhead full' | 'retry budget' | 'other';
 const REASONS: readonly Reason[] = ['circuit open', 'probes busy', 'recovering', 'bulkhead full', 'retry budget', 'other'];

@@ -14,6 +14,7 @@ import { runTemporalPriority } from './temporal-priority';
 import { runMetricsLoad } from './metrics-load';
 import { runOpenTasks } from './open-tasks';
 import { runResilience } from './resilience';
+import { runWebhookFairness } from './webhook-fairness';
 import { createReporter } from './lib/report';
 
 const positiveInt = (max: number) => (v: string) => {
@@ -87,6 +88,22 @@ program
   });
 
 program
+  .command('webhook-fairness')
+  .description("one tenant's tarpit receivers against another tenant's webhooks: B's delivery time with A idle and with A attacking, side by side")
+  .option('--hung <n>', "tenant A's endpoints at receivers that never answer (the relay gets this × WEBHOOK_ENDPOINT_CONCURRENCY slots)", positiveInt(100), 4)
+  .option('--events <n>', "tenant A's events, due before B's", positiveInt(100_000), 40)
+  .option('--samples <n>', "tenant B's events per phase", positiveInt(10_000), 100)
+  .option('--every <ms>', "milliseconds between B's events", positiveInt(60_000), 100)
+  .option('--tenant-cap <n>', "WEBHOOK_TENANT_CONCURRENCY (default: --hung × 2, half the relay's slots at WEBHOOK_ENDPOINT_CONCURRENCY 4)", positiveInt(10_000))
+  .option('--json', 'print the figures as one JSON line', false)
+  .action(async (o: { hung: number; events: number; samples: number; every: number; tenantCap?: number; json: boolean }) => {
+    await runWebhookFairness(
+      { hung: o.hung, events: o.events, samples: o.samples, everyMs: o.every, tenantCap: o.tenantCap ?? Math.max(1, o.hung * 2) },
+      createReporter(o.json),
+    );
+  });
+
+program
   .command('temporal-priority')
   .description('whether the Temporal server honours task-queue priority keys: a backlog of low then high probes, drained by one worker')
   .option('--low <n>', 'low-priority probes queued first', positiveInt(5000), 200)
@@ -149,7 +166,7 @@ program
   .option('--history-sample <n>', 'histories fetched for the breakdown', positiveInt(10_000), 100)
   .option('--no-baseline', 'skip the bare-workflow baseline (and the work floor)')
   .option('--no-floor', "skip the work floor (the bare shape doing the task's external work)")
-  .option('--quiet-seconds <s>', "quiet window that measures the processes' timer loops, taken out of the counts", positiveInt(600), 15)
+  .option('--quiet-seconds <s>', "quiet window that measures the timer loops' work in the database, taken out of the counts", positiveInt(600), 15)
   .option('--check', 'exit 1 when a count per task is over its budget in bench/budgets.json (or a task did not succeed)', false)
   .option('--write-budgets', "rewrite bench/budgets.json's e2e entry from this run's counts", false)
   .option('--cpu-prof', 'profile the worker process and print where its CPU went', false)

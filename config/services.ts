@@ -18,6 +18,7 @@ import type { ReconcileRunMetrics } from '../observability/metrics';
 import { RECONCILERS } from '../reconcilers';
 import { reconcileSettings } from '../reconcilers/settings';
 import type { GenerationFacade } from '../temporal/facade';
+import { databaseUrl } from './connections';
 import { perProvider, type Config } from './env';
 
 export function buildStorage(config: Config): ObjectStorage {
@@ -79,7 +80,13 @@ export function pollQuotas(config: Config): Record<string, number> {
 }
 
 export function buildDatabase(config: Config, applicationName: string): Database {
-  return createDatabase({ url: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, applicationName, failoverHosts: failoverHosts(config) });
+  return createDatabase({
+    url: databaseUrl(config),
+    max: config.DATABASE_POOL_MAX,
+    applicationName,
+    lockTimeoutMs: config.DATABASE_LOCK_TIMEOUT_MS,
+    failoverHosts: failoverHosts(config),
+  });
 }
 
 /** DATABASE_FAILOVER_HOSTS as host and port (the last colon splits them, so an IPv6 host keeps its own). */
@@ -116,7 +123,9 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
       },
     },
     unknownProofDelayMs: config.UNKNOWN_PROOF_DELAY_MS,
+    submitSendWindowMs: config.SUBMIT_SEND_WINDOW_MS,
     unknownOutcomeDeadlineMs: config.UNKNOWN_OUTCOME_DEADLINE_MS,
+    unknownResendLimit: config.UNKNOWN_RESEND_LIMIT,
     reconcileLookupBudgetMs: config.RECONCILE_LOOKUP_BUDGET_MS,
     readFailureLimit: config.PROVIDER_READ_FAILURE_LIMIT,
     maxRunMs: perProvider(config.PROVIDER_MAX_RUN_MS),
@@ -130,6 +139,8 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
       runway: config.PROVIDER_RUNWAY_OUTPUT_HOSTS,
       kling: config.PROVIDER_KLING_OUTPUT_HOSTS,
     },
+    mediaProbeTimeoutMs: config.MEDIA_PROBE_TIMEOUT_MS,
+    mediaMaxFailures: config.MEDIA_MAX_FAILURES,
   };
 }
 

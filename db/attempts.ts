@@ -65,14 +65,30 @@ export async function attemptCounts(tx: DbOrTx, taskId: string): Promise<Attempt
  * The submit claim's last write: PREPARED → SUBMITTING (its place in the create pace, if any, used
  * up) and, with `pace`, the provider's create pace moved on, in one statement: the claim holds the
  * provider's control row lock, and a claim that calls the provider pays one round trip for both
- * (docs/decisions/0057). Returns whether the attempt moved (false: it was no longer PREPARED).
+ * (docs/decisions/0057). `sendBy`: the create must leave before it (docs/decisions/0063). Returns
+ * whether the attempt moved (false: it was no longer PREPARED).
  */
-export async function claimForSubmit(tx: DbOrTx, attemptId: string, startedAt: Date, pace: PaceMove | null): Promise<boolean> {
+export async function claimForSubmit(tx: DbOrTx, attemptId: string, startedAt: Date, sendBy: Date, pace: PaceMove | null): Promise<boolean> {
   const { rows } = await tx.execute(sql`
     ${pace ? sql`WITH pace AS (${moveCreatePace(pace)})` : sql``}
     UPDATE task_attempt
-    SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, paced_until = NULL, status_version = status_version + 1
+    SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, send_by = ${sendBy}, paced_until = NULL, status_version = status_version + 1
     WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'
+    RETURNING attempt_id`);
+  return rows.length > 0;
+}
+
+/**
+ * A claim whose create was never handed to the HTTP client before its send-by moment: SUBMITTING →
+ * PREPARED, to be claimed again with a new one. Only the claim stamped `sendBy` can do it, and
+ * only while nothing else has moved the attempt (an execution that found it SUBMITTING records the
+ * outcome as unknown, and then it stays unknown).
+ */
+export async function unclaimUnsent(tx: DbOrTx, attemptId: string, sendBy: Date): Promise<boolean> {
+  const { rows } = await tx.execute(sql`
+    UPDATE task_attempt
+    SET submit_state = 'PREPARED', submit_started_at = NULL, send_by = NULL, status_version = status_version + 1
+    WHERE attempt_id = ${attemptId} AND submit_state = 'SUBMITTING' AND send_by = ${sendBy}
     RETURNING attempt_id`);
   return rows.length > 0;
 }

@@ -1,6 +1,7 @@
 import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import * as schema from './schema';
+import { pgConnectionOptions } from './tls';
 
 /** The drizzle handle, and the pool under it (`$client`) for the few named statements of hot paths. */
 export type Db = NodePgDatabase<typeof schema> & { readonly $client: pg.Pool };
@@ -121,8 +122,9 @@ export function listenClients(opts: {
   readonly timeoutMs?: number | undefined;
 }): () => pg.Client {
   const Client = connectionClass(opts.url, opts.failoverHosts);
+  const target = pgConnectionOptions(opts.url);
   const timeoutMs = opts.timeoutMs ?? LISTEN_CONNECT_TIMEOUT_MS;
-  return () => new Client({ connectionString: opts.url, application_name: opts.applicationName, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
+  return () => new Client({ ...target, application_name: opts.applicationName, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs });
 }
 
 /**
@@ -140,15 +142,19 @@ export function createDatabase(opts: {
   max?: number;
   applicationName?: string;
   statementTimeoutMs?: number;
+  /** A statement that waits this long for a lock fails (55P03) instead of holding its connection. */
+  lockTimeoutMs?: number;
   /** Further servers tried after the URL's host; each connection must be read-write (docs/decisions/0030). */
   failoverHosts?: readonly DatabaseHost[];
 }): Database {
   const failover = opts.failoverHosts?.length ? { Client: connectionClass(opts.url, opts.failoverHosts) } : {};
   const pool = new pg.Pool({
-    connectionString: opts.url,
+    // The URL's TLS parameters (sslmode, sslrootcert, …) as libpq means them (db/tls.ts).
+    ...pgConnectionOptions(opts.url),
     max: opts.max ?? 10,
     application_name: opts.applicationName ?? 'vidorch',
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
+    ...(opts.lockTimeoutMs ? { lock_timeout: opts.lockTimeoutMs } : {}),
     // Fail fast when Postgres is down instead of queueing callers forever.
     connectionTimeoutMillis: 5_000,
     idleTimeoutMillis: 30_000,

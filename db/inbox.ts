@@ -78,13 +78,15 @@ export interface AttemptCallbackInput {
 export type AttemptCallbackOutcome = { readonly outcome: 'unknown_token' | 'mismatch' } | { readonly outcome: 'stored' | 'duplicate'; readonly taskId: string };
 
 // The attempt lookup, its checks (provider, bound job id, correlation token) and the deduped
-// inbox insert as one statement and one round trip (issue #19), prepared once per connection
-// (a named statement). The insert happens only when every check holds; the outer SELECT reports
-// which one failed, in the order ingestCallback() decides them.
+// inbox insert as one statement and one round trip, prepared once per connection (a named
+// statement). The insert happens only when every check holds; the outer SELECT reports which one
+// failed, in the order ingestCallback() decides them. The attempt row is held FOR SHARE until the
+// insert commits: whatever reads the attempt's evidence locks it FOR UPDATE first
+// (db/job-evidence.ts), so the two are serialised by the row lock, never by timing.
 const INGEST_FOR_ATTEMPT = {
-  name: 'callback-inbox-ingest-for-attempt-v1',
+  name: 'callback-inbox-ingest-for-attempt-v2',
   text: `WITH attempt AS (
-      SELECT attempt_id, task_id, provider, provider_job_id FROM task_attempt WHERE attempt_id = $1::uuid
+      SELECT attempt_id, task_id, provider, provider_job_id FROM task_attempt WHERE attempt_id = $1::uuid FOR SHARE
     ), inserted AS (
       INSERT INTO callback_inbox (inbox_id, provider, provider_job_id, provider_event_id, dedupe_key, event_type, payload,
           signature_valid, received_region, attempt_id, task_id, source, provider_updated_at)

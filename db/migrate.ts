@@ -6,6 +6,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
 import { createDatabase } from './client';
 import { regionWriteFence } from './schema';
+import { pgConnectionOptions } from './tls';
 
 const MIGRATIONS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'migrations');
 const MIGRATION_LOCK = 7_307_001;
@@ -17,7 +18,7 @@ export async function ensureDatabase(url: string): Promise<boolean> {
   if (!/^[A-Za-z0-9_]+$/.test(name)) throw new Error(`unsupported database name ${JSON.stringify(name)}`);
   const admin = new URL(url);
   admin.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: admin.toString() });
+  const client = new pg.Client(pgConnectionOptions(admin.toString()));
   await client.connect();
   try {
     const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
@@ -39,7 +40,7 @@ export async function dropDatabase(url: string): Promise<void> {
   const name = decodeURIComponent(new URL(url).pathname.replace(/^\//, ''));
   const admin = new URL(url);
   admin.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: admin.toString() });
+  const client = new pg.Client(pgConnectionOptions(admin.toString()));
   await client.connect();
   try {
     await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
@@ -77,10 +78,11 @@ export async function migrateDatabase(opts: MigrateOptions): Promise<{ created: 
 const isMain = process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1]);
 if (isMain) {
   const { loadConfigOrExit } = await import('../config/env');
+  const { databaseUrl } = await import('../config/connections');
   const config = loadConfigOrExit();
   const started = Date.now();
   const { created } = await migrateDatabase({
-    url: config.DATABASE_URL,
+    url: databaseUrl(config),
     region: config.REGION,
     fenceScope: config.FENCE_SCOPE,
   });

@@ -42,3 +42,31 @@ export async function markOutboxRowsPublished(db: DbOrTx, eventIds: readonly str
     .returning({ id: outboxEvent.event_id });
   return new Set(marked.map((m) => m.id));
 }
+
+/**
+ * markOutboxRowsPublished under the region fence, in the same one statement (as the create's own,
+ * db/task-admission.ts): the fence row is share-locked and must name `token`'s region and epoch,
+ * else nothing is marked and `held` is false. The API's fast path marks this way; a failover,
+ * which updates the fence row, either committed before (nothing marked) or waits for the mark.
+ */
+export async function markOutboxRowsPublishedFenced(
+  db: DbOrTx,
+  token: FenceToken,
+  eventIds: readonly string[],
+): Promise<{ readonly held: boolean; readonly marked: Set<string> }> {
+  const { rows } = await db.execute(sql`
+    WITH fence AS (
+      SELECT 1 FROM region_write_fence
+      WHERE resource_scope = ${token.scope} AND active_region = ${token.region} AND write_epoch = ${token.epoch}
+      FOR SHARE
+    ), marked AS (
+      UPDATE outbox_event SET published_at = now(), publish_attempts = publish_attempts + 1
+      WHERE EXISTS (SELECT 1 FROM fence)
+        AND event_id IN (SELECT event_id FROM outbox_event WHERE event_id = ANY(${sql.param([...eventIds])}::uuid[]) AND published_at IS NULL FOR UPDATE SKIP LOCKED)
+      RETURNING event_id
+    )
+    SELECT EXISTS (SELECT 1 FROM fence) AS held, marked.event_id::text AS event_id
+    FROM (SELECT 1) AS one LEFT JOIN marked ON true`);
+  const found = rows as { held: boolean; event_id: string | null }[];
+  return { held: found[0]?.held === true, marked: new Set(found.flatMap((r) => (r.event_id ? [r.event_id] : []))) };
+}

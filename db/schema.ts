@@ -29,6 +29,11 @@ const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' 
 /** Postgres's 64-bit transaction id (pg_current_xact_id()); read as its decimal text. */
 const xid8 = customType<{ data: string; driverData: string }>({ dataType: () => 'xid8' });
 const inList = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`).join(', '));
+/**
+ * A task's own webhook_url's origin (scheme and authority), as the webhook trigger keys its
+ * target (`task-url:<tenant>:<origin>`, migration 0014) and the open-task index reads it.
+ */
+export const TASK_URL_ORIGIN_PATTERN = '^[A-Za-z]+://[^/?#]+';
 
 /** Addition: tenants and their hashed API keys. */
 export const tenant = pgTable('tenant', {
@@ -114,6 +119,13 @@ export const generationTask = pgTable(
       .on(t.status, t.updated_at)
       .where(sql`${t.terminal_at} IS NULL`),
     index('idx_task_tenant_created').on(t.tenant_id, t.created_at, t.task_id),
+    /**
+     * The task-URL origins of a tenant's open tasks (the cap on them, db/webhooks.ts
+     * taskUrlOriginsInUse); the expression is the one the webhook trigger keys targets by.
+     */
+    index('idx_task_open_webhook_origin')
+      .on(t.tenant_id, sql`substring((${t.request} ->> 'webhook_url') from '${sql.raw(TASK_URL_ORIGIN_PATTERN)}')`)
+      .where(sql`${t.terminal_at} IS NULL AND (${t.request} ->> 'webhook_url') IS NOT NULL`),
     /** Terminal tasks of the last hour (the fact gauges, observability/facts.ts). */
     index('idx_task_terminal_at')
       .on(t.terminal_at)
@@ -178,6 +190,19 @@ export const taskAttempt = pgTable(
      * and nothing may conclude the attempt sent nothing until after it (docs/decisions/0063).
      */
     send_by: ts('send_by'),
+    /**
+     * Addition (re-sent creates, docs/decisions/0064): how often this attempt's create was sent
+     * again, same key, after its outcome became unknown, at a provider that refuses a duplicate
+     * key (capabilities.resendable); bounded by UNKNOWN_RESEND_LIMIT. Each is counted before it leaves.
+     */
+    resends: integer('resends').notNull().default(0),
+    /** When the last re-send was counted (they come no more often than the poll's pace). */
+    resent_at: ts('resent_at'),
+    /**
+     * When the provider refused a re-send because a job with this attempt's key exists: evidence of
+     * a job (db/job-evidence.ts), though it is not readable yet.
+     */
+    key_taken_at: ts('key_taken_at'),
   },
   (t) => [
     uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
@@ -318,6 +343,12 @@ export const taskTransition = pgTable(
     task_id: uuid('task_id')
       .notNull()
       .references(() => generationTask.task_id),
+    /**
+     * The task's tenant, filled by the trigger `task_transition_tenant` from the task row (no
+     * writer names it): the tenant stream reads its own rows through the index below
+     * (docs/decisions/0020-event-stream-resume.md).
+     */
+    tenant_id: uuid('tenant_id').notNull(),
     from_status: text('from_status').$type<TaskStatus>(),
     to_status: text('to_status').$type<TaskStatus>().notNull(),
     from_version: bigint('from_version', { mode: 'number' }),
@@ -337,7 +368,14 @@ export const taskTransition = pgTable(
       .notNull()
       .default(sql`pg_current_xact_id()`),
   },
-  (t) => [uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version), index('idx_task_transition_xact').on(t.xact_id, t.transition_id)],
+  (t) => [
+    uniqueIndex('task_transition_task_version').on(t.task_id, t.to_version),
+    /**
+     * The tenant stream's read: one tenant's rows in stream order, from a cursor (db/task-events.ts);
+     * it replaced the stream's order across all tenants, which nothing else reads.
+     */
+    index('idx_task_transition_tenant_xact').on(t.tenant_id, t.xact_id, t.transition_id),
+  ],
 );
 export type TaskTransitionRow = typeof taskTransition.$inferSelect;
 
@@ -749,14 +787,40 @@ export const webhookDelivery = pgTable(
     index('idx_webhook_delivery_due')
       .on(t.next_attempt_at)
       .where(sql`${t.state} = 'pending'`),
-    index('idx_webhook_delivery_target_pending')
-      .on(t.target_key)
+    /**
+     * The relay's claim (db/webhooks.ts claimDueDeliveries): the tenants with pending deliveries
+     * (a skip scan on the first column), each tenant's targets (on the second), and a target's
+     * oldest due deliveries, each found in a few index probes however large the backlog.
+     */
+    index('idx_webhook_delivery_tenant_target_due')
+      .on(t.tenant_id, t.target_key, t.next_attempt_at)
       .where(sql`${t.state} = 'pending'`),
+    /** What a tenant has in flight (its leases): the per-tenant and per-target caps count these rows only. */
+    index('idx_webhook_delivery_tenant_leased')
+      .on(t.tenant_id, t.lease_until)
+      .where(sql`${t.state} = 'pending' AND ${t.lease_until} IS NOT NULL`),
     index('idx_webhook_delivery_endpoint').on(t.endpoint_id, t.created_at),
     index('idx_webhook_delivery_event').on(t.event_id),
     check('webhook_delivery_state_check', sql`${t.state} IN (${inList(WEBHOOK_DELIVERY_STATES)})`),
   ],
 );
+
+/**
+ * Addition (issue #49): a delivery target whose attempts time out backs off as a whole: after
+ * a timed-out attempt the relay claims nothing for it until `blocked_until` (doubling with each
+ * timeout in a row), so a receiver that accepts and never answers does not get its slots
+ * refilled at once. A row exists only for targets that have timed out; an answered attempt
+ * clears it.
+ */
+export const webhookTarget = pgTable('webhook_target', {
+  /** A webhook_delivery.target_key. */
+  target_key: text('target_key').primaryKey(),
+  tenant_id: uuid('tenant_id').notNull(),
+  /** Attempts in a row that timed out. */
+  timeouts: integer('timeouts').notNull().default(0),
+  blocked_until: ts('blocked_until').notNull(),
+  updated_at: ts('updated_at').notNull().defaultNow(),
+});
 
 /** Addition: every delivery attempt: what was answered, how long it took, what went wrong. */
 export const webhookAttempt = pgTable(

@@ -4,7 +4,7 @@
 // stream resumes by (xact_id, transition_id): a row becomes readable only once every transaction
 // that started before it has ended, so no later commit can land behind a cursor already handed
 // out (docs/decisions/0020-event-stream-resume.md).
-import { and, asc, eq, gt, sql } from 'drizzle-orm';
+import { and, asc, eq, gt, sql, type SQL } from 'drizzle-orm';
 import type { ProviderProgress } from '../domain/progress';
 import type { TaskStatus } from '../domain/states';
 import type { Db } from './client';
@@ -109,24 +109,49 @@ export interface TenantPage {
   readonly through: TenantCursor | null;
 }
 
-/** The tenant's final transitions after `cursor`, in (xact_id, transition_id) order. */
-export async function tenantTransitionsAfter(db: Db, tenantId: string, cursor: TenantCursor, limit: number): Promise<TenantPage> {
-  // One statement, one snapshot: pg_current_snapshot() is the snapshot the rows are read with, so
-  // every transaction below its xmin has ended and its rows here are all there will ever be.
-  // The outer join keeps the xmin when the tenant has no row: `through` below.
-  const { rows } = await db.execute(sql`
+/**
+ * The tenant stream's read as one statement (exported so a test can EXPLAIN it). One snapshot:
+ * pg_current_snapshot() is the snapshot the rows are read with, so every transaction below its
+ * xmin has ended and its rows here are all there will ever be. The rows are the tenant's own,
+ * in stream order from the cursor, through idx_task_transition_tenant_xact: the read costs the
+ * tenant's transitions after the cursor, never the other tenants'. The outer join keeps the
+ * xmin when the tenant has no row: `through` below.
+ */
+export function tenantPageQuery(tenantId: string, cursor: TenantCursor, limit: number): SQL {
+  return sql`
     WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
     page AS (
       SELECT tt.transition_id, tt.task_id, tt.from_status, tt.to_status, tt.to_version, tt.source_event, tt.actor,
              tt.created_at, tt.xact_id, g.failure_code, g.failure_message, (tt.xact_id < h.xmin) AS final
       FROM task_transition tt JOIN generation_task g ON g.task_id = tt.task_id CROSS JOIN h
-      WHERE g.tenant_id = ${tenantId} AND (tt.xact_id, tt.transition_id) > (${cursor.xactId}::xid8, ${cursor.transitionId}::bigint)
+      WHERE tt.tenant_id = ${tenantId} AND (tt.xact_id, tt.transition_id) > (${cursor.xactId}::xid8, ${cursor.transitionId}::bigint)
       ORDER BY tt.xact_id, tt.transition_id
       LIMIT ${limit})
     SELECT h.xmin::text AS snapshot_xmin, page.transition_id, page.task_id, page.from_status, page.to_status, page.to_version,
            page.source_event, page.actor, page.created_at, page.xact_id::text AS xact_id, page.failure_code, page.failure_message, page.final
     FROM h LEFT JOIN page ON true
-    ORDER BY page.xact_id, page.transition_id`);
+    ORDER BY page.xact_id, page.transition_id`;
+}
+
+/**
+ * Whether resuming the tenant's stream from `cursor` would replay a transition written more than
+ * `maxAgeMs` ago: the stream's retention (EVENTS_RESUME_MAX_AGE_MS, docs/events.md "Resync").
+ * Such a resume is answered with `event: resync` instead of the replay. One probe of the
+ * tenant's index: the tenant's first transition after the cursor, whatever the others wrote.
+ */
+export async function tenantCursorTooOld(db: Db, tenantId: string, cursor: TenantCursor, maxAgeMs: number): Promise<boolean> {
+  const { rows } = await db.execute(sql`
+    SELECT created_at < now() - make_interval(secs => ${maxAgeMs / 1000}) AS too_old
+    FROM task_transition
+    WHERE tenant_id = ${tenantId} AND (xact_id, transition_id) > (${cursor.xactId}::xid8, ${cursor.transitionId}::bigint)
+    ORDER BY xact_id, transition_id
+    LIMIT 1`);
+  return (rows[0] as { too_old: boolean } | undefined)?.too_old === true;
+}
+
+/** The tenant's final transitions after `cursor`, in (xact_id, transition_id) order. */
+export async function tenantTransitionsAfter(db: Db, tenantId: string, cursor: TenantCursor, limit: number): Promise<TenantPage> {
+  const { rows } = await db.execute(tenantPageQuery(tenantId, cursor, limit));
   type Row = {
     snapshot_xmin: string;
     transition_id: string | number;

@@ -39,6 +39,8 @@ export interface TaskTransitionInput {
     readonly failureMessage?: string;
     readonly settledAmount?: string;
     readonly cancelRequestedAt?: Date;
+    /** The media step's failure count (docs/design.md §5 "Bounds"): set to 0 as the task enters PROCESSING_MEDIA. */
+    readonly mediaFailures?: number;
   };
 }
 
@@ -75,6 +77,7 @@ export async function casTaskStatusRow(tx: DbOrTx, token: FenceToken, input: Tas
         ...(set.failureMessage !== undefined ? { failure_message: set.failureMessage.slice(0, 2000) } : {}),
         ...(set.settledAmount !== undefined ? { settled_amount: set.settledAmount } : {}),
         ...(set.cancelRequestedAt !== undefined ? { cancel_requested_at: set.cancelRequestedAt } : {}),
+        ...(set.mediaFailures !== undefined ? { media_failures: set.mediaFailures } : {}),
       })
       .where(
         and(

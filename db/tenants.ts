@@ -1,7 +1,9 @@
 // Tenants and API keys. A key is shown once at issue time; only its sha256 is stored. A key
-// revoked with a grace period (a rotation) keeps working until its revoked_at.
+// revoked with a grace period (a rotation) keeps working until its revoked_at. Issuing and
+// revoking a key NOTIFY API_KEYS_CHANNEL (delivered at commit): every API process evicts the key
+// from its lookup cache and ends the key's open event streams (api/api-keys.ts).
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { and, asc, eq, gt, isNull, or, sql } from 'drizzle-orm';
+import { and, asc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm';
 import type { Db, DbOrTx } from './client';
 import { apiKey, tenant } from './schema';
 
@@ -13,13 +15,45 @@ export function generateApiKey(): string {
   return `${KEY_PREFIX}${randomBytes(24).toString('base64url')}`;
 }
 
-export async function findTenantByApiKey(db: Db, key: string): Promise<{ tenantId: string; name: string } | null> {
+/** The pg_notify channel of key changes: `{"k":"revoked","key_id":…,"revoked_at":…}` or `{"k":"issued"}`. */
+export const API_KEYS_CHANNEL = 'vidorch_api_keys';
+
+/** A key that authenticates now, and when its revocation takes effect (a rotation's grace), if it has one. */
+export interface ValidApiKey {
+  readonly tenantId: string;
+  readonly name: string;
+  readonly keyId: string;
+  readonly revokedAt: Date | null;
+}
+
+/** The valid key with this sha256 (hashApiKey), or null. */
+export async function findValidApiKey(db: DbOrTx, keyHash: string): Promise<ValidApiKey | null> {
   const [row] = await db
-    .select({ tenantId: tenant.tenant_id, name: tenant.name })
+    .select({ tenantId: tenant.tenant_id, name: tenant.name, keyId: apiKey.key_id, revokedAt: apiKey.revoked_at })
     .from(apiKey)
     .innerJoin(tenant, eq(tenant.tenant_id, apiKey.tenant_id))
-    .where(and(eq(apiKey.key_hash, hashApiKey(key)), or(isNull(apiKey.revoked_at), gt(apiKey.revoked_at, sql`now()`))));
+    .where(and(eq(apiKey.key_hash, keyHash), or(isNull(apiKey.revoked_at), gt(apiKey.revoked_at, sql`now()`))));
   return row ?? null;
+}
+
+export async function findTenantByApiKey(db: Db, key: string): Promise<{ tenantId: string; name: string } | null> {
+  const row = await findValidApiKey(db, hashApiKey(key));
+  return row ? { tenantId: row.tenantId, name: row.name } : null;
+}
+
+/** Of these key ids, those no longer valid now, or with a revocation set for later (and when). */
+export async function keyRevocations(db: DbOrTx, keyIds: readonly string[]): Promise<Array<{ keyId: string; revokedAt: Date }>> {
+  if (keyIds.length === 0) return [];
+  const rows = await db
+    .select({ keyId: apiKey.key_id, revokedAt: apiKey.revoked_at })
+    .from(apiKey)
+    .where(inArray(apiKey.key_id, [...keyIds]));
+  const found = new Map(rows.map((r) => [r.keyId, r.revokedAt]));
+  // A key id with no row (deleted) is revoked as of now.
+  return keyIds.flatMap((keyId) => {
+    const at = found.has(keyId) ? found.get(keyId) : new Date(0);
+    return at ? [{ keyId, revokedAt: at }] : [];
+  });
 }
 
 export async function findTenantByName(db: DbOrTx, name: string): Promise<{ tenantId: string } | null> {
@@ -68,7 +102,11 @@ export async function issueApiKey(db: DbOrTx, tenantId: string, key: string = ge
     .values({ key_id: randomUUID(), tenant_id: tenantId, key_hash: keyHash, key_prefix: key.slice(0, 12) })
     .onConflictDoNothing({ target: apiKey.key_hash })
     .returning({ keyId: apiKey.key_id });
-  if (row) return { keyId: row.keyId, keyHash, key, issued: true };
+  if (row) {
+    // A lookup of this key cached as unknown before it existed is forgotten.
+    await db.execute(sql`SELECT pg_notify(${API_KEYS_CHANNEL}, ${JSON.stringify({ k: 'issued' })})`);
+    return { keyId: row.keyId, keyHash, key, issued: true };
+  }
   const [held] = await db.select({ keyId: apiKey.key_id, tenantId: apiKey.tenant_id }).from(apiKey).where(eq(apiKey.key_hash, keyHash));
   if (!held || held.tenantId !== tenantId) throw new ApiKeyConflictError(held?.keyId ?? 'unknown', held?.tenantId ?? 'unknown');
   return { keyId: held.keyId, keyHash, key, issued: false };
@@ -101,5 +139,7 @@ export async function revokeApiKey(db: DbOrTx, tenantId: string, keyId: string, 
     .set({ revoked_at: sql`least(coalesce(${apiKey.revoked_at}, 'infinity'), ${at})` })
     .where(and(eq(apiKey.key_id, keyId), eq(apiKey.tenant_id, tenantId), or(isNull(apiKey.revoked_at), gt(apiKey.revoked_at, sql`now()`))))
     .returning({ keyHash: apiKey.key_hash, revokedAt: apiKey.revoked_at });
-  return row?.revokedAt ? { keyHash: row.keyHash, revokedAt: row.revokedAt } : null;
+  if (!row?.revokedAt) return null;
+  await db.execute(sql`SELECT pg_notify(${API_KEYS_CHANNEL}, ${JSON.stringify({ k: 'revoked', key_id: keyId, revoked_at: row.revokedAt.toISOString() })})`);
+  return { keyHash: row.keyHash, revokedAt: row.revokedAt };
 }

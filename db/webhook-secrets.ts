@@ -4,7 +4,7 @@
 // secret copied to another endpoint's row does not open). The key rotates (createSecretBox). The plain secret leaves this module
 // only to sign, and to be answered once to the tenant (create, rotate).
 import { createCipheriv, createDecipheriv, createHash, randomBytes, randomUUID } from 'node:crypto';
-import { and, eq, gt, isNull, or, sql } from 'drizzle-orm';
+import { and, desc, eq, gt, isNull, ne, or, sql } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import { webhookEndpointSecret } from './schema';
 
@@ -16,6 +16,13 @@ export interface SecretBox {
 }
 
 const TAG_BYTES = 16;
+
+/** At most this many secrets sign for an endpoint: the current one, and the previous one in its overlap. */
+const MAX_SIGNING_SECRETS = 2;
+
+const unexpired = or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`));
+/** The current secret first (no expiry), then the newest. */
+const newestFirst = [sql`${webhookEndpointSecret.expires_at} IS NULL DESC`, desc(webhookEndpointSecret.created_at), desc(webhookEndpointSecret.secret_id)];
 
 /**
  * WEBHOOK_SECRET_KEY seals; each of WEBHOOK_SECRET_KEY_PREVIOUS still opens, so the key can be
@@ -82,10 +89,7 @@ export async function resealSigningSecrets(
   db: DbOrTx,
   box: SecretBox,
 ): Promise<{ examined: number; resealed: number; raced: number; unreadable: Array<{ secret_id: string; endpoint_id: string }> }> {
-  const rows = await db
-    .select()
-    .from(webhookEndpointSecret)
-    .where(or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`)));
+  const rows = await db.select().from(webhookEndpointSecret).where(unexpired);
   let resealed = 0;
   let raced = 0;
   const unreadable: Array<{ secret_id: string; endpoint_id: string }> = [];
@@ -120,8 +124,11 @@ export async function addSigningSecret(tx: DbOrTx, box: SecretBox, endpointId: s
 }
 
 /**
- * Rotation: every secret still signing expires after `overlapMs` (they sign beside the new one
- * until then), and a new one is added. Returns the new secret and when the old ones stop.
+ * Rotation, under the endpoint's lock (db/webhooks.ts lockEndpoint): the current secret becomes
+ * the previous one, signing beside the new one until `overlapMs` from now; every other secret of
+ * the endpoint is deleted (the previous one of a rotation still in its overlap, and the expired
+ * ones). So an endpoint holds at most MAX_SIGNING_SECRETS, and a rotation writes three rows at
+ * most however often it is called. Returns the new secret and when the previous one stops.
  */
 export async function rotateSigningSecret(
   tx: DbOrTx,
@@ -130,31 +137,40 @@ export async function rotateSigningSecret(
   overlapMs: number,
 ): Promise<{ secret: string; previousExpiresAt: Date }> {
   const until = sql`now() + make_interval(secs => ${overlapMs / 1000})`;
+  const [current] = await tx
+    .select({ id: webhookEndpointSecret.secret_id })
+    .from(webhookEndpointSecret)
+    .where(and(eq(webhookEndpointSecret.endpoint_id, endpointId), unexpired))
+    .orderBy(...newestFirst)
+    .limit(1);
   await tx
-    .update(webhookEndpointSecret)
-    .set({ expires_at: sql`LEAST(COALESCE(${webhookEndpointSecret.expires_at}, 'infinity'), ${until})` })
-    .where(
-      and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))),
-    );
+    .delete(webhookEndpointSecret)
+    .where(and(eq(webhookEndpointSecret.endpoint_id, endpointId), current ? ne(webhookEndpointSecret.secret_id, current.id) : undefined));
+  if (current) {
+    await tx
+      .update(webhookEndpointSecret)
+      .set({ expires_at: sql`LEAST(COALESCE(${webhookEndpointSecret.expires_at}, 'infinity'), ${until})` })
+      .where(eq(webhookEndpointSecret.secret_id, current.id));
+  }
   const secret = await addSigningSecret(tx, box, endpointId);
   const { rows } = await tx.execute(sql`SELECT ${until} AS at`);
   return { secret, previousExpiresAt: new Date((rows[0] as { at: string | Date }).at) };
 }
 
 /**
- * The plain secrets that sign for the endpoint now, newest first, and the ids of those that open
- * under no configured key. Those are left out: the tenant's receiver accepts any one signature, so
- * the ones that open still sign (during a rotation's overlap, the new secret). Throws when secrets
- * are in use and none opens: nothing could sign (docs/webhooks.md "Rotating the sealing key").
+ * The plain secrets that sign for the endpoint now (at most MAX_SIGNING_SECRETS: the current one
+ * first, then the previous one in its overlap), and the ids of those that open under no
+ * configured key. Those are left out: the tenant's receiver accepts any one signature, so the ones
+ * that open still sign (during a rotation's overlap, the new secret). Throws when secrets are in
+ * use and none opens: nothing could sign (docs/webhooks.md "Rotating the sealing key").
  */
 export async function signingSecrets(db: DbOrTx, box: SecretBox, endpointId: string): Promise<{ secrets: string[]; unopenable: string[] }> {
   const rows = await db
     .select()
     .from(webhookEndpointSecret)
-    .where(
-      and(eq(webhookEndpointSecret.endpoint_id, endpointId), or(isNull(webhookEndpointSecret.expires_at), gt(webhookEndpointSecret.expires_at, sql`now()`))),
-    )
-    .orderBy(sql`${webhookEndpointSecret.created_at} DESC`);
+    .where(and(eq(webhookEndpointSecret.endpoint_id, endpointId), unexpired))
+    .orderBy(...newestFirst)
+    .limit(MAX_SIGNING_SECRETS);
   const secrets: string[] = [];
   const unopenable: string[] = [];
   let failure: unknown = null;

@@ -5,9 +5,19 @@ import { storableText } from './storable';
 import { randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { shouldDisable } from '../domain/webhook-schedule';
-import type { Db, DbOrTx } from './client';
+import type { Db, DbOrTx, Tx } from './client';
 import { holdFence, type FenceToken } from './fence';
-import { tenantAttention, webhookAttempt, webhookDelivery, webhookEndpoint, webhookEvent, type WebhookDeliveryState, type WebhookEventType } from './schema';
+import {
+  tenantAttention,
+  webhookAttempt,
+  webhookDelivery,
+  webhookEndpoint,
+  webhookEvent,
+  webhookTarget,
+  TASK_URL_ORIGIN_PATTERN,
+  type WebhookDeliveryState,
+  type WebhookEventType,
+} from './schema';
 
 export type WebhookEndpointRow = typeof webhookEndpoint.$inferSelect;
 export type WebhookDeliveryRow = typeof webhookDelivery.$inferSelect;
@@ -54,6 +64,49 @@ export async function getEndpoint(db: DbOrTx, tenantId: string, endpointId: stri
 export async function lockEndpoint(tx: DbOrTx, tenantId: string, endpointId: string): Promise<WebhookEndpointRow | null> {
   const [row] = await tx.select().from(webhookEndpoint).where(live(tenantId, endpointId)).for('update');
   return row ?? null;
+}
+
+/** A task's own webhook_url's origin, as the webhook trigger derives it for the delivery's target key. */
+export function taskUrlOrigin(url: string): string {
+  return new RegExp(TASK_URL_ORIGIN_PATTERN).exec(url)?.[0] ?? url;
+}
+
+/**
+ * The task-URL origins the tenant uses now, counted up to `cap` + 1: those of its open tasks (their
+ * events are still to come) and of its task-URL deliveries still pending; and whether `origin` is
+ * one of them. Each is a skip scan of an index (idx_task_open_webhook_origin,
+ * idx_webhook_delivery_tenant_target_due) that stops past `cap` + 1 origins, whatever the
+ * tenant's number of tasks or deliveries.
+ */
+export async function taskUrlOriginsInUse(db: DbOrTx, tenantId: string, origin: string, cap: number): Promise<{ inUse: boolean; count: number }> {
+  // The index's expression, with the pattern as a literal (a parameter would not match it).
+  const originOf = (g: string) => sql.raw(`substring((${g}.request ->> 'webhook_url') from '${TASK_URL_ORIGIN_PATTERN}')`);
+  const open = (g: string) =>
+    sql`${sql.raw(g)}.tenant_id = ${tenantId} AND ${sql.raw(g)}.terminal_at IS NULL AND (${sql.raw(g)}.request ->> 'webhook_url') IS NOT NULL`;
+  const prefix = `task-url:${tenantId}:`;
+  const { rows } = await db.execute(sql`
+    WITH RECURSIVE o AS (
+      (SELECT ${originOf('g')} AS origin FROM generation_task g WHERE ${open('g')} ORDER BY 1 LIMIT 1)
+      UNION ALL
+      SELECT (SELECT ${originOf('g')} FROM generation_task g WHERE ${open('g')} AND ${originOf('g')} > o.origin ORDER BY 1 LIMIT 1)
+      FROM o WHERE o.origin IS NOT NULL
+    ), k AS (
+      (SELECT target_key FROM webhook_delivery WHERE tenant_id = ${tenantId} AND state = 'pending' AND target_key > ${prefix} ORDER BY target_key LIMIT 1)
+      UNION ALL
+      SELECT (SELECT d.target_key FROM webhook_delivery d WHERE d.tenant_id = ${tenantId} AND d.state = 'pending' AND d.target_key > k.target_key
+              ORDER BY d.target_key LIMIT 1)
+      FROM k WHERE starts_with(k.target_key, ${prefix})
+    ), origins AS (
+      (SELECT origin FROM o WHERE origin IS NOT NULL LIMIT ${cap + 1})
+      UNION
+      (SELECT substr(target_key, ${prefix.length + 1}) FROM k WHERE starts_with(target_key, ${prefix}) LIMIT ${cap + 1})
+    )
+    SELECT count(*)::int AS count, COALESCE(bool_or(origin = ${origin}), false)
+      OR EXISTS (SELECT 1 FROM generation_task g WHERE ${open('g')} AND ${originOf('g')} = ${origin})
+      OR EXISTS (SELECT 1 FROM webhook_delivery WHERE tenant_id = ${tenantId} AND state = 'pending' AND target_key = ${prefix + origin}) AS in_use
+    FROM origins`);
+  const r = rows[0] as { count: number; in_use: boolean };
+  return { inUse: r.in_use, count: r.count };
 }
 
 /** The endpoint whose secrets sign a task's own webhook_url: the tenant's oldest enabled one. */
@@ -196,60 +249,235 @@ export interface ClaimedDelivery {
 const SENDABLE = sql`d.state = 'pending' AND (d.endpoint_id IS NULL OR EXISTS (
   SELECT 1 FROM webhook_endpoint e WHERE e.endpoint_id = d.endpoint_id AND e.enabled AND e.deleted_at IS NULL))`;
 
+/** What one relay pass may claim (docs/webhooks.md "Retries", docs/decisions/0019). */
+export interface ClaimLimits {
+  /** Claimed in all: the relay's free slots and rate tokens. */
+  readonly limit: number;
+  /** In flight to one target across every relay (WEBHOOK_ENDPOINT_CONCURRENCY). */
+  readonly perTarget: number;
+  /** In flight for one tenant across every relay (WEBHOOK_TENANT_CONCURRENCY). */
+  readonly perTenant: number;
+  /** Claimed for one tenant in one pass (WEBHOOK_RELAY_CLAIM_PER_TENANT). */
+  readonly perTenantPass: number;
+  readonly leaseMs: number;
+  /** Where the previous pass's rotation stopped: the tenants after it go first. Null: from the first. */
+  readonly afterTenant: string | null;
+}
+
+export interface ClaimPass {
+  readonly claimed: ClaimedDelivery[];
+  /** The last tenant this pass looked at: the next pass starts after it. */
+  readonly lastTenant: string | null;
+  /** Due deliveries with room were left for want of this pass's budget: claim again soon. */
+  readonly more: boolean;
+}
+
+/** Tenants a pass looks at in one round of statements, and in all. */
+const TENANT_BATCH = 50;
+const MAX_TENANTS_PER_PASS = 500;
 /**
- * Claims due deliveries, at most `perTarget` in flight per target across every relay and at
- * most `limit` in all. Each target is claimed under a transaction-scoped advisory lock, so two
- * relays never both see room under one target's cap; the rows are taken FOR UPDATE SKIP LOCKED
- * and leased until `leaseMs` from now (the lease is the claim: a crashed relay's claim expires
- * and the delivery is tried again, with the same webhook-id).
+ * A tenant's targets a pass looks at: its endpoints (WEBHOOK_MAX_ENDPOINTS_PER_TENANT) and its
+ * tasks' URL origins (WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT) are capped far below this.
  */
-export async function claimDueDeliveries(db: Db, token: FenceToken, opts: { limit: number; perTarget: number; leaseMs: number }): Promise<ClaimedDelivery[]> {
-  if (opts.limit <= 0) return [];
+const MAX_TARGETS_PER_TENANT = 1_000;
+
+/**
+ * The next tenants with pending deliveries after `after` (all of them from the first when null),
+ * in tenant id order, each with whether this transaction now holds its claim lock. A skip scan
+ * of idx_webhook_delivery_tenant_target_due: one index probe per tenant, whatever its backlog.
+ */
+async function nextTenants(tx: Tx, after: string | null, n: number): Promise<{ tenant_id: string; locked: boolean }[]> {
+  const from = after === null ? sql`TRUE` : sql`tenant_id > ${after}::uuid`;
+  const { rows } = await tx.execute(sql`
+    WITH RECURSIVE t AS (
+      (SELECT tenant_id FROM webhook_delivery WHERE state = 'pending' AND ${from} ORDER BY tenant_id LIMIT 1)
+      UNION ALL
+      SELECT (SELECT d.tenant_id FROM webhook_delivery d WHERE d.state = 'pending' AND d.tenant_id > t.tenant_id ORDER BY d.tenant_id LIMIT 1)
+      FROM t WHERE t.tenant_id IS NOT NULL)
+    SELECT tenant_id, pg_try_advisory_xact_lock(hashtext('webhook-tenant:' || tenant_id::text)) AS locked
+    FROM t WHERE tenant_id IS NOT NULL
+    LIMIT ${n}`);
+  return rows as { tenant_id: string; locked: boolean }[];
+}
+
+/** The leases the tenants hold now, per target (idx_webhook_delivery_tenant_leased: only the rows in flight are read). */
+async function leasesOf(tx: Tx, tenants: readonly string[]): Promise<{ tenant_id: string; target_key: string; n: number }[]> {
+  const { rows } = await tx.execute(sql`
+    SELECT tenant_id, target_key, count(*)::int AS n FROM webhook_delivery
+    WHERE tenant_id = ANY(${`{${tenants.join(',')}}`}::uuid[]) AND state = 'pending' AND lease_until > now()
+    GROUP BY tenant_id, target_key`);
+  return rows as { tenant_id: string; target_key: string; n: number }[];
+}
+
+/**
+ * The tenants' targets that have a delivery due and not leased, that still take deliveries (an
+ * enabled endpoint, or a task's URL) and are not backing off after a timeout (webhook_target),
+ * each tenant's oldest due first. A skip scan over each tenant's targets, then one probe of each
+ * target's oldest due delivery: past it only the target's own leases (at most its cap) are read.
+ */
+async function dueTargets(tx: Tx, tenants: readonly string[]): Promise<{ tenant_id: string; target_key: string }[]> {
+  const { rows } = await tx.execute(sql`
+    WITH RECURSIVE tg AS (
+      SELECT u.tenant_id,
+             (SELECT d.target_key FROM webhook_delivery d WHERE d.state = 'pending' AND d.tenant_id = u.tenant_id ORDER BY d.target_key LIMIT 1) AS target_key,
+             1 AS n
+      FROM unnest(${`{${tenants.join(',')}}`}::uuid[]) AS u(tenant_id)
+      UNION ALL
+      SELECT tg.tenant_id,
+             (SELECT d.target_key FROM webhook_delivery d
+              WHERE d.state = 'pending' AND d.tenant_id = tg.tenant_id AND d.target_key > tg.target_key ORDER BY d.target_key LIMIT 1),
+             tg.n + 1
+      FROM tg WHERE tg.target_key IS NOT NULL AND tg.n < ${MAX_TARGETS_PER_TENANT})
+    SELECT tg.tenant_id, tg.target_key
+    FROM tg CROSS JOIN LATERAL (
+      SELECT d.next_attempt_at, d.endpoint_id FROM webhook_delivery d
+      WHERE d.state = 'pending' AND d.tenant_id = tg.tenant_id AND d.target_key = tg.target_key
+        AND d.next_attempt_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now())
+      ORDER BY d.next_attempt_at
+      LIMIT 1) due
+    WHERE tg.target_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM webhook_target b WHERE b.target_key = tg.target_key AND b.blocked_until > now())
+      AND (due.endpoint_id IS NULL OR EXISTS (
+        SELECT 1 FROM webhook_endpoint e WHERE e.endpoint_id = due.endpoint_id AND e.enabled AND e.deleted_at IS NULL))
+    ORDER BY tg.tenant_id, due.next_attempt_at`);
+  return rows as { tenant_id: string; target_key: string }[];
+}
+
+/**
+ * How many to claim per target, tenants in the given order: each tenant at most `perTenantPass`
+ * and what its cap leaves, one target after another in turn (oldest due first) while a target has
+ * room under its own cap. `more` when a tenant's due deliveries were left with room to take them.
+ */
+function allotClaims(
+  tenants: readonly string[],
+  due: readonly { tenant_id: string; target_key: string }[],
+  leases: readonly { tenant_id: string; target_key: string; n: number }[],
+  limits: Pick<ClaimLimits, 'perTarget' | 'perTenant' | 'perTenantPass'>,
+  budget: number,
+): { picks: { tenant_id: string; target_key: string; n: number }[]; used: number; lastTenant: string | null; more: boolean } {
+  const held = new Map<string, number>();
+  const tenantHeld = new Map<string, number>();
+  for (const l of leases) {
+    held.set(l.target_key, l.n);
+    tenantHeld.set(l.tenant_id, (tenantHeld.get(l.tenant_id) ?? 0) + l.n);
+  }
+  const picks: { tenant_id: string; target_key: string; n: number }[] = [];
+  let used = 0;
+  let lastTenant: string | null = null;
+  let more = false;
+  for (const tenant of tenants) {
+    if (used >= budget) {
+      more ||= due.some((d) => d.tenant_id === tenant);
+      break;
+    }
+    lastTenant = tenant;
+    const targets = due.filter((d) => d.tenant_id === tenant).map((d) => ({ key: d.target_key, room: limits.perTarget - (held.get(d.target_key) ?? 0), n: 0 }));
+    let room = Math.min(limits.perTenantPass, limits.perTenant - (tenantHeld.get(tenant) ?? 0), budget - used);
+    for (let moved = true; room > 0 && moved;) {
+      moved = false;
+      for (const t of targets) {
+        if (room <= 0) break;
+        if (t.n >= t.room) continue;
+        t.n += 1;
+        room -= 1;
+        used += 1;
+        moved = true;
+      }
+    }
+    const left = targets.some((t) => t.n < t.room);
+    const tenantFull = limits.perTenant - (tenantHeld.get(tenant) ?? 0) <= targets.reduce((s, t) => s + t.n, 0);
+    if (left && !tenantFull) more = true;
+    for (const t of targets) if (t.n > 0) picks.push({ tenant_id: tenant, target_key: t.key, n: t.n });
+  }
+  return { picks, used, lastTenant, more };
+}
+
+/**
+ * Claims due deliveries for one relay pass: tenants in turn from where the last pass stopped,
+ * each at most `perTenantPass` deliveries and what `perTenant` (in flight across every relay)
+ * leaves, each target at most what `perTarget` leaves, at most `limit` in all. A tenant is
+ * claimed for under a transaction-scoped advisory lock, so two relays never both see room under
+ * one tenant's or target's cap; the rows are taken FOR UPDATE SKIP LOCKED and leased until
+ * `leaseMs` from now (the lease is the claim: a crashed relay's claim expires and the delivery
+ * is tried again, with the same webhook-id). Every statement reads through an index a bounded
+ * number of rows per tenant and target (their leases, the oldest due one), never the backlog.
+ */
+export async function claimDueDeliveries(db: Db, token: FenceToken, opts: ClaimLimits): Promise<ClaimPass> {
+  if (opts.limit <= 0) return { claimed: [], lastTenant: opts.afterTenant, more: false };
   return db.transaction(async (tx) => {
     // Claims are writes: only the active region's relay takes any (docs/design.md §3).
     await holdFence(tx, token);
-    // Targets with a due delivery and room under their cap, oldest due first. A target at its cap
-    // (a slow receiver holding every place) is left out here, not skipped below: 500 of them due
-    // first would otherwise fill every pass and starve every other target.
-    const { rows: targets } = await tx.execute(sql`
-      SELECT d.target_key
-      FROM webhook_delivery d
-      WHERE ${SENDABLE} AND (d.next_attempt_at <= now() OR d.lease_until > now())
-      GROUP BY d.target_key
-      HAVING count(*) FILTER (WHERE d.next_attempt_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now())) > 0
-        AND count(*) FILTER (WHERE d.lease_until > now()) < ${opts.perTarget}
-      ORDER BY min(d.next_attempt_at)
-      LIMIT 500`);
     const claimed: ClaimedDelivery[] = [];
-    for (const t of targets as { target_key: string }[]) {
+    const seen = new Set<string>();
+    let cursor = opts.afterTenant;
+    let wrapped = opts.afterTenant === null;
+    let lastTenant = opts.afterTenant;
+    let more = false;
+    while (claimed.length < opts.limit && seen.size < MAX_TENANTS_PER_PASS) {
+      const batch = (await nextTenants(tx, cursor, Math.min(TENANT_BATCH, MAX_TENANTS_PER_PASS - seen.size))).filter((t) => !seen.has(t.tenant_id));
+      if (batch.length === 0) {
+        // Past the last tenant: on from the first, up to where this pass began.
+        if (wrapped) break;
+        wrapped = true;
+        cursor = null;
+        continue;
+      }
+      for (const t of batch) seen.add(t.tenant_id);
+      cursor = batch.at(-1)!.tenant_id;
+      // Another relay holds a tenant's lock: it is claiming for it now.
+      const mine = batch.filter((t) => t.locked).map((t) => t.tenant_id);
+      // Read after the locks are held: every lease another relay committed for these tenants is seen.
+      const leases = mine.length > 0 ? await leasesOf(tx, mine) : [];
+      const leased = new Map<string, number>();
+      for (const l of leases) leased.set(l.tenant_id, (leased.get(l.tenant_id) ?? 0) + l.n);
+      const withRoom = mine.filter((t) => (leased.get(t) ?? 0) < opts.perTenant);
+      const due = withRoom.length > 0 ? await dueTargets(tx, withRoom) : [];
       const budget = opts.limit - claimed.length;
-      if (budget <= 0) break;
-      const { rows: locked } = await tx.execute(sql`SELECT pg_try_advisory_xact_lock(hashtext(${`webhook-target:${t.target_key}`})) AS ok`);
-      if (!(locked[0] as { ok: boolean }).ok) continue; // another relay is claiming for this target
-      const { rows: counted } = await tx.execute(sql`
-        SELECT count(*)::int AS n FROM webhook_delivery WHERE target_key = ${t.target_key} AND state = 'pending' AND lease_until > now()`);
-      const room = Math.min(budget, opts.perTarget - (counted[0] as { n: number }).n);
-      if (room <= 0) continue;
-      const { rows } = await tx.execute(sql`
-        UPDATE webhook_delivery d SET lease_until = now() + make_interval(secs => ${opts.leaseMs / 1000})
-        FROM webhook_event ev
-        WHERE ev.event_id = d.event_id AND d.delivery_id IN (
-          SELECT delivery_id FROM webhook_delivery
-          WHERE target_key = ${t.target_key} AND state = 'pending' AND next_attempt_at <= now()
-            AND (lease_until IS NULL OR lease_until <= now())
-          ORDER BY next_attempt_at, created_at
-          LIMIT ${room}
-          FOR UPDATE SKIP LOCKED)
-        RETURNING d.delivery_id, d.event_id, d.tenant_id, d.endpoint_id, d.target_key, d.attempt_count, d.schedule_step, d.lease_until::text AS lease,
-          COALESCE((SELECT e.url FROM webhook_endpoint e WHERE e.endpoint_id = d.endpoint_id), d.url) AS url,
-          ev.event_type, ev.data, ev.created_at AS event_created_at`);
-      for (const r of rows as unknown as ClaimedDelivery[]) {
-        claimed.push({ ...r, event_created_at: new Date(r.event_created_at) });
+      const allotted = allotClaims(
+        batch.map((t) => t.tenant_id),
+        due,
+        leases,
+        opts,
+        budget,
+      );
+      lastTenant = allotted.lastTenant ?? lastTenant;
+      more ||= allotted.more;
+      if (allotted.picks.length > 0) claimed.push(...(await leaseDeliveries(tx, allotted.picks, opts.leaseMs)));
+      // The budget is spent: the next pass goes on after the last tenant served.
+      if (allotted.used >= budget) {
+        more = true;
+        break;
       }
     }
-    return claimed;
+    if (seen.size >= MAX_TENANTS_PER_PASS) more = true;
+    return { claimed, lastTenant, more };
   });
 }
+
+/** Leases each target's `n` oldest due deliveries (FOR UPDATE SKIP LOCKED: another relay's rows are passed over). */
+async function leaseDeliveries(tx: Tx, picks: readonly { tenant_id: string; target_key: string; n: number }[], leaseMs: number): Promise<ClaimedDelivery[]> {
+  const { rows } = await tx.execute(sql`
+    UPDATE webhook_delivery d SET lease_until = now() + make_interval(secs => ${leaseMs / 1000})
+    FROM webhook_event ev
+    WHERE ev.event_id = d.event_id AND d.delivery_id IN (
+      SELECT pick.delivery_id
+      FROM unnest(${`{${picks.map((p) => p.tenant_id).join(',')}}`}::uuid[], ${pgTextArray(picks.map((p) => p.target_key))}::text[],
+                  ${`{${picks.map((p) => p.n).join(',')}}`}::int[]) AS a(tenant_id, target_key, n)
+      CROSS JOIN LATERAL (
+        SELECT x.delivery_id FROM webhook_delivery x
+        WHERE x.state = 'pending' AND x.tenant_id = a.tenant_id AND x.target_key = a.target_key
+          AND x.next_attempt_at <= now() AND (x.lease_until IS NULL OR x.lease_until <= now())
+        ORDER BY x.next_attempt_at
+        LIMIT a.n
+        FOR UPDATE SKIP LOCKED) pick)
+    RETURNING d.delivery_id, d.event_id, d.tenant_id, d.endpoint_id, d.target_key, d.attempt_count, d.schedule_step, d.lease_until::text AS lease,
+      COALESCE((SELECT e.url FROM webhook_endpoint e WHERE e.endpoint_id = d.endpoint_id), d.url) AS url,
+      ev.event_type, ev.data, ev.created_at AS event_created_at`);
+  return (rows as unknown as ClaimedDelivery[]).map((r) => ({ ...r, event_created_at: new Date(r.event_created_at) }));
+}
+
+/** A Postgres text[] literal (each element quoted: target keys hold URLs). */
+const pgTextArray = (values: readonly string[]): string => `{${values.map((v) => `"${v.replace(/(["\\])/g, '\\$1')}"`).join(',')}}`;
 
 export interface AttemptRecord {
   readonly url: string;
@@ -259,6 +487,14 @@ export interface AttemptRecord {
   readonly latencyMs: number;
   readonly error: string | null;
   readonly excerpt: string | null;
+  /** The attempt ran out of WEBHOOK_ATTEMPT_TIMEOUT_MS (the target backs off: webhook_target). */
+  readonly timedOut: boolean;
+}
+
+/** How a target whose attempts time out backs off (WEBHOOK_TIMEOUT_BACKOFF_MS, WEBHOOK_TIMEOUT_BACKOFF_MAX_MS). */
+export interface TimeoutBackoff {
+  readonly baseMs: number;
+  readonly maxMs: number;
 }
 
 export type AttemptNext = { kind: 'delivered' } | { kind: 'retry'; step: number; delayMs: number } | { kind: 'failed' };
@@ -267,8 +503,30 @@ export type AttemptNext = { kind: 'delivered' } | { kind: 'retry'; step: number;
 const storable = (text: string | null): string | null => (text === null ? null : storableText(text));
 
 /**
+ * After an attempt to `claimed`'s target: one that timed out blocks the target for the backoff,
+ * doubled for each round of timeouts in a row (timeouts of attempts that were in flight together
+ * land inside the block they set and count once); one that was answered, whatever the status,
+ * ends the backoff. Refused connections and the like change nothing: they cost no slot time.
+ */
+async function targetBackoff(tx: DbOrTx, claimed: ClaimedDelivery, attempt: AttemptRecord, backoff: TimeoutBackoff): Promise<void> {
+  if (attempt.timedOut) {
+    await tx.execute(sql`
+      INSERT INTO webhook_target AS w (target_key, tenant_id, timeouts, blocked_until)
+      VALUES (${claimed.target_key}, ${claimed.tenant_id}, 1, now() + make_interval(secs => ${Math.min(backoff.baseMs, backoff.maxMs) / 1000}))
+      ON CONFLICT (target_key) DO UPDATE SET
+        timeouts = CASE WHEN w.blocked_until > now() THEN w.timeouts ELSE w.timeouts + 1 END,
+        blocked_until = CASE WHEN w.blocked_until > now() THEN w.blocked_until
+          ELSE now() + make_interval(secs => LEAST(${backoff.maxMs}::float8, ${backoff.baseMs}::float8 * power(2, LEAST(w.timeouts, 30))) / 1000) END,
+        updated_at = now()`);
+  } else if (attempt.status !== null) {
+    await tx.delete(webhookTarget).where(eq(webhookTarget.target_key, claimed.target_key));
+  }
+}
+
+/**
  * Records one attempt and what follows it, in one transaction: the attempt row (numbered from
- * the delivery's count), the delivery's state, and the endpoint's health. A delivery already
+ * the delivery's count), the delivery's state, the target's backoff after a timeout
+ * (webhook_target) and the endpoint's health. A delivery already
  * delivered (by a relay whose lease outlived ours) is not set back. A claim that no longer holds
  * the lease (it expired and another relay claimed the delivery, or a redeliver started it over)
  * records its attempt, and a success, but neither clears the lease nor sets a next step: those
@@ -280,7 +538,7 @@ export async function recordAttempt(
   claimed: ClaimedDelivery,
   attempt: AttemptRecord,
   next: AttemptNext,
-  health: { disableAfterMs: number },
+  health: { disableAfterMs: number; timeoutBackoff: TimeoutBackoff },
 ): Promise<{ disabledEndpoint: boolean }> {
   const error = storable(attempt.error);
   const excerpt = storable(attempt.excerpt);
@@ -326,6 +584,7 @@ export async function recordAttempt(
       response_excerpt: excerpt,
       error,
     });
+    await targetBackoff(tx, claimed, attempt, health.timeoutBackoff);
     if (!claimed.endpoint_id) return { disabledEndpoint: false };
     if (attempt.ok) {
       await tx.update(webhookEndpoint).set({ failing_since: null }).where(eq(webhookEndpoint.endpoint_id, claimed.endpoint_id));

@@ -74,37 +74,43 @@ const pinned = (
   routes: [{ provider, model, priority: 0, costPerSecond, maxDurationSeconds, resolutions, supportsImageInput: true, ...limits }],
 });
 
-/** fal's Kling text-to-video input: `duration` "5" or "10", no image, no resolution (docs/providers.md "Documented evidence: fal"). */
-const FAL_KLING_TEXT = { durationsSeconds: [5, 10], supportsImageInput: false } as const;
+// Every route's limits are its model's published input (test/fixtures/provider-schemas/, sources
+// and dates in docs/providers.md "Model input schemas"): a request a route admits is sent exactly as
+// ordered, at the resolution and duration ordered, with the image when there is one
+// (test/providers/catalog-schemas.test.ts holds every body the builders make to those schemas).
+
+/** Kling 2.0 Master, at every provider: 720p only (no std/pro), 5 or 10 s (Kling's capability map). */
+const KLING_V2_MASTER = { durationsSeconds: [5, 10] } as const;
+
+/** fal's Kling text-to-video input: `duration` "5" or "10", no image, no resolution (720p, as Kling renders it). */
+const FAL_KLING_TEXT = { ...KLING_V2_MASTER, supportsImageInput: false } as const;
+
+/** Kling's own text2video endpoint takes no image (image to video is another endpoint, not sent). */
+const KLING_TEXT = { ...KLING_V2_MASTER, supportsImageInput: false } as const;
 
 /** Runway's documented limits (docs/providers.md "Documented evidence: Runway"; providers/runway.ts RUNWAY_MODELS). */
 const RUNWAY_2_TO_10 = { durationsSeconds: [2, 3, 4, 5, 6, 7, 8, 9, 10], maxPromptChars: 1000 } as const;
 
 export const MODEL_CATALOG: readonly ModelEntry[] = [
-  pinned('minimax/video-01', 'replicate', '0.500000', '0.350000', 10, ['480p', '720p']),
-  pinned('kwaivgi/kling-v2.1', 'replicate', '0.900000', '0.630000', 10, ['480p', '720p', '1080p']),
-  pinned('luma/ray-2-720p', 'replicate', '0.700000', '0.500000', 9, ['720p']),
+  // No resolution or duration input: it renders 6 s at 720p, so that is all it is sold as.
+  pinned('minimax/video-01', 'replicate', '0.500000', '0.350000', 6, ['720p'], { durationsSeconds: [6] }),
+  // Image to video only (start_image required); mode standard is 720p, pro 1080p.
+  pinned('kwaivgi/kling-v2.1', 'replicate', '0.900000', '0.630000', 10, ['720p', '1080p'], { durationsSeconds: [5, 10], requiresImageInput: true }),
+  pinned('luma/ray-2-720p', 'replicate', '0.700000', '0.500000', 9, ['720p'], { durationsSeconds: [5, 9] }),
   pinned('fal-ai/kling-video/v2/master/text-to-video', 'fal', '0.850000', '0.600000', 10, ['720p'], FAL_KLING_TEXT),
   pinned('gen4_turbo', 'runway', '0.600000', '0.450000', 10, ['720p'], { ...RUNWAY_2_TO_10, requiresImageInput: true }),
   pinned('gen4.5', 'runway', '1.000000', '0.750000', 10, ['720p'], RUNWAY_2_TO_10),
   pinned('veo3.1', 'runway', '1.600000', '1.200000', 8, ['720p', '1080p'], { durationsSeconds: [4, 6, 8], maxPromptChars: 1000 }),
-  pinned('kling-v2-master', 'kling', '0.800000', '0.560000', 10, ['720p', '1080p']),
+  pinned('kling-v2-master', 'kling', '0.800000', '0.560000', 10, ['720p'], KLING_TEXT),
   {
-    // One model, three ways to reach it: Kling's own API, fal's queue and Replicate.
+    // One model, Kling 2.0 Master, three ways to reach it: Kling's own API, fal's queue and
+    // Replicate (kwaivgi/kling-v2.0, the one of them that also takes a first frame).
     model: 'kling-v2',
     pricePerSecond: '0.900000',
     maxDurationSeconds: 10,
-    resolutions: ['720p', '1080p'],
+    resolutions: ['720p'],
     routes: [
-      {
-        provider: 'kling',
-        model: 'kling-v2-master',
-        priority: 0,
-        costPerSecond: '0.560000',
-        maxDurationSeconds: 10,
-        resolutions: ['720p', '1080p'],
-        supportsImageInput: true,
-      },
+      { provider: 'kling', model: 'kling-v2-master', priority: 0, costPerSecond: '0.560000', maxDurationSeconds: 10, resolutions: ['720p'], ...KLING_TEXT },
       {
         provider: 'fal',
         model: 'fal-ai/kling-video/v2/master/text-to-video',
@@ -116,12 +122,13 @@ export const MODEL_CATALOG: readonly ModelEntry[] = [
       },
       {
         provider: 'replicate',
-        model: 'kwaivgi/kling-v2.1',
+        model: 'kwaivgi/kling-v2.0',
         priority: 2,
         costPerSecond: '0.630000',
         maxDurationSeconds: 10,
-        resolutions: ['720p', '1080p'],
+        resolutions: ['720p'],
         supportsImageInput: true,
+        ...KLING_V2_MASTER,
       },
     ],
   },
@@ -155,6 +162,7 @@ export function routerCatalog(available: readonly string[] = PROVIDERS): Record<
           supportsImageInput: r.supportsImageInput,
           ...(r.durationsSeconds ? { durationsSeconds: r.durationsSeconds } : {}),
           ...(r.requiresImageInput ? { requiresImageInput: true } : {}),
+          ...(r.maxPromptChars !== undefined ? { maxPromptChars: r.maxPromptChars } : {}),
         })),
     ]),
   );
@@ -176,10 +184,52 @@ export function routeRefusal(route: ProviderRoute, req: RouteRequest): Refusal |
   return null;
 }
 
-/** Why no route of `entry` can take `req` (the first route's reason), or null when one can. */
+/**
+ * Why no route of `entry` can take `req`, or null when one can. The fields are checked in order
+ * (resolution, duration, image, prompt), each against the routes that passed the ones before, so
+ * the refusal names the first field no route delivers and what the model does accept there.
+ */
 export function requestRefusal(entry: ModelEntry, req: RouteRequest): Refusal | null {
-  const reasons = entry.routes.map((r) => routeRefusal(r, req));
-  return reasons.some((r) => r === null) ? null : (reasons[0] ?? { field: 'resolution', message: `${entry.model} has no route` });
+  const m = entry.model;
+  const union = <T>(values: (r: ProviderRoute) => readonly T[], routes: readonly ProviderRoute[]): T[] => [...new Set(routes.flatMap(values))];
+  const checks: readonly { readonly passes: (r: ProviderRoute) => boolean; readonly refusal: (left: readonly ProviderRoute[]) => Refusal }[] = [
+    {
+      passes: (r) => r.resolutions.includes(req.resolution),
+      refusal: (left) => ({ field: 'resolution', message: `${m} supports ${union((r) => r.resolutions, left).join(', ')}` }),
+    },
+    {
+      passes: (r) => req.duration_seconds <= r.maxDurationSeconds && (!r.durationsSeconds || r.durationsSeconds.includes(req.duration_seconds)),
+      refusal: (left) => {
+        const listed = left.every((r) => r.durationsSeconds);
+        const durations = union((r) => r.durationsSeconds ?? [], left).sort((a, b) => a - b);
+        const taken = listed ? durations.join(', ') : `at most ${Math.max(...left.map((r) => r.maxDurationSeconds))}`;
+        return { field: 'duration_seconds', message: `${m} takes ${taken} seconds at ${req.resolution}` };
+      },
+    },
+    {
+      passes: (r) => (req.input_image_url ? r.supportsImageInput : !r.requiresImageInput),
+      refusal: () => {
+        if (!req.input_image_url) return { field: 'input_image_url', message: `${m} needs an input image (image to video only)` };
+        const some = entry.routes.some((r) => r.supportsImageInput);
+        return {
+          field: 'input_image_url',
+          message: `${m} does not take an input image${some ? ` at ${req.resolution}, ${req.duration_seconds} seconds` : ' (text to video only)'}`,
+        };
+      },
+    },
+    {
+      passes: (r) => r.maxPromptChars === undefined || req.prompt.length <= r.maxPromptChars,
+      refusal: (left) => ({ field: 'prompt', message: `${m} takes at most ${Math.max(...left.map((r) => r.maxPromptChars ?? 0))} characters` }),
+    },
+  ];
+  let left: readonly ProviderRoute[] = entry.routes;
+  if (left.length === 0) return { field: 'resolution', message: `${m} has no route` };
+  for (const check of checks) {
+    const passing = left.filter(check.passes);
+    if (passing.length === 0) return check.refusal(left);
+    left = passing;
+  }
+  return null;
 }
 
 /** Price of `seconds` of output at `resolution`. */

@@ -25,8 +25,14 @@ export const FailureType = {
   NotFound: 'NotFound',
   /** The facts are in a state this step cannot act on (a bug, or data changed under us). Not retryable. */
   InvalidState: 'InvalidState',
-  /** The output URL failed validation (scheme, host allow-list, private address). Not retryable. */
+  /** The output URL failed validation (scheme, private address; a host refused past the URL's expiry). Not retryable. */
   UnsafeOutputUrl: 'UnsafeOutputUrl',
+  /**
+   * The output's host is not on the provider's allow-list while its URL is still valid: the task
+   * waits in OUTPUT_AT_RISK for an operator to allow the host (activities/rescue-output.ts).
+   * Retryable and BENIGN, on its own clock.
+   */
+  OutputHostRefused: 'OutputHostRefused',
   /** The provider's output is gone (expired, 404/403). Not retryable. */
   OutputGone: 'OutputGone',
   /** The media failed validation (ffprobe). Not retryable. */
@@ -35,3 +41,9 @@ export const FailureType = {
 export type FailureType = (typeof FailureType)[keyof typeof FailureType];
 
 export const NON_RETRYABLE_FAILURES: readonly FailureType[] = [FailureType.NotFound, FailureType.InvalidState, FailureType.UnsafeOutputUrl];
+
+/**
+ * The source event of the transition that parks a task in OUTPUT_AT_RISK because its output's host
+ * is not allowed (activities/rescue-output.ts); the fact gauges count such tasks (observability/facts.ts).
+ */
+export const OUTPUT_HOST_REFUSED_EVENT = 'workflow.output-host-refused';

@@ -25,6 +25,8 @@ export interface RouteCandidate {
   /** Only these durations, when the provider takes not every whole second up to the maximum. */
   readonly durationsSeconds?: readonly number[];
   readonly requiresImageInput?: boolean;
+  /** The longest prompt the provider takes (UTF-16 code units), when it has a limit. */
+  readonly maxPromptChars?: number;
 }
 
 export interface ProviderHealth {
@@ -41,6 +43,8 @@ export interface RouteInput {
   readonly durationSeconds: number;
   readonly resolution: string;
   readonly hasImageInput: boolean;
+  /** The prompt's length in UTF-16 code units (a route with a shorter limit cannot take it); absent: not checked. */
+  readonly promptChars?: number;
   readonly tenantPreference?: string | null;
   /** Providers not to use (they provably rejected this task already). */
   readonly exclude?: readonly string[];
@@ -112,7 +116,8 @@ export function compatibleCandidates(input: RouteInput, catalog: RouterOptions['
       d <= c.maxDurationSeconds &&
       (!c.durationsSeconds || c.durationsSeconds.includes(d)) &&
       c.resolutions.includes(input.resolution) &&
-      (input.hasImageInput ? c.supportsImageInput : !c.requiresImageInput),
+      (input.hasImageInput ? c.supportsImageInput : !c.requiresImageInput) &&
+      (c.maxPromptChars === undefined || input.promptChars === undefined || input.promptChars <= c.maxPromptChars),
   );
   if (ok.length === 0) return reject('no-compatible-provider', 'no remaining provider supports this combination of features');
   return ok;

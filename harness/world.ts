@@ -68,6 +68,7 @@ export async function startSimulator(
     apiToken: config.PROVIDER_REPLICATE_API_TOKEN,
     webhookSecret: config.PROVIDER_REPLICATE_WEBHOOK_SECRET,
     fal: { userId: config.PROVIDER_FAL_USER_ID },
+    kling: { visibleAfterMs: config.SIMULATOR_KLING_VISIBLE_AFTER_MS, notFound: config.SIMULATOR_KLING_NOT_FOUND },
     generationMs: opts.generationMs,
     outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
     dataDir: opts.dataDir,

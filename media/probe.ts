@@ -63,37 +63,92 @@ const ACCEPTED_CODECS = ['h264', 'hevc', 'vp9', 'av1'];
 const TRANSPORT_ERROR =
   /Server returned|HTTP error \d|Connection (refused|reset|timed out)|Operation timed out|Input\/output error|Network is unreachable|No route to host|Failed to resolve hostname|Stream ends prematurely/i;
 
+/**
+ * Exactly the entries probeSchema reads, and no tags: the answer is a few hundred bytes per
+ * stream whatever metadata the file carries (a 5 MiB title once overflowed the buffer below).
+ */
+const PROBE_ENTRIES = `format=${Object.keys(probeSchema.shape.format.shape).join(',')}:stream=${Object.keys(probeSchema.shape.streams.element.shape).join(',')}`;
+/** Largest answer (and stderr) read from ffprobe; more is an 'overflow', never parsed. */
+const MAX_PROBE_OUTPUT = 4 * 1024 * 1024;
+/** Most of ffprobe's words an error quotes: they end up in logs, workflow history and the task's row. */
+export const MAX_QUOTED_CHARS = 2_000;
+
+/** At most MAX_QUOTED_CHARS of `text`, redacted (ffprobe's first line names its input: a presigned URL). */
+export function quoted(text: string): string {
+  if (text.length <= MAX_QUOTED_CHARS) return redactText(text).slice(0, MAX_QUOTED_CHARS);
+  // Redacted with some text past the cut, so a URL straddling it still loses its query.
+  return `${redactText(text.slice(0, MAX_QUOTED_CHARS + 4_096)).slice(0, MAX_QUOTED_CHARS)}… (${text.length} characters)`;
+}
+
+/** The kinds of ProbeFailedError. */
+export type ProbeFailureKind = 'unreadable' | 'timeout' | 'overflow' | 'unparseable' | 'crashed';
+
+/**
+ * ffprobe gave no verdict on the bytes: it could not read our storage, ran out of time, answered
+ * more than MAX_PROBE_OUTPUT, answered something that is not JSON, or could not run or died
+ * without a word. Retryable; the media step counts it toward its bound
+ * (activities/media-failures.ts). Its message is bounded and it carries no raw cause (execFile's
+ * error holds everything ffprobe wrote).
+ */
+export class ProbeFailedError extends Error {
+  constructor(
+    readonly kind: ProbeFailureKind,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ProbeFailedError';
+  }
+}
+
+/** execFile's error for ffprobe as a ProbeFailedError, or an InvalidMediaError when ffprobe read the input and refused it. */
+function probeFailure(err: unknown, timeoutMs: number): ProbeFailedError | InvalidMediaError {
+  const e = err as { code?: unknown; killed?: boolean; signal?: string | null; stderr?: unknown };
+  const stderr = typeof e.stderr === 'string' ? e.stderr.trim() : '';
+  const said = quoted(stderr.split('\n')[0] ?? '');
+  if (e.code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER') return new ProbeFailedError('overflow', `ffprobe answered more than ${MAX_PROBE_OUTPUT} bytes`);
+  if (e.killed) return new ProbeFailedError('timeout', `ffprobe timed out after ${timeoutMs} ms`);
+  // Not started (ENOENT, EACCES): a string code; an exit status is a number.
+  if (typeof e.code === 'string') return new ProbeFailedError('crashed', `ffprobe could not run: ${e.code}`);
+  if (e.signal) return new ProbeFailedError('crashed', `ffprobe was killed by ${e.signal}${said ? `: ${said}` : ''}`);
+  if (!stderr) return new ProbeFailedError('crashed', `ffprobe exited ${String(e.code)} without a word`);
+  // ffprobe could not read our own storage (an S3 503, an outage, a copy moved away while it
+  // read): a retryable failure, never a verdict on the bytes.
+  if (TRANSPORT_ERROR.test(stderr)) return new ProbeFailedError('unreadable', `ffprobe could not read the stored video: ${said}`);
+  // ffprobe read the input: the bytes are not a media file it understands.
+  return new InvalidMediaError(`ffprobe rejected the file: ${said}`);
+}
+
+/**
+ * The media facts ffprobe reads from `input`. Throws InvalidMediaError for bytes it read and
+ * refused (or a video we do not accept), ProbeFailedError when it gave no verdict.
+ */
 export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: Demuxer): Promise<MediaInfo> {
   let stdout: string;
   try {
-    ({ stdout } = await run('ffprobe', ['-v', 'error', '-print_format', 'json', '-show_format', '-show_streams', ...inputArgs(input, demuxer)], {
+    ({ stdout } = await run('ffprobe', ['-v', 'error', '-print_format', 'json', '-show_entries', PROBE_ENTRIES, ...inputArgs(input, demuxer)], {
       timeout: timeoutMs,
-      maxBuffer: 4 * 1024 * 1024,
+      killSignal: 'SIGKILL',
+      maxBuffer: MAX_PROBE_OUTPUT,
     }));
   } catch (err) {
-    const e = err as { stderr?: string; killed?: boolean };
-    if (e.killed) throw new Error('ffprobe timed out', { cause: err });
-    if (typeof e.stderr === 'string' && e.stderr.length > 0) {
-      // Its first line names the input (a presigned URL): redacted, as every error leaving the process.
-      const said = redactText(e.stderr.trim().split('\n')[0] ?? '');
-      // ffprobe could not read our own storage (an S3 503, an outage, a copy moved away while
-      // it read): a retryable failure, never a verdict on the bytes.
-      if (TRANSPORT_ERROR.test(e.stderr)) throw new Error(`ffprobe could not read the stored video: ${said}`);
-      // ffprobe read the input: the bytes are not a media file it understands.
-      throw new InvalidMediaError(`ffprobe rejected the file: ${said}`);
-    }
-    throw err;
+    throw probeFailure(err, timeoutMs);
   }
-  const parsed = probeSchema.safeParse(JSON.parse(stdout));
+  let answer: unknown;
+  try {
+    answer = JSON.parse(stdout);
+  } catch {
+    throw new ProbeFailedError('unparseable', `ffprobe's answer is not JSON (${stdout.length} characters): ${quoted(stdout.slice(0, 200))}`);
+  }
+  const parsed = probeSchema.safeParse(answer);
   if (!parsed.success) throw new InvalidMediaError('ffprobe output has no format/streams');
   const { format, streams } = parsed.data;
   const containers = format.format_name.split(',');
   if (!containers.some((c) => ACCEPTED_CONTAINERS.includes(c))) {
-    throw new InvalidMediaError(`unsupported container ${format.format_name}`);
+    throw new InvalidMediaError(`unsupported container ${quoted(format.format_name)}`);
   }
   const video = streams.find((s) => s.codec_type === 'video');
   if (!video?.codec_name || !ACCEPTED_CODECS.includes(video.codec_name)) {
-    throw new InvalidMediaError(`no supported video stream (found ${video?.codec_name ?? 'none'})`);
+    throw new InvalidMediaError(`no supported video stream (found ${quoted(video?.codec_name ?? 'none')})`);
   }
   const duration = checkDuration(format.duration ?? video.duration ?? 0);
   return {
@@ -109,9 +164,15 @@ export async function probeMedia(input: string, timeoutMs = 30_000, demuxer?: De
  * The media facts of a stored object: read from its MP4 boxes in process when that is
  * unambiguous (media/mp4.ts), else from ffprobe on `url` (a presigned GET of the same object).
  */
-export async function probeStored(storage: Pick<ObjectStorage, 'readRange'>, key: string, size: number, url: string): Promise<MediaInfo> {
+export async function probeStored(
+  storage: Pick<ObjectStorage, 'readRange'>,
+  key: string,
+  size: number,
+  url: string,
+  probeTimeoutMs?: number,
+): Promise<MediaInfo> {
   const info = await probeMp4((offset, length) => storage.readRange(key, offset, length), size);
-  return info ?? probeMedia(url);
+  return info ?? probeMedia(url, probeTimeoutMs);
 }
 
 /** One frame to take: the video (a URL or a local path), where in it, and its demuxer (from the probe). */

@@ -1,8 +1,8 @@
 // One webhook delivery attempt (docs/webhooks.md): a Standard Webhooks request signed with every
-// secret that signs for the endpoint now (several during a rotation's overlap), sent through the
-// SSRF guard (net/safe-fetch.ts: public addresses only, checked at connect), no redirects
-// followed, the whole attempt bounded by a timeout and the answer read only up to a limit.
-import { Webhook } from 'standardwebhooks';
+// secret that signs for the endpoint now (two during a rotation's overlap, db/webhook-secrets.ts),
+// sent through the SSRF guard (net/safe-fetch.ts: public addresses only, checked at connect), no
+// redirects followed, the whole attempt bounded by a timeout and the answer read only up to a limit.
+import { createHmac } from 'node:crypto';
 import type { Agent } from 'undici';
 import { redactText } from '../observability/redact';
 import { unsafeAddressIn } from './safe-fetch';
@@ -31,18 +31,38 @@ export interface AttemptOutcome {
   readonly latencyMs: number;
   readonly error: string | null;
   readonly excerpt: string | null;
+  /** Ran out of its timeout (the receiver held the attempt: its target backs off, db/webhooks.ts). */
+  readonly timedOut: boolean;
 }
 
 const EXCERPT_CHARS = 512;
 
-/** The `webhook-signature` header: one "v1,<base64>" per secret, space-separated. */
+const SECRET_PREFIX = 'whsec_';
+
+/**
+ * The `webhook-signature` header: one "v1,<base64>" per secret, space-separated, each the
+ * HMAC-SHA256 of "<id>.<Unix seconds>.<body>" under the bytes of the secret's base64 (after its
+ * `whsec_` prefix), as the `standardwebhooks` package signs (test/security/webhook-send.test.ts
+ * verifies with it), on node:crypto's native HMAC rather than the package's JavaScript one.
+ */
 export function signatureHeader(secrets: readonly string[], webhookId: string, timestamp: Date, body: string): string {
-  return secrets.map((s) => new Webhook(s).sign(webhookId, timestamp, body)).join(' ');
+  const signed = `${webhookId}.${Math.floor(timestamp.getTime() / 1000)}.`;
+  return secrets
+    .map((secret) => {
+      const key = Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, 'base64');
+      if (key.length === 0) throw new Error('a webhook signing secret is empty');
+      return `v1,${createHmac('sha256', key).update(signed).update(body, 'utf8').digest('base64')}`;
+    })
+    .join(' ');
 }
 
 export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promise<AttemptOutcome> {
   const started = performance.now();
-  const done = (o: Omit<AttemptOutcome, 'latencyMs'>): AttemptOutcome => ({ ...o, latencyMs: Math.round(performance.now() - started) });
+  const done = (o: Omit<AttemptOutcome, 'latencyMs' | 'timedOut'>, timedOut = false): AttemptOutcome => ({
+    ...o,
+    timedOut,
+    latencyMs: Math.round(performance.now() - started),
+  });
   const refused = webhookUrlProblem(req.url, opts.allowPrivate);
   if (refused) return done({ ok: false, status: null, error: `url ${refused}`, excerpt: null });
   if (req.secrets.length === 0)
@@ -68,7 +88,7 @@ export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promi
     const error = ok ? null : res.status >= 300 && res.status < 400 ? `answered ${res.status} (redirects are not followed)` : `answered ${res.status}`;
     return done({ ok, status: res.status, error, excerpt });
   } catch (err) {
-    return done({ ok: false, status: null, error: describe(err, signal), excerpt: null });
+    return done({ ok: false, status: null, error: describe(err, signal), excerpt: null }, signal.aborted);
   }
 }
 

@@ -7,6 +7,7 @@
 import { sql } from 'drizzle-orm';
 import { createDatabase, type DatabaseHost, type Db } from '../db/client';
 import { waitingSummary } from '../db/slot-queue';
+import { OUTPUT_HOST_REFUSED_EVENT } from '../domain/errors';
 import type { Logger } from './logger';
 
 export interface FactSnapshot {
@@ -20,6 +21,11 @@ export interface FactSnapshot {
   readonly pollFallback: readonly { provider: string; ratio: number }[];
   /** Closed tasks whose reserve differs from settle + release, among those checked (must be 0). */
   readonly ledgerImbalance: number;
+  /**
+   * Tasks waiting in OUTPUT_AT_RISK because their output's host is not on the provider's
+   * allow-list (activities/rescue-output.ts), per provider: an operator can allow it until the URL expires.
+   */
+  readonly outputHostRefused: readonly { provider: string; tasks: number }[];
   /** Attempts waiting for a provider slot, per provider and tenant, with the oldest wait (db/slot-queue.ts). */
   readonly slotWaiting: readonly { provider: string; tenantId: string; waiting: number; oldestSeconds: number }[];
   /** Extra facts of the process (the worker's jobs in flight per provider). */
@@ -146,6 +152,15 @@ async function basicFacts(db: Db) {
       ORDER BY attempt_id, received_at) first_seen
     GROUP BY provider`,
   );
+  // The latest transition of each OUTPUT_AT_RISK task (task_transition_task_version serves it).
+  const outputHostRefused = await rows<{ provider: string; tasks: number }>(
+    db,
+    sql`
+    SELECT t.provider, count(*)::int AS tasks FROM generation_task t
+    CROSS JOIN LATERAL (SELECT source_event FROM task_transition tr WHERE tr.task_id = t.task_id ORDER BY tr.to_version DESC LIMIT 1) last
+    WHERE t.terminal_at IS NULL AND t.status = 'OUTPUT_AT_RISK' AND last.source_event = ${OUTPUT_HOST_REFUSED_EVENT}
+    GROUP BY t.provider`,
+  );
   const now = Date.now();
   const slotWaiting = (await waitingSummary(db)).map((r) => ({
     provider: r.provider,
@@ -162,6 +177,7 @@ async function basicFacts(db: Db) {
     assetsInFallback: fallback?.n ?? 0,
     callbackLag,
     pollFallback,
+    outputHostRefused,
   };
 }
 

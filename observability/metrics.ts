@@ -93,6 +93,14 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
     for (const r of f.slotWaiting) oldest.set(r.provider, Math.max(oldest.get(r.provider) ?? 0, r.oldestSeconds));
     for (const [provider, s] of oldest) g.set({ provider }, s);
   });
+  gauge(
+    'vidorch_output_host_refused_tasks',
+    "Tasks waiting in OUTPUT_AT_RISK because their output's host is not on the provider's allow-list (PROVIDER_<P>_OUTPUT_HOSTS), per provider: allow the host before the URL expires (docs/runbooks/providers.md)",
+    ['provider'],
+    (g, f) => {
+      for (const r of f.outputHostRefused) g.set({ provider: r.provider }, r.tasks);
+    },
+  );
   gauge('vidorch_outbox_backlog', 'Unpublished outbox rows', [], (g, f) => g.set(f.outboxBacklog));
   gauge('vidorch_outbox_oldest_age_seconds', 'Age of the oldest unpublished outbox row', [], (g, f) => g.set(f.outboxOldestAgeSeconds));
   gauge('vidorch_inbox_unprocessed', 'Callback inbox rows not yet applied', [], (g, f) => g.set(f.inboxUnprocessed));
@@ -427,42 +435,5 @@ export function registerReconcileMetrics(registry: Registry): (run: ReconcileRun
       changed.set(l, run.changed);
     }
     runs.inc({ ...l, outcome: run.failed ? 'failed' : 'ok' });
-  };
-}
-
-/** The worker's periodic malloc trim and heap compaction (workers/malloc-trim.ts): what each gave back, how long each took, how many failed. */
-export function registerMallocTrimMetrics(registry: Registry): {
-  trimmed: (outcome: { releasedBytes: number; seconds: number | null; compactionSeconds: number | null }) => void;
-  failed: () => void;
-} {
-  const released = new Counter({
-    name: 'vidorch_worker_malloc_trim_released_bytes_total',
-    help: "Anonymous resident memory the worker's give-backs (a heap compaction, a malloc trim, or both) returned to the system (bytes, as RssAnon saw it)",
-    registers: [registry],
-  });
-  const compaction = new Histogram({
-    name: 'vidorch_worker_heap_compaction_seconds',
-    help: "How long one compaction of the worker's main V8 heap took (V8's memory-reducing collection, two or more full GCs; the event loop waits for it)",
-    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2],
-    registers: [registry],
-  });
-  const seconds = new Histogram({
-    name: 'vidorch_worker_malloc_trim_seconds',
-    help: 'How long one malloc trim took; threads that allocate meanwhile, the event loop included, wait for its arena locks',
-    buckets: [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1],
-    registers: [registry],
-  });
-  const failures = new Counter({
-    name: 'vidorch_worker_malloc_trim_failures_total',
-    help: 'Memory give-backs (a malloc trim, a heap compaction, or the readings before them) that failed; the next tick tries again',
-    registers: [registry],
-  });
-  return {
-    trimmed(o) {
-      released.inc(o.releasedBytes);
-      if (o.seconds !== null) seconds.observe(o.seconds);
-      if (o.compactionSeconds !== null) compaction.observe(o.compactionSeconds);
-    },
-    failed: () => failures.inc(),
   };
 }

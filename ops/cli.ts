@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { temporalConnection } from '../config/connections';
 import { loadConfigOrExit } from '../config/env';
 import type { Client } from '@temporalio/client';
 import { buildDatabase, buildFallbackStorage, buildProviders, buildStorage } from '../config/services';
@@ -30,6 +31,7 @@ import { createGenerationFacade, type GenerationFacade } from '../temporal/facad
 import { runFailover } from './failover';
 import { parseDuration, table } from './format';
 import { inspectTask } from './inspect';
+import { escalateTask } from './task-escalate';
 import { listKeys, revokeKey, rotateKey } from './keys';
 import {
   printApply,
@@ -107,7 +109,7 @@ async function withDb<T>(work: (db: ReturnType<typeof buildDatabase>) => Promise
 }
 
 async function withClient<T>(work: (client: Client) => Promise<T>): Promise<T> {
-  const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+  const temporal = lazyClient({ connection: temporalConnection(config), namespace: config.TEMPORAL_NAMESPACE });
   try {
     return await work(await temporal.get());
   } finally {
@@ -116,7 +118,7 @@ async function withClient<T>(work: (client: Client) => Promise<T>): Promise<T> {
 }
 
 async function withTemporal<T>(work: (facade: GenerationFacade) => Promise<T>): Promise<T> {
-  const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+  const temporal = lazyClient({ connection: temporalConnection(config), namespace: config.TEMPORAL_NAMESPACE });
   try {
     return await work(createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY }));
   } finally {
@@ -456,7 +458,7 @@ reconcile
   .description("each scheduled reconciler: its Schedule (active, paused, interval, next run) and its last run's report")
   .option('--json', 'print one JSON line', false)
   .action(async (o: { json: boolean }) => {
-    const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE });
+    const temporal = lazyClient({ connection: temporalConnection(config), namespace: config.TEMPORAL_NAMESPACE });
     const list = await withDb((d) => reconcilerStatus(d, temporal.get, config)).finally(() => temporal.close());
     print(
       o.json,
@@ -628,6 +630,29 @@ task
       print(o.json, r, () => printBatchResults(r));
     },
   );
+
+task
+  .command('escalate')
+  .description(
+    'park a task in MANUAL_REVIEW from any non-terminal state (audited) and wake its workflow, e.g. one whose step keeps failing; a terminal task is refused (exit 2)',
+  )
+  .argument('<task-id>')
+  .requiredOption('--reason <text>', 'why (audited; the escalation reason `review list` shows)')
+  .option('--json', 'print one JSON line', false)
+  .action(async (taskId: string, o: { reason: string; json: boolean }) => {
+    const r = await withDb((d) => withTemporal((facade) => escalateTask(d.db, facade, { taskId, actor, reason: o.reason, fence })));
+    if (r.result === 'refused') {
+      if (o.json) console.log(JSON.stringify(r));
+      console.error(`ops: task ${taskId} is ${r.status}, a terminal state: refused (nothing to escalate)`);
+      process.exitCode = 2;
+      return;
+    }
+    print(o.json, r, () =>
+      r.result === 'unchanged'
+        ? `task ${taskId} is already in MANUAL_REVIEW; nothing changed`
+        : `task ${taskId}: ${r.from} → MANUAL_REVIEW (audited as ${actor}, audit ${r.audit_id}); workflow ${r.woken ? 'woken' : 'not woken (none running, or Temporal did not answer): it re-reads the facts on its next step'}`,
+    );
+  });
 
 const review = program.command('review').description('the MANUAL_REVIEW queue');
 

@@ -14,6 +14,8 @@ export interface ClassifiedReview extends BatchItem {
   readonly reason: string | null;
   readonly attemptState: string | null;
   readonly providerJobId: string | null;
+  /** The attempt was ever claimed for its create (SUBMITTING): its outcome can only be proved, never assumed. */
+  readonly everClaimed: boolean;
   readonly since: Date;
 }
 
@@ -26,6 +28,7 @@ interface Row {
   attempt_id: string | null;
   submit_state: string | null;
   provider_job_id: string | null;
+  ever_claimed: boolean;
   source_event: string | null;
   detail: Record<string, unknown> | null;
   since: Date;
@@ -38,7 +41,7 @@ interface Row {
 export async function classifyReviews(db: Db, opts: { limit?: number; taskId?: string } = {}): Promise<ClassifiedReview[]> {
   const { rows } = await db.execute(sql`
     SELECT t.task_id::text, t.tenant_id::text, t.provider, t.status, t.status_version::int AS status_version,
-           a.attempt_id::text, a.submit_state, a.provider_job_id, tr.source_event, tr.detail, tr.created_at AS since,
+           a.attempt_id::text, a.submit_state, a.provider_job_id, (a.submit_started_at IS NOT NULL) AS ever_claimed, tr.source_event, tr.detail, tr.created_at AS since,
            ev.n AS inbox_rows, ev.last AS inbox_last, fin.event_type AS final_state
     FROM generation_task t
     LEFT JOIN task_attempt a ON a.attempt_id = t.active_attempt_id
@@ -77,6 +80,7 @@ export async function classifyReviews(db: Db, opts: { limit?: number; taskId?: s
       reason,
       attemptState: r.submit_state,
       providerJobId: r.provider_job_id,
+      everClaimed: r.ever_claimed,
       since: new Date(r.since),
       // What the decision rests on: the task's version, its attempt and job, and every inbox row it has.
       fingerprint: fingerprintOf({ v: r.status_version, a: r.attempt_id, s: r.submit_state, j: r.provider_job_id, n: r.inbox_rows, l: r.inbox_last, c: cls }),
@@ -100,9 +104,18 @@ export async function planReviewBatch(db: Db, args: { cls: ReviewClass; action: 
   );
 }
 
+/**
+ * The resolution an action stands for on one task. A replay re-binds the attempt's job, or, with
+ * none, runs the task again as not-submitted only when its attempt was never claimed for a create:
+ * one that was may have bought a job, and a replay must never confirm otherwise (an operator
+ * who knows does so task by task with `ops review resolve --not-submitted`).
+ */
 function resolutionFor(action: ReviewAction, item: ClassifiedReview, operator: string, reason: string): ReviewResolution {
   if (action === 'fail') return { kind: 'fail', operator, reason };
   if (action === 'replay' && item.providerJobId) return { kind: 'bind-job', providerJobId: item.providerJobId, operator, reason };
+  if (action === 'replay' && item.everClaimed) {
+    throw new Error('replay refused: the attempt was claimed for a create and no job is bound, so it may have one; bind the job or fail the task');
+  }
   return { kind: 'not-submitted', operator, reason };
 }
 

@@ -3,10 +3,12 @@
 // GET {base}/{app_id}/requests/{id} (result); PUT …/cancel. Auth `Authorization: Key <key>`.
 // fal has no client idempotency key and no listing of our requests: our attempt id rides as the
 // last path segment of the webhook URL, so a late completion webhook still finds its attempt, but
-// nothing can be looked up actively (tier 'none'). Status and result are addressed by the app id
-// (the model id without its sub-path), so getJob/cancel need `ref.model`. The status answer only
-// says where a request is; how it ended comes from the result fetch, which fal answers only for
-// a while after completion (capabilities.resultRetentionMs paces the polls inside it).
+// nothing can be looked up actively (tier 'none'). Status and cancel are addressed by the app id
+// (the model id without its endpoint path, as fal's answers name it), so getJob/cancel need
+// `ref.model`; the result is read at the `response_url` fal's status answer names. The status
+// answer only says where a request is; how it ended comes from the result fetch, which fal answers
+// only for a while after completion (capabilities.resultRetentionMs paces the polls inside it).
+// Every submit carries fal's time-to-start limit (X-Fal-Request-Timeout) up to the task's deadline.
 import { z } from 'zod';
 import { providerProgress } from '../domain/progress';
 import type { ProviderJobState } from '../domain/states';
@@ -48,14 +50,44 @@ export interface FalAdapterOptions {
   readonly toleranceSeconds?: number;
   /** Account limits, when they differ from the defaults in FAL_CAPABILITIES. */
   readonly limits?: { readonly requestsPerSecond?: number; readonly maxConcurrency?: number };
+  /**
+   * The start limit of a submit that carries no deadline (default: the maximum run time, 6 h,
+   * past which the task parks anyway: a request not started by then is dropped by fal, unbilled).
+   */
+  readonly startTimeoutMs?: number;
   readonly fetch?: typeof fetch;
   readonly now?: () => number;
 }
 
 /** "If the result is 10 KB or larger, fal keeps it for 6 minutes" (else 1 hour). */
 export const FAL_LARGE_RESULT_RETENTION_MS = 6 * 60_000;
-/** What a result fetch past the retention answers: the request's outcome is lost with it. */
-export const FAL_RESULT_GONE = 'fal no longer keeps the result (kept 1 h after completion, 6 min at 10 KB or more)';
+/**
+ * What a result fetch of a COMPLETED request answered 404 means: fal no longer keeps it (or not
+ * yet: the read is retried, counted like any gone read, and parks the task in MANUAL_REVIEW at
+ * PROVIDER_READ_FAILURE_LIMIT, docs/decisions/0014). Never a FAILED on first sight.
+ */
+export const FAL_RESULT_GONE = 'the result answered 404: fal no longer keeps it (kept 1 h after completion, 6 min at 10 KB or more)';
+
+/**
+ * fal's time-to-start limit (https://docs.fal.ai/documentation/model-apis/common-parameters,
+ * "X-Fal-Request-Timeout (start_timeout)"): seconds from the submit, covering queue wait, runner
+ * acquisition and fal's own retries; once a runner starts the request runs to its end. Past it
+ * the request ends with a 504 and `X-Fal-Request-Timeout-Type: user`, unbilled.
+ */
+export const FAL_START_TIMEOUT_HEADER = 'x-fal-request-timeout';
+/** fal's answer header saying the 504 is the start limit we set (not an infrastructure timeout). */
+const FAL_TIMEOUT_TYPE_HEADER = 'x-fal-request-timeout-type';
+/** fal takes more than 0.1 s and its client more than 1 s; we never send less than this. */
+const MIN_START_TIMEOUT_S = 2;
+
+/**
+ * The X-Fal-Request-Timeout of a submit, in whole seconds: the time left to the task's deadline
+ * (no provider work of the task starts after it, docs/timeouts.md), else `fallbackMs`.
+ */
+export function falStartTimeoutSeconds(deadlineAt: Date | null | undefined, nowMs: number, fallbackMs: number): number {
+  const ms = deadlineAt ? deadlineAt.getTime() - nowMs : fallbackMs;
+  return Math.max(MIN_START_TIMEOUT_S, Math.floor(ms / 1000));
+}
 
 export const FAL_CAPABILITIES: ProviderCapabilities = {
   name: 'fal',
@@ -125,9 +157,12 @@ function falResultError(a: HttpAnswer): { final: boolean; errorType: string | nu
   }
   const detail = typeof body.detail === 'string' ? body.detail : (body.detail ?? []).map((d) => d.msg ?? 'error').join('; ');
   const errorType = a.headers.get('x-fal-error-type') ?? body.error_type ?? null;
-  // A 4xx (but auth, 408, 429) is the model's answer; a 5xx is one only when fal names the request's error type.
+  // A 4xx (but auth, 408, 429) is the model's answer; a 5xx is one only when fal names the
+  // request's error type, or says it is the start limit we set (X-Fal-Request-Timeout passed).
   const clientError = a.status >= 400 && a.status < 500 && ![401, 403, 408, 429].includes(a.status);
-  return { final: clientError || errorType !== null, errorType, detail: detail || `HTTP ${a.status}` };
+  const startLimit = a.headers.get(FAL_TIMEOUT_TYPE_HEADER) === 'user';
+  const fallback = startLimit ? 'not started within X-Fal-Request-Timeout' : `HTTP ${a.status}`;
+  return { final: clientError || errorType !== null || startLimit, errorType, detail: detail || fallback };
 }
 
 export const falWebhookSchema = z.looseObject({
@@ -145,6 +180,11 @@ export const falWebhookSchema = z.looseObject({
  * `cfg_scale`; no image, no resolution). docs/providers.md "Documented evidence: fal".
  */
 export const FAL_KLING_TEXT_MODELS = ['fal-ai/kling-video/v2/master/text-to-video', 'fal-ai/kling-video/v2.1/master/text-to-video'] as const;
+/** What each renders, having no resolution input (Kling's capability map: kling-v2-master 720p, kling-v2-1-master 1080p). */
+const FAL_KLING_RESOLUTION: Record<(typeof FAL_KLING_TEXT_MODELS)[number], string> = {
+  'fal-ai/kling-video/v2/master/text-to-video': '720p',
+  'fal-ai/kling-video/v2.1/master/text-to-video': '1080p',
+};
 /** The input we send them: typed so that test/providers/sdk-types.ts checks it against the SDK's input types. */
 export interface FalKlingTextInput {
   prompt: string;
@@ -153,7 +193,7 @@ export interface FalKlingTextInput {
 }
 /** Why a request cannot go to fal, named by our API's field. */
 export interface FalRefusal {
-  readonly field: 'model' | 'duration_seconds' | 'input_image_url';
+  readonly field: 'model' | 'resolution' | 'duration_seconds' | 'input_image_url';
   readonly message: string;
 }
 
@@ -162,16 +202,28 @@ export function falInput(model: string, input: Record<string, unknown>): { reado
   if (!(FAL_KLING_TEXT_MODELS as readonly string[]).includes(model))
     return { refused: { field: 'model', message: `${model} is not a fal endpoint we send (${FAL_KLING_TEXT_MODELS.join(', ')})` } };
   if (typeof input['first_frame_image'] === 'string') return { refused: { field: 'input_image_url', message: `${model} is text to video: it takes no image` } };
+  // No resolution input: the model renders one resolution, so nothing else can be delivered.
+  const renders = FAL_KLING_RESOLUTION[model as (typeof FAL_KLING_TEXT_MODELS)[number]];
+  if (input['resolution'] !== undefined && input['resolution'] !== renders)
+    return { refused: { field: 'resolution', message: `${model} renders ${renders} only` } };
   const duration = String(input['duration']);
   if (duration !== '5' && duration !== '10') return { refused: { field: 'duration_seconds', message: `${model} takes 5 or 10 seconds` } };
   return { input: { prompt: typeof input['prompt'] === 'string' ? input['prompt'] : '', duration, aspect_ratio: '16:9' } };
 }
 
-/** The app id addressing status/result/cancel: the model id without its sub-path ("owner/app"). */
+/** Model ids under a namespace ("workflows/owner/app"): the namespace is part of the app's address (@fal-ai/client utils `parseEndpointId`). */
+const FAL_ENDPOINT_NAMESPACES = ['workflows', 'comfy'];
+
+/**
+ * The app id addressing status/result/cancel: the model id without its endpoint path ("owner/app",
+ * or "namespace/owner/app"), as the URLs of fal's submit answer name it
+ * (https://fal.ai/docs/api-reference/inference-api, "Model IDs and paths").
+ */
 export function falAppId(model: string): string {
   const parts = model.split('/').filter((p) => p.length > 0);
-  if (parts.length < 2) throw new Error(`fal: model id "${model}" is not "owner/app[/subpath]"`);
-  return `${parts[0]}/${parts[1]}`;
+  const n = FAL_ENDPOINT_NAMESPACES.includes(parts[0] ?? '') ? 3 : 2;
+  if (parts.length < n) throw new Error(`fal: model id "${model}" is not "[namespace/]owner/app[/path]"`);
+  return parts.slice(0, n).join('/');
 }
 
 /** The video (or first media) URL of a fal result payload. */
@@ -215,6 +267,7 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
   const base = opts.baseUrl.replace(/\/+$/, '');
   const now = opts.now ?? Date.now;
   const toleranceS = opts.toleranceSeconds ?? 300;
+  const startTimeoutMs = opts.startTimeoutMs ?? FAL_CAPABILITIES.maxRunMs ?? 6 * 3_600_000;
   const http = createProviderHttp({ name: 'fal', timeoutMs: opts.timeoutMs, fetch: opts.fetch, secrets: () => [opts.apiKey] });
   const jwks = new FalJwks({
     jwksUrl: opts.jwksUrl,
@@ -240,6 +293,13 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     }
   }
   const requestUrl = (app: string, id: string): string => `${base}/${app}/requests/${encodeURIComponent(id)}`;
+  /**
+   * Where the result is read: the `response_url` fal's status answer names ("do not build these
+   * URLs yourself"), when it is this request's under our base URL; our key is never sent anywhere
+   * else, so any other answer falls back to the URL fal's documented rule gives.
+   */
+  const resultUrl = (app: string, id: string, named: string | null | undefined): string =>
+    named && named.startsWith(`${base}/`) && named.endsWith(`/requests/${encodeURIComponent(id)}`) ? named : requestUrl(app, id);
 
   async function submit(req: SubmitRequest): Promise<SubmitOutcome> {
     const mapped = falInput(req.model, req.input);
@@ -247,7 +307,11 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
     if ('refused' in mapped) return http.rejected(false, null, `${mapped.refused.field}: ${mapped.refused.message}`);
     const body = JSON.stringify(mapped.input);
     const url = `${base}/${req.model.replace(/^\/+/, '')}?fal_webhook=${encodeURIComponent(req.webhookUrl)}`;
-    const answer = await http.send(url, { method: 'POST', route: '/{model}', headers: headers(true), body }, req.signal);
+    // A request not started by the task's deadline is dropped by fal, unbilled, instead of
+    // starting work nobody waits for (docs/providers.md "Documented evidence: fal").
+    const startTimeout = String(falStartTimeoutSeconds(req.deadlineAt, now(), startTimeoutMs));
+    const sendHeaders = { ...headers(true), [FAL_START_TIMEOUT_HEADER]: startTimeout };
+    const answer = await http.send(url, { method: 'POST', route: '/{model}', headers: sendHeaders, body }, req.signal);
     if ('kind' in answer) return answer;
     return http.classifySubmit(answer, (json) => {
       const p = submitAnswerSchema.safeParse(json);
@@ -280,15 +344,22 @@ export function createFalAdapter(opts: FalAdapterOptions): ProviderAdapter {
       });
       return job(jobId, FAL_STATUS[s.status] as ProviderJobState, s.status, { metrics, progress });
     }
-    return readResult(app, jobId, metrics, signal);
+    return readResult(resultUrl(app, jobId, s.response_url), jobId, metrics, signal);
   }
 
-  /** COMPLETED: the result fetch says how it ended (output, the model's error, or gone past the retention). */
-  async function readResult(app: string, jobId: string, metrics: Record<string, number> | null, signal?: AbortSignal): Promise<ProviderJob> {
+  /**
+   * COMPLETED: the result fetch says how it ended (output, or the model's error). A 404 is a gone
+   * read, never an outcome: retried like any, and bounded by PROVIDER_READ_FAILURE_LIMIT
+   * (activities/provider-reads.ts), so a result that does not come back parks the task in
+   * MANUAL_REVIEW, where a late webhook or an operator can still settle it.
+   */
+  async function readResult(url: string, jobId: string, metrics: Record<string, number> | null, signal?: AbortSignal): Promise<ProviderJob> {
     const what = `result ${jobId}`;
-    const a = await http.send(requestUrl(app, jobId), { method: 'GET', route: '/{app}/requests/{id}', headers: headers(false) }, signal);
+    const a = await http.send(url, { method: 'GET', route: '/{app}/requests/{id}', headers: headers(false) }, signal);
     if ('kind' in a) throw new ProviderHttpError(`fal ${what}: ${a.kind === 'accepted' ? 'no answer' : a.reason}`, null, true);
-    if (a.status === 404) return job(jobId, 'failed', 'COMPLETED', { error: FAL_RESULT_GONE, metrics });
+    if (a.status === 404) throw new ProviderHttpError(`fal ${what}: ${FAL_RESULT_GONE}`, 404, false);
+    // Unreadable (cut short, or over the size limit): no outcome, the read is retried.
+    if (a.text === null) throw http.malformed(what, `the answer could not be read (${a.readError ?? 'unknown'})`);
     if (a.status >= 200 && a.status <= 299) {
       let result: unknown;
       try {

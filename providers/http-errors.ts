@@ -2,6 +2,7 @@
 // Refused / DNS / TLS failures happen before a byte of the request is sent (the provider
 // provably did not accept); a timeout or a reset after sending leaves the outcome unknown
 // (docs/design.md §5 "Submit").
+import { AnswerTooLargeError } from './capped-body';
 
 export interface NetworkErrorClass {
   /** False only when the request provably never left this process. */
@@ -56,6 +57,8 @@ function codeOf(e: unknown): string | undefined {
  * @param caller the caller's own signal, to tell "caller aborted" from "our timeout"
  */
 export function classifyNetworkError(err: unknown, caller?: AbortSignal): NetworkErrorClass {
+  // An answer over our size limit was sent and answered: unreadable, like one cut short.
+  if (err instanceof AnswerTooLargeError) return { sent: true, fatal: false, code: 'answer-too-large', reason: err.message };
   const name = err instanceof Error || err instanceof DOMException ? err.name : '';
   if (name === 'TimeoutError') {
     return { sent: true, fatal: false, code: 'timeout', reason: 'timed out waiting for the provider' };

@@ -1,13 +1,19 @@
 // ProviderAdapter for Kling's video API (https://app.klingai.com/global/dev/document-api):
 // POST {base}/v1/videos/text2video with external_task_id = our attempt id and callback_url;
 // GET {base}/v1/videos/text2video/{id}, where id is "task ID or external task ID" as Kling
-// documents it: that get by our own key is the lookup of an unknown submit (tier 'lookup-by-key':
-// Kling keeps our key and refuses a second task with it), and its documented not-found answer
-// (HTTP 404, code 1203) is the one exact lookup that proves absence. The list endpoint takes
-// pageNum/pageSize only, so it is never used to look for a key. JWT auth from an access and a
-// secret key. Callbacks carry no signature: they only hint at a re-fetch with an authenticated GET.
+// documents it: that get by our own key is the lookup of an unknown submit (tier 'lookup-by-key').
+// A miss proves nothing: Kling documents no not-found answer for a task id (1203 names a missing
+// resource "such as the model"; the live API answered an unknown id with HTTP 400, code 1201) and
+// promises no read-after-write for a new task. What Kling does document is that external_task_id
+// is unique per account, so an unknown outcome is settled by sending the same create again
+// (`resendable`): accepted, the job is ours; refused as a duplicate, a job with our key exists
+// and the lookup waits until it is readable (docs/providers.md "Proof of absence"). The list
+// endpoint takes pageNum/pageSize only, so it is never used to look for a key. JWT auth from an
+// access and a secret key. Callbacks carry no signature: they only hint at a re-fetch with an
+// authenticated GET.
 import { z } from 'zod';
 import type { ProviderJobState } from '../domain/states';
+import { klingTextFields, type KlingRefusal } from './kling-input';
 import { createKlingTokenSource } from './kling-jwt';
 import { createProviderHttp, numericMetrics, ProviderHttpError, toDate, type HttpAnswer } from './provider-http';
 import { parseRetryAfter } from './http-errors';
@@ -40,8 +46,11 @@ export interface KlingAdapterOptions {
 export const KLING_CAPABILITIES: ProviderCapabilities = {
   name: 'kling',
   unknownOutcomeTier: 'lookup-by-key',
-  absenceProof: 'exact-lookup',
-  lookupFields: ['GET /v1/videos/text2video/{external_task_id}', 'data.task_info.external_task_id', 'HTTP 404 + code 1203'],
+  // No documented not-found answer for a task id, no read-after-write for a new one: a miss proves nothing.
+  absenceProof: 'none',
+  lookupFields: ['GET /v1/videos/text2video/{external_task_id}', 'data.task_info.external_task_id'],
+  // external_task_id "must be unique within a single user account": a second create with it is refused.
+  resendable: true,
   callbackSignature: 'none',
   // Failed tasks do not consume the resource pack.
   chargeableStates: ['succeeded'],
@@ -103,38 +112,56 @@ export function klingTaskToJob(t: KlingTask): ProviderJob {
   };
 }
 
-/** Kling's documented "the requested resource does not exist" (HTTP 404): the one answer that proves absence. */
-export const KLING_NOT_FOUND = { status: 404, code: 1203 } as const;
+/**
+ * The answers a get by an id Kling does not (yet) serve comes back with: 404 + 1203 ("the requested
+ * resource does not exist, such as the model") and 400 + 1201 (what the live API answered for an
+ * unknown task id). A lookup reads either as a miss, and a miss proves nothing.
+ */
+const KLING_LOOKUP_MISSES: readonly { readonly status: number; readonly code: number }[] = [
+  { status: 404, code: 1203 },
+  { status: 400, code: 1201 },
+];
 
 /** Kling's model name from ours: "kwaivgi/kling-v2.1" → "kling-v2-1". */
 export function klingModelName(model: string): string {
   return (model.split('/').pop() ?? model).replace(/\./g, '-');
 }
 
-/** Our task input → Kling's text2video body. */
-export function klingRequest(req: SubmitRequest): Record<string, unknown> {
+/** Our task input → Kling's text2video body (the model's own limits: providers/kling-input.ts), or why it cannot be sent. */
+export function klingRequest(req: SubmitRequest): { readonly body: Record<string, unknown> } | { readonly refused: KlingRefusal } {
   const { input } = req;
-  const seconds = typeof input['duration'] === 'number' ? input['duration'] : Number(input['duration'] ?? 5);
+  const model = klingTextFields(klingModelName(req.model), input);
+  if ('refused' in model) return model;
   return {
-    model_name: klingModelName(req.model),
-    prompt: input['prompt'],
-    ...(typeof input['negative_prompt'] === 'string' ? { negative_prompt: input['negative_prompt'] } : {}),
-    duration: seconds > 5 ? '10' : '5',
-    mode: input['resolution'] === '1080p' ? 'pro' : 'std',
-    aspect_ratio: typeof input['aspect_ratio'] === 'string' ? input['aspect_ratio'] : '16:9',
-    callback_url: req.webhookUrl,
-    external_task_id: req.attemptId,
+    body: {
+      model_name: klingModelName(req.model),
+      prompt: input['prompt'],
+      ...(typeof input['negative_prompt'] === 'string' ? { negative_prompt: input['negative_prompt'] } : {}),
+      ...model.fields,
+      aspect_ratio: typeof input['aspect_ratio'] === 'string' ? input['aspect_ratio'] : '16:9',
+      callback_url: req.webhookUrl,
+      external_task_id: req.attemptId,
+    },
   };
 }
 
 /**
+ * A refusal that says our key is taken. Kling documents that external_task_id must be unique per
+ * account but not the code or message of the refusal (the simulator answers 400, code 1201,
+ * "external_task_id already exists"), so any refusal whose message names the key or a duplicate is
+ * read as one: that can only keep an outcome unknown (and count as evidence of a job), never
+ * reject an attempt.
+ */
+const DUPLICATE_KEY = /external[\s_-]?task[\s_-]?id|duplicat|already\s+(?:exist|used|in use|submitted)|repeat|unique/i;
+
+/**
  * Kling's business codes (the body's `code`) decide a refused submit: auth and account errors,
  * invalid parameters and content policy are final; 1302/1303 (rate, concurrency) are retryable;
- * 5000-5002 leave the outcome unknown. A refusal about external_task_id means a task with our key
- * may already exist: unknown, so the reconciler looks it up by the key.
+ * 5000-5002 leave the outcome unknown. A refusal about our key (DUPLICATE_KEY) is `duplicate`: a
+ * task with our key exists, so the outcome is unknown and the lookup by the key will find it.
  */
-export function classifyKlingRefusal(code: number, message: string): 'final' | 'retryable' | 'unknown' {
-  if (/external_task_id/i.test(message)) return 'unknown';
+export function classifyKlingRefusal(code: number, message: string): 'final' | 'retryable' | 'unknown' | 'duplicate' {
+  if (DUPLICATE_KEY.test(message)) return 'duplicate';
   if (code === 1302 || code === 1303) return 'retryable';
   if (code >= 5000) return 'unknown';
   return 'final';
@@ -187,6 +214,10 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     const message = env.message ?? '';
     const status = a.status >= 400 ? a.status : null;
     switch (classifyKlingRefusal(env.code, message)) {
+      case 'duplicate': {
+        const taken = http.unknown(`refused as a duplicate of external_task_id (a task with it exists): code ${env.code}: ${http.clip(message)}`);
+        return taken.kind === 'unknown' ? { ...taken, keyTaken: true } : taken;
+      }
       case 'unknown':
         return http.unknown(`code ${env.code}: ${http.clip(message)}`);
       case 'retryable':
@@ -197,12 +228,12 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
   }
 
   async function submit(req: SubmitRequest): Promise<SubmitOutcome> {
-    if (typeof req.input['first_frame_image'] === 'string') {
-      return http.rejected(false, null, 'image input is not supported by the text2video adapter');
-    }
+    // Refused before sending: the API refuses the same combinations at create (domain/catalog.ts).
+    const request = klingRequest(req);
+    if ('refused' in request) return http.rejected(false, null, `${request.refused.field}: ${request.refused.message}`);
     let body: string;
     try {
-      body = JSON.stringify(klingRequest(req));
+      body = JSON.stringify(request.body);
     } catch (err) {
       return http.rejected(false, null, `request body not serialisable: ${(err as Error).message}`);
     }
@@ -222,18 +253,51 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
     });
   }
 
+  /** Kling's envelope of an answer's body, or null when it carries none. */
+  function envelopeOf(text: string | null): z.infer<typeof envelopeSchema> | null {
+    try {
+      const parsed = envelopeSchema.safeParse(JSON.parse(text ?? ''));
+      return parsed.success ? parsed.data : null;
+    } catch {
+      return null;
+    }
+  }
+  const isMiss = (status: number, env: z.infer<typeof envelopeSchema> | null): boolean =>
+    KLING_LOOKUP_MISSES.some((m) => m.status === status && m.code === env?.code);
+
   async function getJob(jobId: string, signal?: AbortSignal): Promise<ProviderJob> {
     const what = `getJob ${jobId}`;
-    const body = await http.read(
+    const answer = await http.send(
       `${collection}/${encodeURIComponent(jobId)}`,
       { method: 'GET', route: '/v1/videos/text2video/{id}', headers: headers(false) },
-      what,
       signal,
     );
-    return klingTaskToJob(taskOf(body, what));
+    if ('kind' in answer) throw new ProviderHttpError(http.redact(`kling ${what}: ${'reason' in answer ? answer.reason : answer.kind}`), null, true);
+    const env = envelopeOf(answer.text);
+    // A task Kling gave us the id of, not readable (yet): Kling promises no read-after-write and
+    // documents no not-found answer for a task, so this is no "gone"; it is bounded by the maximum
+    // run time like any transient read failure (activities/provider-reads.ts).
+    if (isMiss(answer.status, env)) {
+      throw new ProviderHttpError(
+        http.redact(`kling ${what}: not readable (HTTP ${answer.status}, code ${env?.code}): ${http.describeBody(answer.text)}`),
+        null,
+        true,
+      );
+    }
+    if (answer.status === 404) throw new ProviderHttpError(http.redact(`kling ${what}: not found`), 404, false);
+    if (answer.status < 200 || answer.status > 299) {
+      const transient = answer.status >= 500 || answer.status === 429 || answer.status === 408;
+      throw new ProviderHttpError(
+        http.redact(`kling ${what}: HTTP ${answer.status}: ${http.describeBody(answer.text, answer.readError)}`),
+        answer.status,
+        transient,
+      );
+    }
+    if (!env) throw http.malformed(what, answer.text === null ? `body unreadable (${answer.readError})` : 'not an envelope');
+    return klingTaskToJob(taskOf(env, what));
   }
 
-  /** The task our key names, by the documented get-by-external-id; only 404 + code 1203 proves absence. */
+  /** The task our key names, by the documented get-by-external-id; a miss (KLING_LOOKUP_MISSES) proves nothing. */
   async function findByCorrelationToken(q: LookupQuery): Promise<LookupResult> {
     const what = `lookup external_task_id ${q.token}`;
     const answer = await http.send(
@@ -242,15 +306,10 @@ export function createKlingAdapter(opts: KlingAdapterOptions): ProviderAdapter {
       q.signal,
     );
     if ('kind' in answer) throw new ProviderHttpError(http.redact(`kling ${what}: ${'reason' in answer ? answer.reason : answer.kind}`), null, true);
-    let env: z.infer<typeof envelopeSchema> | null = null;
-    try {
-      const parsed = envelopeSchema.safeParse(JSON.parse(answer.text ?? ''));
-      if (parsed.success) env = parsed.data;
-    } catch {
-      // not JSON: handled below
-    }
-    if (answer.status === KLING_NOT_FOUND.status && env?.code === KLING_NOT_FOUND.code) {
-      return { kind: 'not-found-proven', evidence: `kling: HTTP 404 code 1203 for external_task_id ${q.token}` };
+    const env = envelopeOf(answer.text);
+    if (isMiss(answer.status, env)) {
+      // Not readable (yet): Kling promises no read-after-write for a new task, nor a not-found answer.
+      return { kind: 'not-found-unproven', reason: `kling answered HTTP ${answer.status} code ${env?.code} for external_task_id ${q.token}` };
     }
     if (answer.status < 200 || answer.status > 299 || !env || env.code !== 0) {
       // A proxy's 404, a wrong path (1202), a 5xx: nothing learned.

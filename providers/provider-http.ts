@@ -1,6 +1,8 @@
 // HTTP plumbing shared by the fal, Runway and Kling adapters: one timeout per call (joined with
-// the caller's signal), secrets redacted from every message, and the sent / may-have-been-sent classification (docs/design.md §6) of
+// the caller's signal), secrets redacted from every message, answers read only up to a size
+// (providers/capped-body.ts), and the sent / may-have-been-sent classification (docs/design.md §6) of
 // a submit answer into exactly one of accepted / rejected / unknown.
+import { PROVIDER_ANSWER_MAX_BYTES, readCappedText } from './capped-body';
 import { classifyNetworkError, parseRetryAfter } from './http-errors';
 import { providerSpan, recordNoAnswer, recordStatus } from './http-span';
 import { ProviderHttpError } from './replicate';
@@ -90,7 +92,7 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
       }
       recordStatus(span, res.status);
       try {
-        return { status: res.status, text: await res.text(), readError: null, headers: res.headers };
+        return { status: res.status, text: await readCappedText(res, PROVIDER_ANSWER_MAX_BYTES), readError: null, headers: res.headers };
       } catch (err) {
         return { status: res.status, text: null, readError: classifyNetworkError(err, caller).reason, headers: res.headers };
       }
@@ -126,14 +128,15 @@ export function createProviderHttp(opts: ProviderHttpOptions) {
 
   /**
    * A read-like call (status, cancel, lookup): throws ProviderHttpError (404 → ProviderNotFound,
-   * 5xx/429/408/network → transient), returns the parsed JSON body (null for an empty body).
+   * 5xx/429/408/network, an answer over the size limit → transient), returns the parsed JSON body
+   * (null for an empty body).
    */
   async function read(url: string, init: RequestInit2, what: string, caller?: AbortSignal): Promise<unknown> {
     const { res, text } = await providerSpan(opts.name, init.method, init.route, url, async (span) => {
       try {
         const r = await doFetch(url, { method: init.method, headers: init.headers, body: init.body, signal: signalFor(caller), redirect: 'manual' });
         recordStatus(span, r.status);
-        return { res: r, text: await r.text() };
+        return { res: r, text: await readCappedText(r, PROVIDER_ANSWER_MAX_BYTES) };
       } catch (err) {
         const c = classifyNetworkError(err, caller);
         throw new ProviderHttpError(redact(`${opts.name} ${what}: ${c.reason}`), null, !c.fatal);

@@ -20,8 +20,10 @@ import {
   type SubmitRequest,
   type VerifiedCallback,
 } from './types';
+import { PROVIDER_ANSWER_MAX_BYTES, PROVIDER_LISTING_MAX_BYTES, readCappedText } from './capped-body';
 import { classifyNetworkError, parseRetryAfter, type NetworkErrorClass } from './http-errors';
 import { providerSpan, recordNoAnswer, recordStatus } from './http-span';
+import { replicateInput } from './replicate-input';
 import { createStandardWebhookVerifier, type StandardWebhookVerifier } from './standard-webhooks';
 
 /**
@@ -44,6 +46,29 @@ export interface ReplicateAdapterOptions {
   readonly fetch?: typeof fetch;
   /** Upper bound of listing pages walked by findByCorrelationToken. */
   readonly maxListPages?: number;
+  /** The clock the Cancel-After header is sized by (default Date.now). */
+  readonly now?: () => number;
+}
+
+/** How long Replicate lets a prediction run before it times out (replicate.com/docs/topics/predictions/lifecycle). */
+export const REPLICATE_RUN_LIMIT_MS = 30 * 60_000;
+
+/**
+ * The `Cancel-After` header of a create (https://replicate.com/docs/reference/http#predictions.create:
+ * "The maximum time the prediction can run before it is automatically canceled. The lifetime is
+ * measured from when the prediction is created", e.g. `90s`, at least 5 s). Replicate aborts a
+ * prediction that has not started by then, unbilled, and cancels one that is running (billed for
+ * its run time). Sized so that nothing we still want is cut: the time left to the task's deadline
+ * (after which no provider work of the task starts) plus Replicate's own 30-minute run limit, so a
+ * prediction that started by the deadline may run as long as Replicate ever lets it; one still
+ * queued past that (an orphan of a lost answer among them) is aborted at no charge. Null: no
+ * deadline, no header.
+ */
+export function cancelAfterFor(deadlineAt: Date | null | undefined, nowMs: number): string | null {
+  if (!deadlineAt) return null;
+  // Never under the run limit, so far above Replicate's 5 s minimum.
+  const ms = Math.max(0, deadlineAt.getTime() - nowMs) + REPLICATE_RUN_LIMIT_MS;
+  return `${Math.ceil(ms / 1000)}s`;
 }
 
 export const REPLICATE_CAPABILITIES: ProviderCapabilities = {
@@ -216,11 +241,24 @@ export function nextPageUrl(next: string, base: string): string | null {
   return null;
 }
 
-/** True when a prediction read back is the one our request would have created (fingerprint). */
-function fingerprintMatches(p: ReplicatePrediction, target: ReturnType<typeof replicateTarget>, input: unknown): boolean {
+/** True when a prediction read back is the one our request would have created (fingerprint): one of `inputs`. */
+function fingerprintMatches(p: ReplicatePrediction, target: ReturnType<typeof replicateTarget>, inputs: readonly unknown[]): boolean {
   if (p.data_removed === true || !p.input) return false;
   if (p.source && p.source !== 'api') return false;
-  return target.matches(p) && isDeepStrictEqual(p.input, input);
+  return target.matches(p) && inputs.some((input) => isDeepStrictEqual(p.input, input));
+}
+
+/**
+ * The inputs an attempt with this task input may have sent: the model's input (replicateInput),
+ * and the task input as it is, which a build before the model's input was typed sent (an attempt
+ * still unknown across that deploy is found by what it really sent).
+ */
+function sentInputs(model: string, input: Record<string, unknown>): unknown[] {
+  const mapped = replicateInput(model, input);
+  const raw: unknown = JSON.parse(JSON.stringify(input));
+  if ('refused' in mapped) return [raw];
+  const sent: unknown = JSON.parse(JSON.stringify(mapped.input));
+  return isDeepStrictEqual(sent, raw) ? [sent] : [sent, raw];
 }
 
 /** The create body: `version` only on the versioned endpoint (the official-model one takes none). */
@@ -271,6 +309,7 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     const t = AbortSignal.timeout(opts.timeoutMs);
     return caller ? AbortSignal.any([t, caller]) : t;
   };
+  const now = opts.now ?? Date.now;
   const headers = (json: boolean): Record<string, string> => ({
     authorization: `Bearer ${opts.apiToken}`,
     accept: 'application/json',
@@ -288,13 +327,23 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
     return clip(text.trim());
   };
 
-  /** A GET/POST for read-like calls: throws ProviderHttpError, returns the parsed JSON body. `route`: the span's path template. */
-  async function call(method: 'GET' | 'POST', url: string, route: string, what: string, caller?: AbortSignal): Promise<unknown> {
+  /**
+   * A GET/POST for read-like calls: throws ProviderHttpError (an answer over `maxBytes` too, as
+   * transient), returns the parsed JSON body. `route`: the span's path template.
+   */
+  async function call(
+    method: 'GET' | 'POST',
+    url: string,
+    route: string,
+    what: string,
+    caller?: AbortSignal,
+    maxBytes = PROVIDER_ANSWER_MAX_BYTES,
+  ): Promise<unknown> {
     const { res, text } = await providerSpan('replicate', method, route, url, async (span) => {
       try {
         const r = await doFetch(url, { method, headers: headers(false), signal: signalFor(caller), redirect: 'manual' });
         recordStatus(span, r.status);
-        return { res: r, text: await r.text() };
+        return { res: r, text: await readCappedText(r, maxBytes) };
       } catch (err) {
         const c = classifyNetworkError(err, caller);
         throw new ProviderHttpError(`replicate ${what}: ${c.reason}`, null, !c.fatal);
@@ -334,19 +383,24 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
 
     if (req.signal?.aborted) return rejected(true, null, 'aborted by caller before sending');
     const target = replicateTarget(req.model);
+    // The model's own input names and limits; refused before sending, as the API refuses at create.
+    const mapped = replicateInput(req.model, req.input);
+    if ('refused' in mapped) return rejected(false, null, `${mapped.refused.field}: ${mapped.refused.message}`);
     let body: string;
     try {
-      body = JSON.stringify(replicateCreateBody(req, target.version));
+      body = JSON.stringify(replicateCreateBody({ ...req, input: mapped.input }, target.version));
     } catch (err) {
       return rejected(false, null, `request body not serialisable: ${(err as Error).message}`);
     }
 
     // The official-model path names the model: its span takes the template.
     const route = target.version === null ? '/v1/models/{owner}/{name}/predictions' : '/v1/predictions';
+    const cancelAfter = cancelAfterFor(req.deadlineAt, now());
+    const createHeaders = { ...headers(true), ...(cancelAfter ? { 'cancel-after': cancelAfter } : {}) };
     const sent = await providerSpan('replicate', 'POST', route, `${base}${target.path}`, async (span) => {
       let r: Response;
       try {
-        r = await doFetch(`${base}${target.path}`, { method: 'POST', headers: headers(true), body, signal: signalFor(req.signal), redirect: 'manual' });
+        r = await doFetch(`${base}${target.path}`, { method: 'POST', headers: createHeaders, body, signal: signalFor(req.signal), redirect: 'manual' });
       } catch (err) {
         const c: NetworkErrorClass = classifyNetworkError(err, req.signal);
         recordNoAnswer(span, c.sent);
@@ -354,7 +408,7 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
       }
       recordStatus(span, r.status);
       try {
-        return { res: r, text: await r.text(), readError: null };
+        return { res: r, text: await readCappedText(r, PROVIDER_ANSWER_MAX_BYTES), readError: null };
       } catch (err) {
         return { res: r, text: null, readError: classifyNetworkError(err, req.signal).reason };
       }
@@ -406,21 +460,21 @@ export function createReplicateAdapter(opts: ReplicateAdapterOptions): ProviderA
    */
   async function findByCorrelationToken(q: LookupQuery): Promise<LookupResult> {
     const target = replicateTarget(q.model);
-    const input: unknown = JSON.parse(JSON.stringify(q.input));
+    const inputs = sentInputs(q.model, q.input);
     const window = new URLSearchParams({ created_after: q.since.toISOString(), created_before: q.until.toISOString() });
     const matches: ReplicatePrediction[] = [];
     let url: string | null = `${base}/v1/predictions?${window.toString()}`;
     let page = 0;
     while (url !== null) {
       if (++page > maxPages) throw new ProviderHttpError(`replicate list: window not covered after ${maxPages} pages`, null, true);
-      const parsed = listPageSchema.safeParse(await call('GET', url, '/v1/predictions', `list page ${page}`, q.signal));
+      const parsed = listPageSchema.safeParse(await call('GET', url, '/v1/predictions', `list page ${page}`, q.signal, PROVIDER_LISTING_MAX_BYTES));
       if (!parsed.success) throw new ProviderHttpError(`replicate list: malformed page ${page}: ${clip(parsed.error.message)}`, null, true);
       let reachedSince = false;
       for (const p of parsed.data.results) {
         const created = parseDate(p.created_at);
         if (created && created.getTime() < q.since.getTime()) reachedSince = true;
         const inWindow = created !== null && created.getTime() >= q.since.getTime() && created.getTime() <= q.until.getTime();
-        if (inWindow && fingerprintMatches(p, target, input)) matches.push(p);
+        if (inWindow && fingerprintMatches(p, target, inputs)) matches.push(p);
       }
       if (reachedSince || !parsed.data.next) break;
       url = nextPageUrl(parsed.data.next, base);

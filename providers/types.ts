@@ -21,10 +21,13 @@ export type UnknownOutcomeTier =
  * Whether a miss of the lookup can prove that the provider never created the job
  * (docs/providers.md "Proof of absence"):
  * - 'exact-lookup': the lookup asks for our own key and the provider documents a not-found
- *   answer to it, so a miss past UNKNOWN_PROOF_DELAY_MS is proof;
+ *   answer to it that holds for a job created a moment ago (read-after-write), so a miss past
+ *   UNKNOWN_PROOF_DELAY_MS is proof. No adapter qualifies today;
  * - 'none': the lookup cannot be complete and exact by the provider's published contract (a
- *   paginated listing, no key), so a miss proves nothing; the attempt waits for a callback or a
- *   find, then parks in MANUAL_REVIEW at UNKNOWN_OUTCOME_DEADLINE_MS. It never resubmits.
+ *   paginated listing, no key, or a get by key with no documented not-found answer and no
+ *   read-after-write for new jobs), so a miss proves nothing; the attempt waits for a callback,
+ *   a find or (`resendable`) the answer to a re-sent create, then parks in MANUAL_REVIEW at
+ *   UNKNOWN_OUTCOME_DEADLINE_MS. It never makes a second attempt.
  */
 export type AbsenceProof = 'exact-lookup' | 'none';
 
@@ -75,6 +78,15 @@ export interface ProviderCapabilities {
    * Runway THROTTLED) instead of answering 429: an accepted job may wait a long time before it runs.
    */
   readonly queuesExcessWork?: boolean;
+  /**
+   * True when the provider keeps our idempotency key and refuses a second create that carries it
+   * (Kling's `external_task_id`, "unique per account"): an unknown outcome is then settled by
+   * sending the very same create again, same attempt, same key (activities/resend-unknown.ts).
+   * Accepted: the job is ours, whichever of the two creates made it. Refused as a duplicate
+   * (`SubmitOutcome` unknown with `keyTaken`): a job with our key exists, and the lookup by key
+   * waits for it to become readable. Anything else proves nothing.
+   */
+  readonly resendable?: boolean;
   /** False when the provider has no cancel API (Kling): cancel() is then a no-op and the job runs to its end. */
   readonly canCancel?: boolean;
   /**
@@ -102,6 +114,12 @@ export interface SubmitRequest {
   readonly input: Record<string, unknown>;
   /** Where the provider should POST status callbacks (already carries the token). */
   readonly webhookUrl: string;
+  /**
+   * The task's deadline (generation_task.deadline_at), where the provider can bound a job that is
+   * not started by then (Replicate's `Cancel-After`): an orphan of a lost answer costs as little
+   * as the provider allows. Null or absent: no bound is sent.
+   */
+  readonly deadlineAt?: Date | null;
   readonly signal?: AbortSignal;
 }
 
@@ -136,8 +154,12 @@ export type SubmitOutcome =
       readonly retryAfterMs: number | null;
       readonly reason: string;
     }
-  /** The request may have reached the provider: timeout, reset after sending, 5xx after sending. */
-  | { readonly kind: 'unknown'; readonly reason: string };
+  /**
+   * The request may have reached the provider: timeout, reset after sending, 5xx after sending.
+   * `keyTaken`: the provider refused the create because a job with our key already exists
+   * (capabilities.resendable): evidence of a job, never of its absence.
+   */
+  | { readonly kind: 'unknown'; readonly reason: string; readonly keyTaken?: boolean };
 
 /** A callback after signature verification, normalised for the inbox. */
 export interface VerifiedCallback {

@@ -54,7 +54,8 @@ function portOf(url: string, fallback: number): number {
 
 function loadConfigOrExit(): Config {
   try {
-    return loadConfig(process.env);
+    // The local stack's dev values; without the flag the production profile would refuse them.
+    return loadConfig({ VIDORCH_ENV: 'development', ...process.env });
   } catch (err) {
     if (err instanceof ConfigError) {
       for (const issue of err.issues) console.error(`config: ${issue.field}: ${issue.message}`);
@@ -217,6 +218,7 @@ async function main(): Promise<void> {
   say(`Temporal and S3 up in ${formatMs(Date.now() - t0)}`);
 
   const childEnv: NodeJS.ProcessEnv = {
+    VIDORCH_ENV: config.VIDORCH_ENV ?? 'development',
     TEMPORAL_ADDRESS: `127.0.0.1:${ports.temporal}`,
     TEMPORAL_NAMESPACE: config.TEMPORAL_NAMESPACE,
     TEMPORAL_UI_URL: urls.temporalUi,
@@ -297,7 +299,7 @@ async function main(): Promise<void> {
 
 function banner(demo: { key: string; tenantId?: string; note?: string }, missing: string[]): void {
   const key = demo.key;
-  const body = '{"model":"minimax/video-01","prompt":"a red fox running through snow","duration_seconds":2,"resolution":"480p"}';
+  const body = '{"model":"minimax/video-01","prompt":"a red fox running through snow","duration_seconds":6,"resolution":"720p"}';
   const lines = [
     '',
     '================================================================================',

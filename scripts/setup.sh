@@ -209,7 +209,7 @@ if ! pg_isready -q -t 5 -d "$DATABASE_URL"; then
   die "PostgreSQL does not answer at $SAFE_DB_URL. Start it (on Debian: pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start) or set DATABASE_URL."
 fi
 if [ -f db/migrate.ts ]; then
-  tsx db/migrate.ts </dev/null || die "db/migrate.ts failed for $SAFE_DB_URL"
+  VIDORCH_ENV="${VIDORCH_ENV:-development}" tsx db/migrate.ts </dev/null || die "db/migrate.ts failed for $SAFE_DB_URL"
   step_done "migrated $SAFE_DB_URL"
 else
   warn "db/migrate.ts does not exist yet; skipping migrations"

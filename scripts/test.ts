@@ -62,7 +62,7 @@ const TAP_SUMMARY = /^# (tests|suites|pass|fail|cancelled|skipped|todo|duration_
 async function main(): Promise<number> {
   let config;
   try {
-    config = loadConfig(process.env);
+    config = loadConfig({ ...process.env, VIDORCH_ENV: 'test' });
   } catch (err) {
     if (err instanceof ConfigError) {
       for (const issue of err.issues) console.error(`config: ${issue.field}: ${issue.message}`);
@@ -155,6 +155,8 @@ async function main(): Promise<number> {
       S3_FALLBACK_SECRET_ACCESS_KEY: config.S3_FALLBACK_SECRET_ACCESS_KEY,
       DATABASE_URL: process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/vidorch_test',
       NODE_ENV: 'test',
+      // The test profile: the dev values fill in (production is what runs without it).
+      VIDORCH_ENV: 'test',
       LOG_LEVEL: process.env.LOG_LEVEL || 'warn',
       VIDORCH_TEST_STACK: '1',
     };

@@ -3,12 +3,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { NativeConnection } from '@temporalio/worker';
 import type { Logger } from '../observability/logger';
+import type { TemporalConnectionOptions } from '../temporal/connection';
 
 /** Backoff 0.5 s doubling to `maxDelayMs`, with jitter; every failure is logged with the next delay. */
-export async function connectWorkerWithRetry(address: string, logger: Logger, maxDelayMs = 10_000): Promise<NativeConnection> {
+export async function connectWorkerWithRetry(options: TemporalConnectionOptions, logger: Logger, maxDelayMs = 10_000): Promise<NativeConnection> {
+  const { address } = options;
   for (let attempt = 1; ; attempt++) {
     try {
-      const connection = await NativeConnection.connect({ address });
+      const connection = await NativeConnection.connect({ ...options });
       if (attempt > 1) logger.info({ address, attempts: attempt }, 'Temporal reachable; worker connected');
       return connection;
     } catch (err) {

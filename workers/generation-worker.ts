@@ -14,7 +14,14 @@ import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
 import { Client } from '@temporalio/client';
 import type { DatabaseHost } from '../db/client';
-import { bundleWorkflowCode, type ActivityInterceptorsFactory, type NativeConnection, Worker, type WorkflowBundle } from '@temporalio/worker';
+import {
+  bundleWorkflowCode,
+  type ActivityInterceptorsFactory,
+  type NativeConnection,
+  Worker,
+  type WorkflowBundle,
+  type WorkflowBundleOption,
+} from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
 import type { ReconcileActivities } from '../activities/reconcile';
 import { redactActivityFailures } from '../observability/redact';
@@ -76,6 +83,25 @@ export async function bundleWorkflowsInChild(opts: { tracing?: boolean } = {}): 
   }
 }
 
+/** The bundles `npm run build` writes beside the worker's entry point (scripts/build.ts). */
+export const BUILT_WORKFLOW_BUNDLES = { plain: 'workflow-bundle.js', tracing: 'workflow-bundle-tracing.js' } as const;
+
+/**
+ * The worker process's workflow bundle: in a build (dist/, run with node), the one made at build
+ * time, which the SDK loads by path; from sources (the dev stack, the tests' worker processes),
+ * one made now by bundleWorkflowsInChild.
+ */
+export async function loadWorkflowBundle(opts: { tracing?: boolean } = {}): Promise<WorkflowBundleOption> {
+  const here = fileURLToPath(import.meta.url);
+  if (here.endsWith('.ts')) return bundleWorkflowsInChild(opts);
+  const codePath = path.join(path.dirname(here), BUILT_WORKFLOW_BUNDLES[opts.tracing ? 'tracing' : 'plain']);
+  // A build without its bundle is a broken build: never fall back to webpack in production.
+  await fs.access(codePath).catch((err: unknown) => {
+    throw new Error(`the build has no workflow bundle at ${codePath}: run npm run build`, { cause: err });
+  });
+  return { codePath };
+}
+
 const execFileAsync = promisify(execFile);
 const noop = () => undefined;
 const quietBundlerLogger = { log: noop, trace: noop, debug: noop, info: noop, warn: noop, error: noop };
@@ -101,7 +127,7 @@ export interface GenerationWorkerOptions {
   readonly databaseUrl: string;
   /** DATABASE_FAILOVER_HOSTS for the slot-grant waker's LISTEN connection. */
   readonly databaseFailoverHosts?: readonly DatabaseHost[];
-  readonly workflowBundle: WorkflowBundle;
+  readonly workflowBundle: WorkflowBundleOption;
   /** Slot grants' wake signals in flight at once (WAKE_SIGNALS_MAX_IN_FLIGHT, api/wakes.ts). */
   readonly maxWakesInFlight: number;
   /** Prebuilt activities (tests wrap them to count calls); default createTaskActivities(deps). */

@@ -6,8 +6,9 @@
 // watcher (workers/fence-watcher.ts) stops polling and the relay when the region is fenced off,
 // keeps the process alive, and starts them again when the region is active. SIGINT/SIGTERM:
 // stop polling, let in-flight activities finish within the grace time, then exit.
-import type { WorkflowBundle } from '@temporalio/worker';
+import type { WorkflowBundleOption } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
+import { temporalConnection } from '../config/connections';
 import { loadConfigOrExit } from '../config/env';
 import { buildActivityDeps, buildDatabase, buildProviders, buildReconcileDeps, buildStorage, failoverHosts } from '../config/services';
 import { startFactSampler } from '../observability/facts';
@@ -15,10 +16,10 @@ import { createLogger, exitOnUnhandledErrors } from '../observability/logger';
 import { startOpsListener } from '../observability/ops-listener';
 import { installRuntimeWithSdkMetrics } from '../observability/sdk-metrics';
 import { inFlightByProvider } from '../db/provider-control';
+import { requireCurrentSchemaOrExit } from '../db/schema-version';
 import {
   createMetrics,
   registerNotifyMetrics,
-  registerMallocTrimMetrics,
   registerPollDemandGauge,
   registerReconcileMetrics,
   registerResilienceGauges,
@@ -34,11 +35,11 @@ import { lazyClient } from '../temporal/connection';
 import { createGenerationFacade } from '../temporal/facade';
 import { regionSubmitSwitch, runAsRegionService, startFenceWatcher, superviseRegion, type FenceWatcher, type RegionService } from './fence-watcher';
 import { connectWorkerWithRetry } from './connect';
-import { bundleWorkflowsInChild, createGenerationWorkers } from './generation-worker';
+import { createGenerationWorkers, loadWorkflowBundle } from './generation-worker';
 import { startOutboxRelay } from './outbox-relay';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
 import { createSecretBox } from '../db/webhook-secrets';
-import { applyWorkerProcessSettings, startWorkerMallocTrim, tuningFromConfig } from './tuning';
+import { applyWorkerProcessSettings, tuningFromConfig } from './tuning';
 
 const config = loadConfigOrExit();
 applyWorkerProcessSettings(config);
@@ -48,9 +49,11 @@ exitOnUnhandledErrors(logger);
 const sdkMetrics = await installRuntimeWithSdkMetrics({ logger: temporalLogger(logger), port: config.WORKER_SDK_METRICS_PORT });
 
 const database = buildDatabase(config, 'vidorch-worker');
+// Migrations are a release step: refuse (exit 2) a schema older than this build.
+await requireCurrentSchemaOrExit(database.pool, logger);
 // The fact gauges, with the jobs in flight per provider, on a connection of their own.
 const facts = startFactSampler({
-  databaseUrl: config.DATABASE_URL,
+  databaseUrl: database.url,
   failoverHosts: failoverHosts(config),
   intervalMs: config.METRICS_FACTS_INTERVAL_MS,
   logger,
@@ -59,7 +62,6 @@ const facts = startFactSampler({
 });
 const metrics = createMetrics({ service: 'worker', facts: facts.latest, pool: database.pool });
 const recordReconcileRun = registerReconcileMetrics(metrics.registry);
-startWorkerMallocTrim(config, logger, registerMallocTrimMetrics(metrics.registry));
 const polling = new Gauge({
   name: 'vidorch_worker_polling',
   help: '1 while this worker polls its task queue (its region is active), else 0',
@@ -101,7 +103,7 @@ const fenceLogger = logger.child({ component: 'fence-watcher' });
 const watcher: FenceWatcher | null = config.FENCE_WATCH_ENABLED
   ? await startFenceWatcher({
       db: database.db,
-      databaseUrl: config.DATABASE_URL,
+      databaseUrl: database.url,
       failoverHosts: failoverHosts(config),
       scope: config.FENCE_SCOPE,
       intervalMs: config.FENCE_WATCH_INTERVAL_MS,
@@ -132,12 +134,15 @@ registerResilienceGauges(
 registerRoutingMetrics(metrics.registry, () => deps.routeStats.decisionCounts());
 registerPollDemandGauge(metrics.registry, () => deps.pollDemand.floors());
 
-const connection = await connectWorkerWithRetry(config.TEMPORAL_ADDRESS, logger);
-// Bundled up front, so a standby worker starts polling within a second of its region becoming
-// active; in a child process, so webpack's memory does not stay with the worker (~90 MB).
-const bundle: WorkflowBundle = await bundleWorkflowsInChild({ tracing: tracing.enabled });
+// One set of connection options (TLS, API key) for the worker's NativeConnection and its client.
+const temporalOptions = temporalConnection(config);
+const connection = await connectWorkerWithRetry(temporalOptions, logger);
+// Ready up front, so a standby worker starts polling within a second of its region becoming
+// active: the build's bundle (dist/), else bundled in a child process, so webpack's memory does
+// not stay with the worker (~90 MB).
+const bundle: WorkflowBundleOption = await loadWorkflowBundle({ tracing: tracing.enabled });
 
-const temporal = lazyClient({ address: config.TEMPORAL_ADDRESS, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
+const temporal = lazyClient({ connection: temporalOptions, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const facade = createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
 // The reconcilers run here, on the reconcile queue, only while this region is active (docs/runbooks/reconcilers.md).
 const reconcileActivities = createReconcileActivities(

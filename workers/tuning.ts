@@ -4,8 +4,6 @@
 import v8 from 'node:v8';
 import type { WorkerOptions } from '@temporalio/worker';
 import type { Config } from '../config/env';
-import type { Logger } from '../observability/logger';
-import { GIVE_BACK_MIN_BYTES, startMallocTrimmer, type TrimOutcome } from './malloc-trim';
 
 export interface WorkerTuning {
   /** Sticky-cache size; 0 disables the cache (every workflow task replays the history). */
@@ -62,43 +60,4 @@ export function applyBufferPool(bytes: number): void {
 export function applyWorkerProcessSettings(config: Pick<Config, 'WORKER_HEAP_GROWING_PERCENT' | 'WORKER_BUFFER_POOL_BYTES'>): void {
   applyHeapGrowing(config.WORKER_HEAP_GROWING_PERCENT);
   applyBufferPool(config.WORKER_BUFFER_POOL_BYTES);
-}
-
-/**
- * The worker process's periodic give-back of free memory (WORKER_MALLOC_TRIM_INTERVAL_MS,
- * WORKER_HEAP_COMPACTION; workers/malloc-trim.ts), started by both worker mains once their logger
- * (and metrics) exist and before they create their Temporal Worker (the compaction's binding must
- * come before the SDK's workflow thread makes contexts). Says at start what this process can do;
- * a give-back of 16 MB or more is logged, a failure is a warning, and both are counted when
- * `metrics` is given.
- */
-export function startWorkerMallocTrim(
-  config: Pick<Config, 'WORKER_MALLOC_TRIM_INTERVAL_MS' | 'WORKER_HEAP_COMPACTION'>,
-  logger: Logger,
-  metrics?: { readonly trimmed: (o: TrimOutcome) => void; readonly failed: () => void },
-): void {
-  const trimmer = startMallocTrimmer(
-    config.WORKER_MALLOC_TRIM_INTERVAL_MS,
-    {
-      onTrim(o) {
-        metrics?.trimmed(o);
-        // One that gave back much is worth a line (after a burst); the metrics have every one.
-        if (o.releasedBytes >= GIVE_BACK_MIN_BYTES)
-          logger.info(
-            { releasedMb: Math.round(o.releasedBytes / 2 ** 20), trimSeconds: o.seconds, compactionSeconds: o.compactionSeconds },
-            'worker gave memory back',
-          );
-      },
-      onError(err) {
-        metrics?.failed();
-        logger.warn({ err }, 'worker memory give-back failed');
-      },
-    },
-    { compactHeap: config.WORKER_HEAP_COMPACTION },
-  );
-  if (config.WORKER_MALLOC_TRIM_INTERVAL_MS > 0)
-    logger.info(
-      { intervalMs: config.WORKER_MALLOC_TRIM_INTERVAL_MS, ...(trimmer?.available ?? { trim: false, mallocFreeBytes: false, compaction: false }) },
-      trimmer ? 'worker memory give-back started' : 'worker memory give-back unavailable here (no glibc malloc_trim, no V8 gc extension)',
-    );
 }

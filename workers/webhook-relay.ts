@@ -3,16 +3,27 @@
 // task's own progress: a slow or dead receiver costs only its own endpoint's slots.
 //
 // Each pass: read the fence (region active? mode lets notifications out?), count the backlog,
-// then claim due deliveries (db/webhooks.ts claimDueDeliveries: FOR UPDATE SKIP LOCKED, a lease,
-// at most WEBHOOK_ENDPOINT_CONCURRENCY in flight per endpoint across every relay) within this
+// then claim due deliveries (db/webhooks.ts claimDueDeliveries: tenants in turn from where the
+// last pass stopped, at most WEBHOOK_RELAY_CLAIM_PER_TENANT each; FOR UPDATE SKIP LOCKED, a
+// lease, at most WEBHOOK_TENANT_CONCURRENCY in flight per tenant and WEBHOOK_ENDPOINT_CONCURRENCY
+// per target across every relay; targets backing off after a timeout left out) within this
 // process's in-flight cap and rate, and send each one on its own (not awaited by the pass), so
-// the next pass claims for other endpoints while a slow one times out. Every attempt is
-// recorded with what follows it (the Svix-like schedule, domain/webhook-schedule.ts).
+// the next pass claims for other tenants while a slow one times out. Every attempt is recorded
+// with what follows it (the Svix-like schedule, domain/webhook-schedule.ts) and, when it timed
+// out, its target's back-off.
 import type { Agent } from 'undici';
 import type { Db } from '../db/client';
 import { acquireFence, FenceRejectedError, type FenceToken } from '../db/fence';
 import { signingSecrets, type SecretBox } from '../db/webhook-secrets';
-import { claimDueDeliveries, notifyBacklog, recordAttempt, taskUrlSigningEndpoint, type AttemptNext, type ClaimedDelivery } from '../db/webhooks';
+import {
+  claimDueDeliveries,
+  notifyBacklog,
+  recordAttempt,
+  taskUrlSigningEndpoint,
+  type AttemptNext,
+  type ClaimedDelivery,
+  type TimeoutBackoff,
+} from '../db/webhooks';
 import { policyFor } from '../domain/modes';
 import { afterFailure } from '../domain/webhook-schedule';
 import type { Logger } from '../observability/logger';
@@ -25,6 +36,12 @@ export interface WebhookRelaySettings {
   readonly attemptTimeoutMs: number;
   readonly responseMaxBytes: number;
   readonly perEndpoint: number;
+  /** In flight per tenant across every relay (WEBHOOK_TENANT_CONCURRENCY). */
+  readonly perTenant: number;
+  /** Claimed per tenant per pass (WEBHOOK_RELAY_CLAIM_PER_TENANT). */
+  readonly claimPerTenant: number;
+  /** A timed-out target's back-off (WEBHOOK_TIMEOUT_BACKOFF_MS, WEBHOOK_TIMEOUT_BACKOFF_MAX_MS). */
+  readonly timeoutBackoff: TimeoutBackoff;
   readonly maxInFlight: number;
   readonly ratePerSecond: number;
   readonly intervalMs: number;
@@ -91,6 +108,11 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   let tokens = s.ratePerSecond;
   let refilledAt = Date.now();
   let stopped = false;
+  /** Where the last pass's turn of tenants stopped (this process's own rotation). */
+  let lastTenant: string | null = null;
+  // One pass at a time: `again` asks for one more right after the running one (runPass below).
+  let passing = false;
+  let again = false;
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> = Promise.resolve();
 
@@ -135,9 +157,18 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
       opts.db,
       token,
       d,
-      { url: d.url, startedAt, ok: outcome.ok, status: outcome.status, latencyMs: outcome.latencyMs, error: outcome.error, excerpt: outcome.excerpt },
+      {
+        url: d.url,
+        startedAt,
+        ok: outcome.ok,
+        status: outcome.status,
+        latencyMs: outcome.latencyMs,
+        error: outcome.error,
+        excerpt: outcome.excerpt,
+        timedOut: outcome.timedOut,
+      },
       next,
-      { disableAfterMs: s.disableAfterMs },
+      { disableAfterMs: s.disableAfterMs, timeoutBackoff: s.timeoutBackoff },
     );
     opts.onAttempt?.(next.kind);
     if (disabledEndpoint) opts.logger.warn({ endpointId: d.endpoint_id, tenantId: d.tenant_id }, 'webhook endpoint disabled after failing too long');
@@ -164,11 +195,23 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     refill();
     const limit = Math.min(s.maxInFlight - inFlight.size, Math.floor(tokens));
     if (limit <= 0) return;
-    const claimed = await claimDueDeliveries(opts.db, token, { limit, perTarget: s.perEndpoint, leaseMs }).catch((err: unknown) => {
-      if (err instanceof FenceRejectedError) return [];
+    const claim = await claimDueDeliveries(opts.db, token, {
+      limit,
+      perTarget: s.perEndpoint,
+      perTenant: s.perTenant,
+      perTenantPass: s.claimPerTenant,
+      leaseMs,
+      afterTenant: lastTenant,
+    }).catch((err: unknown) => {
+      if (err instanceof FenceRejectedError) return null;
       throw err;
     });
+    if (!claim) return;
+    const { claimed } = claim;
+    lastTenant = claim.lastTenant;
     tokens -= claimed.length;
+    // Tenants' turns ended with due deliveries left and this process has room: go round again now.
+    if (claim.more && claimed.length > 0 && claimed.length < limit) again = true;
     for (const d of claimed) {
       const p: Promise<void> = deliver(token, d)
         .catch((err: unknown) => {
@@ -187,8 +230,6 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   // One pass at a time; a kick during a pass runs one more right after it. An attempt that ends
   // kicks, so a busy endpoint's freed slot is refilled at once rather than at the next tick
   // (otherwise one endpoint could get at most cap / interval attempts per second).
-  let passing = false;
-  let again = false;
   const runPass = () => {
     if (stopped) return;
     if (passing) {
@@ -235,6 +276,10 @@ export function webhookRelaySettings(config: {
   WEBHOOK_ATTEMPT_TIMEOUT_MS: number;
   WEBHOOK_RESPONSE_MAX_BYTES: number;
   WEBHOOK_ENDPOINT_CONCURRENCY: number;
+  WEBHOOK_TENANT_CONCURRENCY: number;
+  WEBHOOK_RELAY_CLAIM_PER_TENANT: number;
+  WEBHOOK_TIMEOUT_BACKOFF_MS: number;
+  WEBHOOK_TIMEOUT_BACKOFF_MAX_MS: number;
   WEBHOOK_RELAY_MAX_IN_FLIGHT: number;
   WEBHOOK_RELAY_RATE_PER_SECOND: number;
   WEBHOOK_RELAY_INTERVAL_MS: number;
@@ -246,6 +291,9 @@ export function webhookRelaySettings(config: {
     attemptTimeoutMs: config.WEBHOOK_ATTEMPT_TIMEOUT_MS,
     responseMaxBytes: config.WEBHOOK_RESPONSE_MAX_BYTES,
     perEndpoint: config.WEBHOOK_ENDPOINT_CONCURRENCY,
+    perTenant: config.WEBHOOK_TENANT_CONCURRENCY,
+    claimPerTenant: config.WEBHOOK_RELAY_CLAIM_PER_TENANT,
+    timeoutBackoff: { baseMs: config.WEBHOOK_TIMEOUT_BACKOFF_MS, maxMs: config.WEBHOOK_TIMEOUT_BACKOFF_MAX_MS },
     maxInFlight: config.WEBHOOK_RELAY_MAX_IN_FLIGHT,
     ratePerSecond: config.WEBHOOK_RELAY_RATE_PER_SECOND,
     intervalMs: config.WEBHOOK_RELAY_INTERVAL_MS,

@@ -5,7 +5,7 @@
 //   const vidorch = createVidorchClient({ baseUrl: 'http://127.0.0.1:3000', apiKey });
 //   const { data, error, response } = await vidorch.POST('/v1/tasks', {
 //     params: { header: { 'Idempotency-Key': 'order-42' } },
-//     body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 4, resolution: '480p' },
+//     body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p' },
 //   });
 import createClient, { type Client } from 'openapi-fetch';
 import type { components, operations, paths } from './schema';

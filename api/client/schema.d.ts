@@ -193,7 +193,7 @@ export interface paths {
         };
         /**
          * Every task's transitions for the tenant as they happen (Server-Sent Events)
-         * @description The SSE id is `<xact>-<transition>`: reconnect with Last-Event-ID and nothing is missed or repeated.
+         * @description The SSE id is `<xact>-<transition>`: reconnect with Last-Event-ID and nothing is missed or repeated. A Last-Event-ID older than the stream replays (EVENTS_RESUME_MAX_AGE_MS) is answered with `event: resync` first: re-read the tasks, then live events follow.
          */
         get: operations["streamTenantEvents"];
         put?: never;
@@ -2331,6 +2331,22 @@ export interface operations {
                                 code: string;
                                 message: string | null;
                             } | null;
+                        };
+                    } | {
+                        /** @description The event id (send it back as Last-Event-ID to resume) */
+                        id?: string;
+                        /**
+                         * @description The event type (absent: "message")
+                         * @constant
+                         */
+                        event?: "resync";
+                        /** @description Events were missed beyond what the stream replays: re-read the tasks' state (GET /v1/tasks, GET /v1/tasks/:id); live events follow */
+                        data: {
+                            /** @constant */
+                            reason: "resume_point_too_old";
+                            /** @description How far back a Last-Event-ID is replayed (EVENTS_RESUME_MAX_AGE_MS) */
+                            resume_max_age_ms: number;
+                            detail: string;
                         };
                     } | {
                         /** @description The event id (send it back as Last-Event-ID to resume) */

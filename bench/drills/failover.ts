@@ -44,7 +44,7 @@ async function createTasks(world: DrillWorld, n: number, spreadMs: number, log: 
     const res = await fetch(`${world.apiUrl}/v1/tasks`, {
       method: 'POST',
       headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `failover-${i}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'minimax/video-01', prompt: `failover drill ${i}`, duration_seconds: 1, resolution: '480p' }),
+      body: JSON.stringify({ model: 'minimax/video-01', prompt: `failover drill ${i}`, duration_seconds: 6, resolution: '720p' }),
     });
     if (res.status !== 202) throw new Error(`create ${i} answered ${res.status}: ${await res.text()}`);
     ids.push(((await res.json()) as { task_id: string }).task_id);
@@ -146,7 +146,7 @@ export async function runFailoverDrill(opts: {
     const refused = await fetch(`${world.apiUrl}/v1/tasks`, {
       method: 'POST',
       headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': 'failover-after', 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'minimax/video-01', prompt: 'after', duration_seconds: 1, resolution: '480p' }),
+      body: JSON.stringify({ model: 'minimax/video-01', prompt: 'after', duration_seconds: 6, resolution: '720p' }),
     });
     await refused.body?.cancel();
 

@@ -278,7 +278,7 @@ export async function providerJobsPerTask(world: Pick<DrillWorld, 'db' | 'simula
   return jobs;
 }
 
-const DRILL_TASK = { model: 'minimax/video-01', duration_seconds: 1, resolution: '480p' };
+const DRILL_TASK = { model: 'minimax/video-01', duration_seconds: 6, resolution: '720p' };
 
 /** Creates `n` tasks through the API, `concurrency` at a time; `body` may vary with the task's index. Returns their ids. */
 export async function createTasks(

@@ -45,7 +45,7 @@ export function startCreateLoad(
       const res = await fetch(`${world.apiUrl}/v1/tasks`, {
         method: 'POST',
         headers: { authorization: `Bearer ${world.apiKey}`, 'idempotency-key': `${opts.prefix}-${i}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'minimax/video-01', prompt: `${opts.prefix} ${i}`, duration_seconds: 1, resolution: '480p' }),
+        body: JSON.stringify({ model: 'minimax/video-01', prompt: `${opts.prefix} ${i}`, duration_seconds: 6, resolution: '720p' }),
         signal: AbortSignal.timeout(15_000),
       });
       const body = (await res.json().catch(() => null)) as { task_id?: string } | null;

@@ -20,7 +20,7 @@ export interface ProviderFigures {
 
 /** A task request pinned to each provider: its catalog model at a resolution and duration it takes (domain/catalog.ts). */
 const PINNED: Record<ProviderName, { model: string; resolution: string; duration_seconds: number; input_image_url?: string }> = {
-  replicate: { model: 'minimax/video-01', resolution: '480p', duration_seconds: 1 },
+  replicate: { model: 'minimax/video-01', resolution: '720p', duration_seconds: 6 },
   kling: { model: 'kling-v2-master', resolution: '720p', duration_seconds: 1 },
   // fal's Kling text-to-video takes 5 or 10 s; Runway's gen4_turbo is image to video, 2–10 s.
   fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', duration_seconds: 5 },
@@ -35,6 +35,10 @@ export interface UnknownOutcomeOptions {
   readonly dropWebhooks?: boolean;
   /** Tasks go round-robin to these providers (default: Replicate only). */
   readonly providers?: readonly ProviderName[];
+  /** The simulated Kling makes a new task readable only this long after its create (SIMULATOR_KLING_VISIBLE_AFTER_MS). */
+  readonly klingVisibleAfterMs?: number;
+  /** What the simulated Kling answers a get of an id it does not serve (SIMULATOR_KLING_NOT_FOUND). */
+  readonly klingNotFound?: '404-1203' | '400-1201';
 }
 
 export interface UnknownOutcomeReport {
@@ -52,6 +56,19 @@ export interface UnknownOutcomeReport {
   readonly webhooksDropped: boolean;
   readonly byProvider: Partial<Record<ProviderName, ProviderFigures>>;
 }
+
+/**
+ * How long a phase may take to send its submits: a provider with a few slots (Kling: 5) sends a
+ * few at a time, and a hung submit keeps its slot until its job is found (later still when the
+ * simulated Kling serves new tasks late). The unknown-outcome deadline below.
+ */
+const PHASE_WAIT_MS = 180_000;
+
+/**
+ * What each provider's bulkhead admits right after a worker starts: 20 % of its default limit, at
+ * least 2 (docs/providers.md "Ramp after a rebuild"; Kling's 5 slots admit 2).
+ */
+const SLOTS_AT_START: Record<ProviderName, number> = { replicate: 10, fal: 2, runway: 2, kling: 2 };
 
 /** Tasks round-robin over `providers`, each pinned to its provider's model. */
 const pinnedBody = (providers: readonly ProviderName[]) => (i: number) => PINNED[providers[i % providers.length]!];
@@ -97,6 +114,8 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
       UNKNOWN_PROOF_DELAY_MS: '5000',
       UNKNOWN_OUTCOME_DEADLINE_MS: '180000',
       WORKER_MAX_CONCURRENT_ACTIVITIES: '100',
+      SIMULATOR_KLING_VISIBLE_AFTER_MS: String(opts.klingVisibleAfterMs ?? 0),
+      SIMULATOR_KLING_NOT_FOUND: opts.klingNotFound ?? '404-1203',
     },
     log,
   );
@@ -114,15 +133,16 @@ export async function runUnknownOutcomeDrill(opts: UnknownOutcomeOptions): Promi
     await waitFor(async () => {
       const { rows, count } = await attemptStates(world, phase1);
       return rows.length >= n1 && count('PREPARED') + count('SUBMITTING') === 0;
-    }, 60_000);
+    }, PHASE_WAIT_MS);
     phases['hang_unknown'] = (await attemptStates(world, phase1)).rows.filter((r) => r.unknown_since).length;
 
     log(`phase 2: ${n2} slow submits, then SIGKILL worker-a mid-call`);
     world.sim.setFaults({ submit: 'answer_after_ms', submit_delay_ms: 3000, submit_fault_count: n2, ...drop });
     const phase2 = await createTasks(world, 'crash', n2, 16, pinnedBody(providers));
-    // Each provider's bulkhead admits its own share: wait for some in flight on every provider.
-    const inFlight = Math.max(1, Math.floor(Math.min(n2, 10) / providers.length));
-    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= inFlight, 60_000);
+    // Each provider's bulkhead admits its own share: wait for some in flight on every provider,
+    // never more than one provider's bulkhead admits at a worker's start.
+    const inFlight = Math.max(1, Math.min(Math.floor(Math.min(n2, 10) / providers.length), ...providers.map((p) => SLOTS_AT_START[p])));
+    await waitFor(async () => (await attemptStates(world, phase2)).count('SUBMITTING') >= inFlight, PHASE_WAIT_MS);
     phases['in_flight_at_kill'] = (await attemptStates(world, phase2)).count('SUBMITTING');
     await world.workers.get('worker-a')!.stop('SIGKILL', 1_000);
     await sleep(1_000);

@@ -1,4 +1,4 @@
-// Count budgets: the per-task counts a benchmark prints (Postgres round trips and commits,
+// Count budgets: the per-task counts a benchmark prints (Postgres commits,
 // activity dispatches, workflow tasks, history events…) against the maxima committed in
 // bench/budgets.json. `--check` fails the run naming each count over its budget;
 // `--write-budgets` rewrites the benchmark's entry from the run (measured × (1 + slack)), which

@@ -1,13 +1,14 @@
-// Wraps a measured phase: CPU per process group and Postgres round trips (from the counting
-// preload's files) over exactly that phase.
+// Wraps a measured phase: CPU per process group and, when asked, the database's counts
+// (bench/lib/pg-counts.ts) over exactly that phase.
 import { sleep } from '../../harness';
+import { pgDelta, type PgCounts } from './pg-counts';
 import { startCpuProbe, type CpuUsage } from './procstat';
-import { queryDelta, readQueryCounts, type QueryCounts } from './world';
 
 export interface Measured<T> {
   readonly result: T;
   readonly cpu: CpuUsage;
-  readonly queries: QueryCounts;
+  /** The database's counts over the phase; null when not asked for. */
+  readonly queries: PgCounts | null;
 }
 
 export async function measured<T>(
@@ -15,13 +16,15 @@ export async function measured<T>(
     cpuGroups: () => Promise<Record<string, number[]>> | Record<string, number[]>;
     /** Groups counted by their processes' reaped children (procstat.startCpuProbe). */
     childCpuGroups?: Record<string, number[]>;
-    countFiles?: string[];
+    /** Reads the database's counts (BenchWorld.pgCounts). */
+    pgCounts?: () => Promise<PgCounts>;
   },
   fn: () => Promise<T>,
 ): Promise<Measured<T>> {
-  const files = opts.countFiles ?? [];
-  if (files.length) await sleep(1_100); // the preload flushes twice a second
-  const before = files.map(readQueryCounts);
+  const read = opts.pgCounts;
+  // Postgres publishes a backend's counts at most once a second.
+  if (read) await sleep(1_100);
+  const before = read ? await read() : null;
   const probe = startCpuProbe(opts.cpuGroups, opts.childCpuGroups);
   let result: T;
   let cpu: CpuUsage;
@@ -30,8 +33,8 @@ export async function measured<T>(
   } finally {
     cpu = await probe.stop();
   }
-  if (files.length) await sleep(1_100);
-  const queries = queryDelta(files.map(readQueryCounts), before);
+  if (read) await sleep(1_100);
+  const queries = read && before ? pgDelta(await read(), before) : null;
   return { result, cpu, queries };
 }
 
@@ -44,8 +47,13 @@ export function describeCpu(cpu: CpuUsage): string {
   return `${parts.join(', ')} | machine ${cpu.machineBusyCores.toFixed(2)}/${cpu.machineCores} cores busy`;
 }
 
-/** The statements with the most round trips, per unit (e.g. per create). */
-export function topStatements(q: QueryCounts, per: number, n = 12): { statement: string; perUnit: number; count: number }[] {
+/** Statements executed per unit (e.g. per create); null when not counted (no pg_stat_statements) or no unit. */
+export function statementsPer(q: PgCounts | null, units: number): number | null {
+  return q && !Number.isNaN(q.total) && units > 0 ? q.total / units : null;
+}
+
+/** The statements executed most often, per unit (e.g. per create). */
+export function topStatements(q: Pick<PgCounts, 'statements'>, per: number, n = 12): { statement: string; perUnit: number; count: number }[] {
   return Object.entries(q.statements)
     .sort((a, b) => b[1] - a[1])
     .slice(0, n)

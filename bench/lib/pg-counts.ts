@@ -1,94 +1,102 @@
-// Postgres round trips and commits as the counting preload (bench/lib/pg-count-preload.mjs)
-// writes them, per process, and the arithmetic the benchmarks do on them: the difference over
-// a measured phase, summed over processes, and the same with the processes' background (the
-// loops that run on a timer whether or not there are tasks: outbox relay, fence watcher,
-// webhook relay, spool replay…) taken out, at the rate measured in a quiet window.
-
-import fs from 'node:fs';
+// Postgres work as Postgres counts it, read by the benchmark process from its world database's
+// statistics (nothing runs inside the processes measured): transactions committed and rolled
+// back (pg_stat_database: each COMMIT, and each statement sent outside a transaction), and,
+// where the server loads pg_stat_statements (shared_preload_libraries), the statements executed
+// by normalised text. Everything connected to the database is counted, so the benchmark's own
+// statements are taken out (counted as it sends them: BenchWorld.pgCounts), and the timer loops
+// (outbox relay, fence watcher, webhook relay, samplers…) at the rate measured in a quiet window.
+import type pg from 'pg';
 
 export interface PgCounts {
-  /** Round trips (pg.Client#query calls). */
+  /** Statements executed (pg_stat_statements calls; BEGIN and COMMIT count); NaN without pg_stat_statements. */
   readonly total: number;
-  /** Transactions ended by COMMIT, plus statements sent outside a transaction. */
+  /** Transactions committed: COMMITs and statements sent outside a transaction (xact_commit). */
   readonly commits: number;
   readonly rollbacks: number;
-  /** Round trips per statement text (whitespace folded, first 160 characters). */
+  /** Statements executed per normalised text (whitespace folded, first 160 characters); empty without pg_stat_statements. */
   readonly statements: Record<string, number>;
-  /** Commits per transaction, named by its first statement ("tx: …") or the lone statement. */
-  readonly commitsBy: Record<string, number>;
 }
 
-export const NO_COUNTS: PgCounts = { total: 0, commits: 0, rollbacks: 0, statements: {}, commitsBy: {} };
+export const NO_COUNTS: PgCounts = { total: 0, commits: 0, rollbacks: 0, statements: {} };
 
-export function readPgCounts(file: string): PgCounts {
-  try {
-    const raw = JSON.parse(fs.readFileSync(file, 'utf8')) as Partial<PgCounts>;
-    return {
-      total: raw.total ?? 0,
-      commits: raw.commits ?? 0,
-      rollbacks: raw.rollbacks ?? 0,
-      statements: raw.statements ?? {},
-      commitsBy: raw.commitsBy ?? {},
-    };
-  } catch {
-    return NO_COUNTS;
+/** The key a statement is counted under: its text, whitespace folded, first 160 characters. */
+export function statementKey(text: string): string {
+  return text.replace(/\s+/g, ' ').trim().slice(0, 160);
+}
+
+/**
+ * Makes pg_stat_statements readable in `dbName` when the server loads it; says whether it does.
+ * Without it the counts have commits only.
+ */
+export async function enableStatementCounts(pool: pg.Pool): Promise<boolean> {
+  const { rows } = await pool.query<{ libs: string }>('SELECT current_setting($1) AS libs', ['shared_preload_libraries']);
+  if (!rows[0]?.libs.split(',').some((l) => l.trim() === 'pg_stat_statements')) return false;
+  await pool.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+  return true;
+}
+
+/**
+ * The database's counts now, less `own` (what the benchmark process itself sent: one statement
+ * and one commit each). Another backend's counts reach pg_stat_database within about a second
+ * of its transaction (Postgres flushes them no more often): read a phase's end after that.
+ */
+export async function readPgCounts(
+  pool: pg.Pool,
+  dbName: string,
+  withStatements: boolean,
+  own: { readonly total: number; readonly statements: ReadonlyMap<string, number> },
+): Promise<PgCounts> {
+  const { rows } = await pool.query<{ commits: string; rollbacks: string }>(
+    'SELECT xact_commit::text AS commits, xact_rollback::text AS rollbacks FROM pg_stat_database WHERE datname = $1',
+    [dbName],
+  );
+  const statements: Record<string, number> = {};
+  let total = Number.NaN;
+  if (withStatements) {
+    const s = await pool.query<{ query: string; calls: string }>(
+      'SELECT query, calls::text AS calls FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)',
+      [dbName],
+    );
+    total = 0;
+    for (const r of s.rows) {
+      const k = statementKey(r.query);
+      statements[k] = (statements[k] ?? 0) + Number(r.calls);
+      total += Number(r.calls);
+    }
+    for (const [k, n] of own.statements) if (statements[k] !== undefined) statements[k] -= n;
+    total -= own.total;
   }
+  return { total, commits: Number(rows[0]?.commits ?? 0) - own.total, rollbacks: Number(rows[0]?.rollbacks ?? 0), statements };
 }
 
-function combineMap(a: Record<string, number>, b: Record<string, number>, k: number): Record<string, number> {
-  const out: Record<string, number> = { ...a };
-  for (const [s, n] of Object.entries(b)) out[s] = (out[s] ?? 0) + k * n;
-  for (const s of Object.keys(out)) if (out[s] === 0) delete out[s];
-  return out;
-}
-
-/** a + k·b, field by field (the per-statement maps too); k = −1 gives a − b. */
-function combine(a: PgCounts, b: PgCounts, k: number): PgCounts {
-  return {
-    total: a.total + k * b.total,
-    commits: a.commits + k * b.commits,
-    rollbacks: a.rollbacks + k * b.rollbacks,
-    statements: combineMap(a.statements, b.statements, k),
-    commitsBy: combineMap(a.commitsBy, b.commitsBy, k),
-  };
-}
-
-/** Sum over processes of (after − before); the arrays are index-aligned by process. */
-export function pgDelta(after: readonly PgCounts[], before: readonly PgCounts[]): PgCounts {
-  let acc = NO_COUNTS;
-  for (const c of after) acc = combine(acc, c, 1);
-  for (const c of before) acc = combine(acc, c, -1);
-  return acc;
-}
-
-/** Each entry minus k × the quiet window's, never below zero; and the sum of what is left. */
-function subtractMap(phase: Record<string, number>, quiet: Record<string, number>, k: number): { left: Record<string, number>; sum: number } {
-  const left: Record<string, number> = {};
-  let sum = 0;
-  for (const [s, n] of Object.entries(phase)) {
-    const rest = Math.max(0, n - k * (quiet[s] ?? 0));
-    if (rest > 0) left[s] = rest;
-    sum += rest;
-  }
-  return { left, sum };
+/** `after` − `before`, field by field (the per-statement map too, zeros dropped). */
+export function pgDelta(after: PgCounts, before: PgCounts): PgCounts {
+  const statements: Record<string, number> = { ...after.statements };
+  for (const [s, n] of Object.entries(before.statements)) statements[s] = (statements[s] ?? 0) - n;
+  for (const s of Object.keys(statements)) if (statements[s] === 0) delete statements[s];
+  return { total: after.total - before.total, commits: after.commits - before.commits, rollbacks: after.rollbacks - before.rollbacks, statements };
 }
 
 /**
  * The phase's counts minus the background expected over its length: `quiet` counted over
- * `quietSeconds` with nothing to do, scaled to `phaseSeconds`. Statement by statement (and
- * transaction by transaction for commits), never below zero: a timer loop that ran less often
- * under load does not make the tasks' own count smaller. The totals are the sums of what is left.
+ * `quietSeconds` with nothing to do, scaled to `phaseSeconds`, never below zero. Statements text
+ * by text (a timer loop that ran less often under load does not make the tasks' own count
+ * smaller), and their total the sum of what is left; commits and rollbacks as totals.
  */
 export function withoutBackground(phase: PgCounts, quiet: PgCounts, quietSeconds: number, phaseSeconds: number): PgCounts {
   if (quietSeconds <= 0) return phase;
   const k = phaseSeconds / quietSeconds;
-  const trips = subtractMap(phase.statements, quiet.statements, k);
-  const commits = subtractMap(phase.commitsBy, quiet.commitsBy, k);
+  const statements: Record<string, number> = {};
+  let total = 0;
+  for (const [s, n] of Object.entries(phase.statements)) {
+    const rest = Math.max(0, n - k * (quiet.statements[s] ?? 0));
+    if (rest > 0) statements[s] = rest;
+    total += rest;
+  }
   return {
-    total: trips.sum,
-    commits: commits.sum,
+    total: Number.isNaN(phase.total) ? Number.NaN : total,
+    commits: Math.max(0, phase.commits - k * quiet.commits),
     rollbacks: Math.max(0, phase.rollbacks - k * quiet.rollbacks),
-    statements: trips.left,
-    commitsBy: commits.left,
+    statements,
   };
 }

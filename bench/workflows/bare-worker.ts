@@ -16,7 +16,7 @@ import { loadConfigOrExit } from '../../config/env';
 import { createLogger } from '../../observability/logger';
 import { temporalLogger } from '../../observability/temporal-logger';
 import { startFloorWork, type FloorWork } from './floor-work';
-import { applyWorkerProcessSettings, startWorkerMallocTrim, tuningFromConfig, tuningOptions } from '../../workers/tuning';
+import { applyWorkerProcessSettings, tuningFromConfig, tuningOptions } from '../../workers/tuning';
 
 const [taskQueue, names] = process.argv.slice(2);
 if (!taskQueue || !names) {
@@ -24,10 +24,9 @@ if (!taskQueue || !names) {
   process.exit(2);
 }
 const config = loadConfigOrExit();
-// The same heap growing factor, Buffer pool and malloc trim as the generation worker's process (workers/main.ts).
+// The same heap growing factor and Buffer pool as the generation worker's process (workers/main.ts).
 applyWorkerProcessSettings(config);
 const logger = createLogger({ name: 'bare-worker', level: config.LOG_LEVEL, pretty: false });
-startWorkerMallocTrim(config, logger);
 Runtime.install({ logger: temporalLogger(logger), shutdownSignals: ['SIGINT', 'SIGTERM'] });
 
 const noop = async () => ({ ok: true as const });

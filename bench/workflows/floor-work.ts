@@ -74,7 +74,7 @@ export async function startFloorWork(config: Config, client: Client): Promise<Fl
       // The workflow's own id for its one submit, as the product's attempt id is.
       attemptId: taskId,
       model: MODEL,
-      input: providerInput({ prompt: `floor ${taskId}`, duration_seconds: 1, resolution: '480p' }),
+      input: providerInput({ prompt: `floor ${taskId}`, duration_seconds: 6, resolution: '720p' }),
       webhookUrl: hookBase + encodeURIComponent(workflowId),
     });
     if (outcome.kind !== 'accepted') throw new Error(`floor submit ${outcome.kind}: ${'reason' in outcome ? outcome.reason : ''}`);

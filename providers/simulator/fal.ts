@@ -4,7 +4,8 @@
 // the model returned; kept for resultRetentionMs after completion, then 404), PUT …/cancel. Over the account's concurrency the work
 // waits IN_QUEUE (fal queues instead of answering 429). One completion webhook per request,
 // signed with ED25519 the way fal signs; the JWKS is served at /fal/.well-known/jwks.json and
-// POST /_sim/fal/rotate-key replaces the key.
+// POST /_sim/fal/rotate-key replaces the key. A submit's X-Fal-Request-Timeout is honoured: a
+// request no runner started within it ends with a 504 and `X-Fal-Request-Timeout-Type: user`.
 import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
@@ -52,9 +53,19 @@ function signFal(key: KeyObject, requestId: string, userId: string, ts: string, 
 
 const appOf = (model: string): string => model.split('/').slice(0, 2).join('/');
 
+/** What a request not started within its X-Fal-Request-Timeout ends with (fal: a 504, `X-Fal-Request-Timeout-Type: user`). */
+const START_TIMEOUT_ERROR = 'Request timed out before a runner started it (X-Fal-Request-Timeout)';
+
+/** The submit's X-Fal-Request-Timeout in ms ("> 0.1 seconds"), or null when absent or not a number of seconds. */
+function startTimeoutMs(req: Request): number | null {
+  const seconds = Number(req.get('x-fal-request-timeout') ?? NaN);
+  return Number.isFinite(seconds) && seconds > 0.1 ? seconds * 1000 : null;
+}
+
 /**
- * Inputs as fal documents them for the endpoints the simulator checks (@fal-ai/client
- * types/endpoints.d.ts, Kling text-to-video); other endpoints take any JSON object. Extra keys
+ * Inputs as fal documents them for endpoints outside the catalog that the simulator checks
+ * (@fal-ai/client types/endpoints.d.ts, Kling text-to-video); the catalog's endpoints are checked
+ * against their published schemas (deps.inputs), other endpoints take any JSON object. Extra keys
  * pass, as fal's pydantic models let them.
  */
 const klingTextInput = z.looseObject({
@@ -65,7 +76,6 @@ const klingTextInput = z.looseObject({
   cfg_scale: z.number().optional(),
 });
 const INPUTS: Record<string, z.ZodType<Record<string, unknown>>> = {
-  'fal-ai/kling-video/v2/master/text-to-video': klingTextInput,
   'fal-ai/kling-video/v2.1/master/text-to-video': klingTextInput,
 };
 const anyInput = z.record(z.string(), z.unknown());
@@ -194,6 +204,7 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
     if (!TERMINAL_PHASES.includes(job.phase)) return void res.status(400).json({ detail: 'Request is still in progress' });
     if (!resultKept(job)) return void res.status(404).json({ detail: 'Request not found' });
     if (job.phase === 'succeeded') return void res.json(resultPayload(job));
+    if (job.error === START_TIMEOUT_ERROR) return void res.status(504).set('x-fal-request-timeout-type', 'user').json({ detail: job.error });
     // "If the model returned an error, this operation returns the same error": a model error
     // is a 422 with a `detail` array of typed errors.
     if (job.phase === 'failed') return void res.status(422).json({ detail: [{ loc: ['body'], msg: job.error, type: 'value_error' }] });
@@ -209,11 +220,21 @@ export function createFalProtocol(deps: ProtocolDeps, o: FalSimOptions) {
     const model = req.params.model.join('/');
     const webhook = typeof req.query['fal_webhook'] === 'string' ? req.query['fal_webhook'] : null;
     if (model.split('/').length < 2) return void res.status(404).json({ detail: 'Application not found' });
+    const issues = deps.inputs.check('fal', model, 'input', req.body);
+    if (issues && issues.length > 0) {
+      const detail = issues.map((i) => ({ loc: ['body', ...i.path.split('/').filter(Boolean)], msg: i.message, type: 'value_error' }));
+      return void res.status(422).json({ detail });
+    }
     const input = (INPUTS[model] ?? anyInput).safeParse(req.body);
     if (!input.success) return void res.status(422).json({ detail: validationDetail(input.error.issues) });
     const config = deps.faults.for('fal');
+    const startWithin = startTimeoutMs(req);
     runSubmit(req, res, deps.faults.takeSubmitFault('fal', undefined, tokenOfUrl(webhook)), config, deps.pendingAnswers, {
-      create: () => store.create({ model, input: { ...input.data, duration: Number(input.data['duration'] ?? 5) }, token: tokenOfUrl(webhook), webhook }),
+      create: () => {
+        const job = store.create({ model, input: { ...input.data, duration: Number(input.data['duration'] ?? 5) }, token: tokenOfUrl(webhook), webhook });
+        if (startWithin !== null) store.failIfNotStartedWithin(job, startWithin, START_TIMEOUT_ERROR);
+        return job;
+      },
       answer: (job) => void res.json({ status: 'IN_QUEUE', request_id: job.id, ...urls(job), queue_position: store.queuePosition(job) }),
       errorBeforeAccept: () => void res.status(500).json({ detail: 'simulated failure' }),
       errorAfterAccept: () => void res.status(502).json({ detail: 'simulated failure after accepting' }),

@@ -70,6 +70,19 @@ export const faultConfigSchema = z.strictObject({
   /** GET /v1/predictions (listing) */
   list: z.enum(['ok', 'error_5xx']).optional(),
   /**
+   * Replicate: a new prediction stays `starting` this long (a cold boot, a busy queue) before it
+   * runs; its generation time follows. What a `Cancel-After` meets.
+   */
+  start_delay_ms: z.number().int().min(0).max(600_000).optional(),
+  /**
+   * Kling: a task created from now on is readable (get by task id or external_task_id, the list)
+   * only this long after it was created; a second create with its external_task_id is refused at
+   * once (over SIMULATOR_KLING_VISIBLE_AFTER_MS).
+   */
+  kling_visible_after_ms: z.number().int().min(0).max(3_600_000).optional(),
+  /** Kling: what a get of an id it does not serve answers (over SIMULATOR_KLING_NOT_FOUND). */
+  kling_not_found: z.enum(['404-1203', '400-1201']).optional(),
+  /**
    * Replicate's list `next` link on this origin (scheme://host[:port]) instead of the
    * simulator's own: a link that names another scheme or host, as Replicate's documented examples
    * do (one with plain http).

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import type { NextFunction, Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { Faults } from './faults';
+import type { InputSchemas } from './input-schemas';
 import type { WebhookSender } from './webhooks';
 import { clampDuration, DEFAULT_DURATION_S, sendOutputFile, type MediaLibrary, type UrlSigner } from './media';
 
@@ -145,6 +146,18 @@ export class JobStore {
     return true;
   }
 
+  /**
+   * Ends the job `failed` with `error` unless a runner has started it within `ms` (fal's
+   * X-Fal-Request-Timeout): a job queued or holding a slot but not started; one running goes on.
+   */
+  failIfNotStartedWithin(job: SimJob, ms: number, error: string): void {
+    job.timers.push(
+      setTimeout(() => {
+        if (job.startedAt === null && !TERMINAL_PHASES.includes(job.phase)) this.finish(job, 'failed', error);
+      }, ms),
+    );
+  }
+
   /** Forget a job (a deleted task): later reads answer 404; the token counts keep it. */
   remove(job: SimJob): void {
     this.byId.delete(job.id);
@@ -262,6 +275,8 @@ export interface ProtocolDeps {
   readonly outputTtlMs: number;
   /** Timers of delayed submit answers, cleared on close. */
   readonly pendingAnswers: Set<NodeJS.Timeout>;
+  /** The catalog models' published input schemas (input-schemas.ts). */
+  readonly inputs: InputSchemas;
 }
 
 /** `[sim:gen=5000]` in a prompt sets that job's generation time (protocols without free-form input). */

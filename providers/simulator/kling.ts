@@ -1,11 +1,15 @@
 // Kling's video protocol under /kling: JWT (HS256, iss = access key, exp/nbf) on every call;
 // POST /v1/videos/text2video with external_task_id (unique per account: a second task with the
-// same key is refused with code 1201) and callback_url; GET /v1/videos/text2video/{id}, where id
-// is "task ID or external task ID" (a miss: HTTP 404, code 1203); GET /v1/videos/text2video with
-// pageNum/pageSize only (any other query, such as external_task_id, is ignored, as a server
-// ignores parameters it does not document: the newest page comes back). Over the account's
-// concurrency Kling answers 429 code 1303 (it does not queue). Unsigned callbacks on
-// processing and on the terminal state, carrying the task object.
+// same key is refused, HTTP 400 code 1201 naming the key, before any fault knob applies: Kling
+// documents the uniqueness, not the refusal's shape) and callback_url; GET
+// /v1/videos/text2video/{id}, where id is "task ID or external task ID" (a miss: HTTP 404 code 1203,
+// or 400 code 1201 as the live API answered an unknown id: `notFound`); GET /v1/videos/text2video
+// with pageNum/pageSize only (any other query, such as external_task_id, is ignored, as a server
+// ignores parameters it does not document: the newest page comes back). A new task may become
+// readable only `visibleAfterMs` after it was created (Kling promises no read-after-write); the
+// uniqueness of its key holds from the create on. Over the account's concurrency Kling answers 429
+// code 1303 (it does not queue). Unsigned callbacks on processing and on the terminal state,
+// carrying the task object.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
@@ -13,12 +17,25 @@ import { WebhookSender } from './webhooks';
 import { JobStore, type ProtocolDeps, type SimJob } from './jobs';
 import { runSubmit } from './submit-faults';
 
-export const SIM_KLING_DEFAULTS = { accessKey: 'sim-kling-access-key', secretKey: 'sim-kling-secret-key-0123456789', concurrency: 5 } as const;
+/** What a get of an id Kling does not serve answers: HTTP status and business code. */
+export type KlingNotFoundShape = '404-1203' | '400-1201';
+
+export const SIM_KLING_DEFAULTS = {
+  accessKey: 'sim-kling-access-key',
+  secretKey: 'sim-kling-secret-key-0123456789',
+  concurrency: 5,
+  visibleAfterMs: 0,
+  notFound: '404-1203',
+} as const;
 
 export interface KlingSimOptions {
   readonly accessKey: string;
   readonly secretKey: string;
   readonly concurrency: number;
+  /** A new task is readable only this long after its create (the fault knob kling_visible_after_ms overrides). */
+  readonly visibleAfterMs: number;
+  /** The answer to a get of an id not served (the fault knob kling_not_found overrides). */
+  readonly notFound: KlingNotFoundShape;
 }
 
 /** Text-to-video model names from Kling's capability map (docs/providers.md); others are refused (1201). */
@@ -46,7 +63,11 @@ const STATUS: Record<SimJob['phase'], string> = {
 };
 
 /** Kling's auth codes: 1001 missing, 1002 invalid, 1003 not yet valid, 1004 expired; null = valid. */
-export function checkKlingJwt(authorization: string | undefined, o: KlingSimOptions, nowS: number): { code: number; message: string } | null {
+export function checkKlingJwt(
+  authorization: string | undefined,
+  o: Pick<KlingSimOptions, 'accessKey' | 'secretKey'>,
+  nowS: number,
+): { code: number; message: string } | null {
   const m = /^Bearer\s+([\w-]+)\.([\w-]+)\.([\w-]+)$/.exec(authorization ?? '');
   if (!authorization) return { code: 1001, message: 'Authorization is empty' };
   if (!m) return { code: 1002, message: 'Authorization is invalid' };
@@ -71,6 +92,9 @@ export function checkKlingJwt(authorization: string | undefined, o: KlingSimOpti
 
 export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
   const byExternal = new Map<string, SimJob>();
+  /** When each task becomes readable (ms since the epoch), fixed at its create. */
+  const visibleAt = new Map<string, number>();
+  const readable = (job: SimJob): boolean => (visibleAt.get(job.id) ?? 0) <= Date.now();
   const store: JobStore = new JobStore({
     prefix: 'kling',
     baseUrl: deps.baseUrl,
@@ -122,6 +146,10 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
     const parsed = createBody.safeParse(req.body);
     if (!parsed.success) return envelope(res, 400, 1201, `invalid request parameters: ${z.prettifyError(parsed.error)}`);
     const body = parsed.data;
+    // The model's own limits, where its published schema is kept (no std/pro on kling-v2-master).
+    const issues = deps.inputs.check('kling', body.model_name, '/v1/videos/text2video', req.body);
+    if (issues && issues.length > 0)
+      return envelope(res, 400, 1201, `invalid request parameters: ${issues.map((i) => `${i.path || '/'} ${i.message}`).join('; ')}`);
     const ext = body.external_task_id;
     if (ext && byExternal.has(ext)) return envelope(res, 400, 1201, 'external_task_id already exists');
     const config = deps.faults.for('kling');
@@ -138,6 +166,8 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
           webhook: body.callback_url ?? null,
         });
         if (ext) byExternal.set(ext, job);
+        const lag = config.kling_visible_after_ms ?? o.visibleAfterMs;
+        if (lag > 0) visibleAt.set(job.id, job.createdAt.getTime() + lag);
         return job;
       },
       answer: (job) => envelope(res, 200, 0, 'SUCCEED', taskJson(job)),
@@ -148,9 +178,12 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
   });
 
   r.get('/v1/videos/text2video/:id', (req, res) => {
-    if (deps.faults.for('kling').status === 'error_5xx') return envelope(res, 500, 5000, 'server internal error');
+    const config = deps.faults.for('kling');
+    if (config.status === 'error_5xx') return envelope(res, 500, 5000, 'server internal error');
     const job = store.get(req.params.id) ?? byExternal.get(req.params.id);
-    if (!job) return envelope(res, 404, 1203, 'task not found');
+    if (!job || !readable(job)) {
+      return (config.kling_not_found ?? o.notFound) === '400-1201' ? envelope(res, 400, 1201, 'invalid task id') : envelope(res, 404, 1203, 'task not found');
+    }
     envelope(res, 200, 0, 'SUCCEED', taskJson(job));
   });
   r.get('/v1/videos/text2video', (req, res) => {
@@ -164,6 +197,7 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
       'SUCCEED',
       store
         .list()
+        .filter(readable)
         .slice((page - 1) * size, page * size)
         .map(taskJson),
     );
@@ -172,6 +206,9 @@ export function createKlingProtocol(deps: ProtocolDeps, o: KlingSimOptions) {
   return {
     router: r,
     store,
-    clearKeys: () => byExternal.clear(),
+    clearKeys: () => {
+      byExternal.clear();
+      visibleAt.clear();
+    },
   };
 }

@@ -19,6 +19,7 @@ const sim = createSimulator({
   outputTtlMs: config.SIMULATOR_OUTPUT_TTL_MS,
   dataDir: path.resolve(config.SIMULATOR_DATA_DIR),
   fal: { userId: config.PROVIDER_FAL_USER_ID, resultRetentionMs: config.SIMULATOR_FAL_RESULT_RETENTION_MS },
+  kling: { visibleAfterMs: config.SIMULATOR_KLING_VISIBLE_AFTER_MS, notFound: config.SIMULATOR_KLING_NOT_FOUND },
   replicateRateLimits: replicateLimitsFromSetting(config.SIMULATOR_REPLICATE_RATE_LIMITS),
   logger,
 });

@@ -1,5 +1,7 @@
 // The simulator's prediction store and timer-driven lifecycle:
-// starting → processing (after min(200 ms, T/4)) → succeeded | failed (after T).
+// starting → processing (after min(200 ms, T/4), or the start delay knob) → succeeded | failed
+// (T after creation, later by the start delay). A `Cancel-After` lifetime ends it first: aborted
+// while still starting (never ran, not billed), canceled while processing.
 // A prediction reads back with the documented fields only (docs/providers.md): no `webhook`.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -42,6 +44,29 @@ export interface CreatePrediction {
   readonly input: Record<string, unknown>;
   readonly webhook?: string | undefined;
   readonly webhook_events_filter?: readonly WebhookEventType[] | undefined;
+  /** The create's `Cancel-After`, in ms from creation (parseCancelAfter). */
+  readonly cancelAfterMs?: number | null;
+  /** How long it stays `starting` (the start_delay_ms knob); default min(200 ms, T/4). */
+  readonly startDelayMs?: number;
+  /** The output's length, for a model that takes no duration (default: the input's `duration`). */
+  readonly durationS?: number;
+}
+
+/**
+ * A `Cancel-After` value in ms, or null when malformed or under Replicate's 5 s minimum
+ * (https://replicate.com/docs/reference/http#predictions.create: a duration with an optional
+ * unit, `s`, `m` or `h`, combinable as in `1h30m45s`; a bare number is seconds).
+ */
+export function parseCancelAfter(value: string): number | null {
+  const v = value.trim();
+  let ms: number;
+  if (/^\d+$/.test(v)) ms = Number(v) * 1000;
+  else {
+    const m = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(v);
+    if (!m || v === '') return null;
+    ms = (Number(m[1] ?? 0) * 3600 + Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0)) * 1000;
+  }
+  return ms >= 5_000 ? ms : null;
 }
 
 export interface PredictionStoreOptions {
@@ -119,7 +144,7 @@ export class PredictionStore {
       output: null,
       error: null,
       token: tokenOf(webhook),
-      durationS: clampDuration(req.input['duration']),
+      durationS: clampDuration(req.durationS ?? req.input['duration']),
       generationMs,
       timers: [],
     };
@@ -129,20 +154,24 @@ export class PredictionStore {
     this.opts.logger.info({ predictionId: p.id, token: p.token, generationMs }, 'prediction created');
 
     this.emit(p, 'start');
+    const usualStartMs = Math.min(200, generationMs / 4);
+    const startMs = req.startDelayMs ?? usualStartMs;
     p.timers.push(
+      setTimeout(() => {
+        if (p.status !== 'starting') return;
+        p.status = 'processing';
+        p.startedAt = new Date();
+      }, startMs),
       setTimeout(
         () => {
-          if (p.status !== 'starting') return;
-          p.status = 'processing';
-          p.startedAt = new Date();
+          if (prompt.includes('[sim:fail]')) this.finish(p, 'failed', 'simulated failure requested by [sim:fail]');
+          else this.finish(p, 'succeeded', null);
         },
-        Math.min(200, generationMs / 4),
+        generationMs + Math.max(0, startMs - usualStartMs),
       ),
-      setTimeout(() => {
-        if (prompt.includes('[sim:fail]')) this.finish(p, 'failed', 'simulated failure requested by [sim:fail]');
-        else this.finish(p, 'succeeded', null);
-      }, generationMs),
     );
+    // The deadline a create set: not started by then → aborted (not billed), running → canceled.
+    if (req.cancelAfterMs) p.timers.push(setTimeout(() => this.finish(p, p.status === 'starting' ? 'aborted' : 'canceled', null), req.cancelAfterMs));
     return p;
   }
 
@@ -157,7 +186,8 @@ export class PredictionStore {
     for (const t of p.timers) clearTimeout(t);
     p.timers.length = 0;
     const now = new Date();
-    p.startedAt ??= now;
+    // An aborted prediction never started (and has no run time to bill).
+    if (status !== 'aborted') p.startedAt ??= now;
     p.completedAt = now;
     p.status = status;
     p.error = error;

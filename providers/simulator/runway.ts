@@ -104,6 +104,10 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
   });
 
   const submit = (schema: typeof imageBody | typeof textBody) => (req: Request, res: Response) => {
+    // A catalog model: its published request type (deps.inputs); others: the bodies above.
+    const model = (req.body as { model?: unknown } | undefined)?.model;
+    const issues = typeof model === 'string' ? deps.inputs.check('runway', model, req.path, req.body) : null;
+    if (issues && issues.length > 0) return void res.status(400).json({ error: 'Validation of body failed', issues });
     const parsed = schema.safeParse(req.body);
     if (!parsed.success) return void res.status(400).json({ error: 'Validation of body failed', issues: parsed.error.issues });
     const body: RunwayBody = parsed.data;

@@ -9,10 +9,11 @@ import { z } from 'zod';
 import { createFalProtocol, SIM_FAL_DEFAULTS, type FalSimOptions } from './fal';
 import { Faults, faultConfigSchema, type FaultConfig, type SimProvider } from './faults';
 import type { SubmitLogStats, SubmitReceived } from './submit-log';
+import { InputSchemas, type InputIssue } from './input-schemas';
 import { createKlingProtocol, SIM_KLING_DEFAULTS, type KlingSimOptions } from './kling';
 import { CUT_OUTPUT, MediaLibrary, UrlSigner, DEFAULT_DURATION_S, sendOutputFile } from './media';
 import { createRunwayProtocol, SIM_RUNWAY_DEFAULTS, type RunwaySimOptions } from './runway';
-import { PredictionStore } from './predictions';
+import { parseCancelAfter, PredictionStore } from './predictions';
 import { ReplicateRateLimiter, REPLICATE_DOCUMENTED_LIMITS, type ReplicateRateLimits, type ThrottleCounts } from './rate-limits';
 import { tokenOfUrl } from './submit-faults';
 import { WebhookSender } from './webhooks';
@@ -112,6 +113,19 @@ function problem(res: Response, status: number, title: string, detail: string): 
   res.status(status).type('application/problem+json').send(JSON.stringify({ title, detail, status }));
 }
 
+/**
+ * An input the model's schema refuses, as Replicate answers it: 422 problem+json, "Input
+ * validation failed", one line per field in `detail` and the fields in `invalid_fields`.
+ */
+function inputValidationFailed(res: Response, issues: readonly InputIssue[]): void {
+  const fields = issues.map((i) => ({ type: i.keyword, field: `input${i.path.replace(/\//g, '.')}`, description: i.message }));
+  const detail = fields.map((f) => `- ${f.field}: ${f.description}`).join('\n');
+  res
+    .status(422)
+    .type('application/problem+json')
+    .send(JSON.stringify({ title: 'Input validation failed', detail, status: 422, invalid_fields: fields }));
+}
+
 function readWebhook(body: unknown): string | undefined {
   const w = typeof body === 'object' && body !== null ? (body as { webhook?: unknown }).webhook : undefined;
   return typeof w === 'string' ? w : undefined;
@@ -153,6 +167,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   const limits = opts.replicateRateLimits ?? REPLICATE_DOCUMENTED_LIMITS;
   const limiter = limits === false ? null : new ReplicateRateLimiter(limits);
   const pendingAnswers = new Set<NodeJS.Timeout>();
+  // The catalog models' published input schemas: each protocol refuses what a model's schema refuses.
+  const inputs = new InputSchemas();
   const deps = {
     baseUrl,
     faults,
@@ -163,6 +179,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     generationMs: opts.generationMs,
     outputTtlMs: opts.outputTtlMs,
     pendingAnswers,
+    inputs,
   };
   const fal = createFalProtocol(deps, { ...SIM_FAL_DEFAULTS, ...opts.fal });
   const runway = createRunwayProtocol(deps, { ...SIM_RUNWAY_DEFAULTS, ...opts.runway });
@@ -284,6 +301,16 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const parsed = model === null ? versionCreateBody.safeParse(req.body) : modelCreateBody.safeParse(req.body);
     if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
     const version = 'version' in parsed.data && typeof parsed.data.version === 'string' ? parsed.data.version : null;
+    // The model's published input schema, where one is kept (a versioned create names its model before the colon).
+    const named = model ?? (version?.includes(':') ? version.slice(0, version.lastIndexOf(':')) : null);
+    const issues = named === null ? null : inputs.check('replicate', named, 'input', parsed.data.input);
+    if (issues && issues.length > 0) return inputValidationFailed(res, issues);
+    // A deadline for the prediction (its lifetime from creation); the reference sets a 5 s minimum.
+    const cancelAfterHeader = req.get('cancel-after');
+    const cancelAfterMs = cancelAfterHeader === undefined ? null : parseCancelAfter(cancelAfterHeader);
+    if (cancelAfterHeader !== undefined && cancelAfterMs === null) {
+      return problem(res, 422, 'Invalid Cancel-After', 'a duration such as 90s, 5m or 1h30m45s, at least 5 seconds');
+    }
     const f = faults.for('replicate');
     const fault = faults.takeSubmitFault('replicate', undefined, tokenOfUrl(parsed.data.webhook));
     if (fault === 'error_5xx_before_accept') return problem(res, 500, 'Internal Server Error', 'simulated failure');
@@ -293,7 +320,16 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       const resets = f.retry_after_s === undefined ? '' : ` Your rate limit resets in ~${f.retry_after_s}s.`;
       return problem(res, 429, 'Too Many Requests', `Request was throttled.${resets}`);
     }
-    const p = store.create({ ...parsed.data, model, version });
+    // A model with no duration input renders its one duration (minimax/video-01: 6 s).
+    const delivered = named === null ? undefined : inputs.fixture('replicate', named)?.delivers.durationSeconds;
+    const p = store.create({
+      ...parsed.data,
+      model,
+      version,
+      cancelAfterMs,
+      ...(delivered && 'fixed' in delivered ? { durationS: delivered.fixed } : {}),
+      ...(f.start_delay_ms !== undefined ? { startDelayMs: f.start_delay_ms } : {}),
+    });
     switch (fault) {
       case 'accept_then_hang':
         return; // the socket stays open until the client gives up or the server closes

@@ -31,7 +31,7 @@ async function runningTask(): Promise<{ taskId: string; facts: TaskFacts }> {
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `await-provider-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `await provider ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `await provider ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await w.run('dispatchTask', taskId);
@@ -128,7 +128,7 @@ test("a lookup's hit for an unknown outcome is not applied in the poll's transac
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `await-provider-unknown-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `await provider unknown ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `await provider unknown ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await w.run('dispatchTask', taskId);

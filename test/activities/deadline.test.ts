@@ -25,8 +25,8 @@ async function newTask(deadlineSeconds?: number): Promise<string> {
     body: {
       model: 'minimax/video-01',
       prompt: `deadline ${seq}`,
-      duration_seconds: 2,
-      resolution: '480p',
+      duration_seconds: 6,
+      resolution: '720p',
       priority: 0,
       ...(deadlineSeconds ? { deadline_seconds: deadlineSeconds } : {}),
     },
@@ -56,7 +56,7 @@ describe('the task deadline', () => {
     assert.equal(facts.status, 'FAILED');
     const task = await taskOf(id);
     assert.equal(task.failure_code, 'DEADLINE_EXCEEDED');
-    assert.deepEqual(await ledgerOf(id), ['RELEASE 1.000000', 'RESERVE 1.000000', 'SETTLE 0.000000']);
+    assert.deepEqual(await ledgerOf(id), ['RELEASE 4.500000', 'RESERVE 4.500000', 'SETTLE 0.000000']);
     assert.equal((await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id))).length, 0);
   });
 
@@ -71,7 +71,7 @@ describe('the task deadline', () => {
     const [attempt] = await w.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
     assert.equal(attempt!.submit_state, 'CANCELLED');
     assert.equal(w.sim.jobsFor(attempt!.attempt_id), 0, 'the provider was never called');
-    assert.deepEqual(await ledgerOf(id), ['RELEASE 1.000000', 'RESERVE 1.000000', 'SETTLE 0.000000']);
+    assert.deepEqual(await ledgerOf(id), ['RELEASE 4.500000', 'RESERVE 4.500000', 'SETTLE 0.000000']);
   });
 
   test('with time left, the submit goes ahead; once accepted, the deadline passing changes nothing (the job is paid for)', async () => {

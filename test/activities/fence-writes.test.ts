@@ -120,7 +120,7 @@ async function submittedTask(): Promise<string> {
   const created = await createTask(db(), await token(), {
     tenantId: w.tenantId,
     idempotencyKey: `fence-writes-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `fence ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `fence ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const id = created.task.task_id;
   await w.run('dispatchTask', id);
@@ -241,7 +241,7 @@ describe('a stale-epoch worker writes nothing', () => {
     const created = await createTask(db(), await token(), {
       tenantId: w.tenantId,
       idempotencyKey: `fence-writes-${seq}-${Date.now()}`,
-      body: { model: 'minimax/video-01', prompt: `fence ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+      body: { model: 'minimax/video-01', prompt: `fence ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
     });
     const id = created.task.task_id;
     await w.run('dispatchTask', id);
@@ -283,7 +283,7 @@ describe('a stale-epoch worker writes nothing', () => {
       const created = await createTask(db(), await token(), {
         tenantId: w.tenantId,
         idempotencyKey: `fence-relay-${Date.now()}`,
-        body: { model: 'minimax/video-01', prompt: 'relay', duration_seconds: 2, resolution: '480p', priority: 0 },
+        body: { model: 'minimax/video-01', prompt: 'relay', duration_seconds: 6, resolution: '720p', priority: 0 },
       });
       const id = created.task.task_id;
       const relay = { db: db(), fence: { scope: config.FENCE_SCOPE, region: config.REGION }, facade, logger: testLogger, batchSize: 10, intervalMs: 10 };

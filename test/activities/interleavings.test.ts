@@ -31,7 +31,7 @@ async function preparedTask(): Promise<{ taskId: string; attemptId: string }> {
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `il-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `race ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `race ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await run('dispatchTask', taskId);
@@ -125,7 +125,7 @@ describe('submit: the provider is called at most once per attempt', () => {
     assert.equal(r.facts.status, 'CANCELLED');
     assert.equal(w.sim.jobsFor(attemptId), 0);
     const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
-    assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+    assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '4.500000', SETTLE: '0.000000', RELEASE: '4.500000' });
   });
 });
 
@@ -204,7 +204,7 @@ describe('cancel against provider success: the state machine decides', () => {
     const facts = await run('applyInbox', taskId);
     assert.equal(facts.status, 'CANCELLED');
     const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
-    assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
+    assert.deepEqual(Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])), { RESERVE: '4.500000', SETTLE: '4.500000', RELEASE: '0.000000' });
     assert.ok(jobId);
   });
 
@@ -223,7 +223,7 @@ describe('cancel against provider success: the state machine decides', () => {
     const ledger = await w.tdb.database.db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId));
     assert.deepEqual(
       { settled: task.settled_amount, ledger: Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])) },
-      { settled: '0.000000', ledger: { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' } },
+      { settled: '0.000000', ledger: { RESERVE: '4.500000', SETTLE: '0.000000', RELEASE: '4.500000' } },
     );
   });
 
@@ -247,7 +247,7 @@ describe('cancel against provider success: the state machine decides', () => {
     // Replicate bills `canceled` (docs/billing.md "CANCELLED after submit").
     assert.deepEqual(
       { status: task.status, failure: task.failure_code, ledger: Object.fromEntries(ledger.map((l) => [l.entry_type, l.amount])) },
-      { status: 'CANCELLED', failure: null, ledger: { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' } },
+      { status: 'CANCELLED', failure: null, ledger: { RESERVE: '4.500000', SETTLE: '4.500000', RELEASE: '0.000000' } },
     );
     assert.deepEqual((await transitionsOf(taskId)).slice(-3), ['CANCEL_REQUESTED', 'MANUAL_REVIEW', 'CANCELLED']);
   });

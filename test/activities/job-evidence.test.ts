@@ -9,11 +9,15 @@ import { asc, eq, inArray } from 'drizzle-orm';
 import { createTask } from '../support/deps';
 import { recordProviderEvent } from '../../db/inbox';
 import { generationTask, taskAttempt } from '../../db/schema';
-import { startActivityWorld, type ActivityWorld } from '../support/activities';
+import { provingAbsence, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 before(async () => {
-  w = await startActivityWorld({ config: { UNKNOWN_PROOF_DELAY_MS: '0' }, deps: (d) => ({ ...d, providerHealth: () => ({}) }) });
+  // Kling's lookup miss proves nothing (docs/providers.md "Proof of absence"): here it stands in for a provider whose miss would.
+  w = await startActivityWorld({
+    config: { UNKNOWN_PROOF_DELAY_MS: '0', SUBMIT_SEND_WINDOW_MS: '100' },
+    deps: (d) => ({ ...d, providerHealth: () => ({}), providers: { ...d.providers, kling: provingAbsence(d.providers['kling']!) } }),
+  });
 });
 after(() => w?.close());
 beforeEach(async () => {
@@ -35,7 +39,7 @@ async function unknownKlingTask(): Promise<{ taskId: string; attemptId: string }
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `evidence-${seq}-${Date.now()}`,
-    body: { model: 'kling-v2-master', prompt: `evidence ${seq}`, duration_seconds: 2, resolution: '720p', priority: 0 },
+    body: { model: 'kling-v2-master', prompt: `evidence ${seq}`, duration_seconds: 5, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await w.run('dispatchTask', taskId);
@@ -43,6 +47,8 @@ async function unknownKlingTask(): Promise<{ taskId: string; attemptId: string }
   w.sim.sim.setFaults({ providers: ['kling'], submit: 'error_5xx_before_accept' });
   assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'SUBMIT_UNKNOWN');
   w.sim.sim.clearFaults();
+  // Nothing concludes "never sent" before the claim's send-by moment (docs/decisions/0063).
+  await new Promise((r) => setTimeout(r, 150));
   const [attempt] = await attemptsOf(taskId);
   return { taskId, attemptId: attempt!.attempt_id };
 }

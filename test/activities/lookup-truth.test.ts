@@ -30,7 +30,7 @@ async function submitted(acts: TaskActivities, fault: 'accept_then_hang' | 'erro
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `truth-${++seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await run(acts, 'dispatchTask', taskId);
@@ -107,7 +107,7 @@ test('an ambiguous match while a twin with the same input is still submitting is
   const twin = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `twin-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   await run(acts, 'dispatchTask', twin.task.task_id);
   const prepared = await run(acts, 'prepareAttempt', twin.task.task_id);

@@ -42,7 +42,7 @@ async function submittedTask(acts: TaskActivities): Promise<{ taskId: string; at
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `pace-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `pace ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `pace ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await run(acts, 'dispatchTask', taskId);

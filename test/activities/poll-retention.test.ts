@@ -64,6 +64,6 @@ async function polledInterval(body: { model: string; duration_seconds: number; r
 test('a fal job is polled at most a quarter of its result retention apart, whatever the configured pace; other providers keep the pace', async () => {
   const fal = await polledInterval({ model: 'fal-ai/kling-video/v2/master/text-to-video', duration_seconds: 5, resolution: '720p' });
   assert.ok(fal <= FAL_CAPABILITIES.resultRetentionMs! / 4, `fal polled ${fal} ms apart`);
-  const replicate = await polledInterval({ model: 'minimax/video-01', duration_seconds: 2, resolution: '480p' });
+  const replicate = await polledInterval({ model: 'minimax/video-01', duration_seconds: 6, resolution: '720p' });
   assert.ok(replicate > FAL_CAPABILITIES.resultRetentionMs!, `replicate keeps the configured pace (${replicate} ms)`);
 });

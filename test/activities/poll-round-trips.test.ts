@@ -2,7 +2,7 @@
 // provider works: one read of the fence, the mode, the task and its attempt before the provider
 // call, then the next poll time and the inbox row in one task transaction under the token read
 // (db/task-tx.ts); a wait's attempt (activities/await-provider.ts) applies the inbox in that same
-// transaction (docs/decisions/0051). Counted on the wire, as the benchmarks' preload counts them.
+// transaction (docs/decisions/0051). Counted on the wire: each pg.Client#query is one round trip.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { and, eq, isNull } from 'drizzle-orm';
@@ -38,7 +38,7 @@ test("a waiting task's poll is one read and one task transaction: five round tri
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `poll-round-trips-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'poll round trips', duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'poll round trips', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await w.run('dispatchTask', taskId);
@@ -72,7 +72,7 @@ test("a wait's attempt that reads the job records and applies it in that one tra
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `poll-round-trips-wait-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'wait round trips', duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'wait round trips', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await w.run('dispatchTask', taskId);

@@ -52,7 +52,7 @@ async function prepared(): Promise<{ taskId: string; attemptId: string }> {
   const { task } = await createTask(tdb.database.db, token, {
     tenantId,
     idempotencyKey: `guard-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `guard ${seq}`, duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `guard ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   await run('dispatchTask', task.task_id);
   const facts = await run('prepareAttempt', task.task_id);

@@ -8,13 +8,14 @@ import { asc, eq } from 'drizzle-orm';
 import { routeNextAttempt, type AttemptRecord } from '../../activities/routing';
 import { createTask, testRouting } from '../support/deps';
 import { generationTask, taskAttempt, taskTransition } from '../../db/schema';
+import { MODEL_CATALOG, RESOLUTIONS, requestRefusal, routeRefusal } from '../../domain/catalog';
 import type { ProviderHealth } from '../../domain/router';
-import { startActivityWorld, type ActivityWorld } from '../support/activities';
+import { freshActivities, provingAbsence, runActivity, startActivityWorld, type ActivityWorld } from '../support/activities';
 
 let w: ActivityWorld;
 before(async () => {
   // A fixed health view: the breakers these tests trip must not steer the later tests' routes.
-  w = await startActivityWorld({ config: { UNKNOWN_PROOF_DELAY_MS: '0' }, deps: (d) => ({ ...d, providerHealth: () => ({}) }) });
+  w = await startActivityWorld({ config: { UNKNOWN_PROOF_DELAY_MS: '0', SUBMIT_SEND_WINDOW_MS: '300' }, deps: (d) => ({ ...d, providerHealth: () => ({}) }) });
 });
 after(() => w?.close());
 beforeEach(() => w.sim.sim.clearFaults());
@@ -57,7 +58,7 @@ describe('routing attempts through the activities', () => {
     await run('prepareAttempt', taskId);
     const [a1] = await attemptsOf(taskId);
     assert.equal(a1!.provider, 'replicate');
-    assert.equal(a1!.provider_model, 'kwaivgi/kling-v2.1');
+    assert.equal(a1!.provider_model, 'kwaivgi/kling-v2.0');
   });
 
   test('an outcome that was unknown pins the task to its provider, even after it was proved absent', async () => {
@@ -68,8 +69,10 @@ describe('routing attempts through the activities', () => {
     w.sim.sim.setFaults({ providers: ['kling'], submit: 'error_5xx_before_accept' });
     const r1 = await run('submitAttempt', taskId);
     assert.equal(r1.facts.status, 'SUBMIT_UNKNOWN');
-    // Kling looks the job up by our key; the miss proves absence and frees the task for a new attempt.
-    const polled = await run('pollProvider', taskId);
+    // A provider whose lookup miss were proof (Kling's is not: docs/providers.md): the task is free
+    // for a new attempt once the claim's send-by moment has passed.
+    await new Promise((r) => setTimeout(r, 350));
+    const polled = await runActivity(freshActivities(w, { kling: provingAbsence(w.deps.providers['kling']!) }), 'pollProvider', taskId);
     assert.equal(polled.result, 'absent');
     await run('prepareAttempt', taskId);
     const [a1, a2] = await attemptsOf(taskId);
@@ -138,7 +141,7 @@ describe('routeNextAttempt (pure)', () => {
 
   test('only configured providers are candidates; one left makes the route pinned', () => {
     const r = routeNextAttempt(task(), [], { ...opts, available: ['replicate'] });
-    assert.deepEqual(r, { kind: 'route', provider: 'replicate', model: 'kwaivgi/kling-v2.1', via: 'pinned', reason: 'single-route' });
+    assert.deepEqual(r, { kind: 'route', provider: 'replicate', model: 'kwaivgi/kling-v2.0', via: 'pinned', reason: 'single-route' });
   });
 
   test('once every compatible provider rejected, the family is tried again rather than given up early', () => {
@@ -166,10 +169,45 @@ describe('routeNextAttempt (pure)', () => {
 
   test('a pinned model never leaves its provider', () => {
     const r = routeNextAttempt(
-      { ...task({ model: 'minimax/video-01', resolution: '480p' }), provider: 'replicate', providerModel: 'minimax/video-01' },
+      { ...task({ model: 'minimax/video-01', duration_seconds: 6, resolution: '720p' }), provider: 'replicate', providerModel: 'minimax/video-01' },
       [attempt(1, 'replicate', 'REJECTED')],
       opts,
     );
     assert.deepEqual(r, { kind: 'route', provider: 'replicate', model: 'minimax/video-01', via: 'pinned', reason: 'single-route' });
+  });
+
+  test('the router never chooses a route that cannot deliver the request exactly, whatever the health and the preference; what no route delivers is rejected', () => {
+    const favour = (provider: string): Record<string, ProviderHealth> => ({
+      ...Object.fromEntries(all.map((p) => [p, { errorRate: 0.5, p95LatencyMs: 60_000, breaker: 'closed' as const }])),
+      [provider]: { errorRate: 0, p95LatencyMs: 10, breaker: 'closed' },
+    });
+    const wrong: string[] = [];
+    for (const entry of MODEL_CATALOG) {
+      for (const resolution of RESOLUTIONS) {
+        for (let seconds = 1; seconds <= 20; seconds++) {
+          for (const image of [undefined, 'https://example.com/a.png']) {
+            for (const prompt of ['a heron', 'x'.repeat(1001)]) {
+              const req = { model: entry.model, prompt, duration_seconds: seconds, resolution, input_image_url: image };
+              for (const provider of all) {
+                const r = routeNextAttempt(
+                  { taskId: task().taskId, request: { ...req, provider }, provider: entry.routes[0]!.provider, providerModel: entry.routes[0]!.model },
+                  [],
+                  { ...opts, health: favour(provider) },
+                );
+                const what = `${entry.model} ${resolution} ${seconds}s${image ? ' +image' : ''} ${prompt.length} chars, ${provider} favoured`;
+                if (r.kind === 'rejected') {
+                  if (!requestRefusal(entry, req)) wrong.push(`${what}: rejected, though the catalog admits it`);
+                  continue;
+                }
+                const route = entry.routes.find((x) => x.provider === r.provider && x.model === r.model);
+                if (!route) wrong.push(`${what}: routed to ${r.provider} ${r.model}, not a route of the entry`);
+                else if (routeRefusal(route, req)) wrong.push(`${what}: routed to ${r.provider}, which ${routeRefusal(route, req)!.message}`);
+              }
+            }
+          }
+        }
+      }
+    }
+    assert.deepEqual(wrong.slice(0, 10), []);
   });
 });

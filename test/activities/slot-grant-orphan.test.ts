@@ -25,7 +25,7 @@ async function prepared(): Promise<{ taskId: string; attemptId: string }> {
   const { task } = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `orphan-${seq}`,
-    body: { model: 'minimax/video-01', prompt: `orphan ${seq}`, duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `orphan ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   await w.run('dispatchTask', task.task_id);
   const facts = await w.run('prepareAttempt', task.task_id);

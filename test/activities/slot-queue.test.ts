@@ -71,7 +71,7 @@ async function prepared(
   tenantId: string,
   priority = 0,
   deadlineSeconds?: number,
-  route: { model: string; duration_seconds: number; resolution: '480p' | '720p' } = { model: 'minimax/video-01', duration_seconds: 1, resolution: '480p' },
+  route: { model: string; duration_seconds: number; resolution: '480p' | '720p' } = { model: 'minimax/video-01', duration_seconds: 6, resolution: '720p' },
 ): Promise<{ taskId: string; attemptId: string; tenantId: string }> {
   seq += 1;
   const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };

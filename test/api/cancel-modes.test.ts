@@ -44,7 +44,7 @@ async function queued(): Promise<string> {
   const created = await createTask(db(), token(), {
     tenantId,
     idempotencyKey: `cancel-modes-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `cancel modes ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `cancel modes ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   return created.task.task_id;
 }

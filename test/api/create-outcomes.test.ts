@@ -18,7 +18,7 @@ let fresh: InProcessApi;
 /** Each API registers its own metrics; the counts are their sum. */
 const metrics: Metrics[] = [];
 let apiKey: string;
-const body = { model: 'minimax/video-01', prompt: 'outcomes', duration_seconds: 2, resolution: '480p', priority: 0 };
+const body = { model: 'minimax/video-01', prompt: 'outcomes', duration_seconds: 6, resolution: '720p', priority: 0 };
 const mode = (m: SystemMode) => setMode(tdb.database.db, { scope: config.FENCE_SCOPE, mode: m, actor: 'operator:test', reason: 'test' });
 
 before(async () => {

@@ -16,7 +16,16 @@ function streams(maxPerTenant: number, maxStreams: number) {
     hub,
     logger: testLogger,
     fence: () => Promise.reject(new Error('not used')),
-    settings: { heartbeatMs: 1_000, progressIntervalMs: 1_000, maxPerTenant, maxStreams, pollAfterMs: 1_000, retryMs: 1_000, fenceCacheMs: 0 },
+    settings: {
+      heartbeatMs: 1_000,
+      progressIntervalMs: 1_000,
+      maxPerTenant,
+      maxStreams,
+      pollAfterMs: 1_000,
+      retryMs: 1_000,
+      resumeMaxAgeMs: 86_400_000,
+      fenceCacheMs: 0,
+    },
   });
 }
 

@@ -26,7 +26,7 @@ after(async () => {
   await tdb?.drop();
 });
 
-const task = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p' };
+const task = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p' };
 const json = { 'content-type': 'application/json' };
 const auth = () => ({ authorization: `Bearer ${apiKey}` });
 const uuid = '0190a000-0000-7000-8000-000000000000';

@@ -7,7 +7,7 @@ import { generationTask } from '../../db/schema';
 import { createTestDatabase, createTestTenant, http, startApi, testConfig, type RunningApi, type TestDatabase } from '../support/stack';
 import { createGenerationFacade } from '../../temporal/facade';
 
-const body = { model: 'minimax/video-01', prompt: 'rate', duration_seconds: 1, resolution: '480p' };
+const body = { model: 'minimax/video-01', prompt: 'rate', duration_seconds: 6, resolution: '720p' };
 // Workflow starts are irrelevant here: a facade that never reaches Temporal keeps tasks QUEUED.
 const noTemporal = createGenerationFacade(async () => {
   throw new Error('no Temporal in this test');

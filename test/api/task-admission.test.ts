@@ -12,7 +12,7 @@ import { HttpProblem } from '../../api/problem';
 import { createTestDatabase, createTestTenant, testConfig, type TestDatabase } from '../support/stack';
 
 const config = testConfig();
-const body = { model: 'minimax/video-01', prompt: 'admission', duration_seconds: 4, resolution: '480p', priority: 0 } as const;
+const body = { model: 'minimax/video-01', prompt: 'admission', duration_seconds: 6, resolution: '720p', priority: 0 } as const;
 
 let tdb: TestDatabase;
 before(async () => {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq, sql } from 'drizzle-orm';
-import { creditAccount, creditLedger, generationTask, outboxEvent, taskTransition, webhookEndpoint } from '../../db/schema';
+import { creditAccount, creditLedger, generationTask, outboxEvent, taskAttempt, taskTransition, webhookEndpoint } from '../../db/schema';
 import { insertEndpoint } from '../../db/webhooks';
 import { createGenerationFacade } from '../../temporal/facade';
 import { markOutboxPublished } from '../../db/outbox';
@@ -20,7 +20,7 @@ import {
 } from '../support/stack';
 
 const config = testConfig({ TEMPORAL_TASK_QUEUE: uniqueQueue('api') });
-const body = { model: 'minimax/video-01', prompt: 'a red fox running through snow', duration_seconds: 4, resolution: '480p' };
+const body = { model: 'minimax/video-01', prompt: 'a red fox running through snow', duration_seconds: 6, resolution: '720p' };
 
 let tdb: TestDatabase;
 let api: RunningApi;
@@ -81,11 +81,11 @@ describe('create: one transaction of task, reservation, outbox', () => {
     const id = res.body.task_id as string;
     assert.equal(res.headers.get('location'), `/v1/tasks/${id}`);
     const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, id));
-    assert.equal(task?.reserved_amount, '2.000000'); // 4 s × 0.5 at 480p
+    assert.equal(task?.reserved_amount, '4.500000'); // 6 s × 0.5 × 1.5 at 720p
     const ledger = await ledgerRows(id);
     assert.deepEqual(
       ledger.map((e) => [e.entry_type, e.amount, e.business_key]),
-      [['RESERVE', '2.000000', `task:${id}:reserve`]],
+      [['RESERVE', '4.500000', `task:${id}:reserve`]],
     );
     const outbox = await tdb.database.db.select().from(outboxEvent).where(eq(outboxEvent.aggregate_id, id));
     assert.equal(outbox.length, 1);
@@ -161,7 +161,7 @@ describe('create: one transaction of task, reservation, outbox', () => {
     const poor = await createTestTenant(tdb.database, config, '1');
     const res = await create('poor-1', body, poor.apiKey);
     assert.equal(res.status, 402);
-    assert.match(res.body.detail, /needs 2\.000000 credits; 1\.000000 available/);
+    assert.match(res.body.detail, /needs 4\.500000 credits; 1\.000000 available/);
     const [count] = await tdb.database.db
       .select({ n: sql<number>`count(*)::int` })
       .from(generationTask)
@@ -201,11 +201,11 @@ describe('validation: problem+json naming the field, never a 500', () => {
   }
 
   test('a model family is accepted with a preferred provider of the family, priced by the family', async () => {
-    const res = await create('family-pref', { ...body, model: 'kling-v2', resolution: '720p', duration_seconds: 2, provider: 'fal' });
+    const res = await create('family-pref', { ...body, model: 'kling-v2', resolution: '720p', duration_seconds: 5, provider: 'fal' });
     assert.equal(res.status, 202, JSON.stringify(res.body));
     const [task] = await tdb.database.db.select().from(generationTask).where(eq(generationTask.task_id, res.body.task_id));
-    // 0.9 per second × 1.5 for 720p × 2 s; the task names the static first choice until routed.
-    assert.equal(task?.reserved_amount, '2.700000');
+    // 0.9 per second × 1.5 for 720p × 5 s; the task names the static first choice until routed.
+    assert.equal(task?.reserved_amount, '6.750000');
     assert.equal(task?.provider, 'kling');
   });
 
@@ -241,7 +241,7 @@ describe('reads, list and cancel', () => {
   test('the task list pages with a cursor, newest first, filtered by status', async () => {
     const tenant = await createTestTenant(tdb.database, config, '100');
     for (let i = 0; i < 5; i += 1) {
-      const r = await create(`list-${i}`, { ...body, duration_seconds: 1 }, tenant.apiKey);
+      const r = await create(`list-${i}`, body, tenant.apiKey);
       assert.equal(r.status, 202);
     }
     const seen: string[] = [];
@@ -266,7 +266,7 @@ describe('reads, list and cancel', () => {
     assert.equal(res.body.status, 'CANCELLED');
     const ledger = await ledgerRows(id);
     const by = Object.fromEntries(ledger.map((e) => [e.entry_type, e.amount]));
-    assert.deepEqual(by, { RESERVE: '2.000000', SETTLE: '0.000000', RELEASE: '2.000000' });
+    assert.deepEqual(by, { RESERVE: '4.500000', SETTLE: '0.000000', RELEASE: '4.500000' });
     const again = await http(api.baseUrl, 'POST', `/v1/tasks/${id}/cancel`, { apiKey: alice.apiKey });
     assert.equal(again.status, 409);
     assert.equal((await ledgerRows(id)).length, 3, 'a second cancel writes no ledger rows');
@@ -280,6 +280,32 @@ describe('reads, list and cancel', () => {
     assert.equal(res.body.transitions[0].to, 'QUEUED');
     assert.equal(res.body.ledger[0].type, 'RESERVE');
     assert.equal(res.body.output, null);
+  });
+
+  test("an attempt's last error (why its outcome is unknown) is shown redacted: no callback token, bearer token or URL query leaves", async () => {
+    const created = await create('get-unknown', { ...body, duration_seconds: 6, resolution: '720p' });
+    const taskId = created.body.task_id as string;
+    const attemptId = '0b7e4c1e-5a0c-4f4e-9d2a-3f1e2d3c4b5a';
+    await tdb.database.db.insert(taskAttempt).values({
+      attempt_id: attemptId,
+      task_id: taskId,
+      attempt_no: 1,
+      provider: 'replicate',
+      provider_model: 'minimax/video-01',
+      submit_state: 'SUBMIT_UNKNOWN',
+      unknown_since: new Date(),
+      last_error:
+        'replicate: HTTP 500 (provider may have created the prediction): echoed https://api.example.com/v1/callbacks/replicate/tok-secret-123?sig=abc and Bearer r8_abcdefghijklmnop',
+    });
+    const res = await http(api.baseUrl, 'GET', `/v1/tasks/${taskId}`, { apiKey: alice.apiKey });
+    assert.equal(res.status, 200);
+    const [attempt] = res.body.attempts as { submit_state: string; unknown_since: string | null; last_error: string }[];
+    assert.ok(attempt, 'the attempt is shown');
+    assert.equal(attempt.submit_state, 'SUBMIT_UNKNOWN');
+    assert.ok(attempt.unknown_since);
+    assert.match(attempt.last_error, /HTTP 500/);
+    for (const secret of ['tok-secret-123', 'sig=abc', 'r8_abcdefghijklmnop'])
+      assert.ok(!attempt.last_error.includes(secret), `${secret} left: ${attempt.last_error}`);
   });
 });
 

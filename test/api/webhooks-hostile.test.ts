@@ -189,7 +189,7 @@ const CASES: readonly Case[] = [
     method: 'POST',
     path: () => '/v1/tasks',
     headers: { 'idempotency-key': 'wh-h-1' },
-    body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p', webhook_url: 'https://10.0.0.5/hook' },
+    body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p', webhook_url: 'https://10.0.0.5/hook' },
     status: 400,
     field: 'webhook_url',
   },
@@ -198,7 +198,7 @@ const CASES: readonly Case[] = [
     method: 'POST',
     path: () => '/v1/tasks',
     headers: { 'idempotency-key': 'wh-h-2' },
-    body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p', webhook_url: 'http://hooks.example.com/hook' },
+    body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p', webhook_url: 'http://hooks.example.com/hook' },
     status: 400,
     field: 'webhook_url',
   },
@@ -233,7 +233,7 @@ test("a task's webhook_url is refused while the tenant has no enabled endpoint t
   const res = await http(api.baseUrl, 'POST', '/v1/tasks', {
     apiKey: other.apiKey,
     headers: { 'idempotency-key': 'wh-h-3' },
-    body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p', webhook_url: 'https://hooks.example.com/per-task' },
+    body: { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p', webhook_url: 'https://hooks.example.com/per-task' },
   });
   assert.equal(res.status, 400, JSON.stringify(res.body));
   assert.equal(res.body.errors[0].field, 'webhook_url');

@@ -7,24 +7,24 @@ import { historyCounts } from '../../bench/lib/history';
 import { NO_COUNTS, pgDelta, withoutBackground, type PgCounts } from '../../bench/lib/pg-counts';
 
 const budgets = {
-  pgRoundTrips: { max: 100, note: 'round trips' },
+  pgCommits: { max: 100, note: 'commits' },
   workflowTasks: { max: 12, note: 'workflow tasks' },
 };
 
 test('a count over its budget regresses, one at or under it passes', () => {
-  const checks = checkCounts({ pgRoundTrips: 100.01, workflowTasks: 12 }, budgets);
+  const checks = checkCounts({ pgCommits: 100.01, workflowTasks: 12 }, budgets);
   assert.deepEqual(
     checks.map((c) => [c.key, c.regressed]),
     [
-      ['pgRoundTrips', true],
+      ['pgCommits', true],
       ['workflowTasks', false],
     ],
   );
 });
 
 test('a budgeted count the run did not measure (missing or NaN) regresses rather than passing silently', () => {
-  const checks = checkCounts({ pgRoundTrips: Number.NaN }, budgets);
-  assert.equal(checks.find((c) => c.key === 'pgRoundTrips')?.regressed, true);
+  const checks = checkCounts({ pgCommits: Number.NaN }, budgets);
+  assert.equal(checks.find((c) => c.key === 'pgCommits')?.regressed, true);
   assert.equal(checks.find((c) => c.key === 'workflowTasks')?.regressed, true);
 });
 
@@ -47,31 +47,38 @@ test('budgets written from a run sit the slack above it, rounded up to a tenth, 
   assert.equal(checkCounts({ b: 10.04 }, written)[0]?.regressed, false);
 });
 
-const counts = (statements: Record<string, number>, commitsBy: Record<string, number>): PgCounts => ({
+const counts = (statements: Record<string, number>, commits: number): PgCounts => ({
   total: Object.values(statements).reduce((a, b) => a + b, 0),
-  commits: Object.values(commitsBy).reduce((a, b) => a + b, 0),
+  commits,
   rollbacks: 0,
   statements,
-  commitsBy,
 });
 
-test('the phase delta sums every process and subtracts each one’s start', () => {
-  const d = pgDelta([counts({ a: 5, b: 2 }, { a: 5 }), counts({ a: 1 }, {})], [counts({ a: 3 }, { a: 3 }), NO_COUNTS]);
-  assert.deepEqual(d, { total: 5, commits: 2, rollbacks: 0, statements: { a: 3, b: 2 }, commitsBy: { a: 2 } });
+test('the phase delta is the later reading less the earlier, statement by statement', () => {
+  const d = pgDelta(counts({ a: 5, b: 2 }, 7), counts({ a: 3 }, 3));
+  assert.deepEqual(d, { total: 4, commits: 4, rollbacks: 0, statements: { a: 2, b: 2 } });
+  assert.deepEqual(pgDelta(counts({ a: 3 }, 3), NO_COUNTS), counts({ a: 3 }, 3));
 });
 
 test('the timer loops come out at their quiet rate, statement by statement, never below zero', () => {
   // Quiet: 10 s with 20 relay polls (each its own commit) and 10 fence reads.
-  const quiet = counts({ relay: 20, fence: 10 }, { relay: 20, fence: 10 });
+  const quiet = counts({ relay: 20, fence: 10 }, 30);
   // Phase of 30 s: the relay polled 70 times (10 of them found work), the fence ran late (25
-  // instead of 30), and the tasks made 600 round trips in 120 transactions.
-  const phase = counts({ relay: 70, fence: 25, task: 600 }, { relay: 70, fence: 25, 'tx: task': 120 });
+  // instead of 30), and the tasks ran 600 statements in 120 transactions.
+  const phase = counts({ relay: 70, fence: 25, task: 600 }, 215);
   const own = withoutBackground(phase, quiet, 10, 30);
   assert.deepEqual(own.statements, { relay: 10, task: 600 });
   assert.equal(own.total, 610);
-  assert.deepEqual(own.commitsBy, { relay: 10, 'tx: task': 120 });
-  assert.equal(own.commits, 130);
+  assert.equal(own.commits, 125, 'commits as a total: 215 less 3 × 30');
+  assert.equal(withoutBackground(counts({}, 50), quiet, 10, 30).commits, 0, 'never below zero');
   assert.deepEqual(withoutBackground(phase, quiet, 0, 30), phase, 'no quiet window: nothing is taken out');
+});
+
+test('without pg_stat_statements the statements stay uncounted (NaN) and the commits are still taken out', () => {
+  const none = (commits: number): PgCounts => ({ total: Number.NaN, commits, rollbacks: 0, statements: {} });
+  const own = withoutBackground(pgDelta(none(300), none(100)), pgDelta(none(40), none(10)), 10, 30);
+  assert.ok(Number.isNaN(own.total));
+  assert.equal(own.commits, 110);
 });
 
 test('a history is counted by dispatches, local activity markers, workflow tasks and events', () => {

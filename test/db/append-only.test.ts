@@ -37,7 +37,7 @@ before(async () => {
   await createTask(tdb.database.db, token, {
     tenantId,
     idempotencyKey: 'append-only-1',
-    body: { model: 'minimax/video-01', prompt: 'a record', duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'a record', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const failover = await runFailover(tdb.database.db, {
     scope: config.FENCE_SCOPE,

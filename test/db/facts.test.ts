@@ -171,6 +171,8 @@ describe('compare-and-set on status_version', () => {
     assert.ok(transition_id > 0 && created_at instanceof Date && xact_id);
     assert.deepEqual(t, {
       task_id: taskId,
+      // Filled from the task row by a trigger (the tenant stream's index).
+      tenant_id: stored?.tenant_id,
       from_status: 'QUEUED',
       to_status: 'CANCELLED',
       from_version: 0,

@@ -40,6 +40,7 @@ before(async () => {
   const dead = await freePort();
   // As the processes build it: DATABASE_URL's host, then DATABASE_FAILOVER_HOSTS in order.
   config = loadConfig({
+    VIDORCH_ENV: 'test',
     DATABASE_URL: `postgres://postgres@127.0.0.1:${dead}/vidorch_fw`,
     DATABASE_FAILOVER_HOSTS: `127.0.0.1:${standby.port},127.0.0.1:${primary.port}`,
   });

@@ -30,7 +30,7 @@ const newTask = async (key: string) =>
     await createTask(tdb.database.db, token, {
       tenantId,
       idempotencyKey: `${key}-${Date.now()}`,
-      body: { model: 'minimax/video-01', prompt: key, duration_seconds: 2, resolution: '480p', priority: 0 },
+      body: { model: 'minimax/video-01', prompt: key, duration_seconds: 6, resolution: '720p', priority: 0 },
     })
   ).task.task_id;
 
@@ -84,7 +84,7 @@ test("a tenant page that was not full goes on from the snapshot's xmin: past oth
   const theirs = await createTask(tdb.database.db, token, {
     tenantId: other,
     idempotencyKey: `through-other-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'other', duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'other', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const [seen] = await tdb.database.db
     .execute<{ xact_id: string }>(sql`SELECT xact_id::text AS xact_id FROM task_transition WHERE task_id = ${theirs.task.task_id}`)

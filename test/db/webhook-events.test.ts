@@ -14,7 +14,7 @@ import { FenceRejectedError, holdFence } from '../../db/fence';
 import { generationTask, taskTransition, webhookDelivery, webhookEndpoint, webhookEvent } from '../../db/schema';
 import { casTaskStatus } from '../../db/tasks';
 import { createSecretBox } from '../../db/webhook-secrets';
-import { claimDueDeliveries, insertEndpoint, recordAttempt, redeliver } from '../../db/webhooks';
+import { claimDueDeliveries, insertEndpoint, recordAttempt, redeliver, type ClaimedDelivery, type ClaimLimits } from '../../db/webhooks';
 import { ALLOWED_TRANSITIONS } from '../../domain/task-machine';
 import type { TaskStatus } from '../../domain/states';
 import { afterFailure, delayBeforeStep, shouldDisable } from '../../domain/webhook-schedule';
@@ -24,7 +24,7 @@ const config = testConfig();
 let tdb: TestDatabase;
 let tenantId = '';
 const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };
-const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p' as const, priority: 0 };
+const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p' as const, priority: 0 };
 
 before(async () => {
   tdb = await createTestDatabase(config);
@@ -37,6 +37,10 @@ after(async () => {
 });
 
 const db = () => tdb.database.db;
+/** One claim with the tenant caps out of the way (their own tests: test/db/webhook-claim.test.ts). */
+const claim = async (limits: Pick<ClaimLimits, 'limit' | 'perTarget' | 'leaseMs'>, fence = token) =>
+  (await claimDueDeliveries(db(), fence, { perTenant: 100_000, perTenantPass: 100_000, afterTenant: null, ...limits })).claimed;
+const health = { disableAfterMs: 1e9, timeoutBackoff: { baseMs: 30_000, maxMs: 600_000 } };
 const newTask = async (key: string) => (await createTask(db(), token, { tenantId, idempotencyKey: key, body })).task.task_id;
 const eventsOf = (taskId: string) => db().select().from(webhookEvent).where(eq(webhookEvent.task_id, taskId));
 const deliveriesOf = (eventId: string) => db().select().from(webhookDelivery).where(eq(webhookDelivery.event_id, eventId));
@@ -116,13 +120,13 @@ test('the relay claims and records only under the region fence: a fenced-off rel
   await cancelTask(db(), token, tenantId, id);
   const [ev] = await eventsOf(id);
   const stale = { ...token, region: 'region-elsewhere' };
-  await assert.rejects(claimDueDeliveries(db(), stale, { limit: 10, perTarget: 4, leaseMs: 30_000 }), FenceRejectedError);
+  await assert.rejects(claim({ limit: 10, perTarget: 4, leaseMs: 30_000 }, stale), FenceRejectedError);
   for (const d of await deliveriesOf(ev!.event_id)) assert.equal(d.lease_until, null, 'no lease taken by the fenced-off relay');
 
-  const claimed = (await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.event_id === ev!.event_id);
+  const claimed = (await claim({ limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.event_id === ev!.event_id);
   assert.ok(claimed.length >= 1, 'the active region claims it');
-  const attempt = { url: 'https://example.com/h', startedAt: new Date(), ok: true, status: 200, latencyMs: 5, error: null, excerpt: null };
-  await assert.rejects(recordAttempt(db(), stale, claimed[0]!, attempt, { kind: 'delivered' }, { disableAfterMs: 1e9 }), FenceRejectedError);
+  const attempt = { url: 'https://example.com/h', startedAt: new Date(), ok: true, status: 200, latencyMs: 5, error: null, excerpt: null, timedOut: false };
+  await assert.rejects(recordAttempt(db(), stale, claimed[0]!, attempt, { kind: 'delivered' }, health), FenceRejectedError);
   const [still] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed[0]!.delivery_id));
   assert.equal(still!.state, 'pending', 'nothing recorded by the fenced-off relay');
   assert.equal(still!.attempt_count, 0);
@@ -132,20 +136,27 @@ test('a record from a claim that no longer holds the lease (expired and taken ag
   const id = await newTask('lease-owner-1');
   await cancelTask(db(), token, tenantId, id);
   const [ev] = await eventsOf(id);
-  const mine = (cs: Awaited<ReturnType<typeof claimDueDeliveries>>) => cs.filter((c) => c.event_id === ev!.event_id);
-  const [first] = mine(await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 1 }));
+  const mine = (cs: ClaimedDelivery[]) => cs.filter((c) => c.event_id === ev!.event_id);
+  const [first] = mine(await claim({ limit: 50, perTarget: 50, leaseMs: 1 }));
   await new Promise((r) => setTimeout(r, 20));
-  const [second] = mine(await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter(
-    (c) => c.delivery_id === first!.delivery_id,
-  );
+  const [second] = mine(await claim({ limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.delivery_id === first!.delivery_id);
   assert.ok(second, 'the expired lease is claimed again');
-  const failed = { url: 'https://example.com/h', startedAt: new Date(), ok: false, status: 500, latencyMs: 5, error: 'answered 500', excerpt: null };
-  await recordAttempt(db(), token, first!, failed, { kind: 'failed' }, { disableAfterMs: 1e9 });
+  const failed = {
+    url: 'https://example.com/h',
+    startedAt: new Date(),
+    ok: false,
+    status: 500,
+    latencyMs: 5,
+    error: 'answered 500',
+    excerpt: null,
+    timedOut: false,
+  };
+  await recordAttempt(db(), token, first!, failed, { kind: 'failed' }, health);
   const [after1] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, first!.delivery_id));
   assert.equal(after1!.state, 'pending', "the stale claim's outcome is not the delivery's");
   assert.equal(after1!.attempt_count, 1, 'its attempt is counted');
   assert.ok(after1!.lease_until && after1!.lease_until > new Date(), 'the second claim keeps its lease');
-  await recordAttempt(db(), token, second, { ...failed, ok: true, status: 200, error: null }, { kind: 'delivered' }, { disableAfterMs: 1e9 });
+  await recordAttempt(db(), token, second, { ...failed, ok: true, status: 200, error: null }, { kind: 'delivered' }, health);
   const [after2] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, first!.delivery_id));
   assert.equal(after2!.state, 'succeeded');
   assert.equal(after2!.lease_until, null);
@@ -155,15 +166,24 @@ test('a redeliver while an attempt is in flight: that attempt failing on its las
   const id = await newTask('lease-owner-2');
   await cancelTask(db(), token, tenantId, id);
   const [ev] = await eventsOf(id);
-  const [claimed] = (await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.event_id === ev!.event_id);
+  const [claimed] = (await claim({ limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.event_id === ev!.event_id);
   assert.ok(claimed?.endpoint_id);
   assert.ok(await redeliver(db(), claimed.endpoint_id, claimed.delivery_id));
-  const failed = { url: 'https://example.com/h', startedAt: new Date(), ok: false, status: 500, latencyMs: 5, error: 'answered 500', excerpt: null };
-  await recordAttempt(db(), token, claimed, failed, { kind: 'failed' }, { disableAfterMs: 1e9 });
+  const failed = {
+    url: 'https://example.com/h',
+    startedAt: new Date(),
+    ok: false,
+    status: 500,
+    latencyMs: 5,
+    error: 'answered 500',
+    excerpt: null,
+    timedOut: false,
+  };
+  await recordAttempt(db(), token, claimed, failed, { kind: 'failed' }, health);
   const [d] = await db().select().from(webhookDelivery).where(eq(webhookDelivery.delivery_id, claimed.delivery_id));
   assert.equal(d!.state, 'pending', 'the redeliver stands');
   assert.equal(d!.schedule_step, 0);
-  const again = (await claimDueDeliveries(db(), token, { limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.delivery_id === claimed.delivery_id);
+  const again = (await claim({ limit: 50, perTarget: 50, leaseMs: 30_000 })).filter((c) => c.delivery_id === claimed.delivery_id);
   assert.equal(again.length, 1, 'claimed again at once');
 });
 
@@ -249,7 +269,7 @@ test('targets at their in-flight cap take no place in a claim: with more than 50
   await db().execute(sql`
     INSERT INTO webhook_delivery (delivery_id, event_id, tenant_id, url, target_key, next_attempt_at)
     VALUES (gen_random_uuid(), ${ev!.event_id}, ${tenantId}, 'https://room.example.com/h', ${roomKey}, now() - interval '1 minute')`);
-  const claimed = await claimDueDeliveries(db(), token, { limit: 10, perTarget: 1, leaseMs: 30_000 });
+  const claimed = await claim({ limit: 10, perTarget: 1, leaseMs: 30_000 });
   assert.ok(
     claimed.some((c) => c.target_key === roomKey),
     `the target with room is claimed (claimed: ${claimed.map((c) => c.target_key).join(', ') || 'nothing'})`,

@@ -203,7 +203,7 @@ test('a transition committed while no LISTEN connection was up reaches the strea
   const { task } = await createTaskRow(e.tdb.database.db, token, {
     tenantId: e.tenant.tenantId,
     idempotencyKey: `sse-gap-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'a gap', duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'a gap', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const s = stream(e.api.baseUrl, `/v1/tasks/${task.task_id}/events`);
   try {
@@ -289,7 +289,7 @@ test('progress is rate-limited: twenty changes in 400 ms reach the stream as at 
   const { task } = await createTaskRow(e.tdb.database.db, token, {
     tenantId: e.tenant.tenantId,
     idempotencyKey: `sse-rate-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: 'rates', duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'rates', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const attemptId = crypto.randomUUID();
   const db = e.tdb.database.db;

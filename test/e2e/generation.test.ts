@@ -117,7 +117,7 @@ describe('a task runs to SUCCEEDED with its video in S3 and a settled ledger', (
     });
     const task = await waitForStatus(res.body.task_id, 'FAILED');
     assert.equal(task.failure.code, 'PROVIDER_FAILED');
-    assert.deepEqual(await ledgerOf(res.body.task_id), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+    assert.deepEqual(await ledgerOf(res.body.task_id), { RESERVE: '4.500000', SETTLE: '0.000000', RELEASE: '4.500000' });
   });
 
   test('callbacks signed with a wrong key are refused and stored nowhere; polling still completes the task', async () => {

@@ -48,7 +48,7 @@ after(async () => {
   await tdb?.drop();
 });
 
-const body = { model: 'minimax/video-01', prompt: 'outbox', duration_seconds: 1, resolution: '480p' };
+const body = { model: 'minimax/video-01', prompt: 'outbox', duration_seconds: 6, resolution: '720p' };
 
 test('with Temporal unreachable a create is still accepted, and the relay later starts exactly one workflow per task', async () => {
   const ids: string[] = [];

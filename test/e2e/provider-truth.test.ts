@@ -1,14 +1,15 @@
 // The Runway and fal rows of the provider-truth checks (docs/providers.md "Documented evidence"),
 // on the whole stack against the simulator serving only what the providers document:
 // Runway's DELETE deletes a finished task, fal's status never says how a request ended and fal
-// keeps a result only for a while, and Runway's model matrix is checked before any credit moves.
+// keeps a result only for a while (a result found gone parks the task, never fails it on first
+// sight), and Runway's model matrix is checked before any credit moves.
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
-import { count, eq } from 'drizzle-orm';
+import { count, desc, eq } from 'drizzle-orm';
 import { createRunwayAdapter } from '../../providers/runway';
 import { FAL_RESULT_GONE } from '../../providers/fal';
 import { SIM_RUNWAY_DEFAULTS } from '../../providers/simulator/runway';
-import { creditLedger, generationTask, taskAttempt } from '../../db/schema';
+import { creditLedger, generationTask, taskAttempt, taskTransition } from '../../db/schema';
 import { eventually, http } from '../support/stack';
 import { startE2E, type E2E } from '../support/e2e';
 
@@ -88,8 +89,19 @@ test('fal: a failure seen by polling only (no webhook) is recorded FAILED and th
   assert.match((await falFailedByPolling('fal-fail-polled', 'a fox that fails [sim:fail]')) ?? '', /simulated failure/);
 });
 
-test('fal: a late poll that finds the result gone ends FAILED with the credits released, not a stuck task', async () => {
-  assert.equal(await falFailedByPolling('fal-result-gone', 'a fox whose result expires [sim:result_ttl=1]'), FAL_RESULT_GONE);
+test('fal: a result found gone by polling is read again, then parks the task in MANUAL_REVIEW with the evidence; never FAILED, never stuck', async () => {
+  e.sim.sim.setFaults({ providers: ['fal'], callbacks: 'off' });
+  const taskId = await e.createTask('fal-result-gone', { ...FAL, prompt: 'a fox whose result expires [sim:result_ttl=1]' });
+  await e.waitForStatus(taskId, 'MANUAL_REVIEW', 90_000);
+  const rows = await e.tdb.database.db.select().from(taskTransition).where(eq(taskTransition.task_id, taskId)).orderBy(desc(taskTransition.to_version));
+  assert.ok(!rows.some((r) => r.to_status === 'FAILED'), 'never FAILED');
+  const evidence = (rows.find((r) => r.to_status === 'MANUAL_REVIEW')?.detail ?? {}) as Record<string, unknown>;
+  assert.equal(evidence['failure'], 'gone', JSON.stringify(evidence));
+  assert.equal(evidence['http_status'], 404);
+  assert.equal(evidence['consecutive_read_failures'], e.config.PROVIDER_READ_FAILURE_LIMIT, 'read again up to the bound first');
+  assert.ok(String(evidence['last_error']).includes(FAL_RESULT_GONE), String(evidence['last_error']));
+  // The reservation waits for the operator's resolution (docs/runbooks/manual-review.md).
+  assert.equal((await e.ledgerOf(taskId))['RELEASE'], undefined);
 });
 
 test('Runway: a combination it does not document is refused at create with a 400 naming the field, before any credit is reserved', async () => {

@@ -20,7 +20,8 @@ const cases = [
   { provider: 'fal', model: 'fal-ai/kling-video/v2/master/text-to-video', resolution: '720p', expectCallbacks: true, duration: 5 },
   // gen4_turbo is image to video only (docs/providers.md "Documented evidence: Runway").
   { provider: 'runway', model: 'gen4_turbo', resolution: '720p', expectCallbacks: false, image: 'https://example.com/first-frame.png' },
-  { provider: 'kling', model: 'kling-v2-master', resolution: '720p', expectCallbacks: true },
+  // Kling 2.0 Master takes 5 or 10 seconds at 720p (docs/providers.md "Model input schemas").
+  { provider: 'kling', model: 'kling-v2-master', resolution: '720p', expectCallbacks: true, duration: 5 },
 ];
 
 for (const c of cases) {

@@ -25,10 +25,10 @@ beforeEach(() => e.sim.sim.clearFaults());
 
 /** A request each provider documents (fal's Kling takes 5 or 10 s; gen4_turbo is image to video). */
 const REQUESTS: Record<SimProvider, Record<string, unknown>> = {
-  replicate: { model: 'minimax/video-01', duration_seconds: 2, resolution: '480p' },
+  replicate: { model: 'minimax/video-01', duration_seconds: 6, resolution: '720p' },
   fal: { model: 'fal-ai/kling-video/v2/master/text-to-video', duration_seconds: 5, resolution: '720p' },
   runway: { model: 'gen4_turbo', duration_seconds: 2, resolution: '720p', input_image_url: 'https://example.com/first-frame.png' },
-  kling: { model: 'kling-v2-master', duration_seconds: 2, resolution: '720p' },
+  kling: { model: 'kling-v2-master', duration_seconds: 5, resolution: '720p' },
 };
 
 async function attemptOf(taskId: string) {

@@ -62,7 +62,7 @@ test(
 );
 
 test("a job still running past the provider's maximum run time ends in MANUAL_REVIEW with the evidence", { timeout: 120_000 }, async () => {
-  const id = await e.createTask('overrun', { model: 'kling-v2-master', prompt: 'a slow fox [sim:gen=60000]', duration_seconds: 2, resolution: '720p' });
+  const id = await e.createTask('overrun', { model: 'kling-v2-master', prompt: 'a slow fox [sim:gen=60000]', duration_seconds: 5, resolution: '720p' });
   await e.waitForStatus(id, 'MANUAL_REVIEW', 60_000);
   const evidence = await reviewEvidence(id);
   assert.equal(evidence['max_run_ms'], 3000, JSON.stringify(evidence));

@@ -349,7 +349,7 @@ test('DELETE /v1/tasks/:id/output removes the objects, the task keeps its facts;
     {
       tenantId: e.tenant.tenantId,
       idempotencyKey: `no-output-${Date.now()}`,
-      body: { ...defaultRequest, resolution: '480p', priority: 0 },
+      body: { ...defaultRequest, resolution: '720p', priority: 0 },
     },
   );
   const conflict = await http(e.api.baseUrl, 'DELETE', `/v1/tasks/${queued.task.task_id}/output`, { apiKey: e.tenant.apiKey });

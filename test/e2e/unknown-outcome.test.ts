@@ -1,7 +1,7 @@
-// Unknown submit outcomes through the real workflow: the provider is never asked twice for one
-// attempt, a job that exists is found (Replicate: by the fingerprint of what we sent; Kling: by
-// our key), only an exact lookup's documented miss proves absence and gets a new attempt, and
-// what cannot be decided goes to MANUAL_REVIEW for an operator's Update (docs/providers.md).
+// Unknown submit outcomes through the real workflow: never a second attempt on a guess, a job that
+// exists is found (Replicate: by the fingerprint of what we sent; Kling: by our key, or by sending
+// the same create again with the same key, which Kling refuses as a duplicate once a task has it),
+// and what cannot be decided goes to MANUAL_REVIEW for an operator's Update (docs/providers.md).
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
@@ -32,9 +32,9 @@ const attemptsOf = (taskId: string) => e.tdb.database.db.select().from(taskAttem
 const jobsFor = (attemptId: string) => e.sim.jobsFor(attemptId);
 /** A request with its own prompt: identical inputs in one submit window are ambiguous by design. */
 const request = (prompt: string, over: Record<string, unknown> = {}) => ({ ...defaultRequest, prompt, ...over });
-const KLING = { model: 'kling-v2-master', resolution: '720p' };
+const KLING = { model: 'kling-v2-master', resolution: '720p', duration_seconds: 5 };
 
-describe('an unknown outcome is reconciled, never resubmitted', () => {
+describe('an unknown outcome is reconciled, never given a second attempt on a guess', () => {
   test('accept-then-hang: the job the provider created is found by its fingerprint and the task succeeds with one provider job', async () => {
     e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, callbacks: 'off' });
     const taskId = await e.createTask('hang-1', request('hang one'));
@@ -100,17 +100,45 @@ describe('an unknown outcome is reconciled, never resubmitted', () => {
     assert.equal(jobsFor(attempts[0]!.attempt_id), 1);
   });
 
-  test('Kling 5xx before accept: the documented not-found (404, code 1203) is proved after the delay, and only then does a second attempt go out', async () => {
+  test('Kling 5xx before accept: the lookup miss proves nothing; the same create goes again with the same key and makes the one job, on the same attempt', async () => {
     e.sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1 });
     const taskId = await e.createTask('5xx-1', request('kling 5xx', KLING));
     await e.waitForStatus(taskId, 'SUCCEEDED');
-    const [first, second] = await attemptsOf(taskId);
-    assert.equal(first?.submit_state, 'REJECTED');
-    assert.match(first?.last_error ?? '', /code 1203/);
-    assert.equal(jobsFor(first.attempt_id), 0);
-    assert.equal(jobsFor(second!.attempt_id), 1);
-    // The second attempt began only after the proof delay.
-    assert.ok(second!.submit_started_at!.getTime() - first.submit_started_at!.getTime() >= 1500);
+    const attempts = await attemptsOf(taskId);
+    assert.equal(attempts.length, 1, 'no second attempt, no second key');
+    assert.deepEqual([attempts[0]!.resends, attempts[0]!.key_taken_at], [1, null]);
+    assert.equal(jobsFor(attempts[0]!.attempt_id), 1);
+  });
+
+  for (const shape of ['404-1203', '400-1201'] as const) {
+    test(`Kling accept-then-hang, callbacks lost, the task readable only 5 s after its create, a miss answered ${shape}: the re-sent create is refused as a duplicate and the task is bound once readable: one Kling job, the task succeeds`, async () => {
+      e.sim.sim.setFaults({
+        providers: ['kling'],
+        submit: 'accept_then_hang',
+        submit_fault_count: 1,
+        callbacks: 'off',
+        kling_visible_after_ms: 5_000,
+        kling_not_found: shape,
+      });
+      const taskId = await e.createTask(`kling-late-${shape}`, request(`kling late ${shape}`, KLING));
+      await e.waitForStatus(taskId, 'SUCCEEDED', 60_000);
+      const attempts = await attemptsOf(taskId);
+      assert.equal(attempts.length, 1, 'no second attempt');
+      assert.ok(attempts[0]!.key_taken_at, 'Kling refused the re-sent create: the key was taken');
+      assert.equal(jobsFor(attempts[0]!.attempt_id), 1, 'exactly one Kling job for the task');
+    });
+  }
+
+  test('a Replicate create answered 500 is visible from the first minute: the task says SUBMIT_UNKNOWN, and its attempt since when and why', async () => {
+    e.sim.sim.setFaults({ submit: 'error_5xx_before_accept', submit_fault_count: 1, callbacks: 'off' });
+    const started = Date.now();
+    const taskId = await e.createTask('visible-500', request('visible 500', { resolution: '720p', duration_seconds: 6 }));
+    const task = await e.waitForStatus(taskId, 'SUBMIT_UNKNOWN', 60_000);
+    assert.ok(Date.now() - started < 60_000);
+    const [attempt] = task.attempts as { submit_state: string; unknown_since: string | null; last_error: string | null }[];
+    assert.equal(attempt?.submit_state, 'SUBMIT_UNKNOWN');
+    assert.ok(attempt?.unknown_since, 'since when');
+    assert.match(attempt?.last_error ?? '', /HTTP 500/, 'why');
   });
 
   test('429 with Retry-After is a proven rejection: a new attempt after the wait, no job for the first', async () => {
@@ -216,6 +244,6 @@ describe('MANUAL_REVIEW and operator Updates', () => {
     await review.api.facade.resolveReview(taskId, { kind: 'fail', operator: 'ops-dan', reason: 'customer asked to drop it' });
     const task = await review.waitForStatus(taskId, 'FAILED');
     assert.equal(task.failure.code, 'OPERATOR_FAILED');
-    assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+    assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '4.500000', SETTLE: '0.000000', RELEASE: '4.500000' });
   });
 });

@@ -25,7 +25,7 @@ import { startWebhookReceiver, type WebhookReceiver } from '../support/webhook-r
 const config = testConfig();
 const box = createSecretBox(config.WEBHOOK_SECRET_KEY);
 const token = { scope: config.FENCE_SCOPE, region: config.REGION, epoch: 1 };
-const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 2, resolution: '480p' as const, priority: 0 };
+const body = { model: 'minimax/video-01', prompt: 'a fox', duration_seconds: 6, resolution: '720p' as const, priority: 0 };
 const CAP = 2;
 const EVENTS = 10;
 let tdb: TestDatabase;
@@ -67,6 +67,10 @@ const relay = (extra: Partial<Pick<WebhookRelayOptions, 'logger' | 'onAttempt' |
       attemptTimeoutMs: 4_000,
       responseMaxBytes: 1_024,
       perEndpoint: CAP,
+      // The tenant caps and the timeout back-off have their own tests (test/security/webhook-fairness.test.ts).
+      perTenant: 64,
+      claimPerTenant: 64,
+      timeoutBackoff: { baseMs: 1_000, maxMs: 1_000 },
       maxInFlight: 64,
       ratePerSecond: 1_000,
       intervalMs: 50,

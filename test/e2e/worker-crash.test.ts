@@ -52,5 +52,5 @@ test('a worker SIGKILLed mid-submit: the retry never calls the provider again, t
   const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
   assert.equal(attempts.length, 1);
   const ledger = await e.ledgerOf(taskId);
-  assert.equal(ledger['SETTLE'], '1.000000');
+  assert.equal(ledger['SETTLE'], '4.500000');
 });

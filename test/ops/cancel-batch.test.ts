@@ -35,7 +35,7 @@ async function queued(label: string): Promise<string> {
     {
       tenantId,
       idempotencyKey: `cancel-batch-${label}-${Date.now()}`,
-      body: { model: 'minimax/video-01', prompt: `cancel batch ${label}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+      body: { model: 'minimax/video-01', prompt: `cancel batch ${label}`, duration_seconds: 6, resolution: '720p', priority: 0 },
     },
   );
   return created.task.task_id;
@@ -88,6 +88,6 @@ test('a mode narrowed to READ_ONLY during the batch: the cancels after it are re
     await mode('NORMAL');
   }
   assert.ok(woken >= 1);
-  assert.deepEqual(await factsOf(first), { status: 'CANCELLED', ledger: ['RELEASE 1.000000', 'SETTLE 0.000000'] });
+  assert.deepEqual(await factsOf(first), { status: 'CANCELLED', ledger: ['RELEASE 4.500000', 'SETTLE 0.000000'] });
   assert.deepEqual(await factsOf(second), { status: 'QUEUED', ledger: [] });
 });

@@ -45,7 +45,7 @@ async function unstartedTask(): Promise<string> {
   const created = await createTask(db(), token, {
     tenantId: s.tenant.tenantId,
     idempotencyKey: `cli-${++seq}`,
-    body: { model: 'minimax/video-01', prompt: 'ops', duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'ops', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   return created.task.task_id;
 }

@@ -22,7 +22,7 @@ interface Service {
 }
 const compose = parse(fs.readFileSync(path.join(REPO_ROOT, 'temporal-dev.yml'), 'utf8'), { merge: true }) as { services: Record<string, Service> };
 const services = compose.services;
-const dev = loadConfig({});
+const dev = loadConfig({ VIDORCH_ENV: 'development' });
 
 const imageTag = (s: Service) => {
   const [name, tag] = (s.image ?? '').split(':');

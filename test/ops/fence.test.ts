@@ -49,7 +49,7 @@ async function newTask(): Promise<string> {
   const created = await createTask(tdb.database.db, token, {
     tenantId,
     idempotencyKey: `fence-${++seq}`,
-    body: { model: 'minimax/video-01', prompt: 'fence', duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'fence', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   return created.task.task_id;
 }

@@ -70,7 +70,7 @@ async function newTask(tenantId: string, key: string): Promise<string> {
   const out = await createTask(live.db, token, {
     tenantId,
     idempotencyKey: key,
-    body: { model: 'minimax/video-01', prompt: key, duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: key, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   return out.task.task_id;
 }

@@ -41,7 +41,7 @@ async function attempt(tenantId: string, provider: string, state: string, finish
   const { task } = await createTask(db(), token, {
     tenantId,
     idempotencyKey: `provider-cli-${++seq}`,
-    body: { model: 'minimax/video-01', prompt: 'ops', duration_seconds: 1, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: 'ops', duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   await db().execute(sql`
     INSERT INTO task_attempt (attempt_id, task_id, attempt_no, provider, provider_model, submit_state, submit_finished_at)

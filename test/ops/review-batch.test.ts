@@ -174,6 +174,34 @@ describe('bulk replay', () => {
       .where(and(eq(opsAudit.action, 'review.bind-job'), eq(opsAudit.target_id, taskId)));
     assert.equal(audit.length, 1);
   });
+
+  test('replay never confirms "not submitted" for an attempt that was claimed for its create: refused, no second job', async () => {
+    e.sim.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1, list: 'error_5xx', callbacks: 'off' });
+    const taskId = await e.createTask(`claimed-${Date.now()}`, { ...defaultRequest, prompt: 'claimed, no job' });
+    await eventually(async () => ((await e.getTask(taskId)).status === 'SUBMIT_UNKNOWN' ? true : undefined));
+    const attempt = await attemptOf(taskId);
+    assert.ok(
+      await escalate(deps(), token(), taskId, {
+        sourceEvent: 'workflow.escalate',
+        detail: { reason: 'InvalidState: a step failed for good while the outcome was unknown (a bug since fixed)' },
+      }),
+    );
+    await e.api.facade.wakeTask(taskId);
+    await e.waitForWorkflowStatus(taskId, 'MANUAL_REVIEW');
+    const plan = await planReviewBatch(db(), { cls: 'code-defect', action: 'replay', limit: 10 });
+    assert.ok(
+      plan.items.some((i) => i.taskId === taskId),
+      'classified as a code defect',
+    );
+    const r = await applyReviewBatch(db(), e.api.facade, plan, { operator: 'ops-batch', reason: 'bug fixed: replay', ratePerSecond: 2 });
+    const result = r.results.find((x) => x.taskId === taskId);
+    assert.equal(result?.outcome, 'error', JSON.stringify(r.results));
+    assert.match(result.detail, /replay refused/);
+    const rows = await db().select().from(taskAttempt).where(eq(taskAttempt.task_id, taskId));
+    assert.equal(rows.length, 1, 'no second attempt');
+    assert.equal((await e.getTask(taskId)).status, 'MANUAL_REVIEW');
+    assert.equal(e.sim.jobsFor(attempt.attempt_id), 1, 'the one job of the claimed create');
+  });
 });
 
 describe('bulk cancel', () => {

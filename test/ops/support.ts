@@ -180,7 +180,7 @@ export interface ModesStack {
   close(): Promise<void>;
 }
 
-export const taskBody = { model: 'minimax/video-01', prompt: 'modes and fences', duration_seconds: 1, resolution: '480p' };
+export const taskBody = { model: 'minimax/video-01', prompt: 'modes and fences', duration_seconds: 6, resolution: '720p' };
 
 /** Simulator, database, the API (its context kept), an optional worker of region-a. */
 export async function startModesStack(

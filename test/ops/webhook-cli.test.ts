@@ -35,8 +35,8 @@ before(async () => {
   const body = {
     model: 'minimax/video-01',
     prompt: 'a fox',
-    duration_seconds: 2,
-    resolution: '480p' as const,
+    duration_seconds: 6,
+    resolution: '720p' as const,
     priority: 0,
     webhook_url: 'https://per-task.example.com/x',
   };

@@ -3,7 +3,18 @@
 import { test, before, after, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { createFalAdapter, FAL_CAPABILITIES, FAL_RESULT_GONE, falAppId, falInput, type FalAdapterOptions } from '../../providers/fal';
+import {
+  createFalAdapter,
+  FAL_CAPABILITIES,
+  FAL_RESULT_GONE,
+  FAL_START_TIMEOUT_HEADER,
+  falAppId,
+  falInput,
+  falStartTimeoutSeconds,
+  type FalAdapterOptions,
+} from '../../providers/fal';
+import { ProviderHttpError } from '../../providers/provider-http';
+import { classifyReadFailure } from '../../activities/provider-reads';
 import { withinRetention } from '../../providers/result-retention';
 import { SIM_FAL_DEFAULTS } from '../../providers/simulator/fal';
 import { CallbackVerificationError, NO_LOOKUP, verifyProviderCallback, type ProviderAdapter, type ProviderJob } from '../../providers/types';
@@ -11,7 +22,8 @@ import { closeServer, deadPort, listenOn, lookupQuery, newAttempt, startHarness,
 
 const MODEL = 'fal-ai/kling-video/v2.1/master/text-to-video';
 const REF = { model: MODEL };
-const FAL_INPUT = { prompt: 'x', duration: 5, resolution: '720p' };
+// Kling 2.1 Master renders 1080p (Kling's capability map), and takes no resolution input.
+const FAL_INPUT = { prompt: 'x', duration: 5, resolution: '1080p' };
 let h: Harness;
 let adapter: ProviderAdapter;
 
@@ -85,10 +97,11 @@ test('happy path: accepted IN_QUEUE with our token; status by app id reaches COM
 });
 
 test('inputs follow the documented Kling text-to-video input: duration "5" | "10", no image; the rest is refused before any call', async () => {
-  assert.deepEqual(falInput(MODEL, { prompt: 'p', duration: 10, resolution: '720p' }), { input: { prompt: 'p', duration: '10', aspect_ratio: '16:9' } });
+  assert.deepEqual(falInput(MODEL, { prompt: 'p', duration: 10, resolution: '1080p' }), { input: { prompt: 'p', duration: '10', aspect_ratio: '16:9' } });
   for (const [input, field] of [
     [{ prompt: 'p', duration: 2 }, 'duration_seconds'],
     [{ prompt: 'p', duration: 5, first_frame_image: 'https://x/y.png' }, 'input_image_url'],
+    [{ prompt: 'p', duration: 5, resolution: '720p' }, 'resolution'],
   ] as const) {
     const r = falInput(MODEL, input);
     assert.equal('refused' in r ? r.refused.field : null, field);
@@ -244,7 +257,7 @@ test('a failure shows only when the result is fetched: the status says COMPLETED
   assert.equal(v.job.state, 'failed');
 });
 
-test('a result read after fal stopped keeping it is failed with the reason, never a read that retries forever', async () => {
+test('a result answered 404 is a gone read, never the outcome: no FAILED on first sight, counted toward the read bound', async () => {
   const { job } = await submitOk(adapter, 'short-lived [sim:result_ttl=50]');
   await waitFor('completed', async () => {
     const r = await fetch(`${h.sim.baseUrl()}/fal/fal-ai/kling-video/requests/${job.jobId}/status`, {
@@ -253,8 +266,18 @@ test('a result read after fal stopped keeping it is failed with the reason, neve
     return ((await r.json()) as { status: string }).status === 'COMPLETED' ? true : undefined;
   });
   await new Promise((r) => setTimeout(r, 100));
-  const gone = await adapter.getJob(job.jobId, undefined, REF);
-  assert.deepEqual([gone.state, gone.error], ['failed', FAL_RESULT_GONE]);
+  // Every read answers the same, and none of them is an outcome: the poll counts each one
+  // (activities/provider-reads.ts) and parks the task in MANUAL_REVIEW at the limit.
+  for (let read = 0; read < 2; read++) {
+    const err = await adapter.getJob(job.jobId, undefined, REF).then(
+      (j) => assert.fail(`a 404 result was read as ${j.state}`),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof ProviderHttpError);
+    assert.deepEqual([err.status, err.transient, err.name], [404, false, 'ProviderNotFound']);
+    assert.ok(err.message.includes(FAL_RESULT_GONE), err.message);
+    assert.equal(classifyReadFailure(err).kind, 'gone');
+  }
 });
 
 test('a result answered 5xx is the outcome only when fal names the error type; otherwise the read is retried', async () => {
@@ -388,4 +411,120 @@ test('progress: fal status read with ?logs=1 gives the queue position while IN_Q
   } finally {
     await closeServer(fake);
   }
+});
+
+test('every submit carries X-Fal-Request-Timeout: the seconds left to the task deadline, else the maximum run time', async () => {
+  const sent: (string | null)[] = [];
+  const recording: typeof fetch = async (input, init) => {
+    if (init?.method === 'POST') sent.push(new Headers(init.headers).get(FAL_START_TIMEOUT_HEADER));
+    return fetch(input, init);
+  };
+  const a = makeAdapter({ fetch: recording, now: () => Date.parse('2026-12-01T10:00:00Z') });
+  const att = newAttempt(h.receiverUrl, 'fal');
+  assert.equal(
+    (await a.submit({ ...att, model: MODEL, input: { prompt: 'x', duration: 5 }, deadlineAt: new Date('2026-12-01T10:30:00.900Z') })).kind,
+    'accepted',
+  );
+  assert.equal((await a.submit({ ...newAttempt(h.receiverUrl, 'fal'), model: MODEL, input: { prompt: 'x', duration: 5 } })).kind, 'accepted');
+  assert.deepEqual(sent, ['1800', String(6 * 3600)]);
+  // Never below fal's minimum, even for a deadline already at hand.
+  assert.equal(falStartTimeoutSeconds(new Date(1_000), 5_000, 60_000), 2);
+});
+
+test('a request no runner starts within its X-Fal-Request-Timeout ends failed, unbilled; a started one runs to its end', async () => {
+  // The account's two runners are busy for 30 s: the third request waits IN_QUEUE.
+  for (let i = 0; i < 2; i++) await submitOk(adapter, `busy ${i} [sim:gen=30000]`);
+  const now = Date.now();
+  const att = newAttempt(h.receiverUrl, 'fal');
+  const out = await adapter.submit({ ...att, model: MODEL, input: { prompt: 'waits', duration: 5 }, deadlineAt: new Date(now + 2_500) });
+  assert.equal(out.kind, 'accepted');
+  if (out.kind !== 'accepted') return;
+  assert.equal((await adapter.getJob(out.job.jobId, undefined, REF)).state, 'queued');
+  const ended = await waitFor('start limit', async () => {
+    const j = await adapter.getJob(out.job.jobId, undefined, REF);
+    return j.state === 'queued' ? undefined : j;
+  });
+  assert.equal(ended.state, 'failed');
+  assert.match(ended.error ?? '', /HTTP 504: .*X-Fal-Request-Timeout/);
+  assert.ok(Date.now() - now >= 2_000, 'not before the limit');
+  const d = await webhookOf(att.attemptId);
+  assert.equal((await adapter.verifyCallbackAsync!(d.body, d.headers)).job.state, 'failed');
+  // A request a runner started in time runs past its limit to its end.
+  h.sim.reset();
+  const started = await adapter.submit({
+    ...newAttempt(h.receiverUrl, 'fal'),
+    model: MODEL,
+    input: { prompt: 'runs past its limit [sim:gen=3000]', duration: 5 },
+    deadlineAt: new Date(Date.now() + 2_500),
+  });
+  assert.equal(started.kind, 'accepted');
+  if (started.kind === 'accepted') assert.equal((await untilTerminal(started.job.jobId)).state, 'succeeded');
+});
+
+test("status, result and cancel are read where fal's answers name them: the app id with its namespace, the status answer's response_url", async () => {
+  const seen: string[] = [];
+  let responseUrl = '';
+  const fake = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url?.split('?')[0]}`);
+    if (req.url?.split('?')[0]?.endsWith('/status'))
+      return void res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ status: 'COMPLETED', response_url: responseUrl, logs: null }));
+    if (req.method === 'PUT') return void res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'CANCELLATION_REQUESTED' }));
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ video: { url: 'https://v3b.fal.media/files/out.mp4' } }));
+  });
+  const port = await listenOn(fake);
+  const base = `http://127.0.0.1:${port}`;
+  try {
+    const a = makeAdapter({ baseUrl: base });
+    // "workflows/<owner>/<app>": the namespace is part of the address (@fal-ai/client parseEndpointId).
+    responseUrl = `${base}/workflows/acme/storyboard/requests/r1`;
+    const ns = { model: 'workflows/acme/storyboard/render' };
+    assert.equal((await a.getJob('r1', undefined, ns)).outputUrl, 'https://v3b.fal.media/files/out.mp4');
+    await a.cancel('r1', undefined, ns);
+    assert.deepEqual(seen, [
+      'GET /workflows/acme/storyboard/requests/r1/status',
+      'GET /workflows/acme/storyboard/requests/r1',
+      'PUT /workflows/acme/storyboard/requests/r1/cancel',
+    ]);
+    // The result where the status answer names it, when it is this request's under our base URL…
+    seen.length = 0;
+    responseUrl = `${base}/fal-ai/kling-video-v2/requests/r2`;
+    await a.getJob('r2', undefined, REF);
+    assert.equal(seen[1], 'GET /fal-ai/kling-video-v2/requests/r2');
+    // …never on another host (our key stays with our base URL), nor another request's.
+    for (const elsewhere of ['https://queue.attacker.example/fal-ai/kling-video/requests/r3', `${base}/fal-ai/kling-video/requests/other`]) {
+      seen.length = 0;
+      responseUrl = elsewhere;
+      await a.getJob('r3', undefined, REF);
+      assert.deepEqual(seen, ['GET /fal-ai/kling-video/requests/r3/status', 'GET /fal-ai/kling-video/requests/r3']);
+    }
+  } finally {
+    await closeServer(fake);
+  }
+  assert.equal(falAppId('fal-ai/kling-video/v2.1/master/text-to-video'), 'fal-ai/kling-video');
+  assert.equal(falAppId('comfy/acme/flow'), 'comfy/acme/flow');
+  assert.throws(() => falAppId('workflows/acme'), /namespace/);
+});
+
+test("the simulator's submit answer names the URLs our reads use (fal documents status_url, response_url and cancel_url)", async () => {
+  const requested: string[] = [];
+  const recording: typeof fetch = async (input, init) => {
+    requested.push(`${init?.method ?? 'GET'} ${(typeof input === 'string' ? input : input instanceof URL ? input.href : input.url).split('?')[0]}`);
+    return fetch(input, init);
+  };
+  const a = makeAdapter({ fetch: recording });
+  const att = newAttempt(h.receiverUrl, 'fal');
+  const answer = (await (
+    await fetch(`${h.sim.baseUrl()}/fal/${MODEL}?fal_webhook=${encodeURIComponent(att.webhookUrl)}`, {
+      method: 'POST',
+      headers: { authorization: `Key ${SIM_FAL_DEFAULTS.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'urls', duration: '5' }),
+    })
+  ).json()) as { request_id: string; status_url: string; response_url: string; cancel_url: string };
+  await waitFor('done', async () => ((await a.getJob(answer.request_id, undefined, REF)).state === 'succeeded' ? true : undefined));
+  await a.cancel(answer.request_id, undefined, REF);
+  assert.ok(requested.includes(`GET ${answer.status_url}`), requested.join('\n'));
+  assert.ok(requested.includes(`GET ${answer.response_url}`), requested.join('\n'));
+  assert.ok(requested.includes(`PUT ${answer.cancel_url}`), requested.join('\n'));
 });

@@ -37,6 +37,11 @@ test('every request the Kling adapter can send matches the documented request sh
           model: route.model,
           input: { prompt: 'contract', duration, resolution },
         });
+        // A duration the model does not take is refused before any call, never rounded to 5 or 10.
+        if (!(route.durationsSeconds ?? [duration]).includes(duration)) {
+          assert.deepEqual(out.kind === 'rejected' ? [out.retryable, out.status] : out, [false, null], `${route.model} ${duration}s`);
+          continue;
+        }
         assert.equal(out.kind, 'accepted', `${route.model} ${resolution} ${duration}s: ${JSON.stringify(out)}`);
         if (out.kind === 'accepted') ids.push(out.job.jobId);
       }
@@ -44,7 +49,7 @@ test('every request the Kling adapter can send matches the documented request sh
   }
   for (const id of ids.slice(0, 2)) await adapter.getJob(id);
   await adapter.cancel(ids[0]!); // no cancel API: no request at all
-  assert.equal((await adapter.findByCorrelationToken(lookupQuery('never-submitted'))).kind, 'not-found-proven');
+  assert.equal((await adapter.findByCorrelationToken(lookupQuery('never-submitted'))).kind, 'not-found-unproven');
 
   for (const c of calls) {
     assert.deepEqual(contractProblems(KLING_ENDPOINTS, '/kling', c), []);
@@ -57,7 +62,7 @@ test('every request the Kling adapter can send matches the documented request sh
   );
 });
 
-test('tasks the simulator serves carry only documented fields; a miss is the documented 404 with code 1203', async () => {
+test('tasks the simulator serves carry only documented fields; a miss is 404 code 1203, or 400 code 1201 as the live API answered', async () => {
   const { accessKey, secretKey } = SIM_KLING_DEFAULTS;
   const adapter = createKlingAdapter({ baseUrl: `${h.sim.baseUrl()}/kling`, accessKey, secretKey, timeoutMs: 2_000 });
   const a = newAttempt('https://api.example.com', 'kling');
@@ -75,12 +80,16 @@ test('tasks the simulator serves carry only documented fields; a miss is the doc
   await get(`/v1/videos/text2video/${a.attemptId}`);
   await get('/v1/videos/text2video?pageNum=1&pageSize=30');
   await get('/v1/videos/text2video/no-such-task');
+  h.sim.setFaults({ callbacks: 'off', kling_not_found: '400-1201' });
+  await get('/v1/videos/text2video/no-such-task');
+  h.sim.setFaults({ callbacks: 'off' });
   for (const b of bodies) assert.deepEqual(undocumented(b.json, KLING_ENVELOPE_FIELDS), []);
-  const [one, list, miss] = bodies as [(typeof bodies)[0], (typeof bodies)[0], (typeof bodies)[0]];
+  const [one, list, miss, liveMiss] = bodies as [(typeof bodies)[0], (typeof bodies)[0], (typeof bodies)[0], (typeof bodies)[0]];
   for (const t of [one.json['data'], ...(list.json['data'] as unknown[])] as Record<string, unknown>[]) {
     assert.deepEqual(undocumented(t, KLING_TASK_FIELDS), []);
     assert.ok((KLING_TASK_STATUSES as readonly unknown[]).includes(t['task_status']));
   }
   assert.deepEqual([miss.status, miss.json['code']], [404, 1203]);
+  assert.deepEqual([liveMiss.status, liveMiss.json['code']], [400, 1201]);
   for (const c of calls) assert.deepEqual(contractProblems(KLING_ENDPOINTS, '/kling', c), []);
 });

@@ -1,5 +1,6 @@
 // The Kling adapter against the simulator's Kling protocol, over real HTTP: JWT auth, lookup by
-// our own key (tier lookup-by-key), unsigned callbacks that only trigger a re-fetch.
+// our own key (tier lookup-by-key) whose miss proves nothing, the refusal of a second create with
+// our key (resendable), unsigned callbacks that only trigger a re-fetch.
 import { test, before, after, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
@@ -88,7 +89,7 @@ test('happy path: external_task_id = our attempt id; polled to succeed with the 
   assert.equal(klingModelName('kwaivgi/kling-v2.1'), 'kling-v2-1');
 });
 
-test('lookup by our own key uses the documented get-by-external-id: it finds the job a lost submit created; an unused key is provably absent (404, code 1203)', async () => {
+test('lookup by our own key uses the documented get-by-external-id: it finds the job a lost submit created; a miss of either shape (404/1203, 400/1201) proves nothing', async () => {
   h.sim.setFaults({ submit: 'accept_then_hang', submit_fault_count: 1 });
   const lost = newAttempt(h.receiverUrl, 'kling');
   const out = await makeAdapter({ timeoutMs: 300 }).submit({ ...lost, model: MODEL, input: { prompt: 'x' } });
@@ -97,11 +98,32 @@ test('lookup by our own key uses the documented get-by-external-id: it finds the
   const found = await adapter.findByCorrelationToken(lookupQuery(lost.attemptId));
   assert.equal(found.kind, 'found', JSON.stringify(found));
   if (found.kind === 'found') assert.deepEqual([found.by, found.job.correlationToken], ['key', lost.attemptId]);
-  const miss = await adapter.findByCorrelationToken(lookupQuery('never-submitted'));
-  assert.equal(miss.kind, 'not-found-proven', JSON.stringify(miss));
-  assert.equal(KLING_CAPABILITIES.absenceProof, 'exact-lookup');
+  for (const shape of ['404-1203', '400-1201'] as const) {
+    h.sim.setFaults({ kling_not_found: shape });
+    const miss = await adapter.findByCorrelationToken(lookupQuery('never-submitted'));
+    assert.equal(miss.kind, 'not-found-unproven', `${shape}: ${JSON.stringify(miss)}`);
+  }
+  assert.deepEqual([KLING_CAPABILITIES.absenceProof, KLING_CAPABILITIES.resendable], ['none', true]);
   h.sim.setFaults({ status: 'error_5xx' });
   await assert.rejects(adapter.findByCorrelationToken(lookupQuery(lost.attemptId)), (e: Error) => e.name === 'Error');
+});
+
+test('a task Kling does not serve yet (no read-after-write) is missed by the lookup and a transient read, while its key is taken at once: the same create again is refused as a duplicate', async () => {
+  for (const shape of ['404-1203', '400-1201'] as const) {
+    h.sim.setFaults({ kling_visible_after_ms: 1_500, kling_not_found: shape });
+    const { job, attemptId } = await submitOk(`late ${shape}`);
+    assert.equal((await adapter.findByCorrelationToken(lookupQuery(attemptId))).kind, 'not-found-unproven', shape);
+    // Not "gone": a read failure bounded by the maximum run time, never counted towards a park.
+    await assert.rejects(adapter.getJob(job.jobId), (e: Error & { transient?: boolean }) => e.name === 'Error' && e.transient === true);
+    const again = await adapter.submit({ ...newAttempt(h.receiverUrl, 'kling'), attemptId, model: MODEL, input: { prompt: `late ${shape}` } });
+    assert.deepEqual(again.kind === 'unknown' ? [again.kind, again.keyTaken] : again, ['unknown', true], shape);
+    assert.equal(h.sim.tokenCount(attemptId), 1, `${shape}: one task for the key`);
+    const found = await waitFor(`${attemptId} readable`, async () => {
+      const r = await adapter.findByCorrelationToken(lookupQuery(attemptId));
+      return r.kind === 'found' ? r : undefined;
+    });
+    assert.equal(found.job.jobId, job.jobId);
+  }
 });
 
 test('an ignored list filter can never fake a miss: with the lost task off the newest page, the lookup still finds it (no second job)', async () => {
@@ -130,13 +152,17 @@ test('an ignored list filter can never fake a miss: with the lost task off the n
   }
 });
 
-test('a second submit with the same key is never read as a rejection: Kling refuses the duplicate, the outcome is unknown', async () => {
+test('a second submit with the same key is never read as a rejection: Kling refuses the duplicate, the outcome is unknown with the key taken', async () => {
   const att = newAttempt(h.receiverUrl, 'kling');
   assert.equal((await adapter.submit({ ...att, model: MODEL, input: { prompt: 'x' } })).kind, 'accepted');
   const again = await adapter.submit({ ...att, model: MODEL, input: { prompt: 'x' } });
-  assert.equal(again.kind, 'unknown', JSON.stringify(again));
+  assert.deepEqual(again.kind === 'unknown' ? [again.kind, again.keyTaken] : again, ['unknown', true], JSON.stringify(again));
   assert.equal(h.sim.tokenCount(att.attemptId), 1);
-  assert.equal(classifyKlingRefusal(1201, 'external_task_id already exists'), 'unknown');
+  // Kling documents the uniqueness, not the refusal's code: any refusal naming the key or a duplicate is one.
+  assert.equal(classifyKlingRefusal(1201, 'external_task_id already exists'), 'duplicate');
+  assert.equal(classifyKlingRefusal(1200, 'Duplicate task id'), 'duplicate');
+  assert.equal(classifyKlingRefusal(1201, 'the external task id has been used'), 'duplicate');
+  assert.equal(classifyKlingRefusal(1201, 'prompt is too long'), 'final');
   assert.equal(classifyKlingRefusal(1301, 'content security'), 'final');
 });
 
@@ -184,11 +210,11 @@ test('submit faults map to the three outcomes; counts per external id prove what
   }
 });
 
-test('[sim:fail] → failed; 404 → ProviderNotFound; status 5xx → transient; refused connection → rejected retryable', async () => {
+test('[sim:fail] → failed; a task id Kling does not serve → transient, never gone; status 5xx → transient; refused connection → rejected retryable', async () => {
   const { job } = await submitOk('please [sim:fail]');
   const done = await untilTerminal(job.jobId);
   assert.deepEqual([done.state, /simulated failure/.test(done.error ?? '')], ['failed', true]);
-  await assert.rejects(adapter.getJob('123'), (e: Error) => e.name === 'ProviderNotFound');
+  await assert.rejects(adapter.getJob('123'), (e: Error) => e.name === 'Error' && /not readable \(HTTP 404, code 1203\)/.test(e.message));
   h.sim.setFaults({ status: 'error_5xx' });
   await assert.rejects(adapter.getJob(job.jobId), (e: Error) => e.name === 'Error');
   const refused = await makeAdapter({ baseUrl: `http://127.0.0.1:${await deadPort()}/kling` }).submit({

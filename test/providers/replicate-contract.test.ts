@@ -11,7 +11,7 @@ import { createReplicateAdapter, replicateCreateBody, replicatePredictionSchema,
 import type { SubmitRequest } from '../../providers/types';
 import { contractProblems, recordingFetch, type RecordedRequest } from './fixtures/contract';
 import { LIST_PAGE_FIELDS, PREDICTION_FIELDS, PREDICTION_STATUSES, REPLICATE_ENDPOINTS } from './fixtures/replicate-api';
-import { lookupQuery, newAttempt, startHarness, waitFor, type Harness } from './harness';
+import { admittedInputs, lookupQuery, newAttempt, startHarness, waitFor, type Harness } from './harness';
 
 const TOKEN = 'r8_contract_token_0123456789';
 const SECRET = `whsec_${Buffer.from('contract-secret-0123456789abcdef').toString('base64')}`;
@@ -99,19 +99,15 @@ test('every request the adapter can send matches the documented request shapes (
     timeoutMs: 2_000,
     fetch: recordingFetch(calls),
   });
-  // Every Replicate model of the catalog, and a versioned one.
-  const models = [
-    ...new Set(
-      MODEL_CATALOG.flatMap((m) => m.routes)
-        .filter((r) => r.provider === 'replicate')
-        .map((r) => r.model),
-    ),
-    VERSION,
-  ];
+  // Every Replicate model of the catalog (with a request its route admits), and a versioned one.
+  const routes = MODEL_CATALOG.flatMap((m) => m.routes).filter((r) => r.provider === 'replicate');
+  const inputs = new Map<string, Record<string, unknown>>(routes.map((r) => [r.model, admittedInputs(r)[0]!]));
+  inputs.set(VERSION, { duration: 5, resolution: '720p' });
+  const models = [...inputs.keys()];
   const jobs: string[] = [];
   for (const model of models) {
     const a = newAttempt('https://api.example.com', 'replicate');
-    const input = { prompt: `contract ${model}`, duration: 5, resolution: '720p' };
+    const input = { ...inputs.get(model), prompt: `contract ${model}` };
     const out = await adapter.submit({ ...a, model, input });
     assert.equal(out.kind, 'accepted', `${model}: ${JSON.stringify(out)}`);
     if (out.kind !== 'accepted') continue;
@@ -122,7 +118,7 @@ test('every request the adapter can send matches the documented request shapes (
   await adapter.cancel(jobs[0]!);
   // A lookup over several pages (page size 3) follows `next` with its cursor.
   const found = await adapter.findByCorrelationToken(
-    lookupQuery('t', { model: models[0]!, input: { prompt: `contract ${models[0]}`, duration: 5, resolution: '720p' } }),
+    lookupQuery('t', { model: models[0]!, input: { ...inputs.get(models[0]!), prompt: `contract ${models[0]}` } }),
   );
   assert.equal(found.kind, 'found');
   assert.ok(calls.filter((c) => c.method === 'GET' && c.url.pathname.endsWith('/v1/predictions')).length >= 2, 'the walk took several pages');

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Webhook } from 'standardwebhooks';
-import { createReplicateAdapter, nextPageUrl, throttleResetMs } from '../../providers/replicate';
+import { cancelAfterFor, createReplicateAdapter, nextPageUrl, REPLICATE_RUN_LIMIT_MS, throttleResetMs } from '../../providers/replicate';
 import { ReplicateRateLimiter, replicateLimitsFromSetting } from '../../providers/simulator/rate-limits';
 import { createSimulator, type RunningSimulator, type Simulator } from '../../providers/simulator/server';
 import { CallbackVerificationError, type LookupQuery, type ProviderAdapter, type ProviderJob } from '../../providers/types';
@@ -405,6 +405,60 @@ test('cancel: a running prediction ends canceled and the completed webhook says 
   await sim.webhooksIdle();
   const last = deliveriesFor(attemptId).at(-1)!;
   assert.equal(adapter.verifyCallback(last.body, last.headers).job.state, 'canceled');
+});
+
+test("every create carries Cancel-After, sized from the task's deadline plus Replicate's 30-minute run limit; no deadline, no header", async () => {
+  const nowMs = Date.parse('2026-12-05T10:00:00Z');
+  const sent: (string | null)[] = [];
+  const a = createReplicateAdapter({
+    baseUrl: `${sim.baseUrl()}/replicate`,
+    apiToken: TOKEN,
+    webhookSecret: SECRET,
+    timeoutMs: 2_000,
+    now: () => nowMs,
+    fetch: (input, init) => {
+      sent.push(new Headers(init?.headers).get('cancel-after'));
+      return fetch(input, init);
+    },
+  });
+  const deadlines = [new Date(nowMs + 3_600_000), new Date(nowMs + 1_500), new Date(nowMs - 3_600_000), null];
+  for (const deadlineAt of deadlines) {
+    const out = await a.submit({ ...newAttempt(), model: 'acme/video', input: { prompt: 'deadline' }, deadlineAt });
+    assert.equal(out.kind, 'accepted', JSON.stringify(out));
+  }
+  assert.deepEqual(sent, ['5400s', '1802s', '1800s', null]);
+  assert.equal(REPLICATE_RUN_LIMIT_MS, 1_800_000);
+  assert.equal(cancelAfterFor(new Date(nowMs + 250), nowMs), '1801s', 'rounded up to whole seconds');
+});
+
+test('the simulator honours Cancel-After: a prediction not started by then is aborted (no run time to bill), a running one is canceled; a value under 5 s is refused', async () => {
+  // Created with the documented minimum, 5 s (ours are never that short: the test's clock is the provider's).
+  const create = async (cancelAfter: string, input: Record<string, unknown>) => {
+    const res = await fetch(`${sim.baseUrl()}/replicate/v1/models/acme/video/predictions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json', 'cancel-after': cancelAfter },
+      body: JSON.stringify({ input }),
+    });
+    return { status: res.status, id: ((await res.json()) as { id?: string }).id ?? '' };
+  };
+  sim.setFaults({ start_delay_ms: 60_000 });
+  const queued = await create('5s', { prompt: 'never starts' });
+  sim.clearFaults();
+  const running = await create('0h0m5s', { prompt: 'runs long', sim_generation_ms: 60_000 });
+  assert.deepEqual([queued.status, running.status], [201, 201]);
+  assert.equal((await adapter.getJob(queued.id)).state, 'queued');
+  const ended = await waitFor(
+    'both ended by Cancel-After',
+    async () => {
+      const [q, r] = [await adapter.getJob(queued.id), await adapter.getJob(running.id)];
+      return q.state !== 'queued' && r.state !== 'running' ? ([q, r] as const) : undefined;
+    },
+    10_000,
+  );
+  assert.deepEqual([ended[0].state, ended[1].state], ['aborted', 'canceled']);
+  assert.equal(ended[0].metrics?.['predict_time'], undefined, 'an aborted prediction never ran');
+  assert.equal((await create('3s', { prompt: 'x' })).status, 422);
+  assert.equal((await create('soon', { prompt: 'x' })).status, 422);
 });
 
 test('[sim:fail] in the prompt ends failed with an error message', async () => {

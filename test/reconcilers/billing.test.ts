@@ -47,7 +47,7 @@ async function terminalWithOpenReservation(): Promise<string> {
   const created = await createTask(db(), w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `billing-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `billing ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `billing ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const id = created.task.task_id;
   await db()
@@ -65,7 +65,7 @@ test('the reconciler closes a terminal task’s open reservation with its record
   assert.match(paused?.detail ?? '', /not closed: system mode is MAINTENANCE: task facts are read-only/);
   await mode('NORMAL');
   await reconcile(false);
-  assert.deepEqual(await closesOf(id), ['RELEASE 1.000000', 'SETTLE 0.000000']);
+  assert.deepEqual(await closesOf(id), ['RELEASE 4.500000', 'SETTLE 0.000000']);
 });
 
 test('a task made live again after its reservation was closed cannot succeed with a charge its ledger lacks; pitr repair refuses to reopen it; the reconciler reports it', async () => {
@@ -75,7 +75,7 @@ test('a task made live again after its reservation was closed cannot succeed wit
   const terminalAt = new Date(Date.now() - 3_600_000);
   await db().update(generationTask).set({ status: 'CANCELLED', terminal_at: terminalAt, settled_amount: '0' }).where(eq(generationTask.task_id, id));
   await reconcile(false);
-  assert.deepEqual(await closesOf(id), ['RELEASE 1.000000', 'SETTLE 0.000000']);
+  assert.deepEqual(await closesOf(id), ['RELEASE 4.500000', 'SETTLE 0.000000']);
 
   // The plan planPitrRepair makes for it (the copy from before the mistake).
   const plan = {
@@ -132,7 +132,7 @@ test('a task made live again after its reservation was closed cannot succeed wit
   const after = await taskOf(id);
   assert.deepEqual(
     { terminal: after.terminal_at, settled: after.settled_amount, ledger: await closesOf(id) },
-    { terminal: null, settled: null, ledger: ['RELEASE 1.000000', 'SETTLE 0.000000'] },
+    { terminal: null, settled: null, ledger: ['RELEASE 4.500000', 'SETTLE 0.000000'] },
   );
 });
 

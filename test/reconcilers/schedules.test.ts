@@ -70,7 +70,7 @@ async function committedTask(key: string) {
   const created = await createTaskRow(db(), fence(), {
     tenantId: e.tenant.tenantId,
     idempotencyKey: `${key}-${Date.now()}`,
-    body: { ...defaultRequest, resolution: '480p', prompt: key, priority: 0 },
+    body: { ...defaultRequest, resolution: '720p', prompt: key, priority: 0 },
   });
   return created.task.task_id;
 }

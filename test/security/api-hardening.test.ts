@@ -37,7 +37,7 @@ after(async () => {
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const body = { model: 'minimax/video-01', prompt: 'hardening', duration_seconds: 1, resolution: '480p' };
+const body = { model: 'minimax/video-01', prompt: 'hardening', duration_seconds: 6, resolution: '720p' };
 
 test('/openapi.json names PUBLIC_BASE_URL whatever Host header the request carries', async () => {
   const res = await new Promise<string>((resolve, reject) => {

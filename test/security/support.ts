@@ -88,7 +88,7 @@ export async function startCallbackWorld(overrides: Record<string, string> = {})
         {
           tenantId: tenant.tenantId,
           idempotencyKey: `sec-${seq}-${Date.now()}`,
-          body: { model: 'minimax/video-01', prompt: `security ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+          body: { model: 'minimax/video-01', prompt: `security ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
         },
       );
       const taskId = created.task.task_id;

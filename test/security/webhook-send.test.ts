@@ -1,14 +1,15 @@
 // One webhook attempt's bounds (net/webhook-send.ts, docs/security.md "Tenant webhook URLs"): an
 // endless answer is read only up to the limit; a redirect is not followed; a name that resolves
 // to a private address is refused at connect; the timeout ends a hung receiver; every secret
-// given signs.
+// given signs, each exactly as the `standardwebhooks` package signs.
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { randomBytes, randomInt } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { createSafeDispatcher } from '../../net/safe-fetch';
-import { sendWebhook } from '../../net/webhook-send';
+import { sendWebhook, signatureHeader } from '../../net/webhook-send';
 
 let server: http.Server;
 let base = '';
@@ -109,5 +110,16 @@ test('every secret signs: two signatures, each verifies alone', async () => {
   } finally {
     s2.closeAllConnections();
     await new Promise((r) => s2.close(r));
+  }
+});
+
+test("each signature is byte for byte the standardwebhooks package's: random secrets, ids, timestamps and bodies (non-ASCII and lone surrogates too)", () => {
+  const chars = ['a', 'é', '漢', '😀', '\ud800', '\udc00', '\n', '"', '.'];
+  for (let i = 0; i < 300; i += 1) {
+    const secrets = Array.from({ length: 1 + (i % 2) }, () => `whsec_${randomBytes(randomInt(1, 64)).toString('base64')}`);
+    const id = `msg_${randomBytes(randomInt(1, 24)).toString('base64url')}`;
+    const at = new Date(randomInt(0, 2 ** 40));
+    const body = Array.from({ length: randomInt(0, 200) }, () => chars[randomInt(chars.length)]).join('');
+    assert.equal(signatureHeader(secrets, id, at, body), secrets.map((secret) => new Webhook(secret).sign(id, at, body)).join(' '));
   }
 });

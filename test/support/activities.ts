@@ -92,6 +92,22 @@ export function freshActivities(w: ActivityWorld, providers: Readonly<Record<str
   );
 }
 
+/**
+ * `adapter` as if its provider documented that a miss of its lookup proves the job was never
+ * created (absenceProof 'exact-lookup'). None of ours does (docs/providers.md "Proof of absence"):
+ * for tests of what follows a proof of absence.
+ */
+export function provingAbsence(adapter: ProviderAdapter): ProviderAdapter {
+  return {
+    ...adapter,
+    capabilities: { ...adapter.capabilities, absenceProof: 'exact-lookup', resendable: false },
+    async findByCorrelationToken(q) {
+      const r = await adapter.findByCorrelationToken(q);
+      return r.kind === 'not-found-unproven' ? { kind: 'not-found-proven', evidence: `stand-in proof: ${r.reason}` } : r;
+    },
+  };
+}
+
 let seq = 0;
 /** A Replicate task whose provider job has succeeded and whose inbox is applied: PROVIDER_SUCCEEDED. */
 export async function providerSucceededTask(w: ActivityWorld, label: string): Promise<string> {
@@ -99,7 +115,7 @@ export async function providerSucceededTask(w: ActivityWorld, label: string): Pr
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `${label}-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `${label} ${seq}`, duration_seconds: 2, resolution: '480p', priority: 0 },
+    body: { model: 'minimax/video-01', prompt: `${label} ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const id = created.task.task_id;
   await w.run('dispatchTask', id);

@@ -31,14 +31,23 @@ export function testRouting(): { readonly settings: ReturnType<typeof routingSet
 }
 
 let taskDeadlineSeconds: number | undefined;
-/** The API's createTask with the configured default deadline (TASK_DEADLINE_SECONDS), unless the test names one. */
+let webhookMaxOrigins: number | undefined;
+/**
+ * The API's createTask with the configured default deadline (TASK_DEADLINE_SECONDS) and cap on
+ * task-URL origins (WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT), unless the test names them.
+ */
 export function createTask(
   db: Parameters<typeof createTaskRow>[0],
   token: Parameters<typeof createTaskRow>[1],
   args: Omit<Parameters<typeof createTaskRow>[2], 'defaultDeadlineSeconds'> & { readonly defaultDeadlineSeconds?: number },
 ): ReturnType<typeof createTaskRow> {
   taskDeadlineSeconds ??= testConfig().TASK_DEADLINE_SECONDS;
-  return createTaskRow(db, token, { ...args, defaultDeadlineSeconds: args.defaultDeadlineSeconds ?? taskDeadlineSeconds });
+  webhookMaxOrigins ??= testConfig().WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT;
+  return createTaskRow(db, token, {
+    ...args,
+    defaultDeadlineSeconds: args.defaultDeadlineSeconds ?? taskDeadlineSeconds,
+    webhookMaxOrigins: args.webhookMaxOrigins ?? webhookMaxOrigins,
+  });
 }
 
 /**

@@ -62,8 +62,8 @@ export interface E2E {
 export const defaultRequest = {
   model: 'minimax/video-01',
   prompt: 'a red fox running through snow',
-  duration_seconds: 2,
-  resolution: '480p',
+  duration_seconds: 6,
+  resolution: '720p',
 };
 
 /** A tenant's task calls through the typed client (api/client), shared by the e2e and the modes stacks. */
@@ -192,7 +192,7 @@ export async function startTaskWorkflow(e: E2E, key: string, input: Omit<Generat
     {
       tenantId: e.tenant.tenantId,
       idempotencyKey: `${key}-${Date.now()}`,
-      body: { ...defaultRequest, resolution: '480p', prompt: key, priority: 0 },
+      body: { ...defaultRequest, resolution: '720p', prompt: key, priority: 0 },
     },
   );
   const taskId = created.task.task_id;

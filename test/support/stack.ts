@@ -67,6 +67,7 @@ export function testConfig(overrides: Record<string, string> = {}): Config {
   return loadConfig({
     ...process.env,
     NODE_ENV: 'test',
+    VIDORCH_ENV: 'test',
     OUTPUT_FETCH_ALLOW_PRIVATE: 'true',
     // Test receivers listen on loopback over http.
     WEBHOOK_ALLOW_PRIVATE: 'true',
@@ -74,6 +75,9 @@ export function testConfig(overrides: Record<string, string> = {}): Config {
     TENANT_CREATE_RATE_PER_SECOND: '100000',
     TENANT_READ_RATE_PER_SECOND: '100000',
     TENANT_CANCEL_RATE_PER_SECOND: '100000',
+    // A claim's create leaves within milliseconds here; tests that resolve an unknown outcome at
+    // once wait out less of the send window (docs/decisions/0063).
+    SUBMIT_SEND_WINDOW_MS: '1000',
     ...overrides,
   });
 }

@@ -46,5 +46,5 @@ test('the inbox is applied across continue-as-new: a task polled over many runs 
     inbox.every((r) => r.processed_at !== null),
     'every inbox row was applied',
   );
-  assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
+  assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '4.500000', SETTLE: '4.500000', RELEASE: '0.000000' });
 });

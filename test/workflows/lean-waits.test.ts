@@ -80,7 +80,7 @@ async function convergedByWakes(taskId: string) {
   await e.waitForStatus(taskId, 'SUCCEEDED', 45_000);
   assert.equal(polls, 0, 'no provider poll: the wakes alone moved the task');
   assert.equal(e.sim.jobsFor(attemptIdFor(taskId, 1)), 1, 'one provider job');
-  assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
+  assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '4.500000', SETTLE: '4.500000', RELEASE: '0.000000' });
 }
 
 test('a callback that lands while submitAttempt runs is applied as soon as the submit returns, without a poll', async () => {

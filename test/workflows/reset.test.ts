@@ -259,6 +259,6 @@ describe('a reset re-delivers an operator Update, and that is harmless', () => {
       if ((await handle.describe()).status.name === 'RUNNING') await handle.terminate('test cleanup');
     }
     assert.equal((await auditRows(taskId)).length, 1, 'one audit row');
-    assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '0.000000', RELEASE: '1.000000' });
+    assert.deepEqual(await review.ledgerOf(taskId), { RESERVE: '4.500000', SETTLE: '0.000000', RELEASE: '4.500000' });
   });
 });

@@ -53,7 +53,7 @@ test('a long wait reads the provider in activity retries, no workflow task betwe
   assert.ok(attempts >= reads - 2, `${attempts} wait attempts for ${reads} status reads`);
   assert.equal(scheduledActivities(await historyOf(taskId)).filter((name) => name === 'pollProvider').length, 0, 'no per-cycle poll activity');
   assert.equal(e.sim.jobsFor(attemptIdFor(taskId, 1)), 1, 'one provider job');
-  assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '1.000000', SETTLE: '1.000000', RELEASE: '0.000000' });
+  assert.deepEqual(await e.ledgerOf(taskId), { RESERVE: '4.500000', SETTLE: '4.500000', RELEASE: '0.000000' });
 });
 
 test('a wake while the reads wait in Temporal cancels them and the workflow acts on it at once', async () => {
