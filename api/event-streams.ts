@@ -20,7 +20,7 @@ import type { EventHub, Wake } from './event-hub';
 import type { DegradedEventData, ProgressEventData, ResyncEventData, TaskEventData } from './events.schemas';
 import { HttpProblem } from './problem';
 import type { SseWriter } from './sse';
-import { presentProgress } from './tasks.present';
+import { presentActor, presentProgress } from './tasks.present';
 
 export interface EventStreamSettings {
   readonly heartbeatMs: number;
@@ -73,7 +73,7 @@ export function transitionData(e: TransitionEvent): TaskEventData {
     status_version: e.version,
     at: e.at.toISOString(),
     reason: e.sourceEvent,
-    actor: e.actor,
+    actor: presentActor(e.actor),
     terminal: isTerminal(e.toStatus),
     failure: e.failure,
   };

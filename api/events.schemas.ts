@@ -3,6 +3,9 @@
 import { z } from 'zod';
 import { SYSTEM_MODES, TASK_STATES } from '../domain/states';
 
+/** A transition's `actor`, as the task and its event streams show it (api/tasks.present.ts presentActor). */
+export const ACTOR_DESCRIPTION = 'Who made the change: `tenant:<your tenant id>`, `workflow`, `schedule`, or `operator` (an operator of the service)';
+
 /** `event: transition` — one per task_transition row; the SSE `id` is the resume id. */
 export const TaskEventData = z
   .object({
@@ -12,7 +15,7 @@ export const TaskEventData = z
     status_version: z.int().min(0).describe("The task's status_version after this transition; on a task stream also the SSE id"),
     at: z.iso.datetime({ offset: true }),
     reason: z.string().describe('What caused it, as GET /v1/tasks/:id lists it in transitions[].source_event'),
-    actor: z.string(),
+    actor: z.string().describe(ACTOR_DESCRIPTION),
     terminal: z.boolean().describe('SUCCEEDED, FAILED or CANCELLED: the task stream closes after this event'),
     failure: z.object({ code: z.string(), message: z.string().nullable() }).nullable(),
   })

@@ -28,6 +28,13 @@ export function presentProgress(p: TaskProgress): ProgressView {
   };
 }
 
+/**
+ * Who made a transition, as a tenant sees it: an operator is `operator`, never the operator's
+ * name (an OS user name: `ops` records `operator:<name>`, which stays in the database and in
+ * ops output). The workflow, a schedule and the tenant itself are shown as recorded.
+ */
+export const presentActor = (actor: string): string => (actor === 'operator' || actor.startsWith('operator:') ? 'operator' : actor);
+
 const attemptProgress = (a: AttemptRow): TaskProgress => ({
   attemptId: a.attempt_id,
   provider: a.provider,
@@ -129,7 +136,7 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
       to: t.to_status,
       version: t.to_version,
       source_event: t.source_event,
-      actor: t.actor,
+      actor: presentActor(t.actor),
       at: t.created_at.toISOString(),
     })),
     ledger: d.ledger.map((e) => ({

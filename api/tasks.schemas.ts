@@ -1,7 +1,7 @@
 // The API's wire shapes. zod validates requests; the same schemas, and those of the answers
 // (which the presenter's types follow), are the route contracts of api/tasks.routes.ts.
 import { z } from 'zod';
-import { ProgressView } from './events.schemas';
+import { ACTOR_DESCRIPTION, ProgressView } from './events.schemas';
 import { PROVIDERS, RESOLUTIONS } from '../domain/catalog';
 import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, TASK_STATES } from '../domain/states';
 
@@ -179,7 +179,7 @@ export const taskDetail = z
         to: taskStatus,
         version: z.int(),
         source_event: z.string(),
-        actor: z.string(),
+        actor: z.string().describe(ACTOR_DESCRIPTION),
         at: timestamp,
       }),
     ),

@@ -1,5 +1,6 @@
 // Webhook rows → API JSON (api/webhooks.schemas.ts). Secrets never pass through here.
 import type { DeliveryWithAttempts, WebhookEndpointRow } from '../db/webhooks';
+import { redactText } from '../observability/redact';
 import { webhookIdOf } from '../workers/webhook-relay';
 
 const iso = (d: Date | null) => d?.toISOString() ?? null;
@@ -37,7 +38,9 @@ export function presentDelivery({ delivery: d, event, attempts }: DeliveryWithAt
       succeeded: a.succeeded,
       response_status: a.response_status,
       latency_ms: a.latency_ms,
-      error: a.error,
+      // Written by the relay from a receiver's failure (net/webhook-send.ts), which may quote a URL
+      // or a credential: redacted like every error text that leaves (observability/redact.ts).
+      error: a.error === null ? null : redactText(a.error),
     })),
   };
 }

@@ -8,7 +8,6 @@ import { hostRuleProblem } from '../net/host-rules';
 import { connectionProblems } from './connections';
 import {
   credential,
-  devDefault,
   isImplicitProduction,
   isLoopbackHost,
   outputHosts,
@@ -17,6 +16,7 @@ import {
   publicUrl,
   refusedInProduction,
   secret,
+  storageEndpoint,
   unsafeInProduction,
   withDevValues,
 } from './profile';
@@ -244,8 +244,8 @@ export const envSchema = z.object({
   ),
 
   S3_ENDPOINT: setting(
-    'Object storage of the outputs; may be private (a store inside the network), but production names it.',
-    devDefault(z.url(), 'http://127.0.0.1:7070'),
+    'Object storage of the outputs; may be private (a store inside the network), but production names it, over https unless its host is loopback (presigned download URLs are served from it).',
+    storageEndpoint(z.url(), 'http://127.0.0.1:7070'),
   ),
   S3_REGION: setting("The outputs bucket's region.", z.string().min(1).default('us-east-1')),
   S3_ACCESS_KEY_ID: setting('Object storage access key id.', secret(z.string().min(1), 'vidorch-dev')),
@@ -253,8 +253,8 @@ export const envSchema = z.object({
   S3_BUCKET_OUTPUTS: setting('Bucket of the outputs and thumbnails.', z.string().min(3).default('vidorch-outputs')),
   S3_FORCE_PATH_STYLE: setting('Path-style bucket addressing (`endpoint/bucket/key`), as versitygw and MinIO need.', bool.default(true)),
   S3_FALLBACK_ENDPOINT: setting(
-    "The second S3 endpoint a rescue writes to while the primary is unreachable (docs/decisions/0029); `''` turns the fallback off. Dev and tests run a second versitygw; production must set it.",
-    devDefault(z.union([z.url(), z.literal('')]), 'http://127.0.0.1:7071'),
+    "The second S3 endpoint a rescue writes to while the primary is unreachable (docs/decisions/0029); `''` turns the fallback off. Dev and tests run a second versitygw; production must set it, over https unless its host is loopback.",
+    storageEndpoint(z.union([z.url(), z.literal('')]), 'http://127.0.0.1:7071'),
   ),
   S3_FALLBACK_REGION: setting("The fallback bucket's region.", z.string().min(1).default('us-east-1')),
   S3_FALLBACK_ACCESS_KEY_ID: setting("The fallback endpoint's access key id.", secret(z.string().min(1), 'vidorch-dev')),
@@ -629,6 +629,10 @@ export const envSchema = z.object({
   RETENTION_RECONCILE_RUN_DAYS: setting(
     'Reconciler runs that changed nothing are deleted after this many days; runs that changed something are kept (they are the audit).',
     z.coerce.number().int().min(1).max(3650).default(7),
+  ),
+  RETENTION_WEBHOOK_DAYS: setting(
+    "Tenant webhook deliveries that ended (delivered, failed, cancelled) and had no attempt for this many days are deleted with their attempts, then events left without deliveries; a delivery target's back-off row untouched this long too. At least 2 (longer than the retry schedule); the delivery log shows this window.",
+    z.coerce.number().int().min(2).max(3650).default(30),
   ),
   RETENTION_BATCH: setting('Rows deleted per statement, each its own short transaction.', z.coerce.number().int().min(1).max(100_000).default(1_000)),
   TEMPORAL_NAMESPACE_RETENTION_HOURS: setting(

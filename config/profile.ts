@@ -30,14 +30,10 @@ function withRule<T extends z.ZodType>(schema: T, rule: DeploymentRule): T {
 }
 
 /**
- * A setting production must name itself: `dev` (the simulator's or the local stack's value)
- * fills in for development and tests only, and is refused in production.
+ * A credential (or an address that carries one, like DATABASE_URL) production must name itself:
+ * `dev` (the simulator's or the local stack's value) fills in for development and tests only, and
+ * is refused in production.
  */
-export function devDefault<T extends z.ZodType>(schema: T, dev: string): T {
-  return withRule(schema, { dev, required: true });
-}
-
-/** A credential (or an address that carries one, like DATABASE_URL): the devDefault rule, marked a credential. */
 export function secret<T extends z.ZodType>(schema: T, dev: string): T {
   return withRule(schema, { dev, required: true, credential: true });
 }
@@ -50,6 +46,26 @@ export function credential<T extends z.ZodType>(schema: T): T {
 /** A third party's URL (a provider API, its JWKS): required in production, https to a public host. */
 export function publicUrl(dev: string) {
   return withRule(z.url(), { dev, required: true, unsafe: unsafeUrl });
+}
+
+/**
+ * An object store's endpoint (S3_ENDPOINT, S3_FALLBACK_ENDPOINT): production names it, and it may
+ * be inside the network, but tenants download from presigned URLs on it, so production takes
+ * plaintext only toward loopback (a sidecar).
+ */
+export function storageEndpoint<T extends z.ZodType>(schema: T, dev: string): T {
+  return withRule(schema, { dev, required: true, unsafe: storageEndpointProblem });
+}
+
+function storageEndpointProblem(value: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return null; // the schema reports the malformed URL
+  }
+  if (url.protocol === 'https:' || isLoopbackHost(url.hostname)) return null;
+  return 'must be https in production unless its host is loopback (a sidecar): presigned download URLs are served from it';
 }
 
 /** A setting with a production default that must not take one of `values` there (e.g. OUTPUT_FETCH_ALLOW_PRIVATE=true). */

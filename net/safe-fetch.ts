@@ -39,12 +39,17 @@ export function assertPublicHost(hostname: string): void {
 /** A DNS lookup with node's signature (tests pass one that answers what they need). */
 export type Resolver = (hostname: string, options: LookupAllOptions, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
 
-/** Wraps `resolve` so that a name resolving to any non-public address fails the connect. */
-export function checkedLookup(resolve: Resolver = dnsLookup): LookupFunction {
+/** True for a loopback address (127.0.0.0/8, ::1, and 127.x mapped into IPv6). */
+export function loopbackAddress(address: string): boolean {
+  return ipaddr.isValid(address) && ipaddr.process(address).range() === 'loopback';
+}
+
+/** Wraps `resolve` so that a name resolving to any address `admit` refuses (by default: any non-public one) fails the connect. */
+export function checkedLookup(resolve: Resolver = dnsLookup, admit: (address: string) => boolean = publicAddress): LookupFunction {
   return (hostname, options, callback) => {
     resolve(hostname, { ...options, all: true }, (err, addresses) => {
       if (err) return callback(err, '', 0);
-      const refused = addresses.find((a) => !publicAddress(a.address));
+      const refused = addresses.find((a) => !admit(a.address));
       if (refused || addresses.length === 0) {
         return callback(new UnsafeAddressError(`${hostname} resolves to ${refused ? `non-public address ${refused.address}` : 'nothing'}`), '', 0);
       }
@@ -59,12 +64,20 @@ export function checkedLookup(resolve: Resolver = dnsLookup): LookupFunction {
 export interface SafeDispatcherOptions {
   /** Connect anywhere (the local simulator in dev and tests; OUTPUT_FETCH_ALLOW_PRIVATE). */
   readonly allowPrivate: boolean;
+  /**
+   * Public addresses and loopback, nothing else (a receiver on this machine in dev and tests:
+   * WEBHOOK_ALLOW_PRIVATE). Private, link-local (169.254.169.254, the cloud metadata service)
+   * and every other special range stay refused.
+   */
+  readonly allowLoopback?: boolean;
   readonly resolve?: Resolver;
 }
 
 /** The dispatcher to pass to fetch() for third-party URLs. */
 export function createSafeDispatcher(opts: SafeDispatcherOptions): Agent {
-  return new Agent(opts.allowPrivate ? {} : { connect: { lookup: checkedLookup(opts.resolve) } });
+  if (opts.allowPrivate) return new Agent({});
+  const admit = opts.allowLoopback ? (a: string) => publicAddress(a) || loopbackAddress(a) : publicAddress;
+  return new Agent({ connect: { lookup: checkedLookup(opts.resolve, admit) } });
 }
 
 /** The UnsafeAddressError a failed fetch carries in its cause chain, if any. */

@@ -20,7 +20,8 @@ export interface WebhookRequest {
 
 export interface SendOptions {
   readonly dispatcher: Agent;
-  readonly allowPrivate: boolean;
+  /** WEBHOOK_ALLOW_PRIVATE: http and loopback receivers (dev and tests). */
+  readonly allowLoopback: boolean;
   readonly timeoutMs: number;
   readonly maxResponseBytes: number;
 }
@@ -29,7 +30,10 @@ export interface AttemptOutcome {
   readonly ok: boolean;
   readonly status: number | null;
   readonly latencyMs: number;
+  /** What the tenant sees (the delivery log): never an address a name resolved to. */
   readonly error: string | null;
+  /** For the operator's log only: what `error` leaves out (the refused address a name resolved to). */
+  readonly detail: string | null;
   readonly excerpt: string | null;
   /** Ran out of its timeout (the receiver held the attempt: its target backs off, db/webhooks.ts). */
   readonly timedOut: boolean;
@@ -58,12 +62,13 @@ export function signatureHeader(secrets: readonly string[], webhookId: string, t
 
 export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promise<AttemptOutcome> {
   const started = performance.now();
-  const done = (o: Omit<AttemptOutcome, 'latencyMs' | 'timedOut'>, timedOut = false): AttemptOutcome => ({
+  const done = (o: Omit<AttemptOutcome, 'latencyMs' | 'timedOut' | 'detail'>, timedOut = false, detail: string | null = null): AttemptOutcome => ({
     ...o,
+    detail,
     timedOut,
     latencyMs: Math.round(performance.now() - started),
   });
-  const refused = webhookUrlProblem(req.url, opts.allowPrivate);
+  const refused = webhookUrlProblem(req.url, opts.allowLoopback);
   if (refused) return done({ ok: false, status: null, error: `url ${refused}`, excerpt: null });
   if (req.secrets.length === 0)
     return done({ ok: false, status: null, error: 'no signing secret (the tenant has no enabled webhook endpoint)', excerpt: null });
@@ -88,6 +93,10 @@ export async function sendWebhook(req: WebhookRequest, opts: SendOptions): Promi
     const error = ok ? null : res.status >= 300 && res.status < 400 ? `answered ${res.status} (redirects are not followed)` : `answered ${res.status}`;
     return done({ ok, status: res.status, error, excerpt });
   } catch (err) {
+    // A name that resolved to an address we do not connect to: the tenant learns only that, not
+    // the address (which would map our internal DNS for them); the operator's log keeps it.
+    const unsafe = signal.aborted ? null : unsafeAddressIn(err);
+    if (unsafe) return done({ ok: false, status: null, error: REFUSED_ADDRESS, excerpt: null }, false, `refused: ${unsafe.message}`);
     return done({ ok: false, status: null, error: describe(err, signal), excerpt: null }, signal.aborted);
   }
 }
@@ -113,10 +122,11 @@ async function readBounded(res: Response, max: number): Promise<string | null> {
   return redactText(text.slice(0, EXCERPT_CHARS));
 }
 
+/** The tenant-visible error of an attempt refused at connect (net/safe-fetch.ts). */
+export const REFUSED_ADDRESS = 'refused: the address the URL resolves to is not allowed';
+
 function describe(err: unknown, signal: AbortSignal): string {
   if (signal.aborted) return 'timed out';
-  const unsafe = unsafeAddressIn(err);
-  if (unsafe) return `refused: ${unsafe.message}`;
   for (let e = err as { code?: unknown; message?: string; cause?: unknown } | null, depth = 0; e && depth < 5; e = e.cause as typeof e, depth += 1) {
     if (typeof e.code === 'string') return redactText(`${e.code}${e.message ? `: ${e.message}` : ''}`).slice(0, 300);
   }

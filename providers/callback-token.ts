@@ -12,8 +12,13 @@ import { createCipheriv, createDecipheriv, createHmac, hkdfSync, timingSafeEqual
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const TAG_BYTES = 16;
-/** base64url of 32 bytes. */
-const TOKEN = /^[A-Za-z0-9_-]{43}$/;
+/**
+ * base64url of 32 bytes, in its one canonical spelling: 43 characters carry 258 bits, so the last
+ * one's two low bits are padding and must be zero (A, E, I, …, w, 0, 4, 8). A decoder ignores them,
+ * so without this rule every token would have four spellings, each a URL of its own (a remembered
+ * token, a rate limit per URL) for one attempt.
+ */
+const TOKEN = /^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$/;
 
 export interface CallbackTokens {
   /** The URL token of an attempt under the current secret (deterministic: a retried submit hands out the same URL). */

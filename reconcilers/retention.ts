@@ -1,7 +1,9 @@
 // Data lifecycle of the working rows (docs/runbooks/reconcilers.md "Retention"): processed inbox
 // rows of finished tasks after RETENTION_INBOX_DAYS (longer than any provider redelivers, so a
 // redelivery still dedupes), published outbox rows after RETENTION_OUTBOX_HOURS, reconciler runs
-// that changed nothing, and this host's old spool dead letters. Deleted in bounded batches, each
+// that changed nothing, tenant webhook deliveries that ended RETENTION_WEBHOOK_DAYS ago (their
+// attempts with them, then events left without a delivery, and idle target back-offs), and this
+// host's old spool dead letters. Deleted in bounded batches, each
 // its own short transaction under the fence. The record (transitions, ledger, audit, failovers)
 // is never deleted: migration 0008 refuses it. Nothing a task that is still running reads is
 // touched: an inbox row of an open task is evidence of its job (db/job-evidence.ts) and stays
@@ -12,14 +14,32 @@ import { sql, type SQL } from 'drizzle-orm';
 import { FenceRejectedError, acquireFence, inFence } from '../db/fence';
 import type { Reconciler, ReconcileDeps, ReconcileFinding } from './types';
 
-/** Deletes the rows `select` picks, `batch` at a time, until none are left or `limit` are gone. */
-async function deleteInBatches(deps: ReconcileDeps, table: string, key: string, select: SQL, limit: number): Promise<number> {
+/**
+ * Deletes the rows `select` picks, `batch` at a time, until none are left or `limit` are gone.
+ * `children` (a table and its column referring to `key`) lose their rows of each batch in the
+ * same statement, first: a webhook delivery's attempts.
+ */
+async function deleteInBatches(
+  deps: ReconcileDeps,
+  table: string,
+  key: string,
+  select: SQL,
+  limit: number,
+  children?: { table: string; key: string },
+): Promise<number> {
   const { token } = await acquireFence(deps.db, deps.fence.scope, deps.fence.region);
   let deleted = 0;
   while (deleted < limit) {
     const n = Math.min(deps.settings.retention.batch, limit - deleted);
+    const picked = sql`${select} LIMIT ${n} FOR UPDATE SKIP LOCKED`;
     const { rowCount } = await inFence(deps.db, token, (tx) =>
-      tx.execute(sql`DELETE FROM ${sql.identifier(table)} WHERE ${sql.identifier(key)} IN (${select} LIMIT ${n} FOR UPDATE SKIP LOCKED)`),
+      tx.execute(
+        children
+          ? sql`WITH picked AS (${picked}),
+                  gone AS (DELETE FROM ${sql.identifier(children.table)} WHERE ${sql.identifier(children.key)} IN (SELECT * FROM picked))
+                DELETE FROM ${sql.identifier(table)} WHERE ${sql.identifier(key)} IN (SELECT * FROM picked)`
+          : sql`DELETE FROM ${sql.identifier(table)} WHERE ${sql.identifier(key)} IN (${picked})`,
+      ),
     );
     deleted += rowCount ?? 0;
     if (!rowCount || rowCount < n) break;
@@ -36,7 +56,8 @@ export const retentionReconciler: Reconciler = {
   name: 'retention',
   async run(deps, opts) {
     const r = deps.settings.retention;
-    const sets: { kind: string; table: string; key: string; select: SQL }[] = [
+    const webhookCutoff = sql`now() - make_interval(days => ${r.webhookDays})`;
+    const sets: { kind: string; table: string; key: string; select: SQL; children?: { table: string; key: string } }[] = [
       {
         kind: 'inbox-expired',
         table: 'callback_inbox',
@@ -58,6 +79,34 @@ export const retentionReconciler: Reconciler = {
         key: 'run_id',
         select: sql`SELECT run_id FROM reconcile_run WHERE changed = 0 AND started_at < now() - make_interval(days => ${r.reconcileRunDays})`,
       },
+      {
+        // A delivery that ended (a pending one is still owed) and whose last attempt, or its
+        // creation, is past the window: a failed one was redeliverable until then. Its attempts go
+        // in the same statement (they refer to it).
+        kind: 'webhook-delivery-expired',
+        table: 'webhook_delivery',
+        key: 'delivery_id',
+        children: { table: 'webhook_attempt', key: 'delivery_id' },
+        select: sql`SELECT d.delivery_id FROM webhook_delivery d
+                    WHERE d.state <> 'pending' AND d.created_at < ${webhookCutoff}
+                      AND NOT EXISTS (SELECT 1 FROM webhook_attempt a WHERE a.delivery_id = d.delivery_id AND a.started_at >= ${webhookCutoff})`,
+      },
+      {
+        // An event whose deliveries are all gone (or that had none: no endpoint subscribed).
+        kind: 'webhook-event-expired',
+        table: 'webhook_event',
+        key: 'event_id',
+        select: sql`SELECT e.event_id FROM webhook_event e
+                    WHERE e.created_at < ${webhookCutoff}
+                      AND NOT EXISTS (SELECT 1 FROM webhook_delivery d WHERE d.event_id = e.event_id)`,
+      },
+      {
+        // A target's back-off (a receiver that timed out) untouched for the window: it ended long ago.
+        kind: 'webhook-target-expired',
+        table: 'webhook_target',
+        key: 'target_key',
+        select: sql`SELECT target_key FROM webhook_target WHERE updated_at < ${webhookCutoff} AND blocked_until < now()`,
+      },
     ];
     const findings: ReconcileFinding[] = [];
     let examined = 0;
@@ -70,7 +119,7 @@ export const retentionReconciler: Reconciler = {
         continue;
       }
       try {
-        const n = await deleteInBatches(deps, s.table, s.key, s.select, opts.limit);
+        const n = await deleteInBatches(deps, s.table, s.key, s.select, opts.limit, s.children);
         examined += n;
         changed += n;
         if (n > 0) findings.push({ kind: s.kind, detail: `${n} ${s.table} row(s) past their window deleted` });

@@ -12,6 +12,7 @@ export function reconcileSettings(config: Config): ReconcileSettings {
       outboxHours: config.RETENTION_OUTBOX_HOURS,
       spoolDeadLetterDays: config.RETENTION_SPOOL_DEAD_LETTER_DAYS,
       reconcileRunDays: config.RETENTION_RECONCILE_RUN_DAYS,
+      webhookDays: config.RETENTION_WEBHOOK_DAYS,
       batch: config.RETENTION_BATCH,
     },
     spoolDir: spoolDirFor(config.CALLBACK_SPOOL_DIR, config.DATABASE_URL),

@@ -52,6 +52,8 @@ export interface ReconcileSettings {
     readonly outboxHours: number;
     readonly spoolDeadLetterDays: number;
     readonly reconcileRunDays: number;
+    /** Ended webhook deliveries (with their attempts), their events and idle target back-offs. */
+    readonly webhookDays: number;
     /** Rows deleted per statement. */
     readonly batch: number;
   };

@@ -46,8 +46,8 @@ export interface WebhookRelaySettings {
   readonly ratePerSecond: number;
   readonly intervalMs: number;
   readonly disableAfterMs: number;
-  /** WEBHOOK_ALLOW_PRIVATE: http and loopback/private receivers (dev and tests only). */
-  readonly allowPrivate: boolean;
+  /** WEBHOOK_ALLOW_PRIVATE: http and loopback receivers (dev and tests only); never private or link-local ones. */
+  readonly allowLoopback: boolean;
 }
 
 export interface WebhookRelayOptions {
@@ -99,7 +99,7 @@ export const webhookIdOf = (eventId: string): string => `msg_${eventId}`;
 
 export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   const s = opts.settings;
-  const dispatcher: Agent = createSafeDispatcher({ allowPrivate: s.allowPrivate });
+  const dispatcher: Agent = createSafeDispatcher({ allowPrivate: false, allowLoopback: s.allowLoopback });
   const inFlight = new Set<Promise<void>>();
   const leaseMs = s.attemptTimeoutMs + 30_000;
   let last: NotifyBacklog = { count: 0, oldestSeconds: 0, paused: false };
@@ -138,7 +138,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
     try {
       outcome = await sendWebhook(
         { url: d.url, webhookId: webhookIdOf(d.event_id), timestamp: startedAt, body: eventBody(d, opts.publicBaseUrl), secrets: await secretsFor(d) },
-        { dispatcher, allowPrivate: s.allowPrivate, timeoutMs: s.attemptTimeoutMs, maxResponseBytes: s.responseMaxBytes },
+        { dispatcher, allowLoopback: s.allowLoopback, timeoutMs: s.attemptTimeoutMs, maxResponseBytes: s.responseMaxBytes },
       );
     } catch (err) {
       // The secrets could not be read or opened: nothing was sent, so nothing is recorded against
@@ -171,6 +171,7 @@ export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
       { disableAfterMs: s.disableAfterMs, timeoutBackoff: s.timeoutBackoff },
     );
     opts.onAttempt?.(next.kind);
+    if (outcome.detail) opts.logger.warn({ deliveryId: d.delivery_id, tenantId: d.tenant_id, detail: outcome.detail }, 'webhook attempt refused');
     if (disabledEndpoint) opts.logger.warn({ endpointId: d.endpoint_id, tenantId: d.tenant_id }, 'webhook endpoint disabled after failing too long');
     if (next.kind === 'failed')
       opts.logger.warn({ deliveryId: d.delivery_id, tenantId: d.tenant_id, error: outcome.error }, 'webhook delivery failed for good');
@@ -298,6 +299,6 @@ export function webhookRelaySettings(config: {
     ratePerSecond: config.WEBHOOK_RELAY_RATE_PER_SECOND,
     intervalMs: config.WEBHOOK_RELAY_INTERVAL_MS,
     disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
-    allowPrivate: config.WEBHOOK_ALLOW_PRIVATE,
+    allowLoopback: config.WEBHOOK_ALLOW_PRIVATE,
   };
 }

@@ -585,6 +585,7 @@ export interface components {
                 to: components["schemas"]["TaskStatus"];
                 version: number;
                 source_event: string;
+                /** @description Who made the change: `tenant:<your tenant id>`, `workflow`, `schedule`, or `operator` (an operator of the service) */
                 actor: string;
                 /** Format: date-time */
                 at: string;
@@ -2146,6 +2147,7 @@ export interface operations {
                             at: string;
                             /** @description What caused it, as GET /v1/tasks/:id lists it in transitions[].source_event */
                             reason: string;
+                            /** @description Who made the change: `tenant:<your tenant id>`, `workflow`, `schedule`, or `operator` (an operator of the service) */
                             actor: string;
                             /** @description SUCCEEDED, FAILED or CANCELLED: the task stream closes after this event */
                             terminal: boolean;
@@ -2324,6 +2326,7 @@ export interface operations {
                             at: string;
                             /** @description What caused it, as GET /v1/tasks/:id lists it in transitions[].source_event */
                             reason: string;
+                            /** @description Who made the change: `tenant:<your tenant id>`, `workflow`, `schedule`, or `operator` (an operator of the service) */
                             actor: string;
                             /** @description SUCCEEDED, FAILED or CANCELLED: the task stream closes after this event */
                             terminal: boolean;

@@ -75,7 +75,7 @@ const relay = (extra: Partial<Pick<WebhookRelayOptions, 'logger' | 'onAttempt' |
       ratePerSecond: 1_000,
       intervalMs: 50,
       disableAfterMs: 1_000,
-      allowPrivate: true,
+      allowLoopback: true,
     },
   });
 

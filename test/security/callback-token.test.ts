@@ -56,6 +56,30 @@ test("callbacks to the attempt id, a tampered token or another key's token are r
   assert.notEqual(other, victim.token);
 });
 
+/** The three other spellings of a token: its last character with the padding bits (the two low ones) set. */
+function otherSpellings(token: string): string[] {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+  const last = alphabet.indexOf(token.at(-1)!);
+  return [1, 2, 3].map((pad) => `${token.slice(0, -1)}${alphabet[last | pad]}`);
+}
+
+test('a token has one spelling: the three others that decode to the same bytes are refused (404) as unknown tokens, nothing stored or bound', async () => {
+  const victim = await w.attempt('replicate', { model: 'minimax/video-01' });
+  const spellings = otherSpellings(victim.token);
+  const tokens = createCallbackTokens(w.config.CALLBACK_TOKEN_SECRET);
+  for (const spelling of spellings) {
+    assert.ok(Buffer.from(spelling, 'base64url').equals(Buffer.from(victim.token, 'base64url')), 'the same bytes');
+    assert.equal(tokens.attemptIdOf(spelling), null, spelling);
+    const cb = replicateWebhook('respelled-job', `${w.api.baseUrl}/v1/callbacks/replicate/${spelling}`);
+    const res = await w.post(`/v1/callbacks/replicate/${spelling}`, cb.body, cb.headers);
+    assert.equal(res.status, 404, `${spelling}: ${JSON.stringify(res.body)}`);
+  }
+  assert.equal(await w.inboxRows(), 0);
+  assert.equal((await w.attemptRow(victim.attemptId)).provider_job_id, null);
+  // The canonical spelling is still the attempt's.
+  assert.equal(tokens.attemptIdOf(victim.token), victim.attemptId);
+});
+
 test('a forged token is refused before any I/O: with the database unreachable it is still a 404 (not spooled)', async () => {
   const dead = createDatabase({ url: 'postgres://postgres@127.0.0.1:1/none', max: 1, applicationName: 'dead' });
   const api = await startApi({ ...w.config, CALLBACK_SPOOL_DIR: `/tmp/vidorch-dead-spool-${process.pid}` }, dead);

@@ -185,10 +185,39 @@ describe('the production profile (loadConfig)', () => {
       ['DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/vidorch_prod'],
       ['DATABASE_URL', 'postgres://postgres@127.0.0.1:6432/vidorch'],
       ['DATABASE_URL', 'postgres://vidorch:s3cret@127.0.0.1:5432/vidorch'],
-      ['S3_ENDPOINT', 'http://minio.internal:7070'],
+      ['S3_ENDPOINT', 'https://minio.internal:7070'],
+      ['S3_ENDPOINT', 'http://127.0.0.1:9000'],
       ['PROVIDER_REPLICATE_WEBHOOK_SECRET', 'whsec_ZGV2LXNpbXVsYXRvci13ZWJob29rLXNlY3JldC0zMmI0'],
     ] as const) {
       assert.deepEqual([...refusedFields({ ...SAFE_PRODUCTION_ENV, [field]: value }).keys()], [], `${field}=${value}`);
+    }
+  });
+});
+
+describe('the production profile: object storage over https unless it is loopback', () => {
+  test('an http S3 endpoint off loopback is refused by name, no URL echoed; https, or http to a loopback sidecar, loads', () => {
+    for (const field of ['S3_ENDPOINT', 'S3_FALLBACK_ENDPOINT'] as const) {
+      for (const url of ['http://minio.internal:7070', 'http://10.0.0.5:9000', 'http://s3.eu-west-1.amazonaws.com']) {
+        const refused = refusedFields({ ...SAFE_PRODUCTION_ENV, [field]: url });
+        assert.deepEqual([...refused.keys()], [field], `${field}=${url}`);
+        assert.match(refused.get(field)!, /must be https in production unless its host is loopback/);
+        assert.doesNotMatch(refused.get(field)!, /minio|10\.0\.0\.5|amazonaws/, 'no URL is echoed');
+      }
+      for (const url of ['https://minio.internal:7070', 'http://127.0.0.1:9000', 'http://localhost:9001', 'http://[::1]:9002']) {
+        assert.deepEqual([...refusedFields({ ...SAFE_PRODUCTION_ENV, [field]: url }).keys()], [], `${field}=${url}`);
+      }
+    }
+    // Dev and tests keep their plaintext stores.
+    assert.equal(devConfig({ S3_ENDPOINT: 'http://minio.internal:7070' }).S3_ENDPOINT, 'http://minio.internal:7070');
+  });
+
+  test('loading refuses it with the field and why (the `config: S3_ENDPOINT: <why>` line at start)', () => {
+    try {
+      loadConfig({ ...SAFE_PRODUCTION_ENV, S3_ENDPOINT: 'http://minio.internal:7070' });
+      assert.fail('loaded');
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      assert.match(err.message, /S3_ENDPOINT: must be https in production/);
     }
   });
 });

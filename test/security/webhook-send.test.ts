@@ -1,6 +1,7 @@
 // One webhook attempt's bounds (net/webhook-send.ts, docs/security.md "Tenant webhook URLs"): an
 // endless answer is read only up to the limit; a redirect is not followed; a name that resolves
-// to a private address is refused at connect; the timeout ends a hung receiver; every secret
+// to a private address is refused at connect (the tenant is not told which address; the operator
+// is), and the dev/test allowance admits loopback only; the timeout ends a hung receiver; every secret
 // given signs, each exactly as the `standardwebhooks` package signs.
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -8,8 +9,9 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes, randomInt } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
-import { createSafeDispatcher } from '../../net/safe-fetch';
-import { sendWebhook, signatureHeader } from '../../net/webhook-send';
+import { createSafeDispatcher, type Resolver } from '../../net/safe-fetch';
+import { REFUSED_ADDRESS, sendWebhook, signatureHeader } from '../../net/webhook-send';
+import { webhookUrlProblem } from '../../net/webhook-url';
 
 let server: http.Server;
 let base = '';
@@ -52,7 +54,12 @@ const request = (path: string, secrets = [a]) => ({
   body: '{"type":"task.succeeded"}',
   secrets,
 });
-const loose = { dispatcher: createSafeDispatcher({ allowPrivate: true }), allowPrivate: true, timeoutMs: 3_000, maxResponseBytes: 4_096 };
+const loose = {
+  dispatcher: createSafeDispatcher({ allowPrivate: false, allowLoopback: true }),
+  allowLoopback: true,
+  timeoutMs: 3_000,
+  maxResponseBytes: 4_096,
+};
 
 test('an endless answer is read only up to WEBHOOK_RESPONSE_MAX_BYTES: the attempt ends at once, 512 characters kept', async () => {
   const started = Date.now();
@@ -79,13 +86,52 @@ test('a hung receiver ends at the attempt timeout', async () => {
   assert.ok(r.latencyMs >= 300 && r.latencyMs < 2_000);
 });
 
-test('under the production rule a name resolving to loopback is refused at connect, and http is refused before it', async () => {
-  const toLoopback = createSafeDispatcher({ allowPrivate: false, resolve: (_h, _o, cb) => cb(null, [{ address: '127.0.0.1', family: 4 }]) });
-  const r = await sendWebhook({ ...request('/'), url: 'https://hooks.example.com/x' }, { ...loose, dispatcher: toLoopback, allowPrivate: false });
-  assert.equal(r.ok, false);
-  assert.match(r.error ?? '', /refused: .*non-public address 127\.0\.0\.1/);
-  const plain = await sendWebhook(request('/'), { ...loose, allowPrivate: false });
+const resolvesTo =
+  (address: string): Resolver =>
+  (_h, _o, cb) =>
+    cb(null, [{ address, family: address.includes(':') ? 6 : 4 }]);
+
+test('under the production rule a name resolving to loopback is refused at connect, the tenant not told the address (the operator is), and http is refused before it', async () => {
+  for (const address of ['127.0.0.1', '10.20.30.40', '169.254.169.254']) {
+    const dispatcher = createSafeDispatcher({ allowPrivate: false, resolve: resolvesTo(address) });
+    const r = await sendWebhook({ ...request('/'), url: 'https://hooks.example.com/x' }, { ...loose, dispatcher, allowLoopback: false });
+    assert.equal(r.ok, false);
+    assert.equal(r.error, REFUSED_ADDRESS);
+    assert.ok(!r.error.includes(address), 'the tenant-visible error names no address');
+    assert.match(r.detail ?? '', new RegExp(`refused: hooks\\.example\\.com resolves to non-public address ${address.replace(/\./g, '\\.')}`));
+  }
+  const plain = await sendWebhook(request('/'), { ...loose, allowLoopback: false });
   assert.match(plain.error ?? '', /url must be an https URL/);
+  assert.equal(plain.detail, null);
+});
+
+test('the dev/test allowance (WEBHOOK_ALLOW_PRIVATE) admits loopback only: private, link-local and metadata addresses stay refused, by URL and at connect', async () => {
+  // By URL: http to loopback passes; any other non-public literal is refused, allowance or not.
+  for (const url of ['http://127.0.0.1:9/x', 'http://localhost:9/x', 'http://[::1]:9/x', 'https://127.1.2.3/x'])
+    assert.equal(webhookUrlProblem(url, true), null, url);
+  for (const url of [
+    'http://169.254.169.254/latest/meta-data',
+    'http://10.0.0.1/x',
+    'http://192.168.1.1/x',
+    'http://[fe80::1]/x',
+    'http://100.64.0.1/x',
+    'http://[fd00::1]/x',
+  ]) {
+    assert.match(webhookUrlProblem(url, true) ?? '', /must name a public host/, url);
+    assert.match(webhookUrlProblem(url, false) ?? '', /must be an https URL|must name a public host/, url);
+  }
+  // At connect: a name resolving to the metadata address or a private one is refused under the allowance.
+  for (const address of ['169.254.169.254', '10.0.0.1', 'fe80::1']) {
+    const dispatcher = createSafeDispatcher({ allowPrivate: false, allowLoopback: true, resolve: resolvesTo(address) });
+    const r = await sendWebhook({ ...request('/'), url: 'http://hooks.example.com/x' }, { ...loose, dispatcher });
+    assert.equal(r.ok, false, address);
+    assert.equal(r.error, REFUSED_ADDRESS);
+  }
+  // …while a name resolving to loopback reaches the local receiver.
+  const port = new URL(base).port;
+  const local = createSafeDispatcher({ allowPrivate: false, allowLoopback: true, resolve: resolvesTo('127.0.0.1') });
+  const ok = await sendWebhook({ ...request('/'), url: `http://receiver.test:${port}/` }, { ...loose, dispatcher: local });
+  assert.equal(ok.ok, true, ok.error ?? '');
 });
 
 test('every secret signs: two signatures, each verifies alone', async () => {
