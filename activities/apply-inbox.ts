@@ -10,12 +10,11 @@ import { deserializeJob, type StoredJob } from '../db/inbox';
 import { callbackInbox, generationTask, taskAttempt, taskTransition, type AttemptRow, type TaskRow } from '../db/schema';
 import { casTaskStatus } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
-import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
+import { FINISHED_PROVIDER_JOB_STATES, GONE_AFTER_CANCEL } from '../domain/states';
 import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
 import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
 import { finishTask } from '../db/settlement';
-import { GONE_AFTER_CANCEL } from './poll-provider';
 import { parkOnSecondJob } from './earlier-job';
 
 async function boundElsewhere(tx: Tx, provider: string, jobId: string, attemptId: string): Promise<boolean> {

@@ -1,6 +1,6 @@
 // A per-key answer (per provider, say) read at most once per `cacheMs` by this process: for
 // facts that change slowly while the activities that need them run often.
-import type { Clock } from './deps';
+import type { Clock } from '../domain/clock';
 
 export function cachedPerKey<T>(clock: Clock, cacheMs: number, load: (key: string) => Promise<T>): (key: string) => Promise<T> {
   const cache = new Map<string, { at: number; value: T }>();

@@ -5,6 +5,7 @@ import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/comm
 import type { Db, Tx } from '../db/client';
 import { inTaskTransaction, readTaskRows, type TaskLock, type TaskTransactionOptions, type TaskTransactionResult } from '../db/task-tx';
 import type { TaskFacts } from '../domain/facts';
+import type { Clock } from '../domain/clock';
 import { FenceRejectedError, acquireFence, type FenceToken } from '../db/fence';
 import { ModePausedError } from '../db/modes';
 import { SettlementConflictError } from '../db/ledger';
@@ -31,9 +32,8 @@ export interface SlotQueueSettings {
   readonly tenantDefaults: TenantSlotDefaults;
 }
 
-export interface Clock {
-  now(): Date;
-}
+// The clock is a plain interface (domain/clock.ts), so activities/cached.ts needs nothing of this module.
+export type { Clock };
 export const systemClock: Clock = { now: () => new Date() };
 
 /**

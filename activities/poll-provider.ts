@@ -25,14 +25,12 @@ import { taskAttempt, type AttemptRow } from '../db/schema';
 import { applyTaskEvent, lockTask } from '../db/tasks';
 import { pollInterval, withDemandFloor, type PollPhase } from '../domain/backoff';
 import type { TaskFacts } from '../domain/facts';
-import { FINISHED_PROVIDER_JOB_STATES } from '../domain/states';
-import { hedgedRead, LatencyWindow } from '../providers/resilience/hedge';
+import { FINISHED_PROVIDER_JOB_STATES, GONE_AFTER_CANCEL } from '../domain/states';
 import { withinRetention } from '../providers/result-retention';
 import type { LookupResult, ProviderAdapter, ProviderJob } from '../providers/types';
 import type { InboxApply } from './apply-inbox';
 import { createCallbackHealth } from './callback-health';
 import { escalate } from './escalate';
-import { pollQuotaFor } from './poll-demand';
 import { notFound, providerFor, readTaskStep, withHeartbeat, type TaskActivityDeps } from './deps';
 import { classifyReadFailure, clearReadFailures, escalateAttempt, pastMaxRun, recordReadFailure } from './provider-reads';
 import { lookupQueryFor, lookupUnknownSubmit } from './reconcile-lookup';
@@ -50,13 +48,6 @@ export interface PollResult {
    */
   readonly result: 'recorded' | 'duplicate' | 'not-found' | 'absent' | 'overdue' | 'parked' | 'nothing-to-poll' | 'read-failed' | 'escalated';
 }
-
-/**
- * The raw status of a job the provider no longer knows while we cancel it. It ends the task as
- * cancelled but is no state the provider reported, let alone billed: the cancel is charged 0
- * whatever the provider's `chargeableStates` (docs/billing.md, activities/apply-inbox.ts).
- */
-export const GONE_AFTER_CANCEL = 'NOT_FOUND_AFTER_CANCEL';
 
 /** The job a cancel removed at the provider: cancelled, as we asked. */
 const goneAfterCancel = (jobId: string): ProviderJob => ({
@@ -82,7 +73,7 @@ export interface PollOutcome {
 
 /**
  * The poll itself, shared by the pollProvider activity and a wait's attempts
- * (activities/await-provider.ts): one latency window and callback-health view per worker.
+ * (activities/await-provider.ts): one callback-health view per worker.
  */
 export function createPollSteps(deps: TaskActivityDeps) {
   const callbacks = createCallbackHealth({ db: deps.db, clock: deps.clock, windowMs: deps.settings.callbackHealthyWindowMs });
@@ -96,12 +87,6 @@ export function createPollSteps(deps: TaskActivityDeps) {
       return work(tx);
     });
   const resendUnknown = createResend(deps);
-  const latencies = new Map<string, LatencyWindow>();
-  const latencyOf = (provider: string) => {
-    let w = latencies.get(provider);
-    if (!w) latencies.set(provider, (w = new LatencyWindow()));
-    return w;
-  };
 
   /** Returns false (and writes nothing) when the task is no longer waiting on this unknown outcome or a job was heard of. */
   async function markProvedAbsent(token: FenceToken, taskId: string, attempt: AttemptRow, reason: string): Promise<boolean> {
@@ -203,17 +188,11 @@ export function createPollSteps(deps: TaskActivityDeps) {
           let lookupFailed: string | null = null;
           let readFailed: { err: unknown } | null = null;
           if (attempt.provider_job_id) {
-            // An idempotent read: hedged once when slower than this provider's p95 — unless the
-            // provider has a query quota, which a hedge would spend beyond what its poll queue
-            // admits (docs/providers.md "Poll queues and pacing"): a faster answer to a background
-            // poll is not worth another waiting task's turn.
+            // One status read per poll: a poll is what the provider's poll queue admits against its
+            // query quota (docs/providers.md "Poll queues and pacing"), so a slow read is not sent twice.
             const jobId = attempt.provider_job_id;
-            const window = latencyOf(attempt.provider);
-            const hedgeAfterMs = pollQuotaFor(deps, attempt.provider) === undefined ? window.p95() : null;
-            const started = Date.now();
             try {
-              job = (await hedgedRead((s) => adapter.getJob(jobId, s, { model: attempt.provider_model }), hedgeAfterMs, signal)).value;
-              window.record(Date.now() - started);
+              job = await adapter.getJob(jobId, signal, { model: attempt.provider_model });
             } catch (err) {
               if (signal.aborted) throw err;
               if (task.status === 'CANCEL_REQUESTED' && (err as Error).name === 'ProviderNotFound') {

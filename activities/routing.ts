@@ -7,7 +7,7 @@
 import { findModel, routerCatalog } from '../domain/catalog';
 import { chooseRoute, mayFailOver, type AttemptSummary, type ProviderHealth, type RouteRejectionReason } from '../domain/router';
 import type { AttemptState } from '../domain/states';
-import { LatencyWindow } from '../providers/resilience/hedge';
+import { LatencyWindow } from '../domain/latency-window';
 import type { ProviderGuard } from './provider-guard';
 
 export interface RoutingSettings {

@@ -13,7 +13,7 @@ import { createFastPath, type FastPath } from './fast-path';
 import { isDatabaseUnavailable } from './problem';
 import { createCallbackSpool, spoolDirFor, type CallbackSpool } from './spool';
 import { createTenantRateLimiter, type TenantRateLimiter } from './rate-limit';
-import { createTaskWaker, type TaskWaker } from './wakes';
+import { createTaskWaker, type TaskWaker } from '../temporal/wakes';
 import { createCallbackLimiter, type CallbackLimiter } from './callback-limits';
 import { createCallbackTokens, type CallbackTokens } from '../providers/callback-token';
 import { registerEventMetrics, registerWakeMetrics } from '../observability/metrics';
@@ -41,7 +41,7 @@ export interface ApiContext {
   readonly storage: ObjectStorage;
   /** The fallback bucket's storage (docs/decisions/0029), null when none is configured. */
   readonly fallbackStorage: ObjectStorage | null;
-  /** Wake signals after callbacks, at most one in flight per task (api/wakes.ts). */
+  /** Wake signals after callbacks, at most one in flight per task (temporal/wakes.ts). */
   readonly waker: TaskWaker;
   /** Where callbacks go when the inbox cannot be written (api/spool.ts). */
   readonly spool: CallbackSpool;

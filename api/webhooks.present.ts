@@ -1,7 +1,7 @@
 // Webhook rows → API JSON (api/webhooks.schemas.ts). Secrets never pass through here.
 import type { DeliveryWithAttempts, WebhookEndpointRow } from '../db/webhooks';
-import { redactText } from '../observability/redact';
-import { webhookIdOf } from '../workers/webhook-relay';
+import { redactText } from '../domain/redact-text';
+import { webhookIdOf } from '../domain/webhook-id';
 
 const iso = (d: Date | null) => d?.toISOString() ?? null;
 

@@ -9,12 +9,12 @@
 // check, stored as the API's job with the API's inbox statement and signalled by a minimal
 // client in this process (pg, the Temporal client; no HTTP, no express, no drizzle, no zod
 // validation, no token, no rate limit), with the API's signal coalescing
-// (api/wakes.ts). The API's requests come from a lean keep-alive HTTP/1.1 sender
+// (temporal/wakes.ts). The API's requests come from a lean keep-alive HTTP/1.1 sender
 // (bench/lib/keep-alive-sender.ts), one connection per lane.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
-import { createTaskWaker } from '../api/wakes';
+import { createTaskWaker } from '../temporal/wakes';
 import { recordAttemptCallback } from '../db/inbox';
 import { predictionToJob, type ReplicatePrediction } from '../providers/replicate';
 import { createCallbackTokens } from '../providers/callback-token';

@@ -4,12 +4,11 @@
 // values serve development and tests only, and the production profile refuses them.
 import { z } from 'zod';
 import { pollQueueRate, QUOTA_WINDOW_S } from '../domain/poll-quota';
-import { hostRuleProblem } from '../net/host-rules';
+import { hostRuleProblem, isLoopbackHost } from '../net/host-rules';
 import { connectionProblems } from './connections';
 import {
   credential,
   isImplicitProduction,
-  isLoopbackHost,
   outputHosts,
   productionProblems,
   profileOf,
@@ -545,7 +544,7 @@ export const envSchema = z.object({
     z.string().min(1).default('.data/spool'),
   ),
   WAKE_SIGNALS_MAX_IN_FLIGHT: setting(
-    "Wake signals (after callbacks and slot grants) in flight at once from one process, across tasks; past it a task's wake waits its turn and later wakes of it fold in (`api/wakes.ts`).",
+    "Wake signals (after callbacks and slot grants) in flight at once from one process, across tasks; past it a task's wake waits its turn and later wakes of it fold in (`temporal/wakes.ts`).",
     z.coerce.number().int().min(1).default(16),
   ),
   CALLBACK_SPOOL_REPLAY_MS: setting('How often the API replays spooled callbacks into the inbox.', ms.default(2_000)),

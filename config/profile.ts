@@ -6,7 +6,7 @@
 // applies this before it parses; nothing here reads process.env.
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
-import { hostRuleProblem, ruleDomain } from '../net/host-rules';
+import { hostRuleProblem, isLoopbackHost, isPublicHost, ruleDomain } from '../net/host-rules';
 
 export type Profile = 'development' | 'test' | 'production';
 
@@ -156,21 +156,6 @@ function urlMeaning(value: string): string | null {
     // kept as written
   }
   return `${loopback ? 'loopback' : host}:${port}${pathname.replace(/\/+$/, '')}`;
-}
-
-/** A host name or address literal that may be a public endpoint: not loopback, private, link-local, … */
-export function isPublicHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  if (h === 'localhost' || h.endsWith('.localhost')) return false;
-  if (!ipaddr.isValid(h)) return true; // a DNS name: resolved (and checked) where it is fetched
-  return ipaddr.process(h).range() === 'unicast';
-}
-
-/** `localhost` or a loopback address (127.0.0.0/8, ::1, and 127.x mapped into IPv6), brackets or not. */
-export function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  if (h === 'localhost') return true;
-  return ipaddr.isValid(h) && ipaddr.process(h).range() === 'loopback';
 }
 
 /** The services inside the network, as production checks their connections (config/connections.ts reads them from the settings). */

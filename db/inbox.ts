@@ -6,7 +6,7 @@ import { callbackInbox } from './schema';
 import { storableJson, storableJsonText } from './storable';
 import type { DbOrTx } from './client';
 import type { ProviderProgress } from '../domain/progress';
-import type { ProviderJob } from '../providers/types';
+import type { ProviderJob } from '../domain/provider-job';
 
 export interface ProviderEventInput {
   readonly provider: string;

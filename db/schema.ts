@@ -20,7 +20,8 @@ import {
   uuid,
 } from 'drizzle-orm/pg-core';
 import type { ProviderProgress } from '../domain/progress';
-import type { MediaInfo } from '../media/media-info';
+import type { MediaInfo } from '../domain/media-info';
+import type { ReconcileCursor, ReconcileFinding } from '../domain/reconcile-report';
 import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES, type AttemptState, type TaskStatus } from '../domain/states';
 import type { TaskRequest } from '../domain/task-request';
 
@@ -558,17 +559,6 @@ export const providerControl = pgTable(
 );
 export type ProviderControlRow = typeof providerControl.$inferSelect;
 
-/** One finding of a reconciler run (reconcilers/types.ts). */
-export interface ReconcileFindingRow {
-  readonly kind: string;
-  readonly taskId?: string;
-  readonly key?: string;
-  readonly detail: string;
-}
-
-/** Where a paging reconciler stopped (reconcilers/types.ts): its own named positions. */
-export type ReconcileCursor = Readonly<Record<string, string>>;
-
 /**
  * Addition: one row per reconciler run (reconcilers/run.ts): what it examined, what it found and
  * how much it changed. The audit of the scheduled reconcilers and the source of `ops reconcile`'s
@@ -587,7 +577,7 @@ export const reconcileRun = pgTable(
     finished_at: ts('finished_at').notNull(),
     examined: integer('examined').notNull(),
     changed: integer('changed').notNull(),
-    findings: jsonb('findings').$type<ReconcileFindingRow[]>().notNull(),
+    findings: jsonb('findings').$type<ReconcileFinding[]>().notNull(),
     /** Findings beyond the stored ones (at most 200 are kept per run). */
     findings_total: integer('findings_total').notNull(),
     error: text('error'),

@@ -1,7 +1,7 @@
 // Terminal transitions and the ledger settle in one transaction: a task is never terminal
 // with its reservation open, and never settled without being terminal.
 import type { AttemptState, TaskStatus } from '../domain/states';
-import { redactText } from '../observability/redact';
+import { redactText } from '../domain/redact-text';
 import { casAttempt } from './attempts';
 import type { Tx } from './client';
 import type { FenceToken } from './fence';

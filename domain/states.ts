@@ -37,3 +37,11 @@ export const PROVIDER_JOB_STATES = ['queued', 'running', 'succeeded', 'failed', 
 export type ProviderJobState = (typeof PROVIDER_JOB_STATES)[number];
 /** Provider job states after which the job no longer runs at the provider. */
 export const FINISHED_PROVIDER_JOB_STATES: readonly ProviderJobState[] = ['succeeded', 'failed', 'canceled', 'aborted'];
+
+/**
+ * The raw status of a job the provider no longer knows while we cancel it. It ends the task as
+ * cancelled but is no state the provider reported, let alone billed: the cancel is charged 0
+ * whatever the provider's `chargeableStates` (docs/billing.md, activities/apply-inbox.ts; the poll
+ * reports it, activities/poll-provider.ts).
+ */
+export const GONE_AFTER_CANCEL = 'NOT_FOUND_AFTER_CANCEL';

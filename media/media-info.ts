@@ -2,13 +2,10 @@
 // in-process MP4 reader (media/mp4.ts) and the ffprobe wrapper (media/probe.ts), which calls
 // the reader first, so neither imports the other for these.
 
-export interface MediaInfo {
-  readonly container: string;
-  readonly videoCodec: string;
-  readonly width: number;
-  readonly height: number;
-  readonly durationSeconds: number;
-}
+import type { MediaInfo } from '../domain/media-info';
+
+// The shape is plain data (domain/media-info.ts): the task's video row stores it (db/schema.ts).
+export type { MediaInfo };
 
 /**
  * The media type a validated video is served as. ffprobe names every ISO BMFF file

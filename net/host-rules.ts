@@ -49,3 +49,18 @@ export function hostAllowed(hostname: string, rules: readonly string[]): boolean
       .every((label) => label.length > 0);
   });
 }
+
+/** A host name or address literal that may be a public endpoint: not loopback, private, link-local, … */
+export function isPublicHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h.endsWith('.localhost')) return false;
+  if (!ipaddr.isValid(h)) return true; // a DNS name: resolved (and checked) where it is fetched
+  return ipaddr.process(h).range() === 'unicast';
+}
+
+/** `localhost` or a loopback address (127.0.0.0/8, ::1, and 127.x mapped into IPv6), brackets or not. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost') return true;
+  return ipaddr.isValid(h) && ipaddr.process(h).range() === 'loopback';
+}

@@ -3,7 +3,7 @@
 // answer checked) at connect by net/safe-fetch.ts, so a name that later resolves to a private
 // address fails its attempt; this catches what can be seen in the URL itself.
 import ipaddr from 'ipaddr.js';
-import { isLoopbackHost, isPublicHost } from '../config/profile';
+import { isLoopbackHost, isPublicHost } from './host-rules';
 import { publicAddress } from './safe-fetch';
 
 /**

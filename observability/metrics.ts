@@ -294,7 +294,7 @@ export function registerPollDemandGauge(registry: Registry, floors: () => Readon
 }
 
 /**
- * Wake signals after callbacks (api/wakes.ts): sent, and wakes folded into a signal already due;
+ * Wake signals after callbacks (temporal/wakes.ts): sent, and wakes folded into a signal already due;
  * and the tasks whose wake is in flight or waits for a place (WAKE_SIGNALS_MAX_IN_FLIGHT). A
  * queue that stays long means Temporal answers signals slower than callbacks arrive: workflows
  * then apply their callbacks at the next poll instead of at once.

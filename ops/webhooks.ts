@@ -10,7 +10,7 @@ import { findTenantByName } from '../db/tenants';
 import { listEndpoints, openAttention, redeliverAny } from '../db/webhooks';
 import { resealSigningSecrets, type SecretBox } from '../db/webhook-secrets';
 import { redactText } from '../observability/redact';
-import { webhookIdOf } from '../workers/webhook-relay';
+import { webhookIdOf } from '../domain/webhook-id';
 import { recordAudit } from '../db/audit';
 
 interface FenceScope {

@@ -1,9 +1,11 @@
 // The contract between the orchestrator and a provider adapter. Workflows and activities
 // read capabilities and typed outcomes; they never branch on a provider's name.
-import type { ProviderProgress } from '../domain/progress';
+import type { ProviderJob } from '../domain/provider-job';
 import type { ProviderJobState } from '../domain/states';
 
 export type { ProviderJobState };
+// A job as the adapters read it is plain data (domain/provider-job.ts): db/inbox.ts stores it.
+export type { ProviderJob };
 
 /** How an unknown submit outcome can be resolved (docs/design.md §5 "Unknown outcome"). */
 export type UnknownOutcomeTier =
@@ -121,26 +123,6 @@ export interface SubmitRequest {
    */
   readonly deadlineAt?: Date | null;
   readonly signal?: AbortSignal;
-}
-
-/** A normalised view of a provider job. */
-export interface ProviderJob {
-  readonly jobId: string;
-  readonly state: ProviderJobState;
-  /** The provider's own status word, kept for operators. */
-  readonly rawStatus: string;
-  /** When the provider last changed the job (orders out-of-order events). */
-  readonly updatedAt: Date | null;
-  readonly outputUrl: string | null;
-  readonly error: string | null;
-  /** Correlation token we attached at submit, when known (our own submit, or a key the provider echoes back). */
-  readonly correlationToken: string | null;
-  readonly metrics: Record<string, number> | null;
-  /**
-   * What the provider says about the job's progress, where its API gives it (domain/progress.ts);
-   * absent or null when it says nothing. Stored on the attempt and streamed (docs/events.md).
-   */
-  readonly progress?: ProviderProgress | null;
 }
 
 /** Every call that may create a job ends in exactly one of three outcomes (docs/design.md §5 "Submit"). */

@@ -3,7 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { and, desc, eq } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { reconcileRun, type ReconcileCursor, type ReconcileRunRow } from '../db/schema';
+import { reconcileRun, type ReconcileRunRow } from '../db/schema';
+import type { ReconcileCursor } from '../domain/reconcile-report';
 import type { Reconciler, ReconcileDeps, ReconcileReport, ReconcileRunOptions } from './types';
 
 /** Findings stored per run; the total is kept beside them. */

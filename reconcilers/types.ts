@@ -5,33 +5,14 @@
 // workflow itself): every change it makes is idempotent or a compare-and-set. With `dryRun` it
 // only looks. Adding one: write `{ name, run }` and put it in the list in reconcilers/index.ts.
 import type { Db } from '../db/client';
-import type { ReconcileCursor } from '../db/schema';
 import type { Logger } from '../observability/logger';
 import type { ObjectStorage } from '../storage/s3';
 import type { GenerationFacade } from '../temporal/facade';
 
-export interface ReconcileFinding {
-  /** What was found, a stable word per reconciler (e.g. `unpublished-outbox`, `open-reservation`). */
-  readonly kind: string;
-  readonly taskId?: string;
-  /** The row or object it is about when not a task (an outbox event id, an object key). */
-  readonly key?: string;
-  /** What was seen and what the run did about it, for a person. */
-  readonly detail: string;
-}
-
-export interface ReconcileReport {
-  /** Rows, tasks or objects looked at. */
-  readonly examined: number;
-  readonly findings: ReconcileFinding[];
-  /** Facts this run changed or workflows it started or woke (0 on a dry run). */
-  readonly changed: number;
-  /**
-   * A reconciler that pages (more to look at than `limit` a run): where the next run goes on;
-   * null or absent after a full pass, so the next run starts over.
-   */
-  readonly cursor?: ReconcileCursor | null;
-}
+// A run's findings and report are plain data (domain/reconcile-report.ts): storage/'s checks build
+// them too, below this folder.
+import type { ReconcileCursor, ReconcileFinding, ReconcileReport } from '../domain/reconcile-report';
+export type { ReconcileFinding, ReconcileReport };
 
 export interface ReconcileRunOptions {
   readonly dryRun: boolean;

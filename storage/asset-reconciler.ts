@@ -13,7 +13,7 @@ import { and, asc, eq, getTableColumns, inArray, isNull, sql } from 'drizzle-orm
 import type { Db } from '../db/client';
 import { holdFence, type FenceToken } from '../db/fence';
 import { asset, generationTask, outputDownload, type StorageLocation } from '../db/schema';
-import type { ReconcileFinding } from '../reconcilers/types';
+import type { ReconcileFinding } from '../domain/reconcile-report';
 import type { ObjectStorage } from './s3';
 import { recordAudit } from '../db/audit';
 

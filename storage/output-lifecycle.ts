@@ -8,7 +8,7 @@ import { holdFence, type FenceToken } from '../db/fence';
 import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { asset, generationTask, tenant } from '../db/schema';
 import type { ObjectStorage } from './s3';
-import type { ReconcileFinding, ReconcileReport } from '../reconcilers/types';
+import type { ReconcileFinding, ReconcileReport } from '../domain/reconcile-report';
 import { recordAudit } from '../db/audit';
 
 export interface OutputStores {

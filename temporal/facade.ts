@@ -76,7 +76,7 @@ export function createGenerationFacade(getClient: () => Promise<Client>, taskQue
       try {
         const client = await getClient();
         // A deadline: a signal Temporal accepts but never answers would otherwise hold one of
-        // the waker's bounded slots (api/wakes.ts) for good, and with it every other task's wake.
+        // the waker's bounded slots (temporal/wakes.ts) for good, and with it every other task's wake.
         await client.withDeadline(Date.now() + WAKE_SIGNAL_DEADLINE_MS, () => client.workflow.getHandle(workflowIdForTask(taskId)).signal(wakeSignal));
         return true;
       } catch (err) {

@@ -29,7 +29,7 @@ import type { WorkerTracing } from '../observability/tracing';
 import { queues } from '../temporal/queues';
 import { tuningOptions, type WorkerTuning } from './tuning';
 import { pollRateFor } from '../activities/poll-demand';
-import { createTaskWaker } from '../api/wakes';
+import { createTaskWaker } from '../temporal/wakes';
 import { createGenerationFacade } from '../temporal/facade';
 import { startSlotGrantWaker, type SlotGrantWaker } from './slot-grant-waker';
 
@@ -128,7 +128,7 @@ export interface GenerationWorkerOptions {
   /** DATABASE_FAILOVER_HOSTS for the slot-grant waker's LISTEN connection. */
   readonly databaseFailoverHosts?: readonly DatabaseHost[];
   readonly workflowBundle: WorkflowBundleOption;
-  /** Slot grants' wake signals in flight at once (WAKE_SIGNALS_MAX_IN_FLIGHT, api/wakes.ts). */
+  /** Slot grants' wake signals in flight at once (WAKE_SIGNALS_MAX_IN_FLIGHT, temporal/wakes.ts). */
   readonly maxWakesInFlight: number;
   /** Prebuilt activities (tests wrap them to count calls); default createTaskActivities(deps). */
   readonly activities?: TaskActivities;
@@ -222,7 +222,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
       })
     : null;
   const all = [generation, ...polls.values(), ...(reconcile ? [reconcile] : [])];
-  // Slot grants wake their workflows through the facade, coalesced per task (api/wakes.ts).
+  // Slot grants wake their workflows through the facade, coalesced per task (temporal/wakes.ts).
   const facade = createGenerationFacade(async () => new Client({ connection: opts.connection, namespace: opts.namespace }), opts.taskQueueBase);
   const waker = createTaskWaker((taskId) => facade.wakeTask(taskId), { maxInFlight: opts.maxWakesInFlight });
   let grants: SlotGrantWaker | null = null;

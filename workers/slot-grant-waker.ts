@@ -17,7 +17,7 @@ export interface SlotGrantWakerOptions {
   readonly databaseUrl: string;
   /** DATABASE_FAILOVER_HOSTS: the LISTEN connection follows a switchover like the pool (docs/decisions/0030). */
   readonly failoverHosts?: readonly DatabaseHost[];
-  /** Wakes one task's workflow (api/wakes.ts createTaskWaker over the facade: coalesced, best effort). */
+  /** Wakes one task's workflow (temporal/wakes.ts createTaskWaker over the facade: coalesced, best effort). */
   readonly wake: (taskId: string) => void;
   readonly reconnectMs?: number;
 }

@@ -26,6 +26,7 @@ import {
 } from '../db/webhooks';
 import { policyFor } from '../domain/modes';
 import { afterFailure } from '../domain/webhook-schedule';
+import { webhookIdOf } from '../domain/webhook-id';
 import type { Logger } from '../observability/logger';
 import { createSafeDispatcher } from '../net/safe-fetch';
 import { sendWebhook, type AttemptOutcome } from '../net/webhook-send';
@@ -93,9 +94,6 @@ export function eventBody(d: Pick<ClaimedDelivery, 'event_type' | 'event_created
 }
 
 const BACKLOG_COUNT_EVERY_MS = 1_000;
-
-/** The webhook-id of an event: the same on every attempt and for every target. */
-export const webhookIdOf = (eventId: string): string => `msg_${eventId}`;
 
 export function startWebhookRelay(opts: WebhookRelayOptions): WebhookRelay {
   const s = opts.settings;

@@ -2,4 +2,3 @@
 export * from './bulkhead';
 export * from './circuit-breaker';
 export * from './retry-budget';
-export * from './hedge';

@@ -1,9 +1,9 @@
-// api/wakes.ts: wake signals after callbacks, at most one in flight per task, and always one
+// temporal/wakes.ts: wake signals after callbacks, at most one in flight per task, and always one
 // sent after the last wake (so no inbox row committed before a wake is left without a signal);
 // at most maxInFlight signals at once across tasks, the others queued once per task.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { createTaskWaker } from '../../api/wakes';
+import { createTaskWaker } from '../../temporal/wakes';
 
 /** A signal whose answers the test releases one by one. */
 function heldSignals() {

@@ -13,7 +13,8 @@ import { Webhook } from 'standardwebhooks';
 import { createSecretBox } from '../../db/webhook-secrets';
 import { webhookDelivery, webhookEndpointSecret, webhookEvent } from '../../db/schema';
 import { createGenerationFacade } from '../../temporal/facade';
-import { startWebhookRelay, webhookRelaySettings, webhookIdOf } from '../../workers/webhook-relay';
+import { startWebhookRelay, webhookRelaySettings } from '../../workers/webhook-relay';
+import { webhookIdOf } from '../../domain/webhook-id';
 import { createTaskWithoutWorkflow } from '../support/deps';
 import {
   createTestDatabase,

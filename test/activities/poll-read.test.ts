@@ -1,8 +1,8 @@
-// A status read is hedged (a second request after the provider's p95) only for a provider
-// without a query quota: on a quota-bound provider a hedge is a read beyond what its poll queue
-// admits, and the quota is a contract (docs/providers.md "Poll queues and pacing"). The poll
-// activity under MockActivityEnvironment, against real Postgres and the provider simulator,
-// through an adapter that counts its reads and makes one of them slow.
+// A poll makes one status read, also when the read is slow: the poll queue admits polls against
+// the provider's query quota, which is a contract (docs/providers.md "Poll queues and pacing"), so
+// a read is never sent twice (hedged reads were removed, issue #51). The poll activity under
+// MockActivityEnvironment, against real Postgres and the provider simulator, through an adapter
+// that counts its reads and makes one of them slow.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createTask } from '../support/deps';
@@ -33,7 +33,7 @@ function countingProviders(quota: number | undefined, slow: number) {
 }
 
 let seq = 0;
-/** A submitted task, then 25 polls (the latency window's 20 samples and more), the 26th read slow: reads the 26th poll made. */
+/** A submitted task, then 25 polls, the 26th read slow: reads the 26th poll made. */
 async function readsOfASlowPoll(quota: number | undefined): Promise<number> {
   const POLLS = 25;
   const { providers, reads } = countingProviders(quota, POLLS + 1);
@@ -41,8 +41,8 @@ async function readsOfASlowPoll(quota: number | undefined): Promise<number> {
   seq += 1;
   const created = await createTask(w.tdb.database.db, w.token, {
     tenantId: w.tenantId,
-    idempotencyKey: `hedge-${seq}-${Date.now()}`,
-    body: { model: 'minimax/video-01', prompt: `hedge ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
+    idempotencyKey: `slow-read-${seq}-${Date.now()}`,
+    body: { model: 'minimax/video-01', prompt: `slow read ${seq}`, duration_seconds: 6, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   await run(acts, 'dispatchTask', taskId);
@@ -55,12 +55,12 @@ async function readsOfASlowPoll(quota: number | undefined): Promise<number> {
   return reads.count - before;
 }
 
-describe('hedged status reads and the query quota', () => {
-  test('a provider without a query quota: a read slower than its p95 is hedged once', async () => {
-    assert.equal(await readsOfASlowPoll(undefined), 2);
+describe('one status read per poll', () => {
+  test('a provider without a query quota: a slow read is one request', async () => {
+    assert.equal(await readsOfASlowPoll(undefined), 1);
   });
 
-  test('a provider with a query quota: a slow read is never hedged, one request per poll', async () => {
+  test('a provider with a query quota: a slow read is one request', async () => {
     assert.equal(await readsOfASlowPoll(10), 1);
   });
 });
