@@ -170,7 +170,7 @@ async function main(): Promise<number> {
     // --test-force-exit: a file whose tests have all finished ends even if a handle (a Redis
     // client, a pool) was left open, so a leak in a test's teardown cannot hang the whole run.
     // --test-timeout: a test or hook that hangs (a worker that never stops, a wait with no bound)
-    // fails after 10 minutes with its name and output, instead of holding the run until CI's own
+    // fails after 5 minutes (the longest test takes under a minute) with its name and output, instead of holding the run until CI's own
     // limit cuts it off with nothing but the list of files still pending.
     // test/support/property-limits.ts: every property test's runs are bounded in time.
     const args = [
@@ -181,7 +181,7 @@ async function main(): Promise<number> {
       '--test',
       '--test-concurrency=2',
       '--test-force-exit',
-      '--test-timeout=600000',
+      '--test-timeout=300000',
       ...reporterFlags,
       ...userFlags,
       ...files,
