@@ -42,6 +42,9 @@ export function classifyReview(f: ReviewFacts): ReviewClass {
   const reason = typeof f.detail?.['reason'] === 'string' ? f.detail['reason'] : '';
   // The provider ended the job without an output: nothing left to wait for.
   if (f.providerFinalState && f.providerFinalState !== 'succeeded') return 'terminal-elsewhere';
+  // The media check kept failing without a verdict on the video (a probe or storage fault): once
+  // that is fixed, a replay rescues and checks the same job's output again (activities/media-failures.ts).
+  if (f.sourceEvent === 'workflow.media-failures' && f.providerJobId) return 'code-defect';
   // A workflow step failed for good: `<FailureType>: message` (workflows/generation.ts).
   const stepFailure = /^([A-Za-z]+): /.exec(reason)?.[1];
   if (stepFailure && (Object.values(FailureType) as string[]).includes(stepFailure)) {

@@ -15,6 +15,10 @@ test('each escalation of the code maps to its cause', () => {
   assert.equal(classifyReview({ ...job, detail: { reason: 'InvalidMedia: no moov box' } }), 'missing-data');
   assert.equal(classifyReview({ ...job, detail: { reason: 'InvalidState: attempt is RUNNING' } }), 'code-defect');
   assert.equal(
+    classifyReview({ ...job, sourceEvent: 'workflow.media-failures', detail: { reason: 'the media step failed 5 times without a verdict on the video' } }),
+    'code-defect',
+  );
+  assert.equal(
     classifyReview({ ...job, providerFinalState: 'failed', detail: { reason: 'reads of job j1 are refused', consecutive_read_failures: 5 } }),
     'terminal-elsewhere',
   );
