@@ -50,7 +50,7 @@ const unavailable = (message: string, retryAfterMs: number) =>
   });
 
 /** Which guard refused a claim, and why (the labels of vidorch_provider_refusals_total). */
-export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget' | 'pace';
+export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget' | 'pace' | 'send_by';
 export type RefusalCounts = Readonly<Record<string, number>>;
 
 /** What admit() granted: the breaker's ticket and the bulkhead's limit and ceiling now (Infinity: none). */
@@ -236,6 +236,16 @@ export class ProviderGuard {
     const s = this.state(provider);
     this.release(provider, admission.ticket, attemptNo);
     count(s, 'pace', reason);
+  }
+
+  /**
+   * A claimed attempt reached its call after its send-by moment and sent nothing (docs/decisions/0063):
+   * give back what admit() took (as release()) and count it ("send_by/lapsed"), so a worker too
+   * busy to make its calls in time shows on /metrics.
+   */
+  lapsed(provider: string, ticket: BreakerTicket, attemptNo: number): void {
+    this.release(provider, ticket, attemptNo);
+    count(this.state(provider), 'send_by', 'lapsed');
   }
 
   /**

@@ -399,7 +399,7 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     // sends, since a retry may have concluded meanwhile that nothing was sent (docs/decisions/0063).
     if (now().getTime() >= sendBy.getTime()) {
       clearInterval(beat);
-      guard.release(attempt.provider, ticket, attempt.attempt_no);
+      guard.lapsed(attempt.provider, ticket, attempt.attempt_no);
       await unsent(token, taskId, attempt.attempt_id, sendBy);
       throw new Error(`the claim's send-by moment ${sendBy.toISOString()} passed before the provider was called; nothing was sent`);
     }

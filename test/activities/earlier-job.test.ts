@@ -192,6 +192,7 @@ test("a submit that stalled past its claim's send-by moment never sends: the cla
   const stalled = createTaskActivities({ ...w.deps, submitSwitch: counted });
   await assert.rejects(runActivity(stalled, 'submitAttempt', taskId), /send-by moment .* passed before the provider was called; nothing was sent/);
   assert.equal(w.sim.jobsFor(attemptId), 0, 'nothing reached the provider');
+  assert.equal(w.deps.providerGuard.snapshots()['runway']?.refusals['send_by/lapsed'], 1, 'counted for /metrics');
   const [claimed] = await attemptsOf(taskId);
   assert.equal(claimed!.submit_state, 'PREPARED');
   assert.equal(claimed!.send_by, null);
