@@ -17,6 +17,7 @@ import type { JobEvidence } from '../db/job-evidence';
 import type { TaskLock } from '../db/task-tx';
 import { generationTask, taskAttempt, type AttemptRow, type TaskRow } from '../db/schema';
 import { casTaskStatusRow } from '../db/tasks';
+import { isTerminal } from '../domain/states';
 import { canTransition } from '../domain/task-machine';
 import type { InboxApply } from './apply-inbox';
 
@@ -62,6 +63,17 @@ export async function takeBackEarlierJob(
   now: Date,
 ): Promise<TaskRow> {
   const { token } = lock;
+  if (isTerminal(task.status) || task.status === 'MANUAL_REVIEW') {
+    // Nothing to take back: a finished task keeps the job bound on its attempt (the caller wrote
+    // it) and this log; a parked task is an operator's, and its next dispatch meets the evidence.
+    warn('job evidence for an earlier attempt of a finished or parked task', {
+      taskId: task.task_id,
+      status: task.status,
+      attemptId: evidence.attemptId,
+      providerJobId: evidence.providerJobId,
+    });
+    return task;
+  }
   warn('job evidence for an earlier attempt: the next attempt is not sent', {
     taskId: task.task_id,
     attemptId: evidence.attemptId,

@@ -295,8 +295,10 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
           // while its next attempt is unsent, else parks with both jobs (activities/earlier-job.ts).
           if (attempt.submit_state === 'REJECTED') {
             const evidence = { attemptId, providerJobId: job.jobId, description: `attempt ${attemptId} has provider job ${job.jobId}` };
-            if (!active || active.attempt_id === attemptId || active.submit_state === 'PREPARED') {
-              await takeBackEarlierJob(tx, lock, task, evidence, active?.attempt_id === attemptId ? null : active, apply, now());
+            // The active attempt never sent (set aside, refused, or not claimed yet): the task goes back.
+            if (!active || active.attempt_id === attemptId || ['PREPARED', 'REJECTED', 'CANCELLED'].includes(active.submit_state)) {
+              const next = active && active.attempt_id !== attemptId && active.submit_state === 'PREPARED' ? active : null;
+              await takeBackEarlierJob(tx, lock, task, evidence, next, apply, now());
             } else {
               await parkOnSecondJob(tx, token, task, attemptId, job.jobId);
             }

@@ -7,7 +7,7 @@
 // still acknowledged; the spool replayer feeds it through ingestCallback() later.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { eq } from 'drizzle-orm';
-import { deserializeJob, recordAttemptCallback, recordProviderEvent, serializeJob } from '../db/inbox';
+import { deserializeJob, lockAttemptForIngest, recordAttemptCallback, recordProviderEvent, serializeJob } from '../db/inbox';
 import { taskAttempt } from '../db/schema';
 import { ProviderHttpError } from '../providers/provider-http';
 import { CallbackVerificationError, verifyProviderCallback, type ProviderJob, type VerifiedCallback } from '../providers/types';
@@ -126,17 +126,22 @@ export async function ingestCallback(ctx: ApiContext, cb: CallbackEvent): Promis
   // must show it: a job without it, or with another, is not this attempt's.
   const keepsOurKey = adapter.capabilities.unknownOutcomeTier === 'lookup-by-key';
   if (!echoesUs(job) || (keepsOurKey && job.correlationToken !== attempt.attemptId)) return 'mismatch';
-  const inboxId = await recordProviderEvent(ctx.db, {
-    provider: cb.provider,
-    job,
-    // A re-fetched state has no event id of its own: dedupe it by its content.
-    providerEventId: null,
-    source: 'callback',
-    attemptId: attempt.attemptId,
-    taskId: attempt.taskId,
-    receivedRegion: cb.receivedRegion,
-    signatureValid: true,
-    raw: cb.payload,
+  // Stored while the attempt row is held FOR SHARE, as the signed ingest does (db/inbox.ts): a
+  // reader of the attempt's job evidence is serialised with it (docs/decisions/0063).
+  const inboxId = await ctx.db.transaction(async (tx) => {
+    await lockAttemptForIngest(tx, attempt.attemptId);
+    return recordProviderEvent(tx, {
+      provider: cb.provider,
+      job,
+      // A re-fetched state has no event id of its own: dedupe it by its content.
+      providerEventId: null,
+      source: 'callback',
+      attemptId: attempt.attemptId,
+      taskId: attempt.taskId,
+      receivedRegion: cb.receivedRegion,
+      signatureValid: true,
+      raw: cb.payload,
+    });
   });
   if (inboxId) ctx.waker.wake(attempt.taskId);
   return inboxId ? 'stored' : 'duplicate';

@@ -485,8 +485,8 @@ export const envSchema = z.object({
    * attempt sent nothing before it has passed (docs/decisions/0063).
    */
   SUBMIT_SEND_WINDOW_MS: setting(
-    'A claimed create not handed to the HTTP client within this of its claim is never sent (the attempt is claimed again); no proof of absence or operator "not-submitted" is accepted before it has passed (docs/decisions/0063).',
-    z.coerce.number().int().min(100).max(60_000).default(5_000),
+    'A claimed create not handed to the HTTP client within this of its claim is never sent (the attempt is claimed again); no proof of absence or operator "not-submitted" is accepted before it has passed (docs/decisions/0063). At most 9,000: below the submit activity\'s 10 s heartbeat timeout, so a retry that finds the claim concludes nothing before it has passed.',
+    z.coerce.number().int().min(100).max(9_000).default(5_000),
   ),
   UNKNOWN_OUTCOME_DEADLINE_MS: setting(
     'An unknown submit outcome that reconciliation has not resolved by then goes to MANUAL_REVIEW.',

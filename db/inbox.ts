@@ -2,6 +2,7 @@
 // (provider, dedupe_key); the workflow applies pending rows through one activity.
 import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
+import { sql } from 'drizzle-orm';
 import { callbackInbox } from './schema';
 import { storableJson, storableJsonText } from './storable';
 import type { DbOrTx } from './client';
@@ -34,6 +35,14 @@ export function dedupeKeyFor(e: Pick<ProviderEventInput, 'provider' | 'job' | 'p
     .digest('hex')
     .slice(0, 16);
   return `state:${e.job.jobId}:${e.job.state}:${e.job.updatedAt?.toISOString() ?? '-'}:${payloadHash}`;
+}
+
+/**
+ * Holds the attempt row FOR SHARE until the caller's transaction ends: an inbox row stored under it
+ * is serialised with every reader of the attempt's job evidence (db/job-evidence.ts).
+ */
+export async function lockAttemptForIngest(tx: DbOrTx, attemptId: string): Promise<void> {
+  await tx.execute(sql`SELECT 1 FROM task_attempt WHERE attempt_id = ${attemptId} FOR SHARE`);
 }
 
 /** Inserts the event unless it is a duplicate. Returns the new inbox id, or null for a duplicate. */

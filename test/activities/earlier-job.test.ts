@@ -233,3 +233,41 @@ test('"not-submitted" is refused until the claim\'s send-by moment has passed: t
   await sendWindowPassed();
   assert.equal((await w.run('resolveReview', taskId, { kind: 'not-submitted', operator: 'ops-eve', reason: 'after the window' })).status, 'DISPATCHING');
 });
+
+test("a stale submit's accept for a task that ended meanwhile binds the job on its attempt and throws nothing (the job id is kept)", async () => {
+  const { taskId, attemptId } = await preparedTask();
+  w.sim.sim.setFaults({ providers: ['runway'], submit: 'answer_after_ms', submit_delay_ms: 3_000, submit_fault_count: 1 });
+  const stale = w.run('submitAttempt', taskId);
+  await eventually(async () => ((await attemptsOf(taskId))[0]?.submit_state === 'SUBMITTING' ? true : undefined), 5_000, 20);
+  assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'SUBMIT_UNKNOWN');
+  assert.equal((await w.run('escalateTask', taskId, 'test: park')).status, 'MANUAL_REVIEW');
+  await sendWindowPassed();
+  assert.equal((await w.run('resolveReview', taskId, { kind: 'not-submitted', operator: 'ops-eve', reason: 'console shows nothing' })).status, 'DISPATCHING');
+  // The tenant's cancel arrives before the next attempt is prepared: the task ends CANCELLED.
+  await db().update(generationTask).set({ cancel_requested_at: new Date() }).where(eq(generationTask.task_id, taskId));
+  assert.equal((await w.run('prepareAttempt', taskId)).status, 'CANCELLED');
+
+  await stale;
+  const [first] = await attemptsOf(taskId);
+  assert.ok(first!.provider_job_id, 'the paid job is kept on its attempt');
+  assert.equal(first!.attempt_id, attemptId);
+  assert.equal((await taskOf(taskId)).status, 'CANCELLED');
+});
+
+test("a stale submit's accept after the next attempt was refused by the provider takes the task back to its job: no false 'two jobs' park", async () => {
+  const { taskId, attemptId } = await preparedTask();
+  w.sim.sim.setFaults({ providers: ['runway'], submit: 'answer_after_ms', submit_delay_ms: 3_000, submit_fault_count: 1 });
+  const stale = w.run('submitAttempt', taskId);
+  await eventually(async () => ((await attemptsOf(taskId))[0]?.submit_state === 'SUBMITTING' ? true : undefined), 5_000, 20);
+  assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'SUBMIT_UNKNOWN');
+  const second = await wronglyConfirmedAbsent(taskId);
+  // Attempt 2 is refused before acceptance (a throttle): it never created a job.
+  w.sim.sim.setFaults({ providers: ['runway'], submit: 'rate_limit', submit_fault_count: 1 });
+  assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'DISPATCHING');
+  assert.equal((await attemptsOf(taskId)).find((a) => a.attempt_id === second)?.submit_state, 'REJECTED');
+
+  await stale;
+  const task = await taskOf(taskId);
+  assert.equal(task.active_attempt_id, attemptId, 'back on attempt 1');
+  assert.equal(task.status, 'SUBMITTED', "following attempt 1's job");
+});
