@@ -24,15 +24,6 @@ import type { InboxApply } from './apply-inbox';
 /** The transition that parks a task on evidence of an earlier attempt's job. */
 export const EARLIER_JOB_EVENT = 'workflow.earlier-job';
 
-function warn(message: string, fields: Record<string, unknown>): void {
-  // Outside an activity (a test calling the step directly) there is no activity logger.
-  try {
-    Context.current().log.error(message, fields);
-  } catch {
-    console.error(JSON.stringify({ level: 'error', msg: message, ...fields }));
-  }
-}
-
 /** task → MANUAL_REVIEW on the evidence about `attemptId`; with `activate`, that attempt is the task's active one again. */
 function park(tx: Tx, token: FenceToken, task: TaskRow, attemptId: string, detail: Record<string, unknown>, activate: AttemptRow | null) {
   return casTaskStatusRow(tx, token, {
@@ -66,7 +57,7 @@ export async function takeBackEarlierJob(
   if (isTerminal(task.status) || task.status === 'MANUAL_REVIEW') {
     // Nothing to take back: a finished task keeps the job bound on its attempt (the caller wrote
     // it) and this log; a parked task is an operator's, and its next dispatch meets the evidence.
-    warn('job evidence for an earlier attempt of a finished or parked task', {
+    Context.current().log.error('job evidence for an earlier attempt of a finished or parked task', {
       taskId: task.task_id,
       status: task.status,
       attemptId: evidence.attemptId,
@@ -74,7 +65,7 @@ export async function takeBackEarlierJob(
     });
     return task;
   }
-  warn('job evidence for an earlier attempt: the next attempt is not sent', {
+  Context.current().log.error('job evidence for an earlier attempt: the next attempt is not sent', {
     taskId: task.task_id,
     attemptId: evidence.attemptId,
     providerJobId: evidence.providerJobId,
@@ -149,7 +140,7 @@ export async function takeBackEarlierJob(
  * it is afterwards.
  */
 export async function parkOnSecondJob(tx: Tx, token: FenceToken, task: TaskRow, attemptId: string, providerJobId: string): Promise<TaskRow> {
-  warn('a provider job for an attempt the task moved past: possible duplicate cost', {
+  Context.current().log.error('a provider job for an attempt the task moved past: possible duplicate cost', {
     taskId: task.task_id,
     attemptId,
     providerJobId,
