@@ -134,11 +134,6 @@ const BOUNDARY_EXCEPTIONS = {
   // The thumbnails reconciler retries the thumbnail activity's work (makeThumbnail, failureText),
   // which reads storage, runs ffmpeg and writes the video row: a media/ + db/ split of that activity.
   'reconcilers/thumbnails.ts': ['../activities/thumbnail'],
-  // The callbacks reconciler reports the API's callback spool (spoolStatus) and the reconcilers'
-  // settings name its directory (spoolDirFor): api/spool.ts is 500 lines of the API's replay loop
-  // around them; splitting out the directory layout is its own change.
-  'reconcilers/callbacks.ts': ['../api/spool'],
-  'reconcilers/settings.ts': ['../api/spool'],
 };
 const boundary = (folder, forbidden, extra = {}) => {
   const exceptions = Object.entries(BOUNDARY_EXCEPTIONS).filter(([file]) => file.startsWith(`${folder}/`));

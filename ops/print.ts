@@ -1,6 +1,6 @@
 // Readable renderings of the ops reports (the CLI prints these unless --json).
 import type { ProviderQueueReport } from './capacity';
-import type { SpoolStatus } from '../api/spool';
+import type { SpoolStatus } from '../storage/spool-files';
 import type { FenceState } from '../db/fence';
 import type { FailoverRecord } from '../db/modes';
 import { MODE_POLICIES, type ModePolicy } from '../domain/modes';

@@ -6,7 +6,7 @@
 // because a replay needs the API's token check.
 import fs from 'node:fs/promises';
 import { sql } from 'drizzle-orm';
-import { spoolStatus } from '../api/spool';
+import { spoolStatus } from '../storage/spool-files';
 import { convergeTasks, type StuckTask } from './converge';
 import type { Reconciler, ReconcileFinding } from './types';
 

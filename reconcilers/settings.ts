@@ -1,5 +1,5 @@
 // Reconciler settings from the one Config (config/env.ts).
-import { spoolDirFor } from '../api/spool';
+import { spoolDirFor } from '../storage/spool-files';
 import type { Config } from '../config/env';
 import type { ReconcileSettings } from './types';
 

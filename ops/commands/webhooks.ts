@@ -1,6 +1,6 @@
 // ops webhook … and ops spool …: tenants' webhook endpoints and deliveries, and this host's callback spool.
 import { Command, InvalidArgumentError } from 'commander';
-import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../../api/spool';
+import { requeueDeadLetters, spoolDirFor, spoolStatus } from '../../storage/spool-files';
 import { table } from '../format';
 import { printSpoolStatus } from '../print';
 import { auditOps } from '../tenants';

@@ -11,7 +11,7 @@ import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Webhook } from 'standardwebhooks';
-import { spoolDirFor, spoolStatus } from '../../api/spool';
+import { spoolDirFor, spoolStatus } from '../../storage/spool-files';
 import { createDatabase } from '../../db/client';
 import { startApi } from '../support/stack';
 import { startCallbackWorld, type CallbackWorld } from '../security/support';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { createAdmission } from '../../api/admission';
-import { spoolStatus } from '../../api/spool';
+import { spoolStatus } from '../../storage/spool-files';
 import { HttpProblem } from '../../api/problem';
 import { createDatabase } from '../../db/client';
 import { callbackInbox } from '../../db/schema';

@@ -8,7 +8,8 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { createCallbackSpool, requeueDeadLetters, spoolStatus, type CallbackSpool } from '../../api/spool';
+import { createCallbackSpool, type CallbackSpool } from '../../api/spool';
+import { requeueDeadLetters, spoolStatus } from '../../storage/spool-files';
 import { testLogger } from '../support/stack';
 
 const LEASE_MS = 300;

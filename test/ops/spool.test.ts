@@ -7,7 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { createCallbackSpool, spoolDirFor, spoolStatus, type SpooledCallback } from '../../api/spool';
+import { createCallbackSpool, type SpooledCallback } from '../../api/spool';
+import { spoolDirFor, spoolStatus } from '../../storage/spool-files';
 import { testLogger } from '../support/stack';
 
 const tmpDir = () => path.join(os.tmpdir(), `vidorch-spool-test-${process.pid}-${randomBytes(3).toString('hex')}`);

@@ -7,7 +7,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { spoolDirFor } from '../../api/spool';
+import { spoolDirFor } from '../../storage/spool-files';
 import { setMode } from '../../db/modes';
 import { startCallbackWorld, type CallbackWorld } from './support';
 
