@@ -668,6 +668,25 @@ export const envSchema = z.object({
     'How long a worker stopped with SIGTERM lets running activities finish; give its container at least this to stop.',
     ms.default(30_000),
   ),
+  WORKER_VERSIONING: setting(
+    'Worker Versioning (docs/deploy.md): the worker polls as version `WORKER_DEPLOYMENT_NAME`/`WORKER_BUILD_ID` and gets tasks only once that version is current or ramping (`npm run ops -- deploy`); a workflow stays on the build that started it (docs/decisions/0073). Off: every worker takes every task.',
+    bool.default(false),
+  ),
+  WORKER_DEPLOYMENT_NAME: setting(
+    'The Worker Deployment the worker belongs to (`WORKER_VERSIONING`).',
+    z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,200}$/, 'letters, digits, ".", "_" and "-" only')
+      .default('vidorch'),
+  ),
+  WORKER_BUILD_ID: setting(
+    "The worker's build id (`WORKER_VERSIONING`); unset: the build's own (`dist/build-id`, the package version and a hash of the worker and its workflow bundles, written by `npm run build`), `dev` from sources.",
+    z
+      .string()
+      .regex(/^[A-Za-z0-9._+-]{1,200}$/, 'letters, digits, ".", "_", "+" and "-" only')
+      .optional()
+      .or(z.literal('').transform(() => undefined)),
+  ),
   /**
    * Workflows kept in the worker's sticky cache (0 = none: every workflow task replays its
    * history). The SDK's default (~60 % of the heap limit in MiB, ≈ 2,300 here) lets thousands

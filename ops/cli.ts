@@ -3,6 +3,7 @@
 // of commands lives in ops/commands/; what they share (configuration, parsers, connections) is
 // ops/commands/context.ts.
 import { Command } from 'commander';
+import { actor, config, print, withClient } from './commands/context';
 import { registerPitrCommands } from './commands/pitr';
 import { registerProviderCommands } from './commands/providers';
 import { registerReconcileCommands } from './commands/reconcile';
@@ -10,6 +11,7 @@ import { registerSystemCommands } from './commands/system';
 import { registerTaskCommands } from './commands/tasks';
 import { registerTenantCommands } from './commands/tenants';
 import { registerWebhookCommands } from './commands/webhooks';
+import { registerDeployCommands } from './deploy';
 
 const program = new Command('ops').description('vidorch operator commands').showHelpAfterError().enablePositionalOptions();
 for (const register of [
@@ -20,6 +22,7 @@ for (const register of [
   registerTaskCommands,
   registerWebhookCommands,
   registerPitrCommands,
+  (p: Command) => registerDeployCommands(p, { withClient, namespace: config.TEMPORAL_NAMESPACE, deploymentName: config.WORKER_DEPLOYMENT_NAME, actor, print }),
 ]) {
   register(program);
 }

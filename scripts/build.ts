@@ -6,12 +6,14 @@
 // beside them (dist/migrate.js applies them, the API and the worker compare them with the
 // database's). The build fails when an entry point imports a package that is not a runtime
 // dependency, so `--omit=dev` cannot leave one out.
+import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { builtinModules } from 'node:module';
 import path from 'node:path';
 import { build, type Metafile } from 'esbuild';
 import { REPO_ROOT } from '../harness';
 import { BUILT_WORKFLOW_BUNDLES, bundleWorkflows } from '../workers/generation-worker';
+import { BUILD_ID_FILE } from '../workers/versioning';
 
 /** dist/<name>.js ← source. The Dockerfile's targets and the start:* scripts run these. */
 const ENTRY_POINTS = {
@@ -77,12 +79,19 @@ async function main(): Promise<void> {
     await fs.writeFile(path.join(DIST, file), code);
   }
   await fs.cp(path.join(REPO_ROOT, 'db', 'migrations'), path.join(DIST, 'migrations'), { recursive: true });
+  // The worker's build id under Worker Versioning (workers/versioning.ts, docs/deploy.md): the
+  // version and what the worker runs, so the same code is the same version and any change is a new one.
+  const version = (JSON.parse(await fs.readFile(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+  const hash = createHash('sha256');
+  for (const file of ['worker.js', ...Object.values(BUILT_WORKFLOW_BUNDLES)]) hash.update(await fs.readFile(path.join(DIST, file)));
+  const buildId = `${version}-${hash.digest('hex').slice(0, 12)}`;
+  await fs.writeFile(path.join(DIST, BUILD_ID_FILE), `${buildId}\n`);
 
   const files = await fs.readdir(DIST);
   const sizes = await Promise.all(
     files.filter((f) => f.endsWith('.js')).map(async (f) => `${f} ${((await fs.stat(path.join(DIST, f))).size / 1024).toFixed(0)} KB`),
   );
-  process.stdout.write(`build: dist/ in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sizes.join(', ')}, migrations\n`);
+  process.stdout.write(`build: dist/ in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sizes.join(', ')}, migrations, build id ${buildId}\n`);
 }
 
 await main();

@@ -20,6 +20,7 @@ import {
   type NativeConnection,
   Worker,
   type WorkflowBundle,
+  type WorkerDeploymentOptions,
   type WorkflowBundleOption,
 } from '@temporalio/worker';
 import { createTaskActivities, type TaskActivities, type TaskActivityDeps } from '../activities';
@@ -143,6 +144,11 @@ export interface GenerationWorkerOptions {
   readonly tracing?: WorkerTracing | null;
   /** With these, a worker on the reconcile queue runs the reconciler workflows' activity (the workflows run on the generation queue: reconcilers/schedules.ts). */
   readonly reconcileActivities?: ReconcileActivities;
+  /**
+   * Worker Versioning (workers/versioning.ts): every worker of the set polls as this version, so
+   * a pinned workflow's activities on the poll and reconcile queues run on its build too. Unset: unversioned.
+   */
+  readonly deployment?: WorkerDeploymentOptions;
 }
 
 /** The generation worker and the poll workers, run and stopped together. */
@@ -167,12 +173,14 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
   const providers = opts.pollProviders ?? Object.keys(opts.deps.providers);
   const pollRates = new Map(providers.map((p) => [p, pollRateFor(opts.deps, p)] as const));
   const interceptors = activityInterceptors(opts.tracing ?? null);
+  const versioning = opts.deployment ? { workerDeploymentOptions: opts.deployment } : {};
   // Created at once: a standby worker must poll within a second or two of its region becoming active.
   const [generation, ...pollWorkers] = await Promise.all([
     Worker.create({
       connection: opts.connection,
       namespace: opts.namespace,
       taskQueue: queues.generation(opts.taskQueueBase),
+      ...versioning,
       workflowBundle: opts.workflowBundle,
       // Every activity, pollProvider included: runs recorded before per-provider poll queues
       // (patch 'per-provider-poll-queues') still schedule their polls here.
@@ -195,6 +203,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         connection: opts.connection,
         namespace: opts.namespace,
         taskQueue: queues.poll(opts.taskQueueBase, provider),
+        ...versioning,
         activities: reads,
         interceptors: { activity: interceptors },
         // Server-side and global: every worker of this queue, in every process, shares it.
@@ -211,6 +220,7 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
         connection: opts.connection,
         namespace: opts.namespace,
         taskQueue: queues.reconcile(opts.taskQueueBase),
+        ...versioning,
         // Activities only: the reconcile workflows run on the generation worker (their Schedules
         // start them there, reconcilers/schedules.ts), so the process has one workflow thread,
         // not two (a V8 isolate of ~45 MB each: docs/performance.md, "Worker memory").

@@ -40,6 +40,7 @@ import { startOutboxRelay } from './outbox-relay';
 import { startWebhookRelay, webhookRelaySettings, type WebhookRelay } from './webhook-relay';
 import { createSecretBox } from '../db/webhook-secrets';
 import { applyWorkerProcessSettings, tuningFromConfig } from './tuning';
+import { workerDeploymentOptions } from './versioning';
 
 const config = loadConfigOrExit();
 applyWorkerProcessSettings(config);
@@ -141,6 +142,9 @@ const connection = await connectWorkerWithRetry(temporalOptions, logger);
 // active: the build's bundle (dist/), else bundled in a child process, so webpack's memory does
 // not stay with the worker (~90 MB).
 const bundle: WorkflowBundleOption = await loadWorkflowBundle({ tracing: tracing.enabled });
+// Worker Versioning (docs/deploy.md): this build's version; it takes tasks once it is current or ramping.
+const deployment = await workerDeploymentOptions(config);
+if (deployment) logger.info({ deployment: deployment.version }, 'worker versioning on: polling as this deployment version');
 
 const temporal = lazyClient({ connection: temporalOptions, namespace: config.TEMPORAL_NAMESPACE, interceptors: tracing.clientInterceptors });
 const facade = createGenerationFacade(temporal.get, config.TEMPORAL_TASK_QUEUE, { taskPriority: config.TEMPORAL_TASK_PRIORITY });
@@ -176,6 +180,7 @@ async function startWorker(): Promise<RegionService> {
     shutdownGraceMs: config.WORKER_SHUTDOWN_GRACE_MS,
     tuning: tuningFromConfig(config),
     tracing: tracing.worker,
+    ...(deployment ? { deployment } : {}),
   });
   const service = runAsRegionService(worker);
   logger.info(
@@ -184,6 +189,7 @@ async function startWorker(): Promise<RegionService> {
       pollRates: Object.fromEntries(worker.pollRates),
       region: config.REGION,
       metricsPort: config.WORKER_METRICS_PORT,
+      buildId: deployment?.version.buildId ?? null,
       startupMs: Date.now() - started,
     },
     'worker polling',

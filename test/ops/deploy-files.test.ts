@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { parse, parseAllDocuments } from 'yaml';
@@ -71,7 +72,13 @@ interface Provided {
   readonly literals: Env;
   /** Set by reference (a Secret key, a compose `${NAME:?}`): its value comes from outside the repository. */
   readonly references: Set<string>;
+  /** Whether a path in the container is a file mounted from a secret (a Secret volume, a compose secret). */
+  readonly fromSecret: (file: string) => boolean;
 }
+
+/** A readable stand-in for a file the deployment mounts (the TLS files), so the whole set loads here. */
+const standInFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'vidorch-deploy-files-')), 'stand-in.pem');
+fs.writeFileSync(standInFile, '-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n');
 
 /** The checks every deploy file's service passes. */
 function checkService(where: string, service: Service, p: Provided): void {
@@ -89,6 +96,11 @@ function checkService(where: string, service: Service, p: Provided): void {
   }
   const env: Env = { ...p.literals };
   for (const name of p.references) env[name] ??= placeholder(name);
+  // The TLS files: each is mounted from a secret, never baked into the image or the file.
+  for (const name of Object.keys(env).filter((n) => /_TLS_[A-Z]+_FILE$/.test(n))) {
+    assert.ok(p.fromSecret(env[name]!), `${where}: ${name}=${env[name]} is a file mounted from a secret`);
+    env[name] = standInFile;
+  }
   assert.doesNotThrow(() => loadConfig(env), `${where}: the whole set loads under the production profile`);
   assert.equal(env['VIDORCH_ENV'], undefined, `${where}: no VIDORCH_ENV (production is what runs)`);
 }
@@ -144,12 +156,16 @@ describe('deploy/compose/compose.production.yml', () => {
     healthcheck?: { test?: string[] };
     stop_grace_period?: string;
     deploy?: { replicas?: number; resources?: { limits?: { cpus?: string; memory?: string } } };
+    secrets?: string[];
   }
-  const compose = parse(read('deploy/compose/compose.production.yml'), { merge: true }) as { services: Record<string, ComposeService> };
+  const compose = parse(read('deploy/compose/compose.production.yml'), { merge: true }) as {
+    services: Record<string, ComposeService>;
+    secrets?: Record<string, { file?: string }>;
+  };
   const services = compose.services;
 
   /** `${NAME:?}` is a reference to NAME; `${NAME:-default}` is its default; anything else a value. */
-  function provided(where: string, env: Record<string, string>): Provided {
+  function provided(where: string, env: Record<string, string>, secrets: readonly string[] = []): Provided {
     const literals: Env = {};
     const references = new Set<string>();
     for (const [name, raw] of Object.entries(env)) {
@@ -164,7 +180,12 @@ describe('deploy/compose/compose.production.yml', () => {
       if (ref[2] === '?') references.add(name);
       else if (ref[3]) literals[name] = ref[3];
     }
-    return { literals, references };
+    // A compose secret is at /run/secrets/<name>, its file from the deploy environment's directory.
+    const fromSecret = (file: string) => {
+      const name = /^\/run\/secrets\/([^/]+)$/.exec(file)?.[1];
+      return name !== undefined && secrets.includes(name) && /^\$\{[A-Z0-9_]+:\?\}\//.test(compose.secrets?.[name]?.file ?? '');
+    };
+    return { literals, references, fromSecret };
   }
 
   test('the migration runs first, then the API (×2) and the worker, each a Dockerfile target', () => {
@@ -181,7 +202,16 @@ describe('deploy/compose/compose.production.yml', () => {
   });
 
   test('each service gets every setting the production profile requires, credentials by reference only', () => {
-    for (const name of SERVICES) checkService(`compose ${name}`, name, provided(`compose ${name}`, services[name]!.environment ?? {}));
+    for (const name of SERVICES) {
+      const s = services[name]!;
+      checkService(`compose ${name}`, name, provided(`compose ${name}`, s.environment ?? {}, s.secrets));
+    }
+  });
+
+  test("the worker runs under Worker Versioning with the image's build id (docs/deploy.md)", () => {
+    const env = services['worker']!.environment ?? {};
+    assert.equal(shape['WORKER_VERSIONING']!.parse(env['WORKER_VERSIONING']), true);
+    assert.equal(env['WORKER_BUILD_ID'], undefined, "the build id is the image's own (dist/build-id), not a value in the file");
   });
 
   test('ports and health checks are the configuration defaults on the operator listener; the worker outlasts its drain', () => {
@@ -213,6 +243,7 @@ describe('deploy/kubernetes', () => {
     livenessProbe?: { exec?: { command: string[] } };
     readinessProbe?: { exec?: { command: string[] } };
     resources?: { requests?: object; limits?: { cpu?: string; memory?: string } };
+    volumeMounts?: { name: string; mountPath: string }[];
   }
   interface Doc {
     kind: string;
@@ -221,7 +252,12 @@ describe('deploy/kubernetes', () => {
     spec?: {
       template?: {
         metadata?: { labels?: Record<string, string> };
-        spec: { containers: Container[]; terminationGracePeriodSeconds?: number; securityContext?: { runAsNonRoot?: boolean } };
+        spec: {
+          containers: Container[];
+          terminationGracePeriodSeconds?: number;
+          securityContext?: { runAsNonRoot?: boolean };
+          volumes?: { name: string; secret?: { secretName: string } }[];
+        };
       };
       selector?: Record<string, string>;
       ports?: { name: string; port: number; targetPort: string }[];
@@ -275,7 +311,10 @@ describe('deploy/kubernetes', () => {
         else if (e.valueFrom?.secretKeyRef && !e.valueFrom.secretKeyRef.optional) references.add(e.name);
         else if (e.valueFrom?.secretKeyRef) assert.ok(e.name in shape, `${s}: ${e.name} is a setting`);
       }
-      checkService(`kubernetes ${s}`, s, { literals, references });
+      const podSpec = workloads[s].spec!.template!.spec;
+      const secretMounts = (c.volumeMounts ?? []).filter((m) => podSpec.volumes?.some((v) => v.name === m.name && v.secret?.secretName));
+      const fromSecret = (file: string) => secretMounts.some((m) => path.posix.dirname(file) === m.mountPath);
+      checkService(`kubernetes ${s}`, s, { literals, references, fromSecret });
       assert.ok(c.resources?.requests && c.resources.limits?.cpu && c.resources.limits.memory, `${s}: resources`);
       assert.equal(workloads[s].spec!.template!.spec.securityContext?.runAsNonRoot, true, `${s}: runAsNonRoot`);
     }
@@ -303,6 +342,12 @@ describe('deploy/kubernetes', () => {
         api.ports?.some((cp) => cp.name === p.targetPort),
         `Service port ${p.name} → ${p.targetPort}`,
       );
+  });
+
+  test("the worker runs under Worker Versioning with the image's build id (docs/deploy.md)", () => {
+    const env = { ...settings, ...Object.fromEntries((containerOf('worker').env ?? []).map((e) => [e.name, e.value])) };
+    assert.equal(shape['WORKER_VERSIONING']!.parse(env['WORKER_VERSIONING']), true);
+    assert.equal(env['WORKER_BUILD_ID'], undefined, "the build id is the image's own (dist/build-id), not a value in the file");
   });
 
   test("the worker's termination grace is longer than its drain; every image is a Dockerfile target", () => {
