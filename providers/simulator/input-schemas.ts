@@ -57,17 +57,60 @@ const issue = (e: ErrorObject): InputIssue => {
 export class InputSchemas {
   private readonly fixtures = new Map<string, ProviderSchemaFixture>();
   private readonly validators = new Map<string, ValidateFunction>();
+  /** Schemas a test put in place of the published ones (`replace`), by `provider model endpoint`. */
+  private readonly replaced = new Map<string, object>();
+  private readonly revisions = new Map<string, number>();
+  private readonly ajv: Ajv;
 
   constructor(fixtures: readonly ProviderSchemaFixture[] = readProviderSchemas()) {
     // strictRequired off: a conditional `required` (kling-v2.1's end_image needs mode pro) names properties defined beside it.
-    const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false });
+    this.ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false });
     // Replicate's OpenAPI extension (the form's field order): no constraint.
-    ajv.addVocabulary(['x-order']);
-    addFormats(ajv);
-    for (const f of fixtures) {
-      this.fixtures.set(`${f.provider} ${f.model}`, f);
-      for (const [endpoint, schema] of Object.entries(f.schemas)) this.validators.set(`${f.provider} ${f.model} ${endpoint}`, ajv.compile(schema));
+    this.ajv.addVocabulary(['x-order']);
+    addFormats(this.ajv);
+    for (const f of fixtures) this.fixtures.set(`${f.provider} ${f.model}`, f);
+    this.compileAll();
+  }
+
+  private compileAll(): void {
+    this.validators.clear();
+    for (const f of this.fixtures.values()) {
+      for (const endpoint of Object.keys(f.schemas)) {
+        const key = `${f.provider} ${f.model} ${endpoint}`;
+        this.validators.set(key, this.ajv.compile(this.schema(f.provider, f.model, endpoint) ?? {}));
+      }
     }
+  }
+
+  /** The schema the model publishes (and is checked against) at `endpoint`: a replacement, else its fixture's. */
+  schema(provider: string, model: string, endpoint: string): object | undefined {
+    return this.replaced.get(`${provider} ${model} ${endpoint}`) ?? this.fixture(provider, model)?.schemas[endpoint];
+  }
+
+  /**
+   * The model publishes `schema` at `endpoint` from now on, and refuses what it refuses: a
+   * provider's schema change, for tests. The model needs a fixture (the catalog's models).
+   */
+  replace(provider: string, model: string, endpoint: string, schema: object): void {
+    if (!this.fixture(provider, model)?.schemas[endpoint]) throw new Error(`no published schema for ${provider} ${model} at ${endpoint}`);
+    const key = `${provider} ${model} ${endpoint}`;
+    const validate = this.ajv.compile(schema);
+    this.replaced.set(key, schema);
+    this.validators.set(key, validate);
+    this.revisions.set(`${provider} ${model}`, this.revision(provider, model) + 1);
+  }
+
+  /** How many replacements a model's schemas have had: its revision (0 while as published). */
+  revision(provider: string, model: string): number {
+    return this.revisions.get(`${provider} ${model}`) ?? 0;
+  }
+
+  /** Every model back to its published schemas. */
+  restore(): void {
+    if (this.replaced.size === 0) return;
+    this.replaced.clear();
+    this.revisions.clear();
+    this.compileAll();
   }
 
   /** The fixture of a model, if one is kept. */

@@ -77,6 +77,8 @@ export interface PredictionStoreOptions {
   readonly signer: UrlSigner;
   readonly webhooks: WebhookSender;
   readonly logger: Logger;
+  /** How long after it finishes a prediction keeps its input and output (Replicate: an hour for API predictions). */
+  readonly dataRetentionMs: number;
 }
 
 const ALNUM = 'abcdefghijklmnopqrstuvwxyz0123456789';
@@ -212,7 +214,16 @@ export class PredictionStore {
     });
   }
 
+  /**
+   * Replicate removes an API prediction's input, output, files and logs an hour after it finishes
+   * (https://replicate.com/docs/topics/predictions/data-retention): `data_removed`.
+   */
+  dataRemoved(p: SimPrediction): boolean {
+    return p.completedAt !== null && Date.now() - p.completedAt.getTime() >= this.opts.dataRetentionMs;
+  }
+
   toJson(p: SimPrediction): Record<string, unknown> {
+    const removed = this.dataRemoved(p);
     const base = `${this.opts.baseUrl()}/replicate/v1/predictions/${p.id}`;
     const metrics: Record<string, number> = {};
     if (p.startedAt && p.completedAt) {
@@ -223,11 +234,11 @@ export class PredictionStore {
       id: p.id,
       model: p.model,
       version: p.version,
-      input: p.input,
+      input: removed ? {} : p.input,
       // The model's output so far, one line per step (Replicate's `logs` is a string).
-      logs: simLogLines(p.startedAt, Math.max(1, p.generationMs - Math.min(200, p.generationMs / 4)), p.completedAt ?? new Date()).join('\n'),
-      output: p.output,
-      data_removed: false,
+      logs: removed ? '' : simLogLines(p.startedAt, Math.max(1, p.generationMs - Math.min(200, p.generationMs / 4)), p.completedAt ?? new Date()).join('\n'),
+      output: removed ? null : p.output,
+      data_removed: removed,
       error: p.error,
       status: p.status,
       source: 'api',

@@ -10,6 +10,7 @@ import { createFalProtocol, SIM_FAL_DEFAULTS, type FalSimOptions } from './fal';
 import { Faults, faultConfigSchema, type FaultConfig, type SimProvider } from './faults';
 import type { SubmitLogStats, SubmitReceived } from './submit-log';
 import { InputSchemas, type InputIssue } from './input-schemas';
+import { falOpenApiHandler, mountReplicateModelRoutes } from './model-schemas';
 import { createKlingProtocol, SIM_KLING_DEFAULTS, type KlingSimOptions } from './kling';
 import { CUT_OUTPUT, MediaLibrary, UrlSigner, DEFAULT_DURATION_S, sendOutputFile } from './media';
 import { createRunwayProtocol, SIM_RUNWAY_DEFAULTS, type RunwaySimOptions } from './runway';
@@ -39,6 +40,8 @@ export interface SimulatorOptions {
   readonly kling?: Partial<KlingSimOptions>;
   /** Replicate's account limits (default: the documented 600 creates and 3,000 others a minute); false: none. */
   readonly replicateRateLimits?: ReplicateRateLimits | false;
+  /** How long after it finishes a Replicate prediction keeps its input and output (documented: an hour). */
+  readonly replicateDataRetentionMs?: number;
 }
 
 export interface SimulatorStats extends SubmitLogStats {
@@ -87,21 +90,29 @@ export interface Simulator {
   rotateFalKey(): string;
   /** Calls `listener` for every submit request received (refused ones included); returns the unsubscribe. */
   onSubmit(listener: (s: SubmitReceived) => void): () => void;
+  /** From now on the model publishes `schema` (Replicate's and fal's `input`) and refuses what it refuses (same as POST /_sim/schemas). */
+  setModelSchema(provider: 'replicate' | 'fal', model: string, schema: object): void;
+  /** Every model back to its published schema (same as DELETE /_sim/schemas; reset does it too). */
+  restoreModelSchemas(): void;
   /** Calls `listener` with the time and prediction id of every Replicate status read (GET /v1/predictions/:id); returns the unsubscribe. */
   onStatusRead(listener: (atMs: number, id: string) => void): () => void;
 }
 
 // Replicate's create bodies (https://replicate.com/docs/reference/http#predictions.create and
-// #models.predictions.create): `version` is a 64-character id or `owner/name:id`, and only the
-// versioned endpoint takes it.
-const VERSION = /^(?:[^/:\s]+\/[^/:\s]+:)?[0-9a-f]{64}$/;
+// #models.predictions.create): `version` is a 64-character id, `owner/name:id`, or `owner/name` for
+// an official model, its latest version (https://replicate.com/changelog/2025-08-05-run-all-models-with-the-same-api-endpoint);
+// only the versioned endpoint takes it.
+const VERSION = /^(?:(?:[^/:\s]+\/[^/:\s]+:)?[0-9a-f]{64}|[^/:\s]+\/[^/:\s]+)$/;
 const modelCreateBody = z.strictObject({
   input: z.record(z.string(), z.unknown()),
   webhook: z.url({ protocol: /^https?$/ }).optional(),
   webhook_events_filter: z.array(z.enum(['start', 'output', 'logs', 'completed'])).optional(),
   stream: z.boolean().optional(),
 });
-const versionCreateBody = modelCreateBody.extend({ version: z.string().regex(VERSION, 'a 64-character version id, or owner/name:id') });
+const versionCreateBody = modelCreateBody.extend({
+  version: z.string().regex(VERSION, 'a 64-character version id, owner/name:id, or owner/name (an official model)'),
+});
+const modelSchemaKnob = z.strictObject({ provider: z.enum(['replicate', 'fal']), model: z.string().min(1), schema: z.record(z.string(), z.unknown()) });
 const isoDate = z.iso.datetime({ offset: true }).transform((s) => new Date(s));
 const listQuery = z.object({
   cursor: z.string().optional(),
@@ -162,6 +173,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     signer,
     webhooks,
     logger,
+    dataRetentionMs: opts.replicateDataRetentionMs ?? 60 * 60 * 1000,
   });
   const pageSize = opts.listPageSize ?? 100;
   const limits = opts.replicateRateLimits ?? REPLICATE_DOCUMENTED_LIMITS;
@@ -223,6 +235,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     outputRangeReads = 0;
     outputBytes = 0;
     limiter?.reset();
+    inputs.restore();
   };
 
   const app = express();
@@ -273,6 +286,20 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     faults.reset();
     res.json(faults.current);
   });
+  app.post('/_sim/schemas', (req, res) => {
+    const parsed = modelSchemaKnob.safeParse(req.body ?? {});
+    if (!parsed.success) return problem(res, 422, 'Invalid schema knob', z.prettifyError(parsed.error));
+    try {
+      inputs.replace(parsed.data.provider, parsed.data.model, 'input', parsed.data.schema);
+    } catch (err) {
+      return problem(res, 422, 'Invalid schema knob', (err as Error).message);
+    }
+    res.json({ ok: true, revision: inputs.revision(parsed.data.provider, parsed.data.model) });
+  });
+  app.delete('/_sim/schemas', (_req, res) => {
+    inputs.restore();
+    res.json({ ok: true });
+  });
   app.post('/_sim/reset', (_req, res) => {
     reset();
     res.json({ ok: true });
@@ -300,9 +327,12 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   const submit = (req: Request, res: Response, model: string | null): void => {
     const parsed = model === null ? versionCreateBody.safeParse(req.body) : modelCreateBody.safeParse(req.body);
     if (!parsed.success) return problem(res, 422, 'Input validation failed', z.prettifyError(parsed.error));
-    const version = 'version' in parsed.data && typeof parsed.data.version === 'string' ? parsed.data.version : null;
+    const given = 'version' in parsed.data && typeof parsed.data.version === 'string' ? parsed.data.version : null;
+    // `owner/name` as the version is the official model's endpoint by another path.
+    const official = model ?? (given !== null && !given.includes(':') && given.includes('/') ? given : null);
+    const version = official === null ? given : null;
     // The model's published input schema, where one is kept (a versioned create names its model before the colon).
-    const named = model ?? (version?.includes(':') ? version.slice(0, version.lastIndexOf(':')) : null);
+    const named = official ?? (version?.includes(':') ? version.slice(0, version.lastIndexOf(':')) : null);
     const issues = named === null ? null : inputs.check('replicate', named, 'input', parsed.data.input);
     if (issues && issues.length > 0) return inputValidationFailed(res, issues);
     // A deadline for the prediction (its lifetime from creation); the reference sets a 5 s minimum.
@@ -324,7 +354,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const delivered = named === null ? undefined : inputs.fixture('replicate', named)?.delivers.durationSeconds;
     const p = store.create({
       ...parsed.data,
-      model,
+      model: official,
       version,
       cancelAfterMs,
       ...(delivered && 'fixed' in delivered ? { durationS: delivered.fixed } : {}),
@@ -395,7 +425,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const verdict = signer.check(id, req.query['expires'], req.query['sig']);
     if (verdict !== 'ok') return problem(res, 403, 'Forbidden', verdict === 'expired' ? 'URL expired' : 'Bad signature');
     const p = store.get(id);
-    if (!p || p.status !== 'succeeded') return problem(res, 404, 'Not found', 'No output');
+    // An hour after it finished, Replicate has deleted a prediction's files (data_removed).
+    if (!p || p.status !== 'succeeded' || store.dataRemoved(p)) return problem(res, 404, 'Not found', 'No output');
     if (faults.for('replicate').output === 'not_media') {
       res.type('video/mp4').send(Buffer.from('these bytes are not a video (fault knob output=not_media)\n'.repeat(64)));
       return;
@@ -406,7 +437,9 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       next(err);
     }
   });
+  mountReplicateModelRoutes(r, inputs);
   app.use('/replicate', r);
+  app.get('/fal/api/openapi/queue/openapi.json', falOpenApiHandler(inputs));
   app.use('/fal', fal.router);
   app.use('/runway', runway.router);
   app.use('/kling', kling.router);
@@ -467,6 +500,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     webhooksIdle: () => webhooks.idle(),
     baseUrl,
     rotateFalKey: () => fal.rotateKey(),
+    setModelSchema: (provider, model, schema) => inputs.replace(provider, model, 'input', schema),
+    restoreModelSchemas: () => inputs.restore(),
     onSubmit: (listener) => faults.submits.subscribe(listener),
     onStatusRead: (listener) => {
       statusReadListeners.add(listener);

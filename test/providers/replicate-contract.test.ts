@@ -68,9 +68,15 @@ test('the official SDK against the simulator: predictions.create (model and vers
   assert.equal(canceled.status, 'canceled');
 });
 
-test('the simulator refuses what the reference does not allow: a bare model name as `version`, a version on the model endpoint', async () => {
+test('`version: "owner/name"` runs the official model (its latest version) as the reference allows; a version on the model endpoint is refused', async () => {
   const r = sdk();
-  await assert.rejects(r.predictions.create({ version: 'acme/video', input: {} }), /422/);
+  const official = await r.predictions.create({ version: 'acme/video', input: { prompt: 'official by version' } });
+  assertDocumented(official);
+  assert.equal(official.model, 'acme/video');
+  assert.match(official.version, /^[0-9a-f]{64}$/);
+  // A catalog model named so is held to its published input, as on its own endpoint.
+  await assert.rejects(r.predictions.create({ version: 'kwaivgi/kling-v2.1', input: { prompt: 'no start image' } }), /422/);
+  await assert.rejects(r.predictions.create({ version: 'not a model', input: {} }), /422/);
   const res = await fetch(`${h.sim.baseUrl()}/replicate/v1/models/acme/video/predictions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
