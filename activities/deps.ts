@@ -74,6 +74,8 @@ export interface TaskActivityDeps {
   readonly routeStats: RouteStats;
   /** The poll-interval floor from the jobs waiting per provider (activities/poll-demand.ts). */
   readonly pollDemand: PollDemand;
+  /** Observes each submit claim's duration in seconds, lock waits included (the worker's vidorch_submit_claim_seconds). */
+  readonly claimTimes?: (seconds: number) => void;
   readonly settings: {
     /** Base of callback URLs handed to providers. */
     readonly publicBaseUrl: string;

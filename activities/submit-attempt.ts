@@ -22,7 +22,7 @@ import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, withH
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { holdSlotUntil, leaveQueue, takeSlot } from '../db/slot-queue';
+import { holdSlotUntil, leaveQueue, recheckWait, roomFor, takeSlot } from '../db/slot-queue';
 import { setCreateTat } from '../db/provider-control';
 import { decidePace } from '../domain/create-pace';
 import { attemptsLeft, createPaceOf, isThrottle } from './create-pace';
@@ -162,6 +162,17 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     if (modeForbids(mode, 'submit')) throw new ModePausedError(mode, 'submit');
     // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
     const capabilities = providerFor(deps, attempt.provider).capabilities;
+    // A waiter back after its fallback timer looks at its own row without the provider's lock and
+    // keeps waiting for its grant, unless a slot is free for it (docs/providers.md "The slot queue").
+    const look = await recheckWait(tx, attempt.attempt_id, attempt.provider, now(), deps.settings.slotQueue.grantTtlMs);
+    if (look) {
+      const limit = look.maxInFlight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
+      if (Number.isFinite(limit) && !roomFor(look, guard.effectiveLimit(attempt.provider, limit))) {
+        const moved = await rerouteWaiting(deps, tx, task, attempt);
+        if (moved) return { kind: 'rerouted' as const, task };
+        return { kind: 'waiting' as const, task };
+      }
+    }
     const pace = createPaceOf(deps.settings.createQuotas, attempt.provider, capabilities);
     const admission = await guard.admit(tx, attempt.provider, capabilities, attempt.attempt_no, { paced: pace !== null });
     const { ticket } = admission;
@@ -363,7 +374,9 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     assertSubmitSwitchOpen(deps);
     // The claim may wait for the provider's control row lock: it heartbeats meanwhile, so only a
     // dead worker's claim is taken over (and DATABASE_LOCK_TIMEOUT_MS bounds the wait).
+    const claimStarted = performance.now();
     const { claimed, facts } = await withHeartbeat(() => claim(taskId), 1_000);
+    deps.claimTimes?.((performance.now() - claimStarted) / 1000);
     if (!claimed) return { facts, retryInMs: null, waitMs: null };
     if (claimed.kind === 'waiting') return { facts, retryInMs: null, waitMs: waitFor(claimed.task) };
     // Its place in the create pace comes then; a wake (a cancel) ends the sleep sooner.

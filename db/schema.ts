@@ -620,6 +620,10 @@ export const slotWait = pgTable(
   },
   (t) => [
     index('idx_slot_wait_provider').on(t.provider, t.granted_at),
+    /** The waiting lines a grant pass reads (db/slot-queue.ts candidates): a skip scan over (tenant, priority), then the oldest of each. */
+    index('idx_slot_wait_lines')
+      .on(t.provider, t.tenant_id, t.priority, t.since, t.attempt_id)
+      .where(sql`${t.granted_at} IS NULL`),
     index('idx_slot_wait_task').on(t.task_id),
     check('slot_wait_priority_check', sql`${t.priority} BETWEEN 0 AND 9`),
     check('slot_wait_weight_check', sql`${t.weight} >= 1`),

@@ -7,11 +7,16 @@
 import { and, eq, isNull, sql } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import { providerControl, slotWait, tenantCapacity, type SlotWaitRow, type TenantCapacityRow } from './schema';
-import { chooseGrants, queueOrder, takesFreeSlot, type QueuePolicy, type SlotLoad, type WaitReason, type Waiter } from '../domain/slot-queue';
+import { chooseGrants, queueOrder, takesFreeSlot, type QueuePolicy, type WaitReason, type Waiter } from '../domain/slot-queue';
 import { FINISHED_PROVIDER_JOB_STATES, TERMINAL_TASK_STATES, type TaskStatus } from '../domain/states';
 
 /** pg_notify channel carrying the task id of each granted waiter (delivered on commit only). */
 export const SLOT_GRANTED_CHANNEL = 'vidorch_slot_granted';
+/**
+ * pg_notify channel carrying a provider whose slots a transaction freed while it held another
+ * provider's control row (the one lock order: grantFreeSlotsAt): the pass runs after the commit.
+ */
+export const SLOT_FREED_CHANNEL = 'vidorch_slot_freed';
 
 /** Attempt states that hold a job at the provider (or may): what the bulkhead counts. */
 export const IN_FLIGHT_SUBMIT_STATES = ['SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'] as const;
@@ -39,12 +44,8 @@ const SLOT_TASK_STATES: readonly TaskStatus[] = ['SUBMITTING', 'SUBMITTED', 'RUN
 /** Whether a task transition may free a slot (or leave the queue): out of the slot-holding states. */
 export const transitionFreesSlot = (from: TaskStatus, to: TaskStatus): boolean => SLOT_TASK_STATES.includes(from) && !SLOT_TASK_STATES.includes(to);
 
-interface Counted {
-  readonly load: Omit<SlotLoad, 'limit'>;
-}
-
-/** Slots taken at `provider` (attempts holding one + unused grants), in total and per tenant. */
-async function countSlots(tx: DbOrTx, provider: string, totalsFor: readonly string[]): Promise<Counted> {
+/** Slots taken at `provider` (attempts holding one + unused grants), in total and per tenant: O(slots), not O(waiting). */
+async function countSlots(tx: DbOrTx, provider: string): Promise<{ inFlight: number; tenantAtProvider: Map<string, number> }> {
   const { rows } = await tx.execute(sql`
     SELECT t.tenant_id::text AS tenant, count(*)::int AS n
     FROM task_attempt a JOIN generation_task t ON t.task_id = a.task_id
@@ -54,13 +55,13 @@ async function countSlots(tx: DbOrTx, provider: string, totalsFor: readonly stri
     SELECT w.tenant_id::text, count(*)::int FROM slot_wait w
     WHERE w.provider = ${provider} AND w.granted_at IS NOT NULL
     GROUP BY w.tenant_id`);
-  const atProvider = new Map<string, number>();
+  const tenantAtProvider = new Map<string, number>();
   let inFlight = 0;
   for (const r of rows as { tenant: string; n: number }[]) {
-    atProvider.set(r.tenant, (atProvider.get(r.tenant) ?? 0) + r.n);
+    tenantAtProvider.set(r.tenant, (tenantAtProvider.get(r.tenant) ?? 0) + r.n);
     inFlight += r.n;
   }
-  return { load: { inFlight, tenantAtProvider: atProvider, tenantTotal: await tenantTotals(tx, totalsFor) } };
+  return { inFlight, tenantAtProvider };
 }
 
 /** Slots taken by each of `tenants` over every provider (attempts holding one + unused grants). */
@@ -97,13 +98,28 @@ interface ProviderQueueConfig {
   readonly policy: QueuePolicy;
 }
 
+/**
+ * The providers whose control rows this transaction holds, kept in a transaction-local setting
+ * (Postgres forgets it at commit or rollback): the one lock order (docs/providers.md "The slot
+ * queue") lets a transaction that holds a provider's row take no other provider's row.
+ */
+const HELD_SETTING = 'vidorch.slot_providers';
+const heldAfter = (held: string | null, provider: string) => [...new Set([...(held ? held.split(',') : []), provider])].sort().join(',');
+
 async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueueConfig> {
-  const lock = () => tx.select().from(providerControl).where(eq(providerControl.provider, provider)).for('update');
+  type Locked = { queue_limit: number | null; max_in_flight: number | null; queue_policy: QueuePolicy['mode'] | null; queue_aging_ms: number | null };
+  const lock = async () => {
+    const { rows } = await tx.execute<Locked>(sql`
+      WITH control AS (
+        SELECT queue_limit, max_in_flight, queue_policy, queue_aging_ms FROM provider_control WHERE provider = ${provider} FOR UPDATE)
+      SELECT control.*, set_config(${HELD_SETTING}, ${provider}::text, true) AS held FROM control`);
+    return rows[0];
+  };
   // Created on the provider's first claim; after that one round trip, not two.
-  let [row] = await lock();
+  let row = await lock();
   if (!row) {
     await tx.insert(providerControl).values({ provider }).onConflictDoNothing();
-    [row] = await lock();
+    row = await lock();
   }
   return {
     // The ceiling the last claim used (it ramps after a rebuild), else the operator's limit.
@@ -115,7 +131,7 @@ async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueue
 export interface GrantPass {
   /** Attempt ids granted in this pass. */
   readonly granted: readonly string[];
-  /** Why each waiter not granted still waits. */
+  /** Why each waiter the pass looked at and did not grant still waits (the heads of each tenant's lines, not everyone). */
   readonly waiting: ReadonlyMap<string, WaitReason>;
   /** Slots taken after the pass, and the ceiling. */
   readonly inFlight: number;
@@ -134,17 +150,26 @@ export async function grantFreeSlots(tx: DbOrTx, provider: string, now: Date): P
 
 /**
  * Grant passes at several providers in one transaction, in the one lock order every slot writer
- * keeps: providers' control rows (sorted), then tenants' cap locks (sorted). A claim holds its
- * provider and then takes its tenant's lock; a pass that took a tenant's lock and then a second
- * provider's row would wait for a claim at that provider while the claim waits for the tenant
- * (a deadlock Postgres breaks by aborting one). So every provider is locked first, `between` runs
- * (writes to those providers' queue rows), every capped tenant waiting at any of them is locked,
- * and only then do the passes run; their own tenant locks are already held.
+ * keeps (docs/providers.md "The slot queue"): providers' control rows (sorted), then tenants' cap
+ * locks (sorted), and a transaction that already holds a provider's row takes no other. So every
+ * provider is locked first, `between` runs (writes to those providers' queue rows), every capped
+ * tenant waiting at any of them is locked, and only then do the passes run; their own tenant
+ * locks are already held. In a transaction that already holds a provider's row (a claim), a pass
+ * at any other provider is not run here but after the commit, in a transaction of its own
+ * (a NOTIFY on SLOT_FREED_CHANNEL that workers/slot-grant-waker.ts answers). A row `between`
+ * deletes at such a provider without its lock cannot deadlock: this transaction waits for nothing
+ * a pass there holds, and a pass that chose the row grants nothing once it is gone.
  */
 export async function grantFreeSlotsAt(tx: DbOrTx, providers: readonly string[], now: Date, between?: () => Promise<void>): Promise<void> {
-  const sorted = [...new Set(providers)].sort();
+  const { rows: h } = await tx.execute<{ held: string | null }>(sql`SELECT nullif(current_setting(${HELD_SETTING}, true), '') AS held`);
+  const held = h[0]?.held ? h[0].held.split(',') : [];
+  const wanted = [...new Set(providers)].sort();
+  const sorted = held.length === 0 ? wanted : wanted.filter((p) => held.includes(p));
+  const later = wanted.filter((p) => !sorted.includes(p));
+  if (later.length > 0) await tx.execute(sql`SELECT pg_notify(${SLOT_FREED_CHANNEL}, p) FROM unnest(${sql.param(later)}::text[]) AS p`);
   const configs: ProviderQueueConfig[] = [];
   for (const provider of sorted) configs.push(await lockProvider(tx, provider));
+  if (sorted.length > 1) await tx.execute(sql`SELECT set_config(${HELD_SETTING}, ${sorted.reduce((a, p) => heldAfter(a, p), '')}::text, true)`);
   await between?.();
   if (sorted.length > 1) {
     const { rows } = await tx.execute(sql`
@@ -156,44 +181,75 @@ export async function grantFreeSlotsAt(tx: DbOrTx, providers: readonly string[],
   for (const [i, provider] of sorted.entries()) await grantPass(tx, provider, configs[i]!, now);
 }
 
+/**
+ * The waiters a pass may grant `free` slots to: the first `free` of each (tenant, priority) line,
+ * oldest first, read from idx_slot_wait_lines (a skip scan over the lines, then `free` rows of
+ * each). The chooser only ever grants a line's oldest ungranted waiter (within a tenant and a
+ * priority the older one has the same or a higher effective priority and is older; caps are per
+ * tenant), so these rows give the same grants as every waiter would: O(lines × free) rows, not
+ * O(waiting).
+ */
+async function candidates(tx: DbOrTx, provider: string, free: number): Promise<SlotWaitRow[]> {
+  const { rows } = await tx.execute(sql`
+    WITH RECURSIVE line AS (
+      (SELECT tenant_id, priority FROM slot_wait
+       WHERE provider = ${provider} AND granted_at IS NULL ORDER BY tenant_id, priority LIMIT 1)
+      UNION ALL
+      SELECT n.tenant_id, n.priority FROM line CROSS JOIN LATERAL (
+        SELECT w.tenant_id, w.priority FROM slot_wait w
+        WHERE w.provider = ${provider} AND w.granted_at IS NULL AND (w.tenant_id, w.priority) > (line.tenant_id, line.priority)
+        ORDER BY w.tenant_id, w.priority LIMIT 1) n)
+    SELECT w.* FROM line CROSS JOIN LATERAL (
+      SELECT * FROM slot_wait w
+      WHERE w.provider = ${provider} AND w.granted_at IS NULL AND w.tenant_id = line.tenant_id AND w.priority = line.priority
+      ORDER BY w.since, w.attempt_id LIMIT ${free}) w`);
+  // A raw statement's timestamps arrive as strings.
+  return (rows as (SlotWaitRow & { since: Date | string })[]).map((r) => ({ ...r, since: new Date(r.since), granted_at: null }));
+}
+
 /** The grant pass, the provider's control row lock held and its rules (`config`) known. */
 async function grantPass(tx: DbOrTx, provider: string, config: ProviderQueueConfig, now: Date): Promise<GrantPass> {
-  const rows = await tx
-    .select()
-    .from(slotWait)
-    .where(and(eq(slotWait.provider, provider), isNull(slotWait.granted_at)));
   if (config.limit === null) {
     // No finite ceiling (any more): everyone waiting may go.
-    return markGranted(
+    const rows = await tx
+      .select()
+      .from(slotWait)
+      .where(and(eq(slotWait.provider, provider), isNull(slotWait.granted_at)));
+    const granted = await markGranted(
       tx,
       rows,
       rows.map((r) => r.attempt_id),
       new Map(),
-      { inFlight: rows.length, limit: null },
     );
+    return { granted, waiting: new Map(), inFlight: granted.length, limit: null };
   }
-  if (rows.length === 0) return { granted: [], waiting: new Map(), inFlight: 0, limit: config.limit };
+  const load = await countSlots(tx, provider);
+  const free = config.limit - load.inFlight;
+  // Full: nobody can go, and nobody needs to be read.
+  if (free <= 0) return { granted: [], waiting: new Map(), inFlight: load.inFlight, limit: config.limit };
+  const rows = await candidates(tx, provider, free);
+  if (rows.length === 0) return { granted: [], waiting: new Map(), inFlight: load.inFlight, limit: config.limit };
   const capped = [...new Set(rows.filter((r) => r.tenant_total_cap !== null).map((r) => r.tenant_id))].sort();
   for (const tenant of capped) await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtext(${`tenant-slots:${tenant}`}))`);
-  const { load } = await countSlots(tx, provider, capped);
-  const choice = chooseGrants(rows.map(toWaiter), { ...load, limit: config.limit }, config.policy, now.getTime());
-  return markGranted(tx, rows, choice.granted, choice.waiting, { inFlight: load.inFlight + choice.granted.length, limit: config.limit });
+  const tenantTotal = await tenantTotals(tx, capped);
+  const choice = chooseGrants(rows.map(toWaiter), { ...load, tenantTotal, limit: config.limit }, config.policy, now.getTime());
+  const granted = await markGranted(tx, rows, choice.granted, choice.waiting);
+  return { granted, waiting: choice.waiting, inFlight: load.inFlight + granted.length, limit: config.limit };
 }
 
-async function markGranted(
-  tx: DbOrTx,
-  rows: readonly SlotWaitRow[],
-  granted: readonly string[],
-  waiting: ReadonlyMap<string, WaitReason>,
-  after: { inFlight: number; limit: number | null },
-): Promise<GrantPass> {
+/** Marks `granted` granted and queues their wakes; keeps the others' reasons fresh. Returns the ids it granted. */
+async function markGranted(tx: DbOrTx, rows: readonly SlotWaitRow[], granted: readonly string[], waiting: ReadonlyMap<string, WaitReason>): Promise<string[]> {
+  let marked: string[] = [];
   if (granted.length > 0) {
-    const byId = new Map(rows.map((r) => [r.attempt_id, r]));
-    await tx.execute(sql`
-      UPDATE slot_wait SET granted_at = now(), reason = NULL
-      WHERE attempt_id = ANY(${sql.param([...granted])}::uuid[]) AND granted_at IS NULL`);
-    const tasks = granted.map((id) => byId.get(id)!.task_id);
-    await tx.execute(sql`SELECT pg_notify(${SLOT_GRANTED_CHANNEL}, t) FROM unnest(${sql.param(tasks)}::text[]) AS t`);
+    // Only rows still waiting are granted, and only they are woken.
+    const { rows: done } = await tx.execute<{ attempt_id: string; task_id: string }>(sql`
+      WITH g AS (
+        UPDATE slot_wait SET granted_at = now(), reason = NULL
+        WHERE attempt_id = ANY(${sql.param([...granted])}::uuid[]) AND granted_at IS NULL
+        RETURNING attempt_id::text, task_id::text)
+      SELECT g.attempt_id, g.task_id, pg_notify(${SLOT_GRANTED_CHANNEL}, g.task_id) FROM g`);
+    const order = new Map(granted.map((id, i) => [id, i]));
+    marked = done.map((r) => r.attempt_id).sort((a, b) => order.get(a)! - order.get(b)!);
   }
   // Keep the reason fresh only when it changed (a read of the queue says why each one waits).
   const changed = rows.filter((r) => waiting.has(r.attempt_id) && waiting.get(r.attempt_id) !== r.reason);
@@ -203,7 +259,7 @@ async function markGranted(
       FROM unnest(${sql.param(changed.map((r) => r.attempt_id))}::uuid[], ${sql.param(changed.map((r) => waiting.get(r.attempt_id)!))}::text[]) AS v(id, reason)
       WHERE w.attempt_id = v.id AND w.granted_at IS NULL`);
   }
-  return { granted, waiting, ...after };
+  return marked;
 }
 
 export interface SlotRequest {
@@ -323,7 +379,8 @@ async function checkClaim(tx: DbOrTx, req: SlotRequest, now: Date): Promise<Clai
     SELECT claim.*,
       CASE WHEN claim."queuedAt" IS NULL AND NOT claim."othersWait" AND claim."tenantTotalCap" IS NOT NULL
         THEN (SELECT true FROM pg_advisory_xact_lock(hashtext(${`tenant-slots:${req.tenantId}`})))
-        ELSE false END AS "totalLocked"
+        ELSE false END AS "totalLocked",
+      set_config(${HELD_SETTING}, ${req.provider}::text, true) AS held
     FROM claim`);
   return rows[0]!;
 }
@@ -356,13 +413,70 @@ async function queueForSlot(tx: DbOrTx, req: SlotRequest, claim: ClaimCheck, now
     await leaveQueue(tx, req.attemptId);
     return { kind: 'granted' };
   }
-  return {
-    kind: 'waiting',
-    reason: pass.waiting.get(req.attemptId) ?? 'provider_full',
-    since: row!.since,
-    inFlight: pass.inFlight,
-    limit: pass.limit ?? req.ceiling,
-  };
+  const reason = pass.waiting.get(req.attemptId) ?? (pass.inFlight >= req.ceiling ? 'provider_full' : 'queued_behind');
+  // The pass only looked at the heads of the lines; a row it did not look at says why it waits now.
+  if (!pass.waiting.has(req.attemptId) && row!.reason !== reason) {
+    await tx
+      .update(slotWait)
+      .set({ reason })
+      .where(and(eq(slotWait.attempt_id, req.attemptId), isNull(slotWait.granted_at)));
+  }
+  return { kind: 'waiting', reason, since: row!.since, inFlight: pass.inFlight, limit: pass.limit ?? req.ceiling };
+}
+
+/** A waiter's own row, read without its provider's lock (recheckWait). */
+export interface OwnWait {
+  readonly since: Date;
+  readonly reason: WaitReason;
+  /** Slots taken at the provider (holding attempts + grants within their TTL), and by the waiter's tenant there and everywhere. */
+  readonly taken: number;
+  readonly tenantTaken: number;
+  readonly tenantTotal: number;
+  readonly tenantProviderCap: number | null;
+  readonly tenantTotalCap: number | null;
+  /** Grants nobody came for within their TTL: a claim drops them (checkClaim). */
+  readonly expired: boolean;
+  /** provider_control.max_in_flight (null: the adapter's). */
+  readonly maxInFlight: number | null;
+}
+
+/**
+ * The periodic look of an attempt that waits in `provider`'s queue (its fallback timer ran out):
+ * its own row and the provider's count, read without the provider's lock, in one statement.
+ * Null when it has no row there still waiting (granted, dropped, or never queued): then the
+ * claim goes its usual way. The caller takes the lock and runs a pass only when a slot is free
+ * that the waiter's tenant could take, or an expired grant should be dropped (`roomFor`);
+ * otherwise the waiter keeps waiting for its grant's wake, at O(slots) and no lock.
+ */
+export async function recheckWait(tx: DbOrTx, attemptId: string, provider: string, now: Date, grantTtlMs: number): Promise<OwnWait | null> {
+  const cutoff = new Date(now.getTime() - grantTtlMs);
+  const { rows } = await tx.execute<Omit<OwnWait, 'since'> & { since: Date | string } & Record<string, unknown>>(sql`
+    WITH held AS (
+      SELECT t.tenant_id FROM task_attempt a JOIN generation_task t ON t.task_id = a.task_id
+      WHERE a.provider = ${provider} AND ${holdsSlot}
+      UNION ALL
+      SELECT g.tenant_id FROM slot_wait g WHERE g.provider = ${provider} AND g.granted_at >= ${cutoff})
+    SELECT w.since, coalesce(w.reason, 'provider_full') AS reason,
+      (SELECT count(*)::int FROM held) AS taken,
+      (SELECT count(*)::int FROM held WHERE held.tenant_id = w.tenant_id) AS "tenantTaken",
+      CASE WHEN w.tenant_total_cap IS NULL THEN 0 ELSE (
+        SELECT count(*)::int FROM task_attempt a JOIN generation_task t ON t.task_id = a.task_id
+        WHERE t.tenant_id = w.tenant_id AND ${holdsSlot}) + (
+        SELECT count(*)::int FROM slot_wait g WHERE g.tenant_id = w.tenant_id AND g.granted_at IS NOT NULL) END AS "tenantTotal",
+      w.tenant_provider_cap AS "tenantProviderCap", w.tenant_total_cap AS "tenantTotalCap",
+      EXISTS (SELECT 1 FROM slot_wait g WHERE g.provider = ${provider} AND g.granted_at < ${cutoff}) AS expired,
+      (SELECT max_in_flight FROM provider_control WHERE provider = ${provider}) AS "maxInFlight"
+    FROM slot_wait w WHERE w.attempt_id = ${attemptId} AND w.provider = ${provider} AND w.granted_at IS NULL`);
+  const row = rows[0];
+  return row ? { ...row, since: new Date(row.since) } : null;
+}
+
+/** Whether a waiter's look (recheckWait) found a slot under `ceiling` its tenant could take, or an expired grant to drop. */
+export function roomFor(w: OwnWait, ceiling: number): boolean {
+  if (w.expired) return true;
+  const load = { inFlight: w.taken, limit: ceiling, tenantAtProvider: new Map([['me', w.tenantTaken]]), tenantTotal: new Map([['me', w.tenantTotal]]) };
+  const me: Waiter = { id: 'me', tenant: 'me', priority: 0, sinceMs: 0, weight: 1, tenantProviderCap: w.tenantProviderCap, tenantTotalCap: w.tenantTotalCap };
+  return takesFreeSlot(me, load);
 }
 
 /**
@@ -417,7 +531,7 @@ export async function providerQueue(
   const [control] = await db.select().from(providerControl).where(eq(providerControl.provider, provider));
   const policy: QueuePolicy = { mode: control?.queue_policy ?? 'fair', agingMs: control?.queue_aging_ms ?? 0 };
   const rows = await db.select().from(slotWait).where(eq(slotWait.provider, provider));
-  const { load } = await countSlots(db, provider, []);
+  const load = { ...(await countSlots(db, provider)), tenantTotal: new Map<string, number>() };
   const waiting = rows.filter((r) => r.granted_at === null);
   const order = queueOrder(waiting.map(toWaiter), load, policy, now.getTime());
   const place = new Map(order.map((id, i) => [id, i + 1]));

@@ -128,6 +128,26 @@ export function chooseGrants(waiters: readonly Waiter[], load: SlotLoad, policy:
 }
 
 /**
+ * The waiters a grant pass of `free` slots needs to look at (db/slot-queue.ts reads the same rows
+ * from an index): the `free` oldest of each (tenant, priority) line. Within a line the older
+ * waiter has the same or a higher effective priority, is older, and shares the tenant's share and
+ * caps, so chooseGrants takes a line's waiters oldest first and grants at most `free`: over these
+ * it grants exactly what it grants over everyone (test/domain/slot-queue.property.test.ts). A
+ * pass then costs O(lines × free), not O(waiting).
+ */
+export function lineHeads(waiters: readonly Waiter[], free: number): Waiter[] {
+  const lines = new Map<string, Waiter[]>();
+  for (const w of waiters) {
+    const key = `${w.tenant}\u0000${Math.min(MAX_PRIORITY, Math.max(0, Math.trunc(w.priority)))}`;
+    const line = lines.get(key) ?? lines.set(key, []).get(key)!;
+    line.push(w);
+  }
+  const heads: Waiter[] = [];
+  for (const line of lines.values()) heads.push(...line.sort((a, b) => (older(a, b) ? -1 : older(b, a) ? 1 : 0)).slice(0, Math.max(0, free)));
+  return heads;
+}
+
+/**
  * The fast path's decision (docs/providers.md "The slot queue"): a claimant at a provider where
  * nobody waits takes a free slot exactly when the chooser would grant it as the only waiter.
  */

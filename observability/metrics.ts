@@ -165,6 +165,20 @@ export interface ResilienceView {
 }
 
 /**
+ * The submit claims' durations (activities/submit-attempt.ts), lock waits included: the slot
+ * queue's cost as a worker sees it (docs/providers.md "The slot queue"). Returns the observer.
+ */
+export function registerClaimHistogram(registry: Registry): (seconds: number) => void {
+  const h = new Histogram({
+    name: 'vidorch_submit_claim_seconds',
+    help: "Submit claim transactions (the provider's control row lock and the slot queue included), seconds",
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry],
+  });
+  return (seconds) => h.observe(seconds);
+}
+
+/**
  * Per-provider breaker, retry-budget and bulkhead metrics, read from the process's guards at
  * scrape time; with `inFlight`, also the jobs in flight per provider from the attempt facts.
  */

@@ -33,6 +33,7 @@ import { pollRateFor } from '../activities/poll-demand';
 import { createTaskWaker } from '../temporal/wakes';
 import { createGenerationFacade } from '../temporal/facade';
 import { startSlotGrantWaker, type SlotGrantWaker } from './slot-grant-waker';
+import { grantFreeSlots } from '../db/slot-queue';
 
 export const WORKFLOWS_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'workflows', 'index.ts');
 
@@ -271,6 +272,9 @@ export async function createGenerationWorkers(opts: GenerationWorkerOptions): Pr
           databaseUrl: opts.databaseUrl,
           ...(opts.databaseFailoverHosts ? { failoverHosts: opts.databaseFailoverHosts } : {}),
           wake: (taskId) => waker.wake(taskId),
+          grant: async (provider) => {
+            await opts.deps.db.transaction((tx) => grantFreeSlots(tx, provider, opts.deps.clock.now()));
+          },
         });
       } catch (err) {
         // The workers are already polling: stop them and wait, so a failed start leaves none behind.

@@ -20,6 +20,7 @@ import { requireCurrentSchemaOrExit } from '../db/schema-version';
 import {
   createMetrics,
   registerNotifyMetrics,
+  registerClaimHistogram,
   registerPollDemandGauge,
   registerReconcileMetrics,
   registerResilienceGauges,
@@ -126,6 +127,7 @@ const storage = buildStorage(config);
 const deps = {
   ...buildActivityDeps(config, { db: database, storage, providers: buildProviders(config), logger }),
   ...(watcher ? { submitSwitch: regionSubmitSwitch(watcher, config.REGION) } : {}),
+  claimTimes: registerClaimHistogram(metrics.registry),
 };
 registerResilienceGauges(
   metrics.registry,

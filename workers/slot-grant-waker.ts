@@ -3,10 +3,13 @@
 // delivers the notification only if that transaction commits, so a wake never announces a grant
 // that did not happen. A dedicated connection LISTENs (a pooled one cannot hold a LISTEN) and
 // reconnects after errors; a notification lost meanwhile costs the waiter its fallback timer
-// (SLOT_WAIT_FALLBACK_MS), never its grant, which stays in Postgres.
+// (SLOT_WAIT_FALLBACK_MS), never its grant, which stays in Postgres. The same connection hears
+// SLOT_FREED_CHANNEL: a provider whose slots a transaction freed while it held another provider's
+// control row (the one lock order, db/slot-queue.ts grantFreeSlotsAt); its pass runs here, after
+// that commit, in a transaction of its own.
 import type pg from 'pg';
 import { discardClient, listenClients, type DatabaseHost } from '../db/client';
-import { SLOT_GRANTED_CHANNEL } from '../db/slot-queue';
+import { SLOT_FREED_CHANNEL, SLOT_GRANTED_CHANNEL } from '../db/slot-queue';
 
 export interface SlotGrantWaker {
   stop(): Promise<void>;
@@ -19,6 +22,11 @@ export interface SlotGrantWakerOptions {
   readonly failoverHosts?: readonly DatabaseHost[];
   /** Wakes one task's workflow (temporal/wakes.ts createTaskWaker over the facade: coalesced, best effort). */
   readonly wake: (taskId: string) => void;
+  /**
+   * Runs a grant pass at `provider` in a transaction of its own (db/slot-queue.ts grantFreeSlots):
+   * the pass a transaction holding another provider's control row left for after its commit.
+   */
+  readonly grant: (provider: string) => Promise<void>;
   readonly reconnectMs?: number;
 }
 
@@ -28,6 +36,25 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
   let stopped = false;
   let listener: pg.Client | null = null;
   let reconnectTimer: NodeJS.Timeout | null = null;
+  // One pass per provider at a time; a notification during it asks for one more after it.
+  const passes = new Map<string, { again: boolean }>();
+  function pass(provider: string): void {
+    const running = passes.get(provider);
+    if (running) {
+      running.again = true;
+      return;
+    }
+    const entry = { again: true };
+    passes.set(provider, entry);
+    void (async () => {
+      while (entry.again && !stopped) {
+        entry.again = false;
+        // A failed pass is left to the waiters' own looks (their fallback timers find the free slot).
+        await opts.grant(provider).catch(() => undefined);
+      }
+      passes.delete(provider);
+    })();
+  }
 
   async function connect(): Promise<void> {
     if (stopped) return;
@@ -46,10 +73,11 @@ export async function startSlotGrantWaker(opts: SlotGrantWakerOptions): Promise<
     client.on('end', retry);
     client.on('notification', (n) => {
       if (n.channel === SLOT_GRANTED_CHANNEL && n.payload) opts.wake(n.payload);
+      if (n.channel === SLOT_FREED_CHANNEL && n.payload) pass(n.payload);
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${SLOT_GRANTED_CHANNEL}`);
+      await client.query(`LISTEN ${SLOT_GRANTED_CHANNEL}; LISTEN ${SLOT_FREED_CHANNEL}`);
       if (stopped) {
         // Stopped while this attempt was opening: nobody will end it later.
         await discardClient(client);

@@ -8,6 +8,7 @@ import {
   MAX_PRIORITY,
   chooseGrants,
   effectivePriority,
+  lineHeads,
   queueOrder,
   takesFreeSlot,
   type QueuePolicy,
@@ -209,6 +210,34 @@ test('law: the queue order (positions) is the order the chooser grants in with e
       const shares = { tenantAtProvider: new Map(Object.entries(l.at)), tenantTotal: new Map(Object.entries(l.at)) };
       const chooser = chooseGrants(waiters, { ...shares, inFlight: 0, limit: Number.POSITIVE_INFINITY }, policy, NOW, { caps: false }).granted;
       assert.deepEqual(queueOrder(waiters, shares, policy, NOW), chooser);
+    }),
+    { numRuns: 500 },
+  );
+});
+
+test('law: a grant pass over the oldest `free` waiters of each (tenant, priority) line grants exactly what it grants over every waiter', () => {
+  // A tenant's weight and caps are the tenant's (every row of it carries the same, db/slot-queue.ts).
+  const terms = fc.dictionary(
+    fc.constantFrom('A', 'B', 'C', 'D'),
+    fc.record({
+      weight: fc.integer({ min: 1, max: 4 }),
+      cap: fc.option(fc.integer({ min: 0, max: 5 }), { nil: null }),
+      total: fc.option(fc.integer({ min: 0, max: 8 }), { nil: null }),
+    }),
+  );
+  fc.assert(
+    fc.property(arbWaiters, terms, arbLoad, arbPolicy, (waiters, t, l, policy) => {
+      const all = waiters.map((x) => {
+        const own = t[x.tenant];
+        return own
+          ? { ...x, weight: own.weight, tenantProviderCap: own.cap, tenantTotalCap: own.total }
+          : { ...x, weight: 1, tenantProviderCap: null, tenantTotalCap: null };
+      });
+      const before = load(l.inFlight, l.limit, l.at, l.at);
+      const free = l.limit - l.inFlight;
+      const heads = lineHeads(all, free);
+      assert.ok(heads.length <= new Set(all.map((x) => `${x.tenant}/${x.priority}`)).size * Math.max(0, free));
+      assert.deepEqual(chooseGrants(heads, before, policy, NOW).granted, chooseGrants(all, before, policy, NOW).granted);
     }),
     { numRuns: 500 },
   );
