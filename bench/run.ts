@@ -76,15 +76,22 @@ program
 
 program
   .command('fairness')
-  .description("the slot queue under one tenant's burst: fair policy vs FIFO on the same load (B's and C's waits, A's throughput, slot use, claims per submit)")
-  .option('--burst <n>', "tenant A's tasks, created at once", positiveInt(5000), 1000)
+  .description(
+    "the slot queue under one tenant's burst: fair policy vs FIFO on the same load (B's and C's waits, A's throughput, slot use, claim times, lock waits)",
+  )
+  .option('--burst <n>', "tenant A's tasks, created at once", positiveInt(20_000), 1000)
   .option('--small <n>', 'tasks of tenant B, and of tenant C (priority 9)', positiveInt(500), 20)
   .option('--delay <s>', 'seconds after the burst that B and C create', positiveInt(120), 3)
   .option('--slots <n>', "the provider's limit", positiveInt(1000), 10)
   .option('--generation-ms <ms>', 'one job at the simulated provider', positiveInt(600_000), 1_000)
+  .option('--no-fifo', 'skip the FIFO baseline (the second phase)')
+  .option('--check', 'exit 1 when a goal is missed', false)
   .option('--json', 'print the figures as one JSON line', false)
-  .action(async (o: { burst: number; small: number; delay: number; slots: number; generationMs: number; json: boolean }) => {
-    await runFairness({ burst: o.burst, small: o.small, delayS: o.delay, slots: o.slots, generationMs: o.generationMs }, createReporter(o.json));
+  .action(async (o: { burst: number; small: number; delay: number; slots: number; generationMs: number; fifo: boolean; check: boolean; json: boolean }) => {
+    await runFairness(
+      { burst: o.burst, small: o.small, delayS: o.delay, slots: o.slots, generationMs: o.generationMs, fifo: o.fifo, check: o.check },
+      createReporter(o.json),
+    );
   });
 
 program
