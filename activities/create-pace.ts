@@ -1,4 +1,4 @@
-// What a provider's limits on creating jobs mean for a task's submits (docs/decisions/0057): the
+// What a provider's limits on creating jobs mean for a task's submits (docs/decisions/0069): the
 // pace every worker's claims share (domain/create-pace.ts), and a throttle kept apart from the
 // rejections that use up a task's attempts.
 import { createPaceFor, type CreatePace } from '../domain/create-pace';

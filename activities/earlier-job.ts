@@ -76,7 +76,7 @@ export async function takeBackEarlierJob(
       tx,
       next.attempt_id,
       { from: 'PREPARED' },
-      { submit_state: 'CANCELLED', paced_until: null, last_error: `set aside before it was sent: ${evidence.description}` },
+      { submit_state: 'CANCELLED', last_error: `set aside before it was sent: ${evidence.description}` },
     );
   }
   const [earlier] = await tx.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, evidence.attemptId));

@@ -61,8 +61,8 @@ export interface Admission {
   readonly ceiling: number;
   /** The claim holds the provider's control row lock (taken by admit's read): takeSlot need not take it. */
   readonly locked: boolean;
-  /** The provider's create pace as the read found it (domain/create-pace.ts): the database's clock, the TAT and the sends' TAT. */
-  readonly pace: { readonly nowMs: number; readonly tatMs: number | null; readonly sentTatMs: number | null };
+  /** The provider's create pace as the read found it (domain/create-pace.ts): the database's clock and the TAT. */
+  readonly pace: { readonly nowMs: number; readonly tatMs: number | null };
 }
 
 export interface BulkheadSnapshot {
@@ -209,11 +209,7 @@ export class ProviderGuard {
     }
     const limit = control?.max_in_flight ?? capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (Number.isFinite(limit)) s.lastLimit = limit;
-    const pace = {
-      nowMs: control?.db_now.getTime() ?? this.opts.now(),
-      tatMs: control?.create_tat?.getTime() ?? null,
-      sentTatMs: control?.create_sent_tat?.getTime() ?? null,
-    };
+    const pace = { nowMs: control?.db_now.getTime() ?? this.opts.now(), tatMs: control?.create_tat?.getTime() ?? null };
     return { ticket, limit, ceiling: Number.isFinite(limit) ? this.effectiveLimit(provider, limit) : limit, locked, pace };
   }
 
@@ -228,14 +224,12 @@ export class ProviderGuard {
   }
 
   /**
-   * An admitted attempt must wait for its moment in the provider's create pace: give back what
-   * admit() took (as release()) and count why ("pace/reserved": a new place; "pace/early": back
-   * before its moment; "pace/lapsed": back so late that its moment went unused and it took a new place).
+   * An admitted attempt may not create now by the provider's create pace and waits, holding nothing:
+   * give back what admit() took (as release()) and count it ("pace/wait").
    */
-  paced(provider: string, admission: Admission, attemptNo: number, reason: 'reserved' | 'early' | 'lapsed'): void {
-    const s = this.state(provider);
+  paced(provider: string, admission: Admission, attemptNo: number): void {
     this.release(provider, admission.ticket, attemptNo);
-    count(s, 'pace', reason);
+    count(this.state(provider), 'pace', 'wait');
   }
 
   /**
@@ -264,7 +258,7 @@ export class ProviderGuard {
     const verdict = breakerVerdict(outcome);
     s.calls[verdict] = (s.calls[verdict] ?? 0) + 1;
     // A first attempt earns the retry budget when it calls, not at each claim: a claim that waits
-    // for a slot or its moment in the create pace and comes back would otherwise count twice.
+    // for a slot or the create pace and comes back would otherwise count twice.
     if (attemptNo === 1) s.budget.recordRequest();
     if (verdict === 'success') s.breaker.onSuccess(ticket);
     else s.breaker.onFailure(ticket);

@@ -32,9 +32,7 @@ export async function rerouteWaiting(deps: TaskActivityDeps, tx: Tx, task: TaskR
     if (control?.breaker_force === 'open') continue;
     const limit = control?.max_in_flight ?? deps.providers[route.provider]!.capabilities.maxConcurrency ?? Number.POSITIVE_INFINITY;
     if (!(await hasFreeSlot(tx, route.provider, limit))) continue;
-    // A place in the old provider's create pace is not one in the new provider's (docs/decisions/0057).
-    if (!(await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { provider: route.provider, provider_model: route.model, paced_until: null })))
-      return null;
+    if (!(await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { provider: route.provider, provider_model: route.model }))) return null;
     await tx.update(generationTask).set({ provider: route.provider, provider_model: route.model }).where(eq(generationTask.task_id, task.task_id));
     await leaveQueue(tx, attempt.attempt_id);
     return route;

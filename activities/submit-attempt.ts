@@ -22,9 +22,9 @@ import { assertSubmitSwitchOpen, notFound, providerFor, toActivityFailure, withH
 import type { BreakerTicket } from '../providers/resilience/circuit-breaker';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { deadlineExceeded, pastDeadline } from './deadline';
-import { holdSlotUntil, leaveQueue, recheckWait, roomFor, takeSlot } from '../db/slot-queue';
-import { setCreateTat } from '../db/provider-control';
-import { decidePace } from '../domain/create-pace';
+import { recheckWait, roomFor, takeSlot } from '../db/slot-queue';
+import { unsentBefore } from '../db/provider-control';
+import { decidePace, paceWaitMs } from '../domain/create-pace';
 import { attemptsLeft, createPaceOf, isThrottle } from './create-pace';
 import { rerouteWaiting } from './slot-reroute';
 import { providerInput } from './provider-input';
@@ -50,8 +50,8 @@ export interface SubmitResult {
   /** After a retryable rejection: wait this long before preparing the next attempt. */
   readonly retryInMs: number | null;
   /**
-   * Waiting for a provider slot: sleep until woken (a grant), at most this long. Absent in results
-   * recorded before the slot queue (docs/workflow-versioning.md).
+   * Waiting for a provider slot, or for the create pace: sleep until woken (a grant, a cancel), at
+   * most this long. Absent in results recorded before the slot queue (docs/workflow-versioning.md).
    */
   readonly waitMs?: number | null;
 }
@@ -177,7 +177,16 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     const admission = await guard.admit(tx, attempt.provider, capabilities, attempt.attempt_no, { paced: pace !== null });
     const { ticket } = admission;
     onAdmitted({ provider: attempt.provider, ticket, attemptNo: attempt.attempt_no });
-    // The bulkhead first: a slot from the queue, or the attempt waits for one as a fact (slot_wait)
+    // The provider's create pace (docs/decisions/0069): a claim that may not create now waits,
+    // holding nothing (no slot, no place), and asks again after the claims that came before it.
+    const paced = pace ? decidePace(pace, admission.pace) : null;
+    if (pace && paced?.kind === 'wait') {
+      onAdmitted(null);
+      guard.paced(attempt.provider, admission, attempt.attempt_no);
+      const before = await unsentBefore(tx, attempt);
+      return { kind: 'paced' as const, task, waitMs: paceWaitMs(pace, paced.conformsInMs, before) };
+    }
+    // Then the bulkhead: a slot from the queue, or the attempt waits for one as a fact (slot_wait)
     // and its workflow sleeps until the grant wakes it (docs/providers.md "The slot queue").
     const slotted = Number.isFinite(admission.ceiling);
     if (slotted) {
@@ -201,8 +210,6 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
       if (slot.kind === 'waiting') {
         onAdmitted(null);
         guard.queued(attempt.provider, admission, attempt.attempt_no);
-        // A place in the create pace belongs to a claim with a slot: one that lost its slot gives it up.
-        if (attempt.paced_until) await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { paced_until: null });
         // Never sent, so it may go where there is room now; the next claim takes that slot.
         const moved = await rerouteWaiting(deps, tx, task, attempt);
         if (moved) {
@@ -217,48 +224,8 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
         return { kind: 'waiting' as const, task, slot };
       }
     }
-    // Then the provider's create pace (docs/decisions/0057), for a claim that holds its slot: not
-    // yet conforming, the attempt keeps its place (a reservation) and its slot, and its workflow
-    // sleeps until then; nothing is sent, nothing refused. (Paced before its slot, a claim that
-    // then waited for the slot would come back with its moment lapsed and queue again.)
-    const paced = pace && decidePace(pace, { ...admission.pace, reservedAtMs: attempt.paced_until?.getTime() ?? null });
-    if (paced?.kind === 'wait') {
-      onAdmitted(null);
-      guard.paced(attempt.provider, admission, attempt.attempt_no, paced.reserveAtMs === null ? 'early' : attempt.paced_until ? 'lapsed' : 'reserved');
-      const waitMs = Math.ceil(paced.untilMs - admission.pace.nowMs);
-      // A place past the deadline is not taken: the call could not finish in time.
-      if (pastDeadline(task, new Date(now().getTime() + waitMs), deps.settings.providerCallTimeoutMs)) {
-        await casAttempt(
-          tx,
-          attempt.attempt_id,
-          { from: 'PREPARED' },
-          { submit_state: 'CANCELLED', paced_until: null, last_error: "deadline exceeded before the provider's create pace allowed the call" },
-        );
-        await finishTask(tx, token, task, deadlineExceeded('workflow.deadline-before-submit', attempt.attempt_id));
-        return null;
-      }
-      if (paced.reserveAtMs !== null && paced.tatMs !== null) {
-        await setCreateTat(tx, attempt.provider, new Date(paced.tatMs));
-        await casAttempt(tx, attempt.attempt_id, { from: 'PREPARED' }, { paced_until: new Date(paced.reserveAtMs) });
-      }
-      // Its slot stays its own until then, as a grant dated at its moment (db/slot-queue.ts holdSlotUntil).
-      if (slotted) {
-        await holdSlotUntil(
-          tx,
-          { attemptId: attempt.attempt_id, taskId, provider: attempt.provider, tenantId: task.tenant_id, priority: task.priority },
-          new Date(paced.untilMs),
-        );
-      }
-      return { kind: 'paced' as const, task, waitMs };
-    }
-    // A slot held for its moment (holdSlotUntil) was used by takeSlot; with no limit any more it was
-    // not, and must not stay counted.
-    if (!slotted && attempt.paced_until) await leaveQueue(tx, attempt.attempt_id);
-    // A claim that calls a paced provider moves the sends' TAT, and the pace's when it took a moment of its own.
-    const move =
-      paced?.kind === 'go'
-        ? { provider: attempt.provider, tat: paced.tatMs === null ? null : new Date(paced.tatMs), sentTat: new Date(paced.sentTatMs) }
-        : null;
+    // A claim that calls a paced provider moves the pace on, in the claim's last statement.
+    const move = paced?.kind === 'go' ? { provider: attempt.provider, tat: new Date(paced.tatMs) } : null;
     const sendBy = new Date(now().getTime() + deps.settings.submitSendWindowMs);
     await claimForSubmit(tx, attempt.attempt_id, now(), sendBy, move);
     return { kind: 'claimed' as const, task, attempt, ticket, token, sendBy };
@@ -370,6 +337,13 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     return Math.max(1_000, Math.min(fallback, untilDeadline));
   }
 
+  /** A create-pace wait, but no later than the moment a call could no longer finish by the deadline (the claim then fails it). */
+  function paceWait(task: TaskRow, waitMs: number): number {
+    if (!task.deadline_at) return waitMs;
+    const untilDeadline = task.deadline_at.getTime() - deps.settings.providerCallTimeoutMs - now().getTime() + 50;
+    return Math.max(1, Math.min(waitMs, untilDeadline));
+  }
+
   async function submit(taskId: string): Promise<SubmitResult> {
     assertSubmitSwitchOpen(deps);
     // The claim may wait for the provider's control row lock: it heartbeats meanwhile, so only a
@@ -379,8 +353,8 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     deps.claimTimes?.((performance.now() - claimStarted) / 1000);
     if (!claimed) return { facts, retryInMs: null, waitMs: null };
     if (claimed.kind === 'waiting') return { facts, retryInMs: null, waitMs: waitFor(claimed.task) };
-    // Its place in the create pace comes then; a wake (a cancel) ends the sleep sooner.
-    if (claimed.kind === 'paced') return { facts, retryInMs: null, waitMs: claimed.waitMs };
+    // The create pace lets it ask again then (a wake, a cancel, ends the sleep sooner).
+    if (claimed.kind === 'paced') return { facts, retryInMs: null, waitMs: paceWait(claimed.task, claimed.waitMs) };
     // Re-routed while waiting: the workflow claims again at once, on the new provider.
     if (claimed.kind === 'rerouted') return { facts, retryInMs: null, waitMs: null };
     const { task, attempt, ticket, token, sendBy } = claimed;

@@ -365,7 +365,7 @@ export async function runE2E(o: E2EOptions, rep: Reporter): Promise<void> {
       BULKHEAD_RAMP_MS: '0',
       // An account with raised limits (1,000 creates a second, told to the product too): e2e
       // measures what the orchestration costs, and 200 tasks at once would otherwise be paced at
-      // the documented 600 creates a minute (docs/decisions/0057). The pace still runs, so its
+      // the documented 600 creates a minute (docs/decisions/0069). The pace still runs, so its
       // statement is counted; open-tasks and test/e2e/create-pace.test.ts hold the real limit.
       SIMULATOR_REPLICATE_RATE_LIMITS: '60000,300000',
       PROVIDER_CREATE_QUOTAS: 'replicate=1000',

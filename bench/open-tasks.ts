@@ -336,7 +336,7 @@ async function runReal(
     await progress;
     http.close();
   }
-  // How the intake went through the provider's create pace (docs/decisions/0057, 0061), read before the window.
+  // How the intake went through the provider's create pace (docs/decisions/0069), read before the window.
   const createPace = await paceCounts(worker.metricsUrl);
   const s = await countWaiting(bw);
   const open = (s['SUBMITTED'] ?? 0) + (s['RUNNING'] ?? 0);
@@ -645,8 +645,8 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
         `poll demand N / interval = ${demand.toFixed(1)}/s against a quota of ${quota}/s`,
     );
     rep.log(
-      `open-tasks: the create pace over the intake: ${real.createPace.calls} provider calls; places reserved ${real.createPace.reserved}, ` +
-        `back early ${real.createPace.early}, lapsed into a new place ${real.createPace.lapsed} (docs/decisions/0061)`,
+      `open-tasks: the create pace over the intake: ${real.createPace.calls} provider calls, ${real.createPace.waits} claims sent to wait ` +
+        `(${(real.createPace.waits / Math.max(1, real.createPace.calls)).toFixed(2)} a call; docs/decisions/0069)`,
     );
     // Issue #19: the waiting tasks cost no more than the bare wait loops, in memory and in the
     // CPU of the two processes both phases have (the worker and Temporal; the real phase also
@@ -720,19 +720,16 @@ export async function runOpenTasks(o: OpenTasksOptions, rep: Reporter): Promise<
 /** The worker's create-pace counters (vidorch_provider_refusals_total{guard="pace"}) and its provider calls, summed over providers. */
 interface PaceCounts {
   readonly calls: number;
-  readonly reserved: number;
-  readonly early: number;
-  readonly lapsed: number;
+  /** Claims the pace sent to wait (docs/decisions/0069). */
+  readonly waits: number;
 }
 
 async function paceCounts(metricsUrl: string): Promise<PaceCounts> {
-  const counts = { calls: 0, reserved: 0, early: 0, lapsed: 0 };
+  const counts = { calls: 0, waits: 0 };
   const res = await fetch(metricsUrl, { signal: AbortSignal.timeout(5_000) });
   for (const m of parseMetrics(await res.text())) {
     if (m.name === 'vidorch_provider_calls_total') counts.calls += m.value;
-    if (m.name !== 'vidorch_provider_refusals_total' || m.labels['guard'] !== 'pace') continue;
-    const reason = m.labels['reason'];
-    if (reason === 'reserved' || reason === 'early' || reason === 'lapsed') counts[reason] += m.value;
+    if (m.name === 'vidorch_provider_refusals_total' && m.labels['guard'] === 'pace') counts.waits += m.value;
   }
   return counts;
 }

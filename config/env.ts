@@ -462,7 +462,7 @@ export const envSchema = z.object({
    * provider with neither figure is not paced.
    */
   PROVIDER_CREATE_QUOTAS: setting(
-    "A provider's create quota for this account, creates a second, over its adapter's documented one (Replicate: 600 a minute), e.g. `replicate=20,kling=1`; every worker's submits to that provider share one pace in Postgres at 0.9 of it. A provider with neither is not paced (docs/providers.md \"Create pacing\").",
+    "A provider's create quota for this account, creates a second, over its adapter's documented one (Replicate: 600 a minute), e.g. `replicate=20,kling=1`; every worker's submits to that provider share one pace in Postgres at 0.9 of it; a claim the pace holds back waits, holding nothing. A provider with neither is not paced (docs/providers.md \"Create pacing\").",
     csv
       .pipe(
         z

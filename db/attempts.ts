@@ -5,7 +5,7 @@ import type { PgUpdateSetSource } from 'drizzle-orm/pg-core';
 import type { AttemptState } from '../domain/states';
 import type { DbOrTx } from './client';
 import { taskAttempt } from './schema';
-import { moveCreatePace, type PaceMove } from './provider-control';
+import { moveCreatePace } from './provider-control';
 
 /** The columns an attempt CAS may set (its identity and version are not among them). */
 export type AttemptChange = Omit<PgUpdateSetSource<typeof taskAttempt>, 'attempt_id' | 'task_id' | 'attempt_no' | 'status_version'>;
@@ -62,17 +62,23 @@ export async function attemptCounts(tx: DbOrTx, taskId: string): Promise<Attempt
 }
 
 /**
- * The submit claim's last write: PREPARED → SUBMITTING (its place in the create pace, if any, used
- * up) and, with `pace`, the provider's create pace moved on, in one statement: the claim holds the
- * provider's control row lock, and a claim that calls the provider pays one round trip for both
- * (docs/decisions/0057). `sendBy`: the create must leave before it (docs/decisions/0063). Returns
- * whether the attempt moved (false: it was no longer PREPARED).
+ * The submit claim's last write: PREPARED → SUBMITTING and, with `pace`, the provider's create pace
+ * moved on, in one statement: the claim holds the provider's control row lock, and a claim that
+ * calls the provider pays one round trip for both (docs/decisions/0069). `sendBy`: the create must
+ * leave before it (docs/decisions/0063). Returns whether the attempt moved (false: it was no longer
+ * PREPARED).
  */
-export async function claimForSubmit(tx: DbOrTx, attemptId: string, startedAt: Date, sendBy: Date, pace: PaceMove | null): Promise<boolean> {
+export async function claimForSubmit(
+  tx: DbOrTx,
+  attemptId: string,
+  startedAt: Date,
+  sendBy: Date,
+  pace: { readonly provider: string; readonly tat: Date } | null,
+): Promise<boolean> {
   const { rows } = await tx.execute(sql`
-    ${pace ? sql`WITH pace AS (${moveCreatePace(pace)})` : sql``}
+    ${pace ? sql`WITH pace AS (${moveCreatePace(pace.provider, pace.tat)})` : sql``}
     UPDATE task_attempt
-    SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, send_by = ${sendBy}, paced_until = NULL, status_version = status_version + 1
+    SET submit_state = 'SUBMITTING', submit_started_at = ${startedAt}, send_by = ${sendBy}, status_version = status_version + 1
     WHERE attempt_id = ${attemptId} AND submit_state = 'PREPARED'
     RETURNING attempt_id`);
   return rows.length > 0;

@@ -16,7 +16,7 @@ export async function ensureProviderControl(tx: DbOrTx, provider: string): Promi
 }
 
 /** What a submit claim reads of its provider's control row (readClaimControl). */
-export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight' | 'create_tat' | 'create_sent_tat'> & {
+export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_flight' | 'create_tat'> & {
   /** The system mode assertModeAllows left in the transaction; null: unset. */
   readonly mode: string | null;
   /** The database's clock at the read: the create pace's clock, one for every worker process (domain/create-pace.ts). */
@@ -25,9 +25,10 @@ export type ClaimControl = Pick<ProviderControlRow, 'breaker_force' | 'max_in_fl
 
 /**
  * What a submit claim reads of its provider (activities/provider-guard.ts admit): the operator's
- * switch and limit, and the system mode assertModeAllows left in the transaction (null: unset).
- * With `lock`, the read takes the row's lock, the bulkhead's (docs/providers.md "The slot
- * queue"): the claim's slot is then counted and taken without another round trip for the lock.
+ * switch and limit, the create pace's TAT, and the system mode assertModeAllows left in the
+ * transaction (null: unset). With `lock`, the read takes the row's lock, the bulkhead's and the
+ * pace's (docs/providers.md "The slot queue", "Create pacing"): the claim's slot and its moment in
+ * the pace are then taken without another round trip for the lock.
  */
 export async function readClaimControl(tx: DbOrTx, provider: string, opts: { readonly lock: boolean }): Promise<ClaimControl | undefined> {
   const read = async () => {
@@ -35,13 +36,12 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
     // as the wait for the lock, and the pace would run behind by that much.
     const { rows } = await tx.execute<ClaimControl>(sql`
       WITH control AS (
-        SELECT breaker_force, max_in_flight, create_tat, create_sent_tat
+        SELECT breaker_force, max_in_flight, create_tat
         FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``})
       SELECT control.*, current_setting(${MODE_SETTING}, true) AS mode, clock_timestamp() AS db_now FROM control`);
     const row = rows[0];
     // A raw statement's timestamps arrive as strings: the row's type promises dates.
-    const date = (v: Date | string | null) => (v === null ? null : new Date(v));
-    return row && { ...row, create_tat: date(row.create_tat), create_sent_tat: date(row.create_sent_tat), db_now: new Date(row.db_now) };
+    return row && { ...row, create_tat: row.create_tat === null ? null : new Date(row.create_tat), db_now: new Date(row.db_now) };
   };
   // The row exists after the provider's first claim: create it only when the read finds none
   // (one round trip per claim instead of two).
@@ -52,32 +52,26 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
 }
 
 /**
- * What a claim stores of the provider's create pace (domain/create-pace.ts): the pace's TAT when it
- * took a moment of its own (a place, or a create that conformed; null: it used its reservation's, or
- * one left unsent), and the sends' TAT when it calls the provider (null: it only reserved a place).
+ * The statement that moves a provider's create pace to `tat` (domain/create-pace.ts), as a CTE of
+ * the claim's last write (db/attempts.ts claimForSubmit), under the row's lock the claim holds.
  */
-export interface PaceMove {
-  readonly provider: string;
-  readonly tat: Date | null;
-  readonly sentTat: Date | null;
+export function moveCreatePace(provider: string, tat: Date): SQL {
+  return sql`UPDATE provider_control SET create_tat = ${tat}::timestamptz WHERE provider = ${provider}`;
 }
 
 /**
- * The statement that stores a pace move, under the row's lock that the claim holds (readClaimControl
- * with `lock`): alone (setCreateTat), or as a CTE of the claim's last write (db/attempts.ts claimForSubmit).
+ * How many of the provider's attempts created before this one (ties by attempt id) are still unsent
+ * (PREPARED): the claims a claim that waits for the create pace lets go first (domain/create-pace.ts paceWaitMs).
  */
-export function moveCreatePace(move: PaceMove): SQL {
-  const set = [
-    ...(move.tat ? [sql`create_tat = ${move.tat}::timestamptz`] : []),
-    ...(move.sentTat ? [sql`create_sent_tat = ${move.sentTat}::timestamptz`] : []),
-  ];
-  if (set.length === 0) throw new Error(`a pace move of ${move.provider} that moves nothing`);
-  return sql`UPDATE provider_control SET ${sql.join(set, sql`, `)} WHERE provider = ${move.provider}`;
-}
-
-/** Stores a claim's new place in the pace (the TAT past it), in the claim transaction that holds the row's lock. */
-export async function setCreateTat(tx: DbOrTx, provider: string, tat: Date): Promise<void> {
-  await tx.execute(moveCreatePace({ provider, tat, sentTat: null }));
+export async function unsentBefore(
+  tx: DbOrTx,
+  attempt: { readonly provider: string; readonly created_at: Date; readonly attempt_id: string },
+): Promise<number> {
+  const { rows } = await tx.execute<{ n: number }>(sql`
+    SELECT count(*)::int AS n FROM task_attempt
+    WHERE provider = ${attempt.provider} AND submit_state = 'PREPARED'
+      AND (created_at, attempt_id) < (${attempt.created_at}::timestamptz, ${attempt.attempt_id}::uuid)`);
+  return rows[0]?.n ?? 0;
 }
 
 /** Every provider's control row. */

@@ -182,8 +182,8 @@ export const taskAttempt = pgTable(
      */
     throttled: boolean('throttled').notNull().default(false),
     /**
-     * Addition (create pacing): the moment this PREPARED attempt may call its provider, a place it
-     * holds in the provider's create pace (provider_control.create_tat). Null: it holds none.
+     * Unused since docs/decisions/0069 (the create pace holds no places). Kept so that the previous
+     * release, which reads and writes it, runs against this schema; a later release drops it.
      */
     paced_until: ts('paced_until'),
     /**
@@ -217,6 +217,10 @@ export const taskAttempt = pgTable(
     index('idx_attempt_provider_in_flight')
       .on(t.provider)
       .where(sql`${t.submit_state} IN ('SUBMITTING', 'SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`),
+    // A claim that waits for the create pace counts the provider's unsent attempts before it (db/provider-control.ts).
+    index('idx_attempt_provider_unsent')
+      .on(t.provider, t.created_at)
+      .where(sql`${t.submit_state} = 'PREPARED'`),
   ],
 );
 export type AttemptRow = typeof taskAttempt.$inferSelect;
@@ -536,16 +540,14 @@ export const providerControl = pgTable(
     queue_policy: text('queue_policy').$type<'fair' | 'fifo'>(),
     queue_aging_ms: integer('queue_aging_ms'),
     /**
-     * Addition (create pacing, docs/decisions/0057): the theoretical arrival time of the provider's
-     * next create (GCRA): every claim that calls the provider, or reserves a later moment to, moves
-     * it one interval on, under this row's lock. Null: no create paced yet.
+     * Addition (create pacing, docs/decisions/0069): the theoretical arrival time of the provider's
+     * next create (GCRA, domain/create-pace.ts): every claim that calls the provider moves it one
+     * interval on, under this row's lock. Null: no create paced yet.
      */
     create_tat: ts('create_tat'),
     /**
-     * Addition (docs/decisions/0061): the same for the creates actually sent (a GCRA with a burst
-     * of LATE_SEND_BURST, domain/create-pace.ts): every create moves it one interval past the later
-     * of it and now. A claim back after its reserved moment lapsed goes at once while it conforms
-     * (creates are not going out at the pace). Null: none yet.
+     * Unused since docs/decisions/0069. Kept so that the previous release, which reads and writes
+     * it, runs against this schema; a later release drops it.
      */
     create_sent_tat: ts('create_sent_tat'),
     reason: text('reason'),

@@ -653,30 +653,6 @@ export async function hasFreeSlot(tx: DbOrTx, provider: string, limit: number): 
   return !r.queued && r.taken < limit;
 }
 
-/**
- * Keeps the slot a claim was given while it waits for its moment in the provider's create pace
- * (docs/decisions/0057): a grant of its own, dated at that moment. Its next claim uses it
- * (takeSlot); if its workflow never comes, it expires SLOT_GRANT_TTL_MS after the moment like any
- * grant nobody came for. No wake is queued: the workflow sleeps until the moment anyway.
- */
-export async function holdSlotUntil(
-  tx: DbOrTx,
-  req: Pick<SlotRequest, 'attemptId' | 'taskId' | 'provider' | 'tenantId' | 'priority'>,
-  at: Date,
-): Promise<void> {
-  await tx
-    .insert(slotWait)
-    .values({
-      attempt_id: req.attemptId,
-      task_id: req.taskId,
-      provider: req.provider,
-      tenant_id: req.tenantId,
-      priority: Math.min(9, Math.max(0, req.priority)),
-      granted_at: at,
-    })
-    .onConflictDoUpdate({ target: slotWait.attempt_id, set: { provider: req.provider, granted_at: at, reason: null } });
-}
-
 /** Leaves the queue (the attempt moved to another provider before it was sent). */
 export async function leaveQueue(tx: DbOrTx, attemptId: string): Promise<void> {
   await tx.delete(slotWait).where(eq(slotWait.attempt_id, attemptId));

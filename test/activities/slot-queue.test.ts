@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { eq, inArray, sql } from 'drizzle-orm';
+import { eq, inArray } from 'drizzle-orm';
 import pg from 'pg';
 import { createTaskActivities, type TaskActivities } from '../../activities';
 import { createTask, testActivityDeps } from '../support/deps';
@@ -38,7 +38,7 @@ before(async () => {
     BULKHEAD_RAMP_MS: '0',
     SLOT_QUEUE_AGING_MS: '0',
     // The slot queue alone: these claims come back at once, not after a paced sleep, so the
-    // account's create pace (docs/decisions/0057, test/e2e/create-pace.test.ts) is raised out of the way.
+    // account's create pace (docs/decisions/0069, test/activities/create-pace.test.ts) is raised out of the way.
     PROVIDER_CREATE_QUOTAS: 'replicate=100000',
   });
   tdb = await createTestDatabase(config);
@@ -208,130 +208,6 @@ test('a slot freed by a task is granted in the same transaction to the next wait
   } finally {
     await listener.end();
   }
-});
-
-test('the create pace applies to a claim that holds its slot: a waiter for a slot takes no place in the pace, a granted one keeps its slot while it waits for its moment, and uses both when it comes back', async () => {
-  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
-  const [a, b, c] = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
-  assert.equal((await run('submitAttempt', a.taskId)).facts.status, 'SUBMITTED');
-  const paceOf = async () => (await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate')))[0]!.create_tat;
-  const attemptOf = async (t: { attemptId: string }) => (await tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.attempt_id, t.attemptId)))[0]!;
-  const tatAfterA = await paceOf();
-  assert.ok(tatAfterA, "a's create moved the pace");
-  const sentOf = async () => (await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate')))[0]!.create_sent_tat;
-  const sentAfterA = await sentOf();
-  assert.ok(sentAfterA, "and the sends' own TAT");
-  // b waits for the slot: no place in the pace is taken for it.
-  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING');
-  assert.deepEqual(await paceOf(), tatAfterA);
-  assert.equal((await attemptOf(b)).paced_until, null);
-  // The pace is half a minute ahead (a burst of other tasks); a's job ends and b is granted the slot.
-  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
-  await finishJob(a);
-  const paced = await run('submitAttempt', b.taskId);
-  assert.equal(paced.facts.status, 'SUBMITTING');
-  assert.ok(paced.waitMs! > 25_000 && paced.waitMs! <= 31_000, `b sleeps until its moment: ${paced.waitMs} ms`);
-  const reserved = (await attemptOf(b)).paced_until!;
-  const [held] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId));
-  assert.equal(held?.granted_at?.getTime(), reserved.getTime(), "b's slot is held, as a grant dated at its moment");
-  // c finds the slot taken by b's grant: it waits for a slot, and takes no place in the pace either.
-  const tatAfterB = await paceOf();
-  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTING');
-  assert.equal(sim.jobsFor(c.attemptId), 0);
-  assert.deepEqual(await paceOf(), tatAfterB);
-  // Back early (a wake): b waits again for the same moment; nothing moves.
-  const early = await run('submitAttempt', b.taskId);
-  assert.ok(early.waitMs! > 20_000);
-  assert.deepEqual(await paceOf(), tatAfterB);
-  assert.equal((await attemptOf(b)).paced_until!.getTime(), reserved.getTime());
-  assert.deepEqual(await sentOf(), sentAfterA, "no create was sent: the sends' TAT has not moved");
-  // Its moment comes (moved here instead of waited for): b uses its grant and its place, the pace does not move.
-  await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '1 second' WHERE attempt_id = ${b.attemptId}`);
-  await tdb.database.db.execute(sql`UPDATE slot_wait SET granted_at = clock_timestamp() - interval '1 second' WHERE attempt_id = ${b.attemptId}`);
-  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED');
-  assert.deepEqual(await paceOf(), tatAfterB);
-  assert.ok((await sentOf())!.getTime() > sentAfterA.getTime(), "b's create, sent on its reservation, moved the sends' TAT");
-  assert.equal((await attemptOf(b)).paced_until, null);
-  assert.equal(sim.jobsFor(b.attemptId), 1);
-  assert.equal((await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId))).length, 0, 'the grant was used');
-});
-
-test('a claim back long after its moment (a stalled worker) takes a new place at the end of the pace while creates go out at the pace, and keeps its slot meanwhile', async () => {
-  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
-  const b = await prepared(tenantA);
-  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
-  assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000);
-  // 20 s past its moment: the moment went unused. Other claims' creates are going out at the pace
-  // (the sends' TAT is ahead of now: a create went within the last interval).
-  await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '20 seconds' WHERE attempt_id = ${b.attemptId}`);
-  await tdb.database.db.execute(sql`UPDATE provider_control SET create_sent_tat = clock_timestamp() + interval '10 seconds' WHERE provider = 'replicate'`);
-  const again = await run('submitAttempt', b.taskId);
-  assert.ok(again.waitMs! > 25_000, `a new place at the end of the pace: ${again.waitMs} ms`);
-  const [held] = await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId));
-  assert.ok(held?.granted_at && held.granted_at.getTime() > Date.now() + 20_000, 'still holding its slot, until the new moment');
-  assert.equal(sim.jobsFor(b.attemptId), 0);
-});
-
-test('a claim back long after its moment goes at once when no create went out for an interval (its lateness left a moment unsent), the pace not moved', async () => {
-  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
-  const b = await prepared(tenantA);
-  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
-  assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000);
-  const controlOf = async () => (await tdb.database.db.select().from(providerControl).where(eq(providerControl.provider, 'replicate')))[0]!;
-  const tatBefore = (await controlOf()).create_tat;
-  // 20 s past its moment, and the last create went out a minute ago: the pace's moments since were unsent.
-  await tdb.database.db.execute(sql`UPDATE task_attempt SET paced_until = clock_timestamp() - interval '20 seconds' WHERE attempt_id = ${b.attemptId}`);
-  await tdb.database.db.execute(sql`UPDATE provider_control SET create_sent_tat = clock_timestamp() - interval '60 seconds' WHERE provider = 'replicate'`);
-  const sentAt = Date.now();
-  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTED');
-  assert.equal(sim.jobsFor(b.attemptId), 1);
-  const after = await controlOf();
-  assert.deepEqual(after.create_tat, tatBefore, "its place was paid for when it was reserved: the pace's TAT does not move");
-  // The sends' TAT moved from a minute ago to one interval past the claim's now.
-  const moved = after.create_sent_tat!.getTime() - sentAt;
-  assert.ok(Math.abs(moved) < 5_000, `the sends' TAT is at the send: ${moved} ms from it`);
-  assert.equal((await tdb.database.db.select().from(slotWait).where(eq(slotWait.attempt_id, b.attemptId))).length, 0, 'its held slot was used');
-});
-
-/** b holds replicate's one slot until its moment in the pace, half a minute ahead; c waits for the slot. */
-const paceCaughtUp = () => tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = NULL WHERE provider = 'replicate'`);
-
-async function pacedHolderAndWaiter() {
-  await tdb.database.db.insert(providerControl).values({ provider: 'replicate', max_in_flight: 1 });
-  const [a, b, c] = [await prepared(tenantA), await prepared(tenantA), await prepared(tenantB)];
-  assert.equal((await run('submitAttempt', a.taskId)).facts.status, 'SUBMITTED');
-  assert.equal((await run('submitAttempt', b.taskId)).facts.status, 'SUBMITTING');
-  await tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '31 seconds' WHERE provider = 'replicate'`);
-  await finishJob(a);
-  assert.ok((await run('submitAttempt', b.taskId)).waitMs! > 25_000, 'b waits for its moment');
-  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTING', "c waits for b's slot");
-  assert.ok((await waitRowOf(b.taskId))?.granted_at, 'b holds the slot');
-  return { b, c };
-}
-
-test('a task cancelled while it holds a slot for its moment in the pace gives the slot to the next waiter in the same transaction, the provider never called', async () => {
-  const { b, c } = await pacedHolderAndWaiter();
-  // The tenant's cancel, as the API records it; b's workflow is woken and claims again.
-  await tdb.database.db.update(generationTask).set({ cancel_requested_at: new Date() }).where(eq(generationTask.task_id, b.taskId));
-  await run('submitAttempt', b.taskId);
-  assert.equal(await statusOf(b.taskId), 'CANCELLED');
-  assert.equal(await waitRowOf(b.taskId), undefined, "b's held slot is given up");
-  assert.ok((await waitRowOf(c.taskId))?.granted_at, 'and granted to c when b left');
-  await paceCaughtUp();
-  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTED');
-  assert.equal(sim.jobsFor(b.attemptId), 0);
-});
-
-test('a slot held for a moment nobody comes for (a dead workflow) expires SLOT_GRANT_TTL_MS after that moment, and the next claim takes it', async () => {
-  const { b, c } = await pacedHolderAndWaiter();
-  await tdb.database.db
-    .update(slotWait)
-    .set({ granted_at: new Date(Date.now() - config.SLOT_GRANT_TTL_MS - 60_000) })
-    .where(eq(slotWait.attempt_id, b.attemptId));
-  await paceCaughtUp();
-  assert.equal((await run('submitAttempt', c.taskId)).facts.status, 'SUBMITTED');
-  assert.equal(await waitRowOf(b.taskId), undefined, "b's held slot is dropped");
-  assert.equal(sim.jobsFor(b.attemptId), 0);
 });
 
 test('an operator raising the provider limit grants the waiters in the same transaction', async () => {

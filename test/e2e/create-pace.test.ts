@@ -1,11 +1,10 @@
-// A burst of admitted tasks against a provider's documented create limit (docs/decisions/0057):
+// A burst of admitted tasks against a provider's documented create limit (docs/decisions/0069):
 // the simulator plays a Replicate account allowing 300 creates a minute (its documented limits
 // scaled down: a 10 s burst, then the rate, over it the documented 429 throttle), and the product
 // is told the same quota. Every worker's submits share one pace in Postgres, so 60 tasks created at
-// once are sent over ~13 s and none is throttled (Replicate's 50 slots bind too: a claim paces only
-// once it holds a slot); a task whose place in that pace comes after its deadline fails at once,
-// with no call; and a throttle the provider still sends is a wait, not one of the task's
-// MAX_SUBMIT_ATTEMPTS (MAX_THROTTLED_SUBMITS bounds those).
+// once are sent over ~13 s and none is throttled; a task the pace holds back past its deadline
+// fails then, with no call; and a throttle the provider still sends is a wait, not one of the
+// task's MAX_SUBMIT_ATTEMPTS (MAX_THROTTLED_SUBMITS bounds those).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { asc, eq, sql } from 'drizzle-orm';
@@ -43,10 +42,9 @@ describe('creates paced within the account quota', () => {
     for (const id of ids) {
       const attempts = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, id));
       assert.equal(attempts.length, 1, `task ${id}: one attempt`);
-      assert.equal(attempts[0]!.paced_until, null, 'the reservation is cleared by the claim that used it');
       assert.equal(e.sim.jobsFor(attempts[0]!.attempt_id), 1);
     }
-    assert.equal((await e.tdb.database.db.select().from(slotWait)).length, 0, 'no held slot left behind');
+    assert.equal((await e.tdb.database.db.select().from(slotWait)).length, 0, 'no slot left behind');
     // Paced: the creates take as long as the pace says, not the second a burst would.
     const pace = createPaceFor(QUOTA);
     const times = submits.filter((s) => s.provider === 'replicate').map((s) => s.atMs);
@@ -56,8 +54,9 @@ describe('creates paced within the account quota', () => {
     assert.ok(spanS >= least * 0.95, `${TASKS} creates in ${spanS.toFixed(1)} s; the pace needs at least ${least.toFixed(1)} s`);
   });
 
-  test('a task whose place in the pace comes after its deadline fails at once, the provider never called', async () => {
-    // The pace a minute ahead: what a burst of 270 tasks before it would leave.
+  test('a task the pace holds back past its deadline fails at its deadline, the provider never called', async () => {
+    // The pace a minute ahead (what a burst of 270 tasks before it would leave): the task sleeps
+    // until a call could no longer finish by its deadline, then its claim fails it.
     await e.tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = clock_timestamp() + interval '60 seconds' WHERE provider = 'replicate'`);
     try {
       const late = await e.createTask('pace-deadline', { ...defaultRequest, prompt: 'a fox with no time', deadline_seconds: 10 });
@@ -65,9 +64,9 @@ describe('creates paced within the account quota', () => {
       assert.equal(failed.failure.code, 'DEADLINE_EXCEEDED');
       const [attempt] = await e.tdb.database.db.select().from(taskAttempt).where(eq(taskAttempt.task_id, late));
       assert.equal(attempt?.submit_state, 'CANCELLED');
-      assert.match(attempt.last_error ?? '', /create pace/);
-      assert.equal(e.sim.jobsFor(attempt.attempt_id), 0, 'no call for a place past the deadline');
-      assert.equal((await e.tdb.database.db.select().from(slotWait)).length, 0, 'its slot given back');
+      assert.match(attempt.last_error ?? '', /deadline exceeded/);
+      assert.equal(e.sim.jobsFor(attempt.attempt_id), 0, 'no call past the deadline');
+      assert.equal((await e.tdb.database.db.select().from(slotWait)).length, 0, 'no slot held');
     } finally {
       await e.tdb.database.db.execute(sql`UPDATE provider_control SET create_tat = NULL WHERE provider = 'replicate'`);
     }

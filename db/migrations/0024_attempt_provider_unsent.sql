@@ -1,0 +1,1 @@
+CREATE INDEX "idx_attempt_provider_unsent" ON "task_attempt" USING btree ("provider","created_at") WHERE "task_attempt"."submit_state" = 'PREPARED';
