@@ -14,6 +14,7 @@ import { routeNextAttempt } from './routing';
 import { failedUncharged, finishTask } from '../db/settlement';
 import { spentBound } from './create-pace';
 import { earlierJobEvidence } from '../db/job-evidence';
+import { heldRoutes } from '../db/catalog-routes';
 import type { InboxApply } from './apply-inbox';
 import { takeBackEarlierJob } from './earlier-job';
 
@@ -89,6 +90,8 @@ export function createDispatchActivities(deps: TaskActivityDeps, apply: InboxApp
     }
     const route = routeNextAttempt({ taskId, request: task.request, provider: task.provider, providerModel: task.provider_model }, history, {
       available: Object.keys(deps.providers),
+      // Routes held after a breaking schema change, read in this transaction (docs/decisions/0072).
+      held: await heldRoutes(tx),
       maxAttempts: deps.settings.maxSubmitAttempts,
       settings: deps.routing,
       health: deps.providerHealth(),

@@ -4,7 +4,7 @@
 // and an attempt whose outcome was ever unknown pins the task to its provider for good. The
 // answer is written into the attempt row by the caller, so Postgres keeps the decision and a
 // retried or reset step reads it instead of routing again.
-import { findModel, routerCatalog } from '../domain/catalog';
+import { findModel, routerCatalog, type HeldRoutes } from '../domain/catalog';
 import { chooseRoute, mayFailOver, type AttemptSummary, type ProviderHealth, type RouteRejectionReason } from '../domain/router';
 import type { AttemptState } from '../domain/states';
 import { LatencyWindow } from '../domain/latency-window';
@@ -110,6 +110,8 @@ export function routeNextAttempt(
   history: readonly AttemptRecord[],
   opts: {
     readonly available: readonly string[];
+    /** Routes held off after a breaking change of their model's schema: never chosen. */
+    readonly held?: HeldRoutes;
     readonly maxAttempts: number;
     readonly settings: RoutingSettings;
     readonly health: Readonly<Record<string, ProviderHealth | undefined>>;
@@ -143,7 +145,7 @@ export function routeNextAttempt(
   }
 
   const { settings } = opts;
-  const catalog = routerCatalog(opts.available);
+  const catalog = routerCatalog(opts.available, opts.held);
   const choose = (excluded: readonly string[]) =>
     chooseRoute(
       {

@@ -7,6 +7,8 @@ import type { NextFunction, Request, Response } from 'express';
 import { sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { readFence, type FenceState } from '../db/fence';
+import { heldRoutes } from '../db/catalog-routes';
+import type { HeldRoutes } from '../domain/catalog';
 import { modeForbids, policyFor, type CallbackRoute, type ModeAction } from '../domain/modes';
 import { reusedFor } from '../observability/reuse';
 import { isDatabaseUnavailable, problems, RETRY_AFTER_MODE_S } from './problem';
@@ -51,6 +53,8 @@ export interface Admission {
    */
   callbackRoute(): Promise<{ route: 'inbox' } | { route: 'spool'; why: 'mode' | 'database-unavailable' }>;
   readiness(): Promise<Readiness>;
+  /** The catalog routes held off after a breaking schema change (docs/decisions/0072), read once per cache period. */
+  heldRoutes(): Promise<HeldRoutes>;
 }
 
 const RETRY_AFTER_BACKLOG_S = 30;
@@ -74,6 +78,8 @@ export function createAdmission(db: Db, fence: { scope: string; region: string }
     const row = rows[0] as { n: number; age_ms: number };
     return { count: row.n, oldestAgeMs: Math.round(row.age_ms) };
   });
+
+  const held = reusedFor(ttlMs, () => heldRoutes(db));
 
   function regionProblem(s: FenceState, what: string) {
     return s.activeRegion !== fence.region ? `region ${fence.region} is not the active region (${s.activeRegion}); ${what} go there` : null;
@@ -105,6 +111,7 @@ export function createAdmission(db: Db, fence: { scope: string; region: string }
       return s;
     },
     assertCanWrite: () => check('cancel', 'changes', true),
+    heldRoutes: held,
     assertCanRead: () => check('read', 'reads', false),
     async callbackRoute() {
       try {

@@ -72,6 +72,7 @@ export function taskHandlers(ctx: ApiContext) {
       defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds,
       webhookAllowPrivate: ctx.settings.webhooks.allowPrivate,
       webhookMaxOrigins: ctx.settings.webhooks.maxTaskUrlOrigins,
+      heldRoutes: await ctx.admission.heldRoutes(),
     });
     return { outcome, token };
   }

@@ -14,7 +14,8 @@ import { taskUrlOrigin, taskUrlOriginsInUse, taskUrlSigningEndpoint } from '../d
 import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../db/settlement';
 import { canonicalJson } from '../domain/canonical-json';
-import { findModel, priceFor, primaryRoute, requestRefusal, type ModelEntry } from '../domain/catalog';
+import { heldRoutes } from '../db/catalog-routes';
+import { findModel, priceFor, primaryRoute, requestRefusal, withoutHeldRoutes, type HeldRoutes, type ModelEntry } from '../domain/catalog';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
 import type { CreateTaskBody } from './tasks.schemas';
@@ -51,13 +52,16 @@ export async function createTask(
     webhookAllowPrivate?: boolean;
     /** WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT: needed when the body names a webhook_url. */
     webhookMaxOrigins?: number;
+    /** The routes held off (the API's cached read, api/admission.ts); read here when not given. */
+    heldRoutes?: HeldRoutes;
   },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
   const hash = requestHash(body);
   let entry: ModelEntry;
   try {
-    entry = await admissibleModel(db, tenantId, body, { allowPrivate: args.webhookAllowPrivate ?? false, maxOrigins: args.webhookMaxOrigins });
+    const held = args.heldRoutes ?? (await heldRoutes(db));
+    entry = await admissibleModel(db, tenantId, body, { allowPrivate: args.webhookAllowPrivate ?? false, maxOrigins: args.webhookMaxOrigins }, held);
   } catch (err) {
     // A refusal may rest on what changed since a create with this key committed (its webhook
     // endpoint disabled, the catalog changed): the retry of a create whose answer was lost is
@@ -125,10 +129,19 @@ export async function createTask(
  * The catalog entry a create asks for, once its webhook URL and every limit of the model's
  * providers are checked; throws the 400 problem naming the field otherwise.
  */
-async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhook: TaskUrlRules): Promise<ModelEntry> {
+async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhook: TaskUrlRules, held: HeldRoutes): Promise<ModelEntry> {
   if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, webhook);
-  const entry = findModel(body.model);
-  if (!entry) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
+  const listed = findModel(body.model);
+  if (!listed) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
+  // A route held after its provider changed the model's inputs in a way that breaks what we send
+  // is not offered until an operator reviews it (docs/decisions/0072): a family goes to its other
+  // routes, a model with none left is refused before any credit is reserved.
+  const entry = withoutHeldRoutes(listed, held);
+  if (entry.routes.length === 0) {
+    throw problems.validation([
+      { field: 'model', message: `${body.model} is unavailable: its provider changed the model's inputs and an operator is reviewing the change` },
+    ]);
+  }
   const offered = entry.routes.map((r) => r.provider);
   // For a pinned model `provider` must name its provider; for a family it is the tenant's
   // preference among the family's providers (the router weighs it, health still decides).

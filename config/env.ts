@@ -291,6 +291,10 @@ export const envSchema = z.object({
   ),
   PROVIDER_FAL_BASE_URL: setting("fal's queue API.", publicUrl('http://127.0.0.1:7081/fal')),
   PROVIDER_FAL_API_KEY: setting('fal API key.', secret(z.string().min(1), 'sim-fal-key-id:sim-fal-key-secret')),
+  PROVIDER_FAL_OPENAPI_URL: setting(
+    "fal's per-endpoint OpenAPI documents (`?endpoint_id=` is added), read by `ops catalog sync`; fal publishes them at https://fal.ai/api/openapi/queue/openapi.json.",
+    publicUrl('http://127.0.0.1:7081/fal/api/openapi/queue/openapi.json'),
+  ),
   PROVIDER_FAL_JWKS_URL: setting("fal's JWKS: the keys its webhooks are signed with (ED25519).", publicUrl('http://127.0.0.1:7081/fal/.well-known/jwks.json')),
   /** fal's CDN: fal.media and its subdomains (v3.fal.media, v3b.fal.media). */
   PROVIDER_FAL_OUTPUT_HOSTS: setting('Hosts fal outputs may be downloaded from (rules as for Replicate).', hosts(['fal.media', '*.fal.media'])),

@@ -859,3 +859,56 @@ export const tenantAttention = pgTable(
       .where(sql`${t.resolved_at} IS NULL`),
   ],
 );
+
+/** One change of a catalog input the schema diff names (domain/schema-diff.ts). */
+export interface CatalogSchemaChange {
+  readonly path: string;
+  readonly kind: string;
+  readonly detail: string;
+}
+
+/**
+ * Addition (docs/decisions/0072): each provider model's published input schema as `ops catalog
+ * sync --apply` recorded it, append-only: the latest row per (provider, model) is the stored copy
+ * the next sync compares against, and what changed and who applied it.
+ */
+export const catalogSchemaRevision = pgTable(
+  'catalog_schema_revision',
+  {
+    revision_id: uuid('revision_id').primaryKey(),
+    provider: text('provider').notNull(),
+    model: text('model').notNull(),
+    /** The provider's own revision (Replicate's version id); null where it names none (fal). */
+    provider_version: text('provider_version'),
+    /** sha256 of the schema's canonical JSON. */
+    digest: text('digest').notNull(),
+    input_schema: jsonb('input_schema').$type<Record<string, unknown>>().notNull(),
+    source_url: text('source_url').notNull(),
+    changes: jsonb('changes').$type<readonly CatalogSchemaChange[]>().notNull(),
+    /** What the catalog sends no longer fits (the route was held). */
+    breaking: boolean('breaking').notNull(),
+    recorded_by: text('recorded_by').notNull(),
+    recorded_at: ts('recorded_at').notNull().defaultNow(),
+  },
+  (t) => [index('idx_catalog_schema_revision_model').on(t.provider, t.model, t.recorded_at)],
+);
+
+/**
+ * Addition (docs/decisions/0072): a catalog route held off after its model's published schema
+ * changed in a way that breaks what the catalog sends. While a row exists, admission and the
+ * router do not choose the route; `ops catalog enable` deletes it (audited).
+ */
+export const catalogRouteHold = pgTable(
+  'catalog_route_hold',
+  {
+    provider: text('provider').notNull(),
+    model: text('model').notNull(),
+    revision_id: uuid('revision_id')
+      .notNull()
+      .references(() => catalogSchemaRevision.revision_id),
+    reason: text('reason').notNull(),
+    held_by: text('held_by').notNull(),
+    held_at: ts('held_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.provider, t.model] })],
+);

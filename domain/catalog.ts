@@ -144,14 +144,30 @@ export function primaryRoute(entry: ModelEntry): ProviderRoute {
   return [...entry.routes].sort((a, b) => a.priority - b.priority)[0] as ProviderRoute;
 }
 
-/** The catalog as the router reads it: entry → its candidates, limited to the providers configured here. */
-export function routerCatalog(available: readonly string[] = PROVIDERS): Record<string, readonly RouteCandidate[]> {
+/** A route's key among the held routes (db/catalog-routes.ts): its provider and the provider's model id. */
+export const routeKey = (provider: string, model: string): string => `${provider} ${model}`;
+
+/** Held routes by routeKey: a route held after a breaking schema change is not chosen (docs/decisions/0072). */
+export interface HeldRoutes {
+  has(key: string): boolean;
+}
+
+const NONE_HELD: HeldRoutes = new Set<string>();
+
+/** The entry with its held routes left out (the entry itself when none is held). */
+export function withoutHeldRoutes(entry: ModelEntry, held: HeldRoutes): ModelEntry {
+  const routes = entry.routes.filter((r) => !held.has(routeKey(r.provider, r.model)));
+  return routes.length === entry.routes.length ? entry : { ...entry, routes };
+}
+
+/** The catalog as the router reads it: entry → its candidates, limited to the providers configured here and not held. */
+export function routerCatalog(available: readonly string[] = PROVIDERS, held: HeldRoutes = NONE_HELD): Record<string, readonly RouteCandidate[]> {
   const have = new Set(available);
   return Object.fromEntries(
     MODEL_CATALOG.map((m) => [
       m.model,
       m.routes
-        .filter((r) => have.has(r.provider))
+        .filter((r) => have.has(r.provider) && !held.has(routeKey(r.provider, r.model)))
         .map((r) => ({
           provider: r.provider,
           model: r.model,

@@ -41,6 +41,7 @@ export function simulatorProviderSettings(baseUrl: string): Record<string, strin
     PROVIDER_REPLICATE_BASE_URL: `${baseUrl}/replicate`,
     PROVIDER_FAL_BASE_URL: `${baseUrl}/fal`,
     PROVIDER_FAL_JWKS_URL: `${baseUrl}/fal/.well-known/jwks.json`,
+    PROVIDER_FAL_OPENAPI_URL: `${baseUrl}/fal/api/openapi/queue/openapi.json`,
     PROVIDER_RUNWAY_BASE_URL: `${baseUrl}/runway`,
     PROVIDER_KLING_BASE_URL: `${baseUrl}/kling`,
   };

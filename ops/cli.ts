@@ -3,7 +3,7 @@
 // of commands lives in ops/commands/; what they share (configuration, parsers, connections) is
 // ops/commands/context.ts.
 import { Command } from 'commander';
-import { actor, config, print, withClient } from './commands/context';
+import { actor, config, print, withClient, withDb } from './commands/context';
 import { registerPitrCommands } from './commands/pitr';
 import { registerProviderCommands } from './commands/providers';
 import { registerReconcileCommands } from './commands/reconcile';
@@ -12,6 +12,7 @@ import { registerTaskCommands } from './commands/tasks';
 import { registerTenantCommands } from './commands/tenants';
 import { registerWebhookCommands } from './commands/webhooks';
 import { registerDeployCommands } from './deploy';
+import { registerCatalogCommands } from './catalog-cli';
 
 const program = new Command('ops').description('vidorch operator commands').showHelpAfterError().enablePositionalOptions();
 for (const register of [
@@ -23,6 +24,16 @@ for (const register of [
   registerWebhookCommands,
   registerPitrCommands,
   (p: Command) => registerDeployCommands(p, { withClient, namespace: config.TEMPORAL_NAMESPACE, deploymentName: config.WORKER_DEPLOYMENT_NAME, actor, print }),
+  (p: Command) =>
+    registerCatalogCommands(p, {
+      withDb,
+      actor,
+      sources: {
+        replicate: { baseUrl: config.PROVIDER_REPLICATE_BASE_URL, apiToken: config.PROVIDER_REPLICATE_API_TOKEN },
+        falOpenApiUrl: config.PROVIDER_FAL_OPENAPI_URL,
+        timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
+      },
+    }),
 ]) {
   register(program);
 }

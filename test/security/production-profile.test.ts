@@ -27,6 +27,7 @@ export const SAFE_PRODUCTION_ENV: Readonly<Record<string, string>> = {
   PROVIDER_FAL_BASE_URL: 'https://queue.fal.run',
   PROVIDER_FAL_API_KEY: 'prod-fal-key-id:prod-fal-key-secret',
   PROVIDER_FAL_JWKS_URL: 'https://rest.alpha.fal.ai/.well-known/jwks.json',
+  PROVIDER_FAL_OPENAPI_URL: 'https://fal.ai/api/openapi/queue/openapi.json',
   PROVIDER_FAL_USER_ID: 'prod-fal-user-id',
   CALLBACK_TOKEN_SECRET: 'prod-callback-token-secret-0123456789abcdef',
   WEBHOOK_SECRET_KEY: 'prod-webhook-secret-key-0123456789abcdef',
