@@ -144,6 +144,14 @@ describe('routeNextAttempt (pure)', () => {
     assert.deepEqual(r, { kind: 'route', provider: 'replicate', model: 'kwaivgi/kling-v2.0', via: 'pinned', reason: 'single-route' });
   });
 
+  test('a route held after a breaking schema change is never chosen; with none left the task gets no route', () => {
+    const held = new Set(['kling kling-v2-master', 'fal fal-ai/kling-video/v2/master/text-to-video']);
+    const r = routeNextAttempt(task(), [], { ...opts, held });
+    assert.deepEqual(r, { kind: 'route', provider: 'replicate', model: 'kwaivgi/kling-v2.0', via: 'pinned', reason: 'single-route' });
+    const none = routeNextAttempt(task(), [], { ...opts, held: new Set([...held, 'replicate kwaivgi/kling-v2.0']) });
+    assert.equal(none.kind, 'rejected');
+  });
+
   test('once every compatible provider rejected, the family is tried again rather than given up early', () => {
     const r = routeNextAttempt(task(), [attempt(1, 'kling', 'REJECTED'), attempt(2, 'fal', 'REJECTED')], {
       ...opts,
