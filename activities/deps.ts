@@ -100,6 +100,8 @@ export interface TaskActivityDeps {
     readonly maxSubmitAttempts: number;
     /** Throttled creates (429) per task before it fails; they do not count against maxSubmitAttempts. */
     readonly maxThrottledSubmits: number;
+    /** A capped provider model is asked again at the next UTC midnight or after this, whichever is first (docs/decisions/0070). */
+    readonly capRecheckMs: number;
     /**
      * Create quota per provider over the adapter's documented one (config PROVIDER_CREATE_QUOTAS):
      * the submit claims' shared pace (domain/create-pace.ts, activities/create-pace.ts).

@@ -50,7 +50,7 @@ const unavailable = (message: string, retryAfterMs: number) =>
   });
 
 /** Which guard refused a claim, and why (the labels of vidorch_provider_refusals_total). */
-export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget' | 'pace' | 'send_by';
+export type RefusalGuard = 'breaker' | 'bulkhead' | 'retry_budget' | 'pace' | 'send_by' | 'daily_cap';
 export type RefusalCounts = Readonly<Record<string, number>>;
 
 /** What admit() granted: the breaker's ticket and the bulkhead's limit and ceiling now (Infinity: none). */
@@ -240,6 +240,17 @@ export class ProviderGuard {
   lapsed(provider: string, ticket: BreakerTicket, attemptNo: number): void {
     this.release(provider, ticket, attemptNo);
     count(this.state(provider), 'send_by', 'lapsed');
+  }
+
+  /**
+   * The provider's daily allowance of creates for the model is spent (docs/decisions/0070): a claim
+   * that waits for the reset before admission ("daily_cap/waiting"), or a create it refused
+   * ("daily_cap/refused", given back as release(): the provider's answer is no trouble of its own,
+   * so the breaker does not count it).
+   */
+  capped(provider: string, refused?: { readonly ticket: BreakerTicket; readonly attemptNo: number }): void {
+    if (refused) this.release(provider, refused.ticket, refused.attemptNo);
+    count(this.state(provider), 'daily_cap', refused ? 'refused' : 'waiting');
   }
 
   /**

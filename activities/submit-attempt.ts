@@ -31,6 +31,8 @@ import { providerInput } from './provider-input';
 import { earlierJobEvidence } from '../db/job-evidence';
 import type { InboxApply } from './apply-inbox';
 import { parkOnSecondJob, takeBackEarlierJob } from './earlier-job';
+import { gateCreateCap, liftCreateCap, markAttemptCapped, recordCapRefusal } from '../db/create-cap';
+import { capResetAt, capWaitMs } from '../domain/create-cap';
 
 /** A guard ticket taken by a claim, to give back if the claim does not stand. */
 interface Admitted {
@@ -61,6 +63,8 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
   const guard = deps.providerGuard;
   const tokens = createCallbackTokens(deps.settings.callbackTokenSecret);
   const now = () => deps.clock.now();
+  // A probe of a capped model holds the cap this long while its create is answered (docs/decisions/0070).
+  const capProbeMs = deps.settings.submitSendWindowMs + 2 * deps.settings.providerCallTimeoutMs;
   const pollAt = () => new Date(now().getTime() + nextPollInterval(null, deps.settings.pollInitialMs, deps.settings.pollMaxMs, Math.random));
 
   /** SUBMITTING → SUBMIT_UNKNOWN; the task follows only when this attempt is active and its CAS took effect. */
@@ -160,8 +164,17 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     }
     // A mode that forbids new cost stops here, before the attempt is claimed: it stays PREPARED.
     if (modeForbids(mode, 'submit')) throw new ModePausedError(mode, 'submit');
-    // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
     const capabilities = providerFor(deps, attempt.provider).capabilities;
+    // The model's daily allowance at the provider is spent: the attempt waits for the reset, unsent
+    // and holding no slot; past the reset one claim probes it (docs/decisions/0070).
+    if (capabilities.createCap) {
+      const cap = await gateCreateCap(tx, attempt.provider, attempt.provider_model, now(), capProbeMs);
+      if (cap.kind === 'wait') {
+        await markAttemptCapped(tx, attempt.attempt_id, now(), cap.until);
+        guard.capped(attempt.provider);
+        return { kind: 'capped' as const, task, waitMs: capWaitMs(now(), cap.until, task.deadline_at, deps.settings.providerCallTimeoutMs) };
+      }
+    }
     // A waiter back after its fallback timer looks at its own row without the provider's lock and
     // keeps waiting for its grant, unless a slot is free for it (docs/providers.md "The slot queue").
     const look = await recheckWait(tx, attempt.attempt_id, attempt.provider, now(), deps.settings.slotQueue.grantTtlMs);
@@ -173,6 +186,7 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
         return { kind: 'waiting' as const, task };
       }
     }
+    // The breaker: an attempt that may not go now stays PREPARED (and retries after the delay).
     const pace = createPaceOf(deps.settings.createQuotas, attempt.provider, capabilities);
     const admission = await guard.admit(tx, attempt.provider, capabilities, attempt.attempt_no, { paced: pace !== null });
     const { ticket } = admission;
@@ -232,17 +246,55 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
   }
 
   /** Phase 3: record the outcome of the one call, under the claim's token; the facts after it. */
-  async function record(token: FenceToken, taskId: string, attemptId: string, outcome: SubmitOutcome): Promise<{ retryInMs: number | null; facts: TaskFacts }> {
+  async function record(
+    token: FenceToken,
+    taskId: string,
+    attemptId: string,
+    outcome: SubmitOutcome,
+  ): Promise<{ retryInMs: number | null; waitMs: number | null; facts: TaskFacts }> {
     const { value, facts } = await inTaskTransaction(deps.db, deps.fence, taskId, (tx, lock) => recordLocked(tx, token, taskId, lock, attemptId, outcome), {
       token,
       facts: now,
       activeAttempt: true,
     });
     if (!facts) throw notFound(`task ${taskId}`);
-    return { retryInMs: value, facts };
+    return typeof value === 'number' || value === null ? { retryInMs: value, waitMs: null, facts } : { retryInMs: null, waitMs: value.capWaitMs, facts };
   }
 
-  async function recordLocked(tx: Tx, token: FenceToken, taskId: string, lock: TaskLock, attemptId: string, outcome: SubmitOutcome): Promise<number | null> {
+  /**
+   * The provider refused the create for the model's spent daily allowance (docs/decisions/0070): no
+   * job, and no rejection either. The attempt goes back to PREPARED, the same id (the provider keeps
+   * no key of ours), to be claimed after the reset; the model is capped until then for every claim.
+   */
+  async function waitForCap(tx: Tx, task: TaskRow, attempt: AttemptRow, outcome: Extract<SubmitOutcome, { kind: 'rejected' }>) {
+    const at = now();
+    const until = capResetAt(at, outcome.retryAfterMs, deps.settings.capRecheckMs);
+    await recordCapRefusal(tx, attempt.provider, attempt.provider_model, at, until, storableText(outcome.reason.slice(0, 2000)));
+    const back = await casAttempt(
+      tx,
+      attempt.attempt_id,
+      { from: 'SUBMITTING' },
+      {
+        submit_state: 'PREPARED',
+        submit_started_at: null,
+        send_by: null,
+        capped_since: sql`coalesce(${taskAttempt.capped_since}, ${at})`,
+        capped_until: until,
+        last_error: storableText(outcome.reason.slice(0, 2000)),
+      },
+    );
+    if (!drivesTask(task, attempt.attempt_id, back)) return null;
+    return { capWaitMs: capWaitMs(at, until, task.deadline_at, deps.settings.providerCallTimeoutMs) };
+  }
+
+  async function recordLocked(
+    tx: Tx,
+    token: FenceToken,
+    taskId: string,
+    lock: TaskLock,
+    attemptId: string,
+    outcome: SubmitOutcome,
+  ): Promise<number | { readonly capWaitMs: number } | null> {
     const { task, attempt: active } = lock;
     if (!task) throw notFound(`task ${taskId}`);
     // The claimed attempt is the active one unless the task moved on meanwhile (then read it).
@@ -283,6 +335,8 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
             return null;
           }
         }
+        // A capped model's create went through: its allowance has room again (docs/decisions/0070).
+        if (providerFor(deps, attempt.provider).capabilities.createCap) await liftCreateCap(tx, attempt.provider, attempt.provider_model);
         if (!drivesTask(task, attemptId, moved)) return null;
         const d = decide(from, { type: 'SUBMIT_ACCEPTED' });
         if (d.kind === 'move') {
@@ -294,6 +348,7 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
         await markUnknown(tx, token, task, attempt, outcome.reason);
         return null;
       case 'rejected': {
+        if (outcome.capped) return waitForCap(tx, task, attempt, outcome);
         // A throttle refused the request for now, not the request itself: it is counted apart
         // from the rejections MAX_SUBMIT_ATTEMPTS bounds (docs/decisions/0057).
         const throttled = isThrottle(outcome);
@@ -355,6 +410,8 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
     if (claimed.kind === 'waiting') return { facts, retryInMs: null, waitMs: waitFor(claimed.task) };
     // The create pace lets it ask again then (a wake, a cancel, ends the sleep sooner).
     if (claimed.kind === 'paced') return { facts, retryInMs: null, waitMs: paceWait(claimed.task, claimed.waitMs) };
+    // The model's daily allowance is spent: until its reset (a wake, e.g. a cancel, ends the sleep sooner).
+    if (claimed.kind === 'capped') return { facts, retryInMs: null, waitMs: claimed.waitMs };
     // Re-routed while waiting: the workflow claims again at once, on the new provider.
     if (claimed.kind === 'rerouted') return { facts, retryInMs: null, waitMs: null };
     const { task, attempt, ticket, token, sendBy } = claimed;
@@ -402,10 +459,11 @@ export function createSubmitActivities(deps: TaskActivityDeps, apply: InboxApply
       deps.routeStats.recordSubmitLatency(attempt.provider, Date.now() - callStarted);
     }
     if (cancelledBeforeCall) guard.release(attempt.provider, ticket, attempt.attempt_no);
+    else if (outcome.kind === 'rejected' && outcome.capped) guard.capped(attempt.provider, { ticket, attemptNo: attempt.attempt_no });
     else guard.report(attempt.provider, ticket, outcome, attempt.attempt_no);
     ctx.log.info('provider submit outcome', { taskId, attemptId: attempt.attempt_id, outcome: outcome.kind });
     const recorded = await record(token, taskId, attempt.attempt_id, outcome);
-    return { facts: recorded.facts, retryInMs: recorded.retryInMs, waitMs: null };
+    return { facts: recorded.facts, retryInMs: recorded.retryInMs, waitMs: recorded.waitMs };
   }
 
   return {

@@ -85,7 +85,7 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
     cancel_requested: d.task.cancel_requested_at !== null,
     /** The active attempt's latest provider progress; null when the provider has said none (or the job is finished). */
     progress: active?.progress ? presentProgress(attemptProgress(active)) : null,
-    /** Waiting for a provider slot: the place in the provider's queue (1 = next), how long, and why. */
+    /** Waiting for a provider slot (the place in the provider's queue, 1 = next) or its daily allowance: how long, why, until when. */
     queue: d.queue
       ? {
           provider: d.queue.provider,
@@ -95,6 +95,13 @@ export async function presentTask(d: Detail, stores: OutputStores, ttlSeconds: n
           waited_seconds: Math.max(0, Math.round((Date.now() - d.queue.since.getTime()) / 1000)),
           // A grant dated ahead is a slot held until the task's moment in the provider's create pace.
           reason: d.queue.grantedAt ? (d.queue.grantedAt.getTime() > Date.now() ? 'paced' : 'granted') : (d.queue.reason ?? 'provider_full'),
+          // When the submit may go: its moment in the pace, or the reset of the provider's daily allowance.
+          until:
+            'until' in d.queue
+              ? d.queue.until.toISOString()
+              : d.queue.grantedAt && d.queue.grantedAt.getTime() > Date.now()
+                ? d.queue.grantedAt.toISOString()
+                : null,
         }
       : null,
     output: deliverable

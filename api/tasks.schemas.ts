@@ -152,11 +152,12 @@ export const taskDetail = z
         reason: z
           .string()
           .describe(
-            "Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows; paced: a slot is its own, the submit waits for its moment in the provider's create pace",
+            "Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows; paced: a slot is its own, the submit waits for its moment in the provider's create pace; daily_cap: the provider's daily allowance of generations for the model is spent, the submit waits unsent for its reset (bounded by the task's deadline)",
           ),
+        until: timestamp.nullable().describe('paced: the moment the submit may go; daily_cap: when the allowance is asked again; null otherwise'),
       })
       .nullable()
-      .describe('Waiting for a provider slot (docs/providers.md "The slot queue"); null otherwise'),
+      .describe('Waiting for a provider slot (docs/providers.md "The slot queue") or for its daily allowance (daily_cap); null otherwise'),
     output: taskOutput.nullable(),
     attempts: z.array(
       z.object({

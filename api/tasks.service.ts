@@ -1,6 +1,7 @@
 // Task admission and reads against the fact source. Creation is one transaction of one statement
 // (db/task-admission.ts): task row (unique tenant + Idempotency-Key), outbox row, first
 // transition, credit reservation.
+import { capWaitOf } from '../db/create-cap';
 import { taskSlotWait } from '../db/slot-queue';
 import { createHash, randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, lt, or } from 'drizzle-orm';
@@ -201,8 +202,11 @@ export async function getTaskDetail(db: Db, tenantId: string, taskId: string) {
     db.select().from(creditLedger).where(eq(creditLedger.task_id, taskId)).orderBy(asc(creditLedger.created_at)),
     db.select().from(asset).where(eq(asset.task_id, taskId)),
   ]);
-  // Only a task about to call its provider can wait for a slot (docs/providers.md "The slot queue").
-  const queue = task.status === 'SUBMITTING' ? await taskSlotWait(db, taskId, new Date()) : null;
+  // Only a task about to call its provider can wait for a slot (docs/providers.md "The slot queue"),
+  // or for its provider's daily allowance to reset (docs/decisions/0070).
+  const slot = task.status === 'SUBMITTING' ? await taskSlotWait(db, taskId, new Date()) : null;
+  const active = attempts.find((a) => a.attempt_id === task.active_attempt_id);
+  const queue = slot ?? (task.status === 'SUBMITTING' && active ? await capWaitOf(db, active) : null);
   return { task, attempts, transitions, ledger, assets, queue };
 }
 

@@ -455,6 +455,15 @@ export const envSchema = z.object({
    * provider's reset, not a rejection of the request (docs/decisions/0057). The task's deadline
    * bounds them too.
    */
+  /**
+   * A provider model whose daily allowance of creates is spent (Runway's 429 on create) is asked
+   * again, by one create, at the next UTC midnight or after this long, whichever comes first:
+   * Runway documents a 24-hour window and no reset moment (docs/decisions/0070).
+   */
+  PROVIDER_CAP_RECHECK_MS: setting(
+    "A provider model whose daily allowance of creates is spent (Runway's 429 on create) is asked again by one create at the next UTC midnight or after this long, whichever comes first; meanwhile its tasks wait unsent, bounded by their deadline (docs/decisions/0070).",
+    z.coerce.number().int().min(1_000).max(86_400_000).default(900_000),
+  ),
   MAX_THROTTLED_SUBMITS: setting(
     "Creates a provider may throttle (HTTP 429) before the task fails: each waits for the provider's reset, and the task's deadline bounds them too (docs/decisions/0057).",
     z.coerce.number().int().min(0).max(1_000).default(20),

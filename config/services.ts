@@ -110,6 +110,7 @@ export function activitySettings(config: Config): TaskActivityDeps['settings'] {
     callbackHealthyWindowMs: config.CALLBACK_HEALTHY_WINDOW_MS,
     maxSubmitAttempts: config.MAX_SUBMIT_ATTEMPTS,
     maxThrottledSubmits: config.MAX_THROTTLED_SUBMITS,
+    capRecheckMs: config.PROVIDER_CAP_RECHECK_MS,
     createQuotas: perProvider(config.PROVIDER_CREATE_QUOTAS),
     providerCallTimeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
     slotQueue: {

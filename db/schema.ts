@@ -204,6 +204,13 @@ export const taskAttempt = pgTable(
      * a job (db/job-evidence.ts), though it is not readable yet.
      */
     key_taken_at: ts('key_taken_at'),
+    /**
+     * Addition (the provider's daily cap, docs/decisions/0070): when this attempt first found its
+     * provider's create allowance spent (a Runway 429 on create) and waited for the reset, unsent.
+     */
+    capped_since: ts('capped_since'),
+    /** The reset it waits for (provider_create_cap.capped_until when it last looked); kept after it sends. */
+    capped_until: ts('capped_until'),
   },
   (t) => [
     uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
@@ -560,6 +567,29 @@ export const providerControl = pgTable(
   ],
 );
 export type ProviderControlRow = typeof providerControl.$inferSelect;
+
+/**
+ * Addition (docs/decisions/0070): a provider model whose account allowance of creates is spent
+ * for now (Runway: a 429 on create is the tier's daily generation cap, per model). Until
+ * `capped_until` no claim of that model calls the provider: each waits, unsent. Past it one claim
+ * (the probe) moves it on by the probe's lease and calls; an accepted create deletes the row, a
+ * refused one sets the next reset.
+ */
+export const providerCreateCap = pgTable(
+  'provider_create_cap',
+  {
+    provider: text('provider').notNull(),
+    provider_model: text('provider_model').notNull(),
+    capped_until: ts('capped_until').notNull(),
+    /** The first refusal of this spell. */
+    capped_at: ts('capped_at').notNull(),
+    /** Refused creates in this spell (the first and every probe's). */
+    refusals: integer('refusals').notNull().default(1),
+    last_error: text('last_error'),
+  },
+  (t) => [primaryKey({ columns: [t.provider, t.provider_model] })],
+);
+export type ProviderCreateCapRow = typeof providerCreateCap.$inferSelect;
 
 /**
  * Addition: one row per reconciler run (reconcilers/run.ts): what it examined, what it found and

@@ -189,7 +189,7 @@ export function registerResilienceGauges(
 ): void {
   new Counter({
     name: 'vidorch_provider_refusals_total',
-    help: 'Submit claims refused or sent to wait by this process, per provider: guard (breaker, bulkhead, retry_budget, pace, send_by) and reason (open, forced-open, probes-busy, recovering, strict; full, ramp; spent; pace: wait, a claim that may not create yet by the create pace; send_by: lapsed, a claim that reached its call past its send-by moment and sent nothing)',
+    help: 'Submit claims refused or sent to wait by this process, per provider: guard (breaker, bulkhead, retry_budget, pace, send_by, daily_cap) and reason (open, forced-open, probes-busy, recovering, strict; full, ramp; spent; pace: wait, a claim that may not create yet by the create pace; send_by: lapsed, a claim that reached its call past its send-by moment and sent nothing; daily_cap: waiting, a claim that waits for the reset of the daily allowance of its model, refused, a create the provider refused for it)',
     labelNames: ['provider', 'guard', 'reason'],
     registers: [registry],
     collect() {

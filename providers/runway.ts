@@ -51,6 +51,10 @@ export const RUNWAY_CAPABILITIES: ProviderCapabilities = {
   pollOnly: true,
   queuesExcessWork: true,
   canCancel: true,
+  // "There is no maximum requests-per-minute limit, as long as your requests are within your maximum
+  // daily generations limit"; over it "a 429 Too Many Requests response to the task creation request"
+  // (docs.dev.runwayml.com/usage/tiers). So every 429 on create is the daily cap.
+  createCap: 'daily',
   // Not documented: THROTTLED tasks may wait long for the account's slots (PROVIDER_MAX_RUN_MS overrides).
   maxRunMs: 6 * 3_600_000,
 };
@@ -184,12 +188,14 @@ export function createRunwayAdapter(opts: RunwayAdapterOptions): ProviderAdapter
     const hdrs = { ...headers(true), 'x-request-id': req.attemptId };
     const answer = await http.send(`${base}${path}`, { method: 'POST', route: path, headers: hdrs, body: text }, req.signal);
     if ('kind' in answer) return answer;
-    return http.classifySubmit(answer, (json) => {
+    const outcome = http.classifySubmit(answer, (json) => {
       const p = createAnswerSchema.safeParse(json);
       if (!p.success) return { malformed: p.error.message };
       // The create answer is only {id}; the task starts PENDING (or THROTTLED), both accepted.
       return runwayTaskToJob({ id: p.data.id, status: 'PENDING' });
     });
+    // A 429 on create is the tier's daily generation cap (RUNWAY_CAPABILITIES.createCap): wait for the reset.
+    return outcome.kind === 'rejected' && outcome.status === 429 ? { ...outcome, capped: 'daily' } : outcome;
   }
 
   async function readTask(jobId: string, what: string, signal?: AbortSignal): Promise<RunwayTask> {

@@ -89,6 +89,12 @@ export interface ProviderCapabilities {
    * waits for it to become readable. Anything else proves nothing.
    */
   readonly resendable?: boolean;
+  /**
+   * 'daily': the provider caps the account's creates per model per day and answers a create over it
+   * with 429 (Runway's usage tiers); such a refusal waits for the reset as a fact of the model
+   * (db/create-cap.ts), and every claim of a capped model waits with it (docs/decisions/0070).
+   */
+  readonly createCap?: 'daily';
   /** False when the provider has no cancel API (Kling): cancel() is then a no-op and the job runs to its end. */
   readonly canCancel?: boolean;
   /**
@@ -135,6 +141,12 @@ export type SubmitOutcome =
       readonly status: number | null;
       readonly retryAfterMs: number | null;
       readonly reason: string;
+      /**
+       * The account's allowance of creates for a period is spent (Runway: a 429 on create is the
+       * tier's daily generation cap, `capabilities.createCap`): not a rejection of the request and
+       * not one of the task's attempts; the attempt waits unsent for the reset (docs/decisions/0070).
+       */
+      readonly capped?: 'daily';
     }
   /**
    * The request may have reached the provider: timeout, reset after sending, 5xx after sending.

@@ -520,7 +520,7 @@ export interface components {
                 logs: string | null;
                 at: string | null;
             } | null;
-            /** @description Waiting for a provider slot (docs/providers.md "The slot queue"); null otherwise */
+            /** @description Waiting for a provider slot (docs/providers.md "The slot queue") or for its daily allowance (daily_cap); null otherwise */
             queue: {
                 provider: string;
                 /** @description Place in the provider's slot queue, 1 = next (a prediction: priorities, fair shares and aging decide); null once granted */
@@ -530,8 +530,10 @@ export interface components {
                 /** Format: date-time */
                 since: string;
                 waited_seconds: number;
-                /** @description Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows; paced: a slot is its own, the submit waits for its moment in the provider's create pace */
+                /** @description Why it waits: provider_full, tenant_provider_cap, tenant_total_cap or queued_behind; granted: a slot is its own, the submit follows; paced: a slot is its own, the submit waits for its moment in the provider's create pace; daily_cap: the provider's daily allowance of generations for the model is spent, the submit waits unsent for its reset (bounded by the task's deadline) */
                 reason: string;
+                /** @description paced: the moment the submit may go; daily_cap: when the allowance is asked again; null otherwise */
+                until: string | null;
             } | null;
             output: {
                 /** @description Presigned; valid for expires_in_seconds; null once the output is deleted */

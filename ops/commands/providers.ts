@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { printProviderQueue, printProviderStatus } from '../print';
 import { changeProviderControl, providerStatus, type ProviderControlChange } from '../providers';
 import { providerQueueReport } from '../capacity';
+import { capsReport, printCaps } from '../provider-outcomes';
 import { actor, duration, adapterLimits, providerName, inFlightLimit, print, withDb } from './context';
 
 export function registerProviderCommands(program: Command): void {
@@ -59,5 +60,14 @@ export function registerProviderCommands(program: Command): void {
     .action(async (p: string, o: { json: boolean }) => {
       const report = await withDb((d) => providerQueueReport(d.db, p));
       print(o.json, report, () => printProviderQueue(report));
+    });
+
+  provider
+    .command('caps')
+    .description("provider models whose daily allowance of creates is spent (Runway's 429 on create): until when, refusals, tasks waiting unsent")
+    .option('--json', 'print one JSON line', false)
+    .action(async (o: { json: boolean }) => {
+      const report = await withDb((d) => capsReport(d.db));
+      print(o.json, report, () => printCaps(report));
     });
 }

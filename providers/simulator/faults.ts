@@ -80,6 +80,12 @@ export const faultConfigSchema = z.strictObject({
    * once (over SIMULATOR_KLING_VISIBLE_AFTER_MS).
    */
   kling_visible_after_ms: z.number().int().min(0).max(3_600_000).optional(),
+  /**
+   * Runway: the account's generations per model in the window (`runway_daily_window_ms`, default a
+   * day); a create over it is answered 429 and creates nothing, as Runway's usage tiers document.
+   */
+  runway_daily_generations: z.number().int().min(0).optional(),
+  runway_daily_window_ms: z.number().int().min(1).max(86_400_000).optional(),
   /** Kling: what a get of an id it does not serve answers (over SIMULATOR_KLING_NOT_FOUND). */
   kling_not_found: z.enum(['404-1203', '400-1201']).optional(),
   /**

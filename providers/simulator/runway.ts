@@ -7,6 +7,7 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { JobStore, simFraction, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
+import type { FaultConfig } from './faults';
 import { runSubmit } from './submit-faults';
 
 export const SIM_RUNWAY_DEFAULTS = { apiSecret: 'sim-runway-secret-0123456789', concurrency: 2, version: '2024-11-06' } as const;
@@ -69,6 +70,24 @@ const STATUS: Record<SimJob['phase'], string> = {
   canceled: 'CANCELLED',
 };
 
+/** The account's generations per model over the window: what Runway's tier caps a day (faults `runway_daily_*`). */
+function dailyGenerations() {
+  const created = new Map<string, number[]>();
+  const recent = (model: string, windowMs: number): number[] => {
+    const since = Date.now() - windowMs;
+    const kept = (created.get(model) ?? []).filter((t) => t > since);
+    created.set(model, kept);
+    return kept;
+  };
+  return {
+    spent: (model: string, c: FaultConfig): boolean =>
+      c.runway_daily_generations !== undefined && recent(model, c.runway_daily_window_ms ?? 86_400_000).length >= c.runway_daily_generations,
+    count: (model: string): void => {
+      created.set(model, [...(created.get(model) ?? []), Date.now()]);
+    },
+  };
+}
+
 export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
   const store = new JobStore({
     prefix: 'runway',
@@ -93,6 +112,7 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     ...(job.phase === 'failed' ? { failure: job.error, failureCode: 'INTERNAL.BAD_OUTPUT' } : {}),
   });
 
+  const generations = dailyGenerations();
   const r = express.Router();
   r.get('/files/:id/output.mp4', store.serveOutput);
   r.use((req: Request, res: Response, next: NextFunction) => {
@@ -112,14 +132,22 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     if (!parsed.success) return void res.status(400).json({ error: 'Validation of body failed', issues: parsed.error.issues });
     const body: RunwayBody = parsed.data;
     const config = deps.faults.for('runway');
+    // "Maximum daily generations … If you exceed this limit, you'll receive a 429 Too Many Requests
+    // response to the task creation request" (usage tiers; the body is not documented).
+    if (generations.spent(body.model, config)) {
+      deps.faults.submits.record('runway', req.get('x-request-id') ?? null, 'rate_limit');
+      return void res.status(429).json({ error: 'You have exceeded your daily generation limit for this model' });
+    }
     runSubmit(req, res, deps.faults.takeSubmitFault('runway', undefined, req.get('x-request-id') ?? null), config, deps.pendingAnswers, {
-      create: () =>
-        store.create({
+      create: () => {
+        generations.count(body.model);
+        return store.create({
           model: body.model,
           input: { prompt: body.promptText ?? '', duration: body.duration ?? 10 },
           token: req.get('x-request-id') ?? null,
           webhook: null,
-        }),
+        });
+      },
       answer: (job) => void res.json({ id: job.id, estimatedCost: credits(job) }),
       errorBeforeAccept: () => void res.status(500).json({ error: 'An unexpected error occurred' }),
       errorAfterAccept: () => void res.status(502).json({ error: 'Bad gateway' }),
