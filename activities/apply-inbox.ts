@@ -11,6 +11,7 @@ import { callbackInbox, generationTask, taskAttempt, taskTransition, type Attemp
 import { casTaskStatus } from '../db/tasks';
 import type { TaskFacts } from '../domain/facts';
 import { FINISHED_PROVIDER_JOB_STATES, GONE_AFTER_CANCEL } from '../domain/states';
+import { providerCost } from '../domain/provider-cost';
 import { attemptStateFor, decide } from '../domain/task-machine';
 import type { ProviderJob } from '../providers/types';
 import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
@@ -139,6 +140,17 @@ export function createInboxApply(deps: TaskActivityDeps): InboxApply {
     // A finished job has no progress left to show; a read that says nothing leaves the last one.
     const progress = FINISHED_PROVIDER_JOB_STATES.includes(job.state) ? null : job.progress;
     const ttlMs = providerFor(deps, attempt.provider).capabilities.outputUrlTtlMs;
+    // The job's end records what it cost us, once: a repeated or later read of the ended job changes nothing.
+    const cost =
+      FINISHED_PROVIDER_JOB_STATES.includes(job.state) && attempt.provider_cost_source === null
+        ? providerCost({
+            provider: attempt.provider,
+            model: attempt.provider_model,
+            state: job.state,
+            metrics: job.metrics,
+            requestedSeconds: task.request.duration_seconds,
+          })
+        : null;
     await casAttempt(
       tx,
       attempt.attempt_id,
@@ -152,6 +164,7 @@ export function createInboxApply(deps: TaskActivityDeps): InboxApply {
           ? { output_url: job.outputUrl, output_deadline_at: new Date((job.updatedAt ?? deps.clock.now()).getTime() + ttlMs) }
           : {}),
         ...(job.metrics ? { provider_metrics: job.metrics } : {}),
+        ...(cost ? { provider_cost: cost.amount, provider_cost_unit: cost.unit, provider_cost_source: cost.source, provider_cost_at: deps.clock.now() } : {}),
         // The latest progress the provider gave; its change wakes the event streams (docs/events.md).
         ...(progress !== undefined ? { progress, progress_at: deps.clock.now() } : {}),
         ...(job.error ? { last_error: job.error.slice(0, 2000) } : {}),

@@ -21,6 +21,7 @@ import {
 } from 'drizzle-orm/pg-core';
 import type { ProviderProgress } from '../domain/progress';
 import type { MediaInfo } from '../domain/media-info';
+import { PROVIDER_COST_SOURCES, type ProviderCostSource, type ProviderCostUnit } from '../domain/provider-cost';
 import type { ReconcileCursor, ReconcileFinding } from '../domain/reconcile-report';
 import { ATTEMPT_STATES, LEDGER_ENTRY_TYPES, SYSTEM_MODES, TASK_STATES, type AttemptState, type TaskStatus } from '../domain/states';
 import type { TaskRequest } from '../domain/task-request';
@@ -211,6 +212,15 @@ export const taskAttempt = pgTable(
     capped_since: ts('capped_since'),
     /** The reset it waits for (provider_create_cap.capped_until when it last looked); kept after it sends. */
     capped_until: ts('capped_until'),
+    /**
+     * Addition (docs/decisions/0071): what the provider job cost us, written once, in the
+     * transaction that applies the job's end (domain/provider-cost.ts): the amount in `provider_cost_unit`
+     * (null when unknown) and whether the provider reported it or it was computed from a published price.
+     */
+    provider_cost: money('provider_cost'),
+    provider_cost_unit: text('provider_cost_unit').$type<ProviderCostUnit>(),
+    provider_cost_source: text('provider_cost_source').$type<ProviderCostSource>(),
+    provider_cost_at: ts('provider_cost_at'),
   },
   (t) => [
     uniqueIndex('task_attempt_task_attempt_no').on(t.task_id, t.attempt_no),
@@ -220,6 +230,8 @@ export const taskAttempt = pgTable(
       .on(t.next_poll_at)
       .where(sql`${t.submit_state} IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')`),
     check('task_attempt_submit_state_check', sql`${t.submit_state} IN (${inList(ATTEMPT_STATES)})`),
+    check('task_attempt_provider_cost_source_check', sql`${t.provider_cost_source} IS NULL OR ${t.provider_cost_source} IN (${inList(PROVIDER_COST_SOURCES)})`),
+    check('task_attempt_provider_cost_nonneg', sql`${t.provider_cost} IS NULL OR ${t.provider_cost} >= 0`),
     // The bulkhead counts a provider's jobs in flight from these facts.
     index('idx_attempt_provider_in_flight')
       .on(t.provider)

@@ -76,6 +76,8 @@ export const runwayTaskSchema = z.looseObject({
   failure: z.string().nullish(),
   failureCode: z.string().nullish(),
   progress: z.number().nullish(),
+  /** "Final cost in credits for a terminal task. Fully refunded tasks report 0" (SDK TaskRetrieveResponse). */
+  cost: z.looseObject({ credits: z.number().nullish() }).nullish(),
 });
 export type RunwayTask = z.infer<typeof runwayTaskSchema>;
 
@@ -90,7 +92,7 @@ export function runwayTaskToJob(t: RunwayTask): ProviderJob {
     outputUrl: t.output?.[0] ?? null,
     error: t.failure ? `${t.failureCode ? `${t.failureCode}: ` : ''}${t.failure}` : null,
     correlationToken: null,
-    metrics: numericMetrics({ progress: t.progress }),
+    metrics: numericMetrics({ progress: t.progress, cost_credits: t.cost?.credits }),
     // "A float between 0 and 1 indicating the progress of the task", present while RUNNING.
     progress: t.status === 'RUNNING' ? providerProgress({ fraction: t.progress }) : null,
   };
