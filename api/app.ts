@@ -16,6 +16,8 @@ import { systemRoutes } from './system.routes';
 import { taskHandlers } from './tasks.handlers';
 import { taskRoutes } from './tasks.routes';
 import { webhookHandlers } from './webhooks.handlers';
+import { usageHandlers } from './usage.handlers';
+import { usageRoutes } from './usage.routes';
 import { webhookEndpointRoutes } from './webhooks.routes';
 import { unstorableTextAt } from '../db/storable';
 
@@ -107,6 +109,7 @@ export function createApp(ctx: ApiContext): express.Express {
   mountRoute(v1, '/v1', w.rotateSecret, write, webhooks.rotateSecret);
   mountRoute(v1, '/v1', w.deliveries, read, webhooks.deliveries);
   mountRoute(v1, '/v1', w.redeliver, write, webhooks.redeliver);
+  mountRoute(v1, '/v1', usageRoutes.get, read, usageHandlers(ctx).get);
   // Live events (docs/events.md): text/event-stream, one read of the rate limit per stream opened.
   const events = eventHandlers(ctx);
   mountRoute(v1, '/v1', eventRoutes.task, read, events.task);

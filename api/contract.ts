@@ -18,6 +18,8 @@ export interface ContentContract {
 export interface ResponseContract {
   readonly description: string;
   readonly content?: ContentContract;
+  /** The same answer in other media types, chosen by the request's Accept (e.g. text/csv). */
+  readonly alternatives?: readonly ContentContract[];
   /** Response headers; an optional key is a header that is not always sent. */
   readonly headers?: z.ZodObject;
 }
@@ -112,7 +114,9 @@ function content(c: ContentContract | undefined) {
 }
 
 function response(r: ResponseContract): ZodOpenApiResponseObject {
-  return { description: r.description, ...(r.content ? { content: content(r.content) } : {}), ...(r.headers ? { headers: r.headers } : {}) };
+  const all = [...(r.content ? [r.content] : []), ...(r.alternatives ?? [])];
+  const body = all.length ? { content: Object.assign({}, ...all.map(content)) as ReturnType<typeof content> } : {};
+  return { description: r.description, ...body, ...(r.headers ? { headers: r.headers } : {}) };
 }
 
 function responses(rs: Readonly<Record<number, ResponseContract>>) {

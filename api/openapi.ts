@@ -7,6 +7,7 @@ import { eventRoutes } from './events.routes';
 import { openApiDocument, type RouteContract, type WebhookContract } from './contract';
 import { systemRoutes } from './system.routes';
 import { taskRoutes } from './tasks.routes';
+import { usageRoutes } from './usage.routes';
 import { webhookEndpointRoutes, webhookEvents } from './webhooks.routes';
 
 export const API_VERSION = '0.1.0';
@@ -14,6 +15,7 @@ export const API_VERSION = '0.1.0';
 export const API_ROUTES: readonly RouteContract[] = [
   ...Object.values(taskRoutes),
   ...Object.values(webhookEndpointRoutes),
+  ...Object.values(usageRoutes),
   ...Object.values(eventRoutes),
   ...Object.values(callbackRoutes),
   ...Object.values(systemRoutes),

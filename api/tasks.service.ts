@@ -46,6 +46,8 @@ export async function createTask(
   token: FenceToken,
   args: {
     tenantId: string;
+    /** The API key that asked (usage per key, db/usage.ts); absent for creates made outside the API. */
+    apiKeyId?: string;
     idempotencyKey: string;
     body: CreateTaskBody;
     /** The deadline of a request that names none (TASK_DEADLINE_SECONDS). */
@@ -88,6 +90,7 @@ export async function createTask(
         taskId,
         outboxEventId,
         tenantId,
+        apiKeyId: args.apiKeyId ?? null,
         projectId: body.project_id ?? tenantId,
         idempotencyKey,
         requestHash: hash,

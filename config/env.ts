@@ -4,6 +4,7 @@
 // values serve development and tests only, and the production profile refuses them.
 import { z } from 'zod';
 import { pollQueueRate, QUOTA_WINDOW_S } from '../domain/poll-quota';
+import { PROVIDER_COST_UNITS } from '../domain/provider-cost';
 import { hostRuleProblem, isLoopbackHost } from '../net/host-rules';
 import { connectionProblems } from './connections';
 import {
@@ -483,6 +484,23 @@ export const envSchema = z.object({
           .refine((entries) => entries.every((e) => Number(e.split('=')[1]) > 0), 'quotas must be above 0'),
       )
       .default([]),
+  ),
+  /**
+   * What one unit of a provider's cost is worth in credits, per unit (domain/provider-cost.ts
+   * PROVIDER_COST_UNITS): `ops usage` turns the jobs' costs into credits with it to show a margin.
+   */
+  PROVIDER_COST_CREDITS: setting(
+    "Credits one unit of provider cost is worth, per unit, e.g. `USD=1,runway_credit=0.01` (the default: a credit is one US dollar, and Runway sells API credits at $0.01). `ops usage` shows a margin (charged - cost) only where every job's cost is known and its unit is listed (docs/decisions/0071).",
+    csv
+      .pipe(
+        z
+          .array(z.string().regex(/^[A-Za-z_]+=\d{1,12}(\.\d{1,6})?$/, 'entries are unit=credits, e.g. USD=1'))
+          .refine(
+            (entries) => entries.every((e) => (PROVIDER_COST_UNITS as readonly string[]).includes(e.split('=')[0]!)),
+            `units are ${PROVIDER_COST_UNITS.join(', ')}`,
+          ),
+      )
+      .default(['USD=1', 'runway_credit=0.01']),
   ),
   /**
    * A reconciliation lookup that misses proves the job was never created only once the provider

@@ -114,6 +114,8 @@ export const generationTask = pgTable(
     deadline_at: ts('deadline_at'),
     /** Media-step failures that were not the media's fault, counted toward the step's bound (docs/design.md §5 "Bounds"). */
     media_failures: integer('media_failures').notNull().default(0),
+    /** Addition (usage per key, docs/decisions/0071): the API key that created the task; null for tasks created before it was kept. */
+    api_key_id: uuid('api_key_id'),
   },
   (t) => [
     uniqueIndex('generation_task_tenant_idempotency_key').on(t.tenant_id, t.idempotency_key),

@@ -21,6 +21,8 @@ export interface TaskAdmission {
   readonly taskId: string;
   readonly outboxEventId: string;
   readonly tenantId: string;
+  /** The API key that asked; null for a create made outside the API. */
+  readonly apiKeyId: string | null;
   readonly projectId: string;
   readonly idempotencyKey: string;
   readonly requestHash: string;
@@ -77,10 +79,10 @@ export async function admitTask(tx: Tx, token: FenceToken, a: TaskAdmission): Pr
       FOR SHARE
     ), task AS (
       INSERT INTO generation_task (task_id, tenant_id, project_id, home_region, write_epoch, status, idempotency_key,
-          reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at)
+          reserved_amount, request_hash, request, provider, provider_model, priority, deadline_at, api_key_id)
       SELECT ${a.taskId}::uuid, ${a.tenantId}::uuid, ${a.projectId}::uuid, ${token.region}::text, ${token.epoch}::bigint, 'QUEUED', ${a.idempotencyKey}::text,
           ${a.cost}::numeric, ${a.requestHash}::text, ${JSON.stringify(a.request)}::jsonb, ${a.provider}::text, ${a.providerModel}::text,
-          ${a.priority}::int, now() + make_interval(secs => ${a.deadlineSeconds}::float8)
+          ${a.priority}::int, now() + make_interval(secs => ${a.deadlineSeconds}::float8), ${a.apiKeyId}::uuid
       FROM fence WHERE fence.mode = ANY (${CREATE_MODES_LITERAL}::text[])
       ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
       RETURNING *

@@ -13,6 +13,7 @@ import { registerTenantCommands } from './commands/tenants';
 import { registerWebhookCommands } from './commands/webhooks';
 import { registerDeployCommands } from './deploy';
 import { registerCatalogCommands } from './catalog-cli';
+import { costRates, registerUsageCommand } from './usage';
 
 const program = new Command('ops').description('vidorch operator commands').showHelpAfterError().enablePositionalOptions();
 for (const register of [
@@ -34,6 +35,7 @@ for (const register of [
         timeoutMs: config.PROVIDER_HTTP_TIMEOUT_MS,
       },
     }),
+  (p: Command) => registerUsageCommand(p, { withDb, print, rates: costRates(config.PROVIDER_COST_CREDITS) }),
 ]) {
   register(program);
 }

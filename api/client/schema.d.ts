@@ -164,6 +164,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's usage in a window, per day, model or API key, from the ledger
+         * @description Tasks whose reservation was closed in [from, to), with the credits charged and given back and the seconds delivered. Send `Accept: text/csv` for the same groups as a CSV download.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{id}/events": {
         parameters: {
             query?: never;
@@ -616,6 +636,37 @@ export interface components {
             deleted_at: string;
             /** @description Objects removed (video, thumbnail); 0 when repeated */
             objects_deleted: number;
+        };
+        Usage: {
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            /** @enum {string} */
+            group_by: "day" | "model" | "key";
+            groups: components["schemas"]["UsageGroup"][];
+            totals: {
+                /** @description Tasks whose reservation was closed (charged or released) in the window */
+                tasks: number;
+                /** @description Seconds of video delivered by those that succeeded (as measured), a decimal string */
+                seconds: string;
+                /** @description Credits charged */
+                charged: string;
+                /** @description Credits reserved and given back (released or refunded) */
+                refunded: string;
+            };
+        };
+        UsageGroup: {
+            /** @description Tasks whose reservation was closed (charged or released) in the window */
+            tasks: number;
+            /** @description Seconds of video delivered by those that succeeded (as measured), a decimal string */
+            seconds: string;
+            /** @description Credits charged */
+            charged: string;
+            /** @description Credits reserved and given back (released or refunded) */
+            refunded: string;
+            /** @description The day (YYYY-MM-DD, UTC), the model, or the API key id; null: a task created before keys were recorded */
+            group: string | null;
         };
     };
     responses: never;
@@ -2049,6 +2100,102 @@ export interface operations {
             /** @description The request conflicts with the current state */
             409: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query: {
+                /** @description Start of the window, inclusive: an RFC 3339 timestamp or a date (midnight UTC) */
+                from: string;
+                /** @description End of the window, exclusive: an RFC 3339 timestamp or a date (midnight UTC) */
+                to: string;
+                /** @description day (UTC), model (as ordered) or key (the API key that created the task) */
+                group_by?: "day" | "model" | "key";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The groups and their totals */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Usage"];
+                    "text/csv": string;
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
                     [name: string]: unknown;
                 };
                 content: {

@@ -1,0 +1,1 @@
+ALTER TABLE "generation_task" ADD COLUMN "api_key_id" uuid;
