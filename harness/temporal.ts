@@ -72,6 +72,19 @@ export function temporalCli(temporalPath: string, address: string, args: string[
 }
 
 /**
+ * Dynamic config every dev server of ours starts with (`npm run dev`, the tests, the benchmarks;
+ * deploy/temporal/dynamicconfig.yaml for temporal-dev.yml): the matcher that honours the task
+ * priority and fairness keys the facade starts each workflow with (temporal/facade.ts,
+ * docs/decisions/0068), so one tenant's burst of workflow and activity tasks does not hold back
+ * another tenant's on the way to the slot queue, and a priority-9 task's go first. `dynamicConfig`
+ * values override these.
+ */
+export const TEMPORAL_DEV_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
+  'matching.useNewMatcher': 'true',
+  'matching.enableFairness': 'true',
+};
+
+/**
  * Starts `temporal server start-dev` on 127.0.0.1 with the project's search attributes and
  * resolves once the frontend accepts connections, `operator namespace describe` succeeds for
  * every namespace, and every search attribute is registered (created when missing).
@@ -86,7 +99,7 @@ export async function startTemporal(opts: TemporalOptions): Promise<TemporalProc
   if (opts.headless) args.push('--headless');
   else if (opts.uiPort !== undefined) args.push('--ui-port', String(opts.uiPort));
   if (opts.httpPort !== undefined) args.push('--http-port', String(opts.httpPort));
-  for (const [k, v] of Object.entries(opts.dynamicConfig ?? {})) args.push('--dynamic-config-value', `${k}=${v}`);
+  for (const [k, v] of Object.entries({ ...TEMPORAL_DEV_DYNAMIC_CONFIG, ...opts.dynamicConfig })) args.push('--dynamic-config-value', `${k}=${v}`);
   if (opts.dbFile) {
     fs.mkdirSync(path.dirname(path.resolve(opts.dbFile)), { recursive: true });
     args.push('--db-filename', path.resolve(opts.dbFile));
