@@ -3,7 +3,9 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { ApiContext } from './context';
 import { readGate } from './admission';
-import { requireTenant } from './auth';
+import { corsForTokenRoutes, requireSecretKey, requireTenant } from './auth';
+import { batchHandlers } from './batches.handlers';
+import { batchRoutes } from './batches.routes';
 import { callbackHandlers, writeCallbackAnswer } from './callbacks.handlers';
 import { callbackRoutes } from './callbacks.routes';
 import { mountRoute } from './contract';
@@ -13,7 +15,10 @@ import { eventRoutes } from './events.routes';
 import { errorHandler, problems, sendProblem } from './problem';
 import { requestSpans, routeOf } from './request-span';
 import { systemRoutes } from './system.routes';
+import { CONSOLE_HTML } from './console.page';
 import { taskHandlers } from './tasks.handlers';
+import { tokenHandlers } from './tokens.handlers';
+import { tokenRoutes } from './tokens.routes';
 import { taskRoutes } from './tasks.routes';
 import { webhookHandlers } from './webhooks.handlers';
 import { usageHandlers } from './usage.handlers';
@@ -67,7 +72,15 @@ export function createApp(ctx: ApiContext): express.Express {
     res.json(document);
   });
 
+  // The console: a static page; everything it shows it reads through /v1 with a browser token.
+  mountRoute(app, '', systemRoutes.console, (_req, res) => {
+    res.setHeader('Content-Security-Policy', "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'");
+    res.setHeader('Referrer-Policy', 'no-referrer');
+    res.type('html').send(CONSOLE_HTML);
+  });
   const tasks = taskHandlers(ctx);
+  // CORS before anything else of /v1: a preflight carries no credential (api/auth.ts).
+  app.use('/v1', corsForTokenRoutes(ctx.settings.browserTokens.corsOrigins));
   const v1 = express.Router();
   // A body is JSON or refused (415) before it is parsed; requests without a body pass.
   v1.use((req: Request, _res: Response, next: NextFunction) => {
@@ -76,6 +89,8 @@ export function createApp(ctx: ApiContext): express.Express {
       hasBody && !req.is(['application/json', 'application/*+json']) ? problems.unsupportedMediaType(req.get('content-type') ?? 'no Content-Type') : undefined,
     );
   });
+  // A batch's body (up to 1,000 creates) has its own limit; the parser below skips a parsed body.
+  v1.use('/tasks/batch', express.json({ limit: ctx.settings.batch.bodyLimit, strict: true, type: () => true }));
   v1.use(express.json({ limit: ctx.settings.bodyLimit, strict: true, type: () => true }));
   // A string Postgres cannot store (U+0000, a lone surrogate) is the tenant's bad input, refused
   // naming where it is, before any handler could send it to a statement (db/storable.ts).
@@ -90,8 +105,10 @@ export function createApp(ctx: ApiContext): express.Express {
     );
   });
   v1.use(readGate(ctx.admission));
-  v1.use(requireTenant(ctx.keys));
+  v1.use(requireTenant({ keys: ctx.keys, db: ctx.db, browserTokens: ctx.browserTokens }));
   mountRoute(v1, '/v1', taskRoutes.create, ctx.rateLimiter.middleware('create'), tasks.create);
+  // Each item spends one create of the tenant's rate (api/batches.service.ts); the request itself one read.
+  mountRoute(v1, '/v1', batchRoutes.create, ctx.rateLimiter.middleware('read'), batchHandlers(ctx).create);
   mountRoute(v1, '/v1', taskRoutes.list, ctx.rateLimiter.middleware('read'), tasks.list);
   mountRoute(v1, '/v1', taskRoutes.get, ctx.rateLimiter.middleware('read'), tasks.get);
   mountRoute(v1, '/v1', taskRoutes.cancel, ctx.rateLimiter.middleware('cancel'), tasks.cancel);
@@ -114,6 +131,10 @@ export function createApp(ctx: ApiContext): express.Express {
   const events = eventHandlers(ctx);
   mountRoute(v1, '/v1', eventRoutes.task, read, events.task);
   mountRoute(v1, '/v1', eventRoutes.tenant, read, events.tenant);
+  // Browser tokens: minted and revoked with the secret key only (docs/decisions/0077-browser-tokens.md).
+  const tokens = tokenHandlers(ctx);
+  mountRoute(v1, '/v1', tokenRoutes.mint, requireSecretKey, write, tokens.mint);
+  mountRoute(v1, '/v1', tokenRoutes.revoke, requireSecretKey, write, tokens.revoke);
   app.use('/v1', v1);
 
   app.use((req, res) => sendProblem(res, problems.notFound(`route ${req.method} ${req.path}`)));

@@ -23,6 +23,7 @@ import type { WebhookRules } from './webhooks.service';
 import { createEventHub } from './event-hub';
 import { createEventStreams, type EventStreams } from './event-streams';
 import { createApiKeyAuth, type ApiKeyAuth } from './api-keys';
+import { createBrowserTokens, type BrowserTokens } from './browser-tokens';
 
 export interface ApiContext {
   readonly db: Db;
@@ -34,6 +35,8 @@ export interface ApiContext {
   readonly rateLimiter: TenantRateLimiter;
   /** API keys: cached lookups, the per-source limit before them, revocation (api/api-keys.ts). */
   readonly keys: ApiKeyAuth;
+  /** Signs and verifies browser tokens (api/browser-tokens.ts). */
+  readonly browserTokens: BrowserTokens;
   /** Callback limits per source address and per attempt (api/callback-limits.ts). */
   readonly callbackLimiter: CallbackLimiter;
   /** The keyed callback URL tokens (providers/callback-token.ts). */
@@ -54,6 +57,10 @@ export interface ApiContext {
     readonly region: string;
     readonly fenceScope: string;
     readonly bodyLimit: string;
+    /** POST /v1/tasks/batch: its body limit and the items admitted per transaction. */
+    readonly batch: { readonly bodyLimit: string; readonly chunkSize: number };
+    /** Browser tokens' longest life, and the origins whose pages may call the routes they may (CORS). */
+    readonly browserTokens: { readonly maxTtlSeconds: number; readonly corsOrigins: ReadonlySet<string> };
     readonly presignTtlSeconds: number;
     /** A task's deadline when its request names none. */
     readonly defaultDeadlineSeconds: number;
@@ -181,6 +188,7 @@ export function buildApiContext(
     waker,
     rateLimiter,
     keys,
+    browserTokens: createBrowserTokens(config.BROWSER_TOKEN_SECRET),
     callbackLimiter,
     callbackTokens: createCallbackTokens(config.CALLBACK_TOKEN_SECRET, config.CALLBACK_TOKEN_SECRET_PREVIOUS),
     webhookSecrets: createSecretBox(config.WEBHOOK_SECRET_KEY, config.WEBHOOK_SECRET_KEY_PREVIOUS),
@@ -192,6 +200,15 @@ export function buildApiContext(
       region: config.REGION,
       fenceScope: config.FENCE_SCOPE,
       bodyLimit: config.API_BODY_LIMIT,
+      batch: { bodyLimit: config.TASK_BATCH_BODY_LIMIT, chunkSize: config.TASK_BATCH_CHUNK_SIZE },
+      browserTokens: {
+        maxTtlSeconds: config.BROWSER_TOKEN_MAX_TTL_SECONDS,
+        corsOrigins: new Set(
+          config.CORS_ALLOWED_ORIGINS.split(',')
+            .map((o) => o.trim())
+            .filter(Boolean),
+        ),
+      },
       presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
       defaultDeadlineSeconds: config.TASK_DEADLINE_SECONDS,
       publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),

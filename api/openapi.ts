@@ -2,21 +2,25 @@
 // createApp() mounts exactly these routes (api/contract.ts mountRoute); /openapi.json, the
 // committed openapi.json and the generated client (api/client/) are rendered from them.
 // docs/api.md says how to add a route, a webhook event or a text/event-stream answer.
+import { batchRoutes } from './batches.routes';
 import { callbackRoutes } from './callbacks.routes';
 import { eventRoutes } from './events.routes';
 import { openApiDocument, type RouteContract, type WebhookContract } from './contract';
 import { systemRoutes } from './system.routes';
 import { taskRoutes } from './tasks.routes';
 import { usageRoutes } from './usage.routes';
+import { tokenRoutes } from './tokens.routes';
 import { webhookEndpointRoutes, webhookEvents } from './webhooks.routes';
 
 export const API_VERSION = '0.1.0';
 
 export const API_ROUTES: readonly RouteContract[] = [
   ...Object.values(taskRoutes),
+  ...Object.values(batchRoutes),
   ...Object.values(webhookEndpointRoutes),
   ...Object.values(usageRoutes),
   ...Object.values(eventRoutes),
+  ...Object.values(tokenRoutes),
   ...Object.values(callbackRoutes),
   ...Object.values(systemRoutes),
 ];

@@ -140,15 +140,11 @@ export function weakEtag(body: Buffer): string {
   return `W/"${body.length.toString(16)}-${hash}"`;
 }
 
-/**
- * Writes the problem answer: the problem's own headers, then Content-Type, Content-Length and
- * the weak ETag in the order res.json() sets them.
- */
-export function sendProblem(res: ServerResponse, p: HttpProblem, instance?: string): void {
-  for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);
+/** The problem+json document of a problem (an answer's body, or one item's result in a batch). */
+export function problemDocumentOf(p: HttpProblem, instance?: string): ProblemDocument {
   // The request span's trace id (tracing on), so a client's report leads to the trace.
   const traceId = activeTraceId();
-  const doc: ProblemDocument = {
+  return {
     type: `https://docs.vidorch.dev/problems/${p.code}`,
     title: p.title,
     status: p.status,
@@ -157,6 +153,15 @@ export function sendProblem(res: ServerResponse, p: HttpProblem, instance?: stri
     ...(instance ? { instance } : {}),
     ...(traceId ? { trace_id: traceId } : {}),
   };
+}
+
+/**
+ * Writes the problem answer: the problem's own headers, then Content-Type, Content-Length and
+ * the weak ETag in the order res.json() sets them.
+ */
+export function sendProblem(res: ServerResponse, p: HttpProblem, instance?: string): void {
+  for (const [k, v] of Object.entries(p.headers)) res.setHeader(k, v);
+  const doc = problemDocumentOf(p, instance);
   const body = Buffer.from(JSON.stringify(doc));
   res.statusCode = p.status;
   res.setHeader('Content-Type', 'application/problem+json; charset=utf-8');

@@ -37,6 +37,8 @@ export interface RateLimitSettings {
 export interface TenantRateLimiter {
   /** Express middleware limiting this kind of request per authenticated tenant. */
   middleware(kind: TenantRequestKind): (req: Request, res: Response, next: NextFunction) => Promise<void>;
+  /** One request of this kind for the tenant, outside a middleware (a batch's items): null when allowed, else the 429 problem. */
+  take(kind: TenantRequestKind, tenantId: string): Promise<HttpProblem | null>;
   close(): Promise<void>;
 }
 
@@ -87,6 +89,10 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
   const limiterFor = (kind: TenantRequestKind) =>
     set.limiter({ keyPrefix: `vidorch:${kind}`, points: settings.perSecond[kind], durationSeconds: 1, expectedInstances: settings.expectedInstances });
   const limiters = { create: limiterFor('create'), read: limiterFor('read'), cancel: limiterFor('cancel') };
+  const tooMany = (kind: TenantRequestKind, rejection: RateLimiterRes) =>
+    new HttpProblem(429, 'rate-limited', `Too many ${WHAT[kind]}`, `limit is ${settings.perSecond[kind]}/s per tenant`, [], {
+      'Retry-After': String(Math.max(1, Math.ceil(rejection.msBeforeNext / 1000))),
+    });
   return {
     middleware(kind) {
       const limiter = limiters[kind];
@@ -98,14 +104,18 @@ export function createTenantRateLimiter(settings: RateLimitSettings, logger: Log
           next();
         } catch (rejection) {
           if (!(rejection instanceof RateLimiterRes)) return next(rejection);
-          const seconds = Math.max(1, Math.ceil(rejection.msBeforeNext / 1000));
-          next(
-            new HttpProblem(429, 'rate-limited', `Too many ${WHAT[kind]}`, `limit is ${settings.perSecond[kind]}/s per tenant`, [], {
-              'Retry-After': String(seconds),
-            }),
-          );
+          next(tooMany(kind, rejection));
         }
       };
+    },
+    async take(kind, tenantId) {
+      try {
+        await limiters[kind].consume(tenantId);
+        return null;
+      } catch (rejection) {
+        if (!(rejection instanceof RateLimiterRes)) throw rejection;
+        return tooMany(kind, rejection);
+      }
     },
     close: () => set.close(),
   };

@@ -42,4 +42,13 @@ export const systemRoutes = {
       },
     },
   }),
+  console: defineRoute({
+    method: 'get',
+    path: '/console',
+    operationId: 'getConsole',
+    summary: 'The tenant console: a static page that reads tasks and their live status with a browser token',
+    tags: ['system'],
+    auth: 'none',
+    responses: { 200: { description: 'The page', content: { mediaType: 'text/html', schema: z.string() } } },
+  }),
 };

@@ -5,12 +5,12 @@ import { capWaitOf } from '../db/create-cap';
 import { taskSlotWait } from '../db/slot-queue';
 import { createHash, randomUUID } from 'node:crypto';
 import { and, asc, desc, eq, lt, or } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import type { Db, DbOrTx, Tx } from '../db/client';
 import { FenceRejectedError, readFence, type FenceToken } from '../db/fence';
 import { holdFenceForFacts, ModePausedError } from '../db/modes';
 import { asset, creditLedger, generationTask, taskAttempt, taskTransition, type TaskRow } from '../db/schema';
 import { casTaskStatus, lockTask } from '../db/tasks';
-import { admitTask } from '../db/task-admission';
+import { admitTask, type TaskAdmission } from '../db/task-admission';
 import { taskUrlOrigin, taskUrlOriginsInUse, taskUrlSigningEndpoint } from '../db/webhooks';
 import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../db/settlement';
@@ -28,7 +28,7 @@ class IdempotencyRace extends Error {}
 
 export const requestHash = (body: CreateTaskBody): string => createHash('sha256').update(canonicalJson(body)).digest('hex');
 
-async function findByKey(db: Db, tenantId: string, key: string): Promise<TaskRow | null> {
+export async function findByKey(db: DbOrTx, tenantId: string, key: string): Promise<TaskRow | null> {
   const [row] = await db
     .select()
     .from(generationTask)
@@ -36,7 +36,7 @@ async function findByKey(db: Db, tenantId: string, key: string): Promise<TaskRow
   return row ?? null;
 }
 
-function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
+export function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome {
   if (existing.request_hash !== hash) throw problems.idempotencyMismatch();
   return { kind: 'replayed', task: existing };
 }
@@ -85,8 +85,7 @@ export async function createTask(
   const outboxEventId = randomUUID();
   try {
     const task = await db.transaction(async (tx) => {
-      // One statement for every write (db/task-admission.ts); any refusal rolls the transaction back.
-      const r = await admitTask(tx, token, {
+      const r = await admitInTransaction(tx, token, {
         taskId,
         outboxEventId,
         tenantId,
@@ -103,21 +102,8 @@ export async function createTask(
         deadlineSeconds: body.deadline_seconds ?? args.defaultDeadlineSeconds,
         actor: `tenant:${tenantId}`,
       });
-      switch (r.kind) {
-        case 'admitted':
-          return r.task;
-        case 'fence-rejected':
-          throw new FenceRejectedError(token, await readFence(tx, token.scope));
-        case 'mode-forbids':
-          // Narrowed since the admission's cached read: answered as the admission would (503, the mode).
-          throw new ModePausedError(r.mode, 'create');
-        case 'key-taken':
-          throw new IdempotencyRace();
-        case 'reserve-exists':
-          throw new Error(`reserve for task ${taskId} already exists`);
-        case 'insufficient-credits':
-          throw problems.insufficientCredits(cost, r.available);
-      }
+      if (r === 'key-taken') throw new IdempotencyRace();
+      return r;
     });
     return { kind: 'created', task, outboxEventId };
   } catch (err) {
@@ -130,10 +116,35 @@ export async function createTask(
 }
 
 /**
+ * The create's writes in the caller's transaction (the single create's, or a batch chunk's
+ * savepoint): the task, or 'key-taken' when (tenant, key) exists (nothing written). Any other
+ * refusal throws, and the caller rolls back what the statement wrote.
+ */
+export async function admitInTransaction(tx: Tx, token: FenceToken, a: TaskAdmission): Promise<TaskRow | 'key-taken'> {
+  // One statement for every write (db/task-admission.ts).
+  const r = await admitTask(tx, token, a);
+  switch (r.kind) {
+    case 'admitted':
+      return r.task;
+    case 'fence-rejected':
+      throw new FenceRejectedError(token, await readFence(tx, token.scope));
+    case 'mode-forbids':
+      // Narrowed since the admission's cached read: answered as the admission would (503, the mode).
+      throw new ModePausedError(r.mode, 'create');
+    case 'key-taken':
+      return 'key-taken';
+    case 'reserve-exists':
+      throw new Error(`reserve for task ${a.taskId} already exists`);
+    case 'insufficient-credits':
+      throw problems.insufficientCredits(a.cost, r.available);
+  }
+}
+
+/**
  * The catalog entry a create asks for, once its webhook URL and every limit of the model's
  * providers are checked; throws the 400 problem naming the field otherwise.
  */
-async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhook: TaskUrlRules, held: HeldRoutes): Promise<ModelEntry> {
+export async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhook: TaskUrlRules, held: HeldRoutes): Promise<ModelEntry> {
   if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, webhook);
   const listed = findModel(body.model);
   if (!listed) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);
@@ -159,7 +170,7 @@ async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, w
   return entry;
 }
 
-interface TaskUrlRules {
+export interface TaskUrlRules {
   readonly allowPrivate: boolean;
   readonly maxOrigins: number | undefined;
 }

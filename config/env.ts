@@ -31,6 +31,7 @@ const csvItems = (v: string): string[] =>
 const csv = z.string().transform(csvItems);
 const DEV_WEBHOOK_SECRET_KEY = 'dev-webhook-secret-key-not-for-production';
 const DEV_CALLBACK_TOKEN_SECRET = 'dev-callback-token-secret-not-for-production';
+const DEV_BROWSER_TOKEN_SECRET = 'dev-browser-token-secret-not-for-production';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const ms = z.coerce.number().int().min(0);
@@ -159,6 +160,11 @@ export const envSchema = z.object({
     z.coerce.number().int().min(1).max(1_000_000).default(10_000),
   ),
   API_BODY_LIMIT: setting('Largest request or callback body.', z.string().default('256kb')),
+  TASK_BATCH_BODY_LIMIT: setting('Largest `POST /v1/tasks/batch` body (up to 1,000 creates).', z.string().default('4mb')),
+  TASK_BATCH_CHUNK_SIZE: setting(
+    'Items of a `POST /v1/tasks/batch` admitted per transaction: each chunk commits its tasks and their results together (docs/decisions/0076-task-batches.md).',
+    z.coerce.number().int().min(1).max(1_000).default(100),
+  ),
   EVENTS_HEARTBEAT_MS: setting(
     'Live event streams (docs/events.md): a heartbeat comment on every open stream this often, so proxies keep it open.',
     z.coerce.number().int().min(100).default(15_000),
@@ -783,6 +789,18 @@ export const envSchema = z.object({
   ),
 
   // ---- Callback and fetch hardening (docs/security.md) ----
+  BROWSER_TOKEN_SECRET: setting(
+    'Key that signs browser tokens (`POST /v1/tokens`, docs/decisions/0077-browser-tokens.md), at least 32 characters. Changing it ends every token at once.',
+    secret(z.string().min(32, 'at least 32 characters'), DEV_BROWSER_TOKEN_SECRET),
+  ),
+  BROWSER_TOKEN_MAX_TTL_SECONDS: setting(
+    'Longest life of a browser token; a mint asks for at most this (default 15 minutes).',
+    z.coerce.number().int().min(60).max(86_400).default(900),
+  ),
+  CORS_ALLOWED_ORIGINS: setting(
+    'Origins (comma-separated, e.g. `https://app.example.com`) whose pages may call the read routes a browser token may call (CORS); empty: none.',
+    z.string().default(''),
+  ),
   CALLBACK_TOKEN_SECRET: setting(
     'Key of the callback URL tokens (docs/decisions/0016), at least 32 characters. To change it, list the old value in `CALLBACK_TOKEN_SECRET_PREVIOUS` (docs/security.md "Rotating the callback token secret").',
     secret(z.string().min(32, 'at least 32 characters'), DEV_CALLBACK_TOKEN_SECRET),

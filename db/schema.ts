@@ -956,3 +956,47 @@ export const catalogRouteHold = pgTable(
   },
   (t) => [primaryKey({ columns: [t.provider, t.model] })],
 );
+/**
+ * Addition (issue #52): a POST /v1/tasks/batch under its own Idempotency-Key. The items' results
+ * are task_batch_item rows, written in the same transaction as the chunk of tasks they answer
+ * (docs/decisions/0076-task-batches.md).
+ */
+export const taskBatch = pgTable(
+  'task_batch',
+  {
+    batch_id: uuid('batch_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    idempotency_key: text('idempotency_key').notNull(),
+    /** sha256 of the canonical request body; same key + other hash → 422. */
+    request_hash: text('request_hash').notNull(),
+    item_count: integer('item_count').notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+  },
+  (t) => [uniqueIndex('task_batch_tenant_idempotency_key').on(t.tenant_id, t.idempotency_key)],
+);
+
+/** Addition (issue #52): the final result of one item of a batch (a task accepted, or the problem that refused it). */
+export const taskBatchItem = pgTable(
+  'task_batch_item',
+  {
+    batch_id: uuid('batch_id')
+      .notNull()
+      .references(() => taskBatch.batch_id),
+    item_no: integer('item_no').notNull(),
+    result: jsonb('result').$type<Record<string, unknown>>().notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.batch_id, t.item_no] })],
+);
+
+/** Addition (issue #52): a browser token revoked before its expiry (docs/decisions/0077-browser-tokens.md). */
+export const browserTokenRevocation = pgTable('browser_token_revocation', {
+  token_id: uuid('token_id').primaryKey(),
+  tenant_id: uuid('tenant_id')
+    .notNull()
+    .references(() => tenant.tenant_id),
+  revoked_at: ts('revoked_at').notNull().defaultNow(),
+  /** The token's own expiry: past it the row may be deleted. */
+  expires_at: ts('expires_at').notNull(),
+});

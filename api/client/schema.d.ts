@@ -76,6 +76,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create up to 1,000 tasks, each under its own item key
+         * @description Each item is a create (the same validation, credits and limits), answered on its own in `items`. Items are admitted in chunks, one transaction each: a stored item result is final, and a retry of the request under the same Idempotency-Key answers it unchanged and creates nothing. Items answered 429 or 503 were not attempted: the same retry attempts them (docs/decisions/0076-task-batches.md).
+         */
+        post: operations["createTaskBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhook-endpoints": {
         parameters: {
             query?: never;
@@ -224,6 +244,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Mint a short-lived, read-only token a browser may hold (with the secret API key only) */
+        post: operations["mintBrowserToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a browser token now (with the secret API key only; revoking the key that minted it ends its tokens too) */
+        delete: operations["revokeBrowserToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/callbacks/{provider}/{token}": {
         parameters: {
             query?: never;
@@ -284,6 +338,23 @@ export interface paths {
         };
         /** This document (its server is PUBLIC_BASE_URL, never the request's Host) */
         get: operations["getOpenApiDocument"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant console: a static page that reads tasks and their live status with a browser token */
+        get: operations["getConsole"];
         put?: never;
         post?: never;
         delete?: never;
@@ -446,6 +517,27 @@ export interface components {
             project_id?: string;
             /** @description Also send this task's events here (https, a public host), signed with the secret of the tenant's oldest enabled webhook endpoint (docs/webhooks.md) */
             webhook_url?: string;
+        };
+        /** @description Up to 1,000 creates; each item is validated on its own, so an invalid item is refused alone */
+        CreateBatchRequest: {
+            items: components["schemas"]["BatchItem"][];
+        };
+        BatchItem: {
+            /** @description The item's own key: the same semantics as a create's Idempotency-Key, in the same key space */
+            idempotency_key: string;
+            request: components["schemas"]["CreateTaskRequest"];
+        };
+        MintTokenRequest: {
+            /**
+             * @description read: task reads and event streams, nothing else
+             * @default read
+             * @constant
+             */
+            scope?: "read";
+            /** @description Only these tasks and their event streams (not the list, not the tenant's stream); absent: every task of the tenant */
+            task_ids?: string[];
+            /** @description Life of the token (default and most: BROWSER_TOKEN_MAX_TTL_SECONDS) */
+            ttl_seconds?: number;
         };
         AcceptedTask: {
             /** Format: uuid */
@@ -637,6 +729,30 @@ export interface components {
             /** @description Objects removed (video, thumbnail); 0 when repeated */
             objects_deleted: number;
         };
+        BatchAnswer: {
+            /** Format: uuid */
+            batch_id: string;
+            /** @description true: every item has its final result; false: some are 429/503 (not attempted): retry the request with the same Idempotency-Key */
+            complete: boolean;
+            accepted: number;
+            refused: number;
+            not_attempted: number;
+            items: components["schemas"]["BatchItemResult"][];
+        };
+        BatchItemResult: {
+            /** @description The item's place in `items` */
+            index: number;
+            /** @description The item's key (null when the item had none) */
+            idempotency_key: string | null;
+            /** @description 202: the task is accepted (task_id). 400/402/422: refused, and final (a retry of the batch answers the same). 429/503: not attempted (a retry of the batch with its Idempotency-Key attempts it) */
+            status: number;
+            /** Format: uuid */
+            task_id?: string;
+            task_status?: components["schemas"]["TaskStatus"];
+            /** @description true: a task created earlier under this item key (not by this batch) */
+            replayed?: boolean;
+            problem?: components["schemas"]["Problem"];
+        };
         Usage: {
             /** Format: date-time */
             from: string;
@@ -667,6 +783,20 @@ export interface components {
             refunded: string;
             /** @description The day (YYYY-MM-DD, UTC), the model, or the API key id; null: a task created before keys were recorded */
             group: string | null;
+        };
+        BrowserToken: {
+            /** @description Send as `Authorization: Bearer <token>`; shown once, never stored */
+            token: string;
+            /**
+             * Format: uuid
+             * @description DELETE /v1/tokens/{id} revokes it
+             */
+            token_id: string;
+            /** @constant */
+            scope: "read";
+            task_ids: string[] | null;
+            /** Format: date-time */
+            expires_at: string;
         };
     };
     responses: never;
@@ -1174,6 +1304,114 @@ export interface operations {
             };
             /** @description The request body is not application/json, or its encoding or charset is not supported */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createTaskBatch: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Stripe semantics: the same key and body answer the original 202 (Idempotent-Replayed: true); another body is a 422 */
+                "Idempotency-Key": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description Every item answered: accepted (202), refused (its problem) or not attempted (429/503, complete: false) */
+            200: {
+                headers: {
+                    /** @description Every item result was stored by an earlier request with this Idempotency-Key */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description Sent when some items were not attempted: retry the request (same key) after this many seconds */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchAnswer"];
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another request body */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2588,6 +2826,187 @@ export interface operations {
             };
         };
     };
+    mintBrowserToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MintTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BrowserToken"];
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found (another tenant's resource is not found either) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeBrowserToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The token id (token_id) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found (another tenant's resource is not found either) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     receiveProviderCallback: {
         parameters: {
             query?: never;
@@ -2815,6 +3234,26 @@ export interface operations {
                     } & {
                         [key: string]: unknown;
                     };
+                };
+            };
+        };
+    };
+    getConsole: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
                 };
             };
         };

@@ -134,7 +134,8 @@ export function contractValidator(doc: OpenApiDoc) {
       op = doc.webhooks?.[where.webhook]?.['post'];
     } else {
       const path = where.path.split('?')[0]!;
-      const template = templates.find((x) => x.re.test(path))?.t;
+      // A literal segment wins over a parameter (/v1/tasks/batch over /v1/tasks/{id}).
+      const template = templates.filter((x) => x.re.test(path)).sort((a, b) => (a.t.match(/\{/g)?.length ?? 0) - (b.t.match(/\{/g)?.length ?? 0))[0]?.t;
       if (!template) return [`${where.method} ${path}: no path of the document matches`];
       base = ['paths', template, where.method.toLowerCase()];
       op = doc.paths[template]?.[where.method.toLowerCase()];
