@@ -13,6 +13,7 @@ import type { TaskFacts } from '../domain/facts';
 import { FINISHED_PROVIDER_JOB_STATES, GONE_AFTER_CANCEL } from '../domain/states';
 import { providerCost } from '../domain/provider-cost';
 import { attemptStateFor, decide } from '../domain/task-machine';
+import { moderatedFailure } from '../domain/moderation';
 import type { ProviderJob } from '../providers/types';
 import { providerFor, taskFactStep, type TaskActivityDeps } from './deps';
 import { finishTask } from '../db/settlement';
@@ -49,6 +50,15 @@ async function parkedWhileCancelling(tx: Tx, task: TaskRow): Promise<boolean> {
  * wait's poll that records and applies in one transaction (activities/await-provider.ts).
  */
 export type InboxApply = (tx: Tx, task: TaskRow, lock: TaskLock) => Promise<void>;
+
+/**
+ * How a failed job is told to the tenant: a content-moderation refusal is its own outcome,
+ * CONTENT_MODERATED with the side the provider names (docs/decisions/0070); any other is PROVIDER_FAILED.
+ */
+function failureOf(job: ProviderJob): { failureCode: string; failureMessage: string } {
+  if (job.moderation) return moderatedFailure(job.moderation);
+  return { failureCode: 'PROVIDER_FAILED', failureMessage: job.error ?? `provider ${job.rawStatus}` };
+}
 
 export function createInboxApply(deps: TaskActivityDeps): InboxApply {
   /** Inbox rows applied in this transaction, with the reason a row changed nothing (null when it applied). */
@@ -190,8 +200,8 @@ export function createInboxApply(deps: TaskActivityDeps): InboxApply {
         sourceEvent,
         actor: 'workflow',
         attemptId: attempt.attempt_id,
-        ...(d.to === 'FAILED' ? { failureCode: 'PROVIDER_FAILED', failureMessage: job.error ?? `provider ${job.rawStatus}` } : {}),
-        detail: { provider_status: job.rawStatus },
+        ...(d.to === 'FAILED' ? failureOf(job) : {}),
+        detail: { provider_status: job.rawStatus, ...(job.moderation ? { moderation: job.moderation } : {}) },
       });
       processed.set(row.inbox_id, null);
       // Settled: the row as finishTask left it (charge, failure, version).

@@ -7,7 +7,7 @@ import { callbackInbox } from './schema';
 import { storableJson, storableJsonText } from './storable';
 import type { DbOrTx } from './client';
 import type { ProviderProgress } from '../domain/progress';
-import type { ProviderJob } from '../domain/provider-job';
+import type { ModerationRefusal, ProviderJob } from '../domain/provider-job';
 
 export interface ProviderEventInput {
   readonly provider: string;
@@ -149,6 +149,7 @@ export interface StoredJob {
   correlationToken: string | null;
   metrics: Record<string, number> | null;
   progress?: ProviderProgress | null;
+  moderation?: ModerationRefusal | null;
 }
 
 export function serializeJob(job: ProviderJob): StoredJob {

@@ -3,6 +3,16 @@
 import type { ProviderProgress } from './progress';
 import type { ProviderJobState } from './states';
 
+/**
+ * A provider's documented content-moderation refusal (docs/decisions/0070): which side it refused
+ * where the provider says (its input, or the output it made), and the provider's own code.
+ */
+export interface ModerationRefusal {
+  readonly side: 'input' | 'output' | null;
+  /** e.g. Runway's `SAFETY.INPUT.TEXT`, fal's `content_policy_violation`, Kling's `1301`. */
+  readonly code: string;
+}
+
 /** A normalised view of a provider job. */
 export interface ProviderJob {
   readonly jobId: string;
@@ -21,4 +31,6 @@ export interface ProviderJob {
    * absent or null when it says nothing. Stored on the attempt and streamed (docs/events.md).
    */
   readonly progress?: ProviderProgress | null;
+  /** Set on a failed job the provider's content moderation refused: a final outcome of its own. */
+  readonly moderation?: ModerationRefusal | null;
 }

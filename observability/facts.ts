@@ -8,6 +8,7 @@ import { sql } from 'drizzle-orm';
 import { createDatabase, type DatabaseHost, type Db } from '../db/client';
 import { waitingSummary } from '../db/slot-queue';
 import { OUTPUT_HOST_REFUSED_EVENT } from '../domain/errors';
+import { CONTENT_MODERATED } from '../domain/moderation';
 import type { Logger } from './logger';
 
 export interface FactSnapshot {
@@ -26,6 +27,10 @@ export interface FactSnapshot {
    * allow-list (activities/rescue-output.ts), per provider: an operator can allow it until the URL expires.
    */
   readonly outputHostRefused: readonly { provider: string; tasks: number }[];
+  /** Tasks waiting unsent for the reset of their model's daily allowance, per provider (docs/decisions/0070). */
+  readonly capWaiting: readonly { provider: string; tasks: number }[];
+  /** Tasks a provider's content moderation ended in the last hour, per provider (docs/decisions/0070). */
+  readonly moderated: readonly { provider: string; tasks: number }[];
   /** Attempts waiting for a provider slot, per provider and tenant, with the oldest wait (db/slot-queue.ts). */
   readonly slotWaiting: readonly { provider: string; tenantId: string; waiting: number; oldestSeconds: number }[];
   /** Extra facts of the process (the worker's jobs in flight per provider). */
@@ -161,6 +166,20 @@ async function basicFacts(db: Db) {
     WHERE t.terminal_at IS NULL AND t.status = 'OUTPUT_AT_RISK' AND last.source_event = ${OUTPUT_HOST_REFUSED_EVENT}
     GROUP BY t.provider`,
   );
+  const capWaiting = await rows<{ provider: string; tasks: number }>(
+    db,
+    sql`
+    SELECT a.provider, count(*)::int AS tasks FROM generation_task t JOIN task_attempt a ON a.attempt_id = t.active_attempt_id
+    WHERE t.terminal_at IS NULL AND t.status = 'SUBMITTING' AND a.submit_state = 'PREPARED' AND a.capped_until IS NOT NULL
+    GROUP BY a.provider`,
+  );
+  const moderated = await rows<{ provider: string; tasks: number }>(
+    db,
+    sql`
+    SELECT coalesce(provider, '') AS provider, count(*)::int AS tasks FROM generation_task
+    WHERE terminal_at > now() - interval '1 hour' AND failure_code = ${CONTENT_MODERATED}
+    GROUP BY 1`,
+  );
   const now = Date.now();
   const slotWaiting = (await waitingSummary(db)).map((r) => ({
     provider: r.provider,
@@ -178,6 +197,8 @@ async function basicFacts(db: Db) {
     callbackLag,
     pollFallback,
     outputHostRefused,
+    capWaiting,
+    moderated,
   };
 }
 

@@ -101,6 +101,22 @@ function registerFactGauges(registry: Registry, facts: () => FactSnapshot | null
       for (const r of f.outputHostRefused) g.set({ provider: r.provider }, r.tasks);
     },
   );
+  gauge(
+    'vidorch_tasks_waiting_daily_cap',
+    "Tasks waiting unsent for the reset of their model's daily allowance at the provider (a Runway 429 on create), per provider (ops provider caps)",
+    ['provider'],
+    (g, f) => {
+      for (const r of f.capWaiting) g.set({ provider: r.provider }, r.tasks);
+    },
+  );
+  gauge(
+    'vidorch_tasks_moderated',
+    "Tasks a provider's content moderation ended (CONTENT_MODERATED) in the last hour, per provider; per tenant: ops moderation",
+    ['provider'],
+    (g, f) => {
+      for (const r of f.moderated) g.set({ provider: r.provider }, r.tasks);
+    },
+  );
   gauge('vidorch_outbox_backlog', 'Unpublished outbox rows', [], (g, f) => g.set(f.outboxBacklog));
   gauge('vidorch_outbox_oldest_age_seconds', 'Age of the oldest unpublished outbox row', [], (g, f) => g.set(f.outboxOldestAgeSeconds));
   gauge('vidorch_inbox_unprocessed', 'Callback inbox rows not yet applied', [], (g, f) => g.set(f.inboxUnprocessed));

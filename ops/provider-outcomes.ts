@@ -1,7 +1,8 @@
 // Operator views of what providers refused (docs/decisions/0070): models whose daily allowance of
-// creates is spent, with the tasks waiting for its reset.
+// creates is spent, with the tasks waiting for its reset; and who sends what content moderation refuses.
 import type { Db } from '../db/client';
 import { createCaps } from '../db/create-cap';
+import { moderatedSince } from '../db/moderation';
 import { table } from './format';
 
 export interface CapsReport {
@@ -38,4 +39,32 @@ export function printCaps(r: CapsReport): string {
     r.caps.map((c) => ({ provider: c.provider, model: c.model, until: c.capped_until, since: c.capped_at, refusals: c.refusals, waiting: c.waiting })),
     ['provider', 'model', 'until', 'since', 'refusals', 'waiting'],
   );
+}
+
+export interface ModerationReport {
+  readonly since: string;
+  readonly tenants: readonly {
+    readonly tenant_id: string;
+    readonly tenant: string | null;
+    readonly provider: string;
+    readonly tasks: number;
+    readonly last: string;
+  }[];
+}
+
+/** CONTENT_MODERATED tasks per tenant and provider since `since`: who keeps sending refused prompts. */
+export async function moderationReport(db: Db, since: Date): Promise<ModerationReport> {
+  const rows = await moderatedSince(db, since);
+  return {
+    since: since.toISOString(),
+    tenants: rows.map((r) => ({ tenant_id: r.tenantId, tenant: r.tenantName, provider: r.provider, tasks: r.tasks, last: r.last.toISOString() })),
+  };
+}
+
+export function printModeration(r: ModerationReport): string {
+  if (r.tenants.length === 0) return `no task was refused by a provider's content moderation since ${r.since}`;
+  return [
+    `tasks refused by a provider's content moderation since ${r.since}:`,
+    table([...r.tenants], ['tenant', 'tenant_id', 'provider', 'tasks', 'last']),
+  ].join('\n');
 }

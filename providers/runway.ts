@@ -13,6 +13,7 @@ import {
   NO_LOOKUP,
   type ProviderAdapter,
   type ProviderCapabilities,
+  type ModerationRefusal,
   type ProviderJob,
   type SubmitOutcome,
   type SubmitRequest,
@@ -83,6 +84,18 @@ export type RunwayTask = z.infer<typeof runwayTaskSchema>;
 
 const createAnswerSchema = z.looseObject({ id: z.string().min(1) });
 
+/**
+ * "Failure codes that start with SAFETY. indicate that the task was rejected because of content
+ * moderation … SAFETY.INPUT.* … one of the inputs … SAFETY.OUTPUT.* … the output"; "You should not
+ * retry these generations" (docs.dev.runwayml.com/errors/task-failures). The code's last part is
+ * a best-effort guess at the input, so the side is kept and the rest only as the provider's code.
+ */
+export function runwayModeration(failureCode: string | null | undefined): ModerationRefusal | null {
+  if (!failureCode?.startsWith('SAFETY.')) return null;
+  const side = failureCode.startsWith('SAFETY.INPUT.') ? 'input' : failureCode.startsWith('SAFETY.OUTPUT.') ? 'output' : null;
+  return { side, code: failureCode };
+}
+
 export function runwayTaskToJob(t: RunwayTask): ProviderJob {
   return {
     jobId: t.id,
@@ -95,6 +108,7 @@ export function runwayTaskToJob(t: RunwayTask): ProviderJob {
     metrics: numericMetrics({ progress: t.progress, cost_credits: t.cost?.credits }),
     // "A float between 0 and 1 indicating the progress of the task", present while RUNNING.
     progress: t.status === 'RUNNING' ? providerProgress({ fraction: t.progress }) : null,
+    moderation: t.status === 'FAILED' ? runwayModeration(t.failureCode) : null,
   };
 }
 

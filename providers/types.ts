@@ -1,11 +1,11 @@
 // The contract between the orchestrator and a provider adapter. Workflows and activities
 // read capabilities and typed outcomes; they never branch on a provider's name.
-import type { ProviderJob } from '../domain/provider-job';
+import type { ModerationRefusal, ProviderJob } from '../domain/provider-job';
 import type { ProviderJobState } from '../domain/states';
 
 export type { ProviderJobState };
 // A job as the adapters read it is plain data (domain/provider-job.ts): db/inbox.ts stores it.
-export type { ProviderJob };
+export type { ModerationRefusal, ProviderJob };
 
 /** How an unknown submit outcome can be resolved (docs/design.md §5 "Unknown outcome"). */
 export type UnknownOutcomeTier =

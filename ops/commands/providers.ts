@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import { printProviderQueue, printProviderStatus } from '../print';
 import { changeProviderControl, providerStatus, type ProviderControlChange } from '../providers';
 import { providerQueueReport } from '../capacity';
-import { capsReport, printCaps } from '../provider-outcomes';
+import { capsReport, moderationReport, printCaps, printModeration } from '../provider-outcomes';
 import { actor, duration, adapterLimits, providerName, inFlightLimit, print, withDb } from './context';
 
 export function registerProviderCommands(program: Command): void {
@@ -69,5 +69,15 @@ export function registerProviderCommands(program: Command): void {
     .action(async (o: { json: boolean }) => {
       const report = await withDb((d) => capsReport(d.db));
       print(o.json, report, () => printCaps(report));
+    });
+
+  program
+    .command('moderation')
+    .description("tasks a provider's content moderation refused (CONTENT_MODERATED), per tenant and provider: who keeps sending refused prompts")
+    .option('--since <duration>', 'how far back, e.g. 24h or 7d', duration, 7 * 86_400)
+    .option('--json', 'print one JSON line', false)
+    .action(async (o: { since: number; json: boolean }) => {
+      const report = await withDb((d) => moderationReport(d.db, new Date(Date.now() - o.since * 1_000)));
+      print(o.json, report, () => printModeration(report));
     });
 }

@@ -86,6 +86,12 @@ export const faultConfigSchema = z.strictObject({
    */
   runway_daily_generations: z.number().int().min(0).optional(),
   runway_daily_window_ms: z.number().int().min(1).max(86_400_000).optional(),
+  /**
+   * Runway: tasks created from now on fail content moderation, on their input (`SAFETY.INPUT.TEXT`,
+   * before they run) or on their output (`SAFETY.OUTPUT.VIDEO`, after generating), as Runway's task
+   * failures document.
+   */
+  runway_moderation: z.enum(['input', 'output']).optional(),
   /** Kling: what a get of an id it does not serve answers (over SIMULATOR_KLING_NOT_FOUND). */
   kling_not_found: z.enum(['404-1203', '400-1201']).optional(),
   /**

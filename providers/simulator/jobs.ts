@@ -49,6 +49,13 @@ export interface SimJob {
   readonly durationS: number;
   readonly generationMs: number;
   readonly timers: NodeJS.Timeout[];
+  /** A failure asked for at create: before the job runs ('start') or after it generated ('end'). */
+  readonly failure: SimFailure | null;
+}
+
+export interface SimFailure {
+  readonly error: string;
+  readonly at: 'start' | 'end';
 }
 
 export interface JobStoreOptions {
@@ -72,6 +79,7 @@ export interface CreateJob {
   readonly input: Record<string, unknown>;
   readonly token: string | null;
   readonly webhook: string | null;
+  readonly failure?: SimFailure;
 }
 
 export class JobStore {
@@ -129,6 +137,7 @@ export class JobStore {
       durationS: clampDuration(req.input['duration']),
       generationMs: promptGenerationMs(req.input, this.opts.generationMs),
       timers: [],
+      failure: req.failure ?? null,
     };
     this.byId.set(job.id, job);
     this.total++;
@@ -179,11 +188,13 @@ export class JobStore {
       job.timers.push(
         setTimeout(
           () => {
+            if (job.failure?.at === 'start') return this.finish(job, 'failed', job.failure.error);
             job.startedAt = new Date();
             this.setPhase(job, 'running');
             job.timers.push(
               setTimeout(() => {
-                if (prompt.includes('[sim:fail]')) this.finish(job, 'failed', 'simulated failure requested by [sim:fail]');
+                if (job.failure) this.finish(job, 'failed', job.failure.error);
+                else if (prompt.includes('[sim:fail]')) this.finish(job, 'failed', 'simulated failure requested by [sim:fail]');
                 else this.finish(job, 'succeeded', null);
               }, job.generationMs),
             );

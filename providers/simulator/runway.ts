@@ -6,7 +6,7 @@
 // submits by the X-Request-Id header the adapter sends for tracing.
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
-import { JobStore, simFraction, TERMINAL_PHASES, type ProtocolDeps, type SimJob } from './jobs';
+import { JobStore, simFraction, TERMINAL_PHASES, type ProtocolDeps, type SimFailure, type SimJob } from './jobs';
 import type { FaultConfig } from './faults';
 import { runSubmit } from './submit-faults';
 
@@ -61,6 +61,17 @@ type RunwayBody = z.infer<typeof imageBody> | z.infer<typeof textBody>;
 /** Estimated and final cost in credits (the task answers carry them): a flat rate per second here. */
 const credits = (job: SimJob): { credits: number } => ({ credits: 5 * job.durationS });
 
+// Runway's documented moderation failures (docs.dev.runwayml.com/errors/task-failures): an input
+// refused before the task runs, an output refused after it generated. The messages are ours.
+const MODERATION_FAILURES = {
+  input: { error: 'The prompt text did not pass content moderation', at: 'start' },
+  output: { error: 'The generated video did not pass content moderation', at: 'end' },
+} as const satisfies Record<string, SimFailure>;
+const MODERATION_CODES: Record<string, string> = {
+  [MODERATION_FAILURES.input.error]: 'SAFETY.INPUT.TEXT',
+  [MODERATION_FAILURES.output.error]: 'SAFETY.OUTPUT.VIDEO',
+};
+
 const STATUS: Record<SimJob['phase'], string> = {
   queued: 'THROTTLED',
   pending: 'PENDING',
@@ -109,7 +120,7 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
     ...(job.phase === 'running' ? { progress: Math.min(0.99, Math.round(simFraction(job.startedAt, job.generationMs) * 100) / 100) } : {}),
     // Every read signs the URLs afresh, as Runway documents (providers/runway.ts canRefreshOutputUrl).
     ...(job.phase === 'succeeded' ? { output: [store.freshOutput(job)] } : {}),
-    ...(job.phase === 'failed' ? { failure: job.error, failureCode: 'INTERNAL.BAD_OUTPUT' } : {}),
+    ...(job.phase === 'failed' ? { failure: job.error, failureCode: MODERATION_CODES[job.error ?? ''] ?? 'INTERNAL.BAD_OUTPUT' } : {}),
   });
 
   const generations = dailyGenerations();
@@ -146,6 +157,7 @@ export function createRunwayProtocol(deps: ProtocolDeps, o: RunwaySimOptions) {
           input: { prompt: body.promptText ?? '', duration: body.duration ?? 10 },
           token: req.get('x-request-id') ?? null,
           webhook: null,
+          ...(config.runway_moderation ? { failure: MODERATION_FAILURES[config.runway_moderation] } : {}),
         });
       },
       answer: (job) => void res.json({ id: job.id, estimatedCost: credits(job) }),

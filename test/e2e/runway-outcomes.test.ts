@@ -6,6 +6,7 @@ import { after, before, beforeEach, test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { providerCreateCap, taskAttempt } from '../../db/schema';
 import type { SubmitReceived } from '../../providers/simulator/submit-log';
+import { moderationReport } from '../../ops/provider-outcomes';
 import { eventually } from '../support/stack';
 import { startE2E, type E2E } from '../support/e2e';
 
@@ -82,3 +83,21 @@ test('Runway: a task still capped at its deadline fails DEADLINE_EXCEEDED with i
   assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
   await e.tdb.database.db.delete(providerCreateCap);
 });
+
+for (const side of ['input', 'output'] as const) {
+  test(`Runway: a task its moderation refuses (${side}) ends FAILED CONTENT_MODERATED with the side named: one job, no retry, credits released, counted for the tenant`, async () => {
+    e.sim.sim.setFaults({ providers: ['runway'], runway_moderation: side });
+    const taskId = await e.createTask(`runway-moderated-${side}`, { ...GEN4, prompt: `a heron the checker refuses (${side})` });
+    const failed = await e.waitForStatus(taskId, 'FAILED', 60_000);
+    assert.equal(failed.failure.code, 'CONTENT_MODERATED');
+    assert.match(failed.failure.message, side === 'input' ? /input \(SAFETY\.INPUT\.TEXT\)/ : /output \(SAFETY\.OUTPUT\.VIDEO\)/);
+    const attempts = await attemptsOf(taskId);
+    assert.equal(attempts.length, 1, 'never retried, never re-routed');
+    assert.equal(e.sim.jobsFor(attempts[0]!.attempt_id), 1);
+    const ledger = await e.ledgerOf(taskId);
+    assert.deepEqual([Number(ledger['SETTLE']), Number(ledger['RELEASE'])], [0, Number(ledger['RESERVE'])]);
+    const report = await moderationReport(e.tdb.database.db, new Date(Date.now() - 3_600_000));
+    const mine = report.tenants.find((t) => t.tenant_id === e.tenant.tenantId && t.provider === 'runway');
+    assert.equal(mine?.tasks, side === 'input' ? 1 : 2, 'ops moderation counts the tenant');
+  });
+}
