@@ -8,7 +8,10 @@ import { batchHandlers } from './batches.handlers';
 import { batchRoutes } from './batches.routes';
 import { callbackHandlers, writeCallbackAnswer } from './callbacks.handlers';
 import { callbackRoutes } from './callbacks.routes';
+import { budgetHandlers, budgetRoutes } from './budget.routes';
 import { mountRoute } from './contract';
+import { modelHandlers } from './models.handlers';
+import { modelRoutes } from './models.routes';
 import { apiDocument } from './openapi';
 import { eventHandlers } from './events.handlers';
 import { eventRoutes } from './events.routes';
@@ -113,6 +116,11 @@ export function createApp(ctx: ApiContext): express.Express {
   mountRoute(v1, '/v1', taskRoutes.get, ctx.rateLimiter.middleware('read'), tasks.get);
   mountRoute(v1, '/v1', taskRoutes.cancel, ctx.rateLimiter.middleware('cancel'), tasks.cancel);
   mountRoute(v1, '/v1', taskRoutes.deleteOutput, ctx.rateLimiter.middleware('cancel'), tasks.deleteOutput);
+  const models = modelHandlers(ctx);
+  mountRoute(v1, '/v1', modelRoutes.list, ctx.rateLimiter.middleware('read'), models.list);
+  // A quote is written: it spends the tenant's create budget.
+  mountRoute(v1, '/v1', modelRoutes.quote, ctx.rateLimiter.middleware('create'), models.quote);
+  mountRoute(v1, '/v1', budgetRoutes.get, ctx.rateLimiter.middleware('read'), budgetHandlers(ctx).get);
   const webhooks = webhookHandlers(ctx);
   const read = ctx.rateLimiter.middleware('read');
   const w = webhookEndpointRoutes;

@@ -241,11 +241,11 @@ async function admitChunk(
           if (!existing) throw new Error(`item key ${item.key} was taken, yet no task has it`);
           result = settle(item.index, item.key, existing, item.hash);
         } else {
-          created.push({ task: r, outboxEventId });
-          result = accepted(item.index, item.key, r, false);
+          created.push({ task: r.task, outboxEventId });
+          result = accepted(item.index, item.key, r.task, false);
         }
       } catch (err) {
-        // An item's own refusal (402: credits) is its final result; the savepoint rolled it back.
+        // An item's own refusal (402: credits or a budget) is its final result; the savepoint rolled it back.
         if (!(err instanceof HttpProblem)) throw err;
         result = refused(item.index, item.key, err);
       }

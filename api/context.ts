@@ -64,6 +64,8 @@ export interface ApiContext {
     readonly presignTtlSeconds: number;
     /** A task's deadline when its request names none. */
     readonly defaultDeadlineSeconds: number;
+    /** How long a quote may be cited by a create (QUOTE_TTL_SECONDS). */
+    readonly quoteTtlSeconds: number;
     /** This deployment's public base URL (the OpenAPI document's server). */
     readonly publicBaseUrl: string;
     /** Slow-client guards of the HTTP server (api/listen.ts). */
@@ -211,6 +213,7 @@ export function buildApiContext(
       },
       presignTtlSeconds: config.S3_PRESIGN_TTL_SECONDS,
       defaultDeadlineSeconds: config.TASK_DEADLINE_SECONDS,
+      quoteTtlSeconds: config.QUOTE_TTL_SECONDS,
       publicBaseUrl: config.PUBLIC_BASE_URL.replace(/\/+$/, ''),
       http: {
         headersTimeoutMs: config.API_HEADERS_TIMEOUT_MS,

@@ -6,6 +6,8 @@ import { batchRoutes } from './batches.routes';
 import { callbackRoutes } from './callbacks.routes';
 import { eventRoutes } from './events.routes';
 import { openApiDocument, type RouteContract, type WebhookContract } from './contract';
+import { budgetRoutes } from './budget.routes';
+import { modelRoutes } from './models.routes';
 import { systemRoutes } from './system.routes';
 import { taskRoutes } from './tasks.routes';
 import { usageRoutes } from './usage.routes';
@@ -17,6 +19,8 @@ export const API_VERSION = '0.1.0';
 export const API_ROUTES: readonly RouteContract[] = [
   ...Object.values(taskRoutes),
   ...Object.values(batchRoutes),
+  ...Object.values(modelRoutes),
+  ...Object.values(budgetRoutes),
   ...Object.values(webhookEndpointRoutes),
   ...Object.values(usageRoutes),
   ...Object.values(eventRoutes),

@@ -51,6 +51,14 @@ export const problems = {
     ),
   insufficientCredits: (needed: string, available: string) =>
     new HttpProblem(402, 'insufficient-credits', 'Not enough credits', `the task needs ${needed} credits; ${available} available`),
+  budgetExceeded: (b: { scope: 'tenant' | 'key'; limit: string; remaining: string; needed: string; period: string; periodEnd: Date }) =>
+    new HttpProblem(
+      402,
+      'budget-exceeded',
+      'Over the spend budget',
+      `the ${b.scope === 'tenant' ? "tenant's" : "API key's"} ${b.period} budget is ${b.limit} credits; ${b.remaining} remain until ${b.periodEnd.toISOString()}; the task needs ${b.needed}`,
+      [{ field: `budget:${b.scope}`, message: `limit ${b.limit}, remaining ${b.remaining}` }],
+    ),
   unavailable: (detail: string, retryAfterSeconds: number) =>
     new HttpProblem(503, 'unavailable', 'The service cannot take this request now', detail, [], { 'Retry-After': String(retryAfterSeconds) }),
   badSignature: (detail: string) => new HttpProblem(401, 'invalid-signature', 'The callback signature is not valid', detail),
@@ -86,7 +94,7 @@ const retryAfter = z
 const PROBLEM_ANSWERS: Record<number, string> = {
   400: 'The request is not valid: `errors` names each field (body, query, header or path)',
   401: 'No valid API key',
-  402: 'Not enough credits for this task',
+  402: 'Not enough credits for this task, or over a spend budget (`errors` names it: budget:tenant or budget:key, its limit and what remains)',
   404: "Not found (another tenant's resource is not found either)",
   409: 'The request conflicts with the current state',
   413: 'The request body is over API_BODY_LIMIT',

@@ -39,7 +39,7 @@ function parseTaskId(req: Request, params = taskRoutes.get.request.params): stri
 function refusedOutcome(err: unknown): string {
   if (err instanceof HttpProblem) {
     if (err.status === 400) return 'invalid';
-    if (err.status === 402) return 'insufficient_credits';
+    if (err.status === 402) return err.code === 'budget-exceeded' ? 'over_budget' : 'insufficient_credits';
     if (err.status === 422) return 'conflict';
     if (err.status === 503) return 'unavailable';
     return 'rejected';
@@ -53,7 +53,7 @@ export function taskHandlers(ctx: ApiContext) {
    * Parses a create, checks the admission and commits it; a refusal throws (refusedOutcome classes
    * it). The outcome, and the fence token it was committed under (the fast path's mark holds it).
    */
-  async function admit(req: Request, tenantId: string) {
+  async function admit(req: Request, tenantId: string, keyId: string) {
     const { request } = taskRoutes.create;
     const rawKey = req.get('idempotency-key');
     if (rawKey === undefined) throw problems.missingHeader('Idempotency-Key');
@@ -80,10 +80,10 @@ export function taskHandlers(ctx: ApiContext) {
 
   return {
     async create(req: Request, res: Response) {
-      const { tenantId } = tenantOf(req);
+      const { tenantId, keyId } = tenantOf(req);
       let admitted;
       try {
-        admitted = await admit(req, tenantId);
+        admitted = await admit(req, tenantId, keyId);
       } catch (err) {
         ctx.metrics.tasksCreated.inc({ outcome: refusedOutcome(err) });
         throw err;
@@ -96,6 +96,8 @@ export function taskHandlers(ctx: ApiContext) {
         return;
       }
       ctx.metrics.tasksCreated.inc({ outcome: 'created' });
+      for (const c of outcome.crossings)
+        ctx.metrics.budgetThresholds.inc({ scope: c.budget.budget.key_id === null ? 'tenant' : 'key', threshold: String(c.threshold) });
       const { task } = outcome;
       // Fast path: start the workflow now (awaited within a short budget, or in the background,
       // API_FAST_PATH_MODE). If Temporal is slow or down the task is still accepted; the outbox

@@ -43,10 +43,23 @@ export const createTaskBody = z
       .describe(
         "Also send this task's events here (https, a public host), signed with the secret of the tenant's oldest enabled webhook endpoint (docs/webhooks.md)",
       ),
+    quote_id: z
+      .uuid()
+      .optional()
+      .describe(
+        "A quote (POST /v1/quotes) of this same request, not expired: the task then reserves at most the quoted amount. An unknown, expired or other request's quote is a 400 naming quote_id",
+      ),
   })
   .describe('A video generation request')
   .meta({ id: 'CreateTaskRequest' });
 export type CreateTaskBody = z.infer<typeof createTaskBody>;
+
+/** What a quote prices: a create's body without a quote of its own. */
+export const quoteRequestBody = createTaskBody
+  .omit({ quote_id: true })
+  .describe('The body a create would send (without quote_id): validated as the create validates it')
+  .meta({ id: 'QuoteRequest' });
+export type QuoteRequestBody = z.infer<typeof quoteRequestBody>;
 
 export const idempotencyKeyHeader = z
   .string()

@@ -16,17 +16,21 @@ import { webhookUrlProblem } from '../net/webhook-url';
 import { finishTask } from '../db/settlement';
 import { canonicalJson } from '../domain/canonical-json';
 import { heldRoutes } from '../db/catalog-routes';
-import { findModel, priceFor, primaryRoute, requestRefusal, withoutHeldRoutes, type HeldRoutes, type ModelEntry } from '../domain/catalog';
+import { findModel, priceFor, primaryRoute, requestRefusal, withoutHeldRoutes, type HeldRoutes, type ModelEntry, type ProviderRoute } from '../domain/catalog';
+import { minMoney } from '../domain/money';
+import { citedQuote } from '../db/quotes';
+import { exceededBy, holdBudgets, recordCrossings, remainingOf, type ThresholdCrossing } from '../db/budgets';
 import type { TaskStatus } from '../domain/states';
 import { decide } from '../domain/task-machine';
-import type { CreateTaskBody } from './tasks.schemas';
+import type { CreateTaskBody, QuoteRequestBody } from './tasks.schemas';
 import { HttpProblem, problems } from './problem';
 
-export type CreateOutcome = { kind: 'created'; task: TaskRow; outboxEventId: string } | { kind: 'replayed'; task: TaskRow };
+export type CreateOutcome =
+  { kind: 'created'; task: TaskRow; outboxEventId: string; crossings: readonly ThresholdCrossing[] } | { kind: 'replayed'; task: TaskRow };
 
 class IdempotencyRace extends Error {}
 
-export const requestHash = (body: CreateTaskBody): string => createHash('sha256').update(canonicalJson(body)).digest('hex');
+export const requestHash = (body: QuoteRequestBody | CreateTaskBody): string => createHash('sha256').update(canonicalJson(body)).digest('hex');
 
 export async function findByKey(db: DbOrTx, tenantId: string, key: string): Promise<TaskRow | null> {
   const [row] = await db
@@ -41,50 +45,89 @@ export function replayOrConflict(existing: TaskRow, hash: string): CreateOutcome
   return { kind: 'replayed', task: existing };
 }
 
+/** What a create would reserve and where it would start (the static first choice, until the router runs). */
+export interface CreatePlan {
+  readonly entry: ModelEntry;
+  readonly first: ProviderRoute;
+  /** The catalog price of the request: what the create reserves (at most a cited quote's amount). */
+  readonly cost: string;
+}
+
+/** The checks of a create that need no transaction (api/tasks.service.ts createTask, api/quotes.service.ts). */
+export interface CreateRules {
+  readonly webhookAllowPrivate?: boolean;
+  /** WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT: needed when the body names a webhook_url. */
+  readonly webhookMaxOrigins?: number | undefined;
+  /** The routes held off (the API's cached read, api/admission.ts); read here when not given. */
+  readonly heldRoutes?: HeldRoutes;
+}
+
+/**
+ * Validates a create's body against the catalog and the tenant's webhook rules, and prices it:
+ * the one validation a create and a quote share. Throws the 400 problem naming the field.
+ */
+export async function planCreate(db: Db, tenantId: string, body: QuoteRequestBody, rules: CreateRules): Promise<CreatePlan> {
+  const held = rules.heldRoutes ?? (await heldRoutes(db));
+  const entry = await admissibleModel(db, tenantId, body, { allowPrivate: rules.webhookAllowPrivate ?? false, maxOrigins: rules.webhookMaxOrigins }, held);
+  return { entry, first: primaryRoute(entry), cost: priceFor(entry, body.resolution, body.duration_seconds) };
+}
+
+/** The hash a quote keeps of the body it priced: a create's body without its quote_id. */
+export const quotedRequestHash = (body: CreateTaskBody): string => {
+  const { quote_id: _cited, ...quoted } = body;
+  return requestHash(quoted);
+};
+
+/** The amount of the quote a create cites; a 400 naming quote_id when it cannot be cited. */
+async function quotedAmount(db: Db, tenantId: string, body: CreateTaskBody & { quote_id: string }): Promise<string> {
+  const cited = await citedQuote(db, tenantId, body.quote_id);
+  const refuse = (message: string) => problems.validation([{ field: 'quote_id', message }]);
+  // Another tenant's quote is as unknown as one never made.
+  if (cited.kind === 'unknown') throw refuse('no such quote: POST /v1/quotes first');
+  if (cited.kind === 'expired') throw refuse(`the quote expired at ${cited.quote.expires_at.toISOString()}: ask for a new one`);
+  if (cited.quote.request_hash !== quotedRequestHash(body)) throw refuse('the quote priced another request: cite it with the body it was given');
+  return cited.quote.amount;
+}
+
 export async function createTask(
   db: Db,
   token: FenceToken,
-  args: {
+  args: CreateRules & {
     tenantId: string;
-    /** The API key that asked (usage per key, db/usage.ts); absent for creates made outside the API. */
-    apiKeyId?: string;
+    /** The API key that asked (usage per key, db/usage.ts; its budget applies besides the tenant's); absent for creates made outside the API. */
+    apiKeyId?: string | null;
     idempotencyKey: string;
     body: CreateTaskBody;
     /** The deadline of a request that names none (TASK_DEADLINE_SECONDS). */
     defaultDeadlineSeconds: number;
-    webhookAllowPrivate?: boolean;
-    /** WEBHOOK_MAX_TASK_URL_ORIGINS_PER_TENANT: needed when the body names a webhook_url. */
-    webhookMaxOrigins?: number;
-    /** The routes held off (the API's cached read, api/admission.ts); read here when not given. */
-    heldRoutes?: HeldRoutes;
   },
 ): Promise<CreateOutcome> {
   const { tenantId, idempotencyKey, body } = args;
   const hash = requestHash(body);
-  let entry: ModelEntry;
+  let plan: CreatePlan;
+  let cost: string;
   try {
-    const held = args.heldRoutes ?? (await heldRoutes(db));
-    entry = await admissibleModel(db, tenantId, body, { allowPrivate: args.webhookAllowPrivate ?? false, maxOrigins: args.webhookMaxOrigins }, held);
+    plan = await planCreate(db, tenantId, body, args);
+    cost = body.quote_id === undefined ? plan.cost : minMoney(plan.cost, await quotedAmount(db, tenantId, { ...body, quote_id: body.quote_id }));
   } catch (err) {
     // A refusal may rest on what changed since a create with this key committed (its webhook
-    // endpoint disabled, the catalog changed): the retry of a create whose answer was lost is
-    // its replay (or 422 for another body), never a refusal that invites a second paid task
-    // under a new key. Looked up only on a refusal: an admitted create keeps its one round trip.
+    // endpoint disabled, the catalog changed, its quote expired): the retry of a create whose
+    // answer was lost is its replay (or 422 for another body), never a refusal that invites a
+    // second paid task under a new key. Looked up only on a refusal: an admitted create keeps its
+    // one round trip.
     if (!(err instanceof HttpProblem)) throw err;
     const existing = await findByKey(db, tenantId, idempotencyKey);
     if (existing) return replayOrConflict(existing, hash);
     throw err;
   }
+  const first = plan.first;
   // Until the router has chosen (at the first attempt), the task names the static first choice.
-  const first = primaryRoute(entry);
   // No lookup before the transaction: the unique (tenant, key) insert below finds replays and
   // concurrent duplicates in one round trip.
-
-  const cost = priceFor(entry, body.resolution, body.duration_seconds);
   const taskId = randomUUID();
   const outboxEventId = randomUUID();
   try {
-    const task = await db.transaction(async (tx) => {
+    const admitted = await db.transaction(async (tx) => {
       const r = await admitInTransaction(tx, token, {
         taskId,
         outboxEventId,
@@ -105,7 +148,7 @@ export async function createTask(
       if (r === 'key-taken') throw new IdempotencyRace();
       return r;
     });
-    return { kind: 'created', task, outboxEventId };
+    return { kind: 'created', task: admitted.task, crossings: admitted.crossings, outboxEventId };
   } catch (err) {
     if (!(err instanceof IdempotencyRace)) throw err;
     // A concurrent request with the same key committed first: answer as its replay.
@@ -117,15 +160,34 @@ export async function createTask(
 
 /**
  * The create's writes in the caller's transaction (the single create's, or a batch chunk's
- * savepoint): the task, or 'key-taken' when (tenant, key) exists (nothing written). Any other
- * refusal throws, and the caller rolls back what the statement wrote.
+ * savepoint): the task and the budget thresholds it crossed, or 'key-taken' when (tenant, key)
+ * exists (nothing written). Any other refusal throws (402 over a budget or the credits), and the
+ * caller rolls back what was written.
  */
-export async function admitInTransaction(tx: Tx, token: FenceToken, a: TaskAdmission): Promise<TaskRow | 'key-taken'> {
+export async function admitInTransaction(
+  tx: Tx,
+  token: FenceToken,
+  a: TaskAdmission,
+): Promise<{ task: TaskRow; crossings: readonly ThresholdCrossing[] } | 'key-taken'> {
+  // The budgets that apply, locked until COMMIT and counted under the lock: creates of one
+  // tenant or key pass this point one at a time, so together they never exceed a limit.
+  const budgets = await holdBudgets(tx, a.tenantId, a.apiKeyId ?? null);
+  const over = exceededBy(budgets, a.cost);
+  if (over) {
+    throw problems.budgetExceeded({
+      scope: over.budget.key_id === null ? 'tenant' : 'key',
+      limit: over.limit,
+      remaining: remainingOf(over),
+      needed: a.cost,
+      period: over.budget.period,
+      periodEnd: over.periodEnd,
+    });
+  }
   // One statement for every write (db/task-admission.ts).
   const r = await admitTask(tx, token, a);
   switch (r.kind) {
     case 'admitted':
-      return r.task;
+      return { task: r.task, crossings: await recordCrossings(tx, budgets, a.cost) };
     case 'fence-rejected':
       throw new FenceRejectedError(token, await readFence(tx, token.scope));
     case 'mode-forbids':
@@ -144,7 +206,7 @@ export async function admitInTransaction(tx: Tx, token: FenceToken, a: TaskAdmis
  * The catalog entry a create asks for, once its webhook URL and every limit of the model's
  * providers are checked; throws the 400 problem naming the field otherwise.
  */
-export async function admissibleModel(db: Db, tenantId: string, body: CreateTaskBody, webhook: TaskUrlRules, held: HeldRoutes): Promise<ModelEntry> {
+export async function admissibleModel(db: Db, tenantId: string, body: QuoteRequestBody, webhook: TaskUrlRules, held: HeldRoutes): Promise<ModelEntry> {
   if (body.webhook_url !== undefined) await checkTaskWebhookUrl(db, tenantId, body.webhook_url, webhook);
   const listed = findModel(body.model);
   if (!listed) throw problems.validation([{ field: 'model', message: `unknown model ${body.model}` }]);

@@ -6,6 +6,7 @@ import { WEBHOOK_EVENT_TYPES } from '../db/schema';
 import { defineRoute, defineWebhook, json, standardWebhookHeaders, type WebhookContract } from './contract';
 import { problemAnswers } from './problem';
 import {
+  BudgetThresholdPayload,
   WebhookDeliveriesQuery,
   WebhookDeliveryListResponse,
   WebhookEndpointCreateBody,
@@ -121,7 +122,10 @@ export const webhookEndpointRoutes = {
   }),
 };
 
-const EVENT_SUMMARIES: Record<(typeof WEBHOOK_EVENT_TYPES)[number], string> = {
+type TaskEventType = Exclude<(typeof WEBHOOK_EVENT_TYPES)[number], `tenant.${string}`>;
+const TASK_EVENT_TYPES = WEBHOOK_EVENT_TYPES.filter((e): e is TaskEventType => e.startsWith('task.'));
+
+const EVENT_SUMMARIES: Record<TaskEventType, string> = {
   'task.succeeded': 'A task succeeded: its video is stored (download it through links.task)',
   'task.failed': 'A task failed; its reserved credits were released',
   'task.cancelled': 'A task was cancelled',
@@ -131,17 +135,31 @@ const EVENT_SUMMARIES: Record<(typeof WEBHOOK_EVENT_TYPES)[number], string> = {
 };
 
 /** The events POSTed to endpoints, one contract per type (docs/webhooks.md). */
-export const webhookEvents: readonly WebhookContract[] = WEBHOOK_EVENT_TYPES.map((event) =>
+export const webhookEvents: readonly WebhookContract[] = [
+  ...TASK_EVENT_TYPES.map((event) =>
+    defineWebhook({
+      event,
+      operationId: `webhook_${event.replace('.', '_')}`,
+      summary: EVENT_SUMMARIES[event],
+      description: 'Signed per Standard Webhooks; retried on a schedule until a 2xx; order by data.status_version.',
+      headers: standardWebhookHeaders,
+      body: WebhookEventPayload.extend({ type: z.literal(event) }),
+      responses: {
+        200: { description: 'Received (any 2xx ends the retries)' },
+        500: { description: 'Any other answer, or none within the timeout, is retried' },
+      },
+    }),
+  ),
   defineWebhook({
-    event,
-    operationId: `webhook_${event.replace('.', '_')}`,
-    summary: EVENT_SUMMARIES[event],
-    description: 'Signed per Standard Webhooks; retried on a schedule until a 2xx; order by data.status_version.',
+    event: 'tenant.budget_threshold',
+    operationId: 'webhook_tenant_budget_threshold',
+    summary: "A spend budget (the tenant's or an API key's) crossed one of its thresholds: sent once per threshold and period",
+    description: 'Signed per Standard Webhooks; retried on a schedule until a 2xx (docs/billing.md "Budgets").',
     headers: standardWebhookHeaders,
-    body: WebhookEventPayload.extend({ type: z.literal(event) }),
+    body: BudgetThresholdPayload,
     responses: {
       200: { description: 'Received (any 2xx ends the retries)' },
       500: { description: 'Any other answer, or none within the timeout, is retried' },
     },
   }),
-);
+];

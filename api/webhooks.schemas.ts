@@ -91,8 +91,8 @@ export const WebhookDeliveryResponse = z
     id: z.uuid(),
     webhook_id: z.string().describe('The webhook-id header: the same on every attempt of this event'),
     event_type: WebhookEventType,
-    task_id: z.uuid(),
-    status_version: z.int(),
+    task_id: z.uuid().nullable().describe("null for a tenant's own event (tenant.budget_threshold)"),
+    status_version: z.int().nullable(),
     state: z.enum(WEBHOOK_DELIVERY_STATES),
     attempt_count: z.int().min(0),
     next_attempt_at: z.iso.datetime().nullable().describe('When the next attempt is due (pending only)'),
@@ -135,3 +135,23 @@ export const WebhookEventPayload = z
   })
   .describe('A webhook event as delivered');
 export type WebhookEventPayload = z.infer<typeof WebhookEventPayload>;
+
+/** The body POSTed for tenant.budget_threshold (db/budgets.ts): a budget crossed a threshold, once per period. */
+export const BudgetThresholdPayload = z
+  .object({
+    type: z.literal('tenant.budget_threshold'),
+    timestamp: z.iso.datetime().describe('When the create that crossed it was admitted'),
+    data: z.object({
+      scope: z.enum(['tenant', 'key']),
+      key_id: z.uuid().nullable().describe('The API key whose budget it is (scope key)'),
+      threshold_percent: z.int().min(1).max(100),
+      limit: z.string(),
+      spent: z.string().describe('Spent in the period with the create that crossed it'),
+      remaining: z.string(),
+      period: z.enum(['day', 'week', 'month']),
+      period_start: z.iso.datetime(),
+      period_end: z.iso.datetime(),
+      links: z.object({ budget: z.url().describe('GET it (with your API key) for every budget and its spend') }),
+    }),
+  })
+  .describe('A budget threshold crossed');

@@ -453,6 +453,11 @@ export const envSchema = z.object({
       .default(3_600),
   ),
 
+  QUOTE_TTL_SECONDS: setting(
+    'How long a quote (`POST /v1/quotes`) may be cited by a create (`quote_id`); the create then reserves at most the quoted price (docs/api.md "Quotes").',
+    z.coerce.number().int().min(10).max(86_400).default(900),
+  ),
+
   MAX_SUBMIT_ATTEMPTS: setting(
     'Attempts per task after proven rejections; a throttle (a retryable 429) counts against `MAX_THROTTLED_SUBMITS` instead.',
     z.coerce.number().int().min(1).max(10).default(3),

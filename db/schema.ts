@@ -114,7 +114,7 @@ export const generationTask = pgTable(
     deadline_at: ts('deadline_at'),
     /** Media-step failures that were not the media's fault, counted toward the step's bound (docs/design.md §5 "Bounds"). */
     media_failures: integer('media_failures').notNull().default(0),
-    /** Addition (usage per key, docs/decisions/0071): the API key that created the task; null for tasks created before it was kept. */
+    /** Addition (usage and budgets per key, docs/decisions/0071, 0075): the API key that created the task; null for tasks created before it was kept. */
     api_key_id: uuid('api_key_id'),
   },
   (t) => [
@@ -123,6 +123,10 @@ export const generationTask = pgTable(
       .on(t.status, t.updated_at)
       .where(sql`${t.terminal_at} IS NULL`),
     index('idx_task_tenant_created').on(t.tenant_id, t.created_at, t.task_id),
+    /** A key's tasks of a period (its budget's spend, db/budgets.ts). */
+    index('idx_task_api_key_created')
+      .on(t.api_key_id, t.created_at)
+      .where(sql`${t.api_key_id} IS NOT NULL`),
     /**
      * The task-URL origins of a tenant's open tasks (the cap on them, db/webhooks.ts
      * taskUrlOriginsInUse); the expression is the one the webhook trigger keys targets by.
@@ -712,6 +716,7 @@ export const WEBHOOK_EVENT_TYPES = [
   'task.needs_attention',
   'task.output_at_risk',
   'task.thumbnail_ready',
+  'tenant.budget_threshold',
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 export const WEBHOOK_DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'cancelled'] as const;
@@ -776,12 +781,11 @@ export const webhookEvent = pgTable(
   {
     event_id: uuid('event_id').primaryKey(),
     tenant_id: uuid('tenant_id').notNull(),
-    task_id: uuid('task_id')
-      .notNull()
-      .references(() => generationTask.task_id),
+    /** Null for a tenant's own event (tenant.budget_threshold, db/budgets.ts), which has no task. */
+    task_id: uuid('task_id').references(() => generationTask.task_id),
     event_type: text('event_type').$type<WebhookEventType>().notNull(),
-    status: text('status').notNull(),
-    status_version: bigint('status_version', { mode: 'number' }).notNull(),
+    status: text('status'),
+    status_version: bigint('status_version', { mode: 'number' }),
     data: jsonb('data').$type<Record<string, unknown>>().notNull(),
     created_at: ts('created_at').notNull().defaultNow(),
   },
@@ -1000,3 +1004,81 @@ export const browserTokenRevocation = pgTable('browser_token_revocation', {
   /** The token's own expiry: past it the row may be deleted. */
   expires_at: ts('expires_at').notNull(),
 });
+
+/**
+ * Addition (issue #52): a price answered by `POST /v1/quotes`, which a create may cite
+ * (`quote_id`) until `expires_at`: the create then reserves at most `amount`. Only the quote is
+ * written; `request_hash` is the quoted body's (api/tasks.service.ts requestHash without
+ * `quote_id`), so a create citing it must order the same thing.
+ */
+export const taskQuote = pgTable(
+  'task_quote',
+  {
+    quote_id: uuid('quote_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    request_hash: text('request_hash').notNull(),
+    model: text('model').notNull(),
+    amount: money('amount').notNull(),
+    created_at: ts('created_at').notNull().defaultNow(),
+    expires_at: ts('expires_at').notNull(),
+  },
+  (t) => [index('idx_task_quote_expires').on(t.expires_at), check('task_quote_amount_nonneg', sql`${t.amount} >= 0`)],
+);
+export type TaskQuoteRow = typeof taskQuote.$inferSelect;
+
+export const BUDGET_PERIODS = ['day', 'week', 'month'] as const;
+export type BudgetPeriod = (typeof BUDGET_PERIODS)[number];
+
+/**
+ * Addition (issue #52): a spend limit per calendar period (UTC) of a tenant (key_id null) or of
+ * one of its API keys, set by `ops tenant budget` / `ops key budget` (audited). `limit_amount`
+ * null: lifted. A create locks the rows that apply to it (db/budgets.ts holdBudgets).
+ */
+export const spendBudget = pgTable(
+  'spend_budget',
+  {
+    budget_id: uuid('budget_id').primaryKey(),
+    tenant_id: uuid('tenant_id')
+      .notNull()
+      .references(() => tenant.tenant_id),
+    key_id: uuid('key_id').references(() => apiKey.key_id),
+    limit_amount: money('limit_amount'),
+    period: text('period').$type<BudgetPeriod>().notNull().default('month'),
+    /** Percentages of the limit whose crossing emits tenant.budget_threshold, once per period each. */
+    thresholds: integer('thresholds').array().$type<number[]>().notNull(),
+    reason: text('reason'),
+    updated_by: text('updated_by'),
+    created_at: ts('created_at').notNull().defaultNow(),
+    updated_at: ts('updated_at').notNull().defaultNow(),
+  },
+  (t) => [
+    uniqueIndex('spend_budget_tenant')
+      .on(t.tenant_id)
+      .where(sql`${t.key_id} IS NULL`),
+    uniqueIndex('spend_budget_key')
+      .on(t.key_id)
+      .where(sql`${t.key_id} IS NOT NULL`),
+    check('spend_budget_period_check', sql`${t.period} IN (${inList(BUDGET_PERIODS)})`),
+    check('spend_budget_limit_nonneg', sql`${t.limit_amount} IS NULL OR ${t.limit_amount} >= 0`),
+  ],
+);
+export type SpendBudgetRow = typeof spendBudget.$inferSelect;
+
+/** Addition (issue #52): a threshold of a budget crossed in a period; its key makes the event once per period. */
+export const budgetThresholdCrossing = pgTable(
+  'budget_threshold_crossing',
+  {
+    budget_id: uuid('budget_id')
+      .notNull()
+      .references(() => spendBudget.budget_id),
+    period_start: ts('period_start').notNull(),
+    threshold: integer('threshold').notNull(),
+    /** Spent in the period with the create that crossed it. */
+    spent: money('spent').notNull(),
+    event_id: uuid('event_id').notNull(),
+    crossed_at: ts('crossed_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.budget_id, t.period_start, t.threshold] })],
+);

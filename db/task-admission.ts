@@ -21,7 +21,7 @@ export interface TaskAdmission {
   readonly taskId: string;
   readonly outboxEventId: string;
   readonly tenantId: string;
-  /** The API key that asked; null for a create made outside the API. */
+  /** The API key that asked (usage per key; its budget counts the task); null for a create made outside the API. */
   readonly apiKeyId: string | null;
   readonly projectId: string;
   readonly idempotencyKey: string;

@@ -158,6 +158,25 @@ export async function deleteEndpoint(tx: DbOrTx, tenantId: string, endpointId: s
   return true;
 }
 
+/**
+ * A tenant's own event, which has no task (tenant.budget_threshold, db/budgets.ts): the event and
+ * one delivery to each enabled endpoint subscribed to its type, in the caller's transaction, as
+ * the transition trigger writes a task's (migration 0014).
+ */
+export async function recordTenantEvent(
+  tx: DbOrTx,
+  e: { eventId: string; tenantId: string; type: Extract<WebhookEventType, `tenant.${string}`>; data: Record<string, unknown> },
+): Promise<void> {
+  await tx
+    .insert(webhookEvent)
+    .values({ event_id: e.eventId, tenant_id: e.tenantId, task_id: null, event_type: e.type, status: null, status_version: null, data: e.data });
+  await tx.execute(sql`
+    INSERT INTO webhook_delivery (delivery_id, event_id, tenant_id, endpoint_id, url, target_key, next_attempt_at)
+    SELECT gen_random_uuid(), ${e.eventId}::uuid, ${e.tenantId}::uuid, en.endpoint_id, NULL, 'endpoint:' || en.endpoint_id, now()
+    FROM webhook_endpoint en
+    WHERE en.tenant_id = ${e.tenantId}::uuid AND en.enabled AND en.deleted_at IS NULL AND (en.events IS NULL OR ${e.type} = ANY (en.events))`);
+}
+
 export interface DeliveryWithAttempts {
   readonly delivery: WebhookDeliveryRow;
   readonly event: WebhookEventRow;

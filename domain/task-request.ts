@@ -16,4 +16,6 @@ export interface TaskRequest {
   readonly metadata?: Readonly<Record<string, string>> | undefined;
   readonly project_id?: string | undefined;
   readonly webhook_url?: string | undefined;
+  /** The quote the create cited (POST /v1/quotes): the reservation is at most its amount. */
+  readonly quote_id?: string | undefined;
 }

@@ -10,6 +10,7 @@ export interface Metrics {
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route'>;
   readonly tasksCreated: Counter<'outcome'>;
+  readonly budgetThresholds: Counter<'scope' | 'threshold'>;
   readonly callbacksReceived: Counter<'provider' | 'outcome'>;
   readonly outboxPublished: Counter<'path' | 'outcome'>;
 }
@@ -41,8 +42,14 @@ export function createMetrics(opts: {
     }),
     tasksCreated: new Counter({
       name: 'vidorch_tasks_created_total',
-      help: 'Task creations that reached the create handler, by outcome (created, replayed, invalid, conflict, insufficient_credits, unavailable: the 503s of a mode, the region, the outbox backlog or the database, rejected, error)',
+      help: 'Task creations that reached the create handler, by outcome (created, replayed, invalid, conflict, insufficient_credits, over_budget, unavailable: the 503s of a mode, the region, the outbox backlog or the database, rejected, error)',
       labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    budgetThresholds: new Counter({
+      name: 'vidorch_budget_thresholds_total',
+      help: 'Spend budget thresholds crossed (each once per budget and period; the tenant is sent tenant.budget_threshold), by scope (tenant, key) and threshold percent',
+      labelNames: ['scope', 'threshold'],
       registers: [registry],
     }),
     callbacksReceived: new Counter({

@@ -2,7 +2,8 @@
 // rows of finished tasks after RETENTION_INBOX_DAYS (longer than any provider redelivers, so a
 // redelivery still dedupes), published outbox rows after RETENTION_OUTBOX_HOURS, reconciler runs
 // that changed nothing, tenant webhook deliveries that ended RETENTION_WEBHOOK_DAYS ago (their
-// attempts with them, then events left without a delivery, and idle target back-offs), and this
+// attempts with them, then events left without a delivery, and idle target back-offs), quotes a
+// day past their expiry, and this
 // host's old spool dead letters. Deleted in bounded batches, each
 // its own short transaction under the fence. The record (transitions, ledger, audit, failovers)
 // is never deleted: migration 0008 refuses it. Nothing a task that is still running reads is
@@ -99,6 +100,14 @@ export const retentionReconciler: Reconciler = {
         select: sql`SELECT e.event_id FROM webhook_event e
                     WHERE e.created_at < ${webhookCutoff}
                       AND NOT EXISTS (SELECT 1 FROM webhook_delivery d WHERE d.event_id = e.event_id)`,
+      },
+      {
+        // A quote (POST /v1/quotes) a day past its expiry: a create citing it was refused as
+        // expired meanwhile, and now as unknown.
+        kind: 'quote-expired',
+        table: 'task_quote',
+        key: 'quote_id',
+        select: sql`SELECT quote_id FROM task_quote WHERE expires_at < now() - interval '1 day'`,
       },
       {
         // A target's back-off (a receiver that timed out) untouched for the window: it ended long ago.

@@ -83,14 +83,14 @@ export interface WebhookRelay {
   stop(): Promise<void>;
 }
 
-/** The JSON body of an event: Standard Webhooks' type / timestamp / data, with a link to the task. */
+/**
+ * The JSON body of an event: Standard Webhooks' type / timestamp / data, with a link to the task
+ * (a tenant's own event, tenant.budget_threshold, links its budgets).
+ */
 export function eventBody(d: Pick<ClaimedDelivery, 'event_type' | 'event_created_at' | 'data'>, publicBaseUrl: string): string {
-  const taskId = String(d.data['task_id']);
-  return JSON.stringify({
-    type: d.event_type,
-    timestamp: d.event_created_at.toISOString(),
-    data: { ...d.data, links: { task: `${publicBaseUrl}/v1/tasks/${taskId}` } },
-  });
+  const taskId = d.data['task_id'];
+  const links = typeof taskId === 'string' ? { task: `${publicBaseUrl}/v1/tasks/${taskId}` } : { budget: `${publicBaseUrl}/v1/budget` };
+  return JSON.stringify({ type: d.event_type, timestamp: d.event_created_at.toISOString(), data: { ...d.data, links } });
 }
 
 const BACKLOG_COUNT_EVERY_MS = 1_000;

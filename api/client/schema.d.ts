@@ -96,6 +96,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every model the tenant may order: inputs, price per second, availability now */
+        get: operations["listModels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/quotes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The price a create of this body would reserve, its likely route and wait
+         * @description Validated exactly as POST /v1/tasks validates (the same 400 problems). Writes nothing but the quote: a create citing quote_id within QUOTE_TTL_SECONDS reserves at most its amount.
+         */
+        post: operations["createQuote"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/budget": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's spend budget and its API keys' (set by an operator), with the spend of the current period */
+        get: operations["getBudget"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhook-endpoints": {
         parameters: {
             query?: never;
@@ -485,6 +539,26 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "tenant.budget_threshold": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A spend budget (the tenant's or an API key's) crossed one of its thresholds: sent once per threshold and period
+         * @description Signed per Standard Webhooks; retried on a schedule until a 2xx (docs/billing.md "Budgets").
+         */
+        post: operations["webhook_tenant_budget_threshold"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface components {
     schemas: {
@@ -517,6 +591,11 @@ export interface components {
             project_id?: string;
             /** @description Also send this task's events here (https, a public host), signed with the secret of the tenant's oldest enabled webhook endpoint (docs/webhooks.md) */
             webhook_url?: string;
+            /**
+             * Format: uuid
+             * @description A quote (POST /v1/quotes) of this same request, not expired: the task then reserves at most the quoted amount. An unknown, expired or other request's quote is a 400 naming quote_id
+             */
+            quote_id?: string;
         };
         /** @description Up to 1,000 creates; each item is validated on its own, so an invalid item is refused alone */
         CreateBatchRequest: {
@@ -526,6 +605,36 @@ export interface components {
             /** @description The item's own key: the same semantics as a create's Idempotency-Key, in the same key space */
             idempotency_key: string;
             request: components["schemas"]["CreateTaskRequest"];
+        };
+        /** @description The body a create would send (without quote_id): validated as the create validates it */
+        QuoteRequest: {
+            /** @description Model from the catalog: a provider's model id (e.g. "minimax/video-01", pinned to its provider) or a model family (e.g. "kling-v2", routed by provider health and cost) */
+            model: string;
+            /**
+             * @description A pinned model: must name its provider. A model family: the preferred provider (health still decides)
+             * @enum {string}
+             */
+            provider?: "replicate" | "fal" | "runway" | "kling";
+            prompt: string;
+            duration_seconds: number;
+            /** @enum {string} */
+            resolution: "480p" | "720p" | "1080p";
+            /** Format: uri */
+            input_image_url?: string;
+            /** @default 0 */
+            priority?: number;
+            /** @description The task must be accepted by a provider within this many seconds of creation, or it fails (DEADLINE_EXCEEDED) and its credits are released. Default: the server's TASK_DEADLINE_SECONDS */
+            deadline_seconds?: number;
+            metadata?: {
+                [key: string]: string;
+            };
+            /**
+             * Format: uuid
+             * @description Defaults to the tenant's default project
+             */
+            project_id?: string;
+            /** @description Also send this task's events here (https, a public host), signed with the secret of the tenant's oldest enabled webhook endpoint (docs/webhooks.md) */
+            webhook_url?: string;
         };
         MintTokenRequest: {
             /**
@@ -753,6 +862,104 @@ export interface components {
             replayed?: boolean;
             problem?: components["schemas"]["Problem"];
         };
+        ModelList: {
+            /** @description This deployment admits new tasks now */
+            accepting_tasks: boolean;
+            refused_reason: string | null;
+            models: components["schemas"]["Model"][];
+        };
+        Model: {
+            /** @description What a create names as `model` */
+            model: string;
+            /**
+             * @description pinned: one provider; family: routed among several
+             * @enum {string}
+             */
+            kind: "pinned" | "family";
+            /** @description What a create may ask for: what at least one route takes */
+            inputs: components["schemas"]["ModelInputs"];
+            /** @description What a second of video costs at each resolution offered */
+            price_per_second: {
+                [key: string]: string;
+            };
+            /** @description New tasks are admitted and at least one route is open */
+            available: boolean;
+            /** @description Estimated seconds until a slot at the provider: the attempts waiting ahead over its slots, times its recent run time; null when unknown */
+            estimated_wait_seconds: number | null;
+            routes: components["schemas"]["ModelRoute"][];
+        };
+        ModelInputs: {
+            resolutions: ("480p" | "720p" | "1080p")[];
+            /** @description The durations taken, ascending */
+            duration_seconds: number[];
+            /**
+             * @description input_image_url: not taken, optional, or required (image to video only)
+             * @enum {string}
+             */
+            input_image: "none" | "optional" | "required";
+            prompt_max_chars: number;
+        };
+        ModelRoute: {
+            /** @enum {string} */
+            provider: "replicate" | "fal" | "runway" | "kling";
+            provider_model: string;
+            inputs: components["schemas"]["ModelInputs"];
+            /** @description Takes new work now */
+            open: boolean;
+            closed_reason: string | null;
+            /** @description Attempts waiting for a slot at this provider now */
+            waiting: number;
+            /** @description Estimated seconds until a slot at the provider: the attempts waiting ahead over its slots, times its recent run time; null when unknown */
+            estimated_wait_seconds: number | null;
+        };
+        Quote: {
+            /**
+             * Format: uuid
+             * @description Cite it as quote_id in POST /v1/tasks with the same body before expires_at
+             */
+            quote_id: string;
+            /** Format: date-time */
+            expires_at: string;
+            model: string;
+            /** @description What the create reserves (and at most charges) */
+            amount: string;
+            /** @description Credits, a decimal string */
+            price_per_second: string;
+            route: {
+                /** @enum {string} */
+                provider: "replicate" | "fal" | "runway" | "kling";
+                provider_model: string;
+                open: boolean;
+                closed_reason: string | null;
+            };
+            /** @description Estimated seconds until a slot at the provider: the attempts waiting ahead over its slots, times its recent run time; null when unknown */
+            estimated_wait_seconds: number | null;
+        };
+        BudgetList: {
+            budgets: components["schemas"]["Budget"][];
+        };
+        Budget: {
+            /** @enum {string} */
+            scope: "tenant" | "key";
+            key_id: string | null;
+            /**
+             * @description A calendar period in UTC
+             * @enum {string}
+             */
+            period: "day" | "week" | "month";
+            /** Format: date-time */
+            period_start: string;
+            /** Format: date-time */
+            period_end: string;
+            /** @description Credits, a decimal string */
+            limit: string;
+            /** @description Reserved in the period by the scope's tasks, less what was released of those reservations */
+            spent: string;
+            /** @description Credits, a decimal string */
+            remaining: string;
+            /** @description Each emits tenant.budget_threshold once per period when crossed */
+            thresholds_percent: number[];
+        };
         Usage: {
             /** Format: date-time */
             from: string;
@@ -951,7 +1158,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Not enough credits for this task */
+            /** @description Not enough credits for this task, or over a spend budget (`errors` names it: budget:tenant or budget:key, its limit and what remains) */
             402: {
                 headers: {
                     [name: string]: unknown;
@@ -1452,6 +1659,256 @@ export interface operations {
             };
         };
     };
+    listModels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The models */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelList"];
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createQuote: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuoteRequest"];
+            };
+        };
+        responses: {
+            /** @description The quote */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Quote"];
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over API_BODY_LIMIT */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is not application/json, or its encoding or charset is not supported */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The budgets (empty: none set) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetList"];
+                };
+            };
+            /** @description The request is not valid: `errors` names each field (body, query, header or path) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No valid API key */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the rate limit: retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The mode, region or a dependency does not admit this request now: retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listWebhookEndpoints: {
         parameters: {
             query?: never;
@@ -1474,7 +1931,7 @@ export interface operations {
                             url: string;
                             description: string | null;
                             /** @description null: every event type */
-                            events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
+                            events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold")[] | null;
                             enabled: boolean;
                             /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                             disabled_reason: string | null;
@@ -1571,7 +2028,7 @@ export interface operations {
                 "application/json": {
                     /** @description Where events are POSTed: https to a public host */
                     url: string;
-                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
+                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold")[] | null;
                     description?: string;
                 };
             };
@@ -1591,7 +2048,7 @@ export interface operations {
                         url: string;
                         description: string | null;
                         /** @description null: every event type */
-                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
+                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold")[] | null;
                         enabled: boolean;
                         /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                         disabled_reason: string | null;
@@ -1710,7 +2167,7 @@ export interface operations {
                         url: string;
                         description: string | null;
                         /** @description null: every event type */
-                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
+                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold")[] | null;
                         enabled: boolean;
                         /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                         disabled_reason: string | null;
@@ -1916,7 +2373,7 @@ export interface operations {
                 "application/json": {
                     /** @description Where events are POSTed: https to a public host */
                     url?: string;
-                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
+                    events?: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold")[] | null;
                     description?: string | null;
                     /** @description false stops deliveries; true re-enables an endpoint (also one disabled after failing) */
                     enabled?: boolean;
@@ -1936,7 +2393,7 @@ export interface operations {
                         url: string;
                         description: string | null;
                         /** @description null: every event type */
-                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready")[] | null;
+                        events: ("task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold")[] | null;
                         enabled: boolean;
                         /** @description Why the endpoint is disabled (by the tenant, or after failing for days) */
                         disabled_reason: string | null;
@@ -2171,10 +2628,10 @@ export interface operations {
                              * @description An event a webhook endpoint can subscribe to
                              * @enum {string}
                              */
-                            event_type: "task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready";
-                            /** Format: uuid */
-                            task_id: string;
-                            status_version: number;
+                            event_type: "task.succeeded" | "task.failed" | "task.cancelled" | "task.needs_attention" | "task.output_at_risk" | "task.thumbnail_ready" | "tenant.budget_threshold";
+                            /** @description null for a tenant's own event (tenant.budget_threshold) */
+                            task_id: string | null;
+                            status_version: number | null;
                             /** @enum {string} */
                             state: "pending" | "succeeded" | "failed" | "cancelled";
                             attempt_count: number;
@@ -3734,6 +4191,74 @@ export interface operations {
                              * @description GET it (with your API key) for download URLs
                              */
                             task: string;
+                        };
+                    };
+                };
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx ends the retries) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within the timeout, is retried */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_tenant_budget_threshold: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event's id: the same on every retry of it (dedupe on it) */
+                "webhook-id": string;
+                /** @description Unix seconds when this attempt was signed */
+                "webhook-timestamp": string;
+                /** @description Space-separated `v1,<base64 HMAC-SHA256>` signatures (several while a secret rotates) */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @constant */
+                    type: "tenant.budget_threshold";
+                    /**
+                     * Format: date-time
+                     * @description When the create that crossed it was admitted
+                     */
+                    timestamp: string;
+                    data: {
+                        /** @enum {string} */
+                        scope: "tenant" | "key";
+                        /** @description The API key whose budget it is (scope key) */
+                        key_id: string | null;
+                        threshold_percent: number;
+                        limit: string;
+                        /** @description Spent in the period with the create that crossed it */
+                        spent: string;
+                        remaining: string;
+                        /** @enum {string} */
+                        period: "day" | "week" | "month";
+                        /** Format: date-time */
+                        period_start: string;
+                        /** Format: date-time */
+                        period_end: string;
+                        links: {
+                            /**
+                             * Format: uri
+                             * @description GET it (with your API key) for every budget and its spend
+                             */
+                            budget: string;
                         };
                     };
                 };

@@ -4,6 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { listKeys, revokeKey, rotateKey } from '../keys';
 import { createTenant, grantTenantCredits, setTenantOutputRetention } from '../tenants';
 import { setTenantLimit } from '../capacity';
+import { registerBudgetCommands } from '../budgets';
 import { config, fence, actor, credits, duration, providerName, inFlightLimit, print, withDb } from './context';
 
 export function registerTenantCommands(program: Command): void {
@@ -160,4 +161,7 @@ export function registerTenantCommands(program: Command): void {
       const r = await withDb((d) => revokeKey(d.db, { tenant: o.tenant, keyId: o.keyId, reason: o.reason, actor, fence }));
       print(o.json, r, () => `key ${r.key_id} revoked at ${r.revoked_at.toISOString()}; audit ${r.audit_id}`);
     });
+
+  // Spend budgets of a tenant and of one of its keys (docs/billing.md "Budgets").
+  registerBudgetCommands(tenant, key, { withDb: (work) => withDb((d) => work(d.db)), actor, fence });
 }

@@ -101,7 +101,7 @@ test('every status tenants hear about makes exactly one event of its type; the o
       assert.equal(await casTaskStatus(tx, token, { taskId: id, from, expectedVersion: i - 1, to, sourceEvent: 'test', actor: 'test' }), i);
     });
   }
-  const events = (await eventsOf(id)).sort((a, b) => a.status_version - b.status_version);
+  const events = (await eventsOf(id)).sort((a, b) => a.status_version! - b.status_version!);
   assert.deepEqual(
     events.map((e) => [e.status, e.event_type, e.status_version]),
     [
