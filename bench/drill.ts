@@ -12,6 +12,7 @@ import { runReviewLateWebhooksDrill } from './drills/review-late-webhooks';
 import { runUnknownOutcomeDrill } from './drills/unknown-outcome';
 import { runWebhooksDrill } from './drills/webhooks';
 import { runImagesDrill } from './drills/images';
+import { runProductionDrill } from './drills/production';
 
 const int = (v: string) => {
   const n = Number(v);
@@ -508,6 +509,41 @@ program
         ]),
       ],
       r.ok,
+    );
+  });
+
+program
+  .command('production')
+  .description(
+    'a production rehearsal: Temporal built from its Go module on PostgreSQL, the build (dist/), migration job, 2 APIs, 3 workers, a rolling deploy through Worker Versioning and a SIGKILL under load',
+  )
+  .option('--tasks <n>', 'tasks created', positive, 500)
+  .option('--rate <n>', 'creates per second', positive, 10)
+  .option('--temporal <kind>', 'server (built from go.temporal.io/server, on PostgreSQL) or dev (the CLI dev server)', 'server')
+  .option('--json', 'print the report as one JSON line', false)
+  .action(async (o: { tasks: number; rate: number; temporal: string; json: boolean }) => {
+    if (o.temporal !== 'server' && o.temporal !== 'dev') throw new InvalidArgumentError('--temporal server or dev');
+    const r = await runProductionDrill({ tasks: o.tasks, ratePerSecond: o.rate, temporal: o.temporal }, log);
+    const ok = r.lost === 0 && r.secondJobs === 0 && r.ledger.tenantsOutOfBalance === 0 && r.ledger.openReservationsOnTerminalTasks === 0;
+    report(
+      r,
+      o.json,
+      `production rehearsal on ${r.temporal === 'server' ? 'the Temporal server (PostgreSQL)' : 'the dev server'} (docs/deploy.md)`,
+      () => [
+        ['tasks accepted (refused)', r.accepted, `${r.refused} refused`],
+        ['lost (accepted, never ended or parked)', r.lost, 'must be 0'],
+        ['second provider jobs for one attempt', r.secondJobs, 'must be 0'],
+        ['tenants out of balance / open reservations', `${r.ledger.tenantsOutOfBalance} / ${r.ledger.openReservationsOnTerminalTasks}`, 'must be 0 / 0'],
+        ['tasks by status', JSON.stringify(r.byStatus), ''],
+        ...Object.entries(r.tasksPerBuild).map(([b, n]): Row => [`generation workflows on build ${b}`, n, '']),
+        ['old build: workflows running when the drill ended', r.oldBuildRunningAtEnd, ''],
+        ['deploy: new workers started to current', `${r.deploySeconds} s`, JSON.stringify(r.deployment)],
+        ['create p50 ms before / during / after', `${r.createP50Ms.before} / ${r.createP50Ms.during} / ${r.createP50Ms.after}`, ''],
+        ['create p95 ms before / during / after', `${r.createP95Ms.before} / ${r.createP95Ms.during} / ${r.createP95Ms.after}`, ''],
+        ['end-to-end p50 ms before / during / after', `${r.endToEndP50Ms.before} / ${r.endToEndP50Ms.during} / ${r.endToEndP50Ms.after}`, ''],
+        ['tasks/s end to end', r.tasksPerSecond, `load ${r.load.join(' ')}`],
+      ],
+      ok,
     );
   });
 

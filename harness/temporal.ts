@@ -2,7 +2,7 @@
 // the Temporal CLI run against it.
 import fs from 'node:fs';
 import path from 'node:path';
-import { waitForTcp, waitUntil } from './ports';
+import { freePort, waitForTcp, waitUntil } from './ports';
 import { extend, launch, runCommand, type LogFn, type ManagedProcess, type RunResult } from './processes';
 import { readToolPaths } from './tools';
 
@@ -170,5 +170,160 @@ export async function ensureSearchAttributes(
           ' (delete the dev server database, e.g. .data/dev/temporal.db, to start over)',
       );
     }
+  }
+}
+
+/** The Temporal server version the CLI v1.5.1 dev server embeds: the production rehearsal builds this one. */
+export const TEMPORAL_SERVER_VERSION = 'v1.29.1';
+
+export interface TemporalServerOptions {
+  /** Frontend gRPC port; the other services' ports are taken free. */
+  port: number;
+  /** Where its config and logs go. */
+  dataDir: string;
+  /** Postgres for persistence and visibility: host, port, user (password-less, trust). */
+  postgres: { host: string; port: number; user: string };
+  /** Prefix of its two databases (`<prefix>`, `<prefix>_visibility`), created and given their schemas. */
+  databasePrefix: string;
+  /** `server` and `sql` (temporal-sql-tool) built from go.temporal.io/server at TEMPORAL_SERVER_VERSION. */
+  serverPath: string;
+  sqlToolPath: string;
+  /** The module's schema/postgresql/v12 directory (in the Go module cache). */
+  schemaDir: string;
+  /** The Temporal CLI, for namespace and search-attribute set-up. */
+  temporalPath: string;
+  numHistoryShards?: number;
+  /** Connections per service (four in the process) to each database: small on a shared Postgres (default 5 and 2). */
+  maxConns?: { main: number; visibility: number };
+  log?: LogFn;
+}
+
+/**
+ * Temporal as a production runs it: the server built from its Go module, its four services in
+ * one process, on PostgreSQL persistence and visibility (schemas applied with temporal-sql-tool
+ * from the module's schema/postgresql/v12), the config adapted from the module's
+ * development-postgres12.yaml; the `default` namespace and the project's search attributes created
+ * through the CLI, as an operator would.
+ */
+export async function startTemporalServer(opts: TemporalServerOptions): Promise<TemporalProcess> {
+  const { host, port: pgPort, user } = opts.postgres;
+  const dbs = { main: opts.databasePrefix, visibility: `${opts.databasePrefix}_visibility` };
+  for (const [db, dir] of [
+    [dbs.main, 'temporal'],
+    [dbs.visibility, 'visibility'],
+  ] as const) {
+    const tool = (args: string[]) =>
+      runCommand(opts.sqlToolPath, ['--plugin', 'postgres12', '--ep', host, '-p', String(pgPort), '-u', user, '--db', db, ...args], temporalCliEnv(), {
+        timeoutMs: 180_000,
+      });
+    for (const args of [['create-database'], ['setup-schema', '-v', '0.0'], ['update-schema', '-d', path.join(opts.schemaDir, dir, 'versioned')]]) {
+      const r = await tool(args);
+      if (r.code !== 0) throw new Error(`temporal-sql-tool ${args[0]} ${db} failed: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' | ')}`);
+    }
+  }
+  const ports = { http: await freePort(), history: await freePort(), matching: await freePort(), worker: await freePort(), metrics: await freePort() };
+  const membership = [await freePort(), await freePort(), await freePort(), await freePort()];
+  const store = (db: string, maxConns: number) => `
+      sql:
+        pluginName: postgres12
+        databaseName: ${db}
+        connectAddr: "${host}:${pgPort}"
+        connectProtocol: tcp
+        user: ${user}
+        password: ""
+        maxConns: ${maxConns}
+        maxIdleConns: ${maxConns}
+        maxConnLifetime: 1h`;
+  const service = (grpc: number, member: number, http?: number) => `
+    rpc:
+      grpcPort: ${grpc}
+      membershipPort: ${member}
+      bindOnLocalHost: true${http ? `\n      httpPort: ${http}` : ''}`;
+  const configDir = path.join(opts.dataDir, 'config');
+  fs.mkdirSync(configDir, { recursive: true });
+  fs.writeFileSync(path.join(configDir, 'dynamicconfig.yaml'), 'limit.maxIDLength:\n  - value: 255\n    constraints: {}\n');
+  fs.writeFileSync(
+    path.join(configDir, 'production.yaml'),
+    `log:
+  stdout: true
+  level: warn
+persistence:
+  defaultStore: default
+  visibilityStore: visibility
+  numHistoryShards: ${opts.numHistoryShards ?? 4}
+  datastores:
+    default:${store(dbs.main, opts.maxConns?.main ?? 5)}
+    visibility:${store(dbs.visibility, opts.maxConns?.visibility ?? 2)}
+global:
+  membership:
+    maxJoinDuration: 30s
+    broadcastAddress: 127.0.0.1
+  metrics:
+    prometheus:
+      framework: tally
+      timerType: histogram
+      listenAddress: "127.0.0.1:${ports.metrics}"
+services:
+  frontend:${service(opts.port, membership[0]!, ports.http)}
+  history:${service(ports.history, membership[1]!)}
+  matching:${service(ports.matching, membership[2]!)}
+  worker:${service(ports.worker, membership[3]!)}
+clusterMetadata:
+  enableGlobalNamespace: false
+  failoverVersionIncrement: 10
+  masterClusterName: active
+  currentClusterName: active
+  clusterInformation:
+    active:
+      enabled: true
+      initialFailoverVersion: 1
+      rpcName: frontend
+      rpcAddress: "127.0.0.1:${opts.port}"
+dcRedirectionPolicy:
+  policy: noop
+dynamicConfigClient:
+  filepath: "${path.join(configDir, 'dynamicconfig.yaml')}"
+  pollInterval: 10s
+`,
+  );
+  const address = `127.0.0.1:${opts.port}`;
+  const proc = launch('temporal-server', opts.serverPath, ['--root', opts.dataDir, '--config', 'config', '--env', 'production', '--allow-no-auth', 'start'], {
+    env: temporalCliEnv(),
+    log: opts.log,
+    muteAfterStop: true,
+  });
+  const deadline = Date.now() + 180_000;
+  const remaining = () => Math.max(1_000, deadline - Date.now());
+  try {
+    await waitForTcp(opts.port, { timeoutMs: remaining(), process: proc, what: `Temporal server frontend on ${address}` });
+    await waitUntil(
+      async () => {
+        const described = await temporalCli(opts.temporalPath, address, ['operator', 'namespace', 'describe', '--namespace', 'default'], 10_000);
+        if (described.code === 0) return true;
+        await temporalCli(opts.temporalPath, address, ['operator', 'namespace', 'create', '--namespace', 'default', '--retention', '24h'], 10_000);
+        return false;
+      },
+      { timeoutMs: remaining(), intervalMs: 1_000, process: proc, what: `namespace default on ${address}` },
+    );
+    await ensureSearchAttributes(opts.temporalPath, address, 'default', TEMPORAL_SEARCH_ATTRIBUTES);
+  } catch (err) {
+    await proc.stop('SIGKILL', 2_000);
+    throw err instanceof Error ? err : new Error(String(err));
+  }
+  return extend(proc, { address, uiUrl: undefined });
+}
+
+/** Drops the databases startTemporalServer created (after the server stopped). */
+export async function dropTemporalServerDatabases(opts: Pick<TemporalServerOptions, 'postgres' | 'databasePrefix' | 'sqlToolPath'>): Promise<void> {
+  const { host, port, user } = opts.postgres;
+  for (const db of [opts.databasePrefix, `${opts.databasePrefix}_visibility`]) {
+    await runCommand(
+      opts.sqlToolPath,
+      ['--plugin', 'postgres12', '--ep', host, '-p', String(port), '-u', user, '--db', db, 'drop-database', '-f'],
+      temporalCliEnv(),
+      {
+        timeoutMs: 60_000,
+      },
+    );
   }
 }
