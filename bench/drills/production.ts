@@ -199,6 +199,8 @@ export async function runProductionDrill(opts: ProductionDrillOptions, log: (lin
     const load = (async () => {
       const inFlight = new Set<Promise<void>>();
       for (let i = 0; i < opts.tasks; i++) {
+        // The last third only once the new build is current: the tasks it must take.
+        if (i >= (2 * opts.tasks) / 3) await until(() => phase === 'after');
         const t0 = Date.now();
         const p = (async () => {
           const res = await fetch(`http://127.0.0.1:${apiPorts[i % 2]}/v1/tasks`, {
@@ -235,9 +237,9 @@ export async function runProductionDrill(opts: ProductionDrillOptions, log: (lin
     log(`${nextBuild} current; SIGKILL worker-a1`);
     await oldWorkers[0]!.stop('SIGKILL', 1_000);
     const deployedAt = Date.now();
-    phase = 'after';
-    await until(() => created.length >= (2 * opts.tasks) / 3);
+    await until(() => created.length >= Math.floor((2 * opts.tasks) / 3));
     simulator.sim.clearFaults();
+    phase = 'after';
     log('webhooks back');
     await load;
 
