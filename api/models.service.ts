@@ -5,7 +5,7 @@
 import type { Db } from '../db/client';
 import { insertQuote } from '../db/quotes';
 import { providerFacts, type ProviderFacts } from '../db/route-facts';
-import { MODEL_CATALOG, routeRefusal, type ModelEntry, type ProviderRoute } from '../domain/catalog';
+import { MODEL_CATALOG, routeKey, routeRefusal, type ModelEntry, type ProviderRoute } from '../domain/catalog';
 import { entryInputs, pricePerSecond, routeInputs, routeState, type RouteState } from '../domain/model-offer';
 import { reusedFor } from '../observability/reuse';
 import type { Admission } from './admission';
@@ -23,8 +23,6 @@ export interface RouteAvailabilityDeps {
   readonly admission: Admission;
   /** The adapters this deployment has, with their in-flight limits. */
   readonly providers: Readonly<Record<string, { readonly capabilities: { readonly maxConcurrency?: number } }>>;
-  /** Why a route is closed beyond the provider's facts (e.g. a catalog sync disabled it); null: it is not. */
-  readonly routeDisabled?: (route: Pick<ProviderRoute, 'provider' | 'model'>) => string | null;
 }
 
 export interface Availability {
@@ -36,7 +34,7 @@ export interface Availability {
 /** A function answering the availability of every route now, shared between callers for REUSE_MS. */
 export function createRouteAvailability(deps: RouteAvailabilityDeps): () => Promise<Availability> {
   return reusedFor(REUSE_MS, async () => {
-    const [facts, createsRefused] = await Promise.all([providerFacts(deps.db, RUN_WINDOW_HOURS), refusalOf(deps.admission)]);
+    const [facts, createsRefused, held] = await Promise.all([providerFacts(deps.db, RUN_WINDOW_HOURS), refusalOf(deps.admission), deps.admission.heldRoutes()]);
     const none: ProviderFacts = { breakerForce: null, slotLimit: null, inFlight: 0, waiting: 0, medianRunSeconds: null };
     return {
       createsRefused,
@@ -50,7 +48,10 @@ export function createRouteAvailability(deps: RouteAvailabilityDeps): () => Prom
           inFlight: f.inFlight,
           waiting: f.waiting,
           medianRunSeconds: f.medianRunSeconds,
-          disabledReason: deps.routeDisabled?.(route) ?? null,
+          // Held after its model's published inputs changed in a way that breaks what we send (docs/decisions/0072).
+          disabledReason: held.has(routeKey(route.provider, route.model))
+            ? "held: its model's published inputs changed (ops catalog sync); an operator is reviewing it"
+            : null,
         });
       },
     };
