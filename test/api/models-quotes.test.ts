@@ -9,6 +9,7 @@ import { apiDocument } from '../../api/openapi';
 import { requestHash } from '../../api/tasks.service';
 import { insertQuote } from '../../db/quotes';
 import { lockProviderControl, setProviderControl } from '../../db/provider-control';
+import { holdRoute, recordRevision, releaseRoute } from '../../db/catalog-routes';
 import { creditLedger, generationTask } from '../../db/schema';
 import { MODEL_CATALOG, priceFor, RESOLUTIONS } from '../../domain/catalog';
 import { entryInputs } from '../../domain/model-offer';
@@ -126,6 +127,39 @@ test('a provider whose breaker an operator forced open shows its routes closed; 
       await lockProviderControl(tx, 'kling');
       await setProviderControl(tx, 'kling', { force: null, max_in_flight: null, reason: 'test over', actor: 'test' }, { queueLimit: false });
     });
+  }
+});
+
+test('a route held after a breaking schema change (ops catalog sync) shows closed with why; its family stays available', async () => {
+  const t = await createTestTenant(tdb.database, config);
+  const family = MODEL_CATALOG.find((m) => m.model === 'kling-v2')!;
+  const held = family.routes.find((r) => r.provider === 'fal')!;
+  await tdb.database.db.transaction(async (tx) => {
+    const revisionId = await recordRevision(tx, {
+      provider: held.provider,
+      model: held.model,
+      providerVersion: null,
+      digest: 'test',
+      inputSchema: {},
+      sourceUrl: 'http://127.0.0.1/openapi.json',
+      changes: [{ path: 'input.style', kind: 'required-added', detail: 'test' }],
+      breaking: true,
+      actor: 'test',
+    });
+    await holdRoute(tx, { provider: held.provider, model: held.model, revisionId, reason: 'test', actor: 'test' });
+  });
+  try {
+    const body = await eventually(async () => {
+      const res = await call('GET', '/v1/models', t.apiKey);
+      const entry = res.body.models.find((m: { model: string }) => m.model === 'kling-v2');
+      const route = entry.routes.find((r: { provider: string }) => r.provider === 'fal');
+      return route.open ? undefined : entry;
+    }, 10_000);
+    const route = body.routes.find((r: { provider: string }) => r.provider === 'fal');
+    assert.match(route.closed_reason, /catalog sync/);
+    assert.equal(body.available, true);
+  } finally {
+    await releaseRoute(tdb.database.db, held.provider, held.model);
   }
 });
 
