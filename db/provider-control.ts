@@ -6,7 +6,7 @@ import { eq, sql, type SQL } from 'drizzle-orm';
 import type { DbOrTx } from './client';
 import { MODE_SETTING } from './modes';
 import { providerControl } from './schema';
-import { holdsSlot } from './slot-queue';
+import { HELD_SETTING, holdsSlot } from './slot-queue';
 
 export type ProviderControlRow = typeof providerControl.$inferSelect;
 
@@ -38,7 +38,11 @@ export async function readClaimControl(tx: DbOrTx, provider: string, opts: { rea
       WITH control AS (
         SELECT breaker_force, max_in_flight, create_tat
         FROM provider_control WHERE provider = ${provider}${opts.lock ? sql` FOR UPDATE` : sql``})
-      SELECT control.*, current_setting(${MODE_SETTING}, true) AS mode, clock_timestamp() AS db_now FROM control`);
+      SELECT control.*, current_setting(${MODE_SETTING}, true) AS mode, clock_timestamp() AS db_now${
+        // A locked read holds the provider's row: recorded, so this transaction takes no other
+        // provider's row after it (the one lock order, db/slot-queue.ts grantFreeSlotsAt).
+        opts.lock ? sql`, set_config(${HELD_SETTING}, ${provider}::text, true) AS held` : sql``
+      } FROM control`);
     const row = rows[0];
     // A raw statement's timestamps arrive as strings: the row's type promises dates.
     return row && { ...row, create_tat: row.create_tat === null ? null : new Date(row.create_tat), db_now: new Date(row.db_now) };

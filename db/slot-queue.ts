@@ -103,7 +103,7 @@ interface ProviderQueueConfig {
  * (Postgres forgets it at commit or rollback): the one lock order (docs/providers.md "The slot
  * queue") lets a transaction that holds a provider's row take no other provider's row.
  */
-const HELD_SETTING = 'vidorch.slot_providers';
+export const HELD_SETTING = 'vidorch.slot_providers';
 const heldAfter = (held: string | null, provider: string) => [...new Set([...(held ? held.split(',') : []), provider])].sort().join(',');
 
 async function lockProvider(tx: DbOrTx, provider: string): Promise<ProviderQueueConfig> {
