@@ -67,7 +67,7 @@ export function taskHandlers(ctx: ApiContext) {
     const token = { scope: ctx.settings.fenceScope, region: ctx.settings.region, epoch: fence.epoch };
     const outcome = await createTask(ctx.db, token, {
       tenantId,
-      apiKeyId: tenantOf(req).keyId,
+      apiKeyId: keyId,
       idempotencyKey: key.data,
       body: body.data,
       defaultDeadlineSeconds: ctx.settings.defaultDeadlineSeconds,
