@@ -67,12 +67,12 @@ const callbackFor = (attemptId: string, state: 'queued' | 'running', rawStatus: 
 const sendWindowPassed = () => new Promise((r) => setTimeout(r, SEND_WINDOW_MS + 100));
 
 let seq = 0;
-async function preparedTask(): Promise<{ taskId: string; attemptId: string }> {
+async function preparedTask(model = 'gen4.5'): Promise<{ taskId: string; attemptId: string }> {
   seq += 1;
   const created = await createTask(db(), w.token, {
     tenantId: w.tenantId,
     idempotencyKey: `earlier-${seq}-${Date.now()}`,
-    body: { model: 'gen4.5', prompt: `earlier job ${seq}`, duration_seconds: 5, resolution: '720p', priority: 0 },
+    body: { model, prompt: `earlier job ${seq}`, duration_seconds: 5, resolution: '720p', priority: 0 },
   });
   const taskId = created.task.task_id;
   const facts = await w.run('dispatchAndPrepare', taskId);
@@ -255,14 +255,16 @@ test("a stale submit's accept for a task that ended meanwhile binds the job on i
 });
 
 test("a stale submit's accept after the next attempt was refused by the provider takes the task back to its job: no false 'two jobs' park", async () => {
-  const { taskId, attemptId } = await preparedTask();
-  w.sim.sim.setFaults({ providers: ['runway'], submit: 'answer_after_ms', submit_delay_ms: 3_000, submit_fault_count: 1 });
+  // On fal, whose 429 on create is a throttle (Runway's is its daily cap: the attempt would wait
+  // unsent); its webhooks held back, so attempt 1's job is known only from the stale accept.
+  const { taskId, attemptId } = await preparedTask('fal-ai/kling-video/v2/master/text-to-video');
+  w.sim.sim.setFaults({ providers: ['fal'], callbacks: 'off', submit: 'answer_after_ms', submit_delay_ms: 3_000, submit_fault_count: 1 });
   const stale = w.run('submitAttempt', taskId);
   await eventually(async () => ((await attemptsOf(taskId))[0]?.submit_state === 'SUBMITTING' ? true : undefined), 5_000, 20);
   assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'SUBMIT_UNKNOWN');
   const second = await wronglyConfirmedAbsent(taskId);
   // Attempt 2 is refused before acceptance (a throttle): it never created a job.
-  w.sim.sim.setFaults({ providers: ['runway'], submit: 'rate_limit', submit_fault_count: 1 });
+  w.sim.sim.setFaults({ providers: ['fal'], callbacks: 'off', submit: 'rate_limit', submit_fault_count: 1 });
   assert.equal((await w.run('submitAttempt', taskId)).facts.status, 'DISPATCHING');
   assert.equal((await attemptsOf(taskId)).find((a) => a.attempt_id === second)?.submit_state, 'REJECTED');
 
