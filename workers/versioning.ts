@@ -1,8 +1,8 @@
 // Worker Versioning (docs/deploy.md, docs/decisions/0073-worker-versioning.md): every Temporal
 // worker of a process polls as one Worker Deployment Version, `<WORKER_DEPLOYMENT_NAME>` +
 // build id, so a workflow's activities (on the poll and reconcile queues too) run on the build
-// that runs the workflow. The workflows declare their behaviour (PINNED); the worker's default
-// is the same, for any workflow type added without one.
+// that runs the workflow. The behaviour is the worker's default, PINNED, for every workflow type:
+// a workflow that declared its own would be refused by an unversioned worker's server (decision 0073).
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -17,7 +17,6 @@ import {
   proxyActivities,
   proxyLocalActivities,
   setHandler,
-  setWorkflowOptions,
   sleep,
   upsertSearchAttributes,
   workflowInfo,
@@ -430,8 +429,3 @@ export async function generationWorkflow(input: GenerationInput): Promise<Genera
   await condition(allHandlersFinished);
   return { taskId, status: current.status };
 }
-
-// Worker Versioning (docs/decisions/0073-worker-versioning.md): a run finishes on the build that
-// started it, and its continue-as-new runs stay there too; a change that must reach running
-// tasks is a patched() branch, and an operator moves them (docs/deploy.md "Moving pinned tasks").
-setWorkflowOptions({ versioningBehavior: 'PINNED' }, generationWorkflow);

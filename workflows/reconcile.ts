@@ -2,7 +2,7 @@
 // named reconciler. Its history holds the name and a small summary; the findings are in
 // Postgres (reconcile_run). A failed run is retried a few times, then the workflow fails and the
 // Schedule's next run tries again.
-import { type ActivityOptions, proxyActivities, setWorkflowOptions } from '@temporalio/workflow';
+import { type ActivityOptions, proxyActivities } from '@temporalio/workflow';
 import type { ReconcileActivities } from '../activities/reconcile';
 import type { RunSummary } from '../reconcilers/run';
 
@@ -28,7 +28,3 @@ export async function reconcileWorkflow(input: ReconcileInput): Promise<RunSumma
   if (input.activityQueue === undefined) return runReconciler(input.reconciler);
   return proxyActivities<ReconcileActivities>({ ...options, taskQueue: input.activityQueue }).runReconciler(input.reconciler);
 }
-
-// Worker Versioning (docs/decisions/0073-worker-versioning.md): one activity and no patch, so a run
-// may move to the current build at its next workflow task and never holds an old build's drain.
-setWorkflowOptions({ versioningBehavior: 'AUTO_UPGRADE' }, reconcileWorkflow);
