@@ -31,6 +31,7 @@ export const SAFE_PRODUCTION_ENV: Readonly<Record<string, string>> = {
   PROVIDER_FAL_USER_ID: 'prod-fal-user-id',
   CALLBACK_TOKEN_SECRET: 'prod-callback-token-secret-0123456789abcdef',
   WEBHOOK_SECRET_KEY: 'prod-webhook-secret-key-0123456789abcdef',
+  BROWSER_TOKEN_SECRET: 'prod-browser-token-secret-0123456789abcdef',
   PROVIDER_RUNWAY_BASE_URL: 'https://api.dev.runwayml.com/v1',
   PROVIDER_RUNWAY_API_SECRET: 'prod-runway-secret-example',
   PROVIDER_KLING_BASE_URL: 'https://api-singapore.klingai.com',
@@ -157,6 +158,7 @@ describe('the production profile (loadConfig)', () => {
       'PROVIDER_REPLICATE_WEBHOOK_SECRET',
       'CALLBACK_TOKEN_SECRET',
       'WEBHOOK_SECRET_KEY',
+      'BROWSER_TOKEN_SECRET',
     ]) {
       assert.match(refused.get(field) ?? '', /dev\/simulator value/, field);
     }
